@@ -1,0 +1,153 @@
+r"""Operators: what a power step multiplies by, hiding how the data is held.
+
+Tensor operators answer two batched queries for a block of candidate vectors ``U`` (d x L):
+
+* ``apply(U)``    -> ``T(I, U, U)``, shape (d, L): column l is ``T(I, u_l, u_l)``;
+* ``evaluate(U)`` -> ``T(U, U, U)``, shape (L,): entry l is ``T(u_l, u_l, u_l)``;
+
+and ``apply_evaluate(U)`` returns both, sharing work where it can. Matrix operators answer
+``matmat(Q)`` -> ``A @ Q``. Every query is a few BLAS calls over all L columns at once; none loops
+over columns in Python.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["SymmetricTensor", "ThirdMoment", "DeflatedTensor", "GramMatrix", "DenseMatrix",
+           "symmetrize_tensor", "moment_tensor"]
+
+
+def symmetrize_tensor(T: np.ndarray) -> np.ndarray:
+    """The symmetric part of a 3-way array: the mean over the 6 index permutations."""
+    return (T + T.transpose(0, 2, 1) + T.transpose(1, 0, 2) + T.transpose(1, 2, 0)
+            + T.transpose(2, 0, 1) + T.transpose(2, 1, 0)) / 6.0
+
+
+def moment_tensor(X: np.ndarray) -> np.ndarray:
+    """The dense third moment ``(1/n) sum_l x_l (x) x_l (x) x_l`` (O(n d^3) time, O(d^3) memory)."""
+    n, d = X.shape
+    # One GEMM: (X (x) X)^T X, built in row chunks so the n x d^2 Khatri-Rao product stays small.
+    out = np.zeros((d * d, d), dtype=X.dtype)
+    step = max(1, int(2**26 // max(1, d * d)))
+    for start in range(0, n, step):
+        Xc = X[start:start + step]
+        out += (Xc[:, :, None] * Xc[:, None, :]).reshape(len(Xc), d * d).T @ Xc
+    return (out / n).reshape(d, d, d)
+
+
+class TensorOperator:
+    """Base class: ``apply_evaluate`` from ``apply`` when no shared work is possible."""
+
+    shape: tuple
+
+    @property
+    def d(self) -> int:
+        return self.shape[0]
+
+    def apply(self, U):
+        raise NotImplementedError
+
+    def evaluate(self, U):
+        return np.einsum("al,al->l", U, self.apply(U))
+
+    def apply_evaluate(self, U):
+        TU = self.apply(U)
+        return TU, np.einsum("al,al->l", U, TU)
+
+
+class SymmetricTensor(TensorOperator):
+    """A dense symmetric d x d x d tensor.
+
+    ``T(I,U,U)``: one GEMM ``T.reshape(d*d, d) @ U`` (O(d^3 L), the bulk of the work) and then a
+    batched contraction of the middle index (O(d^2 L)).
+    """
+
+    def __init__(self, T: np.ndarray):
+        self.T = T
+        self.shape = T.shape
+        self._flat = T.reshape(-1, T.shape[2])
+
+    def apply(self, U):
+        d, L = U.shape
+        M = (self._flat @ U).reshape(d, d, L)  # M[a, b, l] = sum_c T[a, b, c] U[c, l]
+        return np.einsum("abl,bl->al", M, U, optimize=False)
+
+
+class ThirdMoment(TensorOperator):
+    """The empirical third moment ``T = (1/n) sum_l x_l^(x)3`` of data X (n x d), never formed.
+
+    ``T(I,U,U) = X^T (X U)^2 / n`` and ``T(U,U,U) = sum((X U)^3) / n``: O(n d L) time and
+    O(n L) extra memory per query, against O(d^3) for the dense tensor.
+    """
+
+    def __init__(self, X: np.ndarray):
+        self.X = X
+        self.n = X.shape[0]
+        self.shape = (X.shape[1],) * 3
+
+    def apply_evaluate(self, U):
+        XU = self.X @ U
+        sq = XU * XU
+        return (self.X.T @ sq) / self.n, np.einsum("il,il->l", sq, XU) / self.n
+
+    def apply(self, U):
+        return self.apply_evaluate(U)[0]
+
+    def evaluate(self, U):
+        XU = self.X @ U
+        return np.einsum("il,il,il->l", XU, XU, XU) / self.n
+
+
+class DeflatedTensor(TensorOperator):
+    """``T - sum_j lambda_j v_j^(x)3``, applied without touching T:
+
+    ``(T - D)(I,u,u) = T(I,u,u) - sum_j lambda_j (v_j . u)^2 v_j`` and
+    ``(T - D)(u,u,u) = T(u,u,u) - sum_j lambda_j (v_j . u)^3``.
+    """
+
+    def __init__(self, base: TensorOperator, eigenvalues, components):
+        self.base = base
+        self.shape = base.shape
+        self.eigenvalues = np.asarray(eigenvalues, dtype=float).reshape(-1)
+        self.components = np.asarray(components, dtype=float).reshape(-1, base.shape[0])  # (k, d)
+
+    def correction(self, U):
+        """``(sum_j lambda_j (v_j.u)^2 v_j, sum_j lambda_j (v_j.u)^3)`` for every column u of U."""
+        W = self.components @ U  # (k, L)
+        lw2 = self.eigenvalues[:, None] * W * W
+        return self.components.T @ lw2, np.einsum("kl,kl->l", lw2, W)
+
+    def apply_evaluate(self, U):
+        TU, tu = self.base.apply_evaluate(U)
+        if len(self.eigenvalues) == 0:
+            return TU, tu
+        cU, cu = self.correction(U)
+        return TU - cU.astype(TU.dtype, copy=False), tu - cu.astype(tu.dtype, copy=False)
+
+    def apply(self, U):
+        return self.apply_evaluate(U)[0]
+
+    def evaluate(self, U):
+        return self.apply_evaluate(U)[1]
+
+
+class GramMatrix:
+    """``A = X^T X`` (d x d) applied as ``X^T (X Q)``: O(n d p) per product, never forming A."""
+
+    def __init__(self, X: np.ndarray):
+        self.X = X
+        self.shape = (X.shape[1], X.shape[1])
+
+    def matmat(self, Q):
+        return self.X.T @ (self.X @ Q)
+
+
+class DenseMatrix:
+    """An explicit d x d matrix A."""
+
+    def __init__(self, A: np.ndarray):
+        self.A = A
+        self.shape = A.shape
+
+    def matmat(self, Q):
+        return self.A @ Q

@@ -1,0 +1,114 @@
+"""Input checks shared by every estimator: clear errors that name the parameter and the bound."""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+__all__ = ["check_epsilon", "check_delta", "check_privacy", "check_positive_int", "check_data_norm",
+           "check_symmetric_tensor", "check_random_generator", "check_finite"]
+
+
+def check_epsilon(epsilon, name="epsilon") -> float:
+    """A number > 0; ``np.inf`` means no privacy."""
+    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or math.isnan(epsilon):
+        raise TypeError(f"{name} must be a real number > 0 (np.inf for no privacy), got {epsilon!r}")
+    if not epsilon > 0:
+        raise ValueError(f"{name} must be > 0 (np.inf for no privacy), got {epsilon!r}")
+    return float(epsilon)
+
+
+def check_delta(delta, name="delta") -> float:
+    """A number in [0, 1)."""
+    if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or math.isnan(delta):
+        raise TypeError(f"{name} must be a real number in [0, 1), got {delta!r}")
+    if not 0 <= delta < 1:
+        raise ValueError(f"{name} must be in [0, 1), got {delta!r}")
+    return float(delta)
+
+
+def check_privacy(epsilon, delta, accountant=None, *, gaussian=True) -> tuple[float, float]:
+    """Validate an estimator's ``(epsilon, delta)``; ``delta=None`` takes the accountant's delta.
+
+    With Gaussian noise and a finite epsilon, delta must be > 0.
+    """
+    from .accounting import DEFAULT_DELTA, PrivacyAccountant
+
+    if accountant is not None and not isinstance(accountant, PrivacyAccountant):
+        raise TypeError(f"accountant must be a PrivacyAccountant or None, got {type(accountant).__name__}")
+    epsilon = check_epsilon(epsilon)
+    if delta is None:
+        delta = accountant.delta if accountant is not None else DEFAULT_DELTA
+    delta = check_delta(delta)
+    if gaussian and math.isfinite(epsilon) and delta == 0:
+        raise ValueError("delta must be > 0 for a finite epsilon: the Gaussian mechanism has no "
+                         "pure-epsilon guarantee")
+    return epsilon, delta
+
+
+def check_positive_int(value, name, minimum=1) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def check_data_norm(data_norm, epsilon, name="data_norm"):
+    """Row-level privacy needs a public bound on row norms; ``None`` is allowed only without privacy."""
+    if data_norm is None:
+        if math.isfinite(epsilon):
+            raise ValueError(f"{name} is required when epsilon is finite: rows are clipped to this l2 norm "
+                             "and the noise is calibrated to it. Choose it from public knowledge, not "
+                             "from the data.")
+        return None
+    if isinstance(data_norm, bool) or not isinstance(data_norm, numbers.Real) or not (
+            data_norm > 0 and math.isfinite(data_norm)):
+        raise ValueError(f"{name} must be a finite number > 0, got {data_norm!r}")
+    return float(data_norm)
+
+
+def check_finite(X, name="X"):
+    if not np.all(np.isfinite(X)):
+        raise ValueError(f"{name} contains NaN or infinity")
+    return X
+
+
+def check_symmetric_tensor(T, *, symmetrize=False, rtol=1e-10, name="X") -> np.ndarray:
+    """A cubical 3-way array, symmetric under all 6 index permutations (or made so on request)."""
+    T = np.asarray(T)
+    if T.ndim != 3 or not (T.shape[0] == T.shape[1] == T.shape[2]):
+        raise ValueError(f"{name} must be a symmetric d x d x d tensor, got shape {T.shape}")
+    if T.dtype not in (np.float32, np.float64):
+        T = T.astype(np.float64)
+    check_finite(T, name)
+    from ._operators import symmetrize_tensor
+
+    if symmetrize:
+        return symmetrize_tensor(T)
+    scale = max(float(np.max(np.abs(T))), np.finfo(T.dtype).tiny)
+    tol = rtol * scale if T.dtype == np.float64 else max(rtol, 1e-5) * scale
+    for axes in ((1, 0, 2), (0, 2, 1), (2, 1, 0)):
+        if np.max(np.abs(T - T.transpose(axes))) > tol:
+            raise ValueError(f"{name} is not a symmetric tensor (it changes under transposing axes {axes}); "
+                             "pass symmetrize=True to use its symmetric part")
+    return T
+
+
+def check_random_generator(random_state) -> np.random.Generator:
+    """A ``numpy.random.Generator`` from ``random_state``.
+
+    ``None`` draws fresh OS entropy: the only choice fit for a real release. An int (or a
+    ``RandomState`` / ``Generator``) makes the noise reproducible, which is for tests and research:
+    anyone who knows the seed can subtract the noise.
+    """
+    if random_state is None:
+        return np.random.default_rng()
+    if isinstance(random_state, np.random.Generator):
+        return random_state
+    if isinstance(random_state, np.random.RandomState):
+        return np.random.default_rng(random_state.randint(0, 2**31 - 1, size=4))
+    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
+        return np.random.default_rng(int(random_state))
+    raise TypeError(f"random_state must be None, an int, a RandomState or a Generator, got {random_state!r}")

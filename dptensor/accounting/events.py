@@ -1,0 +1,119 @@
+"""Privacy events: small immutable records of what a fit released.
+
+An event says which mechanism ran and with what noise, nothing about data. The accountant prices
+events (see :mod:`dptensor.accounting.composition`) and composes them across fits; mechanisms and
+algorithms never price anything themselves.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+__all__ = ["PrivacyEvent", "GaussianEvent", "LaplaceEvent", "AboveThresholdEvent",
+           "ComposedEvent", "event_from_dict"]
+
+
+class PrivacyEvent:
+    """Base class of the events the accountant knows how to price."""
+
+    mechanism = "abstract"
+
+    def to_dict(self) -> dict:
+        """A JSON-ready description: ``{"mechanism": ..., **parameters}``."""
+        return {"mechanism": self.mechanism, **asdict(self)}
+
+    def leaves(self):
+        """The elementary events this one is made of."""
+        yield self
+
+
+@dataclass(frozen=True)
+class GaussianEvent(PrivacyEvent):
+    """``count`` adaptive Gaussian releases, each with noise std ``noise_multiplier * sensitivity``.
+
+    One release is ``1/noise_multiplier``-GDP, so the event is ``sqrt(count)/noise_multiplier``-GDP.
+    """
+
+    noise_multiplier: float
+    count: int = 1
+    mechanism = "gaussian"
+
+    def __post_init__(self):
+        if not self.noise_multiplier > 0:
+            raise ValueError(f"noise_multiplier must be > 0, got {self.noise_multiplier!r}")
+        _check_count(self.count)
+
+    @property
+    def mu(self) -> float:
+        """The Gaussian-DP parameter of the whole event."""
+        return math.sqrt(self.count) / self.noise_multiplier
+
+
+@dataclass(frozen=True)
+class LaplaceEvent(PrivacyEvent):
+    """``count`` adaptive Laplace releases, each pure ``epsilon``-DP (scale = sensitivity/epsilon)."""
+
+    epsilon: float
+    count: int = 1
+    mechanism = "laplace"
+
+    def __post_init__(self):
+        _check_pure_epsilon(self.epsilon)
+        _check_count(self.count)
+
+
+@dataclass(frozen=True)
+class AboveThresholdEvent(PrivacyEvent):
+    """One run of AboveThreshold (Dwork–Roth Alg. 1): pure ``epsilon``-DP whatever the number of queries."""
+
+    epsilon: float
+    count: int = 1
+    mechanism = "above_threshold"
+
+    def __post_init__(self):
+        _check_pure_epsilon(self.epsilon)
+        _check_count(self.count)
+
+
+@dataclass(frozen=True)
+class ComposedEvent(PrivacyEvent):
+    """Several events released by one fit, composed adaptively."""
+
+    events: tuple = field(default_factory=tuple)
+    mechanism = "composed"
+
+    def __post_init__(self):
+        object.__setattr__(self, "events", tuple(self.events))
+        if not all(isinstance(e, PrivacyEvent) for e in self.events):
+            raise TypeError("ComposedEvent takes PrivacyEvent instances")
+
+    def to_dict(self) -> dict:
+        return {"mechanism": self.mechanism, "events": [e.to_dict() for e in self.events]}
+
+    def leaves(self):
+        for event in self.events:
+            yield from event.leaves()
+
+
+_KINDS = {cls.mechanism: cls for cls in (GaussianEvent, LaplaceEvent, AboveThresholdEvent)}
+
+
+def event_from_dict(data: dict) -> PrivacyEvent:
+    """Inverse of :meth:`PrivacyEvent.to_dict`."""
+    data = dict(data)
+    kind = data.pop("mechanism")
+    if kind == "composed":
+        return ComposedEvent(tuple(event_from_dict(e) for e in data["events"]))
+    if kind not in _KINDS:
+        raise ValueError(f"unknown privacy event mechanism {kind!r}")
+    return _KINDS[kind](**data)
+
+
+def _check_count(count):
+    if int(count) != count or count < 1:
+        raise ValueError(f"count must be a positive integer, got {count!r}")
+
+
+def _check_pure_epsilon(epsilon):
+    if not (epsilon > 0 and math.isfinite(epsilon)):
+        raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
