@@ -12,7 +12,15 @@ def _demo(args) -> int:
 
 
 def _bench(args) -> int:
-    from benchmarks.run_all import main as bench_main  # the suite lives beside the package
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "benchmarks" / "run_all.py").exists():
+        print("the benchmark suite ships with the source checkout (benchmarks/ beside dptensor/); "
+              "run this command from a clone of the repository", file=sys.stderr)
+        return 2
+    sys.path.insert(0, str(root))
+    from benchmarks.run_all import main as bench_main
 
     return bench_main(["--quick"] if args.quick else [])
 
