@@ -1,0 +1,661 @@
+r"""Data with known ground truth, and the MovieLens-100K ratings tensor.
+
+Generators (each reproducible through ``random_state``; components are rows, shape (k, d)):
+
+* :func:`make_orthogonal_tensor` -- ``T = sum_i lambda_i v_i⊗3`` (+ symmetric Gaussian noise);
+* :func:`make_orthogonal_moment_data` -- samples whose third moment is exactly such a tensor;
+* :func:`make_spiked_covariance` -- Gaussian data with a rank-k spike in its covariance;
+* :func:`make_low_rank_tensor` -- the tensor completion study (low-rank CP tensor, noise, holes);
+
+with the coherence of the components under control (SPEC §7, :func:`coherence`). Then the
+MovieLens-100K loader (:func:`load_movielens_100k`) and the per-time-slice bi-scaling of
+ratings (:class:`BiScaler`, :func:`bi_scale`).
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import numbers
+import os
+import shutil
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import scipy.fft
+import scipy.linalg
+
+from ._operators import symmetrize_tensor
+from ._validation import check_positive_int, check_random_generator
+
+__all__ = ["coherence", "make_orthogonal_tensor", "make_orthogonal_moment_data", "make_spiked_covariance",
+           "make_low_rank_tensor", "load_movielens_100k", "BiScaler", "bi_scale"]
+
+# E[max_{||u||=1} <G, u⊗3>] / sqrt(d) for G with iid N(0, 1) entries tends to the ground-state energy
+# of the spherical 3-spin glass, about 1.657 (Crisanti & Sommers 1992; Auffinger, Ben Arous & Cerny
+# 2013). Dividing by it makes the operator norm of the noise tensor about `noise` for large d.
+_SPIN3_GROUND_STATE = 1.657
+
+
+# --------------------------------------------------------------------------------------------
+# Components with controlled coherence
+# --------------------------------------------------------------------------------------------
+
+def coherence(components) -> float:
+    r"""Wang–Anandkumar incoherence ``mu0 = (d/k) max_i ||V^T e_i||^2`` of orthonormal rows V (k, d).
+
+    It lies in ``[1, d/k]``: 1 when the components' mass is spread evenly over all coordinates,
+    ``d/k`` when some coordinate lies entirely in their span.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> coherence(np.eye(4)[:2])
+    2.0
+    >>> coherence(np.full((1, 4), 0.5))
+    1.0
+    """
+    V = np.asarray(components, dtype=float)
+    if V.ndim != 2:
+        raise ValueError(f"components must be a 2-D array (k, d), got shape {V.shape}")
+    k, d = V.shape
+    return float(d / k * np.max(np.sum(V * V, axis=0)))
+
+
+def _incoherent_basis(d, k, rng):
+    """k orthonormal rows with every entry of magnitude about 1/sqrt(d).
+
+    Hadamard rows / sqrt(d) when d is a power of 2 (every entry is exactly ±1/sqrt(d), mu0 = 1);
+    otherwise rows of the orthonormal DCT-II matrix (entries at most sqrt(2/d), so mu0 <= 2). The
+    rows are drawn at random (DCT: among all but the constant row) and every coordinate gets a
+    random sign, which keeps both properties.
+    """
+    if d & (d - 1) == 0:
+        basis = scipy.linalg.hadamard(d).astype(float) / np.sqrt(d)
+        rows = rng.choice(d, size=k, replace=False)
+    else:
+        basis = scipy.fft.dct(np.eye(d), type=2, norm="ortho", axis=0)  # rows: cosines of frequency f
+        if k > d - 1:
+            rows = rng.choice(d, size=k, replace=False)
+        else:
+            rows = 1 + rng.choice(d - 1, size=k, replace=False)
+    signs = rng.choice([-1.0, 1.0], size=d)
+    return basis[rows] * signs
+
+
+def _haar_basis(d, k, rng):
+    """k rows of a Haar-random orthogonal matrix (QR of a Gaussian matrix, signs fixed by R's diagonal)."""
+    Q, R = np.linalg.qr(rng.standard_normal((d, k)))
+    return (Q * np.sign(np.diag(R))).T
+
+
+def _sparse_basis(d, k, s, rng):
+    """k rows with disjoint supports of size s, entries ±1/sqrt(s): mu0 = d / (k s) exactly."""
+    if k * s > d:
+        raise ValueError(f"coherence={s} needs k * s <= d for disjoint supports, got k={k}, d={d}")
+    support = rng.permutation(d)[:k * s].reshape(k, s)
+    V = np.zeros((k, d))
+    V[np.arange(k)[:, None], support] = rng.choice([-1.0, 1.0], size=(k, s)) / np.sqrt(s)
+    return V
+
+
+def _components(d, k, coherence_kind, rng):
+    if isinstance(coherence_kind, str):
+        if coherence_kind == "incoherent":
+            return _incoherent_basis(d, k, rng)
+        if coherence_kind == "random":
+            return _haar_basis(d, k, rng)
+    elif isinstance(coherence_kind, numbers.Integral) and not isinstance(coherence_kind, bool):
+        s = check_positive_int(coherence_kind, "coherence")
+        return _sparse_basis(d, k, s, rng)
+    raise ValueError(f'coherence must be "incoherent", "random" or a sparsity s >= 1, got {coherence_kind!r}')
+
+
+def _dims(d, k):
+    d = check_positive_int(d, "d")
+    k = check_positive_int(k, "k")
+    if k > d:
+        raise ValueError(f"k must be <= d for orthonormal components, got k={k}, d={d}")
+    return d, k
+
+
+def _eigenvalues(eigenvalues, k):
+    """Default: evenly spaced from 1 down to 0.5 (a gap of 0.5/(k-1) between neighbours)."""
+    if eigenvalues is None:
+        return np.linspace(1.0, 0.5, k)
+    values = np.asarray(eigenvalues, dtype=float).ravel()
+    if values.shape != (k,):
+        raise ValueError(f"eigenvalues must have k={k} entries, got {values.size}")
+    if not np.all(np.isfinite(values)) or np.any(values <= 0):
+        raise ValueError("eigenvalues must be finite and > 0")
+    return values
+
+
+def _check_nonnegative(value, name):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (0 <= value < np.inf):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+# --------------------------------------------------------------------------------------------
+# Orthogonal tensors and data whose third moment is one
+# --------------------------------------------------------------------------------------------
+
+def make_orthogonal_tensor(d, k, eigenvalues=None, *, coherence="incoherent", noise=0.0, random_state=None):
+    r"""A symmetric orthogonally decomposable tensor ``T = sum_i lambda_i v_i⊗3 (+ E)``.
+
+    Parameters
+    ----------
+    d : int
+        Dimension; ``T`` has shape (d, d, d).
+    k : int, 1 <= k <= d
+        Number of components.
+    eigenvalues : array of shape (k,), optional
+        Positive ``lambda_i``. Default ``np.linspace(1, 0.5, k)``.
+    coherence : "incoherent", "random" or int s, default="incoherent"
+        How the orthonormal components ``v_i`` are drawn (SPEC §7):
+
+        - ``"incoherent"``: random rows of the Hadamard matrix / sqrt(d) with random coordinate
+          signs when d is a power of 2 (mu0 = 1 exactly); for other d, random non-constant rows of
+          the orthonormal DCT-II matrix with random coordinate signs (mu0 <= 2).
+        - ``"random"``: Haar-random (QR of a Gaussian matrix); mu0 grows like log d.
+        - int ``s``: disjoint supports of size s with entries ±1/sqrt(s) (needs ``k s <= d``);
+          mu0 = d / (k s) exactly, so s tunes the coherence from d/k (s=1) down to 1 (s = d/k).
+    noise : float >= 0, default=0.0
+        Scale of an additive symmetric Gaussian tensor ``E = noise * sym(G) / (c sqrt(d))``, where
+        ``G`` has iid N(0, 1) entries, ``sym`` averages the 6 index permutations and ``c = 1.657``.
+        For every fixed unit ``u``, ``E(u, u, u) ~ N(0, (noise / (c sqrt(d)))^2)``; the operator
+        norm ``max_u |E(u, u, u)|`` tends to ``noise`` as d grows (c is the ground-state energy of
+        the spherical 3-spin glass) and is somewhat below it for small d (about 0.8 noise at d=20).
+    random_state : None, int or Generator
+        Seed for reproducible draws.
+
+    Returns
+    -------
+    T : array of shape (d, d, d)
+        With ``noise=0``, exactly ``sum_i lambda_i v_i⊗3`` (up to rounding).
+    eigenvalues : array of shape (k,)
+    components : array of shape (k, d)
+        Orthonormal rows ``v_i``.
+
+    Examples
+    --------
+    >>> T, lam, V = make_orthogonal_tensor(8, 2, [2.0, 1.0], random_state=0)
+    >>> T.shape, round(float(np.einsum("abc,a,b,c->", T, V[0], V[0], V[0])), 12)
+    ((8, 8, 8), 2.0)
+    """
+    d, k = _dims(d, k)
+    lam = _eigenvalues(eigenvalues, k)
+    noise = _check_nonnegative(noise, "noise")
+    rng = check_random_generator(random_state)
+    V = _components(d, k, coherence, rng)
+    T = np.einsum("i,ia,ib,ic->abc", lam, V, V, V, optimize=True)
+    if noise > 0:
+        G = rng.standard_normal((d, d, d))
+        T = T + symmetrize_tensor(G) * (noise / (_SPIN3_GROUND_STATE * np.sqrt(d)))
+    return T, lam, V
+
+
+def _two_point_skewed(shape, skewness, rng):
+    """Zero mean, unit variance, third moment ``skewness`` (broadcast over the last axis).
+
+    The value ``sqrt(q/p)`` with probability p and ``-sqrt(p/q)`` with probability q = 1 - p has
+    mean 0, variance 1 and third moment ``(q - p) / sqrt(p q)``; solving for the target gives
+    ``p q = 1 / (skewness^2 + 4)``. Bounded, so clipped rows keep the moment when the bound is large.
+    """
+    pq = 1.0 / (skewness ** 2 + 4.0)
+    p = 0.5 * (1.0 - np.sqrt(1.0 - 4.0 * pq))
+    q = 1.0 - p
+    hit = rng.random(shape) < p
+    return np.where(hit, np.sqrt(q / p), -np.sqrt(p / q))
+
+
+def make_orthogonal_moment_data(n, d, k, *, eigenvalues=None, coherence="incoherent", noise=0.0,
+                                random_state=None):
+    r"""Samples whose third moment is exactly ``sum_i lambda_i v_i⊗3``.
+
+    Each row is ``x = sum_i h_i v_i + noise * g`` where the ``h_i`` are independent two-point
+    variables with ``E h_i = 0``, ``E h_i^2 = 1``, ``E h_i^3 = lambda_i`` (value ``sqrt(q/p)`` with
+    probability ``p``, else ``-sqrt(p/q)``, where ``p q = 1/(lambda_i^2 + 4)``, ``p < 1/2``) and
+    ``g ~ N(0, I_d)`` independent of them. The population moments are exactly
+
+    * ``E[x] = 0``,
+    * ``E[x⊗x] = sum_i v_i⊗v_i + noise^2 I``,
+    * ``E[x⊗x⊗x] = sum_i lambda_i v_i⊗3``:
+
+    every mixed term has a zero-mean factor that is independent of the others (``h_i`` with
+    ``i`` appearing once, or ``g`` appearing once or three times, whose odd moments vanish).
+
+    Parameters
+    ----------
+    n : int
+        Number of samples.
+    d, k, eigenvalues, coherence
+        As in :func:`make_orthogonal_tensor`.
+    noise : float >= 0, default=0.0
+        Standard deviation of the isotropic Gaussian noise on each coordinate.
+    random_state : None, int or Generator
+
+    Returns
+    -------
+    X : array of shape (n, d)
+    eigenvalues : array of shape (k,)
+    components : array of shape (k, d)
+
+    Notes
+    -----
+    Without noise, ``||x||_2 <= max_i sqrt(q_i/p_i) sqrt(k)``, roughly ``max_i lambda_i sqrt(k)``
+    for large ``lambda``; choose a ``data_norm`` above it and clipping changes nothing.
+
+    Examples
+    --------
+    >>> X, lam, V = make_orthogonal_moment_data(1000, 6, 2, random_state=0)
+    >>> X.shape, lam.tolist()
+    ((1000, 6), [1.0, 0.5])
+    """
+    n = check_positive_int(n, "n")
+    d, k = _dims(d, k)
+    lam = _eigenvalues(eigenvalues, k)
+    noise = _check_nonnegative(noise, "noise")
+    rng = check_random_generator(random_state)
+    V = _components(d, k, coherence, rng)
+    X = _two_point_skewed((n, k), lam, rng) @ V
+    if noise > 0:
+        X += noise * rng.standard_normal((n, d))
+    return X, lam, V
+
+
+def make_spiked_covariance(n, d, k, *, spike=5.0, coherence="random", data_norm=None, random_state=None):
+    r"""Gaussian data with covariance ``I + sum_i spike_i v_i v_i^T``.
+
+    Each row is ``x = sum_i sqrt(spike_i) h_i v_i + g`` with ``h ~ N(0, I_k)``, ``g ~ N(0, I_d)``.
+    The population covariance has eigenvalues ``1 + spike_i`` along ``v_i`` and 1 elsewhere.
+
+    Parameters
+    ----------
+    n, d, k : int
+    spike : float > 0 or array of shape (k,), default=5.0
+    coherence : "incoherent", "random" or int s, default="random"
+        As in :func:`make_orthogonal_tensor`.
+    data_norm : float > 0, optional
+        When given, the whole sample is multiplied by one factor ``c = data_norm / max_l ||x_l||``
+        so that every row has norm at most ``data_norm`` (the largest exactly ``data_norm``), and
+        the returned eigenvalues are multiplied by ``c^2``. A common factor keeps the components
+        and the eigengap ratio exactly; clipping rows one by one would not.
+    random_state : None, int or Generator
+
+    Returns
+    -------
+    X : array of shape (n, d)
+    components : array of shape (k, d)
+        Orthonormal rows ``v_i``, the top-k eigenvectors of the population covariance.
+    eigenvalues : array of shape (k,)
+        ``c^2 (1 + spike_i)``, the top-k population eigenvalues (``c = 1`` without ``data_norm``);
+        the remaining d - k are all ``c^2``.
+
+    Examples
+    --------
+    >>> X, V, ev = make_spiked_covariance(50, 10, 2, data_norm=1.0, random_state=0)
+    >>> round(float(np.linalg.norm(X, axis=1).max()), 12)
+    1.0
+    """
+    n = check_positive_int(n, "n")
+    d, k = _dims(d, k)
+    spikes = np.broadcast_to(np.asarray(spike, dtype=float), (k,)).copy() if np.ndim(spike) == 0 \
+        else np.asarray(spike, dtype=float).ravel()
+    if spikes.shape != (k,) or not np.all(np.isfinite(spikes)) or np.any(spikes <= 0):
+        raise ValueError(f"spike must be a finite number > 0 or k={k} of them, got {spike!r}")
+    rng = check_random_generator(random_state)
+    V = _components(d, k, coherence, rng)
+    X = (rng.standard_normal((n, k)) * np.sqrt(spikes)) @ V + rng.standard_normal((n, d))
+    eigenvalues = 1.0 + spikes
+    if data_norm is not None:
+        if isinstance(data_norm, bool) or not isinstance(data_norm, numbers.Real) or not (0 < data_norm < np.inf):
+            raise ValueError(f"data_norm must be a finite number > 0, got {data_norm!r}")
+        c = float(data_norm) / np.linalg.norm(X, axis=1).max()
+        X *= c
+        eigenvalues *= c * c
+    return X, V, eigenvalues
+
+
+# --------------------------------------------------------------------------------------------
+# Tensor completion study
+# --------------------------------------------------------------------------------------------
+
+def _cp_full(factors):
+    """The full array ``sum_r a_r ∘ b_r ∘ ...`` of a CP model (any order) by one einsum."""
+    letters = "abcdefghijklmnopqrstuvwxy"
+    order = len(factors)
+    spec = ",".join(f"{letters[m]}z" for m in range(order)) + "->" + letters[:order]
+    return np.einsum(spec, *factors, optimize=True)
+
+
+def make_low_rank_tensor(shape=(20, 20, 20), rank=3, *, missing_ratio=0.5, snr=None, random_state=None):
+    r"""The tensor completion study: a rank-r CP tensor, min-max scaled, with noise and holes.
+
+    1. Factors ``A_m`` (n_m x rank) with iid N(0, 1) entries, each column scaled to unit l2 norm.
+    2. ``X0 = [[A_1, ..., A_order]]``, min-max scaled to [0, 1]:
+       ``tensor = (X0 - offset) / scale`` with ``offset = min X0``, ``scale = max X0 - min X0``.
+    3. ``noisy = tensor + N(0, sigma^2)`` with ``sigma^2 = var(tensor) / snr`` (the variance over all
+       entries; ``snr=1``: noise variance equals signal variance, as in the study); ``snr=None``
+       adds no noise.
+    4. A uniformly random ``round(missing_ratio * size)`` entries are held out; the rest are observed.
+
+    Parameters
+    ----------
+    shape : tuple of int, default=(20, 20, 20)
+        Any order >= 2.
+    rank : int, default=3
+    missing_ratio : float in [0, 1), default=0.5
+    snr : float > 0 or None, default=None
+        Signal-to-noise ratio as a ratio of variances (not decibels).
+    random_state : None, int or Generator
+
+    Returns
+    -------
+    dict with keys
+        ``"indices"`` (n_obs, order) int64 observed positions (in C order);
+        ``"values"`` (n_obs,) the noisy values there;
+        ``"test_indices"`` (n_missing, order) int64 held-out positions;
+        ``"test_values"`` (n_missing,) the *noiseless* tensor there (what a completion should recover);
+        ``"test_values_noisy"`` (n_missing,) the noisy tensor there;
+        ``"tensor"`` the noiseless array in [0, 1]; ``"noisy"`` the noisy array;
+        ``"factors"`` list of the unit-column factors; ``"offset"``, ``"scale"`` floats with
+        ``tensor = (cp(factors) - offset) / scale``; ``"noise_std"`` sigma; ``"shape"``.
+
+    Examples
+    --------
+    >>> data = make_low_rank_tensor(random_state=0)
+    >>> data["indices"].shape, data["test_indices"].shape
+    ((4000, 3), (4000, 3))
+    """
+    shape = tuple(check_positive_int(n, "shape") for n in np.atleast_1d(shape).tolist())
+    if len(shape) < 2:
+        raise ValueError(f"shape must have at least 2 dimensions, got {shape}")
+    rank = check_positive_int(rank, "rank")
+    if isinstance(missing_ratio, bool) or not isinstance(missing_ratio, numbers.Real) \
+            or not 0 <= missing_ratio < 1:
+        raise ValueError(f"missing_ratio must be in [0, 1), got {missing_ratio!r}")
+    if snr is not None and (isinstance(snr, bool) or not isinstance(snr, numbers.Real) or not 0 < snr < np.inf):
+        raise ValueError(f"snr must be a finite number > 0 or None, got {snr!r}")
+    rng = check_random_generator(random_state)
+
+    factors = []
+    for n_m in shape:
+        A = rng.standard_normal((n_m, rank))
+        factors.append(A / np.linalg.norm(A, axis=0))
+    full = _cp_full(factors)
+    offset = float(full.min())
+    scale = float(full.max() - offset) or 1.0
+    tensor = (full - offset) / scale
+    noise_std = 0.0 if snr is None else float(np.sqrt(tensor.var() / snr))
+    noisy = tensor + noise_std * rng.standard_normal(shape) if noise_std > 0 else tensor.copy()
+
+    size = tensor.size
+    n_missing = int(round(missing_ratio * size))
+    flat = rng.permutation(size)
+    missing, observed = np.sort(flat[:n_missing]), np.sort(flat[n_missing:])
+    obs_idx = np.stack(np.unravel_index(observed, shape), axis=1).astype(np.int64)
+    test_idx = np.stack(np.unravel_index(missing, shape), axis=1).astype(np.int64)
+    return {
+        "indices": obs_idx, "values": noisy.ravel()[observed],
+        "test_indices": test_idx, "test_values": tensor.ravel()[missing],
+        "test_values_noisy": noisy.ravel()[missing],
+        "tensor": tensor, "noisy": noisy, "factors": factors, "offset": offset, "scale": scale,
+        "noise_std": noise_std, "shape": shape,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# MovieLens-100K
+# --------------------------------------------------------------------------------------------
+
+ML100K_URL = "https://files.grouplens.org/datasets/movielens/ml-100k.zip"
+# The MD5 that GroupLens publishes beside the archive (ml-100k.zip.md5).
+ML100K_MD5 = "0e33842e24a9c977be4e0107933c0723"
+_SPLIT_FILES = {"ua": ("ua.base", "ua.test"), "ub": ("ub.base", "ub.test"), "all": ("u.data", None)}
+_SECONDS_PER_DAY = 86400
+
+
+def get_data_home(data_home=None) -> Path:
+    """``data_home``, else ``$DPTENSOR_DATA``, else ``~/dptensor_data``."""
+    if data_home is None:
+        data_home = os.environ.get("DPTENSOR_DATA", os.path.join("~", "dptensor_data"))
+    return Path(data_home).expanduser()
+
+
+def _read_ratings(path):
+    """(user, item, rating, timestamp) columns of a tab-separated ml-100k ratings file."""
+    raw = np.loadtxt(path, dtype=np.int64, delimiter="\t", ndmin=2)
+    if raw.shape[1] != 4:
+        raise ValueError(f"{path}: expected 4 tab-separated columns (user, item, rating, timestamp), "
+                         f"got {raw.shape[1]}")
+    return raw
+
+
+def _download_ml100k(folder: Path):
+    """Fetch the official archive, check its MD5, and extract the ratings files into ``folder``."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with urllib.request.urlopen(ML100K_URL, timeout=60) as response:
+        payload = response.read()
+    digest = hashlib.md5(payload).hexdigest()
+    if digest != ML100K_MD5:
+        raise OSError(f"the downloaded {ML100K_URL} has MD5 {digest}, not the published {ML100K_MD5}; "
+                      "refusing to use it")
+    tmp = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    with zipfile.ZipFile(io.BytesIO(payload)) as archive:
+        for name in archive.namelist():
+            base = name.rsplit("/", 1)[-1]
+            if name.startswith("ml-100k/") and base and "/" not in name[len("ml-100k/"):]:
+                (tmp / base).write_bytes(archive.read(name))
+    # Rename last, so that an interrupted download never leaves a half-filled folder behind.
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.rename(folder)
+
+
+def load_movielens_100k(data_home=None, download=True, split="ua"):
+    r"""MovieLens-100K as a (user, item, day) ratings tensor with a train/test split.
+
+    Reads the GroupLens ``ml-100k`` files from ``<data_home>/ml-100k/``: ``ua.base``/``ua.test``
+    or ``ub.base``/``ub.test`` (the canonical splits: 10 ratings of each user held out), or
+    ``u.data`` for ``split="all"``. Each line is ``user \t item \t rating \t unix timestamp``.
+
+    Indices are 0-based: ``user - 1``, ``item - 1``, and ``day = (timestamp - t0) // 86400`` where
+    ``t0`` is the earliest timestamp of the whole data set (train and test together), so both
+    parts share one time axis. The shape is ``(max user, max item, max day + 1)`` over the whole
+    data set; on the real data, 943 x 1682 x 215 (ratings from 1997-09-20 to 1998-04-22; the paper
+    that introduced this tensor quotes 212 days).
+
+    Parameters
+    ----------
+    data_home : str or Path, optional
+        Folder holding ``ml-100k/``. Default ``$DPTENSOR_DATA``, else ``~/dptensor_data``.
+    download : bool, default=True
+        When the files are missing, download the official archive from GroupLens, check its MD5
+        against the published one, and extract it. With ``False``, missing files raise
+        ``FileNotFoundError``.
+    split : {"ua", "ub", "all"}, default="ua"
+
+    Returns
+    -------
+    sklearn.utils.Bunch with
+        ``indices`` (n_train, 3) int64 and ``values`` (n_train,) float64 ratings 1..5;
+        ``test_indices``, ``test_values`` likewise (empty for ``"all"``);
+        ``shape`` (3-tuple); ``t0`` (unix time of day 0); ``split``; ``value_range`` ``(1.0, 5.0)``.
+    """
+    from sklearn.utils import Bunch
+
+    if split not in _SPLIT_FILES:
+        raise ValueError(f'split must be "ua", "ub" or "all", got {split!r}')
+    folder = get_data_home(data_home) / "ml-100k"
+    train_name, test_name = _SPLIT_FILES[split]
+    needed = [folder / name for name in (train_name, test_name) if name is not None]
+    if not all(p.is_file() for p in needed):
+        if not download:
+            missing = ", ".join(str(p) for p in needed if not p.is_file())
+            raise FileNotFoundError(f"MovieLens-100K files not found ({missing}); pass download=True, or "
+                                    f"unpack {ML100K_URL} into {folder.parent}")
+        _download_ml100k(folder)
+    train = _read_ratings(needed[0])
+    test = _read_ratings(needed[1]) if test_name is not None else np.empty((0, 4), dtype=np.int64)
+    both = np.concatenate([train, test])
+    if both.size == 0:
+        raise ValueError(f"no ratings in {folder}")
+    if both[:, :2].min() < 1:
+        raise ValueError("user and item ids must start at 1")
+    t0 = int(both[:, 3].min())
+
+    def tensorize(raw):
+        idx = np.stack([raw[:, 0] - 1, raw[:, 1] - 1, (raw[:, 3] - t0) // _SECONDS_PER_DAY], axis=1)
+        return idx.astype(np.int64), raw[:, 2].astype(np.float64)
+
+    indices, values = tensorize(train)
+    test_indices, test_values = tensorize(test)
+    shape = tuple(int(m) + 1 for m in np.concatenate([indices, test_indices]).max(axis=0))
+    return Bunch(indices=indices, values=values, test_indices=test_indices, test_values=test_values,
+                 shape=shape, t0=t0, split=split, value_range=(1.0, 5.0))
+
+
+# --------------------------------------------------------------------------------------------
+# Bi-scaling per time slice
+# --------------------------------------------------------------------------------------------
+
+def _group_mean(groups, weights, n_groups):
+    return np.bincount(groups, weights=weights, minlength=n_groups)
+
+
+class BiScaler:
+    r"""Standardise the rows and columns of every slice of a sparse 3-way array.
+
+    Bi-scaling (Hastie, Mazumder, Lee & Zadeh 2015, §6) models each observed entry of a matrix as
+    ``x_ij = alpha_i + beta_j + tau_i gamma_j z_ij`` and chooses the row and column centres
+    ``alpha, beta`` and scales ``tau, gamma`` so that the ``z`` have mean 0 and variance 1 along
+    every row and every column, over the observed entries. Here it is applied to each slice along
+    ``axis`` (the time axis for (user, item, day) ratings) separately: ``alpha`` is indexed by
+    (slice, row) and so on.
+
+    The fit alternates four steps until the centres and log-scales move less than ``tol``:
+    row centres, column centres, row scales, column scales, each the exact update holding the
+    others fixed. Rows or columns with fewer than ``min_count`` entries in a slice (a user's only
+    rating that day) cannot be standardised: their scale stays 1, and a single entry's centre is
+    shrunk toward 0 by ``shrinkage`` pseudo-observations (a group of ``m`` entries gets the centre
+    ``sum / (m + shrinkage)``). Groups never observed keep centre 0 and scale 1, so
+    :meth:`inverse_transform` is defined everywhere.
+
+    Parameters
+    ----------
+    axis : int, default=2
+        The slicing axis; the other two are the rows and columns.
+    max_iter : int, default=50
+    tol : float, default=1e-6
+    min_count : int, default=2
+        Fewest entries a row/column needs in a slice to get its own scale.
+    shrinkage : float >= 0, default=0.0
+        Pseudo-observations pulling each centre toward 0.
+
+    Attributes
+    ----------
+    shape_ : tuple
+    row_center_, row_scale_ : arrays of shape (n_slices, n_rows)
+    col_center_, col_scale_ : arrays of shape (n_slices, n_cols)
+    n_iter_ : int
+    """
+
+    def __init__(self, axis=2, max_iter=50, tol=1e-6, min_count=2, shrinkage=0.0):
+        self.axis = axis
+        self.max_iter = max_iter
+        self.tol = tol
+        self.min_count = min_count
+        self.shrinkage = shrinkage
+
+    def _groups(self, indices):
+        indices = np.asarray(indices)
+        if indices.ndim != 2 or indices.shape[1] != 3:
+            raise ValueError(f"indices must have shape (n_obs, 3), got {indices.shape}")
+        if not np.issubdtype(indices.dtype, np.integer):
+            raise TypeError("indices must be integers")
+        other = [a for a in range(3) if a != self.axis]
+        s, r, c = indices[:, self.axis], indices[:, other[0]], indices[:, other[1]]
+        n_s, n_r, n_c = self.shape_[self.axis], self.shape_[other[0]], self.shape_[other[1]]
+        if np.any(indices < 0) or np.any(indices >= np.asarray(self.shape_)):
+            raise ValueError(f"indices out of bounds for shape {self.shape_}")
+        return s * n_r + r, s * n_c + c, n_s, n_r, n_c
+
+    def fit(self, indices, values, shape=None):
+        """Learn the centres and scales from observed entries ``values`` at ``indices`` (n_obs, 3)."""
+        if self.axis not in (0, 1, 2):
+            raise ValueError(f"axis must be 0, 1 or 2, got {self.axis!r}")
+        values = np.asarray(values, dtype=float).ravel()
+        indices = np.asarray(indices)
+        if shape is None:
+            shape = tuple(int(m) + 1 for m in indices.max(axis=0))
+        self.shape_ = tuple(int(m) for m in shape)
+        rows, cols, n_s, n_r, n_c = self._groups(indices)
+        if values.shape[0] != indices.shape[0]:
+            raise ValueError(f"values has {values.shape[0]} entries, indices {indices.shape[0]}")
+        if not np.all(np.isfinite(values)):
+            raise ValueError("values contains NaN or infinity")
+        n_rows, n_cols = n_s * n_r, n_s * n_c
+        row_count = _group_mean(rows, None, n_rows)
+        col_count = _group_mean(cols, None, n_cols)
+        row_ok, col_ok = row_count >= self.min_count, col_count >= self.min_count
+        shrink = float(self.shrinkage)
+        alpha, beta = np.zeros(n_rows), np.zeros(n_cols)
+        tau, gamma = np.ones(n_rows), np.ones(n_cols)
+
+        def centre(groups, resid_weighted, weights, n):
+            # Weighted least squares for the centre of each group, shrunk toward 0.
+            return _group_mean(groups, resid_weighted, n) / np.maximum(_group_mean(groups, weights, n) + shrink,
+                                                                       1e-300)
+
+        def scale(groups, sq, ok, count):
+            var = _group_mean(groups, sq, len(ok)) / np.maximum(count, 1)
+            return np.where(ok & (var > 0), np.sqrt(np.where(var > 0, var, 1.0)), 1.0)
+
+        for it in range(1, int(self.max_iter) + 1):
+            old = np.concatenate([alpha, beta, np.log(tau), np.log(gamma)])
+            w = 1.0 / (tau[rows] * gamma[cols]) ** 2
+            alpha = centre(rows, (values - beta[cols]) * w, w, n_rows)
+            w = 1.0 / (tau[rows] * gamma[cols]) ** 2
+            beta = centre(cols, (values - alpha[rows]) * w, w, n_cols)
+            resid = values - alpha[rows] - beta[cols]
+            tau *= scale(rows, (resid / (tau[rows] * gamma[cols])) ** 2, row_ok, row_count)
+            gamma *= scale(cols, (resid / (tau[rows] * gamma[cols])) ** 2, col_ok, col_count)
+            new = np.concatenate([alpha, beta, np.log(tau), np.log(gamma)])
+            if np.max(np.abs(new - old)) < self.tol:
+                break
+        self.n_iter_ = it
+        self.row_center_, self.row_scale_ = alpha.reshape(n_s, n_r), tau.reshape(n_s, n_r)
+        self.col_center_, self.col_scale_ = beta.reshape(n_s, n_c), gamma.reshape(n_s, n_c)
+        return self
+
+    def _parts(self, indices):
+        rows, cols, *_ = self._groups(indices)
+        centre = self.row_center_.ravel()[rows] + self.col_center_.ravel()[cols]
+        scale = self.row_scale_.ravel()[rows] * self.col_scale_.ravel()[cols]
+        return centre, scale
+
+    def transform(self, indices, values):
+        """``z = (x - alpha - beta) / (tau gamma)`` at the given indices."""
+        centre, scale = self._parts(indices)
+        return (np.asarray(values, dtype=float).ravel() - centre) / scale
+
+    def inverse_transform(self, indices, z):
+        """``x = alpha + beta + tau gamma z`` at the given indices (back to the rating scale)."""
+        centre, scale = self._parts(indices)
+        return centre + scale * np.asarray(z, dtype=float).ravel()
+
+    def fit_transform(self, indices, values, shape=None):
+        return self.fit(indices, values, shape).transform(indices, values)
+
+
+def bi_scale(indices, values, shape=None, **params):
+    """Bi-scale ratings per slice: returns ``(z, scaler)``; ``scaler.inverse_transform(indices, z)`` undoes it.
+
+    See :class:`BiScaler` for the model and the parameters.
+    """
+    scaler = BiScaler(**params)
+    return scaler.fit_transform(indices, values, shape), scaler
