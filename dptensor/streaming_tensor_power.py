@@ -1,0 +1,449 @@
+r"""Online tensor power method (Wang & Anandkumar 2016, Alg. 2), optionally private.
+
+The batch power method multiplies by the empirical third moment of all the data. The online
+method never holds the data: each power step reads the next block of ``n`` fresh rows (``n`` is
+``batch_size``), and all L candidate vectors share that block,
+
+    u~ = (1/n) sum_{x in block} (x.u)^2 x  -  sum_{j<i} lambda_j (v_j.u)^2 v_j,
+    lambda~ = (1/n) sum_{x in block} (x.u)^3  -  sum_{j<i} lambda_j (v_j.u)^3,
+
+then ``u <- u~/||u~||`` (SPEC section 2; ``xi_j = v_j.u`` at the *current* iterate, which fixes the
+paper's typo). After ``n_iter`` blocks the candidate with the largest ``lambda~`` becomes
+component i, and the next component starts from fresh random candidates. The state is the L
+candidates, their accumulators and the components found so far: O(d (k + L)) numbers, plus a
+fixed micro-block buffer; nothing grows with the number of rows seen.
+
+Private streaming releases each block's ``(u~, lambda~)`` with Gaussian noise. Every row enters one
+block only, so by parallel composition the whole stream costs one block's release whatever k and
+``n_iter`` are. The derivation is in ``docs/derivations/streaming_tensor_power.rst``.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.exceptions import NotFittedError
+from sklearn.utils.validation import check_is_fitted
+
+from ._base import NO_PRIVACY_COST, PrivateEstimatorMixin
+from ._operators import DeflatedTensor, ThirdMoment
+from ._power import normalize_columns, random_unit_columns, select_restart
+from ._validation import check_data_norm, check_positive_int
+from .accounting import GaussianEvent, calibrate_gaussian
+from .mechanisms import clip_rows, gaussian_noise
+
+try:  # scikit-learn >= 1.6
+    from sklearn.utils.validation import validate_data as _validate_data
+except ImportError:  # pragma: no cover - older scikit-learn
+    def _validate_data(estimator, X, **kwargs):
+        return estimator._validate_data(X, **kwargs)
+
+__all__ = ["StreamingTensorPower", "block_statistics", "block_sensitivity"]
+
+# Rows are multiplied in micro-blocks of about this many bytes: big enough for BLAS to run near
+# peak, small enough that the buffer is negligible next to a chunk. The micro-block boundaries sit
+# at fixed offsets inside each block, so the arithmetic (and the result, bit for bit) does not
+# depend on how the caller cut the stream into chunks.
+_MICRO_BLOCK_BYTES = 2**22
+_FLOAT_DTYPES = (np.float64, np.float32)
+
+
+def block_sensitivity(data_norm: float, batch_size: int, n_restarts: int) -> float:
+    r"""l2 sensitivity of one block's joint release ``(u~^(1..L), lambda~^(1..L))``: ``2 B^3 sqrt(2L) / n``.
+
+    Replacing one row ``x`` of a block of ``n`` rows (all clipped to ``||x|| <= B``) by ``x'``
+    moves each candidate's ``u~`` by ``((x.u)^2 x - (x'.u)^2 x') / n``, of norm at most
+    ``2 B^3 / n`` because ``||u|| = 1``, and each ``lambda~`` by ``((x.u)^3 - (x'.u)^3) / n``, at most
+    ``2 B^3 / n`` in absolute value. Over L candidates the (d + 1) L numbers move by at most
+    ``sqrt(L (2B^3/n)^2 + L (2B^3/n)^2) = 2 B^3 sqrt(2L) / n``. The deflation terms depend only on
+    earlier releases, so they shift both neighbours alike. The bound is reached when every
+    candidate equals ``u`` and ``x = B u``, ``x' = -B u``.
+
+    >>> block_sensitivity(1.0, 1000, 8)
+    0.008
+    """
+    return 2.0 * float(data_norm) ** 3 * math.sqrt(2.0 * n_restarts) / int(batch_size)
+
+
+def block_statistics(X, U, eigenvalues=(), components=()):
+    """What one block releases before noise: the deflated empirical-moment queries at ``U``.
+
+    Parameters
+    ----------
+    X : array of shape (m, d)
+        The block's rows (already clipped when private).
+    U : array of shape (d, L)
+        The current unit candidates (public: an earlier release, or a data-independent start).
+    eigenvalues : array of shape (j,), components : array of shape (j, d)
+        The components found so far (public), deflated away.
+
+    Returns
+    -------
+    u_tilde : array of shape (d, L)
+        ``(T_X - D)(I, u, u)`` for every column u of U, ``T_X`` the block's third moment.
+    lambda_tilde : array of shape (L,)
+        ``(T_X - D)(u, u, u)``.
+    """
+    X = np.asarray(X)
+    components = np.reshape(np.asarray(components, dtype=float), (-1, X.shape[1]))
+    return DeflatedTensor(ThirdMoment(X), eigenvalues, components).apply_evaluate(U)
+
+
+class _Stream:
+    """The running state of one stream, whatever the chunk boundaries.
+
+    Where the stream is: component ``i``, power iteration ``t`` (the number of blocks already
+    released for component i), and how many rows of the current block are accumulated. What it
+    holds: the L candidates ``U`` (d, L), the block accumulators, the finished components, and one
+    micro-block buffer. Nothing here grows with the number of rows seen.
+    """
+
+    def __init__(self, *, d, dtype, n_components, n_restarts, n_iter, batch_size, data_norm,
+                 sensitivity, noise_multiplier, rng):
+        self.d, self.dtype, self.k, self.L = d, np.dtype(dtype), n_components, n_restarts
+        self.R, self.n, self.data_norm = n_iter, batch_size, data_norm
+        self.sensitivity, self.noise_multiplier, self.rng = sensitivity, noise_multiplier, rng
+        self.micro = max(1, min(batch_size, _MICRO_BLOCK_BYTES // (d * self.dtype.itemsize)))
+        self.buffer = np.empty((self.micro, d), dtype=self.dtype)
+        self.fill = 0             # rows waiting in the buffer
+        self.rows_in_block = 0    # rows of the current block already accumulated
+        self.i = self.t = 0
+        self.n_seen = 0
+        self.closed = False       # a private stream that fit() finished: it takes no more rows
+        self.components = np.zeros((n_components, d), dtype=self.dtype)
+        self.eigenvalues = np.zeros(n_components)
+        self.U = random_unit_columns(d, n_restarts, rng, self.dtype)
+        self.acc_u = np.zeros((d, n_restarts))
+        self.acc_l = np.zeros(n_restarts)
+
+    @property
+    def done(self) -> bool:
+        return self.i == self.k
+
+    def feed(self, X) -> int:
+        """Consume the rows of ``X`` (C-contiguous, the stream's dtype) in order; return how many were used.
+
+        The loop runs once per micro-block, never once per row: a micro-block that lies whole
+        inside ``X`` is multiplied in place, the ragged ends go through the buffer.
+        """
+        pos, rows = 0, X.shape[0]
+        while pos < rows and not self.done:
+            size = min(self.micro, self.n - self.rows_in_block)
+            take = min(size - self.fill, rows - pos)
+            if self.fill == 0 and take == size:
+                self._accumulate(X[pos:pos + size])
+            else:
+                self.buffer[self.fill:self.fill + take] = X[pos:pos + take]
+                self.fill += take
+                if self.fill == size:
+                    self.fill = 0
+                    self._accumulate(self.buffer[:size])
+            pos += take
+        self.n_seen += pos
+        return pos
+
+    def _accumulate(self, Xm):
+        # The block's moment is the size-weighted mean of its micro-blocks' moments, and the
+        # deflation is affine with weights summing to one, so deflating each piece is exact.
+        Xm = clip_rows(Xm, self.data_norm)
+        TU, tu = block_statistics(Xm, self.U, self.eigenvalues[:self.i], self.components[:self.i])
+        weight = Xm.shape[0] / self.n
+        self.acc_u += weight * TU
+        self.acc_l += weight * tu
+        self.rows_in_block += Xm.shape[0]
+        if self.rows_in_block == self.n:
+            self._end_block()
+
+    def _release(self):
+        """The block's release: its statistics plus Gaussian noise calibrated to the block sensitivity."""
+        if self.noise_multiplier == 0:
+            return self.acc_u, self.acc_l
+        noise = gaussian_noise((self.d + 1, self.L), self.sensitivity, self.noise_multiplier, self.rng)
+        return self.acc_u + noise[:-1], self.acc_l + noise[-1]
+
+    def _end_block(self):
+        u_tilde, lam = self._release()
+        U = normalize_columns(u_tilde).astype(self.dtype, copy=False)
+        self.t += 1
+        if self.t == self.R:
+            # lambda~ was measured at u_{R-1}, the candidate at u_R (SPEC section 2).
+            tau = select_restart(lam)
+            self.components[self.i] = U[:, tau]
+            self.eigenvalues[self.i] = lam[tau]
+            self.i, self.t = self.i + 1, 0
+            if not self.done:
+                U = random_unit_columns(self.d, self.L, self.rng, self.dtype)
+        self.U = U
+        self.acc_u[...] = 0.0
+        self.acc_l[...] = 0.0
+        self.rows_in_block = 0
+
+
+def _is_batch_iterable(X) -> bool:
+    """An iterable of batches (a generator, an iterator, a custom iterable), as opposed to one array.
+
+    Arrays, lists and tuples (array-likes of rows), sparse matrices and data frames are one array.
+    """
+    if isinstance(X, (np.ndarray, list, tuple, str, bytes)) or hasattr(X, "__array__"):
+        return False
+    if hasattr(X, "shape") or hasattr(X, "tocsr"):
+        return False
+    return hasattr(X, "__iter__")
+
+
+class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstimatorMixin,
+                           BaseEstimator):
+    r"""Online tensor power method: orthogonal decomposition of the third moment of a stream.
+
+    Finds ``k`` orthonormal components ``v_i`` and eigenvalues ``lambda_i`` with
+    ``E[x (x) x (x) x] ~ sum_i lambda_i v_i^(x)3`` from rows that arrive in chunks
+    (Wang & Anandkumar 2016, Alg. 2). Each power step of each component reads a fresh block of
+    ``batch_size`` rows, shared by the ``n_restarts`` candidates, so the whole run reads
+    ``n_components * n_iter * batch_size`` rows once each; memory is O(d (k + L)) plus one chunk,
+    and neither the d x d x d moment nor any d x d matrix is formed.
+
+    Parameters
+    ----------
+    n_components : int
+        Number of components k (at most n_features).
+    n_restarts : int, default=10
+        Number of random candidates L per component. The theory asks for L = Omega(k log k).
+    n_iter : int, default=10
+        Power iterations R per component, each on its own block.
+    batch_size : int, default=1000
+        The block size ``n``: how many rows one power update averages over (all L candidates share
+        them). Not the chunk size: ``partial_fit`` takes chunks of any size, and a block may span
+        several chunks or a chunk several blocks. It is public, as is the stream's length.
+    epsilon : float, default=np.inf
+        Privacy target; ``np.inf`` is the non-private method.
+    delta : float or None, default=None
+        Privacy target; ``None`` means the accountant's delta, else 1e-5.
+    data_norm : float or None, default=None
+        Public bound B on row norms; rows are clipped to ``||x|| <= B``. Required when epsilon is
+        finite. Choose it from public knowledge, never from the data.
+    max_passes : int, default=1
+        ``fit`` on a finite array (or a re-iterable of batches) cycles it up to this many times
+        until all components are found. Must be 1 when private: a row may enter one block only.
+    accountant : PrivacyAccountant or None, default=None
+        Records the stream's cost when it starts.
+    random_state : None, int, RandomState or Generator, default=None
+        Starts and noise. ``None`` (fresh entropy) is the only choice fit for a real release.
+    verbose : int, default=0
+        Print a line when each component is found.
+
+    Attributes
+    ----------
+    components_ : ndarray of shape (n_components_done_, n_features)
+        The components found so far, as unit rows (all ``n_components`` once the stream is long
+        enough), in the order found.
+    eigenvalues_ : ndarray of shape (n_components_done_,)
+        Their eigenvalue estimates ``lambda~`` (measured at the last-but-one iterate, as in Alg. 2).
+    n_components_done_ : int
+        How many components are finished.
+    n_samples_seen_ : int
+        Rows consumed by the method (rows offered after the last component are not read).
+    privacy_cost_ : PrivacyCost
+        The stream's cost: one Gaussian release (``n_queries=1``) by parallel composition.
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str, only when the first chunk had string column names.
+
+    Notes
+    -----
+    **Privacy unit and guarantee.** Neighbouring streams differ in one row (replace one). Rows
+    are clipped to ``data_norm`` = B. Each block releases its L vectors ``u~`` and L eigenvalue
+    estimates ``lambda~``, a vector of l2 sensitivity ``2 B^3 sqrt(2L) / n``
+    (:func:`block_sensitivity`), with Gaussian noise of std ``z`` times that. A block's release
+    depends on earlier releases (its candidates and the deflation) but on data disjoint from
+    theirs: for two neighbouring streams, every block but the one holding the changed row
+    computes the same function of the same rows given the same history, so it adds no privacy
+    loss, and the stream as a whole is exactly ``1/z``-GDP, one release's worth, whatever k and
+    R. The noise multiplier is ``z = calibrate_gaussian(epsilon, delta, 1)``, the least any
+    calibration can add, and the accountant records one ``GaussianEvent(z, 1)`` when the stream
+    starts (the first ``partial_fit``, or ``fit``), before anything is released. Released:
+    ``components_``, ``eigenvalues_`` and every later block's candidates, all post-processing of
+    the noisy block releases; the row counts are public.
+
+    **What is refused when private.** The guarantee needs every row in at most one block, which
+    the estimator enforces where it can know it: ``max_passes > 1`` raises ``ValueError``; a
+    stream that ``fit`` ran is closed, so a later ``partial_fit`` (feeding more rows to that
+    state, typically the same data again) raises ``RuntimeError``; ``fit`` again starts a new
+    stream and records a new cost. When streaming through ``partial_fit`` yourself, feeding each
+    row once is your promise: the estimator cannot tell a repeated row from a fresh one.
+
+    **After the last component** further rows are neither read nor counted (``fit`` stops
+    drawing from its iterable). ``fit`` warns when the stream ends first; ``components_`` then
+    holds the components finished so far.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> V = np.linalg.qr(rng.standard_normal((8, 2)))[0].T          # two orthonormal rows
+    >>> H = rng.exponential(size=(30000, 2)) - 1.0                  # skewed, zero mean
+    >>> X = H @ V
+    >>> est = StreamingTensorPower(2, n_restarts=5, n_iter=5, batch_size=3000, random_state=0).fit(X)
+    >>> est.components_.shape, est.n_samples_seen_
+    ((2, 8), 30000)
+    >>> bool(np.all(np.max(np.abs(est.components_ @ V.T), axis=1) > 0.97))
+    True
+    """
+
+    def __init__(self, n_components, *, n_restarts=10, n_iter=10, batch_size=1000, epsilon=np.inf,
+                 delta=None, data_norm=None, max_passes=1, accountant=None, random_state=None,
+                 verbose=0):
+        self.n_components = n_components
+        self.n_restarts = n_restarts
+        self.n_iter = n_iter
+        self.batch_size = batch_size
+        self.epsilon = epsilon
+        self.delta = delta
+        self.data_norm = data_norm
+        self.max_passes = max_passes
+        self.accountant = accountant
+        self.random_state = random_state
+        self.verbose = verbose
+
+    # ------------------------------------------------------------------ fitting
+
+    def fit(self, X, y=None):
+        """Stream ``X`` from a fresh state: an array (n_samples, n_features), or an iterable of such batches.
+
+        A list or tuple is one array of rows; pass ``iter(batches)`` or a generator to stream
+        batches. A finite array, or an iterable that can be iterated again, is cycled up to
+        ``max_passes`` times until every component is found (non-private only). Reading stops as
+        soon as the last component is found.
+
+        Returns
+        -------
+        self
+        """
+        self._reset()
+        passes = check_positive_int(self.max_passes, "max_passes")
+        epsilon, _ = self._privacy_target()
+        if math.isfinite(epsilon) and passes > 1:
+            raise ValueError(f"max_passes must be 1 when epsilon is finite, got {passes}: the privacy "
+                             "guarantee needs every row in at most one block")
+        batches = X if _is_batch_iterable(X) else (X,)
+        reiterable = iter(batches) is not batches
+        for _ in range(passes):
+            for batch in batches:
+                self.partial_fit(batch)
+                if self._stream.done:
+                    break
+            if self._stream is None or self._stream.done or not reiterable:
+                break
+        if self._stream is None:
+            raise ValueError("X is an empty iterable: fit needs at least one batch of rows")
+        self._stream.closed = self.privacy_cost_.private
+        if not self._stream.done:
+            s = self._stream
+            warnings.warn(f"the stream ended after {self.n_samples_seen_} rows, before all components were "
+                          f"found ({s.i} of {s.k}); the method needs n_components * n_iter * batch_size = "
+                          f"{s.k * s.R * s.n} rows. Pass more rows, a smaller batch_size or n_iter"
+                          + ("" if self.privacy_cost_.private else ", or a larger max_passes") + ".",
+                          UserWarning, stacklevel=2)
+        return self
+
+    def partial_fit(self, X, y=None):
+        """Feed the next chunk of rows (any number) to the stream; the first call starts it.
+
+        The result for a given sequence of rows does not depend on how it is cut into chunks.
+        When private, the first call records the whole stream's cost with the accountant.
+
+        Returns
+        -------
+        self
+        """
+        stream = getattr(self, "_stream", None)
+        X = _validate_data(self, X, reset=stream is None, dtype=_FLOAT_DTYPES, order="C")
+        if stream is None:
+            stream = self._start(X.shape[1], X.dtype)
+        else:
+            self._check_continuation(stream)
+        before = stream.i
+        stream.feed(np.ascontiguousarray(X, dtype=stream.dtype))
+        if self.verbose:
+            for i in range(before, stream.i):
+                print(f"[StreamingTensorPower] component {i + 1}/{stream.k}: "
+                      f"eigenvalue {stream.eigenvalues[i]:.4g} after {stream.n_seen} rows")
+        self._publish(stream)
+        return self
+
+    def _start(self, d, dtype) -> _Stream:
+        """Validate the parameters, record the privacy cost, and open a stream of d features."""
+        k = check_positive_int(self.n_components, "n_components")
+        if k > d:
+            raise ValueError(f"n_components={k} must be <= n_features={d}: the components are orthonormal")
+        L = check_positive_int(self.n_restarts, "n_restarts")
+        R = check_positive_int(self.n_iter, "n_iter")
+        n = check_positive_int(self.batch_size, "batch_size")
+        if not isinstance(self.verbose, numbers.Integral):
+            raise TypeError(f"verbose must be an integer, got {self.verbose!r}")
+        epsilon, delta = self._privacy_target()
+        data_norm = check_data_norm(self.data_norm, epsilon)
+        rng = self._generator()
+        if math.isfinite(epsilon):
+            z = calibrate_gaussian(epsilon, delta, 1)
+            sensitivity = block_sensitivity(data_norm, n, L)
+            # Recorded before the first block is released; a refused budget leaves no stream.
+            cost = self._spend(GaussianEvent(z, 1), delta=delta, noise_multiplier=z, n_queries=1,
+                               calibration="exact")
+        else:
+            z, sensitivity, cost = 0.0, 0.0, NO_PRIVACY_COST
+        self.privacy_cost_ = cost
+        self._stream_key = self._key()
+        self._stream = _Stream(d=d, dtype=dtype, n_components=k, n_restarts=L, n_iter=R, batch_size=n,
+                               data_norm=data_norm, sensitivity=sensitivity, noise_multiplier=z, rng=rng)
+        return self._stream
+
+    def _key(self):
+        """The parameters a running stream depends on: changing one mid-stream is refused."""
+        return (self.n_components, self.n_restarts, self.n_iter, self.batch_size, self.epsilon,
+                self.delta, self.data_norm, id(self.accountant))
+
+    def _check_continuation(self, stream):
+        if stream.closed:
+            raise RuntimeError("this private stream was closed by fit: feeding it more rows could put a row "
+                               "in a second block (say a second pass over the same data), which the privacy "
+                               "guarantee does not cover. Call fit again for a new stream (a new cost), "
+                               "or stream with partial_fit only.")
+        if self._key() != self._stream_key:
+            raise ValueError("parameters changed during a stream (n_components, n_restarts, n_iter, "
+                             "batch_size, epsilon, delta, data_norm or accountant); call fit to start a "
+                             "new stream")
+
+    def _publish(self, stream):
+        done = stream.i
+        self.components_ = stream.components[:done].copy()
+        self.eigenvalues_ = stream.eigenvalues[:done].copy()
+        self.n_components_done_ = done
+        self.n_samples_seen_ = stream.n_seen
+
+    def _reset(self):
+        self._stream = None
+        for name in ("components_", "eigenvalues_", "n_components_done_", "n_samples_seen_",
+                     "privacy_cost_", "n_features_in_", "feature_names_in_"):
+            self.__dict__.pop(name, None)
+
+    # ------------------------------------------------------------------ using the fit
+
+    def transform(self, X):
+        """Project X on the components found: ``X @ components_.T``, shape (n_samples, n_components_done_)."""
+        check_is_fitted(self, "components_")
+        if self.n_components_done_ == 0:
+            raise NotFittedError("no component is finished yet: stream more rows (the method needs "
+                                 "n_iter * batch_size rows per component)")
+        X = _validate_data(self, X, reset=False, dtype=_FLOAT_DTYPES)
+        return X @ self.components_.T.astype(X.dtype, copy=False)
+
+    @property
+    def _n_features_out(self):
+        return self.components_.shape[0]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        return tags
