@@ -6,6 +6,7 @@ import os
 import uuid
 import weakref
 
+from .._validation import check_delta, check_epsilon
 from .composition import epsilon_of
 from .events import PrivacyEvent
 from .ledger import LedgerEntry, MemoryLedger, SQLiteLedger, now
@@ -40,11 +41,17 @@ class BudgetExceededError(PrivacyAccountingError):
 
     def __init__(self, spent: float, requested: float, total: float, delta: float, label: str = ""):
         self.spent, self.requested, self.total, self.delta = spent, requested, total, delta
+        self.label = label
         who = f" by {label}" if label else ""
         super().__init__(
             f"privacy budget exceeded: spent epsilon={spent:.6g}, requested epsilon={requested:.6g}{who}, "
             f"total budget epsilon={total:.6g} (all at delta={delta:g}); the fit was refused before "
             "touching the data and nothing was recorded")
+
+    # Exceptions are pickled as ``cls(*args)``; keep every field so the error survives the trip
+    # back from a process worker (joblib/loky re-raises it in the parent).
+    def __reduce__(self):
+        return (type(self), (self.spent, self.requested, self.total, self.delta, self.label))
 
 
 class LedgerNotSharedError(PrivacyAccountingError):
@@ -92,17 +99,12 @@ class PrivacyAccountant:
     """
 
     def __init__(self, epsilon: float = math.inf, delta: float = DEFAULT_DELTA, *, ledger=None):
-        if not (isinstance(epsilon, (int, float)) and epsilon > 0):
-            raise ValueError(f"epsilon must be a number > 0 (np.inf for an unlimited budget), got {epsilon!r}")
-        if not (isinstance(delta, (int, float)) and 0 <= delta < 1):
-            raise ValueError(f"delta must be in [0, 1), got {delta!r}")
-        self.epsilon = float(epsilon)
-        self.delta = float(delta)
+        self.epsilon = check_epsilon(epsilon)
+        self.delta = check_delta(delta)
         self.ledger = None if ledger is None else os.fspath(ledger)
         self._store = MemoryLedger() if ledger is None else SQLiteLedger(ledger, self.epsilon, self.delta)
         self._id = uuid.uuid4().hex
         self._pid = os.getpid()
-        self._orphan = False
         _LIVE[self._id] = self
 
     # ------------------------------------------------------------------ reading
@@ -162,7 +164,8 @@ class PrivacyAccountant:
             raise BudgetExceededError(spent, epsilon_of(event, self.delta), self.epsilon, self.delta, label)
 
     def _refuse_if_orphan(self):
-        if self._orphan:
+        # Checked at every spend, not only on unpickling: a forked child inherits the object itself.
+        if self.ledger is None and os.getpid() != self._pid:
             raise LedgerNotSharedError(
                 "this PrivacyAccountant keeps its ledger in memory and was copied into another process "
                 f"(pid {os.getpid()}, created in pid {self._pid}); a spend recorded here would be lost "
@@ -205,7 +208,6 @@ def _restore(acc_id, state):
     acc = PrivacyAccountant.__new__(PrivacyAccountant)
     acc.__dict__.update(state)
     acc._id = acc_id
-    # A memory ledger cannot follow a copy into another process: mark the copy so it refuses to spend.
-    acc._orphan = state["ledger"] is None and os.getpid() != state["_pid"]
+    # A memory ledger copied into another process keeps its creator's pid, so it refuses to spend.
     _LIVE[acc_id] = acc
     return acc

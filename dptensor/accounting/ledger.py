@@ -71,6 +71,14 @@ class MemoryLedger:
                 self._entries.append(entry)
             return entry
 
+    # A lock cannot be pickled; a copy gets its own (it is only ever read, or refused, elsewhere).
+    def __getstate__(self):
+        return {"_entries": self.entries()}
+
+    def __setstate__(self, state):
+        self._entries = list(state["_entries"])
+        self._lock = threading.Lock()
+
 
 class SQLiteLedger:
     """Entries in a SQLite file; each check-and-record is one ``BEGIN IMMEDIATE`` transaction.
