@@ -1,0 +1,174 @@
+"""Goodness-of-fit of every sampler against its target distribution, and AboveThreshold's behaviour."""
+import itertools
+
+import numpy as np
+import pytest
+from scipy import integrate, stats
+
+from dptensor.mechanisms import (above_threshold, clip_rows, gaussian_noise, laplace_noise,
+                                 symmetric_gaussian_tensor)
+
+P_MIN = 1e-3  # seeded draws: a fixed p-value; below this the sampler is wrong, not unlucky
+
+
+# ---------------------------------------------------------------- Gaussian
+def test_gaussian_noise_fits_its_normal(rng):
+    x = gaussian_noise(20_000, sensitivity=0.3, noise_multiplier=2.0, rng=rng)
+    assert x.shape == (20_000,) and x.dtype == np.float64
+    assert stats.kstest(x, stats.norm(scale=0.6).cdf).pvalue > P_MIN
+    # The test has power: a 10% wrong scale is rejected.
+    assert stats.kstest(x, stats.norm(scale=0.66).cdf).pvalue < 1e-6
+
+
+def test_gaussian_noise_per_column_sensitivity(rng):
+    sens = np.array([0.1, 1.0, 2.0, 5.0])
+    x = gaussian_noise((5000, 4), sens, 1.5, rng, dtype=np.float32)
+    assert x.shape == (5000, 4) and x.dtype == np.float32
+    for j, s in enumerate(sens):
+        assert stats.kstest(x[:, j], stats.norm(scale=1.5 * s).cdf).pvalue > P_MIN
+    # Columns are independent.
+    corr = np.corrcoef(x.T.astype(float))
+    assert np.max(np.abs(corr - np.eye(4))) < 0.05
+
+
+def test_gaussian_noise_rejects_negative_scales(rng):
+    with pytest.raises(ValueError, match="sensitivity"):
+        gaussian_noise(3, -1.0, 1.0, rng)
+
+
+# ---------------------------------------------------------------- Laplace
+def test_laplace_noise_fits_its_laplace(rng):
+    x = laplace_noise(20_000, sensitivity=2.0, epsilon=0.5, rng=rng)
+    assert stats.kstest(x, stats.laplace(scale=4.0).cdf).pvalue > P_MIN
+    assert stats.kstest(x, stats.laplace(scale=4.4).cdf).pvalue < 1e-6
+    assert laplace_noise((3, 2), 1.0, 1.0, rng, dtype=np.float32).dtype == np.float32
+    with pytest.raises(ValueError, match="epsilon"):
+        laplace_noise(3, 1.0, 0.0, rng)
+
+
+# ---------------------------------------------------------------- symmetric Gaussian tensor
+def _multiplicity(i, j, k):
+    return len(set(itertools.permutations((i, j, k))))
+
+
+def test_symmetric_gaussian_tensor_is_symmetric_with_iid_distinct_entries(rng):
+    d, sens, z = 9, 0.5, 3.0
+    sigma = sens * z
+    draws = np.stack([symmetric_gaussian_tensor(d, sens, z, rng) for _ in range(40)])
+    E = draws[0]
+    assert E.shape == (d, d, d) and E.dtype == np.float64
+    for axes in itertools.permutations(range(3)):
+        np.testing.assert_array_equal(E, E.transpose(axes))
+    idx = [(i, j, k) for i in range(d) for j in range(i, d) for k in range(j, d)]
+    a, b, c = np.array(idx).T
+    distinct = draws[:, a, b, c]  # (draws, number of distinct entries)
+    # Every distinct entry, whatever its multiplicity (i=j=k, two equal, all different), is N(0, sigma^2).
+    mult = np.array([_multiplicity(*t) for t in idx])
+    for m in (1, 3, 6):
+        values = distinct[:, mult == m].ravel()
+        assert stats.kstest(values, stats.norm(scale=sigma).cdf).pvalue > P_MIN, m
+    # ... and independent: no correlation between distinct entries across draws beyond chance.
+    corr = np.corrcoef(distinct[:, :30].T)
+    off = corr[~np.eye(30, dtype=bool)]
+    assert np.sqrt(np.mean(off**2)) < 2.5 / np.sqrt(40)
+
+
+def test_symmetric_gaussian_tensor_float32(rng):
+    E = symmetric_gaussian_tensor(4, 1.0, 1.0, rng, dtype=np.float32)
+    assert E.dtype == np.float32
+    np.testing.assert_array_equal(E, E.transpose(2, 0, 1))
+
+
+# ---------------------------------------------------------------- AboveThreshold
+class RecordingGenerator:
+    """A Generator proxy that records every Laplace scale drawn."""
+
+    def __init__(self, rng):
+        self._rng, self.scales = rng, []
+
+    def laplace(self, loc=0.0, scale=1.0, size=None):
+        self.scales.append((scale, size))
+        return self._rng.laplace(loc, scale, size)
+
+
+@pytest.mark.parametrize("epsilon,sensitivity", [(1.0, 1.0), (0.25, 3.0)])
+def test_above_threshold_noise_scales(rng, epsilon, sensitivity):
+    rec = RecordingGenerator(rng)
+    above_threshold(np.zeros(7), 1.0, epsilon, rec, sensitivity=sensitivity)
+    # Dwork & Roth Alg. 1: Lap(2 s/eps) once on the threshold, Lap(4 s/eps) on every query.
+    assert rec.scales == [(2 * sensitivity / epsilon, None), (4 * sensitivity / epsilon, (7,))]
+
+
+def test_above_threshold_stops_at_the_first_clearly_high_query(rng):
+    queries = np.r_[np.zeros(20), np.full(10, 100.0)]
+    hits = [above_threshold(queries, 50.0, 10.0, rng) for _ in range(200)]
+    assert hits == [20] * 200
+
+
+def test_above_threshold_returns_none_when_all_are_far_below(rng):
+    queries = np.zeros(50)
+    assert all(above_threshold(queries, 100.0, 10.0, rng) is None for _ in range(200))
+
+
+def _exact_above_threshold_law(queries, threshold, epsilon, sensitivity=1.0):
+    """P(output = i) for each i and P(None), by integrating over the threshold noise."""
+    rho = stats.laplace(scale=2 * sensitivity / epsilon)
+    nu = stats.laplace(scale=4 * sensitivity / epsilon)
+    queries = np.asarray(queries, dtype=float)
+
+    def density(r, i):
+        below = nu.cdf(threshold + r - queries)  # P(query j stays under the noisy threshold)
+        p = np.prod(below[:i]) * (1 - below[i]) if i is not None else np.prod(below)
+        return rho.pdf(r) * p
+
+    outcomes = list(range(len(queries))) + [None]
+    return np.array([integrate.quad(density, -60, 60, args=(i,), points=[0.0], limit=200)[0]
+                     for i in outcomes])
+
+
+def test_above_threshold_output_law_matches_the_exact_one(rng):
+    queries, threshold, epsilon = [0.0, 1.0, 2.0, 0.5], 1.5, 2.0
+    law = _exact_above_threshold_law(queries, threshold, epsilon)
+    assert law.sum() == pytest.approx(1.0, abs=1e-6)
+    n = 20_000
+    hits = [above_threshold(queries, threshold, epsilon, rng) for _ in range(n)]
+    counts = np.array([hits.count(i) for i in range(len(queries))] + [hits.count(None)])
+    assert stats.chisquare(counts, law / law.sum() * n).pvalue > P_MIN
+    # Power: the law of a run with twice the noise (half the epsilon) is rejected.
+    wrong = _exact_above_threshold_law(queries, threshold, epsilon / 2)
+    assert stats.chisquare(counts, wrong / wrong.sum() * n).pvalue < 1e-6
+
+
+def test_above_threshold_rejects_bad_input(rng):
+    with pytest.raises(ValueError, match="epsilon"):
+        above_threshold([1.0], 0.0, 0.0, rng)
+    with pytest.raises(ValueError, match="1-D"):
+        above_threshold(np.zeros((2, 2)), 0.0, 1.0, rng)
+
+
+# ---------------------------------------------------------------- clipping
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_clip_rows(rng, dtype):
+    X = (rng.normal(size=(200, 6)) * rng.uniform(0.1, 3.0, size=(200, 1))).astype(dtype)
+    X_orig = X.copy()
+    data_norm = 2.0
+    C = clip_rows(X, data_norm)
+    assert C.dtype == dtype and C.shape == X.shape
+    np.testing.assert_array_equal(X, X_orig)  # the caller's array is untouched
+    norms = np.linalg.norm(X.astype(float), axis=1)
+    out = np.linalg.norm(C.astype(float), axis=1)
+    tol = 10 * np.finfo(dtype).eps
+    assert np.all(out <= data_norm * (1 + tol))
+    inside = norms <= data_norm
+    assert inside.any() and (~inside).any()
+    np.testing.assert_array_equal(C[inside], X[inside])  # rows inside the ball are unchanged
+    # Rows outside are scaled onto the sphere, keeping their direction.
+    np.testing.assert_allclose(out[~inside], data_norm, rtol=tol)
+    np.testing.assert_allclose(C[~inside] * (norms[~inside] / data_norm)[:, None], X[~inside],
+                               rtol=100 * np.finfo(dtype).eps, atol=100 * np.finfo(dtype).eps)
+    assert clip_rows(X, None) is X
+
+
+def test_clip_rows_keeps_zero_rows(rng):
+    X = np.zeros((3, 4))
+    np.testing.assert_array_equal(clip_rows(X, 1.0), X)
