@@ -1,0 +1,192 @@
+"""Bad input raises a clear ValueError or TypeError that names the parameter."""
+import numpy as np
+import pytest
+
+from dptensor import PrivacyAccountant
+from dptensor._base import NO_PRIVACY_COST, PrivacyCost, PrivateEstimatorMixin
+from dptensor._validation import (check_data_norm, check_delta, check_epsilon, check_finite, check_positive_int,
+                                  check_privacy, check_random_generator, check_symmetric_tensor)
+from dptensor.accounting import GaussianEvent, LaplaceEvent, epsilon_of
+
+
+@pytest.mark.parametrize("bad,exc", [(0.0, ValueError), (-1.0, ValueError), (-np.inf, ValueError),
+                                     (np.nan, TypeError), ("1", TypeError), (True, TypeError),
+                                     (None, TypeError)])
+def test_check_epsilon(bad, exc):
+    with pytest.raises(exc, match="epsilon"):
+        check_epsilon(bad)
+    with pytest.raises(exc, match="my_eps"):
+        check_epsilon(bad, name="my_eps")
+
+
+def test_check_epsilon_accepts_positive_numbers():
+    assert check_epsilon(1) == 1.0 and check_epsilon(np.float32(0.5)) == 0.5
+    assert check_epsilon(np.inf) == np.inf
+
+
+@pytest.mark.parametrize("bad,exc", [(-1e-9, ValueError), (1.0, ValueError), (2.0, ValueError),
+                                     (np.nan, TypeError), ("0.1", TypeError), (np.inf, ValueError)])
+def test_check_delta(bad, exc):
+    with pytest.raises(exc, match="delta"):
+        check_delta(bad)
+
+
+def test_check_privacy():
+    assert check_privacy(1.0, 1e-6) == (1.0, 1e-6)
+    assert check_privacy(1.0, None) == (1.0, 1e-5)  # the default delta
+    assert check_privacy(1.0, None, PrivacyAccountant(2.0, delta=1e-7)) == (1.0, 1e-7)
+    assert check_privacy(np.inf, 0.0) == (np.inf, 0.0)  # no privacy: delta is moot
+    assert check_privacy(1.0, 0.0, gaussian=False) == (1.0, 0.0)  # pure mechanisms
+    with pytest.raises(ValueError, match="delta must be > 0"):
+        check_privacy(1.0, 0.0)
+    with pytest.raises(TypeError, match="accountant"):
+        check_privacy(1.0, None, accountant="budget")
+    with pytest.raises(ValueError, match="epsilon"):
+        check_privacy(-1.0, 1e-5)
+    with pytest.raises(ValueError, match="delta"):
+        check_privacy(1.0, 1.5)
+
+
+@pytest.mark.parametrize("epsilon,delta,exc,name", [(0.0, 1e-5, ValueError, "epsilon"),
+                                                    (-2.0, 1e-5, ValueError, "epsilon"),
+                                                    (np.nan, 1e-5, TypeError, "epsilon"),
+                                                    (1.0, 1.0, ValueError, "delta"),
+                                                    (1.0, -0.1, ValueError, "delta"),
+                                                    (1.0, np.nan, TypeError, "delta")])
+def test_accountant_rejects_bad_budgets(epsilon, delta, exc, name):
+    with pytest.raises(exc, match=name):
+        PrivacyAccountant(epsilon, delta)
+
+
+def test_accountant_with_zero_delta_prices_pure_spends_only():
+    acc = PrivacyAccountant(1.0, delta=0.0)
+    acc.spend(LaplaceEvent(0.4))
+    assert acc.spent() == (pytest.approx(0.4), 0.0)
+    # A Gaussian release has no pure-epsilon guarantee: infinitely expensive, so refused.
+    from dptensor import BudgetExceededError
+    with pytest.raises(BudgetExceededError, match="requested epsilon=inf"):
+        acc.spend(GaussianEvent(100.0))
+
+
+@pytest.mark.parametrize("bad", [0, -3, 0.0])
+def test_event_parameters_are_checked(bad):
+    with pytest.raises((ValueError, TypeError)):
+        GaussianEvent(noise_multiplier=bad)
+    with pytest.raises(ValueError, match="epsilon"):
+        LaplaceEvent(epsilon=bad)
+    with pytest.raises(ValueError, match="count"):
+        GaussianEvent(1.0, count=bad)
+
+
+def test_check_positive_int():
+    assert check_positive_int(3, "n_components") == 3
+    assert check_positive_int(np.int64(2), "k") == 2
+    with pytest.raises(ValueError, match="n_components must be >= 1"):
+        check_positive_int(0, "n_components")
+    with pytest.raises(TypeError, match="n_iter"):
+        check_positive_int(2.0, "n_iter")
+    with pytest.raises(TypeError, match="n_iter"):
+        check_positive_int(True, "n_iter")
+    with pytest.raises(ValueError, match="batch_size must be >= 2"):
+        check_positive_int(1, "batch_size", minimum=2)
+
+
+def test_check_data_norm():
+    assert check_data_norm(2, 1.0) == 2.0
+    assert check_data_norm(None, np.inf) is None
+    with pytest.raises(ValueError, match="data_norm is required"):
+        check_data_norm(None, 1.0)
+    for bad in (0.0, -1.0, np.inf, np.nan, True, "1"):
+        with pytest.raises(ValueError, match="data_norm"):
+            check_data_norm(bad, 1.0)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_check_finite(bad):
+    X = np.ones((3, 2))
+    X[1, 1] = bad
+    with pytest.raises(ValueError, match="X contains NaN or infinity"):
+        check_finite(X)
+    with pytest.raises(ValueError, match="tensor"):
+        check_finite(X, name="tensor")
+
+
+def test_check_symmetric_tensor(rng):
+    A = rng.normal(size=(4, 4, 4))
+    S = (A + A.transpose(0, 2, 1) + A.transpose(1, 0, 2) + A.transpose(1, 2, 0) + A.transpose(2, 0, 1)
+         + A.transpose(2, 1, 0)) / 6
+    assert check_symmetric_tensor(S) is S
+    with pytest.raises(ValueError, match="X is not a symmetric tensor"):
+        check_symmetric_tensor(A)
+    # A single asymmetric entry is caught.
+    B = S.copy()
+    B[0, 1, 2] += 1e-3
+    with pytest.raises(ValueError, match="not a symmetric"):
+        check_symmetric_tensor(B, name="T")
+    np.testing.assert_allclose(check_symmetric_tensor(A, symmetrize=True), S, atol=1e-14)
+    # float32 is kept and checked at float32 precision.
+    S32 = S.astype(np.float32)
+    assert check_symmetric_tensor(S32).dtype == np.float32
+    # Integers are promoted to float64.
+    assert check_symmetric_tensor(np.ones((2, 2, 2), dtype=int)).dtype == np.float64
+
+
+@pytest.mark.parametrize("shape", [(4, 4), (4, 4, 3), (4, 4, 4, 4), (4,)])
+def test_check_symmetric_tensor_rejects_wrong_shapes(shape):
+    with pytest.raises(ValueError, match=r"X must be a symmetric d x d x d tensor"):
+        check_symmetric_tensor(np.zeros(shape))
+
+
+def test_check_symmetric_tensor_rejects_nan():
+    T = np.zeros((3, 3, 3))
+    T[0, 0, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        check_symmetric_tensor(T)
+
+
+def test_check_random_generator():
+    assert isinstance(check_random_generator(None), np.random.Generator)
+    g = np.random.default_rng(1)
+    assert check_random_generator(g) is g
+    a = check_random_generator(5).normal(size=3)
+    np.testing.assert_array_equal(a, check_random_generator(5).normal(size=3))
+    rs = check_random_generator(np.random.RandomState(0))
+    assert isinstance(rs, np.random.Generator)
+    # OS entropy: two unseeded generators differ.
+    assert check_random_generator(None).integers(2**62) != check_random_generator(None).integers(2**62)
+    for bad in ("seed", 1.5, True):
+        with pytest.raises(TypeError, match="random_state"):
+            check_random_generator(bad)
+
+
+# ---------------------------------------------------------------- the estimator mixin
+class _Est(PrivateEstimatorMixin):
+    def __init__(self, epsilon=1.0, delta=None, accountant=None, random_state=None):
+        self.epsilon, self.delta, self.accountant, self.random_state = epsilon, delta, accountant, random_state
+
+
+def test_mixin_spend_records_and_returns_the_cost():
+    acc = PrivacyAccountant(5.0, delta=1e-6)
+    est = _Est(epsilon=1.0, accountant=acc, random_state=0)
+    eps, delta = est._privacy_target()
+    assert (eps, delta) == (1.0, 1e-6)
+    event = GaussianEvent(10.0, 4)
+    cost = est._spend(event, delta=delta, noise_multiplier=10.0, n_queries=4, calibration="exact")
+    assert isinstance(cost, PrivacyCost) and cost.private
+    assert cost.epsilon == pytest.approx(epsilon_of(event, 1e-6)) and cost.event is event
+    assert acc.history()[0].label == "_Est(epsilon=1)"
+    # Without an accountant the cost is still priced, nothing recorded anywhere.
+    alone = _Est(epsilon=1.0)._spend(event, delta=1e-5, noise_multiplier=10.0, n_queries=4, calibration="exact")
+    assert alone.epsilon == pytest.approx(epsilon_of(event, 1e-5))
+    assert not NO_PRIVACY_COST.private
+    np.testing.assert_array_equal(_Est(random_state=3)._generator().normal(size=2),
+                                  _Est(random_state=3)._generator().normal(size=2))
+
+
+def test_mixin_target_names_bad_parameters():
+    with pytest.raises(ValueError, match="epsilon"):
+        _Est(epsilon=0.0)._privacy_target()
+    with pytest.raises(ValueError, match="delta"):
+        _Est(delta=1.0)._privacy_target()
+    with pytest.raises(ValueError, match="delta must be > 0"):
+        _Est(delta=0.0)._privacy_target()
