@@ -54,6 +54,10 @@ def clip_rows(X, data_norm):
 
     This is what makes row-level sensitivities hold whatever the data: after clipping, replacing a
     row moves any sum of per-row terms by a bounded amount. ``data_norm=None`` returns ``X``.
+
+    >>> clip_rows(np.array([[3.0, 4.0], [0.3, 0.4]]), 1.0)
+    array([[0.6, 0.8],
+           [0.3, 0.4]])
     """
     if data_norm is None:
         return X

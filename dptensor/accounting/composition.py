@@ -115,6 +115,11 @@ def epsilon_of(events, delta: float) -> float:
 
     Exact GDP while every event is Gaussian; otherwise the smaller of the RDP bound and basic
     composition of the pure-epsilon part with the GDP of the Gaussian part.
+
+    >>> round(epsilon_of(GaussianEvent(noise_multiplier=120.9, count=1050), 1e-5), 3)
+    1.0
+    >>> round(epsilon_of([AboveThresholdEvent(0.1), GaussianEvent(10.0, 5)], 1e-5), 3)
+    0.92
     """
     leaves = list(_leaves(events))
     if not leaves:
