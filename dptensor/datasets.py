@@ -483,13 +483,12 @@ def load_movielens_100k(data_home=None, download=True, split="ua"):
 
     Returns
     -------
-    sklearn.utils.Bunch with
-        ``indices`` (n_train, 3) int64 and ``values`` (n_train,) float64 ratings 1..5;
-        ``test_indices``, ``test_values`` likewise (empty for ``"all"``);
-        ``shape`` (3-tuple); ``t0`` (unix time of day 0); ``split``; ``value_range`` ``(1.0, 5.0)``.
+    dict with keys (the same as :func:`make_low_rank_tensor`'s, so code runs on either; a plain
+    dict rather than a Bunch, whose ``.values`` would be the dict method)
+        ``"indices"`` (n_train, 3) int64 and ``"values"`` (n_train,) float64 ratings 1..5;
+        ``"test_indices"``, ``"test_values"`` likewise (empty for ``"all"``);
+        ``"shape"`` (3-tuple); ``"t0"`` (unix time of day 0); ``"split"``; ``"value_range"`` ``(1.0, 5.0)``.
     """
-    from sklearn.utils import Bunch
-
     if split not in _SPLIT_FILES:
         raise ValueError(f'split must be "ua", "ub" or "all", got {split!r}')
     folder = get_data_home(data_home) / "ml-100k"
@@ -517,8 +516,8 @@ def load_movielens_100k(data_home=None, download=True, split="ua"):
     indices, values = tensorize(train)
     test_indices, test_values = tensorize(test)
     shape = tuple(int(m) + 1 for m in np.concatenate([indices, test_indices]).max(axis=0))
-    return Bunch(indices=indices, values=values, test_indices=test_indices, test_values=test_values,
-                 shape=shape, t0=t0, split=split, value_range=(1.0, 5.0))
+    return {"indices": indices, "values": values, "test_indices": test_indices, "test_values": test_values,
+            "shape": shape, "t0": t0, "split": split, "value_range": (1.0, 5.0)}
 
 
 # --------------------------------------------------------------------------------------------
