@@ -133,6 +133,12 @@ def _eigenvalues(eigenvalues, k):
     return values
 
 
+def _check_positive(value, name):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (0 < value < np.inf):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
 def _check_nonnegative(value, name):
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (0 <= value < np.inf):
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
@@ -313,9 +319,7 @@ def make_spiked_covariance(n, d, k, *, spike=5.0, coherence="random", data_norm=
     X = (rng.standard_normal((n, k)) * np.sqrt(spikes)) @ V + rng.standard_normal((n, d))
     eigenvalues = 1.0 + spikes
     if data_norm is not None:
-        if isinstance(data_norm, bool) or not isinstance(data_norm, numbers.Real) or not (0 < data_norm < np.inf):
-            raise ValueError(f"data_norm must be a finite number > 0, got {data_norm!r}")
-        c = float(data_norm) / np.linalg.norm(X, axis=1).max()
+        c = _check_positive(data_norm, "data_norm") / np.linalg.norm(X, axis=1).max()
         X *= c
         eigenvalues *= c * c
     return X, V, eigenvalues
@@ -379,8 +383,8 @@ def make_low_rank_tensor(shape=(20, 20, 20), rank=3, *, missing_ratio=0.5, snr=N
     if isinstance(missing_ratio, bool) or not isinstance(missing_ratio, numbers.Real) \
             or not 0 <= missing_ratio < 1:
         raise ValueError(f"missing_ratio must be in [0, 1), got {missing_ratio!r}")
-    if snr is not None and (isinstance(snr, bool) or not isinstance(snr, numbers.Real) or not 0 < snr < np.inf):
-        raise ValueError(f"snr must be a finite number > 0 or None, got {snr!r}")
+    if snr is not None:
+        snr = _check_positive(snr, "snr")
     rng = check_random_generator(random_state)
 
     factors = []
@@ -560,7 +564,8 @@ class BiScaler(BaseEstimator):
     zero variance, its scale collapses to 0 and the scales of its columns blow up (measured: log
     scales past 80 on MovieLens-like data). ``scale_prior`` pseudo-residuals of size one global
     standard deviation keep every scale bounded; on well-filled rows and columns they change
-    little; ``shrinkage`` does the same for the centres. Rows or columns with fewer than ``min_count`` entries keep scale 1, and groups never
+    little; ``shrinkage`` does the same for the centres. Rows or columns with fewer than
+    ``min_count`` entries keep scale 1, and groups never
     observed keep centre 0 and scale 1, so :meth:`inverse_transform` is defined at every index.
 
     Parameters
@@ -679,8 +684,10 @@ class BiScaler(BaseEstimator):
             if np.max(np.abs(new - old)) < self.tol:
                 break
         self.n_iter_ = it
-        self.row_center_, self.row_scale_ = _scatter(row_ids, alpha, 0.0, (n_s, n_r)), _scatter(row_ids, tau, 1.0, (n_s, n_r))
-        self.col_center_, self.col_scale_ = _scatter(col_ids, beta, 0.0, (n_s, n_c)), _scatter(col_ids, gamma, 1.0, (n_s, n_c))
+        self.row_center_ = _scatter(row_ids, alpha, 0.0, (n_s, n_r))
+        self.row_scale_ = _scatter(row_ids, tau, 1.0, (n_s, n_r))
+        self.col_center_ = _scatter(col_ids, beta, 0.0, (n_s, n_c))
+        self.col_scale_ = _scatter(col_ids, gamma, 1.0, (n_s, n_c))
         return self
 
     def _parts(self, indices):

@@ -162,7 +162,8 @@ def _orthonormal_rows(A, name):
 def _bases(U, V):
     Qu, Qv = _orthonormal_rows(U, "U"), _orthonormal_rows(V, "V")
     if Qu.shape[1] != Qv.shape[1]:
-        raise ValueError(f"U and V must have the same number of features, got {Qu.shape[1]} and {Qv.shape[1]}")
+        raise ValueError(f"U and V must have the same number of features, got {Qu.shape[1]} and "
+                         f"{Qv.shape[1]}")
     return Qu, Qv
 
 

@@ -32,7 +32,8 @@ def _top_eigen_power_1(T, restarts, iters, seed):
     for _ in range(iters):
         U = M @ (U[:, None, :] * U[None, :, :]).reshape(d * d, restarts)
         U /= np.linalg.norm(U, axis=0)
-    return np.abs(np.einsum("al,al->l", U, M @ (U[:, None, :] * U[None, :, :]).reshape(d * d, restarts))).max()
+    TU = M @ (U[:, None, :] * U[None, :, :]).reshape(d * d, restarts)
+    return np.abs(np.einsum("al,al->l", U, TU)).max()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -217,7 +218,7 @@ def test_low_rank_tensor_study():
     # Half the entries held out, observed and held-out disjoint and covering the tensor.
     obs, test = data["indices"], data["test_indices"]
     assert obs.dtype == np.int64 and len(obs) == 4000 and len(test) == 4000
-    flat = np.concatenate([np.ravel_multi_index(obs.T, (20, 20, 20)), np.ravel_multi_index(test.T, (20, 20, 20))])
+    flat = np.ravel_multi_index(np.concatenate([obs, test]).T, (20, 20, 20))
     assert np.array_equal(np.sort(flat), np.arange(8000))
     np.testing.assert_array_equal(data["values"], noisy[tuple(obs.T)])
     np.testing.assert_array_equal(data["test_values"], tensor[tuple(test.T)])
@@ -236,8 +237,10 @@ def test_low_rank_tensor_any_order_and_ratio(shape, ratio):
     np.testing.assert_array_equal(again["indices"], data["indices"])
 
 
-@pytest.mark.parametrize("kwargs,match", [(dict(shape=(5,)), "at least 2"), (dict(missing_ratio=1.0), "missing_ratio"),
-                                          (dict(snr=0.0), "snr"), (dict(rank=0), "rank")])
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(shape=(5,)), "at least 2"), (dict(missing_ratio=1.0), "missing_ratio"),
+    (dict(snr=0.0), "snr"), (dict(rank=0), "rank"),
+])
 def test_low_rank_tensor_bad_input(kwargs, match):
     with pytest.raises(ValueError, match=match):
         make_low_rank_tensor(**kwargs)
@@ -276,7 +279,8 @@ def test_movielens_loader_on_a_generated_file(ml_home):
     assert data["indices"].dtype == np.int64
     assert data["shape"] == (3, 7, 10) and data["t0"] == T0 and data["split"] == "ua"
     everything = load_movielens_100k(data_home=ml_home, download=False, split="all")
-    assert len(everything["values"]) == 6 and len(everything["test_values"]) == 0 and everything["shape"] == (3, 7, 10)
+    assert len(everything["values"]) == 6 and len(everything["test_values"]) == 0
+    assert everything["shape"] == (3, 7, 10)
 
 
 def test_movielens_data_home_from_environment(ml_home, monkeypatch):

@@ -23,7 +23,8 @@ def test_permuted_and_sign_flipped_components_have_zero_error():
     np.testing.assert_array_equal(perm, np.argsort(order))
     np.testing.assert_array_equal(found_signs, signs[np.argsort(order)])
     np.testing.assert_allclose(recovery_error(estimated, V), 0.0, atol=1e-12)
-    np.testing.assert_allclose(eigenvalue_error([3.0, 1.0, 4.0, 2.0], [1.0, 2.0, 3.0, 4.0], estimated, V), 0.0)
+    # estimated[j] is V[order[j]], whose eigenvalue is order[j] + 1.
+    np.testing.assert_allclose(eigenvalue_error(order + 1.0, [1.0, 2.0, 3.0, 4.0], estimated, V), 0.0)
 
 
 def test_hungarian_matching_is_the_global_optimum():
