@@ -6,6 +6,7 @@ import pickle
 
 import numpy as np
 import pytest
+from joblib import parallel_config
 from sklearn.base import BaseEstimator, RegressorMixin, clone
 from sklearn.model_selection import GridSearchCV
 
@@ -240,6 +241,14 @@ def test_grid_search_with_processes_and_a_memory_ledger_fails_loudly():
     with pytest.raises(LedgerNotSharedError, match="file ledger"):
         _search(acc, n_jobs=2).fit(*_data())
     assert acc.history() == []
+
+
+def test_grid_search_with_threads_shares_a_memory_ledger():
+    # The error message's other remedy: threads share the process, hence the in-memory ledger.
+    acc = PrivacyAccountant(100.0)
+    with parallel_config(backend="threading"):
+        _search(acc, n_jobs=2).fit(*_data())
+    assert len(acc.history()) == N_FITS
 
 
 @pytest.mark.parametrize("n_jobs", [1, 2])
