@@ -12,8 +12,8 @@ from sklearn.model_selection import GridSearchCV
 
 from dptensor import BudgetExceededError, LedgerNotSharedError, PrivacyAccountant, PrivacyAccountingError
 from dptensor._base import PrivateEstimatorMixin
-from dptensor.accounting import (DEFAULT_DELTA, AboveThresholdEvent, ComposedEvent, GaussianEvent, LaplaceEvent,
-                                 calibrate_gaussian, epsilon_of)
+from dptensor.accounting import (DEFAULT_DELTA, AboveThresholdEvent, ComposedEvent, GaussianEvent,
+                                 LaplaceEvent, calibrate_gaussian, epsilon_of)
 from dptensor.mechanisms import gaussian_noise
 
 

@@ -4,8 +4,9 @@ import pytest
 
 from dptensor import PrivacyAccountant
 from dptensor._base import NO_PRIVACY_COST, PrivacyCost, PrivateEstimatorMixin
-from dptensor._validation import (check_data_norm, check_delta, check_epsilon, check_finite, check_positive_int,
-                                  check_privacy, check_random_generator, check_symmetric_tensor)
+from dptensor._validation import (check_data_norm, check_delta, check_epsilon, check_finite,
+                                  check_positive_int, check_privacy, check_random_generator,
+                                  check_symmetric_tensor)
 from dptensor.accounting import GaussianEvent, LaplaceEvent, epsilon_of
 
 
@@ -162,7 +163,8 @@ def test_check_random_generator():
 # ---------------------------------------------------------------- the estimator mixin
 class _Est(PrivateEstimatorMixin):
     def __init__(self, epsilon=1.0, delta=None, accountant=None, random_state=None):
-        self.epsilon, self.delta, self.accountant, self.random_state = epsilon, delta, accountant, random_state
+        self.epsilon, self.delta = epsilon, delta
+        self.accountant, self.random_state = accountant, random_state
 
 
 def test_mixin_spend_records_and_returns_the_cost():
@@ -176,7 +178,8 @@ def test_mixin_spend_records_and_returns_the_cost():
     assert cost.epsilon == pytest.approx(epsilon_of(event, 1e-6)) and cost.event is event
     assert acc.history()[0].label == "_Est(epsilon=1)"
     # Without an accountant the cost is still priced, nothing recorded anywhere.
-    alone = _Est(epsilon=1.0)._spend(event, delta=1e-5, noise_multiplier=10.0, n_queries=4, calibration="exact")
+    alone = _Est(epsilon=1.0)._spend(event, delta=1e-5, noise_multiplier=10.0, n_queries=4,
+                                     calibration="exact")
     assert alone.epsilon == pytest.approx(epsilon_of(event, 1e-5))
     assert not NO_PRIVACY_COST.private
     np.testing.assert_array_equal(_Est(random_state=3)._generator().normal(size=2),
