@@ -457,9 +457,12 @@ def _download_ml100k(folder: Path):
             base = name.rsplit("/", 1)[-1]
             if name.startswith("ml-100k/") and base and "/" not in name[len("ml-100k/"):]:
                 (tmp / base).write_bytes(archive.read(name))
-    # Rename last, so that an interrupted download never leaves a half-filled folder behind.
-    shutil.rmtree(folder, ignore_errors=True)
-    tmp.rename(folder)
+    # Move each file in with one atomic rename, so an interrupted download never leaves a truncated
+    # ratings file behind; other files already in the folder are left alone.
+    folder.mkdir(exist_ok=True)
+    for path in tmp.iterdir():
+        os.replace(path, folder / path.name)
+    tmp.rmdir()
 
 
 def load_movielens_100k(data_home=None, download=True, split="ua"):

@@ -321,8 +321,12 @@ def test_movielens_download_checks_the_md5(tmp_path, monkeypatch):
         load_movielens_100k(data_home=tmp_path)
     assert not (tmp_path / "ml-100k").exists()  # nothing half-written is left behind
     monkeypatch.setattr(datasets, "ML100K_MD5", hashlib.md5(payload).hexdigest())
+    (tmp_path / "ml-100k").mkdir()
+    (tmp_path / "ml-100k" / "notes.txt").write_text("mine")  # a user's file survives the download
     data = load_movielens_100k(data_home=tmp_path)
     assert data["shape"] == (2, 3, 2) and (tmp_path / "ml-100k" / "README").is_file()
+    assert (tmp_path / "ml-100k" / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ml-100k"]
 
 
 # ---------------------------------------------------------------------------------------------
