@@ -259,7 +259,9 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         O(ndL) per step and O(nd + dL) memory; ``"dense"`` forms T in O(nd^3) time and O(d^3) memory,
         then costs O(d^3 L) per step; ``"auto"`` picks by :func:`choose_moment`.
     symmetrize : bool, default=False
-        For a 3-D X that is not symmetric: use its symmetric part instead of raising.
+        For a 3-D X that is not symmetric: use its symmetric part instead of raising. Changing one
+        entry of X by at most 1 changes the symmetric part by ``sym(e_i⊗e_j⊗e_k)/6``, a sixth of a
+        Def. 4.2 step, so the guarantee still holds for that unit.
     accountant : PrivacyAccountant or None, default=None
     random_state : None, int or Generator, default=None
         ``None`` (fresh entropy) is the only choice fit for a real release: a known seed lets

@@ -320,6 +320,7 @@ def test_feature_names_and_transform():
 
 # -- scikit-learn contract --------------------------------------------------------------------------
 
+# No expected failures: every check passes (a 2-D X is data; 3-D input is declared in the tags).
 @parametrize_with_checks([PrivateTensorDecomposition(n_components=1, n_restarts=3, n_iter=5)])
 def test_sklearn_compatible(estimator, check):
     check(estimator)
