@@ -1,0 +1,778 @@
+r"""Private PCA: the noisy power method (Hardt–Price), its streaming form, and Analyze Gauss.
+
+Three ways to release the top-k principal subspace of a symmetric matrix ``A`` under a
+Gaussian mechanism (SPEC §4):
+
+* the **noisy power method** ``X_l = QR(A X_{l-1} + G_l)``, ``L`` releases of a d x p block, each
+  priced at its own sensitivity: row-level for data (``A = sum_i x_i x_i^T`` over clipped rows,
+  never formed) or entry-level for a precomputed symmetric matrix (PPM, noise scaled by the
+  previous iterate's largest rows);
+* the **streaming power method** (SPM): one power step per disjoint block of rows, O(dp) memory,
+  and by parallel composition the whole stream costs one Gaussian release;
+* **Analyze Gauss** (Dwork–Talwar–Thakurta–Zhang): one symmetric Gaussian matrix added to ``A``,
+  then its top-k eigenvectors.
+
+The functions here are plain arrays-in, arrays-out algorithms (no scikit-learn, no budgets);
+:class:`PrivatePCA` plans the noise, records the spend and calls them. Every sensitivity used is
+derived in ``docs/derivations/pca.rst`` and checked by brute force in ``tests/test_pca.py``.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+from typing import NamedTuple
+
+import numpy as np
+import scipy.linalg
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ._base import NO_PRIVACY_COST, PrivacyWarning, PrivateEstimatorMixin
+from ._operators import DenseMatrix, GramMatrix
+from ._validation import check_data_norm, check_positive_int
+from .accounting import ComposedEvent, GaussianEvent, calibrate_gaussian, epsilon_of, gdp_mu
+from .accounting.calibration import paper_noisy_power_sigma
+from .mechanisms import clip_rows, gaussian_noise
+
+__all__ = ["PrivatePCA", "PCAResult", "orthonormalize", "rayleigh_ritz", "noisy_power_method",
+           "analyze_gauss", "symmetric_gaussian_matrix", "private_mean", "center_and_clip",
+           "row_power_sensitivity", "entry_power_sensitivity", "covariance_sensitivity",
+           "auto_n_iter", "power_schedule", "StreamingPowerMethod", "MEAN_SHARE", "FINAL_STEP_SHARE",
+           "MAX_DENSE_FEATURES"]
+
+#: Share of the squared GDP budget ``mu^2`` spent on the private mean when ``centered=False``:
+#: ``mu_mean^2 = MEAN_SHARE mu^2`` and the spectral part gets the rest, so the whole fit is exactly
+#: ``mu``-GDP. The mean's error enters the covariance only to second order (``n ||e||^2``) while
+#: the spectral noise enters to first order, so a small share suffices; it raises the spectral
+#: noise by ``1/sqrt(0.9) - 1``, about 5%.
+MEAN_SHARE = 0.1
+
+#: Share of the spectral ``mu^2`` given to the last power step (exact calibration); see
+#: :func:`power_schedule`.
+FINAL_STEP_SHARE = 0.5
+
+#: ``method="auto"`` uses Analyze Gauss for row-level data with at most this many features (its
+#: d x d matrix is then at most 32 MB in float64 and its eigendecomposition takes seconds), and
+#: the power method beyond, where only O(dp) iterates fit comfortably.
+MAX_DENSE_FEATURES = 2000
+
+
+# --------------------------------------------------------------------------------------------
+# Sensitivities (derived in docs/derivations/pca.rst, brute-forced in tests/test_pca.py)
+# --------------------------------------------------------------------------------------------
+
+def row_power_sensitivity(data_norm: float, block: int) -> float:
+    r"""Exact l2 (Frobenius) sensitivity of ``A X`` for ``A = sum_i x_i x_i^T`` under replace-one.
+
+    Rows have norm at most ``data_norm = B`` and ``X`` is d x p with orthonormal columns. With
+    ``M = a a^T - b b^T`` (rank 2, eigenvalues ``l1 >= 0 >= l2``),
+    ``||M X||_F^2 = tr(X^T M^2 X)`` is at most the sum of the ``p`` largest eigenvalues of ``M^2``:
+    ``l1^2 + l2^2 = |a|^4 + |b|^4 - 2 (a.b)^2 <= 2 B^4`` for ``p >= 2``, and
+    ``max(l1^2, l2^2) <= B^4`` for ``p = 1``. Both are attained (orthogonal ``a, b`` of norm ``B``
+    inside the span of ``X``), so the sensitivity is ``sqrt(min(p, 2)) B^2``: a factor ``sqrt(2)``
+    below the triangle-inequality bound ``2 B^2``.
+
+    >>> round(row_power_sensitivity(1.0, 3), 6)
+    1.414214
+    """
+    return float(data_norm) ** 2 * math.sqrt(min(int(block), 2))
+
+
+def entry_power_sensitivity(X: np.ndarray, entry_bound: float = 1.0) -> float:
+    r"""Exact l2 sensitivity of ``A X`` under the symmetric matrix-entry relation.
+
+    Neighbouring symmetric matrices differ in one pair ``A_ij = A_ji`` (``i != j``) or one diagonal
+    entry, by at most ``entry_bound``. Then ``Delta(A X) = c (e_i X_j + e_j X_i)`` (row ``i`` of
+    the product moves by row ``j`` of ``X`` and vice versa), of Frobenius norm
+    ``|c| sqrt(||X_i||^2 + ||X_j||^2)``, or ``|c| ||X_i||`` on the diagonal. The largest is
+    ``entry_bound * sqrt(r_1^2 + r_2^2)`` with ``r_1 >= r_2`` the two largest row norms of ``X``:
+    at most ``sqrt(2 p) ||X||_inf``, the Hardt–Price scale times ``sqrt(2)`` for the pair.
+    ``X`` is a previous release, so a noise scale that depends on it is fine.
+    """
+    sq = np.einsum("ij,ij->i", X, X)
+    top = np.partition(sq, sq.size - 2)[-2:] if sq.size >= 2 else sq
+    return float(entry_bound) * math.sqrt(float(np.sum(top)))
+
+
+def covariance_sensitivity(data_norm: float) -> float:
+    r"""Exact l2 sensitivity of the upper triangle (diagonal included) of ``sum_i x_i x_i^T``.
+
+    Replace-one with rows of norm at most ``B`` moves the matrix by ``M = a a^T - b b^T``; the
+    upper triangle has squared norm ``(||M||_F^2 + sum_i M_ii^2) / 2``, each term at most
+    ``2 B^4`` (``||M||_F^2 = |a|^4 + |b|^4 - 2 (a.b)^2``, ``sum_i (a_i^2 - b_i^2)^2 <=
+    sum_i a_i^4 + b_i^4``), both attained at ``a = B e_1``, ``b = B e_2``: ``sqrt(2) B^2``.
+    """
+    return math.sqrt(2.0) * float(data_norm) ** 2
+
+
+# --------------------------------------------------------------------------------------------
+# Algorithms
+# --------------------------------------------------------------------------------------------
+
+class PCAResult(NamedTuple):
+    """What a spectral algorithm returns.
+
+    ``components`` (k, d) orthonormal rows, ``eigenvalues`` (k,) estimates of the matching
+    eigenvalues of ``A``, ``n_iter`` the number of products (releases) made, ``total`` the trace of
+    the released matrix (Analyze Gauss only, else ``None``), ``basis`` the last d x p iterate.
+    """
+
+    components: np.ndarray
+    eigenvalues: np.ndarray
+    n_iter: int
+    total: float | None = None
+    basis: np.ndarray | None = None
+
+
+def orthonormalize(Y: np.ndarray) -> np.ndarray:
+    """Orthonormal basis of the columns of ``Y`` (reduced QR), signs fixed so that ``diag(R) >= 0``.
+
+    Fixing the signs makes the factorisation unique, so the power method is a deterministic
+    function of its releases. Keeps ``Y``'s floating dtype.
+    """
+    Q, R = np.linalg.qr(Y)
+    signs = np.where(np.diagonal(R) < 0, -1.0, 1.0).astype(Q.dtype, copy=False)
+    return Q * signs
+
+
+def rayleigh_ritz(X: np.ndarray, Y: np.ndarray, n_components: int):
+    """Top-k directions and eigenvalue estimates from the last product ``Y = A X + G``.
+
+    Components are the top left singular vectors of ``Y`` (the most converged subspace, one step
+    past ``X``), ordered by singular value, i.e. by ``|eigenvalue|``. Eigenvalues are the Ritz values
+    of ``A`` on ``span(X)``: eigenvalues of the symmetric part of ``X^T Y = X^T A X + X^T G``, ordered
+    by magnitude; unlike singular values they are not inflated by the noise. Both are
+    post-processing of ``Y``, so they cost nothing more. Rows get a deterministic sign (largest
+    entry positive).
+    """
+    U = np.linalg.svd(Y, full_matrices=False)[0][:, :n_components]
+    H = X.T @ Y
+    ritz = np.linalg.eigvalsh((H + H.T) / 2)
+    ritz = ritz[np.argsort(-np.abs(ritz), kind="stable")][:n_components]
+    return _flip_signs(U.T), ritz
+
+
+def _flip_signs(V: np.ndarray) -> np.ndarray:
+    """Each row with its largest-magnitude entry positive (scikit-learn's convention for PCA)."""
+    idx = np.argmax(np.abs(V), axis=1)
+    signs = np.where(V[np.arange(V.shape[0]), idx] < 0, -1.0, 1.0).astype(V.dtype, copy=False)
+    return V * signs[:, None]
+
+
+def noisy_power_method(operator, n_components: int, n_iter: int, rng: np.random.Generator, *,
+                       noise_multiplier: float = 0.0, sensitivity=1.0, n_oversamples: int = 0,
+                       init: np.ndarray | None = None, tol: float = 0.0, verbose: int = 0,
+                       dtype=None) -> PCAResult:
+    r"""The noisy power method (Hardt & Price 2014, Fig. 1) on a symmetric operator.
+
+    ``X_0 = QR(G_0)`` from a data-independent Gaussian d x p start (``p = n_components +
+    n_oversamples``); for ``l = 1..n_iter``: ``Y_l = A X_{l-1} + G_l``, ``X_l = QR(Y_l)``, with
+    ``G_l`` entries ``N(0, (noise_multiplier * s_l)^2)``. The output is extracted from the last
+    product by :func:`rayleigh_ritz`.
+
+    Parameters
+    ----------
+    operator : object with ``shape == (d, d)`` and ``matmat(Q) -> A @ Q``
+        e.g. :class:`~dptensor._operators.GramMatrix` (data, ``X^T (X Q)``, never forming d x d)
+        or :class:`~dptensor._operators.DenseMatrix`.
+    n_components, n_iter : int
+        ``n_iter`` is the number of products, each one Gaussian release when noise is added.
+    rng : numpy.random.Generator
+    noise_multiplier : float or sequence of n_iter floats, default=0
+        Gaussian multiplier ``z`` of every step, or one per step (see :func:`power_schedule`);
+        0: the exact power method.
+    sensitivity : float or callable, default=1
+        The l2 sensitivity ``s_l`` of one product, or ``sensitivity(X_prev) -> float`` for a scale
+        that depends on the previous (public) iterate, as in the entry-level PPM.
+    n_oversamples : int, default=0
+    init : array (d, p), optional
+        A public start; orthonormalised first.
+    tol : float, default=0
+        Stop early once an iterate moves by less than ``tol`` (spectral norm of its component
+        outside the previous span). Use only without noise: a private plan pays for every
+        release it planned, so stopping early would only waste it.
+
+    Returns
+    -------
+    PCAResult
+    """
+    d = operator.shape[0]
+    p = n_components + n_oversamples
+    dtype = np.dtype(dtype or np.float64)
+    X = orthonormalize(rng.standard_normal((d, p)).astype(dtype) if init is None
+                       else np.asarray(init, dtype=dtype))
+    z = np.broadcast_to(np.asarray(noise_multiplier, dtype=float), (n_iter,))
+    Y = None
+    for it in range(1, n_iter + 1):
+        Y = operator.matmat(X)
+        if z[it - 1] > 0:
+            s = sensitivity(X) if callable(sensitivity) else sensitivity
+            Y = Y + gaussian_noise(Y.shape, s, z[it - 1], rng, dtype=Y.dtype)
+        if it == n_iter:
+            break
+        X_next = orthonormalize(Y)
+        if tol > 0:
+            moved = np.linalg.norm(X_next - X @ (X.T @ X_next), ord=2)
+            if verbose > 1:
+                print(f"[noisy_power_method] iteration {it}: moved {moved:.3e}")
+            if moved <= tol:  # X spans an invariant subspace to within tol: Y = A X is final
+                break
+        X = X_next
+    components, eigenvalues = rayleigh_ritz(X, Y, n_components)
+    return PCAResult(components, eigenvalues, it, None, orthonormalize(Y))
+
+
+def symmetric_gaussian_matrix(d: int, sensitivity: float, noise_multiplier: float,
+                              rng: np.random.Generator, dtype=np.float64) -> np.ndarray:
+    """Symmetric d x d noise: the upper triangle (diagonal included) iid ``N(0, (z s)^2)``, mirrored."""
+    iu = np.triu_indices(d)
+    E = np.zeros((d, d), dtype=dtype)
+    E[iu] = gaussian_noise(iu[0].size, sensitivity, noise_multiplier, rng, dtype=dtype)
+    return E + np.triu(E, 1).T
+
+
+def analyze_gauss(C: np.ndarray, n_components: int, rng: np.random.Generator, *,
+                  noise_multiplier: float = 0.0, sensitivity: float = 1.0,
+                  order: str = "algebraic") -> PCAResult:
+    r"""Analyze Gauss (Dwork, Talwar, Thakurta & Zhang 2014): top-k eigenvectors of ``C + E``.
+
+    ``C`` is the exact symmetric matrix (``sum_i x_i x_i^T`` over clipped rows, or a precomputed
+    ``A``); ``E`` is :func:`symmetric_gaussian_matrix` at ``noise_multiplier * sensitivity``, where
+    ``sensitivity`` is that of ``C``'s upper triangle (:func:`covariance_sensitivity` for rows).
+    One Gaussian release; everything after it is post-processing. ``C`` is not modified.
+
+    ``order="algebraic"`` takes the largest eigenvalues (a covariance: noise can only create
+    spurious negative ones), ``"magnitude"`` the largest in absolute value (an indefinite ``A``,
+    matching what the power method converges to).
+    """
+    d = C.shape[0]
+    noisy = C + symmetric_gaussian_matrix(d, sensitivity, noise_multiplier, rng, dtype=C.dtype) \
+        if noise_multiplier > 0 else np.array(C, copy=True)
+    if order == "algebraic":
+        w, V = scipy.linalg.eigh(noisy, subset_by_index=[d - n_components, d - 1])
+        idx = np.argsort(-w, kind="stable")
+    else:
+        w, V = scipy.linalg.eigh(noisy)
+        idx = np.argsort(-np.abs(w), kind="stable")[:n_components]
+    return PCAResult(_flip_signs(V[:, idx].T), w[idx], 1, float(np.trace(noisy)))
+
+
+def private_mean(X: np.ndarray, data_norm, noise_multiplier: float, rng: np.random.Generator):
+    """Mean of rows already clipped to ``data_norm``, plus ``N(0, (z 2B/n)^2)`` noise.
+
+    Replacing one row moves the mean by ``||a - b|| / n <= 2 B / n`` (attained at ``b = -a``).
+    """
+    mean = X.mean(axis=0)
+    if noise_multiplier > 0:
+        mean = mean + gaussian_noise(mean.shape, 2.0 * data_norm / X.shape[0], noise_multiplier, rng,
+                                     dtype=X.dtype)
+    return mean
+
+
+def center_and_clip(X: np.ndarray, mean, data_norm) -> np.ndarray:
+    """``clip(x - mean, data_norm)`` for every row: a new array, ``X`` untouched.
+
+    With ``mean`` a previous (public) release this is a fixed map applied row by row, so the
+    row-level sensitivities above hold for the centred rows with the same ``data_norm``. Rows are
+    re-clipped because ``||x - mean||`` can reach ``||x|| + ||mean||``; a row pulled in here only
+    shortens, it never turns.
+    """
+    Xc = X - mean if mean is not None else X
+    return clip_rows(Xc, data_norm)
+
+
+def power_schedule(mu: float, n_iter: int, final_share: float = None) -> np.ndarray:
+    """Per-step noise multipliers of ``n_iter`` power steps that are together exactly ``mu``-GDP.
+
+    The last step gets ``final_share`` of ``mu^2`` (default :data:`FINAL_STEP_SHARE`), the others
+    split the rest evenly: ``sum_l 1/z_l^2 = mu^2``. Only the last release's noise sets the error
+    the method ends at (earlier steps only have to bring the iterate near the top subspace, and the
+    power step contracts their error away), so weighting it beats Hardt–Price's even split: on a
+    spiked covariance (d = 50..200, 5 steps) sin^2 falls by about half.
+
+    >>> z = power_schedule(1.0, 5)
+    >>> round(float(np.sum(1 / z**2)), 12), round(float(z[-1]), 4)
+    (1.0, 1.4142)
+    """
+    share = FINAL_STEP_SHARE if final_share is None else float(final_share)
+    if n_iter == 1:
+        return np.array([1.0 / mu])
+    early = math.sqrt((n_iter - 1) / (1.0 - share)) / mu
+    return np.array([early] * (n_iter - 1) + [1.0 / (math.sqrt(share) * mu)])
+
+
+def auto_n_iter(n_features: int, private: bool) -> int:
+    """``n_iter="auto"``: the number of power steps used when none is given.
+
+    Private: ``ceil(ln(d) / 2) + 3``; every step costs noise, and on a clear eigengap a few steps
+    from a random start (whose angle to the top subspace grows like ``sqrt(d)``, hence the log)
+    reach the noise floor: 5 at d = 50, 6 at d = 200, 8 at d = 10^4. Non-private: up to 300 steps,
+    stopping once the iterate is still.
+    """
+    if not private:
+        return 300
+    return math.ceil(math.log(max(n_features, 2)) / 2) + 3
+
+
+class StreamingPowerMethod:
+    r"""The Streaming Power Method (Hardt & Price, Fig. 2) over disjoint blocks of rows.
+
+    Rows arrive in batches of any size; they fill blocks of exactly ``block_size`` rows. Unless the
+    data are declared centred, the first block only estimates the mean (released with noise
+    ``z 2B/T``); each later block ``l`` releases ``Y_l = (1/T) sum_{block} c c^T X_{l-1} + G_l`` with
+    ``c = clip(x - mean, B)`` and ``G_l`` at ``z * row_power_sensitivity(B, p) / T``, then
+    ``X_l = QR(Y_l)``. State is O(d p): the iterate, a d x p accumulator and a d-vector; no row is
+    kept. The result does not depend on how the stream is cut into batches (noise is drawn only when
+    a block completes, in block order).
+
+    Privacy: every row is in exactly one block and each block's release is one Gaussian at
+    multiplier ``z`` on that block alone, so by parallel composition (adaptive, on disjoint data) the
+    whole stream is ``1/z``-GDP under replace-one, however many blocks it has.
+    """
+
+    def __init__(self, n_features: int, n_components: int, block_size: int, rng: np.random.Generator, *,
+                 n_oversamples: int = 0, data_norm=None, noise_multiplier: float = 0.0,
+                 centered: bool = False, dtype=np.float64):
+        self.n_components, self.block_size = int(n_components), int(block_size)
+        self.data_norm, self.noise_multiplier = data_norm, float(noise_multiplier)
+        self.rng = rng
+        self.dtype = np.dtype(dtype)
+        p = n_components + n_oversamples
+        self.basis = orthonormalize(rng.standard_normal((n_features, p)).astype(self.dtype))
+        self.mean = np.zeros(n_features, dtype=self.dtype) if centered else None
+        self._sum = np.zeros(n_features, dtype=self.dtype)   # the mean block's running sum
+        self._acc = np.zeros((n_features, p), dtype=self.dtype)  # the power block's running product
+        self._count = 0
+        self.n_samples_seen = 0
+        self.n_blocks = 0
+        self.components = self.eigenvalues = None
+
+    def update(self, X: np.ndarray) -> "StreamingPowerMethod":
+        """Feed a batch of rows (not modified)."""
+        start, n = 0, X.shape[0]
+        while start < n:
+            take = min(n - start, self.block_size - self._count)
+            chunk = clip_rows(X[start:start + take], self.data_norm)
+            if self.mean is None:
+                self._sum += chunk.sum(axis=0)
+            else:
+                C = center_and_clip(chunk, self.mean, self.data_norm)
+                self._acc += C.T @ (C @ self.basis)
+            self._count += take
+            start += take
+            if self._count == self.block_size:
+                self._close_block()
+        self.n_samples_seen += n
+        return self
+
+    def _close_block(self):
+        T, z = self.block_size, self.noise_multiplier
+        if self.mean is None:
+            self.mean = self._sum / T
+            if z > 0:
+                self.mean = self.mean + gaussian_noise(self.mean.shape, 2.0 * self.data_norm / T, z,
+                                                       self.rng, dtype=self.dtype)
+        else:
+            Y = self._acc / T
+            if z > 0:
+                s = row_power_sensitivity(self.data_norm, self.basis.shape[1]) / T
+                Y = Y + gaussian_noise(Y.shape, s, z, self.rng, dtype=self.dtype)
+            self.components, self.eigenvalues = rayleigh_ritz(self.basis, Y, self.n_components)
+            self.basis = orthonormalize(Y)
+            self.n_blocks += 1
+            self._acc[...] = 0
+        self._count = 0
+
+
+# --------------------------------------------------------------------------------------------
+# The estimator
+# --------------------------------------------------------------------------------------------
+
+def _last(z) -> float:
+    """The last (or only) multiplier of a plan: the one that sets the released error."""
+    return float(np.ravel(z)[-1])
+
+
+_METHODS = ("auto", "power", "analyze_gauss")
+_INPUTS = ("data", "precomputed")
+_NEIGHBORS = (None, "row", "entry")
+_CALIBRATIONS = ("exact", "paper")
+
+
+class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstimatorMixin, BaseEstimator):
+    r"""Differentially private PCA: noisy power method, streaming power method, or Analyze Gauss.
+
+    Parameters
+    ----------
+    n_components : int, default=2
+        Number of components k.
+    epsilon : float, default=np.inf
+        Privacy budget of one fit (or one stream); ``np.inf`` runs the exact, non-private method.
+    delta : float or None, default=None
+        ``None``: the accountant's delta, else 1e-5.
+    n_iter : int or "auto", default="auto"
+        Power steps (each one release). ``"auto"``: :func:`auto_n_iter` (private: 3 at d = 50, 5 at
+        d = 10^4; non-private: until the iterate is still, at most 300).
+    n_oversamples : int, default=0
+        Extra columns of the power block, ``p = n_components + n_oversamples``.
+    method : {"auto", "power", "analyze_gauss"}, default="auto"
+        ``"auto"``: Analyze Gauss for row-level data with at most :data:`MAX_DENSE_FEATURES`
+        features, the power method otherwise (more features, a precomputed entry-level matrix, and
+        always for ``partial_fit``). See Notes.
+    input : {"data", "precomputed"}, default="data"
+        ``"data"``: X is (n_samples, n_features). ``"precomputed"``: X is a symmetric d x d matrix ``A``
+        whose top-k eigenvectors (by magnitude) are wanted; ``transform`` then takes d-dimensional rows.
+    neighbors : {None, "row", "entry"}, default=None
+        The privacy unit. ``"row"`` (the default for data): replace one row. ``"entry"`` (the
+        default, and the only choice, for precomputed input): one symmetric pair ``A_ij = A_ji`` (or one
+        diagonal entry) changes by at most ``data_norm`` (1 when ``data_norm`` is None).
+    data_norm : float or None, default=None
+        Row-level: the public l2 bound rows are clipped to; required when epsilon is finite.
+        Entry-level: the bound on an entry's change.
+    centered : bool, default=False
+        ``False``: the mean is estimated (privately, from its own budget share ``MEAN_SHARE`` of
+        ``mu^2``) and subtracted, and centred rows are clipped again to ``data_norm``. ``True``: the
+        caller promises the data are already centred by public means; nothing is subtracted and
+        ``mean_`` is zero. The promise cannot be checked.
+    calibration : {"exact", "paper"}, default="exact"
+        ``"exact"``: the least noise meeting ``(epsilon, delta)`` by exact GDP composition, so the
+        recorded cost equals the target. ``"paper"``: the papers' formulas (Hardt–Price
+        ``sigma = eps^-1 sqrt(4 p L ln(1/delta))`` times ``||X_{l-1}||_inf`` for entry-level PPM, its
+        multiplier ``sqrt(4 L ln(1/delta))/eps`` for row-level power steps, the classical
+        ``sqrt(2 ln(1.25/delta))/eps`` for Analyze Gauss); the cost recorded is what that noise
+        really costs.
+    whiten : bool, default=False
+        ``transform`` divides by ``sqrt(explained_variance_)`` (the released estimate).
+    block_size : int or None, default=None
+        Rows per block of the streaming power method (``partial_fit`` only). ``None``:
+        ``max(1000, 10 * n_features)``. Fixed for a stream, so the result does not depend on the
+        batch sizes given to ``partial_fit``.
+    accountant : PrivacyAccountant or None, default=None
+        Records every fit's spend before its first noisy release; refuses fits over budget.
+    random_state : None, int or Generator, default=None
+        ``None`` (fresh entropy) for real releases; a seed makes the noise reproducible.
+    verbose : int, default=0
+
+    Attributes
+    ----------
+    components_ : ndarray of shape (n_components, n_features)
+        Released principal axes (orthonormal rows, largest entry positive).
+    explained_variance_ : ndarray of shape (n_components,)
+        Private estimate of the variance along each component, released at no extra cost as
+        post-processing: Analyze Gauss's noisy eigenvalues, or the power method's Ritz values
+        from its last product; divided by ``n_samples - 1`` for data (a covariance), raw
+        eigenvalues of ``A`` for precomputed input. Floored at 0 for data.
+    explained_variance_ratio_ : ndarray of shape (n_components,)
+        Set only when the total variance is released: without privacy, and for Analyze Gauss (the
+        trace of its released matrix). Not set after the private power method, which releases
+        no total.
+    mean_ : ndarray of shape (n_features,)
+        The released (private) mean, or zeros when ``centered=True`` or the input is precomputed.
+    n_components_, n_features_in_, feature_names_in_ :
+        As in scikit-learn.
+    n_samples_ : int
+        Rows used by ``fit`` (public under the replace-one relation).
+    n_samples_seen_ : int
+        Rows streamed through ``partial_fit``.
+    method_ : str
+        The method ``"auto"`` resolved to (``"power"``, ``"analyze_gauss"`` or ``"streaming_power"``).
+    n_iter_ : int
+        Products released (power steps, completed power blocks, or 1 for Analyze Gauss).
+    privacy_cost_ : PrivacyCost
+        The fit's (or stream's) cost, recorded with the accountant before any noisy release.
+
+    Notes
+    -----
+    **Guarantee.** With a finite epsilon, a fit is ``(epsilon, delta)``-DP for the chosen unit: all
+    it releases (``components_``, ``explained_variance_``, ``mean_``, the ratio) is post-processing
+    of Gaussian releases whose sensitivities are derived in ``docs/derivations/pca.rst``; ``n`` and
+    ``d`` are public. A stream through ``partial_fit`` is ``(epsilon, delta)``-DP as a whole, under
+    replace-one of a streamed row, by parallel composition over disjoint blocks.
+
+    **Which method.** Analyze Gauss releases one noisy d x d matrix; the row-level power method
+    releases ``n_iter`` noisy d x p products at the same sensitivity, so its noise is ``sqrt(n_iter)``
+    larger for the same budget and it is less accurate whenever the d x d matrix fits. It wins on
+    memory and time, O(n d p) per step and O(d p) state (d = 10^4 and beyond), and in streams. For
+    a precomputed matrix under entry-level privacy, the PPM noise scales with the iterate's largest
+    rows: on an incoherent matrix (rows of size ``sqrt(p/d)``) it is far below Analyze Gauss's; on a
+    coherent one it is not, and ``method="analyze_gauss"`` is better.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dptensor import PrivatePCA
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((10000, 5)) * [5.0, 2.0, 1.0, 0.5, 0.1]
+    >>> pca = PrivatePCA(n_components=2, epsilon=1.0, data_norm=12.0, random_state=0).fit(X)
+    >>> np.abs(pca.components_.round(1)).tolist()
+    [[1.0, 0.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0, 0.0]]
+    >>> round(pca.privacy_cost_.epsilon, 6)
+    1.0
+    """
+
+    def __init__(self, n_components=2, *, epsilon=np.inf, delta=None, n_iter="auto", n_oversamples=0,
+                 method="auto", input="data", neighbors=None, data_norm=None, centered=False,
+                 calibration="exact", whiten=False, block_size=None, accountant=None, random_state=None,
+                 verbose=0):
+        self.n_components = n_components
+        self.epsilon = epsilon
+        self.delta = delta
+        self.n_iter = n_iter
+        self.n_oversamples = n_oversamples
+        self.method = method
+        self.input = input
+        self.neighbors = neighbors
+        self.data_norm = data_norm
+        self.centered = centered
+        self.calibration = calibration
+        self.whiten = whiten
+        self.block_size = block_size
+        self.accountant = accountant
+        self.random_state = random_state
+        self.verbose = verbose
+
+    # ------------------------------------------------------------------ validation
+    def _check_params(self, n_features, *, streaming=False):
+        """Validated settings as a dict; raises ValueError/TypeError naming the parameter."""
+        for name, value, allowed in (("method", self.method, _METHODS), ("input", self.input, _INPUTS),
+                                     ("neighbors", self.neighbors, _NEIGHBORS),
+                                     ("calibration", self.calibration, _CALIBRATIONS)):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+        k = check_positive_int(self.n_components, "n_components")
+        over = check_positive_int(self.n_oversamples, "n_oversamples", minimum=0)
+        if k > n_features:
+            raise ValueError(f"n_components={k} must be <= n_features={n_features} "
+                             f"(X has {n_features} feature(s))")
+        epsilon, delta = self._privacy_target()
+        private = math.isfinite(epsilon)
+        precomputed = self.input == "precomputed"
+        neighbors = self.neighbors or ("entry" if precomputed else "row")
+        if precomputed and neighbors != "entry":
+            raise ValueError("neighbors='row' needs the rows themselves (input='data'): a precomputed "
+                             "matrix hides the clipping that the row-level guarantee rests on")
+        if not precomputed and neighbors != "row":
+            raise ValueError("neighbors='entry' is the unit of a precomputed matrix "
+                             "(input='precomputed'); data input is private per row")
+        if neighbors == "entry":
+            bound = 1.0 if self.data_norm is None else check_data_norm(self.data_norm, np.inf)
+        else:
+            bound = check_data_norm(self.data_norm, epsilon)
+        if not isinstance(self.centered, (bool, np.bool_)):
+            raise TypeError(f"centered must be a bool, got {self.centered!r}")
+        if not isinstance(self.whiten, (bool, np.bool_)):
+            raise TypeError(f"whiten must be a bool, got {self.whiten!r}")
+        method = self.method
+        if streaming:
+            if method == "analyze_gauss" or precomputed:
+                raise ValueError("partial_fit runs the streaming power method on rows: it needs "
+                                 "method='auto' or 'power' and input='data'")
+            if private and self.calibration == "paper":
+                raise ValueError("calibration='paper' has no streaming form (Hardt–Price's SPM is not "
+                                 "private); use calibration='exact'")
+            method = "streaming_power"
+        elif method == "auto":
+            method = "analyze_gauss" if (not precomputed and n_features <= MAX_DENSE_FEATURES) else "power"
+        p = k + over
+        if method != "analyze_gauss" and p > n_features:
+            raise ValueError(f"n_components + n_oversamples = {p} must be <= n_features={n_features}")
+        if self.n_iter == "auto":
+            n_iter, tol = auto_n_iter(n_features, private), (0.0 if private else 1e-13)
+        else:
+            n_iter, tol = check_positive_int(self.n_iter, "n_iter"), 0.0
+        return dict(k=k, p=p, epsilon=epsilon, delta=delta, private=private, precomputed=precomputed,
+                    neighbors=neighbors, bound=bound, method=method, n_iter=n_iter, tol=tol,
+                    center=not (self.centered or precomputed))
+
+    def _validate_input(self, X, reset):
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=reset)
+        if self.input == "precomputed":
+            if X.shape[0] != X.shape[1]:
+                raise ValueError(f"input='precomputed' needs a square symmetric matrix, got shape {X.shape}")
+            scale = max(float(np.max(np.abs(X))), np.finfo(X.dtype).tiny)
+            if np.max(np.abs(X - X.T)) > (1e-10 if X.dtype == np.float64 else 1e-5) * scale:
+                raise ValueError("input='precomputed' needs a symmetric matrix; X differs from X.T")
+        return X
+
+    # ------------------------------------------------------------------ planning
+    def _plan(self, s):
+        """Noise multipliers and the privacy event for settings ``s`` (no data involved)."""
+        eps, delta = s["epsilon"], s["delta"]
+        if not s["private"]:
+            return dict(z=0.0, z_mean=0.0, event=None, n_queries=0)
+        method, center = s["method"], s["center"]
+        if method == "streaming_power":
+            z = calibrate_gaussian(eps, delta, 1)
+            return dict(z=z, z_mean=z, event=GaussianEvent(z, 1), n_queries=1)
+        queries = s["n_iter"] if method == "power" else 1
+        mu = gdp_mu(eps, delta)
+        spectral_share = 1.0 - MEAN_SHARE if center else 1.0
+        z_mean = 1.0 / (mu * math.sqrt(MEAN_SHARE)) if center else 0.0
+        if self.calibration == "exact":
+            z = power_schedule(mu * math.sqrt(spectral_share), queries)
+        elif method == "analyze_gauss":
+            z = math.sqrt(2.0 * math.log(1.25 / delta)) / eps
+        elif s["neighbors"] == "entry":  # paper noise sigma ||X||_inf, priced at sensitivity sqrt(2p)||X||_inf
+            z = paper_noisy_power_sigma(eps, delta, s["p"], queries) / math.sqrt(2 * s["p"])
+        else:
+            z = paper_noisy_power_sigma(eps, delta, s["p"], queries) / math.sqrt(s["p"])
+        z = np.broadcast_to(np.asarray(z, dtype=float), (queries,))
+        events = [GaussianEvent(float(z[0]), queries - 1)] if queries > 1 else []
+        events.append(GaussianEvent(float(z[-1]), 1))
+        if center:
+            events.insert(0, GaussianEvent(z_mean, 1))
+        event = ComposedEvent(tuple(events)) if len(events) > 1 else events[0]
+        if self.calibration == "paper":
+            cost = epsilon_of(event, delta)
+            if cost > eps * (1 + 1e-9):
+                warnings.warn(f"calibration='paper' costs epsilon={cost:.4g} > the target {eps:g} under "
+                              f"this unit ({s['neighbors']}); the accountant records the true cost",
+                              PrivacyWarning, stacklevel=3)
+        return dict(z=z, z_mean=z_mean, event=event, n_queries=queries)
+
+    def _record(self, s, plan):
+        if plan["event"] is None:
+            return NO_PRIVACY_COST
+        return self._spend(plan["event"], delta=s["delta"], noise_multiplier=_last(plan["z"]),
+                           n_queries=plan["n_queries"], calibration=self.calibration)
+
+    # ------------------------------------------------------------------ fitting
+    def fit(self, X, y=None):
+        """Fit on data X (n_samples, n_features) or a precomputed symmetric matrix; one release plan.
+
+        ``X`` is never modified. Returns self.
+        """
+        X = self._validate_input(X, reset=True)
+        s = self._check_params(X.shape[1])
+        self.__dict__.pop("_stream", None)
+        plan = self._plan(s)
+        self.privacy_cost_ = self._record(s, plan)  # before any noisy release
+        rng = self._generator()
+        if s["precomputed"]:
+            result = self._fit_matrix(X, s, plan, rng)
+            mean, scale = np.zeros(X.shape[1], dtype=X.dtype), 1.0
+            exact_total = float(np.trace(X))
+        else:
+            X = clip_rows(X, s["bound"])  # a new array when clipping; X itself is never written
+            mean = private_mean(X, s["bound"], plan["z_mean"], rng) if s["center"] else None
+            Xc = center_and_clip(X, mean, s["bound"])
+            result = self._fit_rows(Xc, s, plan, rng)
+            mean = np.zeros(X.shape[1], dtype=X.dtype) if mean is None else mean
+            self.n_samples_ = X.shape[0]
+            scale = 1.0 / max(X.shape[0] - 1, 1)
+            exact_total = float(np.einsum("ij,ij->", Xc, Xc))
+        # The total variance is released only by Analyze Gauss (its noisy trace) or without privacy.
+        total = result.total if result.total is not None else (None if s["private"] else exact_total)
+        self.method_ = s["method"]
+        self._set_spectrum(result, mean, scale, total, floor=not s["precomputed"])
+        return self
+
+    def _fit_rows(self, Xc, s, plan, rng):
+        if s["method"] == "analyze_gauss":
+            sens = covariance_sensitivity(s["bound"]) if s["private"] else 1.0
+            return analyze_gauss(Xc.T @ Xc, s["k"], rng, noise_multiplier=_last(plan["z"]),
+                                 sensitivity=sens)
+        sens = row_power_sensitivity(s["bound"], s["p"]) if s["private"] else 1.0
+        return noisy_power_method(GramMatrix(Xc), s["k"], s["n_iter"], rng, noise_multiplier=plan["z"],
+                                  sensitivity=sens, n_oversamples=s["p"] - s["k"], tol=s["tol"],
+                                  verbose=self.verbose, dtype=Xc.dtype)
+
+    def _fit_matrix(self, A, s, plan, rng):
+        bound = s["bound"]
+        if s["method"] == "analyze_gauss":  # the pair is one entry of the upper triangle
+            return analyze_gauss(A, s["k"], rng, noise_multiplier=_last(plan["z"]), sensitivity=bound,
+                                 order="magnitude")
+        if self.calibration == "paper":
+            root = math.sqrt(2 * s["p"])
+
+            def sensitivity(X):  # noise sigma * bound * ||X||_inf exactly as the paper prints it
+                return bound * root * float(np.max(np.abs(X)))
+        else:
+            def sensitivity(X):
+                return entry_power_sensitivity(X, bound)
+        return noisy_power_method(DenseMatrix(A), s["k"], s["n_iter"], rng, noise_multiplier=plan["z"],
+                                  sensitivity=sensitivity, n_oversamples=s["p"] - s["k"], tol=s["tol"],
+                                  verbose=self.verbose, dtype=A.dtype)
+
+    def _set_spectrum(self, result, mean, scale, total, *, floor):
+        self.components_ = result.components
+        ev = np.asarray(result.eigenvalues, dtype=result.components.dtype) * scale
+        self.explained_variance_ = np.maximum(ev, 0) if floor else ev
+        self.__dict__.pop("explained_variance_ratio_", None)
+        if total is not None and total > 0:
+            self.explained_variance_ratio_ = self.explained_variance_ / (total * scale)
+        self.mean_ = mean
+        self.n_components_ = result.components.shape[0]
+        self.n_iter_ = result.n_iter
+        if self.verbose:
+            print(f"[PrivatePCA] {self.method_}: {self.n_iter_} release(s), "
+                  f"epsilon={self.privacy_cost_.epsilon:.4g}")
+
+    # ------------------------------------------------------------------ streaming
+    def partial_fit(self, X, y=None):
+        """Stream a batch of rows through the Streaming Power Method (see :class:`StreamingPowerMethod`).
+
+        The first call plans and records the whole stream's cost (one Gaussian event, whatever its
+        length). Components exist once the first power block has closed. ``fit`` starts over.
+        """
+        first = not hasattr(self, "_stream")
+        X = self._validate_input(X, reset=first)
+        if first:
+            d = X.shape[1]
+            s = self._check_params(d, streaming=True)
+            T = (max(1000, 10 * d) if self.block_size is None
+                 else check_positive_int(self.block_size, "block_size"))
+            plan = self._plan(s)
+            self.privacy_cost_ = self._record(s, plan)
+            self._stream = StreamingPowerMethod(
+                d, s["k"], T, self._generator(), n_oversamples=s["p"] - s["k"], data_norm=s["bound"],
+                noise_multiplier=plan["z"], centered=not s["center"], dtype=X.dtype)
+            self.method_ = "streaming_power"
+            for attr in ("components_", "explained_variance_", "explained_variance_ratio_", "mean_",
+                         "n_samples_"):
+                self.__dict__.pop(attr, None)
+        stream = self._stream.update(X)
+        self.n_samples_seen_ = stream.n_samples_seen
+        self.n_iter_ = stream.n_blocks
+        if stream.mean is not None:
+            self.mean_ = stream.mean
+        if stream.components is not None:
+            self.components_ = stream.components
+            self.explained_variance_ = np.maximum(stream.eigenvalues, 0)
+            self.n_components_ = stream.components.shape[0]
+        return self
+
+    # ------------------------------------------------------------------ transforming
+    def transform(self, X):
+        """Project rows onto ``components_`` (after subtracting ``mean_``); X is not modified."""
+        check_is_fitted(self, "components_")
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        Z = (X - self.mean_) @ self.components_.T
+        if self.whiten:
+            Z = Z / self._whitening_scale()
+        return Z
+
+    def inverse_transform(self, X):
+        """Map projections back to feature space: ``Z @ components_ + mean_`` (whitening undone)."""
+        check_is_fitted(self, "components_")
+        Z = np.asarray(X)
+        if Z.ndim != 2 or Z.shape[1] != self.n_components_:
+            raise ValueError(f"X must have shape (n_samples, {self.n_components_}), got {Z.shape}")
+        if self.whiten:
+            Z = Z * self._whitening_scale()
+        return Z @ self.components_ + self.mean_
+
+    def _whitening_scale(self):
+        ev = np.abs(self.explained_variance_)
+        # A private estimate can be 0; floor it so whitening stays finite (post-processing).
+        return np.sqrt(np.maximum(ev, np.finfo(ev.dtype).eps * max(float(ev.max()), 1.0)))
+
+    @property
+    def _n_features_out(self):
+        return self.n_components_
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        return tags
