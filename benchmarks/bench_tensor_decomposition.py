@@ -6,6 +6,7 @@ Run ``python -m benchmarks.bench_tensor_decomposition [--quick]``; results go to
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -20,6 +21,11 @@ from dptensor.metrics import recovery_error
 from dptensor.tensor_decomposition import choose_moment, n_power_queries, tensor_power_method
 
 NAME = "tensor_decomposition"
+
+# BLAS threads for every timing here (ours, TensorLy and the GEMM yardstick alike). One by default:
+# on a shared 2-core machine, multi-threaded OpenBLAS on thin GEMMs collapsed under oversubscription
+# (d=50 fit: 2.0 s with 2 threads against 0.2 s with 1, same machine, same minute).
+BLAS_THREADS = int(os.environ.get("BENCH_BLAS_THREADS", "1"))
 
 # TensorLy's symmetric_power_iteration with n_repeat=10, n_iteration=N=10 does, per component,
 # 10 restarts x 3N updates + 10 scores, then 3N refinement updates + 1 score: 341 contractions.
@@ -200,12 +206,14 @@ def _plot(records):
     plt.close(fig)
 
 
-def _summary(records, peak, quick):
+def _summary(records, peak, quick, load):
     parts = {}
     for r in records:
         parts.setdefault(r["part"], []).append(r)
-    lines = [f"Mode: {'quick' if quick else 'full'}. float64 GEMM rate measured at start: {peak:.1f} GFLOP/s.",
-             "Timings are medians on a shared machine; other processes may have been running.", ""]
+    lines = [f"Mode: {'quick' if quick else 'full'}. BLAS threads: {BLAS_THREADS}. float64 GEMM rate "
+             f"measured at start with the same threads: {peak:.1f} GFLOP/s.",
+             f"Timings are medians on a shared machine (1-minute load average {load[0]:.1f} before, "
+             f"{load[1]:.1f} after), so absolute times are pessimistic; ratios are what to read.", ""]
     cols = {"tensorly": ["case", "ours_s", "tensorly_s", "speedup", "tensorly_components_timed", "err_ours",
                          "err_tensorly"],
             "contraction": ["case", "seconds", "gflops", "fraction_of_peak"],
@@ -232,15 +240,21 @@ def _summary(records, peak, quick):
 
 
 def run(quick: bool = False) -> list[dict]:
-    peak = gemm_gflops(1000 if quick else 2000)
-    records = []
-    records += bench_tensorly(quick)
-    records += bench_contraction(quick, peak)
-    records += bench_large_data(quick)
-    records += bench_crossover(quick)
-    records += bench_privacy_utility(quick)
-    write_results(NAME, records, summary=_summary(records, peak, quick), columns=["part", "case"],
-                  extra={"quick": quick, "gemm_gflops": peak})
+    from threadpoolctl import threadpool_limits
+
+    load_before = os.getloadavg()
+    with threadpool_limits(BLAS_THREADS):
+        peak = gemm_gflops(1000 if quick else 2000)
+        records = []
+        records += bench_tensorly(quick)
+        records += bench_contraction(quick, peak)
+        records += bench_large_data(quick)
+        records += bench_crossover(quick)
+        records += bench_privacy_utility(quick)
+    load = (load_before[0], os.getloadavg()[0])
+    write_results(NAME, records, summary=_summary(records, peak, quick, load), columns=["part", "case"],
+                  extra={"quick": quick, "gemm_gflops": peak, "blas_threads": BLAS_THREADS,
+                         "load_average_1min_before_after": load})
     _plot(records)
     return records
 
