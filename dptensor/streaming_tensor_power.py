@@ -400,9 +400,12 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         return self._stream
 
     def _key(self):
-        """The parameters a running stream depends on: changing one mid-stream is refused."""
+        """The parameters a running stream depends on: changing one mid-stream is refused.
+
+        (The accountant is not among them: the stream's cost was recorded when it started.)
+        """
         return (self.n_components, self.n_restarts, self.n_iter, self.batch_size, self.epsilon,
-                self.delta, self.data_norm, id(self.accountant))
+                self.delta, self.data_norm)
 
     def _check_continuation(self, stream):
         if stream.closed:
@@ -412,8 +415,7 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
                                "or stream with partial_fit only.")
         if self._key() != self._stream_key:
             raise ValueError("parameters changed during a stream (n_components, n_restarts, n_iter, "
-                             "batch_size, epsilon, delta, data_norm or accountant); call fit to start a "
-                             "new stream")
+                             "batch_size, epsilon, delta or data_norm); call fit to start a new stream")
 
     def _publish(self, stream):
         done = stream.i

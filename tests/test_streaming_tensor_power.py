@@ -230,7 +230,10 @@ def test_block_sensitivity_by_brute_force():
         U /= np.linalg.norm(U, axis=0)
         X = clip_rows(rng.standard_normal((n, d)) * rng.uniform(0.2, 3.0), B)
         # The neighbour's row: random, or aligned with a candidate (where (x.u)^2 x is largest).
-        x_new = U[:, rng.integers(L_)] * B * rng.choice([-1.0, 1.0]) if trial % 2 else rng.standard_normal(d) * 5
+        if trial % 2:
+            x_new = U[:, rng.integers(L_)] * B * rng.choice([-1.0, 1.0])
+        else:
+            x_new = rng.standard_normal(d) * 5
         Y = X.copy()
         Y[rng.integers(n)] = clip_rows(x_new[None, :], B)[0]
         deflate = (eigs, comps) if trial % 3 == 0 else ((), ())
