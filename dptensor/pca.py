@@ -189,8 +189,8 @@ def noisy_power_method(operator, n_components: int, n_iter: int, rng: np.random.
     init : array (d, p), optional
         A public start; orthonormalised first.
     tol : float, default=0
-        Stop early once an iterate moves by less than ``tol`` (spectral norm of its component
-        outside the previous span). Use only without noise: a private plan pays for every
+        Stop early once the top-k part of the iterate moves by less than ``tol`` (spectral norm of
+        its component outside the previous span). Use only without noise: a private plan pays for every
         release it planned, so stopping early would only waste it.
 
     Returns
@@ -213,7 +213,10 @@ def noisy_power_method(operator, n_components: int, n_iter: int, rng: np.random.
             break
         X_next = orthonormalize(Y)
         if tol > 0:
-            moved = np.linalg.norm(X_next - X @ (X.T @ X_next), ord=2)
+            # QR keeps spans nested (the first j columns of X_l span A^l X_0[:, :j]), so the first
+            # k columns alone say whether the top-k subspace has settled.
+            Xk, Nk = X[:, :n_components], X_next[:, :n_components]
+            moved = np.linalg.norm(Nk - Xk @ (Xk.T @ Nk), ord=2)
             if verbose > 1:
                 print(f"[noisy_power_method] iteration {it}: moved {moved:.3e}")
             if moved <= tol:  # X spans an invariant subspace to within tol: Y = A X is final
@@ -618,8 +621,10 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         else:
             z = paper_noisy_power_sigma(eps, delta, s["p"], queries) / math.sqrt(s["p"])
         z = np.broadcast_to(np.asarray(z, dtype=float), (queries,))
-        events = [GaussianEvent(float(z[0]), queries - 1)] if queries > 1 else []
-        events.append(GaussianEvent(float(z[-1]), 1))
+        if z[0] == z[-1]:  # an even split: one event of `queries` releases
+            events = [GaussianEvent(float(z[0]), queries)]
+        else:
+            events = [GaussianEvent(float(z[0]), queries - 1), GaussianEvent(float(z[-1]), 1)]
         if center:
             events.insert(0, GaussianEvent(z_mean, 1))
         event = ComposedEvent(tuple(events)) if len(events) > 1 else events[0]

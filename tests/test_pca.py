@@ -1,0 +1,507 @@
+"""PrivatePCA: exactness without noise, recovery with noise, sensitivities by brute force, accounting."""
+import math
+import tracemalloc
+
+import numpy as np
+import pytest
+from scipy.optimize import minimize
+from sklearn.decomposition import PCA
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+import dptensor.pca as pca_mod
+from dptensor import BudgetExceededError, PrivacyAccountant, PrivacyWarning, PrivatePCA
+from dptensor.accounting import ComposedEvent, GaussianEvent, epsilon_of, gdp_mu
+from dptensor.datasets import make_spiked_covariance
+from dptensor.metrics import sin_theta_distance
+from dptensor.pca import (MEAN_SHARE, StreamingPowerMethod, analyze_gauss, covariance_sensitivity,
+                          entry_power_sensitivity, noisy_power_method, orthonormalize, power_schedule,
+                          row_power_sensitivity, symmetric_gaussian_matrix)
+from dptensor._operators import DenseMatrix
+
+
+def well_separated(n=400, d=8, seed=0, shift=3.0):
+    """Rows with standard deviations 6, 4, 2.5, 1.5, ... (gaps of >= 1.5x between variances) and a mean."""
+    rng = np.random.default_rng(seed)
+    scales = np.geomspace(6.0, 0.3, d)
+    Q = np.linalg.qr(rng.standard_normal((d, d)))[0]
+    return (rng.standard_normal((n, d)) * scales) @ Q.T + shift
+
+
+def assert_same_up_to_sign(A, B, atol):
+    signs = np.sign(np.sum(A * B, axis=1))
+    np.testing.assert_allclose(A * signs[:, None], B, atol=atol)
+
+
+# --------------------------------------------------------------------------------------------
+# Non-private: the exact methods agree with scikit-learn
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("method", ["power", "analyze_gauss"])
+def test_nonprivate_matches_sklearn(method):
+    X = well_separated()
+    ours = PrivatePCA(3, method=method, random_state=0).fit(X)
+    ref = PCA(3, svd_solver="full").fit(X)
+    assert_same_up_to_sign(ours.components_, ref.components_, atol=1e-6)
+    np.testing.assert_allclose(ours.explained_variance_, ref.explained_variance_, rtol=1e-8)
+    np.testing.assert_allclose(ours.explained_variance_ratio_, ref.explained_variance_ratio_, rtol=1e-8)
+    np.testing.assert_allclose(ours.mean_, ref.mean_, rtol=1e-12)
+    assert_same_up_to_sign(ours.transform(X).T, ref.transform(X).T, atol=1e-5)
+    assert ours.privacy_cost_.epsilon == math.inf and ours.privacy_cost_.event is None
+
+
+def test_nonprivate_streaming_converges_to_sklearn():
+    """SPM without noise on many blocks: the block covariances average the population's."""
+    X = well_separated(n=60000, d=6, seed=1)
+    ours = PrivatePCA(2, block_size=3000, random_state=0)
+    for batch in np.array_split(X, 7):
+        ours.partial_fit(batch)
+    ref = PCA(2).fit(X)
+    assert ours.n_iter_ == 19 and ours.n_samples_seen_ == 60000  # first block estimates the mean
+    assert sin_theta_distance(ours.components_, ref.components_) < 1e-3
+    np.testing.assert_allclose(ours.mean_, ref.mean_, atol=0.15)
+
+
+def test_precomputed_nonprivate_matches_eigh():
+    rng = np.random.default_rng(3)
+    Q = np.linalg.qr(rng.standard_normal((10, 10)))[0]
+    w = np.array([9.0, -6.0, 4.0, 2.0, 1.0, 0.5, 0.3, 0.2, 0.1, 0.05])  # indefinite: order by magnitude
+    A = (Q * w) @ Q.T
+    for method in ("power", "analyze_gauss"):
+        est = PrivatePCA(3, input="precomputed", method=method, random_state=0).fit(A)
+        assert_same_up_to_sign(est.components_, Q[:, :3].T, atol=1e-6)
+        np.testing.assert_allclose(est.explained_variance_, w[:3], rtol=1e-8)
+
+
+def test_float32_kept_and_inverse_transform():
+    X = well_separated(d=5).astype(np.float32)
+    est = PrivatePCA(5, method="analyze_gauss").fit(X)
+    assert est.components_.dtype == np.float32 and est.transform(X).dtype == np.float32
+    np.testing.assert_allclose(est.inverse_transform(est.transform(X)), X, atol=1e-3)
+    white = PrivatePCA(5, whiten=True, method="power", random_state=0).fit(X.astype(np.float64))
+    Z = white.transform(X.astype(np.float64))
+    np.testing.assert_allclose(np.cov(Z.T), np.eye(5), atol=1e-6)
+    np.testing.assert_allclose(white.inverse_transform(Z), X, atol=1e-4)
+
+
+# --------------------------------------------------------------------------------------------
+# Sensitivities, by brute force over neighbours
+# --------------------------------------------------------------------------------------------
+
+def _max_over_pairs(f, d, B, rng, starts=12):
+    """Largest f(a, b) over rows of norm B found by local optimisation from random starts."""
+    best = 0.0
+    for _ in range(starts):
+        def neg(v):
+            a, b = v[:d], v[d:]
+            return -f(B * a / np.linalg.norm(a), B * b / np.linalg.norm(b))
+        res = minimize(neg, rng.standard_normal(2 * d), method="BFGS", options={"gtol": 1e-10})
+        best = max(best, -res.fun)
+    return best
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_row_power_sensitivity_brute_force(p, rng):
+    d, B = 4, 1.7
+    X = orthonormalize(rng.standard_normal((d, p)))
+
+    def change(a, b):
+        return np.linalg.norm(np.outer(a, a) @ X - np.outer(b, b) @ X)
+
+    found = _max_over_pairs(change, d, B, rng)
+    exact = row_power_sensitivity(B, p)
+    assert found <= exact * (1 + 1e-9)
+    assert found >= exact * (1 - 1e-5)  # attained: the bound is tight, and below 2 B^2
+    assert exact < 2 * B**2
+    # Rows inside the ball (not only on the sphere) never exceed it either.
+    a = rng.standard_normal((2000, d)) * rng.uniform(0, 1, (2000, 1))
+    b = rng.standard_normal((2000, d))
+    a = pca_mod.clip_rows(a, B)
+    b = pca_mod.clip_rows(b, B)
+    moves = np.linalg.norm(a[:, :, None] * (a @ X)[:, None, :] - b[:, :, None] * (b @ X)[:, None, :],
+                           axis=(1, 2))
+    assert moves.max() <= exact * (1 + 1e-12)
+
+
+def test_covariance_sensitivity_brute_force(rng):
+    d, B = 3, 0.8
+    iu = np.triu_indices(d)
+
+    def change(a, b):
+        return np.linalg.norm((np.outer(a, a) - np.outer(b, b))[iu])
+
+    found = _max_over_pairs(change, d, B, rng)
+    assert found == pytest.approx(covariance_sensitivity(B), rel=1e-5)
+    assert found <= covariance_sensitivity(B) * (1 + 1e-9)
+    assert covariance_sensitivity(1.0) == pytest.approx(math.sqrt(2))  # SPEC §4: sqrt(2) for B = 1
+
+
+@pytest.mark.parametrize("p", [1, 3])
+def test_entry_power_sensitivity_exhaustive(p, rng):
+    """Every symmetric-pair (and diagonal) neighbour of A, at the extreme |change| = bound."""
+    d, bound = 6, 2.5
+    X = orthonormalize(rng.standard_normal((d, p)))
+    worst = 0.0
+    for i in range(d):
+        for j in range(i, d):
+            D = np.zeros((d, d))
+            D[i, j] = D[j, i] = bound
+            worst = max(worst, np.linalg.norm(D @ X))
+    assert worst == pytest.approx(entry_power_sensitivity(X, bound), rel=1e-12)
+    assert worst <= bound * math.sqrt(2 * p) * np.abs(X).max() * (1 + 1e-12)  # Hardt–Price scale x sqrt 2
+
+
+def test_private_mean_sensitivity(rng):
+    n, d, B = 50, 4, 3.0
+    X = pca_mod.clip_rows(rng.standard_normal((n, d)) * 5, B)
+    Y = X.copy()
+    Y[0] = -X[0]  # the extreme replacement b = -a
+    move = np.linalg.norm(X.mean(0) - Y.mean(0))
+    assert move == pytest.approx(2 * np.linalg.norm(X[0]) / n)
+    assert move <= 2 * B / n * (1 + 1e-12)
+
+
+def test_symmetric_noise_has_the_planned_scale(rng):
+    E = symmetric_gaussian_matrix(300, 2.0, 1.5, rng)
+    np.testing.assert_array_equal(E, E.T)
+    upper = E[np.triu_indices(300)]
+    assert np.std(upper) == pytest.approx(3.0, rel=0.01)  # 45150 draws: relative std error 0.3%
+
+
+class _Spy:
+    """Records every Gaussian noise call (shape, sensitivity, multiplier) made by dptensor.pca."""
+
+    def __init__(self, monkeypatch):
+        self.calls = []
+        real = pca_mod.gaussian_noise
+
+        def spy(shape, sensitivity, noise_multiplier, rng, dtype=np.float64):
+            self.calls.append((shape, float(sensitivity), float(noise_multiplier)))
+            return real(shape, sensitivity, noise_multiplier, rng, dtype)
+        monkeypatch.setattr(pca_mod, "gaussian_noise", spy)
+
+
+@pytest.mark.parametrize("method", ["power", "analyze_gauss"])
+def test_released_noise_matches_the_recorded_event(method, monkeypatch):
+    """The noise actually drawn is multiplier x derived sensitivity, and the event prices exactly it."""
+    X = well_separated(n=300, d=6)
+    spy = _Spy(monkeypatch)
+    B, n = 20.0, 300
+    est = PrivatePCA(2, epsilon=1.0, data_norm=B, method=method, n_iter=4, random_state=0).fit(X)
+    mean_call, *spectral = spy.calls
+    assert mean_call[0] == (6,) and mean_call[1] == pytest.approx(2 * B / n)
+    sens = covariance_sensitivity(B) if method == "analyze_gauss" else row_power_sensitivity(B, 2)
+    assert all(c[1] == pytest.approx(sens) for c in spectral)
+    assert len(spectral) == (1 if method == "analyze_gauss" else 4)
+    released = [GaussianEvent(mean_call[2], 1)] + [GaussianEvent(c[2], 1) for c in spectral]
+    assert epsilon_of(released, 1e-5) == pytest.approx(1.0, rel=1e-9)
+    assert est.privacy_cost_.epsilon == pytest.approx(epsilon_of(released, 1e-5), rel=1e-9)
+
+
+# --------------------------------------------------------------------------------------------
+# Calibration and accounting
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs", [
+    dict(method="power"), dict(method="analyze_gauss"), dict(method="power", centered=True),
+    dict(method="analyze_gauss", centered=True, delta=1e-6), dict(method="power", n_iter=1),
+])
+def test_recorded_cost_equals_target(kwargs):
+    X = well_separated(n=200, d=6)
+    budget = PrivacyAccountant(epsilon=10.0, delta=1e-5)
+    est = PrivatePCA(2, epsilon=0.7, data_norm=20.0, accountant=budget, random_state=0, **kwargs).fit(X)
+    delta = kwargs.get("delta", 1e-5)
+    assert est.privacy_cost_.epsilon == pytest.approx(0.7, rel=1e-9)
+    assert epsilon_of(est.privacy_cost_.event, delta) == pytest.approx(0.7, rel=1e-9)
+    (entry,) = budget.history()
+    assert entry.epsilon == pytest.approx(0.7, rel=1e-9)
+
+
+def test_mean_share_and_final_step_schedule():
+    X = well_separated(n=200, d=6)
+    est = PrivatePCA(2, epsilon=1.0, data_norm=20.0, method="power", n_iter=5, random_state=0).fit(X)
+    event = est.privacy_cost_.event
+    assert isinstance(event, ComposedEvent)
+    mean, early, last = event.events
+    mu2 = gdp_mu(1.0, 1e-5) ** 2
+    assert 1 / mean.noise_multiplier**2 == pytest.approx(MEAN_SHARE * mu2)
+    assert early.count == 4 and last.count == 1
+    assert 1 / last.noise_multiplier**2 == pytest.approx(0.5 * (1 - MEAN_SHARE) * mu2)
+    z = power_schedule(2.0, 6)
+    assert np.sum(1 / z**2) == pytest.approx(4.0) and power_schedule(2.0, 1).tolist() == [0.5]
+
+
+def test_paper_calibration_reproduces_hardt_price_sigma(monkeypatch):
+    """Entry-level PPM, calibration='paper': step l adds N(0, sigma^2 ||X_{l-1}||_inf^2) noise."""
+    rng = np.random.default_rng(5)
+    d, p, L, eps, delta = 30, 3, 4, 0.5, 1e-6
+    A = rng.standard_normal((d, d))
+    A = A + A.T
+    seen = []
+
+    class Recording(DenseMatrix):
+        def matmat(self, Q):
+            seen.append(Q.copy())
+            return super().matmat(Q)
+    monkeypatch.setattr(pca_mod, "DenseMatrix", Recording)
+    spy = _Spy(monkeypatch)
+    est = PrivatePCA(2, n_oversamples=1, epsilon=eps, delta=delta, n_iter=L, input="precomputed",
+                     calibration="paper", random_state=0).fit(A)
+    sigma = math.sqrt(4 * p * L * math.log(1 / delta)) / eps  # Hardt & Price, Claim 4.2
+    assert len(spy.calls) == L == len(seen)
+    for (shape, s, z), Q in zip(spy.calls, seen):
+        assert shape == (d, p)
+        assert s * z == pytest.approx(sigma * np.abs(Q).max(), rel=1e-12)
+    # Priced honestly for the symmetric pair (sensitivity sqrt(2p)||X||_inf): below target here.
+    assert est.privacy_cost_.event == GaussianEvent(sigma / math.sqrt(2 * p), L)
+    assert est.privacy_cost_.epsilon < eps and est.privacy_cost_.calibration == "paper"
+
+
+def test_paper_calibration_warns_when_it_overspends():
+    A = np.eye(5)
+    with pytest.warns(PrivacyWarning, match="costs epsilon"):
+        PrivatePCA(1, epsilon=30.0, n_iter=3, input="precomputed", calibration="paper",
+                   random_state=0).fit(A)
+
+
+def test_entry_level_exact_noise_uses_row_norms(monkeypatch):
+    rng = np.random.default_rng(2)
+    d = 40
+    Q = np.linalg.qr(rng.standard_normal((d, d)))[0]
+    A = (Q * np.linspace(10, 0.1, d)) @ Q.T
+    spy = _Spy(monkeypatch)
+    est = PrivatePCA(2, epsilon=2.0, input="precomputed", n_iter=5, random_state=0).fit(A)
+    assert est.method_ == "power" and len(spy.calls) == 5
+    assert all(0 < c[1] <= math.sqrt(2 * 2) for c in spy.calls)
+    assert est.privacy_cost_.epsilon == pytest.approx(2.0, rel=1e-9)
+
+
+def test_budget_refused_before_touching_data():
+    budget = PrivacyAccountant(epsilon=1.0, delta=1e-5)
+    X = well_separated(n=100, d=5)
+    PrivatePCA(2, epsilon=0.8, data_norm=20.0, accountant=budget, random_state=0).fit(X)
+    est = PrivatePCA(2, epsilon=0.8, data_norm=20.0, accountant=budget, random_state=0)
+    with pytest.raises(BudgetExceededError):
+        est.fit(X)
+    assert len(budget.history()) == 1 and not hasattr(est, "components_")
+
+
+# --------------------------------------------------------------------------------------------
+# Private recovery
+# --------------------------------------------------------------------------------------------
+
+def _private_sin2(n, eps, method, seeds=(0, 1, 2)):
+    X, V, _ = make_spiked_covariance(n, 40, 2, spike=4.0, data_norm=1.0, random_state=11)
+    return np.mean([sin_theta_distance(PrivatePCA(2, epsilon=eps, data_norm=1.0, method=method,
+                                                  random_state=s).fit(X).components_, V)
+                    for s in seeds])
+
+
+@pytest.mark.parametrize("method", ["analyze_gauss", "power"])
+def test_private_recovery_improves_with_epsilon_and_n(method):
+    """Spiked covariance with a clear gap (eigenvalues 5:1), rows of norm <= 1.
+
+    Where the privacy noise dominates, sin^2 ~ ||noise||^2 / gap^2 ~ d / (n mu)^2: a factor 4 in
+    epsilon or in n cuts it by ~16 (sampling error, ~d/n, adds a floor). The test asks for a
+    factor 4 (mean of 3 seeded noise draws), far from what chance could produce and well short
+    of the bound's 16, and for a useful estimate at the good end.
+    """
+    low = _private_sin2(5000, 1.0, method)
+    more_eps = _private_sin2(5000, 4.0, method)
+    more_n = _private_sin2(20000, 1.0, method)
+    assert more_eps < low / 4 and more_n < low / 4
+    assert more_eps < 0.1 and more_n < 0.1
+
+
+def test_private_precomputed_incoherent_recovery():
+    """Entry-level PPM on an incoherent matrix: noise ~ sqrt(2p/d) per step, far below the gap."""
+    rng = np.random.default_rng(4)
+    d = 200
+    Q = np.linalg.qr(rng.standard_normal((d, d)))[0]
+    A = (Q * np.r_[400.0, 300.0, np.full(d - 2, 5.0)]) @ Q.T
+    est = PrivatePCA(2, epsilon=1.0, input="precomputed", random_state=0).fit(A)
+    # Last-step noise ~ z_L sqrt(2p/d) per entry (rows of size sqrt(p/d)), about 0.9 here, its
+    # projection ~ 0.9 sqrt(d) ~ 13 against a gap of 295: sin^2 ~ 0.002-0.01.
+    ppm = sin_theta_distance(est.components_, Q[:, :2].T)
+    assert ppm < 0.02
+    # Analyze Gauss adds z ~ 3.7 to every entry: sin^2 ~ (3.7 sqrt(d) / 295)^2 ~ 0.03, several
+    # times worse. This is the incoherent regime where Hardt–Price's PPM wins.
+    ag = PrivatePCA(2, epsilon=1.0, input="precomputed", method="analyze_gauss", random_state=0).fit(A)
+    assert sin_theta_distance(ag.components_, Q[:, :2].T) > 2.5 * ppm
+
+
+def test_private_mean_and_centered_promise():
+    X = well_separated(n=20000, d=5, shift=2.0)
+    est = PrivatePCA(2, epsilon=1.0, data_norm=25.0, random_state=0).fit(X)
+    np.testing.assert_allclose(est.mean_, X.mean(0), atol=0.1)  # noise std 2B/(n mu sqrt .1) ~ 0.03
+    centered = PrivatePCA(2, epsilon=1.0, data_norm=25.0, centered=True, random_state=0).fit(X - X.mean(0))
+    assert np.all(centered.mean_ == 0) and not isinstance(centered.privacy_cost_.event, ComposedEvent)
+
+
+# --------------------------------------------------------------------------------------------
+# Streaming power method
+# --------------------------------------------------------------------------------------------
+
+def test_spm_cut_invariant():
+    X, _, _ = make_spiked_covariance(5000, 12, 2, data_norm=1.0, random_state=3)
+
+    def stream(cuts):
+        est = PrivatePCA(2, epsilon=1.0, data_norm=1.0, block_size=700, random_state=9)
+        for batch in np.split(X, cuts):
+            est.partial_fit(batch)
+        return est
+    a, b, c = stream([]), stream([1, 2, 699, 700, 2100, 4999]), stream(list(range(37, 5000, 37)))
+    for other in (b, c):
+        np.testing.assert_allclose(other.components_, a.components_, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(other.explained_variance_, a.explained_variance_, rtol=1e-9)
+        np.testing.assert_allclose(other.mean_, a.mean_, rtol=1e-9, atol=1e-15)
+    assert a.n_iter_ == 6 and a.n_samples_seen_ == 5000  # 7 full blocks, the first for the mean
+
+
+def test_spm_memory_flat_and_one_event():
+    d, batch = 50, 500
+    rng = np.random.default_rng(0)
+    budget = PrivacyAccountant(epsilon=5.0, delta=1e-5)
+    est = PrivatePCA(2, epsilon=1.0, data_norm=3.0, block_size=1000, accountant=budget, random_state=0)
+    blocks = [rng.standard_normal((batch, d)) for _ in range(4)]
+
+    def feed(n_batches):
+        tracemalloc.start()
+        for i in range(n_batches):
+            est.partial_fit(blocks[i % 4])
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        return peak
+    feed(4)  # warm up: the stream and its state exist
+    short, long = feed(10), feed(100)
+    assert long <= short * 1.05 + 4096  # 10x more rows, same peak: nothing grows with the stream
+    assert short < 4 * batch * d * 8  # a few batch-sized temporaries, no stored rows
+    assert len(budget.history()) == 1  # the whole stream is one Gaussian event
+    assert est.privacy_cost_.event == GaussianEvent(est.privacy_cost_.noise_multiplier, 1)
+    assert est.privacy_cost_.epsilon == pytest.approx(1.0, rel=1e-9)
+    assert est.n_samples_seen_ == 114 * batch
+
+
+def test_spm_state_is_o_dp():
+    spm = StreamingPowerMethod(30, 2, 100, np.random.default_rng(0), n_oversamples=1, data_norm=1.0)
+    spm.update(np.random.default_rng(1).standard_normal((1050, 30)))
+    state = [v for v in vars(spm).values() if isinstance(v, np.ndarray)]
+    assert sum(v.size for v in state) <= 3 * 30 * 3 + 30 + 2 * 2  # basis, accumulator, mean, outputs
+
+
+def test_spm_private_recovery():
+    X, V, _ = make_spiked_covariance(60000, 30, 2, spike=5.0, data_norm=1.0, random_state=2)
+    est = PrivatePCA(2, epsilon=2.0, data_norm=1.0, block_size=10000, random_state=0)
+    for batch in np.array_split(X, 13):
+        est.partial_fit(batch)
+    assert est.n_iter_ == 5 and sin_theta_distance(est.components_, V) < 0.1
+
+
+# --------------------------------------------------------------------------------------------
+# Method choice, input checks, never touching X
+# --------------------------------------------------------------------------------------------
+
+def test_auto_method_rule():
+    X = well_separated(n=50, d=6)
+    assert PrivatePCA(2).fit(X).method_ == "analyze_gauss"
+    A = np.cov(X.T)
+    assert PrivatePCA(2, input="precomputed").fit(A).method_ == "power"
+    assert PrivatePCA(2, block_size=10).partial_fit(X).method_ == "streaming_power"
+    wide = np.random.default_rng(0).standard_normal((3, pca_mod.MAX_DENSE_FEATURES + 1))
+    assert PrivatePCA(1, n_iter=2, random_state=0).fit(wide).method_ == "power"
+
+
+@pytest.mark.parametrize("kwargs", [dict(method="power"), dict(method="analyze_gauss"),
+                                    dict(centered=True), dict(input="precomputed")])
+def test_never_modifies_X(kwargs):
+    X = well_separated(n=60, d=6)
+    if kwargs.get("input") == "precomputed":
+        X = X.T @ X
+    X0 = X.copy()
+    est = PrivatePCA(2, epsilon=1.0, data_norm=1.0, random_state=0, **kwargs).fit(X)
+    est.transform(X)
+    np.testing.assert_array_equal(X, X0)
+    if "input" not in kwargs:
+        PrivatePCA(2, epsilon=1.0, data_norm=1.0, block_size=7, random_state=0).partial_fit(X)
+        np.testing.assert_array_equal(X, X0)
+
+
+@pytest.mark.parametrize("kwargs, exc, match", [
+    (dict(epsilon=1.0), ValueError, "data_norm is required"),
+    (dict(method="svd"), ValueError, "method must be one of"),
+    (dict(n_components=0), ValueError, "n_components must be >= 1"),
+    (dict(n_components=7), ValueError, "n_components=7 must be <= n_features=6"),
+    (dict(n_oversamples=5, method="power"), ValueError, "n_oversamples"),
+    (dict(n_iter=0), ValueError, "n_iter must be >= 1"),
+    (dict(n_iter=2.5), TypeError, "n_iter must be an integer"),
+    (dict(neighbors="entry"), ValueError, "neighbors='entry'"),
+    (dict(calibration="loose"), ValueError, "calibration must be one of"),
+    (dict(centered="yes"), TypeError, "centered must be a bool"),
+    (dict(input="precomputed"), ValueError, "square symmetric"),
+])
+def test_bad_parameters(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        PrivatePCA(**{"n_components": 2, **kwargs}).fit(well_separated(n=30, d=6))
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="symmetric"):
+        PrivatePCA(2, input="precomputed").fit(np.arange(16.0).reshape(4, 4))
+    with pytest.raises(ValueError, match="neighbors='row'"):
+        PrivatePCA(2, input="precomputed", neighbors="row").fit(np.eye(4))
+    with pytest.raises(ValueError, match="partial_fit"):
+        PrivatePCA(2, method="analyze_gauss").partial_fit(np.ones((5, 4)))
+    with pytest.raises(ValueError, match="NaN|infinity"):
+        PrivatePCA(2).fit(np.full((5, 4), np.nan))
+
+
+def test_feature_names_and_set_output():
+    X = well_separated(n=50, d=5)
+    est = PrivatePCA(3).fit(X)
+    assert list(est.get_feature_names_out()) == ["privatepca0", "privatepca1", "privatepca2"]
+    assert est.set_output(transform="default").fit_transform(X).shape == (50, 3)
+
+
+def test_gridsearch_pipeline_records_every_fit():
+    rng = np.random.default_rng(0)
+    X = well_separated(n=240, d=6)
+    y = (X[:, 0] + 0.1 * rng.standard_normal(240) > np.median(X[:, 0])).astype(int)
+    budget = PrivacyAccountant(epsilon=100.0, delta=1e-5)
+    pipe = make_pipeline(StandardScaler(), PrivatePCA(2, data_norm=3.0, accountant=budget, random_state=0),
+                         LogisticRegression())
+    search = GridSearchCV(pipe, {"privatepca__epsilon": [0.5, 2.0]}, cv=3).fit(X, y)
+    history = budget.history()
+    assert len(history) == 2 * 3 + 1  # every CV fit and the refit
+    assert sorted(round(e.epsilon, 6) for e in history[:6]) == [0.5] * 3 + [2.0] * 3
+    assert history[-1].epsilon == pytest.approx(search.best_params_["privatepca__epsilon"])
+    assert budget.spent()[0] == pytest.approx(epsilon_of([e.event for e in history], 1e-5))
+
+
+def test_algorithm_functions_standalone(rng):
+    """The plain functions, as another module would call them."""
+    d = 20
+    Q = np.linalg.qr(rng.standard_normal((d, d)))[0]
+    A = (Q * np.geomspace(20, 0.1, d)) @ Q.T
+    res = noisy_power_method(DenseMatrix(A), 2, 200, rng, n_oversamples=1, tol=1e-13)
+    assert_same_up_to_sign(res.components, Q[:, :2].T, atol=1e-6)
+    assert res.basis.shape == (d, 3) and res.n_iter < 200
+    ag = analyze_gauss(A, 2, rng)
+    assert_same_up_to_sign(ag.components, Q[:, :2].T, atol=1e-10)
+    assert ag.total == pytest.approx(np.trace(A))
+    Y = rng.standard_normal((6, 3))
+    R = orthonormalize(Y).T @ Y
+    np.testing.assert_allclose(np.tril(R, -1), 0, atol=1e-12)
+    assert np.all(np.diagonal(R) > 0)  # signs fixed: the QR factorisation is unique
+
+
+# --------------------------------------------------------------------------------------------
+# scikit-learn contract
+# --------------------------------------------------------------------------------------------
+
+@parametrize_with_checks([PrivatePCA(), PrivatePCA(method="power", random_state=0),
+                          PrivatePCA(epsilon=1.0, data_norm=5.0, random_state=0)])
+def test_sklearn_contract(estimator, check):
+    check(estimator)
