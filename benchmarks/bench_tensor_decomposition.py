@@ -14,11 +14,11 @@ import numpy as np
 
 from benchmarks._common import gemm_gflops, markdown_table, peak_memory, plot_path, timed, write_results
 from dptensor import PrivateTensorDecomposition
-from dptensor._operators import SymmetricTensor, ThirdMoment, moment_tensor
+from dptensor._operators import SymmetricTensor
 from dptensor._power import random_unit_columns
 from dptensor.datasets import make_orthogonal_tensor
 from dptensor.metrics import recovery_error
-from dptensor.tensor_decomposition import choose_moment, n_power_queries, tensor_power_method
+from dptensor.tensor_decomposition import choose_moment, n_power_queries
 
 NAME = "tensor_decomposition"
 
@@ -35,13 +35,18 @@ OUR_L, OUR_R = 10, 33
 
 
 def _median_time(fn, repeat):
-    times = []
-    out = None
+    """(median wall seconds, median CPU seconds of this process, last result) over ``repeat`` runs.
+
+    With one BLAS thread, CPU time is what the computation took on its core; on a shared,
+    oversubscribed machine wall time also counts the time other processes held the core.
+    """
+    wall, cpu, out = [], [], None
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times)), out
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return float(np.median(wall)), float(np.median(cpu)), out
 
 
 def bench_tensorly(quick: bool):
@@ -56,18 +61,19 @@ def bench_tensorly(quick: bool):
     for d, k in sizes:
         T, lam, V = make_orthogonal_tensor(d, k, noise=0.01, random_state=0)
         ours = lambda: PrivateTensorDecomposition(k, n_restarts=OUR_L, n_iter=OUR_R, random_state=0).fit(T)
-        t_ours, model = _median_time(ours, 3)
+        t_ours, c_ours, model = _median_time(ours, 3)
         # TensorLy does the same work for every component, so at d=200 we time 2 of them and scale.
         k_tl = k if (quick or d < 200) else 2
         np.random.seed(0)
-        t0 = time.perf_counter()
-        _, factors = symmetric_parafac_power_iteration(T, k_tl, n_repeat=TL_REPEAT, n_iteration=TL_ITER)
-        t_tl = (time.perf_counter() - t0) * k / k_tl
+        t_tl, c_tl, (_, factors) = _median_time(
+            lambda: symmetric_parafac_power_iteration(T, k_tl, n_repeat=TL_REPEAT, n_iteration=TL_ITER), 1)
+        t_tl, c_tl = t_tl * k / k_tl, c_tl * k / k_tl
         err_ours = float(recovery_error(model.components_, V).max())
-        # TensorLy finds the largest eigenvalues first, so its k_tl components match V[:k_tl].
-        err_tl = float(recovery_error(np.asarray(factors).T, V[:k_tl]).max())
+        # Each TensorLy component against the true component it matches (all k when k_tl = k).
+        err_tl = float(recovery_error(V, np.asarray(factors).T).max())
         rows.append({"part": "tensorly", "case": f"d={d} k={k}", "d": d, "k": k,
-                     "ours_s": t_ours, "tensorly_s": t_tl, "speedup": t_tl / t_ours,
+                     "ours_s": t_ours, "tensorly_s": t_tl, "speedup_wall": t_tl / t_ours,
+                     "ours_cpu_s": c_ours, "tensorly_cpu_s": c_tl, "speedup_cpu": c_tl / c_ours,
                      "tensorly_components_timed": k_tl, "err_ours": err_ours, "err_tensorly": err_tl,
                      "contractions_per_component_ours": OUR_L * OUR_R + OUR_L,
                      "contractions_per_component_tensorly": TL_REPEAT * 3 * TL_ITER + TL_REPEAT + 3 * TL_ITER + 1})
@@ -77,13 +83,15 @@ def bench_tensorly(quick: bool):
 
 def bench_contraction(quick: bool, peak: float):
     """GFLOP/s of one batched step T(I,U,U), T(U,U,U) over L=10 restarts, against the GEMM rate."""
+    # The yardstick is noisy on a shared machine too: take the best of the start and now.
+    peak = max(peak, gemm_gflops(1000 if quick else 2000, repeat=5))
     rows = []
     rng = np.random.default_rng(0)
     for d in ([60] if quick else [50, 100, 200]):
         T, _, _ = make_orthogonal_tensor(d, 5, random_state=0)
         op, U = SymmetricTensor(T), random_unit_columns(d, OUR_L, rng)
-        repeat = 20 if d <= 100 else 8
-        t, _ = _median_time(lambda: op.apply_evaluate(U), repeat)
+        # Best of many runs: the rate the step reaches when it has the core (the machine is shared).
+        t, _ = timed(op.apply_evaluate, U, repeat=100 if d <= 100 else 30)
         flops = 2 * d**3 * OUR_L + 4 * d**2 * OUR_L
         rows.append({"part": "contraction", "case": f"d={d} L={OUR_L}", "d": d, "seconds": t,
                      "gflops": flops / t / 1e9, "gemm_peak_gflops": peak, "fraction_of_peak": flops / t / 1e9 / peak})
@@ -97,12 +105,12 @@ def bench_large_data(quick: bool):
     rng = np.random.default_rng(0)
     X = rng.standard_normal((n, d)) * 0.1 + rng.exponential(1.0, size=(n, 1)) * np.eye(d)[:1]
     model = PrivateTensorDecomposition(k, epsilon=1.0, data_norm=5.0, n_restarts=10, n_iter=20, random_state=0)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     peak, model = peak_memory(model.fit, X)
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     t_plain, _ = timed(PrivateTensorDecomposition(k, n_restarts=10, n_iter=20, random_state=0).fit, X)
     row = {"part": "large_data", "case": f"n={n} d={d} k={k} L=10 R=20", "n": n, "d": d,
-           "seconds": seconds, "seconds_nonprivate": t_plain, "moment": model.moment_,
+           "seconds": seconds, "cpu_seconds": cpu, "seconds_nonprivate": t_plain, "moment": model.moment_,
            "peak_fit_MB": peak / 2**20, "X_MB": X.nbytes / 2**20, "dense_moment_GB": d**3 * 8 / 2**30}
     print(row)
     return [row]
@@ -121,7 +129,7 @@ def bench_crossover(quick: bool):
         times = {}
         for moment in ("implicit", "dense"):
             est = PrivateTensorDecomposition(k, n_restarts=L, n_iter=R, moment=moment, random_state=0)
-            times[moment], _ = _median_time(lambda: est.fit(X), 1 if quick else 2)
+            times[moment], _, _ = _median_time(lambda: est.fit(X), 1 if quick else 2)
         rows.append({"part": "crossover", "case": f"n={n} d={d} k={k}", "n": n, "d": d, "column_queries": S,
                      "implicit_s": times["implicit"], "dense_s": times["dense"],
                      "faster": min(times, key=times.get), "auto_picks": choose_moment(n, d, S)})
@@ -211,13 +219,14 @@ def _summary(records, peak, quick, load):
     for r in records:
         parts.setdefault(r["part"], []).append(r)
     lines = [f"Mode: {'quick' if quick else 'full'}. BLAS threads: {BLAS_THREADS}. float64 GEMM rate "
-             f"measured at start with the same threads: {peak:.1f} GFLOP/s.",
+             f"measured at start with the same threads: {peak:.1f} GFLOP/s (the contraction part re-measures it "
+             "and uses the better of the two).",
              f"Timings are medians on a shared machine (1-minute load average {load[0]:.1f} before, "
              f"{load[1]:.1f} after), so absolute times are pessimistic; ratios are what to read.", ""]
-    cols = {"tensorly": ["case", "ours_s", "tensorly_s", "speedup", "tensorly_components_timed", "err_ours",
-                         "err_tensorly"],
-            "contraction": ["case", "seconds", "gflops", "fraction_of_peak"],
-            "large_data": ["case", "moment", "seconds", "seconds_nonprivate", "peak_fit_MB", "X_MB",
+    cols = {"tensorly": ["case", "ours_s", "tensorly_s", "speedup_wall", "ours_cpu_s", "tensorly_cpu_s",
+                         "speedup_cpu", "tensorly_components_timed", "err_ours", "err_tensorly"],
+            "contraction": ["case", "seconds", "gflops", "gemm_peak_gflops", "fraction_of_peak"],
+            "large_data": ["case", "moment", "seconds", "cpu_seconds", "seconds_nonprivate", "peak_fit_MB", "X_MB",
                            "dense_moment_GB"],
             "crossover": ["case", "column_queries", "implicit_s", "dense_s", "faster", "auto_picks",
                           "model_crossover_S"],
@@ -226,8 +235,10 @@ def _summary(records, peak, quick, load):
     notes = {"tensorly": "Equal work: TensorLy n_repeat=10, n_iteration=10 (341 contractions per component) "
                          "against L=10 restarts x R=33 steps + 10 scores (340). Noise 0.01 on lambda in [1, 0.5]. "
                          "At d=200 TensorLy is timed on 2 components and scaled to k (its work per component "
-                         "is identical); its error there is over those 2 components.",
-             "contraction": "One batched T(I,U,U) and T(U,U,U) over L=10 restarts (dense symmetric tensor).",
+                         "is identical); its error there is over those 2 components. Wall and CPU (process) "
+                         "times are medians (ours over 3 runs, TensorLy 1 run).",
+             "contraction": "One batched T(I,U,U) and T(U,U,U) over L=10 restarts (dense symmetric tensor), "
+                            "best of many runs, against the best-of GEMM rate (n=2000).",
              "large_data": "Row-level private fit (epsilon=1, data_norm=5), implicit moment; peak_fit_MB is the "
                            "Python/NumPy peak while fitting (X itself excluded: allocated before).",
              "crossover": "Both paths on the same data; dense includes forming T. auto_picks is choose_moment.",
@@ -244,7 +255,7 @@ def run(quick: bool = False) -> list[dict]:
 
     load_before = os.getloadavg()
     with threadpool_limits(BLAS_THREADS):
-        peak = gemm_gflops(1000 if quick else 2000)
+        peak = gemm_gflops(1000 if quick else 2000, repeat=5)
         records = []
         records += bench_tensorly(quick)
         records += bench_contraction(quick, peak)
