@@ -1,0 +1,226 @@
+r"""Dask arrays as input: every data pass is one reduction over row chunks.
+
+The data-pass estimators only ever need sums over rows: ``X^T (X U)^2``, ``sum (X U)^3`` and
+``X^T (X Q)``. For a ``dask.array.Array`` X each such sum is computed where the chunks live: a task
+per row chunk turns its rows into partial sums of the small result (d x L and L numbers), a tree
+of additions combines them, and only that result reaches the client. The client therefore holds
+O(d L) numbers per query, never X and nothing of size d^2 or d^3; noise and normalisation are
+applied there, once, exactly as for an in-memory X, so the privacy cost does not change.
+
+The streaming estimators read rows once, in order: :class:`RowChunks` computes one chunk at a
+time and hands it over as a NumPy array.
+
+Nothing here imports dask at module level: :func:`is_dask_array` looks only at ``sys.modules``
+(a dask array cannot exist unless ``dask.array`` was imported), so ``import dptensor`` costs the
+same with or without dask installed.
+"""
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+
+from ._operators import TensorOperator
+from .mechanisms import clip_rows
+
+__all__ = ["is_dask_array", "check_dask_array", "clip_chunks", "reduce_row_chunks", "DaskThirdMoment",
+           "DaskGramMatrix", "RowChunks", "dask_moment_tensor"]
+
+#: How many partial results one addition task combines: the reduction tree has depth
+#: ``log_8(number of chunks)`` and no task holds more than 8 partials.
+_FAN_IN = 8
+
+
+def is_dask_array(X) -> bool:
+    """Whether ``X`` is a ``dask.array.Array``, without importing dask.
+
+    >>> is_dask_array(np.zeros((2, 2)))
+    False
+    """
+    module = sys.modules.get("dask.array")
+    return module is not None and isinstance(X, getattr(module, "Array", ()))
+
+
+def check_dask_array(estimator, X, *, reset: bool = True, check_finite: bool = True, name: str = "X"):
+    """Validate a dask X lazily, as ``validate_data`` does an in-memory one, without materialising it.
+
+    Checks that X is 2-D with known row-chunk sizes and a real dtype (float32 kept, other real
+    dtypes cast to float64 lazily), puts each row in one chunk (clipping needs whole rows), and
+    sets or checks ``n_features_in_`` on ``estimator`` (a dask array has no column names, so
+    ``feature_names_in_`` is removed on reset). With ``check_finite`` one reduction over the
+    chunks (a pass over the data, on the workers) refuses NaN and infinity before anything is
+    spent or released.
+
+    Returns the (lazy) dask array to use.
+    """
+    if X.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D dask array (n_samples, n_features), got {X.ndim} dimensions")
+    if any(math.isnan(c) for c in X.chunks[0]):
+        raise ValueError(f"{name} has unknown chunk sizes (n_samples must be known: it sets the "
+                         f"sensitivity); call {name}.compute_chunk_sizes() first")
+    if X.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must hold real numbers, got dtype {X.dtype}")
+    if X.dtype not in (np.float32, np.float64):
+        X = X.astype(np.float64)
+    if X.shape[0] < 1 or X.shape[1] < 1:
+        raise ValueError(f"{name} must have at least one sample and one feature, got shape {X.shape}")
+    if X.numblocks[1] > 1:
+        X = X.rechunk({1: -1})
+    d = X.shape[1]
+    if reset:
+        estimator.n_features_in_ = d
+        estimator.__dict__.pop("feature_names_in_", None)
+    elif d != estimator.n_features_in_:
+        raise ValueError(f"{name} has {d} features, but {type(estimator).__name__} is expecting "
+                         f"{estimator.n_features_in_} features as input.")
+    if check_finite and not reduce_row_chunks(X, _all_finite, combine=_all)[0]:
+        raise ValueError(f"{name} contains NaN or infinity")
+    return X
+
+
+def clip_chunks(X, data_norm):
+    """``clip_rows`` applied chunk by chunk (lazily); ``data_norm=None`` returns X.
+
+    X must have one chunk across the columns (as :func:`check_dask_array` returns it), so that
+    each task sees whole rows.
+    """
+    if data_norm is None:
+        return X
+    return X.map_blocks(clip_rows, data_norm, dtype=X.dtype)
+
+
+def reduce_row_chunks(X, partial, *args, combine=None):
+    """``sum`` over the row chunks ``c`` of X of ``partial(c, *args)`` (a tuple of arrays), in one compute.
+
+    ``args`` (small NumPy arrays, such as the d x L candidate block) enter the graph once and are
+    shared by every chunk task. The partials are added in a tree with fan-in 8 on the workers
+    (``combine`` replaces the addition), so the client receives one tuple of the partials' size.
+    """
+    import dask
+
+    shared = [dask.delayed(a) if isinstance(a, np.ndarray) else a for a in args]
+    parts = [dask.delayed(partial, pure=True)(block, *shared) for block in X.to_delayed().ravel()]
+    combine = combine or _add
+    while len(parts) > 1:
+        parts = [dask.delayed(combine, pure=True)(*parts[i:i + _FAN_IN])
+                 for i in range(0, len(parts), _FAN_IN)]
+    (total,) = dask.compute(parts[0])
+    return total
+
+
+def _add(*parts):
+    return tuple(sum(terms[1:], terms[0]) for terms in zip(*parts))
+
+
+def _all(*parts):
+    return (all(p[0] for p in parts),)
+
+
+def _all_finite(chunk):
+    return (bool(np.isfinite(chunk).all()),)
+
+
+def _moment_partial(chunk, U):
+    # The same arithmetic as ThirdMoment.apply_evaluate, on one chunk's rows.
+    XU = chunk @ U
+    sq = XU * XU
+    return chunk.T @ sq, np.einsum("il,il->l", sq, XU)
+
+
+def _cube_partial(chunk, U):
+    XU = chunk @ U
+    return (np.einsum("il,il,il->l", XU, XU, XU),)
+
+
+def _gram_partial(chunk, Q):
+    return (chunk.T @ (chunk @ Q),)
+
+
+def _dense_moment_partial(chunk):
+    from ._operators import moment_tensor
+
+    return (moment_tensor(chunk) * chunk.shape[0],)
+
+
+class DaskThirdMoment(TensorOperator):
+    r"""The empirical third moment of a dask X (n x d), never formed: :class:`ThirdMoment` on a cluster.
+
+    ``apply_evaluate(U)`` returns ``T(I,U,U) = X^T (X U)^2 / n`` and ``T(U,U,U) = sum (X U)^3 / n``
+    from one reduction over the row chunks: each chunk task computes its ``X_c U`` once and both
+    partial sums from it. The client sends U (d x L) and receives d x L + L numbers per query.
+    """
+
+    def __init__(self, X):
+        self.X = X
+        self.n = X.shape[0]
+        self.shape = (X.shape[1],) * 3
+
+    def apply_evaluate(self, U):
+        TU, tu = reduce_row_chunks(self.X, _moment_partial, np.asarray(U))
+        return TU / self.n, tu / self.n
+
+    def apply(self, U):
+        return self.apply_evaluate(U)[0]
+
+    def evaluate(self, U):
+        (tu,) = reduce_row_chunks(self.X, _cube_partial, np.asarray(U))
+        return tu / self.n
+
+
+class DaskGramMatrix:
+    """``A = X^T X`` for a dask X, applied as one reduction ``sum_c X_c^T (X_c Q)``: :class:`GramMatrix` on a cluster."""
+
+    def __init__(self, X):
+        self.X = X
+        self.shape = (X.shape[1], X.shape[1])
+
+    def matmat(self, Q):
+        return reduce_row_chunks(self.X, _gram_partial, np.asarray(Q))[0]
+
+
+def dask_moment_tensor(X):
+    """The dense third moment of a dask X, summed over chunks: d^3 numbers on the client.
+
+    Only for what needs the dense tensor itself (input perturbation releases it); the power
+    method uses :class:`DaskThirdMoment` instead.
+    """
+    return reduce_row_chunks(X, _dense_moment_partial)[0] / X.shape[0]
+
+
+class RowChunks:
+    """The row chunks of a dask X as NumPy arrays, computed one at a time, in order.
+
+    Iterable more than once (each iteration is a new pass over X), so a streaming ``fit`` can
+    cycle it. With a ``distributed`` client the next chunk is computed while the caller works on
+    the current one, so the client holds at most two chunks.
+    """
+
+    def __init__(self, X):
+        self.X = X
+
+    def __iter__(self):
+        blocks = list(self.X.to_delayed().ravel())
+        client = _default_client()
+        if client is None:
+            for block in blocks:
+                yield np.asarray(block.compute())
+            return
+        ahead = client.compute(blocks[0]) if blocks else None
+        for i in range(len(blocks)):
+            current, ahead = ahead, client.compute(blocks[i + 1]) if i + 1 < len(blocks) else None
+            chunk = np.asarray(current.result())
+            del current  # release the worker's copy as soon as the client has it
+            yield chunk
+
+
+def _default_client():
+    """The default ``distributed`` client, if distributed is imported and one is running."""
+    if "distributed" not in sys.modules:
+        return None
+    from distributed import default_client
+
+    try:
+        return default_client()
+    except ValueError:
+        return None
