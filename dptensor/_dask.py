@@ -169,7 +169,10 @@ class DaskThirdMoment(TensorOperator):
 
 
 class DaskGramMatrix:
-    """``A = X^T X`` for a dask X, applied as one reduction ``sum_c X_c^T (X_c Q)``: :class:`GramMatrix` on a cluster."""
+    """``A = X^T X`` for a dask X, applied as one reduction ``sum_c X_c^T (X_c Q)``.
+
+    :class:`GramMatrix` on a cluster: the client sends Q (d x p) and receives d x p numbers.
+    """
 
     def __init__(self, X):
         self.X = X
