@@ -196,8 +196,8 @@ def _plot(records):
     ax.set_yscale("log")
     ax.set_xlabel("samples seen N = k R n")
     ax.set_ylabel("max recovery error")
-    ax.set_title(f"error vs samples (dotted: {C:.2f} d/(lambda_min sqrt(block)); dashed: N = k d^2)",
-                 fontsize=9)
+    ax.set_title(f"error vs samples\n(dotted: {C:.2f} d / (lambda_min sqrt(block)); dashed: N = k d^2)",
+                 fontsize=10)
     ax.legend(fontsize=8)
 
     ax = axes[1, 2]

@@ -107,7 +107,7 @@ class _Stream:
         self.R, self.n, self.data_norm = n_iter, batch_size, data_norm
         self.sensitivity, self.noise_multiplier, self.rng = sensitivity, noise_multiplier, rng
         self.micro = max(1, min(batch_size, _MICRO_BLOCK_BYTES // (d * self.dtype.itemsize)))
-        self.buffer = np.empty((self.micro, d), dtype=self.dtype)
+        self.buffer = None        # allocated the first time a micro-block straddles two chunks
         self.fill = 0             # rows waiting in the buffer
         self.rows_in_block = 0    # rows of the current block already accumulated
         self.i = self.t = 0
@@ -136,6 +136,8 @@ class _Stream:
             if self.fill == 0 and take == size:
                 self._accumulate(X[pos:pos + size])
             else:
+                if self.buffer is None:
+                    self.buffer = np.empty((self.micro, self.d), dtype=self.dtype)
                 self.buffer[self.fill:self.fill + take] = X[pos:pos + take]
                 self.fill += take
                 if self.fill == size:
