@@ -24,6 +24,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._base import NO_PRIVACY_COST, PrivateEstimatorMixin
+from ._dask import DaskThirdMoment, check_dask_array, clip_chunks, dask_moment_tensor, is_dask_array
 from ._operators import DeflatedTensor, SymmetricTensor, ThirdMoment, moment_tensor
 from ._power import normalize_columns, random_unit_columns, select_restart
 from ._validation import check_data_norm, check_positive_int, check_symmetric_tensor
@@ -257,7 +258,8 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
     moment : {"auto", "implicit", "dense"}, default="auto"
         How the third moment of 2-D data is held for ``method="power"``. ``"implicit"`` costs
         O(ndL) per step and O(nd + dL) memory; ``"dense"`` forms T in O(nd^3) time and O(d^3) memory,
-        then costs O(d^3 L) per step; ``"auto"`` picks by :func:`choose_moment`.
+        then costs O(d^3 L) per step; ``"auto"`` picks by :func:`choose_moment` (``"implicit"``
+        for a Dask X, whose d^3 tensor would be summed on the client).
     symmetrize : bool, default=False
         For a 3-D X that is not symmetric: use its symmetric part instead of raising. Changing one
         entry of X by at most 1 changes the symmetric part by ``sym(e_i⊗e_j⊗e_k)/6``, a sixth of a
@@ -310,8 +312,17 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
 
     # -- fit -----------------------------------------------------------------------------------
     def fit(self, X, y=None):
-        """Decompose X (n x d data, or a d x d x d symmetric tensor); ``y`` is ignored."""
-        X = validate_data(self, X, allow_nd=True, dtype=[np.float64, np.float32])
+        """Decompose X (n x d data, or a d x d x d symmetric tensor); ``y`` is ignored.
+
+        A ``dask.array.Array`` of data stays where it is: it is validated lazily and every power
+        step is one reduction over its row chunks (see ``docs/dask.rst``); the noise is drawn here,
+        as for an in-memory X, so the fit and its privacy cost are the same.
+        """
+        dask = is_dask_array(X)
+        if dask:  # Dask data: never materialised here (np.asarray would pull all of it)
+            X = check_dask_array(self, X)
+        else:
+            X = validate_data(self, X, allow_nd=True, dtype=[np.float64, np.float32])
         if X.ndim not in (2, 3):
             raise ValueError(f"X must be 2-D data (n_samples, n_features) or a 3-D symmetric tensor, "
                              f"got {X.ndim} dimensions")
@@ -327,10 +338,14 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
             base, sensitivity, self.moment_ = SymmetricTensor(T), None, "tensor"
         else:
             data_norm = check_data_norm(self.data_norm, epsilon)
-            X = clip_rows(X, data_norm)
+            X = clip_chunks(X, data_norm) if dask else clip_rows(X, data_norm)
             sensitivity = row_sensitivity(data_norm, X.shape[0]) if private else None
             self.moment_ = self._pick_moment(X, k)
-            base = SymmetricTensor(moment_tensor(X)) if self.moment_ == "dense" else ThirdMoment(X)
+            if dask:  # the same moment, summed (dense) or applied (implicit) chunk by chunk on the workers
+                base = (SymmetricTensor(dask_moment_tensor(X)) if self.moment_ == "dense"
+                        else DaskThirdMoment(X))
+            else:
+                base = SymmetricTensor(moment_tensor(X)) if self.moment_ == "dense" else ThirdMoment(X)
 
         noise = None
         if not private:
@@ -376,6 +391,8 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
             return "dense"  # the released object is the dense moment itself
         if self.moment != "auto":
             return self.moment
+        if is_dask_array(X):
+            return "implicit"  # for data too big for one machine, never a d^3 tensor unless asked
         steps = n_power_queries(k, self.n_restarts, self.n_iter)
         return choose_moment(X.shape[0], X.shape[1], steps, X.dtype.itemsize)
 
@@ -383,7 +400,10 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
     def transform(self, X):
         """Project data onto the components: ``X @ components_.T``, shape (n_samples, n_components)."""
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        if is_dask_array(X):  # a lazy dask projection, computed where the rows are
+            X = check_dask_array(self, X, reset=False, check_finite=False)
+        else:
+            X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
         return X @ self.components_.T.astype(X.dtype, copy=False)
 
     @property
