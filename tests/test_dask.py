@@ -201,3 +201,40 @@ def test_x_is_never_computed_on_the_client(client):
     np.testing.assert_array_equal(np.concatenate([first, second]), Xm[:2 * rows])
     TU_ref, tu_ref = ThirdMoment(Xm).apply_evaluate(U)
     assert _close(TU, TU_ref) and _close(tu, tu_ref)
+
+
+# ---------------------------------------------------------------------------------------------
+# The estimators: the Dask and NumPy paths give the same fit
+# ---------------------------------------------------------------------------------------------
+
+def _moment_data(n=3000, d=10, k=2, seed=0):
+    from dptensor.datasets import make_orthogonal_moment_data
+
+    X, eigenvalues, components = make_orthogonal_moment_data(n, d, k, eigenvalues=[4.0, 2.0], noise=0.1,
+                                                              random_state=seed)
+    return X, components
+
+
+def _same_fit(a, b, *attributes):
+    for name in attributes:
+        assert _close(getattr(a, name), getattr(b, name)), name
+
+
+@pytest.mark.parametrize("epsilon", [np.inf, 5.0])
+def test_tensor_decomposition_dask_matches_numpy(client, epsilon):
+    from dptensor import PrivacyAccountant, PrivateTensorDecomposition
+
+    X, components = _moment_data()
+    params = dict(n_components=2, n_restarts=3, n_iter=4, epsilon=epsilon, data_norm=3.0, random_state=7)
+    accountants = [PrivacyAccountant(10.0), PrivacyAccountant(10.0)]
+    fits = [PrivateTensorDecomposition(accountant=acc, **params).fit(data)
+            for acc, data in zip(accountants, (X, da.from_array(X, chunks=(700, 10))))]
+    numpy_fit, dask_fit = fits
+    _same_fit(numpy_fit, dask_fit, "components_", "eigenvalues_")
+    assert dask_fit.moment_ == "implicit" and dask_fit.n_features_in_ == 10
+    assert dask_fit.privacy_cost_ == numpy_fit.privacy_cost_
+    assert accountants[0].spent() == accountants[1].spent()
+    if epsilon == np.inf:  # the fit is a real one: it recovers the planted components
+        assert np.all(np.max(np.abs(dask_fit.components_ @ components.T), axis=1) > 0.95)
+    projected = dask_fit.transform(da.from_array(X, chunks=(700, 10)))
+    assert is_dask_array(projected) and _close(projected.compute(), numpy_fit.transform(X))
