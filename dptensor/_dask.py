@@ -25,7 +25,7 @@ from ._operators import TensorOperator
 from .mechanisms import clip_rows
 
 __all__ = ["is_dask_array", "check_dask_array", "clip_chunks", "reduce_row_chunks", "DaskThirdMoment",
-           "DaskGramMatrix", "RowChunks", "dask_moment_tensor"]
+           "DaskGramMatrix", "RowChunks", "dask_moment_tensor", "dask_gram"]
 
 #: How many partial results one addition task combines: the reduction tree has depth
 #: ``log_8(number of chunks)`` and no task holds more than 8 partials.
@@ -137,6 +137,10 @@ def _gram_partial(chunk, Q):
     return (chunk.T @ (chunk @ Q),)
 
 
+def _cross_partial(chunk):
+    return (chunk.T @ chunk,)
+
+
 def _dense_moment_partial(chunk):
     from ._operators import moment_tensor
 
@@ -189,6 +193,15 @@ def dask_moment_tensor(X):
     method uses :class:`DaskThirdMoment` instead.
     """
     return reduce_row_chunks(X, _dense_moment_partial)[0] / X.shape[0]
+
+
+def dask_gram(X):
+    """``X^T X`` of a dask X, summed over chunks: d x d numbers on the client.
+
+    Only for what releases the matrix itself (Analyze Gauss); the power method uses
+    :class:`DaskGramMatrix` instead.
+    """
+    return reduce_row_chunks(X, _cross_partial)[0]
 
 
 class RowChunks:

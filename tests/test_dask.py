@@ -13,7 +13,8 @@ da = pytest.importorskip("dask.array")
 distributed = pytest.importorskip("distributed")
 
 from dptensor._dask import (DaskGramMatrix, DaskThirdMoment, RowChunks, check_dask_array,  # noqa: E402
-                            clip_chunks, dask_moment_tensor, is_dask_array)
+                            clip_chunks, dask_gram, dask_moment_tensor,
+                            is_dask_array)
 from dptensor._operators import DeflatedTensor, GramMatrix, ThirdMoment, moment_tensor  # noqa: E402
 from dptensor.mechanisms import clip_rows  # noqa: E402
 
@@ -126,6 +127,7 @@ def test_gram_and_dense_moment_match_numpy(client):
     assert _close(DaskGramMatrix(Xd).matmat(Q), GramMatrix(X).matmat(Q))
     assert DaskGramMatrix(Xd).shape == (7, 7)
     assert _close(dask_moment_tensor(Xd), moment_tensor(X))
+    assert _close(dask_gram(Xd), X.T @ X)
 
 
 def test_clipping_per_chunk_matches_clip_rows(client):
