@@ -213,7 +213,9 @@ class RowChunks:
     """
 
     def __init__(self, X):
-        self.X = X
+        if X.ndim != 2:
+            raise ValueError(f"X must be a 2-D dask array (n_samples, n_features), got {X.ndim} dimensions")
+        self.X = X.rechunk({1: -1}) if X.numblocks[1] > 1 else X  # each chunk: whole rows
 
     def __iter__(self):
         blocks = list(self.X.to_delayed().ravel())

@@ -150,6 +150,9 @@ def test_row_chunks_in_order_and_reiterable(client):
     assert all(isinstance(c, np.ndarray) for c in first)
     np.testing.assert_array_equal(np.concatenate(first), X)
     np.testing.assert_array_equal(np.concatenate(list(chunks)), X)  # a second pass
+    np.testing.assert_array_equal(np.concatenate(list(RowChunks(da.from_array(X, chunks=(100, 3))))), X)
+    with pytest.raises(ValueError, match="2-D"):
+        RowChunks(da.zeros(5, chunks=2))
     partial = iter(chunks)
     np.testing.assert_array_equal(next(partial), X[:70])
     partial.close()  # stopping early drops the prefetched chunk without error
