@@ -23,7 +23,11 @@ extensions = [
 ]
 
 autosummary_generate = True
-autodoc_default_options = {"members": True, "inherited-members": False, "show-inheritance": False}
+templates_path = ["_templates"]
+# scikit-learn adds set_*_request methods to every estimator class; they are its API, not ours.
+_SKLEARN_GENERATED = ("set_fit_request,set_partial_fit_request,set_score_request,set_transform_request,"
+                      "set_predict_request,set_inverse_transform_request,set_output")
+autodoc_default_options = {"members": True, "exclude-members": _SKLEARN_GENERATED}
 numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False
 plot_include_source = True
