@@ -1,0 +1,385 @@
+"""CP and Tucker models on observed entries only: evaluation, ALS, (DP) gradient descent, offsets.
+
+Plain functions on arrays, usable without scikit-learn. Every pass touches the observed entries
+only: the rows of each factor that an entry uses are gathered into ``(n_obs, rank)`` arrays, and
+sums over the entries of a row go back through a sparse indicator matrix (one sparse-dense product
+per mode). One epoch costs ``O(|Omega| rank order)`` for CP and ``O(|Omega| rank^order order)`` for
+Tucker; memory is ``O(|Omega| rank + sum(shape) rank)`` (CP) and no dense ``n1 x n2 x ...`` array
+is ever formed.
+
+Model, on values already centred and scaled by the caller::
+
+    x_hat[e] = intercept + sum_m biases[m][X[e, m]] + f(X[e])
+    f = sum_r prod_m U_m[i_m, r]                           (CP)
+    f = core x_1 U_1[i_1] x_2 U_2[i_2] ... x_d U_d[i_d]    (Tucker, core rank^order)
+
+Objective (both solvers): ``1/2 sum_Omega (y - x_hat)^2 + reg/2 sum_m ||U_m||^2 + reg_core/2 ||core||^2``
+(+ ``reg/2 sum_m ||b_m||^2`` while ALS refines the biases).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = ["Observations", "Model", "predict", "interaction_design", "clipped_gradient", "als",
+           "gradient_descent", "row_offsets", "init_model"]
+
+_CHUNK = 1 << 21  # floats per block when a Khatri-Rao product over entries would be large
+
+
+class Observations:
+    """The public index set Omega: entries ``X`` (n_obs, order) in a tensor of ``shape``.
+
+    Holds, per mode, the sparse indicator ``S_m`` (n_m x n_obs, ``S_m[i, e] = 1`` when entry
+    ``e`` lies in row ``i`` of mode ``m``) and the row counts. ``S_m @ W`` sums the per-entry rows
+    of ``W`` into per-row totals: the scatter-add of every update.
+    """
+
+    def __init__(self, X: np.ndarray, shape):
+        self.X = X
+        self.shape = tuple(int(n) for n in shape)
+        n_obs = X.shape[0]
+        cols = np.arange(n_obs)
+        ones = np.ones(n_obs)
+        self.indicators = [sp.csr_array((ones, (X[:, m], cols)), shape=(n, n_obs))
+                           for m, n in enumerate(self.shape)]
+        self.counts = [np.bincount(X[:, m], minlength=n).astype(float) for m, n in enumerate(self.shape)]
+
+    @property
+    def order(self) -> int:
+        return len(self.shape)
+
+    def scatter(self, m: int, W: np.ndarray) -> np.ndarray:
+        """Per-row sums over mode ``m`` of the per-entry rows ``W`` (n_obs,) or (n_obs, p)."""
+        return self.indicators[m] @ W
+
+
+@dataclass
+class Model:
+    """Parameters of a fitted completion model (in the caller's scaled units)."""
+
+    factors: list
+    core: np.ndarray | None = None
+    intercept: float = 0.0
+    biases: list = field(default_factory=list)
+
+    @property
+    def rank(self) -> int:
+        return self.factors[0].shape[1]
+
+
+def init_model(shape, rank, kind, rng, scale=0.1, *, offset_like=False):
+    """A data-independent starting point.
+
+    By default, random normal factors scaled so that ``f`` has standard deviation about ``scale``.
+    With ``offset_like`` (the start for gradient descent) ``f`` starts at exactly 0 but not at a
+    saddle point: for CP, component ``r`` has an all-zero column on mode ``r % order`` and all-ones
+    columns elsewhere, so it acts as a per-mode offset whose first gradient is that mode's row sums
+    of residuals, and interactions grow from it in later steps; for Tucker, the core is 0 and the
+    factors random with unit-norm rows, so the first step fits the core.
+    """
+    d = len(shape)
+    biases = [np.zeros(n) for n in shape]
+    if kind == "cp":
+        if offset_like:
+            factors = [np.ones((n, rank)) for n in shape]
+            for r in range(rank):
+                factors[r % d][:, r] = 0.0
+            return Model(factors=factors, core=None, biases=biases)
+        s = (scale / np.sqrt(rank)) ** (1.0 / d)
+        return Model(factors=[rng.standard_normal((n, rank)) * s for n in shape], core=None, biases=biases)
+    if offset_like:
+        factors = [rng.standard_normal((n, rank)) for n in shape]
+        factors = [U / np.linalg.norm(U, axis=1, keepdims=True) for U in factors]
+        return Model(factors=factors, core=np.zeros((rank,) * d), biases=biases)
+    factors = [rng.standard_normal((n, rank)) / np.sqrt(max(n, 1)) for n in shape]
+    core = rng.standard_normal((rank,) * d)
+    # each f(e) is a sum of rank^d products of O(1/sqrt(n)) rows: rescale the core to ``scale``.
+    core *= scale / np.sqrt(rank**d / np.prod([max(n, 1) for n in shape]))
+    return Model(factors=factors, core=core, biases=biases)
+
+
+# ----------------------------------------------------------------------------- evaluation
+def _khatri_rao_rows(mats):
+    """Row-wise Kronecker product of ``(n, r_k)`` matrices: ``(n, prod r_k)``, C order."""
+    out = mats[0]
+    for M in mats[1:]:
+        out = (out[:, :, None] * M[:, None, :]).reshape(out.shape[0], -1)
+    return out
+
+
+def _unfold(core, m):
+    """Mode-``m`` unfolding whose columns follow the C order of the other modes."""
+    return np.moveaxis(core, m, 0).reshape(core.shape[m], -1)
+
+
+def interaction_design(model: Model, X: np.ndarray):
+    """The gathered rows ``R_m = U_m[X[:, m]]`` and the leave-one-out designs ``K_m``.
+
+    ``K_m[e]`` is the derivative of ``f(X[e])`` with respect to row ``X[e, m]`` of ``U_m``, so that
+    ``f(X[e]) = R_m[e] . K_m[e]`` for every ``m``: the per-entry regression of an ALS step and the
+    per-entry gradient of a GD step in one array. CP uses prefix and suffix products (no division);
+    Tucker contracts the core with the other modes' rows.
+    """
+    R = [U[X[:, m]] for m, U in enumerate(model.factors)]
+    d = len(R)
+    if model.core is None:
+        prefix = [np.ones_like(R[0])]
+        for m in range(d - 1):
+            prefix.append(prefix[-1] * R[m])
+        K = [None] * d
+        suffix = np.ones_like(R[0])
+        for m in range(d - 1, -1, -1):
+            K[m] = prefix[m] * suffix
+            suffix = suffix * R[m]
+        return R, K
+    K = []
+    for m in range(d):
+        others = [R[k] for k in range(d) if k != m]
+        K.append(_blocked(lambda s: _khatri_rao_rows([o[s] for o in others]) @ _unfold(model.core, m).T,
+                          len(X), model.rank ** (d - 1), model.rank))
+    return R, K
+
+
+def _blocked(fn, n, width, out_cols):
+    """Apply ``fn`` to slices of the entries so that no block holds more than ``_CHUNK`` floats."""
+    step = max(1, _CHUNK // max(width, 1))
+    if n <= step:
+        return fn(slice(0, n))
+    out = np.empty((n, out_cols))
+    for start in range(0, n, step):
+        s = slice(start, min(n, start + step))
+        out[s] = fn(s)
+    return out
+
+
+def _core_rows_t_dot(R, w):
+    """``sum_e w[e] (R_1[e] (x) ... (x) R_d[e])`` as a core-shaped array, in bounded memory."""
+    width = int(np.prod([r.shape[1] for r in R]))
+    step = max(1, _CHUNK // width)
+    total = np.zeros(width)
+    for start in range(0, len(w), step):
+        s = slice(start, start + step)
+        total += w[s] @ _khatri_rao_rows([r[s] for r in R])
+    return total.reshape([r.shape[1] for r in R])
+
+
+def _core_gram(R):
+    """``sum_e kr_e kr_e^T`` with ``kr_e`` the Kronecker product of the rows: (rank^d, rank^d)."""
+    width = int(np.prod([r.shape[1] for r in R]))
+    step = max(1, _CHUNK // width)
+    gram = np.zeros((width, width))
+    for start in range(0, R[0].shape[0], step):
+        kr = _khatri_rao_rows([r[start:start + step] for r in R])
+        gram += kr.T @ kr
+    return gram
+
+
+def offsets(model: Model, X: np.ndarray) -> np.ndarray:
+    out = np.full(X.shape[0], float(model.intercept))
+    for m, b in enumerate(model.biases):
+        if b is not None and len(b):
+            out += b[X[:, m]]
+    return out
+
+
+def predict(model: Model, X: np.ndarray) -> np.ndarray:
+    """Model values at the index tuples ``X`` (n, order)."""
+    R, K = interaction_design(model, X)
+    return offsets(model, X) + np.einsum("er,er->e", R[0], K[0])
+
+
+# ----------------------------------------------------------------------------- offsets
+def row_offsets(obs: Observations, y: np.ndarray, *, shrink=1.0, noise_std=0.0, rng=None):
+    """Global mean and per-mode row effects by one backfitting sweep, optionally noised.
+
+    ``intercept = (sum y + N(0, noise_std^2)) / n``; then for each mode in turn
+    ``b_m[i] = (S_i + N(0, noise_std^2)) / (n_i + kappa_i)`` where ``S_i`` sums, over row ``i``'s
+    entries, ``y`` minus the offsets released so far. Without noise ``kappa_i = shrink``; with
+    noise it is the empirical-Bayes shrinkage of :func:`eb_shrinkage`, computed from the noisy
+    sums and public counts only. Returns ``(intercept, biases)``.
+
+    Privacy (used by the estimator): with ``y`` in an interval of width ``w``, changing one entry's
+    value moves the total by at most ``w``, and moves one row sum of each mode by at most ``w``
+    (the offsets subtracted were released before, so they are constants), so each of the
+    ``order + 1`` releases has l2 sensitivity ``w``; ``noise_std = z w`` makes each a Gaussian
+    release with multiplier ``z``. Rows with no entry sum to 0 whatever the data: no noise there.
+    """
+    noisy = noise_std > 0
+    n = len(y)
+    total = y.sum() + (rng.normal(0.0, noise_std) if noisy else 0.0)
+    intercept = total / max(n, 1)
+    resid = y - intercept
+    biases = []
+    for m in range(obs.order):
+        sums = obs.scatter(m, resid)
+        counts = obs.counts[m]
+        if noisy:
+            sums = sums + np.where(counts > 0, rng.normal(0.0, noise_std, size=sums.shape), 0.0)
+            kappa = eb_shrinkage(sums, counts, noise_std**2)
+        else:
+            kappa = shrink
+        b = np.where(counts > 0, sums / np.maximum(counts + kappa, 1e-12), 0.0)
+        biases.append(b)
+        resid = resid - b[obs.X[:, m]]
+    return float(intercept), biases
+
+
+def eb_shrinkage(sums, counts, noise_var):
+    """Per-row shrinkage ``kappa_i = (s^2 + noise_var / n_i) / tau^2`` from noisy row sums.
+
+    Model: row effect ``beta_i ~ (0, tau^2)``, per-entry residual variance ``s^2``, released sum
+    ``S_i = n_i beta_i + data noise + N(0, noise_var)``. Then the raw mean ``S_i / n_i`` has
+    second moment ``tau^2 + s^2 / n_i + noise_var / n_i^2``; ``tau^2`` and ``s^2`` are fitted by
+    weighted least squares across rows, and ``S_i / (n_i + kappa_i)`` is the posterior mean of
+    ``beta_i``. Only released sums and public counts enter: this is post-processing.
+    """
+    seen = counts > 0
+    n = counts[seen]
+    mean = sums[seen] / n
+    target = mean**2 - noise_var / n**2
+    design = np.stack([np.ones_like(n), 1.0 / n], axis=1)
+    sd = 1.0 / n + noise_var / n**2  # rough spread of each target, for the weights
+    w = 1.0 / sd
+    A, t = design * np.sqrt(w)[:, None], target * np.sqrt(w)
+    coef, *_ = np.linalg.lstsq(A, t, rcond=None)
+    # Shrink on the safe side: take tau^2 two standard errors below its estimate, so that rows
+    # swamped by noise fall back to 0 rather than to a noisy mean.
+    dof = max(len(n) - 2, 1)
+    sigma2 = np.sum((t - A @ coef) ** 2) / dof
+    se = np.sqrt(sigma2 * np.linalg.pinv(A.T @ A)[0, 0])
+    tau2 = max(coef[0] - 2.0 * se, 1e-8)
+    s2 = max(coef[1], 0.0)
+    return (s2 + noise_var / np.maximum(counts, 1)) / tau2
+
+
+# ----------------------------------------------------------------------------- ALS
+def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter, tol=1e-10,
+        fit_biases=True, prior_var=None, warmup=5, history=None):
+    """Alternating least squares over the observed entries only, in place on ``model``.
+
+    Mode by mode, every row solves its own ridge regression of the residual on the leave-one-out
+    design ``K_m`` (plus a constant column for the row's bias when ``fit_biases``): the per-row
+    normal equations are built for all rows at once by one sparse product of the per-entry outer
+    products, and solved as one stacked ``np.linalg.solve``. Tucker then solves the core's ridge
+    regression on the Kronecker rows. Stops when the objective's relative decrease falls below
+    ``tol``. Appends the training RMSE of each sweep to ``history`` when given.
+    """
+    d, r = obs.order, model.rank
+    X = obs.X
+    prev = np.inf
+    reg0, reg_core0 = reg, reg_core
+    for sweep in range(n_iter):
+        if prior_var is not None and sweep >= warmup:
+            # Empirical Bayes: ridge = residual variance / prior variance of a parameter.
+            mse = np.mean((y - predict(model, X))**2)
+            reg, reg_core = reg0 + mse / prior_var, reg_core0 + mse / prior_var
+        for m in range(d):
+            R, K = interaction_design(model, X)
+            base = y - offsets(model, X)
+            if fit_biases:
+                base = base + model.biases[m][X[:, m]]
+                Z = np.concatenate([K[m], np.ones((len(y), 1))], axis=1)
+            else:
+                Z = K[m]
+            p = Z.shape[1]
+            gram = obs.scatter(m, (Z[:, :, None] * Z[:, None, :]).reshape(len(y), p * p))
+            gram = gram.reshape(-1, p, p)
+            gram[:, np.arange(p), np.arange(p)] += reg + 1e-12
+            rhs = obs.scatter(m, Z * base[:, None])
+            sol = np.linalg.solve(gram, rhs[:, :, None])[:, :, 0]
+            model.factors[m] = sol[:, :r]
+            if fit_biases:
+                model.biases[m] = sol[:, r]
+        if model.core is not None:
+            R = [U[X[:, m]] for m, U in enumerate(model.factors)]
+            gram = _core_gram(R)
+            gram[np.diag_indices_from(gram)] += reg_core + 1e-12
+            rhs = _core_rows_t_dot(R, y - offsets(model, X)).ravel()
+            model.core = np.linalg.solve(gram, rhs).reshape(model.core.shape)
+        resid = y - predict(model, X)
+        loss = 0.5 * resid @ resid + 0.5 * reg * sum(np.sum(U * U) for U in model.factors)
+        if model.core is not None:
+            loss += 0.5 * reg_core * np.sum(model.core**2)
+        if history is not None:
+            history.append(float(np.sqrt(np.mean(resid**2))))
+        if abs(prev - loss) <= tol * max(prev, 1e-300) and sweep > warmup:
+            break
+        prev = loss
+    return model
+
+
+# ----------------------------------------------------------------------------- gradients
+def clipped_gradient(model: Model, X: np.ndarray, resid: np.ndarray, clip_norm):
+    """Per-entry gradients of ``1/2 resid^2``, clipped jointly over all parameters, and their sums.
+
+    Entry ``e``'s gradient is ``-resid[e] v_e`` with ``v_e`` the stacked designs ``K_m[e]`` of every
+    mode (and, for Tucker, the Kronecker product of its rows for the core): a fixed direction times
+    the residual. Its joint l2 norm is ``|resid[e]| ||v_e||``; clipping to ``clip_norm`` scales the
+    residual by ``min(1, clip_norm / (|resid[e]| ||v_e||))``. Returns ``(weights, K, R)`` where
+    ``weights[e]`` is the clipped residual: the gradient sums are ``-S_m (weights * K_m)`` for the
+    factors and ``-sum_e weights[e] kr_e`` for the core.
+    """
+    R, K = interaction_design(model, X)
+    sq = sum(np.einsum("er,er->e", k, k) for k in K)
+    if model.core is not None:
+        sq = sq + np.prod([np.einsum("er,er->e", r, r) for r in R], axis=0)
+    weights = resid
+    if clip_norm is not None and np.isfinite(clip_norm):
+        norm = np.abs(resid) * np.sqrt(sq)
+        weights = resid * np.minimum(1.0, clip_norm / np.maximum(norm, 1e-300))
+    return weights, K, R
+
+
+def gradient_descent(obs: Observations, y: np.ndarray, model: Model, *, learning_rate, n_iter, reg,
+                     reg_core, clip_norm=None, noise_std=0.0, damping=0.0, rng=None, history=None):
+    """(DP) full-batch gradient descent over every factor and the core, in place on ``model``.
+
+    Each step: the clipped per-entry gradients are summed per row (one sparse product per mode)
+    and over all entries for the core; ``N(0, noise_std^2)`` is added to every coordinate of every
+    sum (rows without entries excepted: their sum is 0 whatever the data); then each row moves by
+    ``-learning_rate * (H_i + damping I)^{-1} (noisy sum + reg u_i)`` where
+    ``H_i = sum_{e in row i} K_m[e] K_m[e]^T + reg I`` is a Gauss-Newton preconditioner. ``H_i``
+    depends only on Omega and on parameters already released, so it is public: using it is
+    post-processing, and ``damping`` (public too) shrinks noisy rows with few entries. All modes
+    move at once from the same noisy gradient, so one step is one Gaussian release.
+    The biases (offsets) stay fixed.
+    """
+    d = obs.order
+    X = obs.X
+    noisy = noise_std > 0
+    for _ in range(n_iter):
+        base = y - offsets(model, X)
+        R, K = interaction_design(model, X)
+        resid = base - np.einsum("er,er->e", R[0], K[0])
+        if history is not None:
+            history.append(float(np.sqrt(np.mean(resid**2))))
+        w, K, R = clipped_gradient(model, X, resid, clip_norm)
+        new = []
+        for m in range(d):
+            U = model.factors[m]
+            r = U.shape[1]
+            grad = -obs.scatter(m, K[m] * w[:, None])
+            if noisy:
+                has = obs.counts[m] > 0
+                grad = grad + has[:, None] * rng.normal(0.0, noise_std, size=grad.shape)
+            grad = grad + reg * U
+            gram = obs.scatter(m, (K[m][:, :, None] * K[m][:, None, :]).reshape(len(y), r * r))
+            gram = gram.reshape(-1, r, r)
+            gram[:, np.arange(r), np.arange(r)] += reg + damping + 1e-12
+            new.append(U - learning_rate * np.linalg.solve(gram, grad[:, :, None])[:, :, 0])
+        if model.core is not None:
+            grad = -_core_rows_t_dot(R, w)
+            if noisy:
+                grad = grad + rng.normal(0.0, noise_std, size=grad.shape)
+            grad = grad + reg_core * model.core
+            gram = _core_gram(R)
+            gram[np.diag_indices_from(gram)] += reg_core + damping + 1e-12
+            step = np.linalg.solve(gram, grad.ravel()).reshape(grad.shape)
+            model.core = model.core - learning_rate * step
+        model.factors = new
+    if history is not None:
+        history.append(float(np.sqrt(np.mean((y - predict(model, X))**2))))
+    return model
