@@ -273,16 +273,23 @@ def private_mean(X: np.ndarray, data_norm, noise_multiplier: float, rng: np.rand
     return mean
 
 
-def center_and_clip(X: np.ndarray, mean, data_norm) -> np.ndarray:
-    """``clip(x - mean, data_norm)`` for every row: a new array, ``X`` untouched.
+def center_and_clip(X: np.ndarray, mean, data_norm, *, copy: bool = True) -> np.ndarray:
+    """``clip(x - mean, data_norm)`` for every row.
 
     With ``mean`` a previous (public) release this is a fixed map applied row by row, so the
     row-level sensitivities above hold for the centred rows with the same ``data_norm``. Rows are
     re-clipped because ``||x - mean||`` can reach ``||x|| + ||mean||``; a row pulled in here only
-    shortens, it never turns.
+    shortens, it never turns. ``copy=False`` works in place on ``X`` (for an array the caller owns,
+    so that a fit holds one copy of the data, not two).
     """
-    Xc = X - mean if mean is not None else X
-    return clip_rows(Xc, data_norm)
+    if copy:
+        return clip_rows(X - mean if mean is not None else X, data_norm)
+    if mean is not None:
+        X -= mean
+    if data_norm is not None:
+        norms = np.sqrt(np.einsum("ij,ij->i", X, X))
+        X *= np.minimum(1.0, data_norm / np.maximum(norms, np.finfo(X.dtype).tiny))[:, None].astype(X.dtype)
+    return X
 
 
 def power_schedule(mu: float, n_iter: int, final_share: float = None) -> np.ndarray:
@@ -659,9 +666,9 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             mean, scale = np.zeros(X.shape[1], dtype=X.dtype), 1.0
             exact_total = float(np.trace(X))
         else:
-            X = clip_rows(X, s["bound"])  # a new array when clipping; X itself is never written
-            mean = private_mean(X, s["bound"], plan["z_mean"], rng) if s["center"] else None
-            Xc = center_and_clip(X, mean, s["bound"])
+            Xc = clip_rows(X, s["bound"])  # a new array when clipping; the caller's X is never written
+            mean = private_mean(Xc, s["bound"], plan["z_mean"], rng) if s["center"] else None
+            Xc = center_and_clip(Xc, mean, s["bound"], copy=Xc is X)
             result = self._fit_rows(Xc, s, plan, rng)
             mean = np.zeros(X.shape[1], dtype=X.dtype) if mean is None else mean
             self.n_samples_ = X.shape[0]

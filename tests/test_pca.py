@@ -415,13 +415,14 @@ def test_auto_method_rule():
 
 
 @pytest.mark.parametrize("kwargs", [dict(method="power"), dict(method="analyze_gauss"),
-                                    dict(centered=True), dict(input="precomputed")])
+                                    dict(centered=True), dict(input="precomputed"),
+                                    dict(epsilon=np.inf, data_norm=None, method="power")])
 def test_never_modifies_X(kwargs):
     X = well_separated(n=60, d=6)
     if kwargs.get("input") == "precomputed":
         X = X.T @ X
     X0 = X.copy()
-    est = PrivatePCA(2, epsilon=1.0, data_norm=1.0, random_state=0, **kwargs).fit(X)
+    est = PrivatePCA(2, random_state=0, **{"epsilon": 1.0, "data_norm": 1.0, **kwargs}).fit(X)
     est.transform(X)
     np.testing.assert_array_equal(X, X0)
     if "input" not in kwargs:
