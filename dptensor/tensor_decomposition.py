@@ -44,8 +44,10 @@ ENTRY_SENSITIVITY = 6.0
 DENSE_MOMENT_MAX_BYTES = 2**30
 
 #: How much faster per flop the one-off GEMM that forms a dense moment runs than a power step's
-#: thin products (issue measurement at n=1e5, d=100, L=20: 20 against 12-14 GFLOP/s).
-FORM_SPEEDUP = 2.0
+#: thin products. Two measurements bracket it: at n=1e5, d=100, L=20 forming ran at 20 against
+#: 12-14 GFLOP/s for the steps (dense won at 4200 column-queries: needs > 1.25), and the
+#: crossover benchmark at n=2e4, d=50 had implicit still faster at 840 column-queries (needs < 1.6).
+FORM_SPEEDUP = 1.4
 
 
 # ----------------------------------------------------------------------------------------------
@@ -178,12 +180,12 @@ def choose_moment(n_samples: int, n_features: int, n_column_steps: int, itemsize
     * implicit, ``X^T (X U)^2``: about ``4 n d`` flops per column-query, so ``4 n d S``;
     * dense: ``2 n d^3`` to form T once, then ``2 d^3`` per column-query.
 
-    Forming T is one large GEMM, which runs about :data:`FORM_SPEEDUP` (= 2) times faster per flop
-    than the thin per-step products (both kinds of step run at similar rates), so dense wins when
-    ``n d^3 + 2 d^3 S < 4 n d S``: that needs ``n > d^2 / 2`` and then ``S > n d^2 / (4 n - 2 d^2)``
-    (about ``d^2 / 4`` column-queries when ``n >> d^2``), and only if the d^3 tensor fits in
-    ``max_bytes`` (1 GiB by default: d <= 512 in float64). The benchmarks measure the real
-    crossover against this model.
+    Forming T is one large GEMM, which runs about ``c =`` :data:`FORM_SPEEDUP` (1.4) times faster
+    per flop than the thin per-step products (both kinds of step run at similar rates), so dense
+    wins when ``2 n d^3 / c + 2 d^3 S < 4 n d S``: that needs ``n > d^2 / 2`` and then
+    ``S > 2 n d^2 / (c (4 n - 2 d^2))`` (about ``d^2 / (2c)`` column-queries when ``n >> d^2``), and
+    only if the d^3 tensor fits in ``max_bytes`` (1 GiB by default: d <= 512 in float64). The
+    benchmarks measure the real crossover against this model.
     """
     n, d, S = float(n_samples), float(n_features), float(n_column_steps)
     if d**3 * itemsize > max_bytes:
