@@ -224,8 +224,9 @@ def _summary(records, quick):
              f"Scaling runs: k={K}, L={L}, chunks of {CHUNK} rows; the stream reads the n rows once, "
              f"in blocks of {BLOCK} (so its R is n / (k {BLOCK})); the batch method runs R={R} steps on "
              "all n rows; "
-             "`dense` forms the d^3 moment (the foundation's moment_tensor)."
-             + (" Quick mode: small sizes." if quick else "")]
+             "`dense` forms the d^3 moment (the foundation's moment_tensor). Wall times come from a "
+             "shared machine (see `machine` in the JSON): compare methods within a row more than rows "
+             "with each other." + (" Quick mode: small sizes." if quick else "")]
     sn = [r for r in records if r["part"] == "scale_n"]
     if sn:
         lines.append(f"\nStream peak memory from n={sn[0]['n']} to n={sn[-1]['n']}: "
