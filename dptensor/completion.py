@@ -30,7 +30,7 @@ import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._base import NO_PRIVACY_COST, PrivacyWarning, PrivateEstimatorMixin
 from ._completion_models import Model, Observations, als, gradient_descent, init_model, predict, row_offsets
@@ -47,7 +47,7 @@ __all__ = ["PrivateTensorCompletion", "to_observations", "complete", "check_indi
 OFFSET_SHARE = 0.5
 
 _PERTURBATIONS = (None, "input", "gradient", "output")
-_DEFAULT_GD = {"learning_rate": 0.5, "n_iter": 5, "clip_norm": 0.1, "reg": 0.01}
+_DEFAULT_GD = {"learning_rate": 0.35, "n_iter": 5, "clip_norm": 0.1, "reg": 0.01}
 
 #: ``reg="auto"`` with ALS: after ``warmup`` sweeps at the floor ``AUTO_REG_FLOOR``, each sweep uses
 #: the empirical-Bayes ridge ``AUTO_REG_FLOOR + mse / AUTO_PRIOR_VAR`` (residual variance over the
@@ -101,7 +101,8 @@ def check_indices(X, shape=None, name="X"):
     if X.ndim != 2:
         raise ValueError(f"{name} must be a 2-D array of index tuples (n_obs, order), got shape {X.shape}")
     if X.shape[1] < 2:
-        raise ValueError(f"{name} must have at least 2 columns (one index per mode), got {X.shape[1]}")
+        raise ValueError(f"{name} must have at least 2 columns (one index per mode), got "
+                         f"n_features={X.shape[1]}")
     if X.shape[0] == 0:
         raise ValueError(f"{name} has 0 rows: at least one observed entry is required")
     if X.dtype == bool or not (np.issubdtype(X.dtype, np.integer) or np.issubdtype(X.dtype, np.floating)):
@@ -111,7 +112,7 @@ def check_indices(X, shape=None, name="X"):
             raise ValueError(f"{name} must hold integer indices; got non-integer or non-finite values")
     X = X.astype(np.int64)
     if np.any(X < 0):
-        raise ValueError(f"{name} has negative indices: indices must be >= 0")
+        raise ValueError(f"Negative values in data: {name} has negative indices; indices must be >= 0")
     if shape is None:
         shape = tuple(int(v) + 1 for v in X.max(axis=0))
     else:
@@ -171,7 +172,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     delta : float or None, default=None
         ``None`` takes the accountant's delta, else 1e-5. Unused by ``"input"``.
     learning_rate : float or None, default=None
-        Gradient-descent step (``None``: 0.5). Each row moves by ``lr`` times its Gauss-Newton step.
+        Gradient-descent step (``None``: 0.35). Each row moves by ``lr`` times its Gauss-Newton step.
     n_iter : int or None, default=None
         Sweeps (ALS, default 100, stops early at ``tol``) or gradient steps (default 5: every step
         of DP gradient descent costs budget, and a few well-preconditioned steps go furthest).
@@ -295,6 +296,11 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         return lo, hi
 
     def _check_data(self, X, y):
+        if y is None:
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
+        # scikit-learn's own checks first (sparse, complex, NaN/inf, empty, n_features_in_), then
+        # the index-specific ones.
+        X = validate_data(self, X, reset=True, dtype=None, ensure_min_features=2)
         X, shape = check_indices(X, self.shape)
         y = np.asarray(y)
         if y.ndim == 2 and y.shape[1] == 1:
@@ -343,6 +349,10 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         if not self.fit_intercept:
             center = 0.0
         ys = (y - center) / scale
+        if self.verbose and private:
+            warnings.warn("verbose records train_rmse_, computed from the private values without noise: "
+                          "it is not covered by the privacy guarantee; do not release it",
+                          PrivacyWarning, stacklevel=2)
         obs = Observations(X, shape)
         rng = self._generator()
         history = [] if self.verbose else None
@@ -365,7 +375,6 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         self.intercept_ = float(center + scale * model.intercept)
         self.biases_ = [b * scale for b in model.biases]
         self.shape_ = tuple(shape)
-        self.n_features_in_ = len(shape)
         self.n_iter_ = p["n_iter"] if history is None else len(history)
         self.value_range_ = vrange
         if self.verbose:
@@ -401,8 +410,9 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         kind = self.decomposition
         if self.perturbation == "input" and private:
             # Sensitivity of each value: hi - lo, which is 1 in scaled units.
+            # Not clamped back into the range afterwards: that would bias every mean toward the
+            # range's centre; the empirical-Bayes ridge of ALS sees the noise and shrinks instead.
             ys = ys + laplace_noise(ys.shape, 1.0, plan["laplace_eps"], rng)
-            ys = np.clip(ys, -0.5, 0.5)  # post-processing: back into the public range
         if p["solver"] == "als":
             model = init_model(shape, p["rank"], kind, rng, scale=0.1)
             if self.fit_intercept:
@@ -433,12 +443,14 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     def predict(self, X):
         """Predicted values at the index tuples ``X`` (n, order), inside ``shape_``."""
         check_is_fitted(self, "factors_")
+        X = validate_data(self, X, reset=False, dtype=None, ensure_min_features=2)
         X, _ = check_indices(X, self.shape_)
         return predict(self._model(), X)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = False
+        tags.input_tags.positive_only = True  # indices
         tags.target_tags.required = True
         return tags
 
