@@ -29,6 +29,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted
 
 from ._base import NO_PRIVACY_COST, PrivateEstimatorMixin
+from ._dask import RowChunks, check_dask_array, is_dask_array
 from ._operators import DeflatedTensor, ThirdMoment
 from ._power import normalize_columns, random_unit_columns, select_restart
 from ._validation import check_data_norm, check_positive_int
@@ -328,6 +329,8 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         if math.isfinite(epsilon) and passes > 1:
             raise ValueError(f"max_passes must be 1 when epsilon is finite, got {passes}: the privacy "
                              "guarantee needs every row in at most one block")
+        if is_dask_array(X):  # Dask rows: a re-iterable of row chunks, pulled here one at a time
+            X = RowChunks(X)
         batches = X if _is_batch_iterable(X) else (X,)
         reiterable = iter(batches) is not batches
         for _ in range(passes):
@@ -359,6 +362,12 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         -------
         self
         """
+        if is_dask_array(X):  # Dask rows: fed chunk by chunk (the cut does not change the result)
+            for chunk in RowChunks(X):
+                self.partial_fit(chunk)
+                if self._stream.done:
+                    break  # no further chunk is computed once every component is found
+            return self
         stream = getattr(self, "_stream", None)
         X = _validate_data(self, X, reset=stream is None, dtype=_FLOAT_DTYPES, order="C")
         if stream is None:
@@ -440,7 +449,10 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         if self.n_components_done_ == 0:
             raise NotFittedError("no component is finished yet: stream more rows (the method needs "
                                  "n_iter * batch_size rows per component)")
-        X = _validate_data(self, X, reset=False, dtype=_FLOAT_DTYPES)
+        if is_dask_array(X):  # a lazy dask projection, computed where the rows are
+            X = check_dask_array(self, X, reset=False, check_finite=False)
+        else:
+            X = _validate_data(self, X, reset=False, dtype=_FLOAT_DTYPES)
         return X @ self.components_.T.astype(X.dtype, copy=False)
 
     @property
