@@ -243,3 +243,24 @@ def test_tensor_decomposition_dask_matches_numpy(client, epsilon):
         assert np.all(np.max(np.abs(dask_fit.components_ @ components.T), axis=1) > 0.95)
     projected = dask_fit.transform(da.from_array(X, chunks=(700, 10)))
     assert is_dask_array(projected) and _close(projected.compute(), numpy_fit.transform(X))
+
+
+@pytest.mark.parametrize("epsilon", [np.inf, 5.0])
+def test_streaming_tensor_power_dask_matches_numpy(client, epsilon):
+    from dptensor import StreamingTensorPower
+
+    X, components = _moment_data(n=3200)
+    params = dict(n_components=2, n_restarts=3, n_iter=3, batch_size=500, epsilon=epsilon, data_norm=3.0,
+                  random_state=7)
+    numpy_fit = StreamingTensorPower(**params).fit(X)
+    dask_fit = StreamingTensorPower(**params).fit(da.from_array(X, chunks=(700, 10)))
+    _same_fit(numpy_fit, dask_fit, "components_", "eigenvalues_")
+    assert dask_fit.n_samples_seen_ == numpy_fit.n_samples_seen_ == 3000  # stopped after the last block
+    assert dask_fit.privacy_cost_ == numpy_fit.privacy_cost_
+    # partial_fit on Dask pieces (cut anywhere) continues one stream, like NumPy pieces.
+    streamed = StreamingTensorPower(**params)
+    for piece in (X[:1234], X[1234:]):
+        streamed.partial_fit(da.from_array(piece, chunks=(300, 5)))
+    _same_fit(numpy_fit, streamed, "components_", "eigenvalues_")
+    projected = dask_fit.transform(da.from_array(X, chunks=(700, 10)))
+    assert is_dask_array(projected) and _close(projected.compute(), numpy_fit.transform(X))
