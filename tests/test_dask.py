@@ -48,7 +48,9 @@ def _close(a, b):
 
 def test_is_dask_array_never_imports_dask():
     code = ("import sys, numpy as np, dptensor\n"
+            "from dptensor import PrivateTensorDecomposition, StreamingTensorPower\n"
             "from dptensor._dask import is_dask_array\n"
+            "PrivateTensorDecomposition(1, n_restarts=2, n_iter=2).fit(np.arange(12.0).reshape(4, 3) % 5)\n"
             "assert not is_dask_array(np.zeros((2, 2))) and not is_dask_array([[1.0]])\n"
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed'))\n"
             "assert not bad, bad\n")
