@@ -1,7 +1,8 @@
 """Dask input: time per power step and peak client memory on a LocalCluster, against in-memory NumPy.
 
 One tensor power step is ``X^T (X U)^2`` with ``sum (X U)^3`` (L = 10 candidates); one PCA power
-step is ``X^T (X Q)`` (p = 10). On the cluster each is one reduction over the row chunks (the
+step is ``X^T (X Q)`` (p = 10); the fit row is a whole private ``PrivateTensorDecomposition``
+(validation, which on Dask is one extra pass to refuse NaN, then 5 queries). On the cluster each is one reduction over the row chunks (the
 chunks were generated on the workers and persisted there); in memory each is the NumPy operator
 on an array the client holds. The stream row pulls every chunk to the client in turn, as
 ``StreamingTensorPower`` and the streaming PCA do. Peak client memory is tracemalloc's peak in the
@@ -20,6 +21,7 @@ import tracemalloc
 import numpy as np
 
 from benchmarks._common import write_results
+from dptensor import PrivateTensorDecomposition  # imported here, not inside a timed fit
 
 NAME = "dask"
 L = 10          # candidates per tensor power step / PCA block size
@@ -27,9 +29,19 @@ REPEAT = 5      # timed steps per configuration (the median is reported)
 WORKERS = 2     # one single-threaded worker process per core of the reference machine
 
 
-def _steps(fn, repeat):
+FIT_LABEL = "private fit (k=1, L=10, R=4)"
+
+
+def _fit(X):
+    """A whole private tensor decomposition: validation, 4 power steps and the eigenvalue query."""
+    return PrivateTensorDecomposition(1, n_restarts=L, n_iter=4, epsilon=1.0, data_norm=20.0,
+                                      moment="implicit", random_state=0).fit(X)
+
+
+def _steps(fn, repeat, warm_up=True):
     """(median wall seconds per call, peak traced client bytes) over ``repeat`` calls after a warm-up."""
-    fn()
+    if warm_up:
+        fn()
     times = []
     tracemalloc.start()
     try:
@@ -64,6 +76,9 @@ def bench_numpy(n, d, threads):
         rows.append(_record(f"numpy ({threads} BLAS thr.)", n, d, n, "tensor", t, peak, X.nbytes))
         t, peak = _steps(lambda: GramMatrix(X).matmat(U), REPEAT)
         rows.append(_record(f"numpy ({threads} BLAS thr.)", n, d, n, "gram", t, peak, X.nbytes))
+        if threads == 1:
+            t, peak = _steps(lambda: _fit(X), 1, warm_up=False)
+            rows.append(_record(f"numpy ({threads} BLAS thr.)", n, d, n, FIT_LABEL, t, peak, X.nbytes))
     return rows
 
 
@@ -87,6 +102,8 @@ def bench_dask(n, d, chunk):
         rows.append(_record(path, n, d, chunk, "tensor", t, peak, X.nbytes))
         t, peak = _steps(lambda: DaskGramMatrix(X).matmat(U), REPEAT)
         rows.append(_record(path, n, d, chunk, "gram", t, peak, X.nbytes))
+        t, peak = _steps(lambda: _fit(X), 1, warm_up=False)
+        rows.append(_record(path, n, d, chunk, FIT_LABEL, t, peak, X.nbytes))
         # The stream: every chunk to the client once, as partial_fit consumes it.
         t, peak = _steps(lambda: sum(c.shape[0] for c in RowChunks(X)), 1)
         rows.append(_record(path, n, d, chunk, "stream (all chunks)", t, peak, X.nbytes,
