@@ -192,7 +192,8 @@ def predict(model: Model, X: np.ndarray) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- offsets
-def row_offsets(obs: Observations, y: np.ndarray, *, shrink=1.0, noise_std=0.0, rng=None):
+def row_offsets(obs: Observations, y: np.ndarray, *, shrink=1.0, noise_std=0.0, rng=None,
+                empirical_bayes=False):
     """Global mean and per-mode row effects by one backfitting sweep, optionally noised.
 
     ``intercept = (sum y + N(0, noise_std^2)) / n``; then for each mode in turn
@@ -218,7 +219,10 @@ def row_offsets(obs: Observations, y: np.ndarray, *, shrink=1.0, noise_std=0.0, 
         counts = obs.counts[m]
         if noisy:
             sums = sums + np.where(counts > 0, rng.normal(0.0, noise_std, size=sums.shape), 0.0)
-            kappa = eb_shrinkage(sums, counts, noise_std**2)
+        if noisy or empirical_bayes:
+            # Values that carry their own noise: their spread is measured directly (post-processing).
+            s2 = float(np.var(resid)) if (empirical_bayes and not noisy) else None
+            kappa = eb_shrinkage(sums, counts, noise_std**2, s2=s2)
         else:
             kappa = shrink
         b = np.where(counts > 0, sums / np.maximum(counts + kappa, 1e-12), 0.0)
@@ -227,31 +231,36 @@ def row_offsets(obs: Observations, y: np.ndarray, *, shrink=1.0, noise_std=0.0, 
     return float(intercept), biases
 
 
-def eb_shrinkage(sums, counts, noise_var):
+def eb_shrinkage(sums, counts, noise_var, s2=None):
     """Per-row shrinkage ``kappa_i = (s^2 + noise_var / n_i) / tau^2`` from noisy row sums.
 
     Model: row effect ``beta_i ~ (0, tau^2)``, per-entry residual variance ``s^2``, released sum
     ``S_i = n_i beta_i + data noise + N(0, noise_var)``. Then the raw mean ``S_i / n_i`` has
     second moment ``tau^2 + s^2 / n_i + noise_var / n_i^2``; ``tau^2`` and ``s^2`` are fitted by
     weighted least squares across rows, and ``S_i / (n_i + kappa_i)`` is the posterior mean of
-    ``beta_i``. Only released sums and public counts enter: this is post-processing.
+    ``beta_i``. Only released sums and public counts enter: this is post-processing. A known
+    ``s2`` is used as given (only ``tau^2`` is fitted).
     """
     seen = counts > 0
     n = counts[seen]
     mean = sums[seen] / n
     target = mean**2 - noise_var / n**2
-    design = np.stack([np.ones_like(n), 1.0 / n], axis=1)
+    if s2 is not None:
+        target = target - s2 / n
+        design = np.ones((len(n), 1))
+    else:
+        design = np.stack([np.ones_like(n), 1.0 / n], axis=1)
     sd = 1.0 / n + noise_var / n**2  # rough spread of each target, for the weights
     w = 1.0 / sd
     A, t = design * np.sqrt(w)[:, None], target * np.sqrt(w)
     coef, *_ = np.linalg.lstsq(A, t, rcond=None)
     # Shrink on the safe side: take tau^2 two standard errors below its estimate, so that rows
     # swamped by noise fall back to 0 rather than to a noisy mean.
-    dof = max(len(n) - 2, 1)
+    dof = max(len(n) - A.shape[1], 1)
     sigma2 = np.sum((t - A @ coef) ** 2) / dof
     se = np.sqrt(sigma2 * np.linalg.pinv(A.T @ A)[0, 0])
     tau2 = max(coef[0] - 2.0 * se, 1e-8)
-    s2 = max(coef[1], 0.0)
+    s2 = max(coef[1], 0.0) if s2 is None else s2
     return (s2 + noise_var / np.maximum(counts, 1)) / tau2
 
 

@@ -415,11 +415,16 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             ys = ys + laplace_noise(ys.shape, 1.0, plan["laplace_eps"], rng)
         if p["solver"] == "als":
             model = init_model(shape, p["rank"], kind, rng, scale=0.1)
+            noisy_input = self.perturbation == "input" and private
             if self.fit_intercept:
-                model.intercept, model.biases = row_offsets(obs, ys, shrink=max(p["reg"], 1e-3))
+                # After input perturbation every value carries Laplace noise: the row effects are
+                # estimated once with empirical-Bayes shrinkage (post-processing) and kept fixed,
+                # since a ridge chosen for the factors under-shrinks noisy row means.
+                model.intercept, model.biases = row_offsets(obs, ys, shrink=max(p["reg"], 1e-3),
+                                                            empirical_bayes=noisy_input)
             return als(obs, ys, model, reg=p["reg"], reg_core=p["reg_core"], n_iter=p["n_iter"],
-                       tol=p["tol"], fit_biases=self.fit_intercept, prior_var=p["prior_var"],
-                       history=history)
+                       tol=p["tol"], fit_biases=self.fit_intercept and not noisy_input,
+                       prior_var=p["prior_var"], warmup=0 if noisy_input else 5, history=history)
         # Gradient descent: data-independent start, private offsets, then (noisy) steps.
         model = init_model(shape, p["rank"], kind, rng, scale=0.1, offset_like=True)
         z_off = plan.get("z_offsets", 0.0) if plan else 0.0
