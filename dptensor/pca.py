@@ -623,7 +623,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             z = power_schedule(mu * math.sqrt(spectral_share), queries)
         elif method == "analyze_gauss":
             z = math.sqrt(2.0 * math.log(1.25 / delta)) / eps
-        elif s["neighbors"] == "entry":  # paper noise sigma ||X||_inf, priced at sensitivity sqrt(2p)||X||_inf
+        elif s["neighbors"] == "entry":  # noise sigma ||X||_inf, priced at sensitivity sqrt(2p) ||X||_inf
             z = paper_noisy_power_sigma(eps, delta, s["p"], queries) / math.sqrt(2 * s["p"])
         else:
             z = paper_noisy_power_sigma(eps, delta, s["p"], queries) / math.sqrt(s["p"])
@@ -657,14 +657,15 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         """
         X = self._validate_input(X, reset=True)
         s = self._check_params(X.shape[1])
-        self.__dict__.pop("_stream", None)
+        for attr in ("_stream", "n_samples_seen_"):  # a batch fit ends any stream
+            self.__dict__.pop(attr, None)
         plan = self._plan(s)
         self.privacy_cost_ = self._record(s, plan)  # before any noisy release
         rng = self._generator()
         if s["precomputed"]:
             result = self._fit_matrix(X, s, plan, rng)
             mean, scale = np.zeros(X.shape[1], dtype=X.dtype), 1.0
-            exact_total = float(np.trace(X))
+            exact_total = None if s["private"] else float(np.trace(X))
         else:
             Xc = clip_rows(X, s["bound"])  # a new array when clipping; the caller's X is never written
             mean = private_mean(Xc, s["bound"], plan["z_mean"], rng) if s["center"] else None
@@ -673,9 +674,9 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             mean = np.zeros(X.shape[1], dtype=X.dtype) if mean is None else mean
             self.n_samples_ = X.shape[0]
             scale = 1.0 / max(X.shape[0] - 1, 1)
-            exact_total = float(np.einsum("ij,ij->", Xc, Xc))
+            exact_total = None if s["private"] else float(np.einsum("ij,ij->", Xc, Xc))
         # The total variance is released only by Analyze Gauss (its noisy trace) or without privacy.
-        total = result.total if result.total is not None else (None if s["private"] else exact_total)
+        total = result.total if result.total is not None else exact_total
         self.method_ = s["method"]
         self._set_spectrum(result, mean, scale, total, floor=not s["precomputed"])
         return self
