@@ -239,10 +239,10 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
 
     Attributes
     ----------
-    components_ : ndarray of shape (n_components_done_, n_features)
+    components_ : ndarray of shape (n_components_done, n_features)
         The components found so far, as unit rows (all ``n_components`` once the stream is long
         enough), in the order found.
-    eigenvalues_ : ndarray of shape (n_components_done_,)
+    eigenvalues_ : ndarray of shape (n_components_done,)
         Their eigenvalue estimates ``lambda~`` (measured at the last-but-one iterate, as in Alg. 2).
     n_components_done_ : int
         How many components are finished.

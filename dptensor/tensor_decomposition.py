@@ -217,8 +217,8 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
     wins, then deflation. With a finite epsilon it runs Alg. 3 (every query noised) or the
     input-perturbation baseline.
 
-    Privacy
-    -------
+    Notes
+    -----
     *Privacy unit.* For a 3-D X, one tensor entry (Def. 4.2): neighbours differ by
     ``±sym(e_i⊗e_j⊗e_k)``, the sum of the 6 index permutations. For a 2-D X, one row: rows are
     clipped to l2 norm ``data_norm`` and n is public.
@@ -274,7 +274,7 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
 
     Attributes
     ----------
-    components_ : ndarray of shape (n_components, n_features_in_)
+    components_ : ndarray of shape (n_components, n_features)
         Unit vectors ``v_i``, in the order found.
     eigenvalues_ : ndarray of shape (n_components,)
     n_features_in_ : int
