@@ -444,7 +444,7 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
     # ------------------------------------------------------------------ using the fit
 
     def transform(self, X):
-        """Project X on the components found: ``X @ components_.T``, shape (n_samples, n_components_done_)."""
+        """Project X on the components found: ``X @ components_.T``, shape ``(n_samples, n_components_done_)``."""
         check_is_fitted(self, "components_")
         if self.n_components_done_ == 0:
             raise NotFittedError("no component is finished yet: stream more rows (the method needs "
