@@ -29,6 +29,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._base import NO_PRIVACY_COST, PrivacyWarning, PrivateEstimatorMixin
+from ._dask import DaskGramMatrix, RowChunks, check_dask_array, clip_chunks, dask_gram, is_dask_array
 from ._operators import DenseMatrix, GramMatrix
 from ._validation import check_data_norm, check_positive_int
 from .accounting import ComposedEvent, GaussianEvent, calibrate_gaussian, epsilon_of, gdp_mu
@@ -266,7 +267,7 @@ def private_mean(X: np.ndarray, data_norm, noise_multiplier: float, rng: np.rand
 
     Replacing one row moves the mean by ``||a - b|| / n <= 2 B / n`` (attained at ``b = -a``).
     """
-    mean = X.mean(axis=0)
+    mean = np.asarray(X.mean(axis=0))  # a Dask X: its d column means, one reduction
     if noise_multiplier > 0:
         mean = mean + gaussian_noise(mean.shape, 2.0 * data_norm / X.shape[0], noise_multiplier, rng,
                                      dtype=X.dtype)
@@ -596,6 +597,11 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
                     center=not (self.centered or precomputed))
 
     def _validate_input(self, X, reset):
+        if is_dask_array(X):  # rows on a Dask cluster: checked lazily, never pulled here
+            if self.input == "precomputed":
+                raise TypeError("input='precomputed' takes a d x d NumPy matrix, not a dask array; "
+                                "pass the rows themselves (input='data') to run on Dask")
+            return check_dask_array(self, X, reset=reset)
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=reset)
         if self.input == "precomputed":
             if X.shape[0] != X.shape[1]:
@@ -666,6 +672,15 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             result = self._fit_matrix(X, s, plan, rng)
             mean, scale = np.zeros(X.shape[1], dtype=X.dtype), 1.0
             exact_total = None if s["private"] else float(np.trace(X))
+        elif is_dask_array(X):  # Dask rows: the same steps, each data pass a reduction over row chunks
+            Xc = clip_chunks(X, s["bound"])
+            mean = private_mean(Xc, s["bound"], plan["z_mean"], rng) if s["center"] else None
+            Xc = clip_chunks(Xc if mean is None else Xc - mean, s["bound"])  # center_and_clip, per chunk
+            result = self._fit_rows(Xc, s, plan, rng)
+            mean = np.zeros(X.shape[1], dtype=X.dtype) if mean is None else mean
+            self.n_samples_ = X.shape[0]
+            scale = 1.0 / max(X.shape[0] - 1, 1)
+            exact_total = None if s["private"] else float((Xc * Xc).sum().compute())
         else:
             Xc = clip_rows(X, s["bound"])  # a new array when clipping; the caller's X is never written
             mean = private_mean(Xc, s["bound"], plan["z_mean"], rng) if s["center"] else None
@@ -682,12 +697,14 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         return self
 
     def _fit_rows(self, Xc, s, plan, rng):
+        dask = is_dask_array(Xc)  # Dask rows: X^T X or X^T (X Q) summed over chunks on the workers
         if s["method"] == "analyze_gauss":
             sens = covariance_sensitivity(s["bound"]) if s["private"] else 1.0
-            return analyze_gauss(Xc.T @ Xc, s["k"], rng, noise_multiplier=_last(plan["z"]),
-                                 sensitivity=sens)
+            return analyze_gauss(dask_gram(Xc) if dask else Xc.T @ Xc, s["k"], rng,
+                                 noise_multiplier=_last(plan["z"]), sensitivity=sens)
         sens = row_power_sensitivity(s["bound"], s["p"]) if s["private"] else 1.0
-        return noisy_power_method(GramMatrix(Xc), s["k"], s["n_iter"], rng, noise_multiplier=plan["z"],
+        operator = DaskGramMatrix(Xc) if dask else GramMatrix(Xc)
+        return noisy_power_method(operator, s["k"], s["n_iter"], rng, noise_multiplier=plan["z"],
                                   sensitivity=sens, n_oversamples=s["p"] - s["k"], tol=s["tol"],
                                   verbose=self.verbose, dtype=Xc.dtype)
 
@@ -729,6 +746,10 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         The first call plans and records the whole stream's cost (one Gaussian event, whatever its
         length). Components exist once the first power block has closed. ``fit`` starts over.
         """
+        if is_dask_array(X):  # Dask rows: pulled one chunk at a time, in order (the cut does not matter)
+            for chunk in RowChunks(X):
+                self.partial_fit(chunk)
+            return self
         first = not hasattr(self, "_stream")
         X = self._validate_input(X, reset=first)
         if first:
@@ -760,7 +781,10 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     def transform(self, X):
         """Project rows onto ``components_`` (after subtracting ``mean_``); X is not modified."""
         check_is_fitted(self, "components_")
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        if is_dask_array(X):  # a lazy dask projection, computed where the rows are
+            X = check_dask_array(self, X, reset=False, check_finite=False)
+        else:
+            X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
         Z = (X - self.mean_) @ self.components_.T
         if self.whiten:
             Z = Z / self._whitening_scale()
