@@ -266,3 +266,39 @@ def test_streaming_tensor_power_dask_matches_numpy(client, epsilon):
     _same_fit(numpy_fit, streamed, "components_", "eigenvalues_")
     projected = dask_fit.transform(da.from_array(X, chunks=(700, 10)))
     assert is_dask_array(projected) and _close(projected.compute(), numpy_fit.transform(X))
+
+
+@pytest.mark.parametrize("method, epsilon", [("power", np.inf), ("power", 5.0), ("analyze_gauss", 5.0)])
+def test_pca_dask_matches_numpy(client, method, epsilon):
+    from dptensor import PrivatePCA
+    from dptensor.datasets import make_spiked_covariance
+
+    X, components, _ = make_spiked_covariance(3000, 10, 2, random_state=3)
+    X = X + 0.5  # off-centre, so the (private) mean matters
+    params = dict(n_components=2, n_iter=5, method=method, epsilon=epsilon, data_norm=6.0, random_state=7)
+    numpy_fit = PrivatePCA(**params).fit(X)
+    dask_fit = PrivatePCA(**params).fit(da.from_array(X, chunks=(700, 10)))
+    _same_fit(numpy_fit, dask_fit, "components_", "explained_variance_", "mean_")
+    assert dask_fit.method_ == numpy_fit.method_ == method
+    assert dask_fit.privacy_cost_ == numpy_fit.privacy_cost_ and dask_fit.n_samples_ == 3000
+    if epsilon == np.inf:
+        _same_fit(numpy_fit, dask_fit, "explained_variance_ratio_")
+        assert np.min(np.linalg.svd(dask_fit.components_ @ components.T)[1]) > 0.95
+    projected = dask_fit.transform(da.from_array(X, chunks=(700, 10)))
+    assert is_dask_array(projected) and _close(projected.compute(), numpy_fit.transform(X))
+
+
+def test_pca_partial_fit_dask_matches_numpy(client):
+    from dptensor import PrivatePCA
+    from dptensor.datasets import make_spiked_covariance
+
+    X, _, _ = make_spiked_covariance(3000, 10, 2, random_state=4)
+    params = dict(n_components=2, block_size=500, epsilon=5.0, data_norm=6.0, random_state=7)
+    numpy_fit, dask_fit = PrivatePCA(**params), PrivatePCA(**params)
+    for piece in (X[:1234], X[1234:]):
+        numpy_fit.partial_fit(piece)
+        dask_fit.partial_fit(da.from_array(piece, chunks=(300, 5)))
+    _same_fit(numpy_fit, dask_fit, "components_", "explained_variance_", "mean_")
+    assert dask_fit.n_samples_seen_ == 3000 and dask_fit.n_iter_ == numpy_fit.n_iter_ == 5  # a mean block, then 5
+    with pytest.raises(TypeError, match="precomputed"):
+        PrivatePCA(input="precomputed").fit(da.from_array(np.eye(3), chunks=2))
