@@ -368,7 +368,8 @@ class StreamingPowerMethod:
             if self.mean is None:
                 self._sum += chunk.sum(axis=0)
             else:
-                C = center_and_clip(chunk, self.mean, self.data_norm)
+                # clip_rows made `chunk` a new array unless there is no bound: then copy once
+                C = center_and_clip(chunk, self.mean, self.data_norm, copy=self.data_norm is None)
                 self._acc += C.T @ (C @ self.basis)
             self._count += take
             start += take
