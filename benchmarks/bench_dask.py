@@ -2,12 +2,14 @@
 
 One tensor power step is ``X^T (X U)^2`` with ``sum (X U)^3`` (L = 10 candidates); one PCA power
 step is ``X^T (X Q)`` (p = 10); the fit row is a whole private ``PrivateTensorDecomposition``
-(validation, which on Dask is one extra pass to refuse NaN, then 5 queries). On the cluster each is one reduction over the row chunks (the
-chunks were generated on the workers and persisted there); in memory each is the NumPy operator
-on an array the client holds. The stream row pulls every chunk to the client in turn, as
-``StreamingTensorPower`` and the streaming PCA do. Peak client memory is tracemalloc's peak in the
-client process during the steps; for a LocalCluster that process also runs the scheduler, so the
-number includes its bookkeeping. For the NumPy path the client also holds X itself (``X MB``).
+(validation, which on Dask is one extra pass to refuse NaN, then 5 queries on clipped rows). On
+the cluster each is one reduction over the row chunks (the chunks were generated on the workers
+and persisted there, and a private fit clips them inside each step's tasks); in memory each is
+the NumPy operator on an array the client holds (clipped once per fit). The stream row pulls
+every chunk to the client in turn, as ``StreamingTensorPower`` and the streaming PCA do. Peak
+client memory is tracemalloc's peak in the client process during the steps; for a LocalCluster
+that process also runs the scheduler, so the number includes its bookkeeping. For the NumPy path
+the client also holds X itself (``X MB``).
 
 Run ``python -m benchmarks.bench_dask [--quick]``; results go to ``benchmarks/results/dask.{json,md}``.
 """
@@ -66,6 +68,7 @@ def bench_numpy(n, d, threads):
     from threadpoolctl import threadpool_limits
 
     from dptensor._operators import GramMatrix, ThirdMoment
+    from dptensor.mechanisms import clip_rows
 
     rng = np.random.default_rng(0)
     X = rng.standard_normal((n, d))
@@ -77,6 +80,9 @@ def bench_numpy(n, d, threads):
         t, peak = _steps(lambda: GramMatrix(X).matmat(U), REPEAT)
         rows.append(_record(f"numpy ({threads} BLAS thr.)", n, d, n, "gram", t, peak, X.nbytes))
         if threads == 1:
+            t, peak = _steps(lambda: clip_rows(X, 20.0), REPEAT)
+            rows.append(_record(f"numpy ({threads} BLAS thr.)", n, d, n, "clip_rows (once per fit)", t, peak,
+                                X.nbytes))
             t, peak = _steps(lambda: _fit(X), 1, warm_up=False)
             rows.append(_record(f"numpy ({threads} BLAS thr.)", n, d, n, FIT_LABEL, t, peak, X.nbytes))
     return rows
@@ -87,7 +93,7 @@ def bench_dask(n, d, chunk):
     import dask.array as da
     from distributed import Client, LocalCluster, wait
 
-    from dptensor._dask import DaskGramMatrix, DaskThirdMoment, RowChunks
+    from dptensor._dask import DaskGramMatrix, DaskThirdMoment, RowChunks, clip_chunks
 
     rows = []
     with LocalCluster(n_workers=WORKERS, processes=True, threads_per_worker=1, host="127.0.0.1",
@@ -95,13 +101,17 @@ def bench_dask(n, d, chunk):
         t0 = time.perf_counter()
         X = da.random.default_rng(0).standard_normal((n, d), chunks=(chunk, d)).persist()
         wait(X)
-        print(f"  generated {X.nbytes / 2**20:.0f} MB on {WORKERS} workers in {time.perf_counter() - t0:.1f} s")
+        seconds = time.perf_counter() - t0
+        print(f"  generated {X.nbytes / 2**20:.0f} MB on {WORKERS} workers in {seconds:.1f} s")
         U = np.linalg.qr(np.random.default_rng(1).standard_normal((d, L)))[0]
         path = f"dask ({WORKERS} workers x 1 thr.)"
         t, peak = _steps(lambda: DaskThirdMoment(X).apply_evaluate(U), REPEAT)
         rows.append(_record(path, n, d, chunk, "tensor", t, peak, X.nbytes))
         t, peak = _steps(lambda: DaskGramMatrix(X).matmat(U), REPEAT)
         rows.append(_record(path, n, d, chunk, "gram", t, peak, X.nbytes))
+        # What a private fit runs: the same step with each chunk clipped to data_norm inside the task.
+        t, peak = _steps(lambda: DaskThirdMoment(clip_chunks(X, 20.0)).apply_evaluate(U), REPEAT)
+        rows.append(_record(path, n, d, chunk, "tensor, clipped per chunk", t, peak, X.nbytes))
         t, peak = _steps(lambda: _fit(X), 1, warm_up=False)
         rows.append(_record(path, n, d, chunk, FIT_LABEL, t, peak, X.nbytes))
         # The stream: every chunk to the client once, as partial_fit consumes it.

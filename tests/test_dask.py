@@ -299,6 +299,7 @@ def test_pca_partial_fit_dask_matches_numpy(client):
         numpy_fit.partial_fit(piece)
         dask_fit.partial_fit(da.from_array(piece, chunks=(300, 5)))
     _same_fit(numpy_fit, dask_fit, "components_", "explained_variance_", "mean_")
-    assert dask_fit.n_samples_seen_ == 3000 and dask_fit.n_iter_ == numpy_fit.n_iter_ == 5  # a mean block, then 5
+    # 6 blocks of 500 rows: the mean's, then 5 power steps.
+    assert dask_fit.n_samples_seen_ == 3000 and dask_fit.n_iter_ == numpy_fit.n_iter_ == 5
     with pytest.raises(TypeError, match="precomputed"):
         PrivatePCA(input="precomputed").fit(da.from_array(np.eye(3), chunks=2))
