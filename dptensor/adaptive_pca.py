@@ -295,21 +295,23 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
     smallest multiplier for which the accountant prices the whole event at ``epsilon``
     (:func:`dptensor.accounting.calibrate`), so the recorded cost equals the target.
 
-    **Defaults.** Chosen by a sweep on spiked Gaussian rows (d = 50, spike 5, n = 2e4 to 1e5,
-    epsilon = 1, 12-20 seeds per cell; the derivation page has the table): ``sin^2`` was lowest
-    at 4-6 rounds; 3 rounds sometimes had not converged from the random start, and each round
-    beyond 6 only added noise, so ``n_iter=5``. ``svt_fraction`` 0.05-0.1 beat 0.2 and 0.3 at
-    every n (a larger AboveThreshold share mostly starves the Gaussian steps, while the threshold
-    it buys moves by less than one grid step); 0.05 failed to converge more often than 0.1, so
-    0.1. ``beta=0.05`` drops about ``18 / eps1`` rows per round, a fraction of a percent at these n.
+    **Defaults.** Chosen by sweeps on spiked Gaussian rows (d = 50, spike 5, n = 2e4 to 1e5,
+    epsilon = 1, bounds ``data_norm`` from the longest row to 3x the typical row, 12-20 seeds per
+    cell; tables on the derivation page): ``sin^2`` was lowest at 4-6 rounds; 3 rounds often had
+    not converged from the random start, and rounds beyond 6 only added noise, so ``n_iter=5``.
+    ``svt_fraction`` 0.05-0.1 beat 0.2 and 0.3 everywhere (more AboveThreshold budget starves the
+    Gaussian steps and moves the threshold by less than one grid step); 0.05 converged less
+    reliably than 0.1, so 0.1. ``beta=0.05`` drops about ``18 / eps1`` rows per round (about 620
+    at epsilon = 1 with the defaults), under 1% of the rows from n = 6e4.
 
     **When it helps.** The noise follows the data's ``(n - m)``-th largest contribution instead of
     the public bound ``data_norm^2``. On Gaussian rows at d = 50 the top contributions are within
-    a factor 2-3 of the longest row, so with ``data_norm`` equal to that row the two methods tie;
-    the gain grows with the ratio between the public bound and what the rows actually contribute
-    (``benchmarks/bench_adaptive_pca.py``). On coherent data (more than about ``18 / eps1`` rows
-    along the top direction) AboveThreshold cannot drop them and the adaptive method only pays
-    for its threshold search.
+    a factor 2 of the longest row, so with ``data_norm`` equal to that row there is nothing to
+    gain, and the adaptive method loses (it pays for AboveThreshold and drops the rows most
+    aligned with the iterate). The gain grows with the ratio between the public bound and what
+    rows actually contribute, and with the dimension (``benchmarks/bench_adaptive_pca.py``). On
+    coherent data (more than about ``18 / eps1`` rows along the top direction) AboveThreshold
+    cannot drop them and the adaptive method only pays for its threshold search.
 
     If AboveThreshold finds no grid point (only the noise can cause it, since the top count is
     ``n``), the round uses the top ``data_norm^2``: every row is kept and the noise is that of the
