@@ -178,19 +178,20 @@ def choose_moment(n_samples: int, n_features: int, n_column_steps: int, itemsize
     Flop model, with S = k L (R + 1) column-queries in the whole fit:
 
     * implicit, ``X^T (X U)^2``: about ``4 n d`` flops per column-query, so ``4 n d S``;
-    * dense: ``2 n d^3`` to form T once, then ``2 d^3`` per column-query.
+    * dense: ``2 n d^3`` to form T once, then ``d^3`` per column-query (the packed product of
+      :class:`~dptensor._operators.SymmetricTensor`, which uses the symmetry of T).
 
     Forming T is one large GEMM, which runs about ``c =`` :data:`FORM_SPEEDUP` (1.4) times faster
     per flop than the thin per-step products (both kinds of step run at similar rates), so dense
-    wins when ``2 n d^3 / c + 2 d^3 S < 4 n d S``: that needs ``n > d^2 / 2`` and then
-    ``S > 2 n d^2 / (c (4 n - 2 d^2))`` (about ``d^2 / (2c)`` column-queries when ``n >> d^2``), and
-    only if the d^3 tensor fits in ``max_bytes`` (1 GiB by default: d <= 512 in float64). The
-    benchmarks measure the real crossover against this model.
+    wins when ``2 n d^3 / c + d^3 S < 4 n d S``: that needs ``n > d^2 / 4`` and then
+    ``S > 2 n d^2 / (c (4 n - d^2))`` (about ``d^2 / (2c)`` column-queries when ``n >> d^2``), and
+    only if the d^3 tensor and its packed half fit in ``max_bytes`` (1 GiB by default: d <= 447 in
+    float64). The benchmarks measure the real crossover against this model.
     """
     n, d, S = float(n_samples), float(n_features), float(n_column_steps)
-    if d**3 * itemsize > max_bytes:
+    if 1.5 * d**3 * itemsize > max_bytes:
         return "implicit"
-    dense = 2 * n * d**3 / FORM_SPEEDUP + 2 * d**3 * S
+    dense = 2 * n * d**3 / FORM_SPEEDUP + d**3 * S
     return "dense" if dense < 4 * n * d * S else "implicit"
 
 
