@@ -44,6 +44,10 @@ def main(argv=None) -> int:
             traceback.print_exc()
             status[name] = {"ok": False, "seconds": round(time.perf_counter() - t0, 1)}
     write_summary(status, quick=args.quick)
+    if not args.quick:  # the README shows full runs only
+        from benchmarks.headline import main as headline
+
+        headline()
     return 0 if all(s["ok"] for s in status.values()) else 1
 
 

@@ -44,9 +44,10 @@ ENTRY_SENSITIVITY = 6.0
 DENSE_MOMENT_MAX_BYTES = 2**30
 
 #: How much faster per flop the one-off GEMM that forms a dense moment runs than a power step's
-#: thin products. Two measurements bracket it: at n=1e5, d=100, L=20 forming ran at 20 against
-#: 12-14 GFLOP/s for the steps (dense won at 4200 column-queries: needs > 1.25), and the
-#: crossover benchmark at n=2e4, d=50 had implicit still faster at 840 column-queries (needs < 1.6).
+#: thin products. Two runs of the crossover benchmark on a quiet machine (n=2e4, d=50, one BLAS
+#: thread) put the crossover at about 650 and 1700 column-queries (forming T took 0.2-0.45 s);
+#: c = 1.4 puts the model's crossover (920) between them. Near the crossover both paths cost about
+#: the same, so the choice only matters away from it, where the model is clear.
 FORM_SPEEDUP = 1.4
 
 
