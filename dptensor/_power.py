@@ -2,13 +2,14 @@
 
 A power method keeps L candidate vectors ("restarts") as the columns of a d x L block ``U``, so
 that every step is a few BLAS calls over all restarts at once. These helpers draw that block,
-renormalise it, and pick the winning restart; none of them touches data or privacy.
+renormalise it, pick the winning restart, and give released axes a deterministic sign; none of
+them touches data or privacy (they are post-processing of released values).
 """
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["random_unit_columns", "normalize_columns", "select_restart"]
+__all__ = ["random_unit_columns", "normalize_columns", "select_restart", "flip_signs"]
 
 
 def random_unit_columns(d: int, L: int, rng: np.random.Generator, dtype=np.float64) -> np.ndarray:
@@ -44,3 +45,13 @@ def select_restart(lams) -> int:
     if np.all(np.isnan(lams)):
         return 0
     return int(np.nanargmax(lams))
+
+
+def flip_signs(V: np.ndarray) -> np.ndarray:
+    """Each row with its largest-magnitude entry positive (scikit-learn's convention for PCA axes).
+
+    An eigenvector's sign is arbitrary; fixing it makes fitted axes comparable across fits.
+    """
+    idx = np.argmax(np.abs(V), axis=1)
+    signs = np.where(V[np.arange(V.shape[0]), idx] < 0, -1.0, 1.0).astype(V.dtype, copy=False)
+    return V * signs[:, None]

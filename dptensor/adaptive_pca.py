@@ -16,6 +16,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._base import NO_PRIVACY_COST, PrivateEstimatorMixin
+from ._power import flip_signs
 from ._validation import check_data_norm, check_positive_int
 from .accounting import AboveThresholdEvent, ComposedEvent, GaussianEvent, calibrate
 from .mechanisms import above_threshold, clip_rows, gaussian_noise
@@ -257,7 +258,7 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
     Attributes
     ----------
     components_ : ndarray (n_components, n_features)
-        Orthonormal released directions.
+        Orthonormal released directions, each with its largest entry positive.
     thresholds_ : ndarray (n_components, n_iter)
         Every round's released threshold ``theta`` (public output of AboveThreshold; ``inf`` when
         ``epsilon=np.inf``). How many rows a round dropped is *not* released.
@@ -373,9 +374,10 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
             eps1, z = None, 0.0
             self.privacy_cost_ = NO_PRIVACY_COST
 
-        self.components_, self.thresholds_ = adaptive_power_iteration(
+        components, self.thresholds_ = adaptive_power_iteration(
             X, k, n_iter, rng=rng, data_norm=data_norm, svt_epsilon=eps1, noise_multiplier=z,
             beta=self.beta, verbose=self.verbose)
+        self.components_ = flip_signs(components)  # post-processing: a deterministic sign, as PrivatePCA
         self.svt_epsilon_ = math.inf if eps1 is None else eps1
         self.noise_multiplier_ = float(z)
         self._n_features_out = k

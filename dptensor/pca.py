@@ -31,6 +31,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ._base import NO_PRIVACY_COST, PrivacyWarning, PrivateEstimatorMixin
 from ._dask import DaskGramMatrix, RowChunks, check_dask_array, clip_chunks, dask_gram, is_dask_array
 from ._operators import DenseMatrix, GramMatrix
+from ._power import flip_signs
 from ._validation import check_data_norm, check_positive_int
 from .accounting import ComposedEvent, GaussianEvent, calibrate_gaussian, epsilon_of, gdp_mu
 from .accounting.calibration import paper_noisy_power_sigma
@@ -151,14 +152,7 @@ def rayleigh_ritz(X: np.ndarray, Y: np.ndarray, n_components: int):
     H = X.T @ Y
     ritz = np.linalg.eigvalsh((H + H.T) / 2)
     ritz = ritz[np.argsort(-np.abs(ritz), kind="stable")][:n_components]
-    return _flip_signs(U.T), ritz
-
-
-def _flip_signs(V: np.ndarray) -> np.ndarray:
-    """Each row with its largest-magnitude entry positive (scikit-learn's convention for PCA)."""
-    idx = np.argmax(np.abs(V), axis=1)
-    signs = np.where(V[np.arange(V.shape[0]), idx] < 0, -1.0, 1.0).astype(V.dtype, copy=False)
-    return V * signs[:, None]
+    return flip_signs(U.T), ritz
 
 
 def noisy_power_method(operator, n_components: int, n_iter: int, rng: np.random.Generator, *,
@@ -259,7 +253,7 @@ def analyze_gauss(C: np.ndarray, n_components: int, rng: np.random.Generator, *,
     else:
         w, V = scipy.linalg.eigh(noisy)
         idx = np.argsort(-np.abs(w), kind="stable")[:n_components]
-    return PCAResult(_flip_signs(V[:, idx].T), w[idx], 1, float(np.trace(noisy)))
+    return PCAResult(flip_signs(V[:, idx].T), w[idx], 1, float(np.trace(noisy)))
 
 
 def private_mean(X: np.ndarray, data_norm, noise_multiplier: float, rng: np.random.Generator):
