@@ -15,6 +15,8 @@ Run ``python -m benchmarks.bench_dask [--quick]``; results go to ``benchmarks/re
 """
 from __future__ import annotations
 
+import functools
+
 import os
 import sys
 import time
@@ -93,7 +95,8 @@ def bench_dask(n, d, chunk):
     import dask.array as da
     from distributed import Client, LocalCluster, wait
 
-    from dptensor._dask import DaskGramMatrix, DaskThirdMoment, RowChunks, clip_chunks
+    from dptensor._dask import DaskGramMatrix, DaskThirdMoment, RowChunks
+    from dptensor.mechanisms import clip_rows
 
     rows = []
     with LocalCluster(n_workers=WORKERS, processes=True, threads_per_worker=1, host="127.0.0.1",
@@ -110,7 +113,8 @@ def bench_dask(n, d, chunk):
         t, peak = _steps(lambda: DaskGramMatrix(X).matmat(U), REPEAT)
         rows.append(_record(path, n, d, chunk, "gram", t, peak, X.nbytes))
         # What a private fit runs: the same step with each chunk clipped to data_norm inside the task.
-        t, peak = _steps(lambda: DaskThirdMoment(clip_chunks(X, 20.0)).apply_evaluate(U), REPEAT)
+        clip = functools.partial(clip_rows, data_norm=20.0)
+        t, peak = _steps(lambda: DaskThirdMoment(X, prepare=clip).apply_evaluate(U), REPEAT)
         rows.append(_record(path, n, d, chunk, "tensor, clipped per chunk", t, peak, X.nbytes))
         t, peak = _steps(lambda: _fit(X), 1, warm_up=False)
         rows.append(_record(path, n, d, chunk, FIT_LABEL, t, peak, X.nbytes))

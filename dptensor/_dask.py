@@ -121,19 +121,25 @@ def _all_finite(chunk):
     return (bool(np.isfinite(chunk).all()),)
 
 
-def _moment_partial(chunk, U):
-    # The same arithmetic as ThirdMoment.apply_evaluate, on one chunk's rows.
+def _prepared(chunk, prepare):
+    return chunk if prepare is None else prepare(chunk)
+
+
+def _moment_partial(chunk, U, prepare=None):
+    # The same arithmetic as ThirdMoment.apply_evaluate, on one chunk's (prepared) rows.
+    chunk = _prepared(chunk, prepare)
     XU = chunk @ U
     sq = XU * XU
     return chunk.T @ sq, np.einsum("il,il->l", sq, XU)
 
 
-def _cube_partial(chunk, U):
-    XU = chunk @ U
+def _cube_partial(chunk, U, prepare=None):
+    XU = _prepared(chunk, prepare) @ U
     return (np.einsum("il,il,il->l", XU, XU, XU),)
 
 
-def _gram_partial(chunk, Q):
+def _gram_partial(chunk, Q, prepare=None):
+    chunk = _prepared(chunk, prepare)
     return (chunk.T @ (chunk @ Q),)
 
 
@@ -153,22 +159,27 @@ class DaskThirdMoment(TensorOperator):
     ``apply_evaluate(U)`` returns ``T(I,U,U) = X^T (X U)^2 / n`` and ``T(U,U,U) = sum (X U)^3 / n``
     from one reduction over the row chunks: each chunk task computes its ``X_c U`` once and both
     partial sums from it. The client sends U (d x L) and receives d x L + L numbers per query.
+
+    ``prepare`` (a picklable function of a chunk, such as ``functools.partial(clip_rows,
+    data_norm=B)``) is applied to each chunk inside that same task: the prepared rows are never a
+    task, a graph layer or a stored array of their own, so clipping costs no extra pass per step.
     """
 
-    def __init__(self, X):
+    def __init__(self, X, prepare=None):
         self.X = X
+        self.prepare = prepare
         self.n = X.shape[0]
         self.shape = (X.shape[1],) * 3
 
     def apply_evaluate(self, U):
-        TU, tu = reduce_row_chunks(self.X, _moment_partial, np.asarray(U))
+        TU, tu = reduce_row_chunks(self.X, _moment_partial, np.asarray(U), self.prepare)
         return TU / self.n, tu / self.n
 
     def apply(self, U):
         return self.apply_evaluate(U)[0]
 
     def evaluate(self, U):
-        (tu,) = reduce_row_chunks(self.X, _cube_partial, np.asarray(U))
+        (tu,) = reduce_row_chunks(self.X, _cube_partial, np.asarray(U), self.prepare)
         return tu / self.n
 
 
@@ -176,14 +187,16 @@ class DaskGramMatrix:
     """``A = X^T X`` for a dask X, applied as one reduction ``sum_c X_c^T (X_c Q)``.
 
     :class:`GramMatrix` on a cluster: the client sends Q (d x p) and receives d x p numbers.
+    ``prepare`` is applied to each chunk inside its task, as for :class:`DaskThirdMoment`.
     """
 
-    def __init__(self, X):
+    def __init__(self, X, prepare=None):
         self.X = X
+        self.prepare = prepare
         self.shape = (X.shape[1], X.shape[1])
 
     def matmat(self, Q):
-        return reduce_row_chunks(self.X, _gram_partial, np.asarray(Q))[0]
+        return reduce_row_chunks(self.X, _gram_partial, np.asarray(Q), self.prepare)[0]
 
 
 def dask_moment_tensor(X):

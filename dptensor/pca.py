@@ -18,6 +18,7 @@ derived in ``docs/derivations/pca.rst`` and checked by brute force in ``tests/te
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import warnings
@@ -286,6 +287,10 @@ def center_and_clip(X: np.ndarray, mean, data_norm, *, copy: bool = True) -> np.
         X *= np.minimum(1.0, data_norm / np.maximum(norms, np.finfo(X.dtype).tiny))[:, None].astype(X.dtype)
     return X
 
+
+def _clip_center_clip(chunk, data_norm, mean):
+    """The rows a private fit uses, from raw rows: clip, centre on the released mean, clip again."""
+    return center_and_clip(clip_rows(chunk, data_norm), mean, data_norm)
 
 def power_schedule(mu: float, n_iter: int, final_share: float = None) -> np.ndarray:
     """Per-step noise multipliers of ``n_iter`` power steps that are together exactly ``mu``-GDP.
@@ -670,8 +675,11 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         elif is_dask_array(X):  # Dask rows: the same steps, each data pass a reduction over row chunks
             Xc = clip_chunks(X, s["bound"])
             mean = private_mean(Xc, s["bound"], plan["z_mean"], rng) if s["center"] else None
-            Xc = clip_chunks(Xc if mean is None else Xc - mean, s["bound"])  # center_and_clip, per chunk
-            result = self._fit_rows(Xc, s, plan, rng)
+            # The power steps prepare each raw chunk inside their own task (no extra pass per step);
+            # the one-off passes (Analyze Gauss, the exact total) read the same rows lazily.
+            prepare = functools.partial(_clip_center_clip, data_norm=s["bound"], mean=mean)
+            Xc = X.map_blocks(prepare, dtype=X.dtype)
+            result = self._fit_rows(Xc, s, plan, rng, raw=(X, prepare))
             mean = np.zeros(X.shape[1], dtype=X.dtype) if mean is None else mean
             self.n_samples_ = X.shape[0]
             scale = 1.0 / max(X.shape[0] - 1, 1)
@@ -691,14 +699,14 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         self._set_spectrum(result, mean, scale, total, floor=not s["precomputed"])
         return self
 
-    def _fit_rows(self, Xc, s, plan, rng):
+    def _fit_rows(self, Xc, s, plan, rng, raw=None):
         dask = is_dask_array(Xc)  # Dask rows: X^T X or X^T (X Q) summed over chunks on the workers
         if s["method"] == "analyze_gauss":
             sens = covariance_sensitivity(s["bound"]) if s["private"] else 1.0
             return analyze_gauss(dask_gram(Xc) if dask else Xc.T @ Xc, s["k"], rng,
                                  noise_multiplier=_last(plan["z"]), sensitivity=sens)
         sens = row_power_sensitivity(s["bound"], s["p"]) if s["private"] else 1.0
-        operator = DaskGramMatrix(Xc) if dask else GramMatrix(Xc)
+        operator = DaskGramMatrix(*raw) if dask else GramMatrix(Xc)
         return noisy_power_method(operator, s["k"], s["n_iter"], rng, noise_multiplier=plan["z"],
                                   sensitivity=sens, n_oversamples=s["p"] - s["k"], tol=s["tol"],
                                   verbose=self.verbose, dtype=Xc.dtype)

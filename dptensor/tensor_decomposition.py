@@ -15,6 +15,7 @@ derived in ``docs/derivations/tensor_decomposition.rst`` and checked by brute fo
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from dataclasses import dataclass
@@ -342,12 +343,14 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
             base, sensitivity, self.moment_ = SymmetricTensor(T), None, "tensor"
         else:
             data_norm = check_data_norm(self.data_norm, epsilon)
-            X = clip_chunks(X, data_norm) if dask else clip_rows(X, data_norm)
+            raw, X = X, clip_chunks(X, data_norm) if dask else clip_rows(X, data_norm)
             sensitivity = row_sensitivity(data_norm, X.shape[0]) if private else None
             self.moment_ = self._pick_moment(X, k)
-            if dask:  # the same moment, summed (dense) or applied (implicit) chunk by chunk on the workers
+            if dask:  # the same moment, summed (dense) or applied (implicit) chunk by chunk on the workers;
+                # the implicit one clips each chunk inside its own task rather than in a layer of its own
+                clip = None if data_norm is None else functools.partial(clip_rows, data_norm=data_norm)
                 base = (SymmetricTensor(dask_moment_tensor(X)) if self.moment_ == "dense"
-                        else DaskThirdMoment(X))
+                        else DaskThirdMoment(raw, prepare=clip))
             else:
                 base = SymmetricTensor(moment_tensor(X)) if self.moment_ == "dense" else ThirdMoment(X)
 
