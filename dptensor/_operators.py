@@ -74,7 +74,11 @@ class SymmetricTensor(TensorOperator):
         self._packed = np.ascontiguousarray(T[:, self._rows, self._cols] * weights)
 
     def apply(self, U):
-        return self._packed @ (U[self._rows] * U[self._cols])
+        # K is built transposed, (L, pairs), from contiguous rows of U^T: np.take along the last
+        # axis of a small C-ordered array is several times faster than fancy-indexing rows of U.
+        Ut = np.ascontiguousarray(U.T)
+        K = np.take(Ut, self._rows, axis=1) * np.take(Ut, self._cols, axis=1)
+        return self._packed @ K.T
 
 class ThirdMoment(TensorOperator):
     """The empirical third moment ``T = (1/n) sum_l x_l^(x)3`` of data X (n x d), never formed.
