@@ -29,6 +29,8 @@ class Study:
     name: str
     metric: str
     fit_and_score: Callable[[float, PrivacyAccountant, int], float]
+    #: A trivial predictor's error on the same problem, when that is the natural yardstick.
+    baseline: tuple[str, float] | None = None
 
 
 def _tensor_studies(quick: bool) -> list[Study]:
@@ -98,7 +100,9 @@ def _completion_study(quick: bool) -> Study:
         model.fit(data["indices"], data["values"])
         return rmse(data["test_values"], model.predict(data["test_indices"]))
 
-    return Study("PrivateTensorCompletion", "held-out RMSE", completion)
+    mean_rmse = rmse(data["test_values"], np.full(len(data["test_values"]), data["values"].mean()))
+    return Study("PrivateTensorCompletion", "held-out RMSE", completion,
+                 baseline=("the observed-mean predictor", mean_rmse))
 
 
 def studies(quick: bool = False) -> list[Study]:
@@ -110,7 +114,8 @@ def run_demo(quick: bool = False, plot: str | None = "dptensor_demo.png", epsilo
     print("dptensor demo: five estimators on synthetic data with known ground truth, one shared budget "
           f"{budget!r}.\nNoise uses fixed seeds so the table is reproducible.\n")
     rows = []
-    jobs = [(s, eps) for s in studies(quick) for eps in (np.inf, *epsilons)]
+    all_studies = studies(quick)
+    jobs = [(s, eps) for s in all_studies for eps in (np.inf, *epsilons)]
     reference = {}
     for study, eps in _progress(jobs):
         t0 = time.perf_counter()
@@ -120,8 +125,12 @@ def run_demo(quick: bool = False, plot: str | None = "dptensor_demo.png", epsilo
             reference[study.name] = err
             continue
         rows.append({"estimator": study.name, "epsilon": eps, "metric": study.metric, "error": err,
-                     "non_private": reference[study.name], "seconds": seconds})
+                     "non_private": reference[study.name], "seconds": seconds, "baseline": study.baseline})
     print(format_table(rows))
+    for study in all_studies:
+        if study.baseline:
+            print(f"{study.name}: {study.baseline[0]} (non-private) has {study.metric} "
+                  f"{study.baseline[1]:.4g}")
     print()
     print(budget)
     if plot:
@@ -155,6 +164,9 @@ def plot_curves(rows, path):
         mine = [r for r in rows if r["estimator"] == name]
         ax.loglog([r["epsilon"] for r in mine], [r["error"] for r in mine], "o-", label="private")
         ax.axhline(mine[0]["non_private"], ls="--", color="gray", label="non-private")
+        if mine[0]["baseline"]:
+            ax.axhline(mine[0]["baseline"][1], ls=":", color="black", label=mine[0]["baseline"][0])
+            ax.legend(fontsize=7)
         ax.set_title(name, fontsize=9)
         ax.set_xticks([r["epsilon"] for r in mine], [f"{r['epsilon']:g}" for r in mine])
         ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
