@@ -3,7 +3,9 @@
 ``python -m dptensor bench [--quick]`` (or ``python -m benchmarks.run_all``) imports each
 ``benchmarks/bench_*.py`` module, calls its ``run(quick)``, which writes its own JSON, markdown
 and plots under ``benchmarks/results/``, and then writes ``benchmarks/results/SUMMARY.md`` with
-every benchmark's markdown table and the machine it ran on.
+every benchmark's markdown table and the machine it ran on. ``--quick`` writes under
+``benchmarks/results/quick/`` instead (not committed), so a smoke test never replaces the full
+results that README's table is built from.
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ import time
 import traceback
 from pathlib import Path
 
-from benchmarks._common import RESULTS, machine_info
+from benchmarks import _common
+from benchmarks._common import machine_info
 
 HERE = Path(__file__).resolve().parent
 
@@ -30,6 +33,8 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes only (about a minute)")
     parser.add_argument("--only", nargs="*", default=None, help="benchmark names (bench_<name>) to run")
     args = parser.parse_args(argv)
+    if args.quick:  # smoke-test numbers never overwrite the committed full results
+        _common.RESULTS = _common.RESULTS / "quick"
     names = discover()
     if args.only:
         names = [n for n in names if n in args.only or n.removeprefix("bench_") in args.only]
@@ -52,6 +57,7 @@ def main(argv=None) -> int:
 
 
 def write_summary(status: dict, quick: bool) -> Path:
+    RESULTS = _common.RESULTS
     RESULTS.mkdir(parents=True, exist_ok=True)
     info = machine_info()
     parts = ["# Benchmark summary", "",
