@@ -30,8 +30,8 @@ from sklearn.base import BaseEstimator
 from ._operators import symmetrize_tensor
 from ._validation import check_positive_int, check_random_generator
 
-__all__ = ["coherence", "make_orthogonal_tensor", "make_orthogonal_moment_data", "make_spiked_covariance",
-           "make_low_rank_tensor", "load_movielens_100k", "BiScaler", "bi_scale"]
+__all__ = ["coherence", "make_orthogonal_tensor", "make_orthogonal_moment_data", "moment_data_norm_bound",
+           "make_spiked_covariance", "make_low_rank_tensor", "load_movielens_100k", "BiScaler", "bi_scale"]
 
 # E[max_{||u||=1} <G, u⊗3>] / sqrt(d) for G with iid N(0, 1) entries tends to the ground-state energy
 # of the spherical 3-spin glass, about 1.657 (Crisanti & Sommers 1992; Auffinger, Ben Arous & Cerny
@@ -212,11 +212,26 @@ def _two_point_skewed(shape, skewness, rng):
     mean 0, variance 1 and third moment ``(q - p) / sqrt(p q)``; solving for the target gives
     ``p q = 1 / (skewness^2 + 4)``. Bounded, so clipped rows keep the moment when the bound is large.
     """
-    pq = 1.0 / (skewness ** 2 + 4.0)
-    p = 0.5 * (1.0 - np.sqrt(1.0 - 4.0 * pq))
-    q = 1.0 - p
+    p, q = _two_point_probabilities(skewness)
     hit = rng.random(shape) < p
     return np.where(hit, np.sqrt(q / p), -np.sqrt(p / q))
+
+
+def _two_point_probabilities(skewness):
+    pq = 1.0 / (np.asarray(skewness, dtype=float) ** 2 + 4.0)
+    p = 0.5 * (1.0 - np.sqrt(1.0 - 4.0 * pq))
+    return p, 1.0 - p
+
+
+def moment_data_norm_bound(eigenvalues) -> float:
+    """A bound on the row norms of :func:`make_orthogonal_moment_data` without noise, from its
+    parameters alone (so it is public): ``||x||^2 = sum_i h_i^2 <= sum_i q_i / p_i``.
+
+    >>> round(moment_data_norm_bound([1.0, 0.5]), 3)
+    2.064
+    """
+    p, q = _two_point_probabilities(eigenvalues)
+    return float(np.sqrt(np.sum(q / p)))
 
 
 def make_orthogonal_moment_data(n, d, k, *, eigenvalues=None, coherence="incoherent", noise=0.0,

@@ -392,3 +392,14 @@ def test_bi_scaling_bad_input():
         BiScaler().fit(np.array([[0, 0, 0]]), [np.nan])
     with pytest.raises(ValueError, match="not fitted"):
         BiScaler().transform(np.array([[0, 0, 0]]), [1.0])
+
+
+def test_moment_data_norm_bound_holds_and_is_reached():
+    from dptensor.datasets import moment_data_norm_bound
+
+    X, lam, _ = make_orthogonal_moment_data(200_000, 12, 3, eigenvalues=[2.0, 1.0, 0.5], random_state=3)
+    norms = np.linalg.norm(X, axis=1)
+    bound = moment_data_norm_bound(lam)
+    assert norms.max() <= bound * (1 + 1e-12)
+    # every h_i takes its large value together in some of 200k rows: the bound is attained
+    assert norms.max() >= bound * (1 - 1e-9)
