@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 from .accounting import epsilon_of
-from .accounting.events import PrivacyEvent
-from ._validation import check_privacy, check_random_generator
+from .accounting.events import NonPrivateEvent, PrivacyEvent
+from ._randomness import fingerprint, seed_entropy, spend_generator
+from ._validation import check_privacy
 
 __all__ = ["PrivacyCost", "PrivacyWarning", "PrivateEstimatorMixin", "NO_PRIVACY_COST"]
 
@@ -37,9 +39,12 @@ class PrivacyCost:
         return math.isfinite(self.epsilon) and self.event is not None
 
 
-#: The cost of a non-private fit: nothing is released under a guarantee, so nothing is recorded.
+#: The cost of a non-private fit: nothing is released under a guarantee.
 NO_PRIVACY_COST = PrivacyCost(epsilon=math.inf, delta=0.0, noise_multiplier=0.0, n_queries=0,
                               calibration="none", event=None)
+
+#: Parameters that change neither what a fit releases nor how: left out of a spend's fingerprint.
+_NOT_PUBLIC_DESCRIPTION = ("accountant", "random_state", "verbose")
 
 
 class PrivateEstimatorMixin:
@@ -52,20 +57,68 @@ class PrivateEstimatorMixin:
         """Validated ``(epsilon, delta)``; ``delta=None`` means the accountant's delta."""
         return check_privacy(self.epsilon, self.delta, self.accountant, gaussian=gaussian)
 
-    def _generator(self):
-        return check_random_generator(self.random_state)
+    def _entropy(self) -> int:
+        """Validate ``random_state`` and take its entropy; call it before the spend."""
+        return seed_entropy(self.random_state)
 
-    def _spend(self, event: PrivacyEvent, *, delta: float, noise_multiplier: float, n_queries: int,
-               calibration: str) -> PrivacyCost:
-        """Check and record ``event`` with the accountant (if any) and return the fit's cost record.
+    def _spend(self, event: PrivacyEvent, *, entropy: int, delta: float, noise_multiplier: float = 0.0,
+               n_queries: int = 0, calibration: str = "none", data_shape=()):
+        """Check and record ``event`` with the accountant (if any); return the cost record and the
+        fit's noise generator.
 
-        Call this before the first noisy release: a refused budget raises
-        :class:`~dptensor.BudgetExceededError` here, with the ledger unchanged.
+        Call this once per fit, after every parameter and the data are validated and before the
+        first noisy release: a refused budget raises :class:`~dptensor.BudgetExceededError` here,
+        with the ledger unchanged. A :class:`~dptensor.accounting.NonPrivateEvent` costs
+        epsilon = infinity: a finite budget refuses it; otherwise it is recorded and warned about.
+
+        The generator is keyed by ``entropy`` (from :meth:`_entropy`), the spend's ledger position
+        and the fit's public description (see :mod:`dptensor._randomness`), so no two spends draw
+        the same noise. It is the caller's local: never store it on the estimator.
         """
-        label = f"{type(self).__name__}(epsilon={self.epsilon:g})"
+        name = type(self).__name__
+        label = f"{name}(epsilon={self.epsilon:g})"
         if self.accountant is not None:
-            own = self.accountant.spend(event, label=label, delta=delta).epsilon
+            entry = self.accountant.spend(event, label=label)
+            own, delta, index = entry.epsilon, entry.delta, entry.index
+            if self.delta is not None and float(self.delta) != delta:
+                warnings.warn(f"{name} targets delta={self.delta:g} but its accountant enforces "
+                              f"delta={delta:g}: the fit was charged epsilon={own:.4g} at the "
+                              "accountant's delta, as its ledger and privacy_cost_ show",
+                              PrivacyWarning, stacklevel=3)
         else:
-            own = epsilon_of(event, delta)
-        return PrivacyCost(epsilon=own, delta=delta, noise_multiplier=float(noise_multiplier),
-                           n_queries=int(n_queries), calibration=calibration, event=event)
+            own, index = epsilon_of(event, delta), -1
+        private = not isinstance(event, NonPrivateEvent)
+        if not private:
+            warnings.warn(f"{name} released its fit without a privacy guarantee ({event.reason}); "
+                          "it costs epsilon=inf. Set a finite epsilon for a private fit.",
+                          PrivacyWarning, stacklevel=3)
+        params = {k: v for k, v in self.get_params(deep=False).items() if k not in _NOT_PUBLIC_DESCRIPTION}
+        key = fingerprint(name, params, tuple(int(n) for n in data_shape))
+        cost = PrivacyCost(epsilon=own, delta=delta, noise_multiplier=float(noise_multiplier),
+                           n_queries=int(n_queries), calibration=calibration if private else "none",
+                           event=event)
+        return cost, spend_generator(entropy, spend_index=index, key=key)
+
+    # -- open streams ---------------------------------------------------------------------------
+    #: Attributes holding an open stream's working state (its noise generator, the rows of an
+    #: unfinished block, unnoised partial sums). They live in memory between ``partial_fit`` calls
+    #: and are never pickled or copied: none of them is a release.
+    _stream_attributes: tuple = ()
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        for name in self._stream_attributes:
+            if state.get(name) is not None:
+                state[name] = None
+                state["_stream_detached"] = True
+        return state
+
+    def _check_stream_attached(self):
+        """Refuse to continue a stream whose working state was left behind by a pickle or a copy."""
+        if getattr(self, "_stream_detached", False):
+            raise RuntimeError(
+                f"this {type(self).__name__} was pickled or copied while its stream was open. A stream's "
+                "working state (its noise generator, the rows of its unfinished block and their unnoised "
+                "sums) is not private, so it is never saved, and this copy cannot continue the stream. "
+                "Its fitted attributes are usable as they are; call fit (or partial_fit on a fresh "
+                "estimator) to start a new stream, which records a new cost.")

@@ -15,10 +15,10 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._base import NO_PRIVACY_COST, PrivateEstimatorMixin
+from ._base import PrivateEstimatorMixin
 from ._power import flip_signs
 from ._validation import check_data_norm, check_positive_int
-from .accounting import AboveThresholdEvent, ComposedEvent, GaussianEvent, calibrate
+from .accounting import AboveThresholdEvent, ComposedEvent, GaussianEvent, NonPrivateEvent, calibrate
 from .mechanisms import above_threshold, clip_rows, gaussian_noise
 
 __all__ = ["AdaptivePrivatePCA", "adaptive_power_iteration", "threshold_grid", "contributions",
@@ -356,7 +356,7 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         _check_open_unit(self.beta, "beta")
         _check_open_unit(self.svt_fraction, "svt_fraction")
         data_norm = check_data_norm(self.data_norm, epsilon)
-        rng = self._generator()
+        entropy = self._entropy()
         X = clip_rows(X, data_norm) if data_norm is not None else X
         rounds = k * n_iter
 
@@ -368,11 +368,12 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
 
             z = calibrate(epsilon, delta, plan)
             # Checked and recorded before anything noisy is computed.
-            self.privacy_cost_ = self._spend(plan(z), delta=delta, noise_multiplier=z, n_queries=rounds,
-                                             calibration="exact")
+            self.privacy_cost_, rng = self._spend(plan(z), entropy=entropy, delta=delta, noise_multiplier=z,
+                                                  n_queries=rounds, calibration="exact", data_shape=X.shape)
         else:
             eps1, z = None, 0.0
-            self.privacy_cost_ = NO_PRIVACY_COST
+            self.privacy_cost_, rng = self._spend(NonPrivateEvent("epsilon=inf"), entropy=entropy,
+                                                  delta=delta, data_shape=X.shape)
 
         components, self.thresholds_ = adaptive_power_iteration(
             X, k, n_iter, rng=rng, data_norm=data_norm, svt_epsilon=eps1, noise_multiplier=z,

@@ -16,8 +16,9 @@ value range ``[lo, hi]`` are public):
   This replaces the paper's gradient perturbation, whose budget claim does not hold (SPEC §6).
 * ``"output"``: the paper's bolt-on Laplace noise on the released last factor, with the paper's
   sensitivity ``2 n_iter L lr``. That bound assumes a convex, Lipschitz, smooth loss, which CP and
-  Tucker losses are not: there is **no** formal guarantee; fitting warns with
-  :class:`~dptensor.PrivacyWarning`. For comparison only.
+  Tucker losses are not: there is **no** formal guarantee, so the fit costs epsilon = infinity
+  (refused under a finite budget; otherwise recorded as not private and warned about with
+  :class:`~dptensor.PrivacyWarning`). For comparison only.
 
 The derivations are in ``docs/derivations/completion.rst``; the algorithms (ALS, DP gradient
 descent, offsets) are in :mod:`dptensor._completion_models`.
@@ -26,16 +27,15 @@ from __future__ import annotations
 
 import math
 import numbers
-import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._base import NO_PRIVACY_COST, PrivacyWarning, PrivateEstimatorMixin
+from ._base import PrivateEstimatorMixin
 from ._completion_models import Model, Observations, als, gradient_descent, init_model, predict, row_offsets
 from ._validation import check_positive_int
-from .accounting import ComposedEvent, GaussianEvent, LaplaceEvent, calibrate, gdp_mu
+from .accounting import ComposedEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent, calibrate, gdp_mu
 from .mechanisms import laplace_noise
 
 __all__ = ["PrivateTensorCompletion", "to_observations", "complete", "check_indices",
@@ -58,6 +58,10 @@ _DEFAULT_GD = {"learning_rate": 0.35, "n_iter": 5, "clip_norm": 0.1, "reg": 0.01
 AUTO_REG_FLOOR = 1e-4
 DAMPING = 10.0
 AUTO_PRIOR_VAR = 0.02
+
+OUTPUT_NOT_PRIVATE = ("perturbation='output' adds the paper's bolt-on noise, whose bound assumes a convex, "
+                      "Lipschitz, smooth loss; CP and Tucker losses are not convex and the other factors "
+                      "are released unnoised")
 _DEFAULT_ALS_ITER = 100
 
 
@@ -157,9 +161,11 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     * ``perturbation="output"``: none formally. The paper's Laplace noise with sensitivity
       ``2 n_iter clip_norm learning_rate`` on the last factor assumes a convex, Lipschitz, smooth
       loss; CP and Tucker losses are not convex, the other factors and the core are released
-      without noise, and so the recorded cost is the paper's claim, not a guarantee. A
-      :class:`~dptensor.PrivacyWarning` says so at fit.
-    * ``epsilon=np.inf``: non-private, nothing recorded.
+      without noise (with ``fit_intercept=False`` the factors do not depend on the noise at
+      all). The fit therefore costs epsilon = infinity: a finite budget refuses it before it
+      touches the data; otherwise it is recorded as not private (``privacy_cost_.private`` is
+      False) and a :class:`~dptensor.PrivacyWarning` says so.
+    * ``epsilon=np.inf``: non-private; costs epsilon = infinity in the same way.
 
     Parameters
     ----------
@@ -201,7 +207,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     random_state : None, int or Generator, default=None
         Seeds the initialisation and the noise. ``None`` (OS entropy) for any real release.
     verbose : int, default=0
-        When > 0 record ``train_rmse_`` after each sweep or step.
+        When > 0 and the fit is not private, record ``train_rmse_`` after each sweep or step. A
+        private fit records nothing of the kind: the training loss is an unnoised statistic.
 
     Attributes
     ----------
@@ -215,7 +222,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     n_iter_ : int
     privacy_cost_ : PrivacyCost
     train_rmse_ : list of float
-        Only when ``verbose``.
+        Only when ``verbose`` and the fit is not private.
 
     Examples
     --------
@@ -333,11 +340,6 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         gaussian = self.perturbation == "gradient" or (self.perturbation == "output" and self.fit_intercept)
         epsilon, delta = self._privacy_target(gaussian=gaussian)
         vrange = self._check_value_range(private)
-        if self.perturbation == "output":
-            warnings.warn("perturbation='output' adds the paper's bolt-on noise, whose guarantee assumes a "
-                          "convex, Lipschitz, smooth loss; CP and Tucker completion losses are not convex, "
-                          "so this fit has no formal privacy guarantee (for comparison only)",
-                          PrivacyWarning, stacklevel=2)
 
         # Public affine rescaling: values clipped to the range, centred, divided by its width.
         if vrange is not None:
@@ -349,18 +351,22 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         if not self.fit_intercept:
             center = 0.0
         ys = (y - center) / scale
-        if self.verbose and private:
-            warnings.warn("verbose records train_rmse_, computed from the private values without noise: "
-                          "it is not covered by the privacy guarantee; do not release it",
-                          PrivacyWarning, stacklevel=2)
         obs = Observations(X, shape)
-        rng = self._generator()
-        history = [] if self.verbose else None
+        entropy = self._entropy()
+        # The training loss is an unnoised statistic of the private values: it is kept (and
+        # printed) only for a fit that is not private.
+        history = [] if self.verbose and not private else None
 
         plan = self._plan(p, epsilon, delta, len(shape)) if private else None
-        self.privacy_cost_ = NO_PRIVACY_COST if plan is None else self._spend(
-            plan["event"], delta=delta, noise_multiplier=plan["z"], n_queries=plan["n_queries"],
-            calibration="exact" if self.perturbation != "output" else "paper")
+        if plan is None:
+            event = NonPrivateEvent("epsilon=inf")
+        elif self.perturbation == "output":
+            event = NonPrivateEvent(OUTPUT_NOT_PRIVATE)
+        else:
+            event = plan["event"]
+        self.privacy_cost_, rng = self._spend(
+            event, entropy=entropy, delta=delta, noise_multiplier=plan["z"] if plan else 0.0,
+            n_queries=plan["n_queries"] if plan else 0, calibration="exact", data_shape=(len(y), *shape))
 
         model = self._fit_scaled(obs, ys, p, plan, rng, history, private)
 
@@ -377,7 +383,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         self.shape_ = tuple(shape)
         self.n_iter_ = p["n_iter"] if history is None else len(history)
         self.value_range_ = vrange
-        if self.verbose:
+        if history is not None:
             self.train_rmse_ = [h * scale for h in history]
         return self
 

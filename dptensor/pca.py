@@ -29,12 +29,12 @@ import scipy.linalg
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._base import NO_PRIVACY_COST, PrivacyWarning, PrivateEstimatorMixin
+from ._base import PrivacyWarning, PrivateEstimatorMixin
 from ._dask import DaskGramMatrix, RowChunks, check_dask_array, clip_chunks, dask_gram, is_dask_array
 from ._operators import DenseMatrix, GramMatrix
 from ._power import flip_signs
 from ._validation import check_data_norm, check_positive_int
-from .accounting import ComposedEvent, GaussianEvent, calibrate_gaussian, epsilon_of, gdp_mu
+from .accounting import ComposedEvent, GaussianEvent, NonPrivateEvent, calibrate_gaussian, epsilon_of, gdp_mu
 from .accounting.calibration import paper_noisy_power_sigma
 from .mechanisms import clip_rows, gaussian_noise
 
@@ -381,6 +381,7 @@ class StreamingPowerMethod:
         T, z = self.block_size, self.noise_multiplier
         if self.mean is None:
             self.mean = self._sum / T
+            self._sum = None  # the unnoised sum is needed no longer than this release
             if z > 0:
                 self.mean = self.mean + gaussian_noise(self.mean.shape, 2.0 * self.data_norm / T, z,
                                                        self.rng, dtype=self.dtype)
@@ -522,6 +523,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     1.0
     """
 
+    _stream_attributes = ("_stream",)
+
     def __init__(self, n_components=2, *, epsilon=np.inf, delta=None, n_iter="auto", n_oversamples=0,
                  method="auto", input="data", neighbors=None, data_norm=None, centered=False,
                  calibration="exact", whiten=False, block_size=None, accountant=None, random_state=None,
@@ -649,11 +652,11 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
                               PrivacyWarning, stacklevel=3)
         return dict(z=z, z_mean=z_mean, event=event, n_queries=queries)
 
-    def _record(self, s, plan):
-        if plan["event"] is None:
-            return NO_PRIVACY_COST
-        return self._spend(plan["event"], delta=s["delta"], noise_multiplier=_last(plan["z"]),
-                           n_queries=plan["n_queries"], calibration=self.calibration)
+    def _record(self, s, plan, entropy, data_shape):
+        """Record the fit's spend (epsilon = inf when not private); return its cost and generator."""
+        event = NonPrivateEvent("epsilon=inf") if plan["event"] is None else plan["event"]
+        return self._spend(event, entropy=entropy, delta=s["delta"], noise_multiplier=_last(plan["z"]),
+                           n_queries=plan["n_queries"], calibration=self.calibration, data_shape=data_shape)
 
     # ------------------------------------------------------------------ fitting
     def fit(self, X, y=None):
@@ -663,11 +666,11 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         """
         X = self._validate_input(X, reset=True)
         s = self._check_params(X.shape[1])
-        for attr in ("_stream", "n_samples_seen_"):  # a batch fit ends any stream
+        for attr in ("_stream", "n_samples_seen_", "_stream_detached"):  # a batch fit ends any stream
             self.__dict__.pop(attr, None)
         plan = self._plan(s)
-        self.privacy_cost_ = self._record(s, plan)  # before any noisy release
-        rng = self._generator()
+        entropy = self._entropy()
+        self.privacy_cost_, rng = self._record(s, plan, entropy, X.shape)  # before any noisy release
         if s["precomputed"]:
             result = self._fit_matrix(X, s, plan, rng)
             mean, scale = np.zeros(X.shape[1], dtype=X.dtype), 1.0
@@ -753,7 +756,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             for chunk in RowChunks(X):
                 self.partial_fit(chunk)
             return self
-        first = not hasattr(self, "_stream")
+        self._check_stream_attached()
+        first = getattr(self, "_stream", None) is None
         X = self._validate_input(X, reset=first)
         if first:
             d = X.shape[1]
@@ -761,9 +765,10 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             T = (max(1000, 10 * d) if self.block_size is None
                  else check_positive_int(self.block_size, "block_size"))
             plan = self._plan(s)
-            self.privacy_cost_ = self._record(s, plan)
+            entropy = self._entropy()
+            self.privacy_cost_, rng = self._record(s, plan, entropy, (d, T))
             self._stream = StreamingPowerMethod(
-                d, s["k"], T, self._generator(), n_oversamples=s["p"] - s["k"], data_norm=s["bound"],
+                d, s["k"], T, rng, n_oversamples=s["p"] - s["k"], data_norm=s["bound"],
                 noise_multiplier=plan["z"], centered=not s["center"], dtype=X.dtype)
             self.method_ = "streaming_power"
             for attr in ("components_", "explained_variance_", "explained_variance_ratio_", "mean_",

@@ -28,12 +28,12 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import NO_PRIVACY_COST, PrivateEstimatorMixin
+from ._base import PrivateEstimatorMixin
 from ._dask import RowChunks, check_dask_array, is_dask_array
 from ._operators import DeflatedTensor, ThirdMoment
 from ._power import normalize_columns, random_unit_columns, select_restart
 from ._validation import check_data_norm, check_positive_int
-from .accounting import GaussianEvent, calibrate_gaussian
+from .accounting import GaussianEvent, NonPrivateEvent, calibrate_gaussian
 from .mechanisms import clip_rows, gaussian_noise
 
 try:  # scikit-learn >= 1.6
@@ -144,6 +144,7 @@ class _Stream:
                 if self.fill == size:
                     self.fill = 0
                     self._accumulate(self.buffer[:size])
+                    self.buffer[:size] = 0.0  # raw rows: held no longer than they are needed
             pos += take
         self.n_seen += pos
         return pos
@@ -159,6 +160,11 @@ class _Stream:
         self.rows_in_block += Xm.shape[0]
         if self.rows_in_block == self.n:
             self._end_block()
+
+    def close(self):
+        """Drop the working state: the generator, the row buffer and the unnoised accumulators."""
+        self.closed = True
+        self.rng = self.buffer = self.acc_u = self.acc_l = None
 
     def _release(self):
         """The block's release: its statistics plus Gaussian noise calibrated to the block sensitivity."""
@@ -294,6 +300,8 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
     True
     """
 
+    _stream_attributes = ("_stream",)
+
     def __init__(self, n_components, *, n_restarts=10, n_iter=10, batch_size=1000, epsilon=np.inf,
                  delta=None, data_norm=None, max_passes=1, accountant=None, random_state=None,
                  verbose=0):
@@ -329,6 +337,10 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         if math.isfinite(epsilon) and passes > 1:
             raise ValueError(f"max_passes must be 1 when epsilon is finite, got {passes}: the privacy "
                              "guarantee needs every row in at most one block")
+        if not _is_batch_iterable(X):  # one array: its length is known before anything is spent
+            if not is_dask_array(X):
+                X = _validate_data(self, X, reset=True, dtype=_FLOAT_DTYPES, order="C")
+            self._check_enough_rows(X.shape, passes)
         if is_dask_array(X):  # Dask rows: a re-iterable of row chunks, pulled here one at a time
             X = RowChunks(X)
         batches = X if _is_batch_iterable(X) else (X,)
@@ -342,7 +354,8 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
                 break
         if self._stream is None:
             raise ValueError("X is an empty iterable: fit needs at least one batch of rows")
-        self._stream.closed = self.privacy_cost_.private
+        if self.privacy_cost_.private:
+            self._stream.close()
         if not self._stream.done:
             s = self._stream
             warnings.warn(f"the stream ended after {self.n_samples_seen_} rows, before all components were "
@@ -368,6 +381,7 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
                 if self._stream.done:
                     break  # no further chunk is computed once every component is found
             return self
+        self._check_stream_attached()
         stream = getattr(self, "_stream", None)
         X = _validate_data(self, X, reset=stream is None, dtype=_FLOAT_DTYPES, order="C")
         if stream is None:
@@ -383,8 +397,8 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         self._publish(stream)
         return self
 
-    def _start(self, d, dtype) -> _Stream:
-        """Validate the parameters, record the privacy cost, and open a stream of d features."""
+    def _check_params(self, d):
+        """Every parameter checked, for a stream of d features: ``(k, L, R, n, epsilon, delta, data_norm)``."""
         k = check_positive_int(self.n_components, "n_components")
         if k > d:
             raise ValueError(f"n_components={k} must be <= n_features={d}: the components are orthonormal")
@@ -394,21 +408,36 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         if not isinstance(self.verbose, numbers.Integral):
             raise TypeError(f"verbose must be an integer, got {self.verbose!r}")
         epsilon, delta = self._privacy_target()
-        data_norm = check_data_norm(self.data_norm, epsilon)
-        rng = self._generator()
+        return k, L, R, n, epsilon, delta, check_data_norm(self.data_norm, epsilon)
+
+    def _start(self, d, dtype) -> _Stream:
+        """Validate the parameters, record the privacy cost, and open a stream of d features."""
+        k, L, R, n, epsilon, delta, data_norm = self._check_params(d)
+        entropy = self._entropy()
         if math.isfinite(epsilon):
             z = calibrate_gaussian(epsilon, delta, 1)
             sensitivity = block_sensitivity(data_norm, n, L)
-            # Recorded before the first block is released; a refused budget leaves no stream.
-            cost = self._spend(GaussianEvent(z, 1), delta=delta, noise_multiplier=z, n_queries=1,
-                               calibration="exact")
+            event = GaussianEvent(z, 1)
         else:
-            z, sensitivity, cost = 0.0, 0.0, NO_PRIVACY_COST
-        self.privacy_cost_ = cost
+            z, sensitivity, event = 0.0, 0.0, NonPrivateEvent("epsilon=inf")
+        # Recorded before the first block is released; a refused budget leaves no stream.
+        self.privacy_cost_, rng = self._spend(event, entropy=entropy, delta=delta, noise_multiplier=z,
+                                              n_queries=1, calibration="exact", data_shape=(d,))
         self._stream_key = self._key()
         self._stream = _Stream(d=d, dtype=dtype, n_components=k, n_restarts=L, n_iter=R, batch_size=n,
                                data_norm=data_norm, sensitivity=sensitivity, noise_multiplier=z, rng=rng)
         return self._stream
+
+    def _check_enough_rows(self, shape, passes):
+        """Refuse, before any spend, a fit whose rows cannot finish every component."""
+        if len(shape) != 2 or 0 in shape:
+            return  # partial_fit's validation names the problem
+        n_rows, d = shape
+        k, _, R, n, *_ = self._check_params(d)
+        if n_rows * passes < k * R * n:
+            raise ValueError(f"n_samples = {n_rows} is too few (over max_passes={passes}): the method "
+                             f"needs n_components * n_iter * batch_size = {k * R * n} rows. Pass more rows, "
+                             "or a smaller batch_size or n_iter")
 
     def _key(self):
         """The parameters a running stream depends on: changing one mid-stream is refused.
@@ -437,6 +466,7 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
 
     def _reset(self):
         self._stream = None
+        self._stream_detached = False
         for name in ("components_", "eigenvalues_", "n_components_done_", "n_samples_seen_",
                      "privacy_cost_", "n_features_in_", "feature_names_in_"):
             self.__dict__.pop(name, None)

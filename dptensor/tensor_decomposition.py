@@ -24,13 +24,13 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._base import NO_PRIVACY_COST, PrivateEstimatorMixin
+from ._base import PrivateEstimatorMixin
 from ._dask import DaskThirdMoment, check_dask_array, clip_chunks, dask_moment_tensor, is_dask_array
 from ._operators import DeflatedTensor, SymmetricTensor, ThirdMoment, moment_tensor
 from ._power import normalize_columns, random_unit_columns, select_restart
 from ._validation import check_data_norm, check_positive_int, check_symmetric_tensor
 from .accounting.calibration import calibrate_gaussian, paper_tensor_power_noise
-from .accounting.events import GaussianEvent
+from .accounting.events import GaussianEvent, NonPrivateEvent
 from .mechanisms import clip_rows, gaussian_noise, symmetric_gaussian_tensor
 
 __all__ = ["PrivateTensorDecomposition", "PowerNoise", "tensor_power_method", "plan_noise_multiplier",
@@ -336,7 +336,7 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         k = self._check_params(d)
         L, R = self.n_restarts, self.n_iter
         private = math.isfinite(epsilon)
-        rng = self._generator()
+        entropy = self._entropy()
 
         if X.ndim == 3:
             T = check_symmetric_tensor(X, symmetrize=self.symmetrize)
@@ -356,17 +356,20 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
 
         noise = None
         if not private:
-            self.privacy_cost_ = NO_PRIVACY_COST
+            self.privacy_cost_, rng = self._spend(NonPrivateEvent("epsilon=inf"), entropy=entropy,
+                                                  delta=delta, data_shape=X.shape)
         elif self.method == "power":
             K = n_power_queries(k, L, R)
             z = plan_noise_multiplier(epsilon, delta, K, self.calibration)
-            self.privacy_cost_ = self._spend(GaussianEvent(z, K), delta=delta, noise_multiplier=z,
-                                             n_queries=K, calibration=self.calibration)
+            self.privacy_cost_, rng = self._spend(GaussianEvent(z, K), entropy=entropy, delta=delta,
+                                                  noise_multiplier=z, n_queries=K,
+                                                  calibration=self.calibration, data_shape=X.shape)
             noise = PowerNoise(z, sensitivity)
         else:  # input perturbation: one Gaussian release of the tensor's distinct entries
             z = plan_noise_multiplier(epsilon, delta, 1, self.calibration)
-            self.privacy_cost_ = self._spend(GaussianEvent(z, 1), delta=delta, noise_multiplier=z,
-                                             n_queries=1, calibration=self.calibration)
+            self.privacy_cost_, rng = self._spend(GaussianEvent(z, 1), entropy=entropy, delta=delta,
+                                                  noise_multiplier=z, n_queries=1,
+                                                  calibration=self.calibration, data_shape=X.shape)
             T = base.T if isinstance(base, SymmetricTensor) else moment_tensor(X)
             scale = ENTRY_SENSITIVITY if sensitivity is None else sensitivity
             base = SymmetricTensor(perturb_tensor(T, scale, z, rng))

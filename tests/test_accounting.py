@@ -34,10 +34,11 @@ class PrivateMean(PrivateEstimatorMixin, RegressorMixin, BaseEstimator):
         epsilon, delta = self._privacy_target()
         X, y = np.asarray(X, dtype=float), np.asarray(y, dtype=float)
         z = calibrate_gaussian(epsilon, delta, 1)
-        self.privacy_cost_ = self._spend(GaussianEvent(z), delta=delta, noise_multiplier=z, n_queries=1,
-                                         calibration="exact")
+        entropy = self._entropy()
+        self.privacy_cost_, rng = self._spend(GaussianEvent(z), entropy=entropy, delta=delta,
+                                              noise_multiplier=z, n_queries=1, calibration="exact")
         clipped = np.clip(y, -self.bound, self.bound)
-        self.mean_ = clipped.mean() + gaussian_noise((), 2 * self.bound / len(y), z, self._generator())
+        self.mean_ = clipped.mean() + gaussian_noise((), 2 * self.bound / len(y), z, rng)
         self.n_features_in_ = X.shape[1]
         return self
 

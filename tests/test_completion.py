@@ -30,7 +30,7 @@ def test_exact_low_rank_recovered_at_defaults(decomposition):
     model = PrivateTensorCompletion(decomposition=decomposition, random_state=0)
     model.fit(data["indices"], data["values"])
     assert rmse(model.predict(data["test_indices"]), data["test_values"]) < 1e-3
-    assert model.privacy_cost_.epsilon == math.inf and model.privacy_cost_.event is None
+    assert model.privacy_cost_.epsilon == math.inf and not model.privacy_cost_.private
     assert model.factors_[0].shape == (20, 3) and len(model.biases_) == 3
     assert (model.core_ is None) == (decomposition == "cp")
 
@@ -305,16 +305,24 @@ def test_private_gradient_model_beats_trivial_predictor_on_ratings_like_data(rng
     assert np.mean(errs) < 0.95 * trivial
 
 
-def test_output_perturbation_warns_and_records_paper_claim():
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_output_perturbation_costs_infinity(fit_intercept):
+    """The paper's bolt-on bound has no guarantee for a non-convex loss: under a finite budget the
+    fit is refused before it touches the data; without one it runs, warns and is not private."""
     data = _study(0)
     acc = PrivacyAccountant(epsilon=3.0)
+    est = PrivateTensorCompletion(perturbation="output", epsilon=1.0, value_range=(0, 1), accountant=acc,
+                                  fit_intercept=fit_intercept, random_state=0)
+    with pytest.raises(BudgetExceededError, match="no privacy guarantee.*convex"):
+        est.fit(data["indices"], data["values"])
+    assert acc.history() == [] and not hasattr(est, "factors_")
     with pytest.warns(PrivacyWarning, match="convex"):
-        model = PrivateTensorCompletion(perturbation="output", epsilon=1.0, value_range=(0, 1), accountant=acc,
-                                        random_state=0).fit(data["indices"], data["values"])
-    leaves = list(model.privacy_cost_.event.leaves())
-    assert any(isinstance(e, LaplaceEvent) for e in leaves)
-    assert model.privacy_cost_.epsilon == pytest.approx(1.0, rel=1e-6)
-    assert acc.spent()[0] == pytest.approx(1.0, rel=1e-6)
+        model = est.set_params(accountant=None).fit(data["indices"], data["values"])
+    assert model.privacy_cost_.epsilon == math.inf and not model.privacy_cost_.private
+    unlimited = PrivacyAccountant()
+    with pytest.warns(PrivacyWarning, match="convex"):
+        est.set_params(accountant=unlimited).fit(data["indices"], data["values"])
+    assert unlimited.spent()[0] == math.inf and unlimited.history()[0].mechanism == "none"
     assert "convex" in PrivateTensorCompletion.__doc__
 
 
@@ -330,11 +338,15 @@ def test_budget_refused_before_touching_data():
     assert len(acc.history()) == len(before)
 
 
-def test_verbose_private_fit_warns_history_is_not_private():
+def test_verbose_private_fit_keeps_no_training_loss():
+    """The training loss is an unnoised statistic: a private fit neither stores nor prints it."""
     data = _study(0)
-    with pytest.warns(PrivacyWarning, match="train_rmse_"):
-        PrivateTensorCompletion(perturbation="gradient", epsilon=1.0, value_range=(0, 1), verbose=1,
-                                random_state=0).fit(data["indices"], data["values"])
+    model = PrivateTensorCompletion(perturbation="gradient", epsilon=1.0, value_range=(0, 1), verbose=1,
+                                    random_state=0).fit(data["indices"], data["values"])
+    assert not hasattr(model, "train_rmse_")
+    with pytest.warns(PrivacyWarning, match="without a privacy guarantee"):
+        public = PrivateTensorCompletion(verbose=1, random_state=0).fit(data["indices"], data["values"])
+    assert len(public.train_rmse_) == public.n_iter_
 
 
 def test_grid_search_over_epsilon_records_every_fit():

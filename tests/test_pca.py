@@ -50,7 +50,7 @@ def test_nonprivate_matches_sklearn(method):
     np.testing.assert_allclose(ours.explained_variance_ratio_, ref.explained_variance_ratio_, rtol=1e-8)
     np.testing.assert_allclose(ours.mean_, ref.mean_, rtol=1e-12)
     assert_same_up_to_sign(ours.transform(X).T, ref.transform(X).T, atol=1e-5)
-    assert ours.privacy_cost_.epsilon == math.inf and ours.privacy_cost_.event is None
+    assert ours.privacy_cost_.epsilon == math.inf and not ours.privacy_cost_.private
 
 
 def test_nonprivate_streaming_converges_to_sklearn():
@@ -212,12 +212,19 @@ def test_released_noise_matches_the_recorded_event(method, monkeypatch):
 def test_recorded_cost_equals_target(kwargs):
     X = well_separated(n=200, d=6)
     budget = PrivacyAccountant(epsilon=10.0, delta=1e-5)
-    est = PrivatePCA(2, epsilon=0.7, data_norm=20.0, accountant=budget, random_state=0, **kwargs).fit(X)
+    est = PrivatePCA(2, epsilon=0.7, data_norm=20.0, accountant=budget, random_state=0, **kwargs)
     delta = kwargs.get("delta", 1e-5)
-    assert est.privacy_cost_.epsilon == pytest.approx(0.7, rel=1e-9)
+    if delta == 1e-5:
+        est.fit(X)
+    else:  # calibrated at its own delta, charged at the accountant's: the record says what was charged
+        with pytest.warns(PrivacyWarning, match="charged"):
+            est.fit(X)
     assert epsilon_of(est.privacy_cost_.event, delta) == pytest.approx(0.7, rel=1e-9)
+    charged = epsilon_of(est.privacy_cost_.event, 1e-5)
+    assert est.privacy_cost_.epsilon == pytest.approx(charged, rel=1e-9) and est.privacy_cost_.delta == 1e-5
     (entry,) = budget.history()
-    assert entry.epsilon == pytest.approx(0.7, rel=1e-9)
+    assert entry.epsilon == pytest.approx(charged, rel=1e-9) and entry.delta == 1e-5
+    assert budget.spent()[0] == pytest.approx(charged, rel=1e-9)
 
 
 def test_mean_share_and_final_step_schedule():

@@ -151,18 +151,25 @@ def test_max_passes_cycles_a_finite_array_and_short_streams_warn():
     cycled = StreamingTensorPower(2, n_restarts=3, n_iter=3, batch_size=200, max_passes=3,
                                   random_state=0).fit(X)  # 700 + 500 rows: stops inside the 2nd pass
     assert cycled.n_components_done_ == 2 and cycled.n_samples_seen_ == 1200
-    manual = StreamingTensorPower(2, n_restarts=3, n_iter=3, batch_size=200, random_state=0)
+    manual = StreamingTensorPower(2, n_restarts=3, n_iter=3, batch_size=200, max_passes=3, random_state=0)
     for _ in range(2):
         manual.partial_fit(X)
     np.testing.assert_array_equal(cycled.components_, manual.components_)
     np.testing.assert_array_equal(X, X_copy)  # the caller's X is never modified
 
+    # An array's length is known: too few rows are refused before anything is spent.
+    acc = PrivacyAccountant(5.0)
+    with pytest.raises(ValueError, match="n_samples = 700 .* needs n_components \\* n_iter \\* batch_size = 1200"):
+        StreamingTensorPower(2, n_restarts=3, n_iter=3, batch_size=200, epsilon=1.0, data_norm=3.0,
+                             accountant=acc, random_state=0).fit(X)
+    assert acc.history() == []
+    # An iterator's length is not: the stream runs, and warns when it ends early.
     with pytest.warns(UserWarning, match="before all components were found"):
-        short = StreamingTensorPower(2, n_restarts=3, n_iter=3, batch_size=200, random_state=0).fit(X)
+        short = StreamingTensorPower(2, n_restarts=3, n_iter=3, batch_size=200, random_state=0).fit(iter([X]))
     assert short.n_components_done_ == 1 and short.components_.shape == (1, 6)
     assert short.transform(X).shape == (700, 1)
     with pytest.warns(UserWarning):
-        empty = StreamingTensorPower(2, n_restarts=3, n_iter=3, batch_size=200).fit(X[:100])
+        empty = StreamingTensorPower(2, n_restarts=3, n_iter=3, batch_size=200).fit(iter([X[:100]]))
     with pytest.raises(NotFittedError, match="no component is finished"):
         empty.transform(X)
 

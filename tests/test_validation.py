@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from dptensor import PrivacyAccountant
+from sklearn.base import BaseEstimator
 from dptensor._base import NO_PRIVACY_COST, PrivacyCost, PrivateEstimatorMixin
 from dptensor._validation import (check_data_norm, check_delta, check_epsilon, check_finite,
                                   check_positive_int, check_privacy, check_random_generator,
@@ -161,7 +162,7 @@ def test_check_random_generator():
 
 
 # ---------------------------------------------------------------- the estimator mixin
-class _Est(PrivateEstimatorMixin):
+class _Est(PrivateEstimatorMixin, BaseEstimator):
     def __init__(self, epsilon=1.0, delta=None, accountant=None, random_state=None):
         self.epsilon, self.delta = epsilon, delta
         self.accountant, self.random_state = accountant, random_state
@@ -173,17 +174,23 @@ def test_mixin_spend_records_and_returns_the_cost():
     eps, delta = est._privacy_target()
     assert (eps, delta) == (1.0, 1e-6)
     event = GaussianEvent(10.0, 4)
-    cost = est._spend(event, delta=delta, noise_multiplier=10.0, n_queries=4, calibration="exact")
-    assert isinstance(cost, PrivacyCost) and cost.private
+    cost, rng = est._spend(event, entropy=est._entropy(), delta=delta, noise_multiplier=10.0, n_queries=4,
+                           calibration="exact")
+    assert isinstance(cost, PrivacyCost) and cost.private and isinstance(rng, np.random.Generator)
     assert cost.epsilon == pytest.approx(epsilon_of(event, 1e-6)) and cost.event is event
     assert acc.history()[0].label == "_Est(epsilon=1)"
     # Without an accountant the cost is still priced, nothing recorded anywhere.
-    alone = _Est(epsilon=1.0)._spend(event, delta=1e-5, noise_multiplier=10.0, n_queries=4,
-                                     calibration="exact")
+    alone, _ = _Est(epsilon=1.0)._spend(event, entropy=0, delta=1e-5, noise_multiplier=10.0, n_queries=4,
+                                        calibration="exact")
     assert alone.epsilon == pytest.approx(epsilon_of(event, 1e-5))
     assert not NO_PRIVACY_COST.private
-    np.testing.assert_array_equal(_Est(random_state=3)._generator().normal(size=2),
-                                  _Est(random_state=3)._generator().normal(size=2))
+
+    def draw(est):
+        return est._spend(event, entropy=est._entropy(), delta=1e-5)[1].normal(size=2)
+    # Without an accountant the same seed and public parameters give the same stream; another
+    # epsilon (another public description) gives another.
+    np.testing.assert_array_equal(draw(_Est(random_state=3)), draw(_Est(random_state=3)))
+    assert not np.array_equal(draw(_Est(random_state=3)), draw(_Est(epsilon=2.0, random_state=3)))
 
 
 def test_mixin_target_names_bad_parameters():

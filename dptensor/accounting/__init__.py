@@ -3,11 +3,12 @@ from .accountant import (DEFAULT_DELTA, BudgetExceededError, LedgerNotSharedErro
                          PrivacyAccountingError)
 from .calibration import calibrate, calibrate_gaussian, paper_noisy_power_sigma, paper_tensor_power_noise
 from .composition import epsilon_of, gdp_delta, gdp_epsilon, gdp_mu, rdp_curve, rdp_epsilon
-from .events import AboveThresholdEvent, ComposedEvent, GaussianEvent, LaplaceEvent, PrivacyEvent
+from .events import (AboveThresholdEvent, ComposedEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent,
+                     PrivacyEvent)
 from .ledger import LedgerEntry, LedgerError
 
 __all__ = ["PrivacyAccountant", "BudgetExceededError", "LedgerNotSharedError", "PrivacyAccountingError",
            "LedgerError", "LedgerEntry", "DEFAULT_DELTA", "calibrate", "calibrate_gaussian",
            "paper_noisy_power_sigma", "paper_tensor_power_noise", "epsilon_of", "gdp_delta",
            "gdp_epsilon", "gdp_mu", "rdp_curve", "rdp_epsilon", "PrivacyEvent", "GaussianEvent",
-           "LaplaceEvent", "AboveThresholdEvent", "ComposedEvent"]
+           "LaplaceEvent", "AboveThresholdEvent", "NonPrivateEvent", "ComposedEvent"]

@@ -39,19 +39,21 @@ class PrivacyAccountingError(BaseException):
 class BudgetExceededError(PrivacyAccountingError):
     """A spend would take the composed cost past the accountant's budget; nothing was recorded."""
 
-    def __init__(self, spent: float, requested: float, total: float, delta: float, label: str = ""):
+    def __init__(self, spent: float, requested: float, total: float, delta: float, label: str = "",
+                 reason: str = ""):
         self.spent, self.requested, self.total, self.delta = spent, requested, total, delta
-        self.label = label
+        self.label, self.reason = label, reason
         who = f" by {label}" if label else ""
+        why = f": {reason}" if reason else ""
         super().__init__(
             f"privacy budget exceeded: spent epsilon={spent:.6g}, requested epsilon={requested:.6g}{who}, "
             f"total budget epsilon={total:.6g} (all at delta={delta:g}); the fit was refused before "
-            "touching the data and nothing was recorded")
+            f"touching the data and nothing was recorded{why}")
 
     # Exceptions are pickled as ``cls(*args)``; keep every field so the error survives the trip
     # back from a process worker (joblib/loky re-raises it in the parent).
     def __reduce__(self):
-        return (type(self), (self.spent, self.requested, self.total, self.delta, self.label))
+        return (type(self), (self.spent, self.requested, self.total, self.delta, self.label, self.reason))
 
 
 class LedgerNotSharedError(PrivacyAccountingError):
@@ -125,7 +127,8 @@ class PrivacyAccountant:
         Composition is sub-additive, so a set of further spends whose epsilons add up to more than
         this may still fit; :meth:`check` answers exactly for a given spend.
         """
-        return (max(0.0, self.epsilon - self.spent()[0]), self.delta)
+        spent = self.spent()[0]
+        return (0.0 if math.isinf(spent) else max(0.0, self.epsilon - spent), self.delta)
 
     def cost(self, event: PrivacyEvent, delta: float | None = None) -> float:
         """Epsilon of ``event`` alone, at ``delta`` (the accountant's by default)."""
@@ -151,7 +154,8 @@ class PrivacyAccountant:
 
         def decide(entries):
             self._within_budget([e.event for e in entries], event, label)
-            return LedgerEntry(time=now(), label=label, event=event, epsilon=own_eps, delta=own_delta)
+            return LedgerEntry(time=now(), label=label, event=event, epsilon=own_eps, delta=own_delta,
+                               index=len(entries))
 
         return self._store.transact(decide)
 
@@ -161,7 +165,12 @@ class PrivacyAccountant:
         total = epsilon_of(past + [event], self.delta)
         if total > self.epsilon * (1 + 1e-9):
             spent = epsilon_of(past, self.delta) if past else 0.0
-            raise BudgetExceededError(spent, epsilon_of(event, self.delta), self.epsilon, self.delta, label)
+            reason = getattr(event, "reason", "")
+            if reason:
+                reason = (f"this release has no privacy guarantee ({reason}), so it costs epsilon=inf; "
+                          "set a finite epsilon (and the public bound it needs) to fit under this budget")
+            raise BudgetExceededError(spent, epsilon_of(event, self.delta), self.epsilon, self.delta, label,
+                                      reason)
 
     def _refuse_if_orphan(self):
         # Checked at every spend, not only on unpickling: a forked child inherits the object itself.

@@ -24,7 +24,7 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import log_ndtr
 
-from .events import AboveThresholdEvent, GaussianEvent, LaplaceEvent, PrivacyEvent
+from .events import AboveThresholdEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent, PrivacyEvent
 
 __all__ = ["gdp_delta", "gdp_epsilon", "gdp_mu", "rdp_curve", "rdp_epsilon", "epsilon_of", "ORDERS"]
 
@@ -97,6 +97,8 @@ def rdp_curve(events, orders: np.ndarray = ORDERS) -> np.ndarray:
             total += event.count * _laplace_rdp(event.epsilon, orders)
         elif isinstance(event, AboveThresholdEvent):
             total += event.count * _pure_rdp(event.epsilon, orders)
+        elif isinstance(event, NonPrivateEvent):
+            total += np.inf
         else:
             raise TypeError(f"cannot price {type(event).__name__}")
     return total
@@ -124,6 +126,8 @@ def epsilon_of(events, delta: float) -> float:
     leaves = list(_leaves(events))
     if not leaves:
         return 0.0
+    if any(isinstance(e, NonPrivateEvent) for e in leaves):
+        return math.inf
     mu2 = sum(e.mu**2 for e in leaves if isinstance(e, GaussianEvent))
     pure = sum(e.count * e.epsilon for e in leaves if not isinstance(e, GaussianEvent))
     basic = pure + gdp_epsilon(math.sqrt(mu2), delta) if mu2 > 0 else pure

@@ -10,7 +10,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 __all__ = ["PrivacyEvent", "GaussianEvent", "LaplaceEvent", "AboveThresholdEvent",
-           "ComposedEvent", "event_from_dict"]
+           "NonPrivateEvent", "ComposedEvent", "event_from_dict"]
 
 
 class PrivacyEvent:
@@ -76,6 +76,19 @@ class AboveThresholdEvent(PrivacyEvent):
 
 
 @dataclass(frozen=True)
+class NonPrivateEvent(PrivacyEvent):
+    """A release with no formal guarantee (``epsilon=inf``, or a mode whose proof does not hold).
+
+    It costs epsilon = infinity at every delta: a finite budget refuses it before the fit touches
+    the data, and an infinite budget records it so that the ledger shows what was released.
+    ``reason`` says why the release is not private.
+    """
+
+    reason: str = "epsilon=inf"
+    mechanism = "none"
+
+
+@dataclass(frozen=True)
 class ComposedEvent(PrivacyEvent):
     """Several events released by one fit, composed adaptively."""
 
@@ -95,7 +108,7 @@ class ComposedEvent(PrivacyEvent):
             yield from event.leaves()
 
 
-_KINDS = {cls.mechanism: cls for cls in (GaussianEvent, LaplaceEvent, AboveThresholdEvent)}
+_KINDS = {cls.mechanism: cls for cls in (GaussianEvent, LaplaceEvent, AboveThresholdEvent, NonPrivateEvent)}
 
 
 def event_from_dict(data: dict) -> PrivacyEvent:

@@ -35,6 +35,9 @@ class LedgerEntry:
     epsilon: float
     delta: float
     pid: int = field(default_factory=os.getpid)
+    #: Position in the ledger (0 for the first spend): unique within one ledger, and the same when
+    #: the same script replays the same spends, so it keys each spend's own noise stream.
+    index: int = -1
 
     @property
     def mechanism(self) -> str:
@@ -150,14 +153,14 @@ class SQLiteLedger:
     def entries(self) -> list[LedgerEntry]:
         conn = self._connect()
         rows = conn.execute("SELECT time, label, event, epsilon, delta, pid FROM spends ORDER BY id")
-        return [_entry_from_row(r) for r in rows.fetchall()]
+        return [_entry_from_row(r, i) for i, r in enumerate(rows.fetchall())]
 
     def transact(self, decide):
         conn = self._connect()
         conn.execute("BEGIN IMMEDIATE")  # takes the write lock: no other process can interleave
         try:
             rows = conn.execute("SELECT time, label, event, epsilon, delta, pid FROM spends ORDER BY id")
-            entry = decide([_entry_from_row(r) for r in rows.fetchall()])
+            entry = decide([_entry_from_row(r, i) for i, r in enumerate(rows.fetchall())])
             if entry is not None:
                 conn.execute("INSERT INTO spends (time, label, event, epsilon, delta, pid) "
                              "VALUES (?, ?, ?, ?, ?, ?)",
@@ -177,10 +180,10 @@ class SQLiteLedger:
         self._local = threading.local()
 
 
-def _entry_from_row(row) -> LedgerEntry:
+def _entry_from_row(row, index) -> LedgerEntry:
     t, label, event, eps, delta, pid = row
     return LedgerEntry(time=t, label=label, event=event_from_dict(json.loads(event)),
-                       epsilon=eps, delta=delta, pid=pid)
+                       epsilon=eps, delta=delta, pid=pid, index=index)
 
 
 def now() -> float:

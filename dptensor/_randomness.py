@@ -1,0 +1,88 @@
+"""Where noise comes from: one fresh stream per spend, built for the fit and never stored.
+
+Two spends must never draw the same or correlated noise, whatever ``random_state`` is. A seed
+alone cannot promise that: ``sklearn.base.clone`` deep-copies a Generator, so every candidate of a
+search would start from one state, and one int seed across a grid over epsilon makes the noise of
+the candidates proportional (their releases then cancel it). So each spend's stream is derived
+from two things:
+
+* the *entropy* of ``random_state``: fresh operating-system entropy for ``None`` (the only choice
+  fit for a real release), the int itself, or 128 bits drawn from a given Generator/RandomState;
+* the *spend key*: the spend's position in its accountant's ledger (unique within a ledger) and a
+  fingerprint of the fit's public description (estimator, public parameters, data shape).
+
+``numpy.random.SeedSequence`` hashes the two into independent streams. The same script with the
+same seed replays the same spends in the same order, so it reproduces its results; two spends of
+one ledger always differ in their position, and two fits with different public parameters always
+differ in their fingerprint, so their noise is independent even without an accountant.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import numbers
+import secrets
+
+import numpy as np
+
+__all__ = ["seed_entropy", "spend_generator", "fingerprint"]
+
+#: Bits of entropy drawn from the operating system (or from a given generator) per fit.
+ENTROPY_BITS = 128
+
+
+def seed_entropy(random_state) -> int:
+    """Validate ``random_state`` and return the entropy it contributes (call before any spend).
+
+    ``None`` draws fresh operating-system entropy; a non-negative int is used as it is; a
+    ``Generator`` or ``RandomState`` gives 128 bits drawn from it (advancing it).
+    """
+    if random_state is None:
+        return secrets.randbits(ENTROPY_BITS)
+    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
+        if random_state < 0:
+            raise ValueError(f"random_state must be a non-negative int, got {random_state!r}")
+        return int(random_state)
+    if isinstance(random_state, np.random.Generator):
+        words = random_state.integers(0, 2**32, size=ENTROPY_BITS // 32, dtype=np.uint64)
+    elif isinstance(random_state, np.random.RandomState):
+        words = random_state.randint(0, 2**32, size=ENTROPY_BITS // 32, dtype=np.uint64)
+    else:
+        raise TypeError("random_state must be None, a non-negative int, a RandomState or a Generator, "
+                        f"got {random_state!r}")
+    return int(sum(int(w) << (32 * i) for i, w in enumerate(words)))
+
+
+def fingerprint(*parts) -> tuple[int, ...]:
+    """Four 32-bit words hashing a public description (names, parameters, shapes) of a spend."""
+    digest = hashlib.sha256(_describe(parts).encode()).digest()
+    return tuple(int.from_bytes(digest[i:i + 4], "little") for i in range(0, 16, 4))
+
+
+def spend_generator(entropy: int, *, spend_index: int, key: tuple[int, ...] = ()) -> np.random.Generator:
+    """The noise generator of one spend: ``entropy`` hashed with the spend's position and key.
+
+    ``spend_index`` is the spend's position in its ledger, or ``-1`` for a fit without an
+    accountant. The generator is a local of the fit: it must never be stored on an estimator.
+    """
+    seq = np.random.SeedSequence(entropy, spawn_key=(int(spend_index) + 1, *key))
+    return np.random.Generator(np.random.PCG64(seq))
+
+
+def _describe(value) -> str:
+    """A canonical text for public values, the same in every process (no ids, no addresses)."""
+    if value is None or isinstance(value, (bool, str)):
+        return repr(value)
+    if isinstance(value, numbers.Integral):
+        return repr(int(value))
+    if isinstance(value, numbers.Real):
+        return "nan" if math.isnan(value) else repr(float(value))
+    if isinstance(value, (list, tuple)):
+        return "(" + ",".join(_describe(v) for v in value) + ")"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{_describe(k)}:{_describe(value[k])}" for k in sorted(value, key=str)) + "}"
+    if isinstance(value, np.ndarray):
+        return f"array{value.shape}" + _describe(value.ravel().tolist())
+    if isinstance(value, type):
+        return value.__qualname__
+    return type(value).__qualname__
