@@ -106,7 +106,9 @@ class PrivateEstimatorMixin:
     _stream_attributes: tuple = ()
 
     def __getstate__(self):
-        state = super().__getstate__()
+        # A copy: on Python >= 3.11 the inherited state *is* the instance's __dict__, and clearing
+        # the stream there would close the live stream of the estimator being pickled.
+        state = dict(super().__getstate__())
         for name in self._stream_attributes:
             if state.get(name) is not None:
                 state[name] = None
