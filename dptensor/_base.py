@@ -5,6 +5,8 @@ import math
 import warnings
 from dataclasses import dataclass
 
+import numpy as np
+
 from .accounting import epsilon_of
 from .accounting.events import NonPrivateEvent, PrivacyEvent
 from ._randomness import fingerprint, seed_entropy, spend_generator
@@ -42,6 +44,9 @@ class PrivacyCost:
 #: The cost of a non-private fit: nothing is released under a guarantee.
 NO_PRIVACY_COST = PrivacyCost(epsilon=math.inf, delta=0.0, noise_multiplier=0.0, n_queries=0,
                               calibration="none", event=None)
+
+#: Random generators a caller may pass as ``random_state``: never pickled or copied with an estimator.
+_GENERATORS = (np.random.Generator, np.random.RandomState, np.random.BitGenerator, np.random.SeedSequence)
 
 #: Parameters that change neither what a fit releases nor how: left out of a spend's fingerprint.
 _NOT_PUBLIC_DESCRIPTION = ("accountant", "random_state", "verbose")
@@ -113,6 +118,11 @@ class PrivateEstimatorMixin:
             if state.get(name) is not None:
                 state[name] = None
                 state["_stream_detached"] = True
+        if isinstance(state.get("random_state"), _GENERATORS):
+            # A generator's state gives away its past draws (PCG64 steps back, and its seed
+            # sequence holds its entropy), hence the seed entropy of every fit it seeded and
+            # their noise. A copy or a reloaded model gets fresh entropy instead.
+            state["random_state"] = None
         return state
 
     def _check_stream_attached(self):
