@@ -357,7 +357,6 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         _check_open_unit(self.svt_fraction, "svt_fraction")
         data_norm = check_data_norm(self.data_norm, epsilon)
         entropy = self._entropy()
-        X = clip_rows(X, data_norm) if data_norm is not None else X
         rounds = k * n_iter
 
         if math.isfinite(epsilon):
@@ -375,6 +374,8 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
             self.privacy_cost_, rng = self._spend(NonPrivateEvent("epsilon=inf"), entropy=entropy,
                                                   delta=delta, data_shape=X.shape)
 
+        # Clipped only now: a refused fit computes nothing from the data.
+        X = clip_rows(X, data_norm) if data_norm is not None else X
         components, self.thresholds_ = adaptive_power_iteration(
             X, k, n_iter, rng=rng, data_norm=data_norm, svt_epsilon=eps1, noise_multiplier=z,
             beta=self.beta, verbose=self.verbose)

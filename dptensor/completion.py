@@ -340,6 +340,18 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         gaussian = self.perturbation == "gradient" or (self.perturbation == "output" and self.fit_intercept)
         epsilon, delta = self._privacy_target(gaussian=gaussian)
         vrange = self._check_value_range(private)
+        entropy = self._entropy()
+        plan = self._plan(p, epsilon, delta, len(shape)) if private else None
+        if plan is None:
+            event = NonPrivateEvent("epsilon=inf")
+        elif self.perturbation == "output":
+            event = NonPrivateEvent(OUTPUT_NOT_PRIVATE)
+        else:
+            event = plan["event"]
+        # Recorded before anything is computed from the values: a refused fit touches none of them.
+        self.privacy_cost_, rng = self._spend(
+            event, entropy=entropy, delta=delta, noise_multiplier=plan["z"] if plan else 0.0,
+            n_queries=plan["n_queries"] if plan else 0, calibration="exact", data_shape=(len(y), *shape))
 
         # Public affine rescaling: values clipped to the range, centred, divided by its width.
         if vrange is not None:
@@ -352,21 +364,9 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             center = 0.0
         ys = (y - center) / scale
         obs = Observations(X, shape)
-        entropy = self._entropy()
         # The training loss is an unnoised statistic of the private values: it is kept (and
         # printed) only for a fit that is not private.
         history = [] if self.verbose and not private else None
-
-        plan = self._plan(p, epsilon, delta, len(shape)) if private else None
-        if plan is None:
-            event = NonPrivateEvent("epsilon=inf")
-        elif self.perturbation == "output":
-            event = NonPrivateEvent(OUTPUT_NOT_PRIVATE)
-        else:
-            event = plan["event"]
-        self.privacy_cost_, rng = self._spend(
-            event, entropy=entropy, delta=delta, noise_multiplier=plan["z"] if plan else 0.0,
-            n_queries=plan["n_queries"] if plan else 0, calibration="exact", data_shape=(len(y), *shape))
 
         model = self._fit_scaled(obs, ys, p, plan, rng, history, private)
 

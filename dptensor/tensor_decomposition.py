@@ -340,11 +340,25 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
 
         if X.ndim == 3:
             T = check_symmetric_tensor(X, symmetrize=self.symmetrize)
-            base, sensitivity, self.moment_ = SymmetricTensor(T), None, "tensor"
+            sensitivity = None
         else:
             data_norm = check_data_norm(self.data_norm, epsilon)
-            raw, X = X, clip_chunks(X, data_norm) if dask else clip_rows(X, data_norm)
             sensitivity = row_sensitivity(data_norm, X.shape[0]) if private else None
+
+        # The spend, from public values only: a refused fit computes nothing from the data.
+        if private:  # power: K adaptive queries; input perturbation: one release of the tensor
+            K = n_power_queries(k, L, R) if self.method == "power" else 1
+            z = plan_noise_multiplier(epsilon, delta, K, self.calibration)
+            event = GaussianEvent(z, K)
+        else:
+            K, z, event = 0, 0.0, NonPrivateEvent("epsilon=inf")
+        self.privacy_cost_, rng = self._spend(event, entropy=entropy, delta=delta, noise_multiplier=z,
+                                              n_queries=K, calibration=self.calibration, data_shape=X.shape)
+
+        if X.ndim == 3:
+            base, self.moment_ = SymmetricTensor(T), "tensor"
+        else:
+            raw, X = X, clip_chunks(X, data_norm) if dask else clip_rows(X, data_norm)
             self.moment_ = self._pick_moment(X, k)
             if dask:  # the same moment, summed (dense) or applied (implicit) chunk by chunk on the workers;
                 # the implicit one clips each chunk inside its own task rather than in a layer of its own
@@ -354,22 +368,8 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
             else:
                 base = SymmetricTensor(moment_tensor(X)) if self.moment_ == "dense" else ThirdMoment(X)
 
-        noise = None
-        if not private:
-            self.privacy_cost_, rng = self._spend(NonPrivateEvent("epsilon=inf"), entropy=entropy,
-                                                  delta=delta, data_shape=X.shape)
-        elif self.method == "power":
-            K = n_power_queries(k, L, R)
-            z = plan_noise_multiplier(epsilon, delta, K, self.calibration)
-            self.privacy_cost_, rng = self._spend(GaussianEvent(z, K), entropy=entropy, delta=delta,
-                                                  noise_multiplier=z, n_queries=K,
-                                                  calibration=self.calibration, data_shape=X.shape)
-            noise = PowerNoise(z, sensitivity)
-        else:  # input perturbation: one Gaussian release of the tensor's distinct entries
-            z = plan_noise_multiplier(epsilon, delta, 1, self.calibration)
-            self.privacy_cost_, rng = self._spend(GaussianEvent(z, 1), entropy=entropy, delta=delta,
-                                                  noise_multiplier=z, n_queries=1,
-                                                  calibration=self.calibration, data_shape=X.shape)
+        noise = PowerNoise(z, sensitivity) if private and self.method == "power" else None
+        if private and self.method == "input_perturbation":  # noise on the tensor's distinct entries
             T = base.T if isinstance(base, SymmetricTensor) else moment_tensor(X)
             scale = ENTRY_SENSITIVITY if sensitivity is None else sensitivity
             base = SymmetricTensor(perturb_tensor(T, scale, z, rng))
