@@ -1,0 +1,664 @@
+"""Attacks on what a fitted estimator releases: pickles, seeds, searches, refusals.
+
+Each test plays an adversary against the workflows people really run (saving a model, seeding a
+search, sweeping epsilon) and says in its docstring what the code leaked before each spend drew its
+own noise stream. The pickle audit is general: it walks every object a pickle (or a joblib dump)
+reaches and compares every array and float in it, by value, with the training rows and with
+unnoised statistics computed here, so it also catches leaks nobody listed.
+"""
+from __future__ import annotations
+
+import io
+import math
+import pickle
+import pickletools
+import re
+import warnings
+
+import joblib
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.model_selection import GridSearchCV, KFold
+
+from dptensor import (AdaptivePrivatePCA, BudgetExceededError, PrivacyAccountant, PrivacyWarning, PrivatePCA,
+                      PrivateTensorCompletion, PrivateTensorDecomposition, StreamingTensorPower)
+from dptensor import _base, _randomness
+from dptensor._operators import moment_tensor
+from dptensor.datasets import make_low_rank_tensor
+from dptensor.mechanisms import clip_rows
+from dptensor.pca import center_and_clip, covariance_sensitivity
+from dptensor.streaming_tensor_power import block_statistics
+
+pytestmark = pytest.mark.filterwarnings("ignore::dptensor.PrivacyWarning")
+
+N, D, B = 600, 6, 1.5          # rows, features, the public row bound
+FORBIDDEN = (np.random.Generator, np.random.BitGenerator, np.random.RandomState, np.random.SeedSequence)
+
+
+def _rows(seed=0, n=N, d=D):
+    """Heavy-tailed rows with a clear top direction: many rows are longer than ``B`` (so clipping
+    changes them) and the spectrum is well separated (so a private fit has something to find)."""
+    g = np.random.default_rng(seed)
+    X = g.standard_normal((n, d)) * np.r_[1.2, 0.6, 0.4, 0.3, 0.2, 0.1][:d]
+    return X * g.standard_t(3, size=(n, 1)) + 0.1
+
+
+X_ROWS = _rows()
+
+
+# ---------------------------------------------------------------------------------------------
+# The audit: everything a pickle reaches
+# ---------------------------------------------------------------------------------------------
+
+class _Walker(pickle.Pickler):
+    """Pickles normally, and on the way records every array and every random generator it reaches."""
+
+    def __init__(self, file):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.arrays, self.generators = [], []
+
+    def reducer_override(self, obj):
+        if isinstance(obj, FORBIDDEN):
+            self.generators.append(type(obj).__name__)
+        elif isinstance(obj, (np.ndarray, np.generic)):
+            self.arrays.append(np.array(obj, copy=True))
+        return NotImplemented  # pickle it as usual (and walk into it)
+
+
+def _walk(obj):
+    """``(arrays, floats, big_ints, generators, blob)`` of everything ``pickle`` reaches from ``obj``."""
+    buf = io.BytesIO()
+    walker = _Walker(buf)
+    walker.dump(obj)
+    blob = buf.getvalue()
+    floats, big = [], []
+    for op, arg, _ in pickletools.genops(blob):
+        if op.name in ("BINFLOAT", "FLOAT"):
+            floats.append(arg)
+        elif isinstance(arg, int) and not isinstance(arg, bool) and abs(arg) >= 2**64:
+            big.append(arg)  # 128-bit seed entropy would look like this
+    return walker.arrays, floats, big, walker.generators, blob
+
+
+def _numeric(arrays):
+    for a in arrays:
+        if a.dtype.kind in "fc":
+            yield np.real(a).astype(np.float64)
+        elif a.dtype == object:
+            yield from _numeric([np.asarray(v) for v in a.ravel() if isinstance(v, (np.ndarray, float))])
+
+
+def _lines(a, d):
+    """Every 1-D line of length ``d`` along any axis of ``a`` (rows, columns, tensor fibres)."""
+    for axis in range(a.ndim):
+        if a.shape[axis] == d:
+            yield np.moveaxis(a, axis, -1).reshape(-1, d)
+
+
+def _line_matches(secret_rows, arrays):
+    """How many secret rows appear, up to a scalar factor, as a line of some array reached."""
+    S = np.asarray(secret_rows, dtype=np.float64)
+    S = S[np.linalg.norm(S, axis=1) > 1e-12]
+    S = S / np.linalg.norm(S, axis=1, keepdims=True)
+    found = np.zeros(len(S), dtype=bool)
+    for a in _numeric(arrays):
+        for L in _lines(a, S.shape[1]):
+            L = L[np.linalg.norm(L, axis=1) > 1e-12]
+            if not len(L):
+                continue
+            cos = np.abs((L / np.linalg.norm(L, axis=1, keepdims=True)) @ S.T)
+            found |= np.any(cos > 1 - 1e-9, axis=0)
+    return int(found.sum())
+
+
+def _value_matches(secret_values, numbers, rtol=1e-9):
+    """How many (non-zero) secret scalars appear among the numbers reached, to ``rtol``."""
+    s = np.unique(np.abs(np.ravel(np.asarray(secret_values, dtype=np.float64))))
+    s = s[s > 1e-12]
+    if not len(s) or not len(numbers):
+        return 0
+    v = np.unique(np.abs(numbers))
+    pos = np.clip(np.searchsorted(v, s), 1, len(v) - 1)
+    near = np.minimum(np.abs(v[pos] - s), np.abs(v[pos - 1] - s))
+    return int(np.sum(near <= rtol * s))
+
+
+def audit(obj, *, rows=(), lines=(), values=(), label=""):
+    """Assert that nothing reachable from ``obj`` by pickle is a generator, a big seed-like int, a
+    training row (``rows``: raw bytes and values), or an unnoised statistic (``lines``: d-vectors
+    matched up to scale; ``values``: scalars matched to 1e-9)."""
+    arrays, floats, big, generators, blob = _walk(obj)
+    assert not generators, f"{label}: the pickle holds {generators}"
+    assert not big, f"{label}: the pickle holds a seed-sized integer"
+    numbers = np.concatenate([a.ravel() for a in _numeric(arrays)] + [np.asarray(floats, dtype=float)])
+    for name, R in rows:
+        R = np.asarray(R)
+        for dtype in (np.float64, np.float32):
+            hits = sum(r.tobytes() in blob for r in np.ascontiguousarray(R, dtype=dtype))
+            assert hits == 0, f"{label}: {hits} {name} rows stored verbatim ({np.dtype(dtype).name})"
+        lines = [*lines, (name, R)]
+    for name, S in lines:
+        hits = _line_matches(S, arrays)
+        assert hits == 0, f"{label}: {hits} lines of {name} found in the pickle"
+    for name, S in values:
+        hits = _value_matches(S, numbers)
+        assert hits == 0, f"{label}: {hits} values of {name} found in the pickle"
+
+
+def audit_everywhere(est, tmp_path, **secrets):
+    """The pickle, a joblib dump reloaded, and the estimator's repr all pass :func:`audit`."""
+    audit(est, label="pickle", **secrets)
+    path = tmp_path / "model.joblib"
+    joblib.dump(est, path)
+    raw = path.read_bytes()
+    for name, R in secrets.get("rows", ()):
+        for dtype in (np.float64, np.float32):
+            assert not any(r.tobytes() in raw for r in np.ascontiguousarray(R, dtype=dtype)), \
+                f"joblib file stores {name} rows"
+    audit(joblib.load(path), label="joblib", **secrets)
+    text = repr(est) + repr(getattr(est, "privacy_cost_", ""))
+    assert not re.search(r"\bstate\b|bit_generator|PCG64\(", text), text
+    shown = [float(t) for t in re.findall(r"-?\d+\.\d+(?:e-?\d+)?", text)]
+    for name, S in secrets.get("values", ()):
+        assert _value_matches(S, np.asarray(shown), rtol=1e-4) == 0, f"repr shows {name}"
+
+
+def _pca_secrets(X, est, *, centered_with=None):
+    """Unnoised statistics of a row-level PCA fit: the clipped (centred) rows' X^T X, its products
+    with the released components, its eigenvalues and trace, and the exact clipped mean."""
+    Xc = clip_rows(X, B)
+    mean = Xc.mean(axis=0)
+    rows = [("raw", X), ("clipped", Xc)]
+    if centered_with is not None:
+        Xc = center_and_clip(Xc, centered_with, B)
+        rows.append(("centred", Xc))
+    C = Xc.T @ Xc
+    V = est.components_ if hasattr(est, "components_") else np.eye(X.shape[1])[:1]
+    w = np.linalg.eigvalsh(C)
+    scale = max(X.shape[0] - 1, 1)
+    return dict(rows=rows,
+                lines=[("X^T X", C), ("X^T X V", (C @ V.T).T), ("exact mean", mean[None, :])],
+                values=[("eigenvalues", np.r_[w, w / scale]), ("trace", [np.trace(C), np.trace(C) / scale]),
+                        ("V^T X^T X V", V @ C @ V.T), ("exact mean", mean)])
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. Pickle walk, every estimator and mode
+# ---------------------------------------------------------------------------------------------
+
+PRIVATE = dict(epsilon=2.0, data_norm=B)
+
+
+@pytest.mark.parametrize("method", ["power", "analyze_gauss"])
+@pytest.mark.parametrize("centered", [False, True])
+@pytest.mark.parametrize("seed", [None, 3, "generator", "randomstate"])
+def test_private_pca_fit_pickles_only_releases(tmp_path, method, centered, seed):
+    """A private PCA fit pickles only its noisy releases.
+
+    Before: a ``random_state`` Generator (even one seeded from fresh OS entropy) was pickled with
+    the model; stepping it back two outputs gave the fit's noise, hence the exact clipped mean.
+    """
+    random_state = {"generator": np.random.default_rng(), "randomstate": np.random.RandomState(5)}.get(seed, seed)
+    acc = PrivacyAccountant(10.0)
+    est = PrivatePCA(2, method=method, centered=centered, accountant=acc, random_state=random_state,
+                     **PRIVATE).fit(X_ROWS)
+    audit(vars(est) | {"random_state": None}, label="live", **_pca_secrets(X_ROWS, est, centered_with=None if centered else est.mean_))
+    audit_everywhere(est, tmp_path, **_pca_secrets(X_ROWS, est, centered_with=None if centered else est.mean_))
+
+
+def _symmetric(d=D, seed=1):
+    """A public-shaped symmetric matrix with a clear top-2 spectrum (an entry-level input)."""
+    g = np.random.default_rng(seed)
+    U = np.linalg.qr(g.standard_normal((d, d)))[0]
+    A = (U * np.r_[40.0, -25.0, 3.0, 2.0, 1.0, 0.5][:d] * math.pi) @ U.T  # no round eigenvalue
+    return (A + A.T) / 2
+
+
+@pytest.mark.parametrize("method", ["power", "analyze_gauss"])
+def test_private_pca_precomputed_pickles_only_releases(tmp_path, method):
+    """Entry-level PCA of a precomputed matrix: no entry row of A, no A V, no eigenvalue of A is kept."""
+    A = _symmetric()
+    est = PrivatePCA(2, method=method, input="precomputed", epsilon=2.0, random_state=1).fit(A)
+    w = np.linalg.eigvalsh(A)
+    secrets = dict(rows=[("A", A)], lines=[("A V", (A @ est.components_.T).T)],
+                   values=[("eigenvalues of A", w), ("trace", [np.trace(A)])])
+    audit(vars(est), label="live", **secrets)
+    audit_everywhere(est, tmp_path, **secrets)
+
+
+def _stream(est, X, chunk):
+    for start in range(0, X.shape[0], chunk):
+        est.partial_fit(X[start:start + chunk])
+    return est
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("n_rows,centered", [(70, False), (210, False), (70, True), (250, True)])
+@pytest.mark.parametrize("epsilon", [2.0, np.inf])
+def test_streaming_pca_mid_block_pickles_no_working_state(tmp_path, n_rows, centered, epsilon, dtype):
+    """A PCA stream pickled in the middle of a block (the mean block, or a power block).
+
+    Before: the pickle held the stream's generator (stepping it back gave the noise of the released
+    mean), its unnoised running sums (the unfinished block's clipped row sum, or ``C^T C X``) and,
+    through them, the unfinished block's rows.
+    """
+    X = X_ROWS[:n_rows].astype(dtype)
+    est = _stream(PrivatePCA(2, epsilon=epsilon, data_norm=B, centered=centered, block_size=100,
+                             random_state=2), X, 70)
+    live = est._stream
+    assert live._count > 0  # rows of an unfinished block are waiting
+    Xc = clip_rows(X.astype(np.float64), B)
+    start = n_rows - live._count
+    lines = []
+    if math.isfinite(epsilon) or (live.mean is None and not centered):  # else the exact mean is released
+        lines += [("the mean block's clipped sum", Xc[:min(100, n_rows)].sum(0)[None, :]),
+                  ("the exact mean", Xc[:min(100, n_rows)].mean(0)[None, :])]
+    if live.mean is not None:  # inside a power block: its unnoised product with the current basis
+        Cb = center_and_clip(Xc[start:], live.mean, B)
+        lines.append(("the unfinished block's C^T C X", (Cb.T @ (Cb @ live.basis.astype(np.float64))).T))
+    secrets = dict(rows=[("raw", X), ("clipped", Xc)], lines=lines)
+    audit_everywhere(est, tmp_path, **secrets)
+    with pytest.raises(RuntimeError, match="pickled or copied while its stream was open"):
+        pickle.loads(pickle.dumps(est)).partial_fit(X[:5])
+
+
+def test_pickling_mid_stream_leaves_the_live_stream_running():
+    """Pickling (or copying) a stream must not close the live one: the pickle leaves the stream
+    behind, the estimator that was pickled continues it exactly as if nothing had happened.
+
+    Before: ``__getstate__`` cleared the stream in the instance's own ``__dict__``, so saving a
+    checkpoint mid-stream ended the stream it meant to save.
+    """
+    import copy
+
+    twins = [PrivatePCA(2, epsilon=2.0, data_norm=B, block_size=100, random_state=4),
+             StreamingTensorPower(2, n_restarts=3, n_iter=3, batch_size=100, random_state=4, **PRIVATE)]
+    for est in twins:
+        ref = clone(est)
+        est.partial_fit(X_ROWS[:250])
+        ref.partial_fit(X_ROWS[:250])
+        pickle.dumps(est)
+        joblib.dump(est, io.BytesIO())
+        copy.deepcopy(est)
+        est.partial_fit(X_ROWS[250:])
+        ref.partial_fit(X_ROWS[250:])
+        np.testing.assert_array_equal(est.components_, ref.components_)
+
+
+def _stp_secrets(X, est):
+    """Rows, and the exact third-moment contractions at the released components (all rows and each
+    block of 100)."""
+    Xc = clip_rows(X, B)
+    V = est.components_
+    lines, values = [], []
+    for part in [Xc] + [Xc[i:i + 100] for i in range(0, len(Xc), 100)]:
+        if len(part) and len(V):
+            TU, tu = block_statistics(part, V.T)
+            lines.append(("exact T(I, v, v)", TU.T))
+            values.append(("exact T(v, v, v)", tu))
+    return dict(rows=[("raw", X), ("clipped", Xc)], lines=lines, values=values)
+
+
+@pytest.mark.parametrize("epsilon", [2.0, np.inf])
+def test_streaming_tensor_power_fit_pickles_only_releases(tmp_path, epsilon):
+    """A stream that ``fit`` finished: components and eigenvalues only.
+
+    Before: the pickle held the stream's generator, and a non-private stream its raw rows.
+    """
+    est = StreamingTensorPower(2, n_restarts=3, n_iter=3, batch_size=100, epsilon=epsilon, data_norm=B,
+                               random_state=np.random.default_rng(5)).fit(X_ROWS)
+    assert est.n_components_done_ == 2
+    secrets = _stp_secrets(X_ROWS, est)
+    if math.isfinite(epsilon):
+        audit(vars(est) | {"random_state": None}, label="live", **secrets)
+    else:
+        secrets = dict(rows=secrets["rows"])
+    audit_everywhere(est, tmp_path, **secrets)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("epsilon", [2.0, np.inf])
+def test_streaming_tensor_power_mid_stream_pickles_no_buffer(tmp_path, epsilon, dtype):
+    """``partial_fit`` in 70-row chunks leaves raw rows in the stream's buffer.
+
+    Before: a private stream fed 700-row chunks pickled every buffered row, unclipped.
+    """
+    X = X_ROWS[:250].astype(dtype)
+    est = _stream(StreamingTensorPower(2, n_restarts=3, n_iter=3, batch_size=100, epsilon=epsilon,
+                                       data_norm=B, random_state=6), X, 70)
+    live = est._stream
+    assert live.fill > 0  # raw rows wait in the buffer
+    buffered = clip_rows(X[len(X) - live.fill:].astype(np.float64), B)
+    TU, tu = block_statistics(buffered, live.U.astype(np.float64))
+    secrets = dict(rows=[("raw", X), ("clipped", clip_rows(X, B))],
+                   lines=[("the buffered block's T(I, u, u)", TU.T)], values=[("its T(u, u, u)", tu)])
+    audit_everywhere(est, tmp_path, **secrets)
+
+
+def _tensor_secrets(T, est, rows=()):
+    V = est.components_
+    TIvv = np.einsum("abc,kb,kc->ka", T, V, V)
+    return dict(rows=[*rows, ("tensor fibres", T.reshape(-1, T.shape[0]))],
+                lines=[("exact T(I, v, v)", TIvv)], values=[("exact T(v, v, v)", np.sum(TIvv * V, axis=1))])
+
+
+@pytest.mark.parametrize("method", ["power", "input_perturbation", None])
+@pytest.mark.parametrize("tensor_input", [False, True])
+def test_tensor_decomposition_pickles_only_releases(tmp_path, method, tensor_input):
+    """Private tensor power method, input perturbation, and the non-private fit; data or a tensor."""
+    if tensor_input:
+        T, rows = moment_tensor(_rows(7, 400)), ()
+        X = T
+    else:
+        X = X_ROWS
+        T, rows = moment_tensor(clip_rows(X, B)), [("raw", X), ("clipped", clip_rows(X, B))]
+    kw = dict(epsilon=np.inf) if method is None else dict(epsilon=2.0, method=method)
+    est = PrivateTensorDecomposition(2, n_restarts=3, n_iter=5, data_norm=B, random_state=8, **kw).fit(X)
+    secrets = _tensor_secrets(T, est, rows)
+    if method is None:
+        secrets = dict(rows=secrets["rows"])
+    audit(vars(est), label="live", **secrets)
+    audit_everywhere(est, tmp_path, **secrets)
+
+
+@pytest.mark.parametrize("epsilon", [1.0, np.inf])
+def test_adaptive_pca_pickles_only_releases(tmp_path, epsilon):
+    """AdaptivePrivatePCA: components and the released thresholds; no row, no exact ``A^T A v``."""
+    est = AdaptivePrivatePCA(2, epsilon=epsilon, data_norm=B, random_state=np.random.RandomState(9)).fit(X_ROWS)
+    Xc = clip_rows(X_ROWS, B)
+    C = Xc.T @ Xc
+    V = est.components_
+    secrets = dict(rows=[("raw", X_ROWS), ("clipped", Xc)], lines=[("A^T A v", (C @ V.T).T)],
+                   values=[("eigenvalues", np.linalg.eigvalsh(C)), ("v^T A^T A v", V @ C @ V.T)])
+    if not math.isfinite(epsilon):
+        secrets = dict(rows=secrets["rows"])
+    audit(vars(est) | {"random_state": None}, label="live", **secrets)
+    audit_everywhere(est, tmp_path, **secrets)
+
+
+COMPLETION = make_low_rank_tensor(shape=(8, 7, 6), rank=2, snr=2.0, random_state=3)
+
+
+@pytest.mark.parametrize("perturbation,fit_intercept", [("input", True), ("gradient", True), ("gradient", False),
+                                                        (None, True), ("output", True)])
+def test_completion_pickles_only_releases(tmp_path, perturbation, fit_intercept):
+    """Private completion keeps no observed value, no exact mean, no training loss.
+
+    Before: a private fit kept its unnoised training loss, and every fit pickled its generator.
+    """
+    X, y = COMPLETION["indices"], COMPLETION["values"]
+    private = perturbation in ("input", "gradient")
+    est = PrivateTensorCompletion(rank=2, perturbation=perturbation, epsilon=2.0 if perturbation else np.inf,
+                                  value_range=(0.0, 1.0), fit_intercept=fit_intercept, verbose=1,
+                                  random_state=np.random.default_rng(10))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.fit(X, y)
+    inside = (y > 0) & (y < 1)  # a clipped value equals a public bound: not a secret
+    yc = np.clip(y, 0, 1)
+    secrets = dict(values=[("observed values", y[inside]), ("centred values", (y - 0.5)[inside])])
+    if private:
+        loss = np.sqrt(np.mean((est.predict(X) - yc) ** 2))
+        secrets["values"] += [("training loss", [loss, loss / 1.0, loss ** 2]), ("exact mean", [yc.mean()]),
+                              ("exact row means", [np.bincount(X[:, m], yc) / np.bincount(X[:, m])
+                                                   for m in range(3)][0])]
+        assert not hasattr(est, "train_rmse_")
+    audit(vars(est) | {"random_state": None}, label="live", **secrets)
+    audit_everywhere(est, tmp_path, **secrets)
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. Stepping a pickled generator back
+# ---------------------------------------------------------------------------------------------
+
+class _Grab(pickle.Pickler):
+    """Collects the generators a pickle reaches (what an attacker would search a model file for)."""
+
+    def __init__(self):
+        super().__init__(io.BytesIO(), protocol=pickle.HIGHEST_PROTOCOL)
+        self.found = []
+
+    def reducer_override(self, obj):
+        if isinstance(obj, np.random.Generator):
+            self.found.append(obj)
+        return NotImplemented
+
+
+def _step_back_attack(model_bytes, n_draws, recovers, max_back=64):
+    """Load a model file, find every Generator in it, step each back 0..max_back outputs and redraw
+    ``n_draws`` normals; return True if ``recovers(noise)`` holds for any of them."""
+    grab = _Grab()
+    grab.dump(pickle.loads(model_bytes))
+    for g in grab.found:
+        for back in range(max_back):
+            h = np.random.Generator(type(g.bit_generator)())
+            h.bit_generator.state = g.bit_generator.state
+            h.bit_generator.advance(-back)
+            if recovers(h.standard_normal(n_draws)):
+                return True
+    return False
+
+
+def test_generator_step_back_has_nothing_to_work_on():
+    """The issue's attack: step a pickled PCG64 back and regenerate the noise of the released mean.
+
+    Before: ``PrivatePCA.partial_fit`` pickled its stream's generator; stepping it back 8 draws gave
+    the unnoised mean to 2.8e-17. The attack is shown to work on that object (the stream as the old
+    pickle held it), then to find no generator at all in today's model files.
+    """
+    X = X_ROWS[:150]
+    est = PrivatePCA(2, epsilon=2.0, data_norm=B, block_size=100, random_state=None).partial_fit(X)
+    true_mean = clip_rows(X[:100], B).mean(0)
+    z = est.privacy_cost_.noise_multiplier
+    scale = z * 2.0 * B / 100
+
+    def recovers(noise):
+        return np.max(np.abs(est.mean_ - noise[:D] * scale - true_mean)) < 1e-12
+
+    assert np.max(np.abs(est.mean_ - true_mean)) > 10 * 1e-12  # the mean is noised...
+    assert _step_back_attack(pickle.dumps(est._stream), D, recovers)  # ...but the old pickle undid it
+    assert not _step_back_attack(pickle.dumps(est), D, recovers)
+    assert _Walker(io.BytesIO()).dump(est) is None  # (the file pickles)
+    # A generator given as random_state: the model file does not carry it either.
+    gen = PrivatePCA(2, epsilon=2.0, data_norm=B, method="analyze_gauss", random_state=np.random.default_rng())
+    gen.fit(X)
+    assert isinstance(gen.random_state, np.random.Generator)  # the caller's object is untouched
+    assert pickle.loads(pickle.dumps(gen)).random_state is None
+    assert not _step_back_attack(pickle.dumps(gen), D, lambda noise: True)
+
+
+# ---------------------------------------------------------------------------------------------
+# 3-4. Noise recovered from releases: clones, searches, epsilon grids
+# ---------------------------------------------------------------------------------------------
+
+def _sphere_rows(n=3000, d=8, seed=11):
+    """Rows of norm <= 1 spread over all directions: every eigenvalue of X^T X is ~ n/d, far above
+    the Analyze Gauss noise, so the noisy matrix is rebuilt exactly from a full release."""
+    g = np.random.default_rng(seed)
+    X = g.standard_normal((n, d))
+    return X / np.linalg.norm(X, axis=1, keepdims=True) * g.uniform(0.5, 1.0, size=(n, 1))
+
+
+XS = _sphere_rows()
+DS = XS.shape[1]
+IU = np.triu_indices(DS)
+
+
+def _released_matrix(est):
+    """The noisy X^T X an Analyze Gauss fit with n_components = d released (post-processing)."""
+    ev = est.explained_variance_ * (est.n_samples_ - 1)
+    assert np.all(ev > 0), "a floored eigenvalue: the test data are not well conditioned enough"
+    return (est.components_.T * ev) @ est.components_
+
+
+def _noise(est, X):
+    """The Analyze Gauss noise of ``est`` fitted on ``X``, in units of its standard deviation."""
+    C = X.T @ X  # rows have norm <= 1 = data_norm: clipping does nothing
+    std = est.privacy_cost_.noise_multiplier * covariance_sensitivity(1.0)
+    return (_released_matrix(est) - C)[IU] / std
+
+
+def _ag(**kw):
+    return PrivatePCA(DS, method="analyze_gauss", centered=True, data_norm=1.0, **kw)
+
+
+def _assert_independent(noises, what):
+    E = np.array(noises)
+    assert E.shape[0] >= 2
+    sd = E.std(axis=1)
+    assert np.all((sd > 0.6) & (sd < 1.6)), f"{what}: recovered noise has the wrong scale {sd}"
+    R = np.corrcoef(E)
+    off = np.abs(R[~np.eye(len(E), dtype=bool)])
+    assert off.max() < 0.8, f"{what}: correlated noise between spends (|corr| up to {off.max():.3f})"
+
+
+@pytest.mark.parametrize("seed", ["generator", "randomstate", "int"])
+def test_clones_under_one_accountant_draw_independent_noise(seed):
+    """Two clones of one seeded estimator fitted under one accountant.
+
+    Before: ``clone`` deep-copied a Generator or RandomState, so both clones released bit-identical
+    output (and an int seed gave the same draws) while the ledger composed them as independent.
+    """
+    random_state = {"generator": np.random.default_rng(123), "randomstate": np.random.RandomState(123),
+                    "int": 123}[seed]
+    acc = PrivacyAccountant(10.0)
+    base = _ag(epsilon=1.0, accountant=acc, random_state=random_state)
+    fits = [clone(base).fit(XS) for _ in range(3)]
+    assert len(acc.history()) == 3
+    assert not np.allclose(fits[0].components_, fits[1].components_)
+    _assert_independent([_noise(f, XS) for f in fits], f"clones ({seed})")
+
+
+def _score_released_matrix(est, X, y=None):
+    """A scorer that reports the fitted candidate's released matrix (so it survives a process pool)."""
+    R = _released_matrix(est)[IU]
+    return {f"r{i}": float(v) for i, v in enumerate(R)} | {"n": float(est.n_samples_)}
+
+
+def _grid_noises(search, X, splits):
+    """Every spend's noise recovered from ``cv_results_``, in standard deviations."""
+    res = search.cv_results_
+    out = []
+    for c, params in enumerate(res["params"]):
+        z = clone(search.estimator).set_params(**params, accountant=None, random_state=0)
+        z = z.fit(X[:50]).privacy_cost_.noise_multiplier  # the multiplier depends on public values only
+        for j, (train, _) in enumerate(splits):
+            R = np.array([res[f"split{j}_test_r{i}"][c] for i in range(len(IU[0]))])
+            C = X[train].T @ X[train]
+            out.append((R - C[IU]) / (z * covariance_sensitivity(1.0)))
+    return out
+
+
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_search_with_repeated_candidates_draws_independent_noise(tmp_path, n_jobs):
+    """GridSearchCV over a grid with identical candidates (epsilon 1, 1, 2), one seed.
+
+    n_jobs=1 with a memory ledger and a Generator seed, n_jobs=2 with a SQLite ledger and an int
+    seed. Before: every candidate started from the same deep-copied generator (or the same int), so
+    the identical candidates released identical noise and the epsilon=2 one proportional noise.
+    """
+    if n_jobs == 1:
+        acc, random_state = PrivacyAccountant(50.0), np.random.default_rng(0)
+    else:
+        acc, random_state = PrivacyAccountant(50.0, ledger=tmp_path / "budget.sqlite"), 7
+    splits = list(KFold(3, shuffle=True, random_state=0).split(XS))
+    search = GridSearchCV(_ag(accountant=acc, random_state=random_state), {"epsilon": [1.0, 1.0, 2.0]},
+                          scoring=_score_released_matrix, refit=False, cv=splits, n_jobs=n_jobs)
+    search.fit(XS)
+    assert len(acc.history()) == 9
+    _assert_independent(_grid_noises(search, XS, splits), f"search n_jobs={n_jobs}")
+
+
+@pytest.mark.parametrize("with_accountant", [False, True])
+def test_epsilon_grid_does_not_cancel_the_noise(with_accountant):
+    """Fits at epsilon=1 and epsilon=2 with one int seed.
+
+    Before: the same draws scaled by two multipliers, so ``(z2 R1 - z1 R2) / (z2 - z1)`` rebuilt the
+    noiseless clipped X^T X to 2.7e-13. Now the combination is as noisy as the releases.
+    """
+    acc = PrivacyAccountant(10.0) if with_accountant else None
+    fits = [_ag(epsilon=eps, accountant=acc, random_state=0).fit(XS) for eps in (1.0, 2.0)]
+    (R1, z1), (R2, z2) = [(_released_matrix(f), f.privacy_cost_.noise_multiplier) for f in fits]
+    C = XS.T @ XS
+    rebuilt = (z2 * R1 - z1 * R2) / (z2 - z1)
+    err = np.sqrt(np.mean((rebuilt - C)[IU] ** 2))
+    noise = min(z1, z2) * covariance_sensitivity(1.0)
+    assert err > 0.5 * noise, f"the grid cancelled the noise: error {err:.3g}, noise std {noise:.3g}"
+    _assert_independent([_noise(f, XS) for f in fits], "epsilon grid")
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. epsilon = inf costs infinity
+# ---------------------------------------------------------------------------------------------
+
+XC, YC = COMPLETION["indices"], COMPLETION["values"]
+SMALL = dict(n_restarts=2, n_iter=2)
+
+#: (name, estimator factory, how to fit it, the module whose data-touching helpers must not run)
+NON_PRIVATE = [
+    ("PrivatePCA.fit", lambda **kw: PrivatePCA(2, **kw), lambda e: e.fit(X_ROWS), "pca"),
+    ("PrivatePCA.partial_fit", lambda **kw: PrivatePCA(2, **kw), lambda e: e.partial_fit(X_ROWS), "pca"),
+    ("AdaptivePrivatePCA", lambda **kw: AdaptivePrivatePCA(2, epsilon=np.inf, **kw), lambda e: e.fit(X_ROWS),
+     "adaptive_pca"),
+    ("PrivateTensorDecomposition(data)", lambda **kw: PrivateTensorDecomposition(2, **SMALL, **kw),
+     lambda e: e.fit(X_ROWS), "tensor_decomposition"),
+    ("PrivateTensorDecomposition(tensor)", lambda **kw: PrivateTensorDecomposition(2, **SMALL, **kw),
+     lambda e: e.fit(moment_tensor(X_ROWS)), "tensor_decomposition"),
+    ("StreamingTensorPower.fit", lambda **kw: StreamingTensorPower(2, batch_size=100, **SMALL, **kw),
+     lambda e: e.fit(X_ROWS), "streaming_tensor_power"),
+    ("StreamingTensorPower.partial_fit", lambda **kw: StreamingTensorPower(2, batch_size=100, **SMALL, **kw),
+     lambda e: e.partial_fit(X_ROWS), "streaming_tensor_power"),
+    ("PrivateTensorCompletion", lambda **kw: PrivateTensorCompletion(rank=2, **kw), lambda e: e.fit(XC, YC),
+     "completion"),
+]
+
+
+def _untouchable(monkeypatch, module):
+    """Make the module's first step on the data values (clipping, or indexing the observations) fail."""
+    import importlib
+
+    mod = importlib.import_module(f"dptensor.{module}")
+
+    def touched(*args, **kwargs):
+        raise AssertionError(f"dptensor.{module} computed on the data before the budget refused the fit")
+
+    for name in ("clip_rows", "clip_chunks", "moment_tensor", "Observations", "StreamingPowerMethod", "_Stream"):
+        if hasattr(mod, name):
+            monkeypatch.setattr(mod, name, touched)
+
+
+@pytest.mark.parametrize("name,make,fit,module", NON_PRIVATE, ids=[c[0] for c in NON_PRIVATE])
+def test_epsilon_inf_is_refused_by_a_finite_budget(monkeypatch, tmp_path, name, make, fit, module):
+    """Forgetting epsilon under a finite budget: refused before touching the data, ledger unchanged.
+
+    Before: ``PrivatePCA(2, data_norm=1.0, accountant=PrivacyAccountant(1.0)).fit(X)`` ran the exact
+    method and recorded nothing (``spent() == (0, 0)``).
+    """
+    from dptensor.accounting import GaussianEvent
+
+    for acc in (PrivacyAccountant(1.0), PrivacyAccountant(1.0, ledger=tmp_path / f"{module}.sqlite")):
+        acc.spend(GaussianEvent(20.0), label="an earlier fit")
+        before = acc.history()
+        est = make(accountant=acc, random_state=0)
+        with monkeypatch.context() as m:
+            _untouchable(m, module)
+            with pytest.raises(BudgetExceededError, match="no privacy guarantee.*finite epsilon"):
+                fit(est)
+        assert acc.history() == before
+        fitted = {k for k in vars(est) if k.endswith("_") and not k.startswith("_")}
+        assert fitted <= {"n_features_in_", "feature_names_in_"}, f"a refused fit left {fitted}"
+
+
+@pytest.mark.parametrize("name,make,fit,module", NON_PRIVATE, ids=[c[0] for c in NON_PRIVATE])
+def test_epsilon_inf_runs_warns_and_is_recorded_as_not_private(name, make, fit, module):
+    """Without an accountant the fit runs, warns, and says it is not private; an infinite accountant
+    records a "none" entry of epsilon inf. Before: nothing was recorded and no warning was given."""
+    with pytest.warns(PrivacyWarning, match="without a privacy guarantee"):
+        est = fit(make(random_state=0))
+    assert est.privacy_cost_.epsilon == math.inf and not est.privacy_cost_.private
+    acc = PrivacyAccountant()
+    with pytest.warns(PrivacyWarning):
+        fit(make(accountant=acc, random_state=0))
+    (entry,) = acc.history()
+    assert entry.mechanism == "none" and entry.epsilon == math.inf and acc.spent()[0] == math.inf
