@@ -332,13 +332,12 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         """
         p = self._check_params()
         X, y, shape = self._check_data(X, y)
-        private = self.perturbation is not None and math.isfinite(self.epsilon)
-        if self.perturbation is None and not (isinstance(self.epsilon, numbers.Real)
-                                              and math.isinf(self.epsilon) and self.epsilon > 0):
-            raise ValueError(f"epsilon={self.epsilon!r} needs a perturbation (\"input\", \"gradient\" or "
-                             "\"output\"); perturbation=None is the non-private fit (epsilon=np.inf)")
         gaussian = self.perturbation == "gradient" or (self.perturbation == "output" and self.fit_intercept)
         epsilon, delta = self._privacy_target(gaussian=gaussian)
+        private = self.perturbation is not None and math.isfinite(epsilon)
+        if self.perturbation is None and math.isfinite(epsilon):
+            raise ValueError(f"epsilon={self.epsilon!r} needs a perturbation (\"input\", \"gradient\" or "
+                             "\"output\"); perturbation=None is the non-private fit (epsilon=np.inf)")
         vrange = self._check_value_range(private)
         entropy = self._entropy()
         plan = self._plan(p, epsilon, delta, len(shape)) if private else None
