@@ -662,3 +662,213 @@ def test_epsilon_inf_runs_warns_and_is_recorded_as_not_private(name, make, fit, 
         fit(make(accountant=acc, random_state=0))
     (entry,) = acc.history()
     assert entry.mechanism == "none" and entry.epsilon == math.inf and acc.spent()[0] == math.inf
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. Every invalid parameter is refused before the spend
+# ---------------------------------------------------------------------------------------------
+
+P = dict(epsilon=1.0, data_norm=B)
+BAD_SEEDS = [dict(random_state="x"), dict(random_state=-1), dict(random_state=1.5), dict(random_state=True),
+             dict(random_state=np.int64(-3)), dict(random_state=[1, 2]), dict(random_state=np.random.SeedSequence(1))]
+BAD_PRIVACY = [dict(epsilon=0), dict(epsilon=-1.0), dict(epsilon=float("nan")), dict(epsilon="1"),
+               dict(epsilon=True), dict(delta=-0.1), dict(delta=1.0), dict(delta="x"), dict(delta=0.0)]
+BAD_NORM = [dict(data_norm=None), dict(data_norm=-1.0), dict(data_norm=0), dict(data_norm=np.inf),
+            dict(data_norm="1")]
+
+INVALID = (
+    [("PrivatePCA", PrivatePCA, dict(n_components=2, **P), kw, m)
+     for m in ("fit", "partial_fit")
+     for kw in BAD_SEEDS + BAD_PRIVACY + BAD_NORM + [
+         dict(n_components=0), dict(n_components=7), dict(n_components=2.5), dict(n_components="2"),
+         dict(method="pow"), dict(input="rows"), dict(neighbors="cell"), dict(neighbors="entry"),
+         dict(calibration="approx"), dict(n_iter=0), dict(n_iter="many"), dict(n_iter=2.0),
+         dict(n_oversamples=-1), dict(n_oversamples=5, method="power"), dict(whiten="yes"), dict(centered="no"),
+         dict(accountant="budget")]]
+    + [("PrivatePCA", PrivatePCA, dict(n_components=2, **P), kw, "partial_fit")
+       for kw in (dict(block_size=0), dict(block_size=2.5), dict(method="analyze_gauss"),
+                  dict(calibration="paper"), dict(input="precomputed"))]
+    + [("AdaptivePrivatePCA", AdaptivePrivatePCA, dict(n_components=2, **P), kw, "fit")
+       for kw in BAD_SEEDS + BAD_PRIVACY + BAD_NORM + [
+           dict(n_components=0), dict(n_components=7), dict(n_iter=0), dict(n_iter=True), dict(beta=0),
+           dict(beta=1), dict(beta="x"), dict(svt_fraction=0.0), dict(svt_fraction=1.5)]]
+    + [("PrivateTensorDecomposition", PrivateTensorDecomposition, dict(n_components=2, **SMALL, **P), kw, "fit")
+       for kw in BAD_SEEDS + BAD_PRIVACY + BAD_NORM + [
+           dict(n_components=0), dict(n_components=7), dict(n_restarts=0), dict(n_iter=0), dict(method="svd"),
+           dict(calibration="x"), dict(moment="sparse"), dict(symmetrize="yes"), dict(verbose="x")]]
+    + [("StreamingTensorPower", StreamingTensorPower, dict(n_components=2, batch_size=100, **SMALL, **P), kw, m)
+       for m in ("fit", "partial_fit")
+       for kw in BAD_SEEDS + BAD_PRIVACY + BAD_NORM + [
+           dict(n_components=0), dict(n_components=7), dict(n_restarts=0), dict(n_iter=0),
+           dict(batch_size=0), dict(batch_size=1.5), dict(verbose="x")]]
+    + [("StreamingTensorPower", StreamingTensorPower, dict(n_components=2, batch_size=100, **SMALL, **P), kw, "fit")
+       for kw in (dict(max_passes=0), dict(max_passes=2), dict(batch_size=400))]  # 400: too few rows
+    + [("PrivateTensorCompletion", PrivateTensorCompletion,
+        dict(rank=2, perturbation="gradient", epsilon=1.0, value_range=(0, 1)), kw, "fit")
+       for kw in BAD_SEEDS + BAD_PRIVACY + [
+           dict(rank=0), dict(rank=1.5), dict(decomposition="parafac"), dict(perturbation="laplace"),
+           dict(solver="sgd"), dict(solver="als"), dict(batch_size=10), dict(learning_rate=0),
+           dict(learning_rate=float("nan")), dict(n_iter=0), dict(reg=-1.0), dict(reg="x"),
+           dict(reg_core=-1.0), dict(clip_norm=0), dict(value_range=None), dict(value_range=(1, 0)),
+           dict(value_range=(0, np.inf)), dict(value_range="ab"), dict(shape=(3, 3, 3)), dict(tol=-1.0),
+           dict(perturbation=None)]]
+)
+
+
+def _data_for(name):
+    return (XC, YC) if name == "PrivateTensorCompletion" else (X_ROWS,)
+
+
+@pytest.mark.parametrize("name,cls,base,bad,method", INVALID,
+                         ids=[f"{c[0]}.{c[4]}-{next(iter(c[3].items()))}" for c in INVALID])
+def test_invalid_parameters_are_refused_before_any_spend(tmp_path, name, cls, base, bad, method):
+    """Every invalid parameter raises a clear error naming it, and the ledger is unchanged.
+
+    Before: ``PrivatePCA.fit``/``partial_fit`` recorded the spend and only then validated
+    ``random_state`` (``"x"`` or ``-1`` raised after spending), and ``StreamingTensorPower.fit``
+    on too few rows spent and left an unusable model.
+    """
+    key, value = next(iter(bad.items()))
+    for acc in (PrivacyAccountant(100.0), PrivacyAccountant(100.0, ledger=tmp_path / "ledger.sqlite")):
+        params = base | {"accountant": acc, "random_state": 0} | bad
+        before = acc.history()
+        with pytest.raises((ValueError, TypeError)) as err:
+            getattr(cls(**params), method)(*_data_for(name))
+        assert acc.history() == before, f"{name}({key}={value!r}) spent before refusing"
+        if key in ("random_state", "epsilon", "delta", "data_norm", "n_components", "method", "beta",
+                   "svt_fraction", "rank", "block_size", "max_passes", "value_range", "decomposition"):
+            assert key in str(err.value) or (key == "batch_size" and "rows" in str(err.value)), str(err.value)
+
+
+@pytest.mark.parametrize("name", ["PrivatePCA", "AdaptivePrivatePCA", "PrivateTensorDecomposition",
+                                  "StreamingTensorPower", "PrivateTensorCompletion"])
+@pytest.mark.parametrize("bad", ["nan", "3d", "empty"])
+def test_invalid_data_is_refused_before_any_spend(tmp_path, name, bad):
+    """Malformed data (NaN, wrong shape, no rows) never costs budget."""
+    cls = dict((c[0], (c[1], c[2])) for c in INVALID)[name]
+    acc = PrivacyAccountant(100.0, ledger=tmp_path / "ledger.sqlite")
+    est = cls[0](**cls[1], accountant=acc, random_state=0)
+    if name == "PrivateTensorCompletion":
+        X, y = XC.copy(), YC.copy()
+        data = {"nan": (X, np.where(np.arange(len(y)) == 3, np.nan, y)), "3d": (X[:, :, None], y),
+                "empty": (X[:0], y[:0])}[bad]
+    else:
+        data = ({"nan": np.where(X_ROWS == X_ROWS[5, 2], np.nan, X_ROWS), "3d": X_ROWS[:, :, None][:, :2],
+                 "empty": X_ROWS[:0]}[bad],)
+        if name == "PrivateTensorDecomposition" and bad == "3d":
+            data = (np.ones((3, 4, 5)),)
+    with pytest.raises((ValueError, TypeError)):
+        est.fit(*data)
+    assert acc.history() == []
+
+
+# ---------------------------------------------------------------------------------------------
+# 7. Reproducible, and never a shared stream
+# ---------------------------------------------------------------------------------------------
+
+def _script(acc, seed=11):
+    """A session of fits of every estimator, some repeated identically."""
+    fits = [
+        PrivatePCA(2, method="analyze_gauss", accountant=acc, random_state=seed, **PRIVATE).fit(X_ROWS),
+        PrivatePCA(2, method="analyze_gauss", accountant=acc, random_state=seed, **PRIVATE).fit(X_ROWS),
+        PrivatePCA(2, method="power", accountant=acc, random_state=seed, **PRIVATE).fit(X_ROWS),
+        PrivatePCA(2, block_size=100, accountant=acc, random_state=seed, **PRIVATE).partial_fit(X_ROWS),
+        AdaptivePrivatePCA(2, accountant=acc, random_state=seed, **PRIVATE).fit(X_ROWS),
+        PrivateTensorDecomposition(2, accountant=acc, random_state=seed, **SMALL, **PRIVATE).fit(X_ROWS),
+        StreamingTensorPower(2, batch_size=100, accountant=acc, random_state=seed, **SMALL, **PRIVATE).fit(X_ROWS),
+        PrivateTensorCompletion(rank=2, perturbation="gradient", epsilon=2.0, value_range=(0, 1), accountant=acc,
+                                random_state=seed).fit(XC, YC),
+    ]
+    return [np.concatenate([np.ravel(a) for a in (f.factors_ if hasattr(f, "factors_") else [f.components_])])
+            for f in fits]
+
+
+def _spy(monkeypatch):
+    """Record the starting state of every spend's noise generator."""
+    starts = []
+    real = _base.spend_generator
+
+    def spy(*args, **kwargs):
+        g = real(*args, **kwargs)
+        starts.append(g.bit_generator.state["state"]["state"])
+        return g
+
+    monkeypatch.setattr(_base, "spend_generator", spy)
+    return starts
+
+
+def test_same_script_same_seed_reproduces_and_no_two_spends_share_a_stream(monkeypatch):
+    """The same fits with the same seed under two fresh accountants give identical outputs; within
+    one ledger every spend (even an identical refit) draws its own stream.
+
+    Before: the identical refit drew the same noise as the first fit and the ledger composed them
+    as two independent releases.
+    """
+    starts = _spy(monkeypatch)
+    first = _script(PrivacyAccountant(100.0))
+    n = len(starts)
+    second = _script(PrivacyAccountant(100.0))
+    assert starts[:n] == starts[n:] and len(set(starts[:n])) == n
+    for a, b in zip(first, second):
+        np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(first[0], first[1])  # the identical refit released fresh noise
+    other = _script(PrivacyAccountant(100.0), seed=12)
+    assert not set(starts[2 * n:]) & set(starts[:n])
+
+
+def test_without_an_accountant_only_identical_fits_share_a_stream(monkeypatch):
+    """Without an accountant a spend has no ledger position: its stream is keyed by the seed and the
+    fit's public description. Different estimators, parameters or data shapes never share a stream;
+    the same fit of the same public description with the same int seed repeats its noise (what a
+    fixed seed means: use ``random_state=None`` for releases)."""
+    starts = _spy(monkeypatch)
+    pca = dict(method="analyze_gauss", random_state=5, **PRIVATE)
+    PrivatePCA(2, **pca).fit(X_ROWS)
+    PrivatePCA(2, **pca).fit(X_ROWS[::-1])         # same shape, same description
+    PrivatePCA(3, **pca).fit(X_ROWS)               # another parameter
+    PrivatePCA(2, **pca | {"epsilon": 1.0}).fit(X_ROWS)
+    PrivatePCA(2, **pca).fit(X_ROWS[:-1])          # another shape
+    AdaptivePrivatePCA(2, random_state=5, **PRIVATE).fit(X_ROWS)
+    PrivateTensorDecomposition(2, random_state=5, **SMALL, **PRIVATE).fit(X_ROWS)
+    PrivatePCA(2, **pca | {"random_state": None}).fit(X_ROWS)
+    PrivatePCA(2, **pca | {"random_state": None}).fit(X_ROWS)
+    assert starts[0] == starts[1]
+    assert len(set(starts[1:])) == len(starts) - 1
+
+
+# ---------------------------------------------------------------------------------------------
+# 8. What a plain search releases
+# ---------------------------------------------------------------------------------------------
+
+def test_plain_grid_search_scores_are_not_private():
+    """A plain ``GridSearchCV`` over private estimators: its fitted models are private, its scores
+    are not.
+
+    This documents a limitation, it is not a guarantee: ``cv_results_``, ``best_score_`` and
+    ``best_params_`` are computed from the raw values of the validation folds, without noise and
+    without any entry in the ledger. Changing one observed value in a validation fold moves
+    ``split0_test_score`` while the fitted models and the ledger stay exactly the same. A search
+    whose scores and choice are private is what ``dptensor.model_selection`` is for.
+    """
+    splits = list(KFold(3, shuffle=True, random_state=0).split(XC))
+    changed = YC.copy()
+    changed[splits[0][1][0]] += 5.0  # one value of the first validation fold
+
+    def model(est, X, y):  # what the fitted candidate released, reported beside its score
+        return float(sum(np.sum(F) for F in est.factors_) + np.sum(est.intercept_))
+
+    results, ledgers = [], []
+    for y in (YC, changed):
+        acc = PrivacyAccountant(20.0)
+        est = PrivateTensorCompletion(rank=2, perturbation="input", epsilon=1.0, value_range=(0, 1),
+                                      accountant=acc, random_state=0)
+        search = GridSearchCV(est, {"rank": [1, 2]}, scoring={"mse": "neg_mean_squared_error", "model": model},
+                              cv=splits, refit=False)
+        results.append(search.fit(XC, y).cv_results_)
+        ledgers.append([(e.label, e.event, e.epsilon) for e in acc.history()])
+    assert ledgers[0] == ledgers[1] and len(ledgers[0]) == 6
+    # Split 0 trains on the same rows with the same noise: the same released models...
+    np.testing.assert_array_equal(results[0]["split0_test_model"], results[1]["split0_test_model"])
+    # ...yet its score moved by about 25 / n_test, a function of one raw validation value.
+    before, after = results[0]["split0_test_mse"], results[1]["split0_test_mse"]
+    assert np.all(np.abs(after - before) > 10.0 / len(splits[0][1]))
