@@ -583,6 +583,7 @@ def test_search_with_repeated_candidates_draws_independent_noise(tmp_path, n_job
     search.fit(XS)
     assert len(acc.history()) == 9
     _assert_independent(_grid_noises(search, XS, splits), f"search n_jobs={n_jobs}")
+    audit(search, rows=[("training", XS)], label="the search")  # its estimator's generator stays behind
 
 
 @pytest.mark.parametrize("with_accountant", [False, True])
@@ -899,3 +900,56 @@ def test_plain_grid_search_scores_are_not_private():
     # ...yet its score moved by about 25 / n_test, a function of one raw validation value.
     before, after = results[0]["split0_test_mse"], results[1]["split0_test_mse"]
     assert np.all(np.abs(after - before) > 10.0 / len(splits[0][1]))
+
+
+# ---------------------------------------------------------------------------------------------
+# The record shows what was charged
+# ---------------------------------------------------------------------------------------------
+
+DELTA_MISMATCH = [
+    lambda **kw: PrivatePCA(2, **kw).fit(X_ROWS),
+    lambda **kw: PrivatePCA(2, block_size=100, **kw).partial_fit(X_ROWS),
+    lambda **kw: AdaptivePrivatePCA(2, **kw).fit(X_ROWS),
+    lambda **kw: PrivateTensorDecomposition(2, **SMALL, **kw).fit(X_ROWS),
+    lambda **kw: StreamingTensorPower(2, batch_size=100, **SMALL, **kw).fit(X_ROWS),
+    lambda **kw: PrivateTensorCompletion(rank=2, perturbation="gradient", value_range=(0, 1),
+                                         **{k: v for k, v in kw.items() if k != "data_norm"}).fit(XC, YC),
+]
+
+
+@pytest.mark.parametrize("fit", DELTA_MISMATCH)
+def test_a_looser_estimator_delta_is_charged_at_the_accountant_delta(fit):
+    """``PrivatePCA(epsilon=1, delta=1e-2)`` under an accountant at delta=1e-5.
+
+    Before: charged epsilon 2.14 while the ledger line read ``eps=1 delta=0.01`` and
+    ``privacy_cost_.epsilon`` was 1. Now the entry and ``privacy_cost_`` show the charge, at the
+    accountant's delta, and a warning says so.
+    """
+    acc = PrivacyAccountant(10.0, delta=1e-5)
+    with pytest.warns(PrivacyWarning, match="accountant enforces delta=1e-05"):
+        est = fit(epsilon=1.0, delta=1e-2, data_norm=B, accountant=acc, random_state=0)
+    (entry,) = acc.history()
+    assert entry.delta == est.privacy_cost_.delta == 1e-5
+    assert entry.epsilon == est.privacy_cost_.epsilon == pytest.approx(acc.spent()[0])
+    assert entry.epsilon > 1.5  # looser delta, same noise: more epsilon at the accountant's delta
+    assert f"eps={entry.epsilon:.4g} delta=1e-05" in str(acc)
+
+
+def test_an_int_seed_saved_with_a_model_gives_its_noise_away():
+    """What a fixed int seed means (a documented limitation, not a guarantee): the seed is a public
+    parameter, pickled with the model, and with the ledger position and the public description it
+    keys the noise. Anyone holding the file regenerates the noise and removes it: here the exact
+    clipped mean, from a private fit's ``mean_``. Real releases use ``random_state=None`` (fresh
+    entropy, never stored); a Generator or RandomState is not pickled (see the audits above)."""
+    from dptensor._randomness import fingerprint, spend_generator
+
+    acc = PrivacyAccountant(10.0)
+    model = pickle.loads(pickle.dumps(
+        PrivatePCA(2, method="analyze_gauss", accountant=acc, random_state=42, **PRIVATE).fit(X_ROWS)))
+    params = {k: v for k, v in model.get_params(deep=False).items()
+              if k not in ("accountant", "random_state", "verbose")}
+    key = fingerprint("PrivatePCA", params, (model.n_samples_, model.n_features_in_))
+    rng = spend_generator(model.random_state, spend_index=len(model.accountant.history()) - 1, key=key)
+    z_mean = model.privacy_cost_.event.events[0].noise_multiplier
+    recovered = model.mean_ - rng.standard_normal(D) * z_mean * 2 * B / N
+    np.testing.assert_allclose(recovered, clip_rows(X_ROWS, B).mean(0), rtol=0, atol=1e-14)
