@@ -325,20 +325,30 @@ def test_streaming_tensor_power_fit_pickles_only_releases(tmp_path, epsilon):
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("epsilon", [2.0, np.inf])
-def test_streaming_tensor_power_mid_stream_pickles_no_buffer(tmp_path, epsilon, dtype):
-    """``partial_fit`` in 70-row chunks leaves raw rows in the stream's buffer.
+def test_streaming_tensor_power_mid_stream_pickles_no_buffer(monkeypatch, tmp_path, epsilon, dtype):
+    """``partial_fit`` in 70-row chunks leaves raw rows in the stream's buffer and, with micro-blocks
+    of 30 rows, the unnoised moments of the unfinished block's first rows in its accumulators.
 
-    Before: a private stream fed 700-row chunks pickled every buffered row, unclipped.
+    Before: a private stream fed 700-row chunks pickled every buffered row, unclipped, and its
+    unnoised partial sums.
     """
+    import dptensor.streaming_tensor_power as stp
+
+    monkeypatch.setattr(stp, "_MICRO_BLOCK_BYTES", 30 * D * np.dtype(dtype).itemsize)
     X = X_ROWS[:250].astype(dtype)
     est = _stream(StreamingTensorPower(2, n_restarts=3, n_iter=3, batch_size=100, epsilon=epsilon,
                                        data_norm=B, random_state=6), X, 70)
     live = est._stream
-    assert live.fill > 0  # raw rows wait in the buffer
-    buffered = clip_rows(X[len(X) - live.fill:].astype(np.float64), B)
-    TU, tu = block_statistics(buffered, live.U.astype(np.float64))
+    assert live.fill > 0 and 0 < live.rows_in_block  # raw rows in the buffer, moments accumulated
+    Xc = clip_rows(X.astype(np.float64), B)
+    U = live.U.astype(np.float64)
+    start = len(X) - live.fill - live.rows_in_block
+    TU, tu = block_statistics(Xc[start:start + live.rows_in_block], U)   # what the accumulators hold
+    TUb, tub = block_statistics(Xc[len(X) - live.fill:], U)               # what the buffer would add
     secrets = dict(rows=[("raw", X), ("clipped", clip_rows(X, B))],
-                   lines=[("the buffered block's T(I, u, u)", TU.T)], values=[("its T(u, u, u)", tu)])
+                   lines=[("the unfinished block's T(I, u, u)", TU.T), ("the buffer's T(I, u, u)", TUb.T)],
+                   values=[("the unfinished block's T(u, u, u)", np.r_[tu, tu * live.rows_in_block / 100]),
+                           ("the buffer's T(u, u, u)", tub)])
     audit_everywhere(est, tmp_path, **secrets)
 
 
