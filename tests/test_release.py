@@ -200,12 +200,14 @@ def test_private_pca_fit_pickles_only_releases(tmp_path, method, centered, seed)
     Before: a ``random_state`` Generator (even one seeded from fresh OS entropy) was pickled with
     the model; stepping it back two outputs gave the fit's noise, hence the exact clipped mean.
     """
-    random_state = {"generator": np.random.default_rng(), "randomstate": np.random.RandomState(5)}.get(seed, seed)
+    random_state = {"generator": np.random.default_rng(),
+                    "randomstate": np.random.RandomState(5)}.get(seed, seed)
     acc = PrivacyAccountant(10.0)
     est = PrivatePCA(2, method=method, centered=centered, accountant=acc, random_state=random_state,
                      **PRIVATE).fit(X_ROWS)
-    audit(vars(est) | {"random_state": None}, label="live", **_pca_secrets(X_ROWS, est, centered_with=None if centered else est.mean_))
-    audit_everywhere(est, tmp_path, **_pca_secrets(X_ROWS, est, centered_with=None if centered else est.mean_))
+    secrets = _pca_secrets(X_ROWS, est, centered_with=None if centered else est.mean_)
+    audit(vars(est) | {"random_state": None}, label="live", **secrets)
+    audit_everywhere(est, tmp_path, **secrets)
 
 
 def _symmetric(d=D, seed=1):
@@ -373,8 +375,8 @@ def test_tensor_decomposition_pickles_only_releases(tmp_path, method, tensor_inp
         X = X_ROWS
         T, rows = moment_tensor(clip_rows(X, B)), [("raw", X), ("clipped", clip_rows(X, B))]
     kw = dict(epsilon=np.inf) if method is None else dict(epsilon=2.0, method=method)
-    est = PrivateTensorDecomposition(2, n_restarts=3, n_iter=5, data_norm=B, random_state=np.random.default_rng(8),
-                                     **kw).fit(X)
+    est = PrivateTensorDecomposition(2, n_restarts=3, n_iter=5, data_norm=B,
+                                     random_state=np.random.default_rng(8), **kw).fit(X)
     secrets = _tensor_secrets(T, est, rows)
     if method is None:
         secrets = dict(rows=secrets["rows"])
@@ -389,7 +391,8 @@ def test_adaptive_pca_pickles_only_releases(tmp_path, epsilon):
     Before: the model file carried its ``random_state`` RandomState (whose MT19937 state can be
     run backwards), hence the AboveThreshold and Gaussian noise of every round.
     """
-    est = AdaptivePrivatePCA(2, epsilon=epsilon, data_norm=B, random_state=np.random.RandomState(9)).fit(X_ROWS)
+    est = AdaptivePrivatePCA(2, epsilon=epsilon, data_norm=B, random_state=np.random.RandomState(9))
+    est.fit(X_ROWS)
     Xc = clip_rows(X_ROWS, B)
     C = Xc.T @ Xc
     V = est.components_
@@ -405,8 +408,8 @@ def test_adaptive_pca_pickles_only_releases(tmp_path, epsilon):
 COMPLETION = make_low_rank_tensor(shape=(8, 7, 6), rank=2, snr=2.0, random_state=3)
 
 
-@pytest.mark.parametrize("perturbation,fit_intercept", [("input", True), ("gradient", True), ("gradient", False),
-                                                        (None, True), ("output", True)])
+@pytest.mark.parametrize("perturbation,fit_intercept", [("input", True), ("gradient", True),
+                                                        ("gradient", False), (None, True), ("output", True)])
 def test_completion_pickles_only_releases(tmp_path, perturbation, fit_intercept):
     """Private completion keeps no observed value, no exact mean, no training loss.
 
@@ -486,7 +489,8 @@ def test_generator_step_back_has_nothing_to_work_on():
     assert not _step_back_attack(pickle.dumps(est), D, recovers)
     assert _Walker(io.BytesIO()).dump(est) is None  # (the file pickles)
     # A generator given as random_state: the model file does not carry it either.
-    gen = PrivatePCA(2, epsilon=2.0, data_norm=B, method="analyze_gauss", random_state=np.random.default_rng())
+    gen = PrivatePCA(2, epsilon=2.0, data_norm=B, method="analyze_gauss",
+                     random_state=np.random.default_rng())
     gen.fit(X)
     assert isinstance(gen.random_state, np.random.Generator)  # the caller's object is untouched
     assert pickle.loads(pickle.dumps(gen)).random_state is None
@@ -649,7 +653,8 @@ def _untouchable(monkeypatch, module):
     def touched(*args, **kwargs):
         raise AssertionError(f"dptensor.{module} computed on the data before the budget refused the fit")
 
-    for name in ("clip_rows", "clip_chunks", "moment_tensor", "Observations", "StreamingPowerMethod", "_Stream"):
+    for name in ("clip_rows", "clip_chunks", "moment_tensor", "Observations", "StreamingPowerMethod",
+                 "_Stream"):
         if hasattr(mod, name):
             monkeypatch.setattr(mod, name, touched)
 
@@ -696,7 +701,8 @@ def test_epsilon_inf_runs_warns_and_is_recorded_as_not_private(name, make, fit, 
 
 P = dict(epsilon=1.0, data_norm=B)
 BAD_SEEDS = [dict(random_state="x"), dict(random_state=-1), dict(random_state=1.5), dict(random_state=True),
-             dict(random_state=np.int64(-3)), dict(random_state=[1, 2]), dict(random_state=np.random.SeedSequence(1))]
+             dict(random_state=np.int64(-3)), dict(random_state=[1, 2]),
+             dict(random_state=np.random.SeedSequence(1))]
 BAD_PRIVACY = [dict(epsilon=0), dict(epsilon=-1.0), dict(epsilon=float("nan")), dict(epsilon="1"),
                dict(epsilon=True), dict(delta=-0.1), dict(delta=1.0), dict(delta="x"), dict(delta=0.0)]
 BAD_NORM = [dict(data_norm=None), dict(data_norm=-1.0), dict(data_norm=0), dict(data_norm=np.inf),
@@ -709,7 +715,8 @@ INVALID = (
          dict(n_components=0), dict(n_components=7), dict(n_components=2.5), dict(n_components="2"),
          dict(method="pow"), dict(input="rows"), dict(neighbors="cell"), dict(neighbors="entry"),
          dict(calibration="approx"), dict(n_iter=0), dict(n_iter="many"), dict(n_iter=2.0),
-         dict(n_oversamples=-1), dict(n_oversamples=5, method="power"), dict(whiten="yes"), dict(centered="no"),
+         dict(n_oversamples=-1), dict(n_oversamples=5, method="power"), dict(whiten="yes"),
+         dict(centered="no"),
          dict(accountant="budget")]]
     + [("PrivatePCA", PrivatePCA, dict(n_components=2, **P), kw, "partial_fit")
        for kw in (dict(block_size=0), dict(block_size=2.5), dict(method="analyze_gauss"),
@@ -718,16 +725,19 @@ INVALID = (
        for kw in BAD_SEEDS + BAD_PRIVACY + BAD_NORM + [
            dict(n_components=0), dict(n_components=7), dict(n_iter=0), dict(n_iter=True), dict(beta=0),
            dict(beta=1), dict(beta="x"), dict(svt_fraction=0.0), dict(svt_fraction=1.5)]]
-    + [("PrivateTensorDecomposition", PrivateTensorDecomposition, dict(n_components=2, **SMALL, **P), kw, "fit")
+    + [("PrivateTensorDecomposition", PrivateTensorDecomposition, dict(n_components=2, **SMALL, **P), kw,
+        "fit")
        for kw in BAD_SEEDS + BAD_PRIVACY + BAD_NORM + [
            dict(n_components=0), dict(n_components=7), dict(n_restarts=0), dict(n_iter=0), dict(method="svd"),
            dict(calibration="x"), dict(moment="sparse"), dict(symmetrize="yes"), dict(verbose="x")]]
-    + [("StreamingTensorPower", StreamingTensorPower, dict(n_components=2, batch_size=100, **SMALL, **P), kw, m)
+    + [("StreamingTensorPower", StreamingTensorPower, dict(n_components=2, batch_size=100, **SMALL, **P),
+        kw, m)
        for m in ("fit", "partial_fit")
        for kw in BAD_SEEDS + BAD_PRIVACY + BAD_NORM + [
            dict(n_components=0), dict(n_components=7), dict(n_restarts=0), dict(n_iter=0),
            dict(batch_size=0), dict(batch_size=1.5), dict(verbose="x")]]
-    + [("StreamingTensorPower", StreamingTensorPower, dict(n_components=2, batch_size=100, **SMALL, **P), kw, "fit")
+    + [("StreamingTensorPower", StreamingTensorPower, dict(n_components=2, batch_size=100, **SMALL, **P),
+        kw, "fit")
        for kw in (dict(max_passes=0), dict(max_passes=2), dict(batch_size=400))]  # 400: too few rows
     + [("PrivateTensorCompletion", PrivateTensorCompletion,
         dict(rank=2, perturbation="gradient", epsilon=1.0, value_range=(0, 1)), kw, "fit")
@@ -750,7 +760,8 @@ def ledgers(tmp_path_factory):
     """A memory ledger and a file ledger, each holding one earlier spend."""
     from dptensor.accounting import GaussianEvent
 
-    accs = (PrivacyAccountant(100.0), PrivacyAccountant(100.0, ledger=tmp_path_factory.mktemp("l") / "l.sqlite"))
+    accs = (PrivacyAccountant(100.0),
+            PrivacyAccountant(100.0, ledger=tmp_path_factory.mktemp("ledger") / "budget.sqlite"))
     for acc in accs:
         acc.spend(GaussianEvent(20.0), label="an earlier fit")
     return accs
@@ -813,9 +824,10 @@ def _script(acc, seed=11):
         PrivatePCA(2, block_size=100, accountant=acc, random_state=seed, **PRIVATE).partial_fit(X_ROWS),
         AdaptivePrivatePCA(2, accountant=acc, random_state=seed, **PRIVATE).fit(X_ROWS),
         PrivateTensorDecomposition(2, accountant=acc, random_state=seed, **SMALL, **PRIVATE).fit(X_ROWS),
-        StreamingTensorPower(2, batch_size=100, accountant=acc, random_state=seed, **SMALL, **PRIVATE).fit(X_ROWS),
-        PrivateTensorCompletion(rank=2, perturbation="gradient", epsilon=2.0, value_range=(0, 1), accountant=acc,
-                                random_state=seed).fit(XC, YC),
+        StreamingTensorPower(2, batch_size=100, accountant=acc, random_state=seed, **SMALL,
+                             **PRIVATE).fit(X_ROWS),
+        PrivateTensorCompletion(rank=2, perturbation="gradient", epsilon=2.0, value_range=(0, 1),
+                                accountant=acc, random_state=seed).fit(XC, YC),
     ]
     return [np.concatenate([np.ravel(a) for a in (f.factors_ if hasattr(f, "factors_") else [f.components_])])
             for f in fits]
@@ -850,7 +862,7 @@ def test_same_script_same_seed_reproduces_and_no_two_spends_share_a_stream(monke
     for a, b in zip(first, second):
         np.testing.assert_array_equal(a, b)
     assert not np.array_equal(first[0], first[1])  # the identical refit released fresh noise
-    other = _script(PrivacyAccountant(100.0), seed=12)
+    _script(PrivacyAccountant(100.0), seed=12)  # another seed: other streams
     assert not set(starts[2 * n:]) & set(starts[:n])
 
 
@@ -900,8 +912,8 @@ def test_plain_grid_search_scores_are_not_private():
         acc = PrivacyAccountant(20.0)
         est = PrivateTensorCompletion(rank=2, perturbation="input", epsilon=1.0, value_range=(0, 1),
                                       accountant=acc, random_state=0)
-        search = GridSearchCV(est, {"rank": [1, 2]}, scoring={"mse": "neg_mean_squared_error", "model": model},
-                              cv=splits, refit=False)
+        search = GridSearchCV(est, {"rank": [1, 2]}, cv=splits, refit=False,
+                              scoring={"mse": "neg_mean_squared_error", "model": model})
         results.append(search.fit(XC, y).cv_results_)
         ledgers.append([(e.label, e.event, e.epsilon) for e in acc.history()])
     assert ledgers[0] == ledgers[1] and len(ledgers[0]) == 6
