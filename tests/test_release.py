@@ -866,15 +866,20 @@ def test_same_script_same_seed_reproduces_and_no_two_spends_share_a_stream(monke
     assert not set(starts[2 * n:]) & set(starts[:n])
 
 
-def test_without_an_accountant_only_identical_fits_share_a_stream(monkeypatch):
+def test_a_fixed_seed_outside_one_ledger_repeats_noise_only_for_one_public_description(monkeypatch):
     """Without an accountant a spend has no ledger position: its stream is keyed by the seed and the
-    fit's public description. Different estimators, parameters or data shapes never share a stream;
-    the same fit of the same public description with the same int seed repeats its noise (what a
-    fixed seed means: use ``random_state=None`` for releases)."""
+    fit's public description. Different estimators, parameters or data shapes never share a stream.
+
+    What a fixed int seed means (documented, not a guarantee): two fits with the same seed and the
+    same public description draw the same noise *even on different data* of the same shape, without
+    an accountant or under two fresh accountants (same ledger position). Releasing both cancels the
+    noise in their difference (say two disjoint groups, or two folds). Use ``random_state=None``
+    for releases, and one accountant per data set.
+    """
     starts = _spy(monkeypatch)
     pca = dict(method="analyze_gauss", random_state=5, **PRIVATE)
     PrivatePCA(2, **pca).fit(X_ROWS)
-    PrivatePCA(2, **pca).fit(X_ROWS[::-1])         # same shape, same description
+    PrivatePCA(2, **pca).fit(_rows(seed=99))       # other data, same shape and description
     PrivatePCA(3, **pca).fit(X_ROWS)               # another parameter
     PrivatePCA(2, **pca | {"epsilon": 1.0}).fit(X_ROWS)
     PrivatePCA(2, **pca).fit(X_ROWS[:-1])          # another shape
@@ -884,6 +889,9 @@ def test_without_an_accountant_only_identical_fits_share_a_stream(monkeypatch):
     PrivatePCA(2, **pca | {"random_state": None}).fit(X_ROWS)
     assert starts[0] == starts[1]
     assert len(set(starts[1:])) == len(starts) - 1
+    fresh = [PrivatePCA(2, **pca, accountant=PrivacyAccountant(5.0)).fit(X) for X in (X_ROWS, _rows(seed=99))]
+    assert starts[-2] == starts[-1] != starts[0]  # two ledgers, one position: one stream
+    assert not np.allclose(fresh[0].components_, fresh[1].components_)
 
 
 # ---------------------------------------------------------------------------------------------
