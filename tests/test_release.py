@@ -436,6 +436,19 @@ def test_completion_pickles_only_releases(tmp_path, perturbation, fit_intercept)
     audit_everywhere(est, tmp_path, **secrets)
 
 
+@pytest.mark.parametrize("make", [
+    lambda: PrivatePCA(2, method="power", random_state=np.random.default_rng(12), **PRIVATE),
+    lambda: PrivatePCA(2, method="analyze_gauss", random_state=np.random.default_rng(12), **PRIVATE),
+    lambda: PrivateTensorDecomposition(2, **SMALL, random_state=np.random.default_rng(12), **PRIVATE),
+    lambda: StreamingTensorPower(2, batch_size=100, **SMALL, random_state=np.random.default_rng(12), **PRIVATE),
+], ids=["pca-power", "pca-analyze_gauss", "tensor", "stream"])
+def test_dask_fits_pickle_only_releases(tmp_path, make):
+    """Rows on Dask: the fitted model holds no chunk, no generator, no unnoised X^T X."""
+    da = pytest.importorskip("dask.array")
+    est = make().fit(da.from_array(X_ROWS, chunks=(150, D)))
+    audit_everywhere(est, tmp_path, **_pca_secrets(X_ROWS, est))
+
+
 # ---------------------------------------------------------------------------------------------
 # 2. Stepping a pickled generator back
 # ---------------------------------------------------------------------------------------------
@@ -494,6 +507,9 @@ def test_generator_step_back_has_nothing_to_work_on():
     gen.fit(X)
     assert isinstance(gen.random_state, np.random.Generator)  # the caller's object is untouched
     assert pickle.loads(pickle.dumps(gen)).random_state is None
+    import copy
+    assert copy.deepcopy(gen).random_state is None and copy.copy(gen).random_state is None
+    assert isinstance(clone(gen).random_state, np.random.Generator)  # clone copies parameters, as before
     assert not _step_back_attack(pickle.dumps(gen), D, lambda noise: True)
 
 
