@@ -305,3 +305,26 @@ def test_a_ledger_that_cannot_record_stops_the_search(tmp_path, n_jobs, failure)
         search.fit(*_data())
     assert str(path) in str(info.value)
     assert not hasattr(search, "best_estimator_") and not hasattr(search, "cv_results_")
+
+
+def test_a_plain_search_scores_are_not_private_and_the_docs_say_so():
+    # One changed target value in the first validation fold moves split0_test_score while every
+    # fit, and so the ledger, is the same: the scores are not covered by any spend.
+    from pathlib import Path
+
+    X, y = _data()
+    y_changed = y.copy()
+    y_changed[0] = -y[0]  # row 0 is in the first validation fold of KFold(4)
+    scores, costs = [], []
+    for target in (y, y_changed):
+        acc = PrivacyAccountant(100.0)
+        search = _search(acc, n_jobs=1).fit(X, target)
+        scores.append(search.cv_results_["split0_test_score"])
+        costs.append([(e.mechanism, e.epsilon) for e in acc.history()])
+    assert costs[0] == costs[1]
+    assert np.abs(scores[0] - scores[1]).max() > 1e-3
+    root = Path(__file__).resolve().parent.parent
+    for doc in ("README.md", "docs/privacy.rst"):
+        text = " ".join(root.joinpath(doc).read_text().split())
+        assert "cv_results_" in text and "PrivateGridSearchCV" in text, doc
+        assert "not covered by the budget" in text or "are *not* private" in text, doc
