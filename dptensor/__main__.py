@@ -36,20 +36,20 @@ def _ledger(args) -> int:
     import datetime
     import math
 
-    from .accounting import LedgerError, PrivacyAccountant
+    from .accounting import LedgerError, epsilon_of
+    from .accounting.ledger import read_ledger, resolve
 
-    try:
-        acc = PrivacyAccountant.open(args.path)
-        entries = acc.history()
-        (spent, delta), (left, _) = acc.spent(), acc.remaining()
+    try:  # read only: inspecting a ledger never writes to it, and works on a read-only copy
+        (total, delta), entries = read_ledger(args.path)
     except LedgerError as exc:  # a BaseException: say it plainly, without a traceback
         print(f"dptensor ledger: {exc}", file=sys.stderr)
         return 2
-    total = "unlimited" if math.isinf(acc.epsilon) else f"{acc.epsilon:.6g}"
-    print(f"ledger     {acc.ledger}")
-    print(f"budget     epsilon={total} at delta={delta:g}")
+    spent = epsilon_of([e.event for e in entries], delta) if entries else 0.0
+    unlimited = math.isinf(total)
+    print(f"ledger     {resolve(args.path)}")
+    print(f"budget     epsilon={'unlimited' if unlimited else f'{total:.6g}'} at delta={delta:g}")
     print(f"spent      epsilon={spent:.6g} ({len(entries)} spends, composed)")
-    print(f"remaining  epsilon={'unlimited' if math.isinf(acc.epsilon) else f'{left:.6g}'}")
+    print(f"remaining  epsilon={'unlimited' if unlimited else f'{max(0.0, total - spent):.6g}'}")
     for e in entries:
         when = datetime.datetime.fromtimestamp(e.time, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
         params = ", ".join(f"{k}={v}" for k, v in e.parameters.items())

@@ -282,6 +282,10 @@ def test_a_read_only_directory_is_refused_at_construction(tmp_path):
 
 @pytest.fixture
 def read_only_sqlite(monkeypatch):
+    _make_sqlite_read_only(monkeypatch)
+
+
+def _make_sqlite_read_only(monkeypatch):
     """Every SQLite connection opened from now on refuses writes, as on a read-only mount."""
     real = sqlite3.connect
 
@@ -376,6 +380,18 @@ def test_ledger_command_prints_budget_spent_remaining_and_every_entry(tmp_path, 
     assert len(lines) == 2
     assert "PrivatePCA(epsilon=1)" in lines[0] and "noise_multiplier=12.0" in lines[0]
     assert "AdaptivePrivatePCA(epsilon=0.25)" in lines[1] and "eps=0.25" in lines[1]
+
+
+def test_ledger_command_only_reads(tmp_path, capsys, monkeypatch):
+    # Inspection works where nothing can be written (a read-only copy or mount) and changes nothing.
+    path = tmp_path / "budget.sqlite"
+    PrivacyAccountant(ledger=path).spend(EVENT, label="only spend")
+    before = path.read_bytes()
+    _make_sqlite_read_only(monkeypatch)
+    assert cli(["ledger", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "budget     epsilon=unlimited" in out and "only spend" in out
+    assert path.read_bytes() == before
 
 
 def test_ledger_command_reports_a_missing_file_without_a_traceback(tmp_path, capsys):

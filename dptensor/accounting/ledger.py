@@ -219,6 +219,12 @@ def resolve(path) -> str:
 
 def stored_budget(path) -> tuple[float, float]:
     """``(epsilon, delta)`` held by the existing ledger file at ``path``; refuses anything else."""
+    return read_ledger(path)[0]
+
+
+def read_ledger(path) -> tuple[tuple[float, float], list[LedgerEntry]]:
+    """The budget and every entry of the existing ledger file at ``path``, read without writing
+    (so a read-only file or mount can be inspected); refuses a missing or foreign file."""
     path = resolve(path)
     if not os.path.isfile(path):
         raise LedgerError(f"there is no ledger file at {path!r}: opening reads the budget of an existing "
@@ -227,13 +233,15 @@ def stored_budget(path) -> tuple[float, float]:
     try:
         conn = sqlite3.connect(_uri(path, "ro"), uri=True, isolation_level=None)
         try:
-            return _check_ledger(conn, path)
+            budget = _check_ledger(conn, path)
+            rows = conn.execute(f"SELECT {_COLUMNS} FROM spends ORDER BY id").fetchall()
         finally:
             conn.close()
     except sqlite3.OperationalError as exc:
         raise _access_error(path, exc) from exc
     except sqlite3.DatabaseError as exc:
         raise LedgerError(f"{path!r} is not a readable dptensor ledger ({exc})") from exc
+    return budget, [_entry_from_row(r, i) for i, r in enumerate(rows)]
 
 
 def _check_ledger(conn, path) -> tuple[float, float]:
