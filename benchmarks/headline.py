@@ -2,7 +2,10 @@
 
 ``python -m benchmarks.headline`` (run by ``python -m dptensor bench`` at its end) writes
 ``results/HEADLINE.md`` and replaces the table in README.md between its two marker comments.
-Each row picks one number per benchmark; a missing result file just drops its row.
+Each row picks one number per benchmark; a missing result file just drops its row. Its
+``privacy`` column says whether the measured run was private (at which epsilon) or not: timings
+and memory of the non-private path, and kernels that release nothing, are marked so that no
+non-private number reads as a private one.
 """
 from __future__ import annotations
 
@@ -25,6 +28,13 @@ def _pick(records, **match):
     return next((r for r in records if all(r.get(k) == v for k, v in match.items())), None)
 
 
+NON_PRIVATE, KERNEL = "non-private", "no release (kernel)"
+
+
+def _eps(record) -> str:
+    return f"eps={record['epsilon']:g}"
+
+
 def _fmt(x, unit=""):
     return "n/a" if x is None else f"{x:.3g}{unit}"
 
@@ -36,44 +46,47 @@ def rows() -> list[dict]:
         if (r := _pick(td, part="tensorly", d=d, k=10)):
             out.append({"estimator": "PrivateTensorDecomposition", "measure": f"fit d={d}, k=10, equal work (CPU s)",
                         "dptensor": _fmt(r["ours_cpu_s"]), "peer": f"TensorLy {_fmt(r['tensorly_cpu_s'])}",
-                        "ratio": f"{r['speedup_cpu']:.1f}x faster"})
+                        "ratio": f"{r['speedup_cpu']:.1f}x faster", "privacy": NON_PRIVATE})
     if (r := _pick(td, part="contraction", d=100)):
         actual = r.get("actual_fraction_of_peak")
         note = f" ({100 * actual:.0f}% counting the packed product's own flops)" if actual else ""
         out.append({"estimator": "PrivateTensorDecomposition", "measure": "batched T(I,U,U), d=100, L=10",
                     "dptensor": f"{r['gflops']:.1f} GFLOP/s", "peer": f"GEMM {r['gemm_peak_gflops']:.1f} GFLOP/s",
-                    "ratio": f"{100 * r['fraction_of_peak']:.0f}% of peak{note}"})
+                    "ratio": f"{100 * r['fraction_of_peak']:.0f}% of peak{note}", "privacy": KERNEL})
     if (r := _pick(td, part="large_data")):
         out.append({"estimator": "PrivateTensorDecomposition", "measure": "private fit, n=20000, d=1000",
                     "dptensor": f"{r['seconds']:.1f} s, {r['peak_fit_MB']:.0f} MB",
-                    "peer": f"dense moment: {r['dense_moment_GB']:.1f} GB", "ratio": "never formed"})
+                    "peer": f"dense moment: {r['dense_moment_GB']:.1f} GB", "ratio": "never formed",
+                    "privacy": "eps=1"})  # bench_tensor_decomposition.bench_large_data fits at epsilon=1
     st = [r for r in _records("streaming_tensor_power") if r.get("part") == "scale_n"]
     if st:
         r = max(st, key=lambda r: r["n"])
         out.append({"estimator": "StreamingTensorPower", "measure": f"peak memory, n={r['n']:.0e}, d={r['d']}",
                     "dptensor": f"{r['stream_peak_MB']:.2f} MB", "peer": f"batch {r['batch_peak_MB']:.0f} MB",
-                    "ratio": "flat in n"})
+                    "ratio": "flat in n", "privacy": NON_PRIVATE})
     if (r := _pick(_records("pca"), d=50, n=50000, epsilon=1.0)):
         dpl = r["diffprivlib_sin2"]
         out.append({"estimator": "PrivatePCA", "measure": "sin^2, d=50, n=50000, eps=1",
                     "dptensor": _fmt(r["default_sin2"]),
                     "peer": f"diffprivlib {_fmt(dpl) if dpl is not None else r['diffprivlib_status'].split(' ')[0]}",
-                    "ratio": f"finishes in {r['default_s']:.2f} s"})
+                    "ratio": f"finishes in {r['default_s']:.2f} s", "privacy": _eps(r)})
     ad = [r for r in _records("adaptive_pca") if r.get("sweep") == "n" and r.get("data") == "a"]
     for r in ([min(ad, key=lambda r: r["n"]), max(ad, key=lambda r: r["n"])] if ad else []):
         out.append({"estimator": "AdaptivePrivatePCA", "measure": f"sin^2, n={r['n']}, eps={r['epsilon']:g}",
                     "dptensor": _fmt(r["adaptive"]), "peer": f"row-level power {_fmt(r['power'])}",
-                    "ratio": f"{r['power/adaptive']:.1f}x smaller"})
+                    "ratio": f"{r['power/adaptive']:.1f}x smaller", "privacy": _eps(r)})
     co = _records("completion")
     if (r := _pick(co, study="speed", tool="dptensor", decomposition="cp")):
         out.append({"estimator": "PrivateTensorCompletion", "measure": f"CP rank 3, {r['shape']}, 1e5 entries",
                     "dptensor": f"{r['dp_gd_step_s']:.3f} s/DP step, {r['peak_mb']:.0f} MB",
-                    "peer": "TensorLy: dense array does not fit", "ratio": ""})
+                    "peer": "TensorLy: dense array does not fit", "ratio": "",
+                    "privacy": "private step (noisy DP-GD)"})
     mean = {m: _mean(co, mode=m, decomposition="cp", epsilon=float("inf")) for m in ("non-private", "tensorly masked")}
     if all(v is not None for v in mean.values()):
         out.append({"estimator": "PrivateTensorCompletion", "measure": "20x20x20 rank 3, SNR 1, held-out RMSE",
                     "dptensor": _fmt(mean["non-private"]), "peer": f"TensorLy masked {_fmt(mean['tensorly masked'])}",
-                    "ratio": f"{mean['tensorly masked'] / mean['non-private']:.1f}x smaller"})
+                    "ratio": f"{mean['tensorly masked'] / mean['non-private']:.1f}x smaller",
+                    "privacy": NON_PRIVATE})
     da = _records("dask")
     big = [r for r in da if r.get("n") == 1_000_000 and r.get("step") == "tensor"]
     if len(big) >= 2:
@@ -83,7 +96,7 @@ def rows() -> list[dict]:
             out.append({"estimator": "Dask path", "measure": "tensor power step, 1e6 x 200",
                         "dptensor": f"{dask_r['seconds_per_step']:.2f} s, client {dask_r['peak_client_MB']:.1f} MB",
                         "peer": f"NumPy {np_r['seconds_per_step']:.2f} s, {np_r['peak_client_MB'] + np_r['X_MB']:.0f} MB",
-                        "ratio": "X never on the client"})
+                        "ratio": "X never on the client", "privacy": NON_PRIVATE + " step"})
     return out
 
 
@@ -94,7 +107,7 @@ def _mean(records, **match):
 
 
 def main() -> str:
-    table = markdown_table(rows(), ["estimator", "measure", "dptensor", "peer", "ratio"])
+    table = markdown_table(rows(), ["estimator", "measure", "privacy", "dptensor", "peer", "ratio"])
     (RESULTS / "HEADLINE.md").write_text("# Headline results\n\n" + table + "\n")
     if README.exists():
         text = README.read_text()

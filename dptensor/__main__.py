@@ -1,4 +1,4 @@
-"""Command line: ``python -m dptensor {demo,bench,info}``."""
+"""Command line: ``dptensor {demo,bench,ledger,info}`` (also ``python -m dptensor``)."""
 from __future__ import annotations
 
 import argparse
@@ -20,9 +20,42 @@ def _bench(args) -> int:
               "run this command from a clone of the repository", file=sys.stderr)
         return 2
     sys.path.insert(0, str(root))
+    from benchmarks.run_all import discover
     from benchmarks.run_all import main as bench_main
 
-    return bench_main(["--quick"] if args.quick else [])
+    names = sorted(n.removeprefix("bench_") for n in discover())
+    unknown = [n for n in args.only or [] if n.removeprefix("bench_") not in names]
+    if unknown:
+        print(f"unknown benchmark {', '.join(unknown)}; choose from {', '.join(names)}", file=sys.stderr)
+        return 2
+    argv = ["--quick"] if args.quick else []
+    return bench_main(argv + (["--only", *args.only] if args.only else []))
+
+
+def _ledger(args) -> int:
+    import datetime
+    import math
+
+    from .accounting import LedgerError, epsilon_of
+    from .accounting.ledger import read_ledger, resolve
+
+    try:  # read only: inspecting a ledger never writes to it, and works on a read-only copy
+        (total, delta), entries = read_ledger(args.path)
+    except LedgerError as exc:  # a BaseException: say it plainly, without a traceback
+        print(f"dptensor ledger: {exc}", file=sys.stderr)
+        return 2
+    spent = epsilon_of([e.event for e in entries], delta) if entries else 0.0
+    unlimited = math.isinf(total)
+    print(f"ledger     {resolve(args.path)}")
+    print(f"budget     epsilon={'unlimited' if unlimited else f'{total:.6g}'} at delta={delta:g}")
+    print(f"spent      epsilon={spent:.6g} ({len(entries)} spends, composed)")
+    print(f"remaining  epsilon={'unlimited' if unlimited else f'{max(0.0, total - spent):.6g}'}")
+    for e in entries:
+        when = datetime.datetime.fromtimestamp(e.time, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        params = ", ".join(f"{k}={v}" for k, v in e.parameters.items())
+        print(f"{e.index:>4d}  {when} UTC  pid={e.pid:<7d} {e.label or '-'}  {e.mechanism}({params})  "
+              f"eps={e.epsilon:.4g} delta={e.delta:g}")
+    return 0
 
 
 def _info(args) -> int:
@@ -50,8 +83,10 @@ def _info(args) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dptensor",
-                                     description="Private and streaming spectral learning.")
+    from . import __version__
+
+    parser = argparse.ArgumentParser(prog="dptensor", description="Private and streaming spectral learning.")
+    parser.add_argument("--version", action="version", version=f"dptensor {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="fit every estimator on synthetic data; print a privacy-utility table")
     demo.add_argument("--quick", action="store_true", help="smaller problems, for a smoke test")
@@ -60,7 +95,12 @@ def main(argv=None) -> int:
     demo.set_defaults(func=_demo)
     bench = sub.add_parser("bench", help="run the benchmark suite, writing benchmarks/results/")
     bench.add_argument("--quick", action="store_true", help="small sizes only")
+    bench.add_argument("--only", nargs="+", metavar="NAME",
+                       help="run only these benchmarks (e.g. pca, completion: benchmarks/bench_NAME.py)")
     bench.set_defaults(func=_bench)
+    ledger = sub.add_parser("ledger", help="print a ledger file: budget, spent, remaining and every spend")
+    ledger.add_argument("path", help="the SQLite file of a PrivacyAccountant(..., ledger=PATH)")
+    ledger.set_defaults(func=_ledger)
     info = sub.add_parser("info", help="print versions, BLAS and thread settings")
     info.set_defaults(func=_info)
     args = parser.parse_args(argv)

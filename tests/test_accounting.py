@@ -13,7 +13,7 @@ from sklearn.model_selection import GridSearchCV
 from dptensor import BudgetExceededError, LedgerNotSharedError, PrivacyAccountant, PrivacyAccountingError
 from dptensor._base import PrivateEstimatorMixin
 from dptensor.accounting import (DEFAULT_DELTA, AboveThresholdEvent, ComposedEvent, GaussianEvent,
-                                 LaplaceEvent, calibrate_gaussian, epsilon_of)
+                                 LaplaceEvent, LedgerError, calibrate_gaussian, epsilon_of)
 from dptensor.mechanisms import gaussian_noise
 
 
@@ -198,6 +198,32 @@ def test_memory_ledger_refuses_to_spend_in_another_process(method):
     assert len(acc.history()) == 1
 
 
+def _refit_in_child(payload, queue):
+    model = pickle.loads(payload)
+    try:
+        model.fit(*_data())
+        queue.put(("ok", ""))
+    except BaseException as exc:
+        queue.put((type(exc).__name__, str(exc)))
+
+
+def test_a_model_reloaded_in_another_process_says_why_it_cannot_refit_and_what_to_do():
+    acc = PrivacyAccountant(3.0)
+    saved = pickle.dumps(PrivateMean(accountant=acc, random_state=0).fit(*_data()))
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_refit_in_child, args=(saved, queue))
+    proc.start()
+    kind, message = queue.get(timeout=60)
+    proc.join(60)
+    assert kind == "LedgerNotSharedError"
+    # what happened, in the words of this case, and both remedies
+    assert "reloaded in another process" in message and "in memory" in message
+    assert "set_params(accountant=PrivacyAccountant(" in message
+    assert "ledger='budget.sqlite'" in message
+    assert len(acc.history()) == 1
+
+
 def test_file_ledger_spends_from_another_process_land(tmp_path):
     acc = PrivacyAccountant(3.0, ledger=tmp_path / "budget.sqlite")
     acc.spend(LaplaceEvent(0.1))
@@ -263,3 +289,42 @@ def test_budget_running_out_mid_search_stops_the_search(tmp_path, n_jobs):
     assert not hasattr(search, "best_estimator_")
     assert 0 < len(acc.history()) < N_FITS
     assert acc.spent()[0] <= 3.0 * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("n_jobs,failure", [(1, "deleted"), (1, "read-only"), (2, "deleted")])
+def test_a_ledger_that_cannot_record_stops_the_search(tmp_path, n_jobs, failure):
+    # A spend that cannot be recorded must not become a NaN score of a candidate.
+    path = tmp_path / "budget.sqlite"
+    acc = PrivacyAccountant(100.0, ledger=path)
+    if failure == "deleted":
+        path.unlink()
+    else:  # this process's connection refuses writes, as on a read-only mount
+        acc._store._connect().execute("PRAGMA query_only = ON")
+    search = _search(acc, n_jobs=n_jobs)
+    with pytest.raises(LedgerError, match="does not exist" if failure == "deleted" else "read-only") as info:
+        search.fit(*_data())
+    assert str(path) in str(info.value)
+    assert not hasattr(search, "best_estimator_") and not hasattr(search, "cv_results_")
+
+
+def test_a_plain_search_scores_are_not_private_and_the_docs_say_so():
+    # One changed target value in the first validation fold moves split0_test_score while every
+    # fit, and so the ledger, is the same: the scores are not covered by any spend.
+    from pathlib import Path
+
+    X, y = _data()
+    y_changed = y.copy()
+    y_changed[0] = -y[0]  # row 0 is in the first validation fold of KFold(4)
+    scores, costs = [], []
+    for target in (y, y_changed):
+        acc = PrivacyAccountant(100.0)
+        search = _search(acc, n_jobs=1).fit(X, target)
+        scores.append(search.cv_results_["split0_test_score"])
+        costs.append([(e.mechanism, e.epsilon) for e in acc.history()])
+    assert costs[0] == costs[1]
+    assert np.abs(scores[0] - scores[1]).max() > 1e-3
+    root = Path(__file__).resolve().parent.parent
+    for doc in ("README.md", "docs/privacy.rst"):
+        text = " ".join(root.joinpath(doc).read_text().split())
+        assert "cv_results_" in text and "PrivateGridSearchCV" in text, doc
+        assert "not covered by the budget" in text or "are *not* private" in text, doc

@@ -1,6 +1,9 @@
-"""The SQLite ledger: races between processes, crashes, foreign files, persistence."""
+"""The SQLite ledger: races between processes, crashes, foreign files, persistence, files that
+cannot be used, opening an existing ledger, and the ``dptensor ledger`` command."""
+import gc
 import multiprocessing
 import os
+import pickle
 import signal
 import sqlite3
 import time
@@ -8,7 +11,8 @@ import time
 import numpy as np
 import pytest
 
-from dptensor import BudgetExceededError, PrivacyAccountant
+from dptensor import BudgetExceededError, PrivacyAccountant, PrivacyAccountingError
+from dptensor.__main__ import main as cli
 from dptensor.accounting import GaussianEvent, LaplaceEvent, LedgerError, epsilon_of
 
 EVENT = GaussianEvent(noise_multiplier=12.0)
@@ -198,3 +202,221 @@ def test_a_refused_spend_leaves_the_file_unchanged(tmp_path):
     with pytest.raises(BudgetExceededError):
         acc.spend(EVENT)
     assert path.read_bytes() == before
+
+
+# ---------------------------------------------------------------- where the file is
+def test_a_relative_path_is_fixed_once_and_a_reloaded_accountant_keeps_the_file(tmp_path, monkeypatch):
+    (tmp_path / "here").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    acc = PrivacyAccountant(1.0, DELTA, ledger="budget.sqlite")
+    assert acc.ledger == str(tmp_path / "here" / "budget.sqlite")
+    acc.spend(EVENT, label="first")
+    payload = pickle.dumps(acc)
+    del acc
+    gc.collect()  # no live accountant left: unpickling builds a new one from the pickle alone
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    reloaded = pickle.loads(payload)
+    reloaded.spend(EVENT, label="second")
+    assert [e.label for e in reloaded.history()] == ["first", "second"]
+    assert os.listdir(tmp_path / "elsewhere") == []  # no empty ledger was created here
+    assert len(PrivacyAccountant(1.0, DELTA, ledger=tmp_path / "here" / "budget.sqlite").history()) == 2
+
+
+def test_a_missing_directory_is_refused_at_construction_naming_the_path(tmp_path):
+    path = tmp_path / "no" / "such" / "dir" / "budget.sqlite"
+    with pytest.raises(LedgerError, match="does not exist; create it first") as info:
+        PrivacyAccountant(1.0, ledger=path)
+    assert str(path.parent) in str(info.value)
+    assert not (tmp_path / "no").exists()
+
+
+def test_a_directory_is_refused_at_construction(tmp_path):
+    with pytest.raises(LedgerError, match="is a directory; give a file in it") as info:
+        PrivacyAccountant(1.0, ledger=tmp_path)
+    assert str(tmp_path) in str(info.value)
+
+
+def _skip_unless_permissions_hold(folder):
+    """Skip when this process can write through a read-only mode bit (root, CAP_DAC_OVERRIDE)."""
+    probe = folder / "probe"
+    probe.write_text("")
+    probe.chmod(0o444)
+    try:
+        with open(probe, "a"):
+            pass
+    except PermissionError:
+        return
+    finally:
+        probe.unlink()
+    pytest.skip("this process writes through read-only permissions (root); the read-only path is also "
+                "tested below through SQLite's query_only mode, which refuses writes whoever runs")
+
+
+def test_a_read_only_file_is_refused_at_construction(tmp_path):
+    _skip_unless_permissions_hold(tmp_path)
+    path = tmp_path / "budget.sqlite"
+    PrivacyAccountant(1.0, ledger=path).spend(EVENT)
+    path.chmod(0o444)
+    try:
+        with pytest.raises(LedgerError, match="cannot be read and written") as info:
+            PrivacyAccountant(1.0, ledger=path)
+        assert str(path) in str(info.value)
+    finally:
+        path.chmod(0o644)
+
+
+def test_a_read_only_directory_is_refused_at_construction(tmp_path):
+    _skip_unless_permissions_hold(tmp_path)
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    PrivacyAccountant(1.0, ledger=folder / "budget.sqlite")
+    folder.chmod(0o555)
+    try:
+        for name in ("budget.sqlite", "new.sqlite"):  # an existing ledger needs its journal written too
+            with pytest.raises(LedgerError, match="is not writable"):
+                PrivacyAccountant(1.0, ledger=folder / name)
+    finally:
+        folder.chmod(0o755)
+
+
+@pytest.fixture
+def read_only_sqlite(monkeypatch):
+    _make_sqlite_read_only(monkeypatch)
+
+
+def _make_sqlite_read_only(monkeypatch):
+    """Every SQLite connection opened from now on refuses writes, as on a read-only mount."""
+    real = sqlite3.connect
+
+    def connect(*args, **kwargs):
+        conn = real(*args, **kwargs)
+        conn.execute("PRAGMA query_only = ON")
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", connect)
+
+
+def test_a_ledger_sqlite_cannot_write_is_refused_at_construction(tmp_path, read_only_sqlite):
+    path = tmp_path / "budget.sqlite"
+    with pytest.raises(LedgerError, match="read-only") as info:
+        PrivacyAccountant(1.0, ledger=path)
+    assert str(path) in str(info.value) and not isinstance(info.value.__cause__, LedgerError)
+
+
+def test_a_write_failing_at_spend_time_is_a_ledger_error_and_records_nothing(tmp_path):
+    acc = PrivacyAccountant(1.0, ledger=tmp_path / "budget.sqlite")
+    acc.spend(EVENT, label="before")
+    acc._store._connect().execute("PRAGMA query_only = ON")  # this connection can no longer write
+    with pytest.raises(LedgerError, match="read-only") as info:
+        acc.spend(EVENT, label="refused")
+    assert str(tmp_path / "budget.sqlite") in str(info.value)
+    assert isinstance(info.value.__cause__, sqlite3.OperationalError)
+    assert [e.label for e in acc.history()] == ["before"]
+
+
+def test_a_file_deleted_or_replaced_after_construction_is_reported_not_recreated(tmp_path):
+    path = tmp_path / "budget.sqlite"
+    acc = PrivacyAccountant(1.0, ledger=path)
+    acc.spend(EVENT)
+    path.unlink()
+    for use in (acc.history, lambda: acc.spend(EVENT)):
+        with pytest.raises(LedgerError, match="does not exist") as info:
+            use()
+        assert str(path) in str(info.value)
+    assert not path.exists()
+    PrivacyAccountant(5.0, ledger=path)  # another budget now lives at that path
+    with pytest.raises(LedgerError, match="deleted or replaced"):
+        acc.spend(EVENT)
+
+
+def test_ledger_errors_stop_a_search():
+    # scikit-learn turns every Exception raised in fit into a NaN score.
+    assert issubclass(LedgerError, PrivacyAccountingError) and not issubclass(LedgerError, Exception)
+
+
+# ---------------------------------------------------------------- opening an existing ledger
+def test_open_reads_the_budget_from_the_file(tmp_path):
+    path = tmp_path / "budget.sqlite"
+    epsilon = epsilon_of([EVENT] * 2, 1e-6)
+    PrivacyAccountant(epsilon, 1e-6, ledger=path).spend(EVENT, label="one")
+    acc = PrivacyAccountant.open(path)
+    assert (acc.epsilon, acc.delta) == (epsilon, 1e-6)
+    assert [e.label for e in acc.history()] == ["one"]
+    acc.spend(EVENT, label="two")
+    with pytest.raises(BudgetExceededError):  # the stored budget is enforced
+        acc.spend(EVENT)
+    unlimited = tmp_path / "unlimited.sqlite"
+    PrivacyAccountant(ledger=unlimited)
+    assert PrivacyAccountant.open(unlimited).epsilon == np.inf
+
+
+def test_open_refuses_what_is_not_an_existing_ledger(tmp_path):
+    with pytest.raises(LedgerError, match="no ledger file at"):
+        PrivacyAccountant.open(tmp_path / "missing.sqlite")
+    assert not (tmp_path / "missing.sqlite").exists()
+    other = tmp_path / "other.sqlite"
+    sqlite3.connect(other).execute("CREATE TABLE users (name TEXT)").connection.close()
+    with pytest.raises(LedgerError, match="another application"):
+        PrivacyAccountant.open(other)
+    (tmp_path / "junk.sqlite").write_bytes(b"not a database at all" * 100)
+    with pytest.raises(LedgerError, match="not a readable dptensor ledger"):
+        PrivacyAccountant.open(tmp_path / "junk.sqlite")
+
+
+# ---------------------------------------------------------------- the command line
+def test_ledger_command_prints_budget_spent_remaining_and_every_entry(tmp_path, capsys):
+    path = tmp_path / "budget.sqlite"
+    acc = PrivacyAccountant(3.0, DELTA, ledger=path)
+    acc.spend(EVENT, label="PrivatePCA(epsilon=1)")
+    acc.spend(LaplaceEvent(0.25), label="AdaptivePrivatePCA(epsilon=0.25)")
+    assert cli(["ledger", str(path)]) == 0
+    out = capsys.readouterr().out
+    spent = acc.spent()[0]
+    assert "epsilon=3 at delta=1e-05" in out
+    assert f"epsilon={spent:.6g} (2 spends" in out
+    assert f"remaining  epsilon={3.0 - spent:.6g}" in out
+    lines = [line for line in out.splitlines() if "eps=" in line]
+    assert len(lines) == 2
+    assert "PrivatePCA(epsilon=1)" in lines[0] and "noise_multiplier=12.0" in lines[0]
+    assert "AdaptivePrivatePCA(epsilon=0.25)" in lines[1] and "eps=0.25" in lines[1]
+
+
+def test_ledger_command_only_reads(tmp_path, capsys, monkeypatch):
+    # Inspection works where nothing can be written (a read-only copy or mount) and changes nothing.
+    path = tmp_path / "budget.sqlite"
+    PrivacyAccountant(ledger=path).spend(EVENT, label="only spend")
+    before = path.read_bytes()
+    _make_sqlite_read_only(monkeypatch)
+    assert cli(["ledger", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "budget     epsilon=unlimited" in out and "only spend" in out
+    assert path.read_bytes() == before
+
+
+def test_ledger_command_reports_a_missing_file_without_a_traceback(tmp_path, capsys):
+    assert cli(["ledger", str(tmp_path / "missing.sqlite")]) == 2
+    err = capsys.readouterr().err
+    assert "no ledger file at" in err and "Traceback" not in err
+
+
+def test_version_and_usage_name_the_console_command(capsys):
+    from dptensor import __version__
+
+    with pytest.raises(SystemExit) as info:
+        cli(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"dptensor {__version__}"
+    with pytest.raises(SystemExit):
+        cli([])
+    assert capsys.readouterr().err.startswith("usage: dptensor ")
+
+
+def test_bench_only_passes_through_to_the_suite(monkeypatch, capsys):
+    run_all = pytest.importorskip("benchmarks.run_all")
+    calls = []
+    monkeypatch.setattr(run_all, "main", lambda argv: calls.append(argv) or 0)
+    assert cli(["bench", "--quick", "--only", "pca", "completion"]) == 0
+    assert calls == [["--quick", "--only", "pca", "completion"]]
+    assert cli(["bench", "--only", "nonsense"]) == 2
+    assert "choose from" in capsys.readouterr().err and len(calls) == 1

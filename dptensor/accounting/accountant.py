@@ -8,8 +8,9 @@ import weakref
 
 from .._validation import check_delta, check_epsilon
 from .composition import epsilon_of
+from .errors import PrivacyAccountingError
 from .events import PrivacyEvent
-from .ledger import LedgerEntry, MemoryLedger, SQLiteLedger, now
+from .ledger import LedgerEntry, MemoryLedger, SQLiteLedger, now, stored_budget
 
 __all__ = ["PrivacyAccountant", "PrivacyAccountingError", "BudgetExceededError", "LedgerNotSharedError",
            "DEFAULT_DELTA"]
@@ -23,17 +24,6 @@ DEFAULT_DELTA = 1e-5
 # Accountants alive in this process, by id: unpickling one here returns the very same object, so a
 # pickle round trip (or a thread-based joblib backend) never forks the ledger.
 _LIVE: "weakref.WeakValueDictionary[str, PrivacyAccountant]" = weakref.WeakValueDictionary()
-
-
-class PrivacyAccountingError(BaseException):
-    """Base of the accountant's refusals.
-
-    It derives from ``BaseException``, not ``Exception``, on purpose: scikit-learn's model
-    selection (``GridSearchCV``, ``cross_validate``) catches every ``Exception`` raised in ``fit``
-    and turns it into a NaN score, so a refused budget would silently become a poor candidate and
-    the search would still pick a winner. A ``BaseException`` stops the search and reaches the
-    caller. Catch it by name: ``except BudgetExceededError:``.
-    """
 
 
 class BudgetExceededError(PrivacyAccountingError):
@@ -57,7 +47,12 @@ class BudgetExceededError(PrivacyAccountingError):
 
 
 class LedgerNotSharedError(PrivacyAccountingError):
-    """An in-memory accountant was copied into another process, where its spends would be lost."""
+    """An in-memory accountant was copied into another process, where its spends would be lost.
+
+    It happens when a model saved with an in-memory accountant (pickle, ``joblib.dump``) is
+    reloaded in another process and fitted again, and in process-based parallelism (a search or
+    ``cross_validate`` with ``n_jobs`` > 1 on the default backend).
+    """
 
 
 class PrivacyAccountant:
@@ -78,7 +73,10 @@ class PrivacyAccountant:
     ledger : None or path, default=None
         ``None`` keeps spends in memory, for this process only. A path keeps them in a SQLite file:
         the budget survives restarts and is shared safely by processes (each check-and-record is
-        one transaction). The file remembers its budget and refuses to be opened with another.
+        one transaction). The file remembers its budget and refuses to be opened with another
+        (:meth:`open` reads it from the file). The path is made absolute here, and checked: a
+        missing directory, a directory, or a file that cannot be read and written raises
+        :class:`~dptensor.accounting.LedgerError` naming the file.
 
     Notes
     -----
@@ -103,11 +101,24 @@ class PrivacyAccountant:
     def __init__(self, epsilon: float = math.inf, delta: float = DEFAULT_DELTA, *, ledger=None):
         self.epsilon = check_epsilon(epsilon)
         self.delta = check_delta(delta)
-        self.ledger = None if ledger is None else os.fspath(ledger)
         self._store = MemoryLedger() if ledger is None else SQLiteLedger(ledger, self.epsilon, self.delta)
+        # The absolute path: a pickle reloaded in another working directory uses the same file.
+        self.ledger = None if ledger is None else self._store.path
         self._id = uuid.uuid4().hex
         self._pid = os.getpid()
         _LIVE[self._id] = self
+
+    @classmethod
+    def open(cls, path) -> "PrivacyAccountant":
+        """The accountant of the existing ledger file at ``path``, with the budget the file holds.
+
+        Use it to inspect a ledger (``history``, ``spent``, ``remaining``) or to go on spending
+        from it without restating its budget. A missing file is refused with
+        :class:`~dptensor.accounting.LedgerError`, never created: create a ledger with
+        ``PrivacyAccountant(epsilon, delta, ledger=path)``.
+        """
+        epsilon, delta = stored_budget(path)
+        return cls(epsilon, delta, ledger=path)
 
     # ------------------------------------------------------------------ reading
     def history(self) -> list[LedgerEntry]:
@@ -176,11 +187,17 @@ class PrivacyAccountant:
         # Checked at every spend, not only on unpickling: a forked child inherits the object itself.
         if self.ledger is None and os.getpid() != self._pid:
             raise LedgerNotSharedError(
-                "this PrivacyAccountant keeps its ledger in memory and was copied into another process "
-                f"(pid {os.getpid()}, created in pid {self._pid}); a spend recorded here would be lost "
-                "to the original. Use a file ledger, PrivacyAccountant(..., ledger='budget.sqlite'), "
-                "to share a budget across processes (e.g. GridSearchCV(n_jobs=2)), or use n_jobs=1 "
-                "or a thread backend.")
+                f"this PrivacyAccountant keeps its ledger in memory, in the process that created it "
+                f"(pid {self._pid}); this is a copy in another process (pid {os.getpid()}), where a spend "
+                "would be lost to the original ledger, so the fit was refused before touching the data. "
+                "It happens when a model saved with an in-memory accountant (pickle, joblib.dump) is "
+                "reloaded in another process and fitted again, and in a process-based search or "
+                "cross-validation (n_jobs > 1). To refit a reloaded model, set a new accountant on it, "
+                "model.set_params(accountant=PrivacyAccountant(epsilon, delta)): its fits then spend "
+                "from that new budget, which does not know what the original one spent on the same "
+                "data. To share one budget across processes and restarts, use a file ledger, "
+                "PrivacyAccountant(epsilon, delta, ledger='budget.sqlite'); a search can also run with "
+                "n_jobs=1 or a thread backend.")
 
     # ------------------------------------------------------------------ identity
     def __sklearn_clone__(self):
