@@ -233,8 +233,9 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
     ----------
     n_components : int, default=1
         Number of components.
-    epsilon : float, default=1.0
-        Target epsilon of the whole fit (``np.inf``: the plain power method, no filtering, no noise).
+    epsilon : float, default=np.inf
+        Target epsilon of the whole fit (``np.inf``: the plain power method, no filtering, no noise,
+        as for every estimator here: a private fit is asked for explicitly).
     delta : float or None, default=None
         Target delta; ``None`` takes the accountant's delta, else 1e-5.
     n_iter : int, default=5
@@ -246,8 +247,10 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
     svt_fraction : float, default=0.1
         Share of the total zCDP budget ``rho`` spent on AboveThreshold, in (0, 1); the rest goes to
         the Gaussian steps. See Notes.
-    data_norm : float, default=1.0
-        Public bound on row l2 norms; rows are clipped to it. Choose it from public knowledge.
+    data_norm : float or None, default=None
+        Public bound on row l2 norms; rows are clipped to it. Required when epsilon is finite (a
+        private fit refuses to guess it, as :class:`~dptensor.PrivatePCA` does); ``None`` without
+        privacy clips nothing. Choose it from public knowledge, never from the data.
     accountant : PrivacyAccountant or None, default=None
         Shared budget; the fit's cost is checked and recorded before any noisy release.
     random_state : None, int, RandomState or Generator, default=None
@@ -331,8 +334,8 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
     (1, 5)
     """
 
-    def __init__(self, n_components=1, epsilon=1.0, delta=None, n_iter=5, beta=0.05, svt_fraction=0.1,
-                 data_norm=1.0, accountant=None, random_state=None, verbose=0):
+    def __init__(self, n_components=1, *, epsilon=np.inf, delta=None, n_iter=5, beta=0.05, svt_fraction=0.1,
+                 data_norm=None, accountant=None, random_state=None, verbose=0):
         self.n_components = n_components
         self.epsilon = epsilon
         self.delta = delta
@@ -356,6 +359,7 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         _check_open_unit(self.beta, "beta")
         _check_open_unit(self.svt_fraction, "svt_fraction")
         data_norm = check_data_norm(self.data_norm, epsilon)
+        self._check_delta_for(n, epsilon, delta)
         entropy = self._entropy()
         X = clip_rows(X, data_norm) if data_norm is not None else X
         rounds = k * n_iter

@@ -216,8 +216,9 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
 
     Parameters
     ----------
-    n_components : int
-        Number of components k (at most n_features).
+    n_components : int, default=1
+        Number of components k (at most n_features). The stream needs
+        ``n_components * n_iter * batch_size`` rows, so the default asks for the top one only.
     n_restarts : int, default=10
         Number of random candidates L per component. The theory asks for L = Omega(k log k).
     n_iter : int, default=10
@@ -302,7 +303,7 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
 
     _stream_attributes = ("_stream",)
 
-    def __init__(self, n_components, *, n_restarts=10, n_iter=10, batch_size=1000, epsilon=np.inf,
+    def __init__(self, n_components=1, *, n_restarts=10, n_iter=10, batch_size=1000, epsilon=np.inf,
                  delta=None, data_norm=None, max_passes=1, accountant=None, random_state=None,
                  verbose=0):
         self.n_components = n_components
@@ -433,7 +434,8 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         if len(shape) != 2 or 0 in shape:
             return  # partial_fit's validation names the problem
         n_rows, d = shape
-        k, _, R, n, *_ = self._check_params(d)
+        k, _, R, n, epsilon, delta, _ = self._check_params(d)
+        self._check_delta_for(n_rows, epsilon, delta)  # a stream of known length: its n is public
         if n_rows * passes < k * R * n:
             raise ValueError(f"n_samples = {n_rows} is too few (over max_passes={passes}): the method "
                              f"needs n_components * n_iter * batch_size = {k * R * n} rows. Pass more rows, "

@@ -343,6 +343,7 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
             base, sensitivity, self.moment_ = SymmetricTensor(T), None, "tensor"
         else:
             data_norm = check_data_norm(self.data_norm, epsilon)
+            self._check_delta_for(X.shape[0], epsilon, delta)
             raw, X = X, clip_chunks(X, data_norm) if dask else clip_rows(X, data_norm)
             sensitivity = row_sensitivity(data_norm, X.shape[0]) if private else None
             self.moment_ = self._pick_moment(X, k)

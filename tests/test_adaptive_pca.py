@@ -205,8 +205,8 @@ def test_recorded_cost_equals_target_and_is_recorded_before_release(monkeypatch,
         return real(*args, **kwargs)
 
     monkeypatch.setattr(mod, "above_threshold", spy)
-    est = AdaptivePrivatePCA(n_components=n_components, epsilon=0.7, n_iter=n_iter, accountant=budget,
-                             random_state=0).fit(X)
+    est = AdaptivePrivatePCA(n_components=n_components, epsilon=0.7, data_norm=1.0, n_iter=n_iter,
+                             accountant=budget, random_state=0).fit(X)
     rounds = n_components * n_iter
     assert spent_at_first_release[0] == pytest.approx(0.7, rel=1e-6)  # recorded before any release
     assert est.privacy_cost_.epsilon == pytest.approx(0.7, rel=1e-6)
@@ -229,7 +229,7 @@ def test_budget_refused_before_touching_the_data(monkeypatch):
     monkeypatch.setattr(mod, "above_threshold", lambda *a, **k: pytest.fail("released over budget"))
     X = np.random.default_rng(9).standard_normal((100, 3)) / 3
     with pytest.raises(BudgetExceededError):
-        AdaptivePrivatePCA(epsilon=1.0, accountant=budget, random_state=0).fit(X)
+        AdaptivePrivatePCA(epsilon=1.0, data_norm=1.0, accountant=budget, random_state=0).fit(X)
     assert budget.spent()[0] == 0.0
 
 
@@ -272,7 +272,7 @@ def test_non_private_is_the_exact_power_method_with_deflation():
 def test_private_deflation_finds_the_top_two_subspace():
     rng = np.random.default_rng(11)
     X, V = spiked_rows(100_000, 20, rng, spikes=(10.0, 5.0))
-    est = AdaptivePrivatePCA(n_components=2, epsilon=2.0, random_state=0).fit(X)
+    est = AdaptivePrivatePCA(n_components=2, epsilon=2.0, data_norm=1.0, random_state=0).fit(X)
     np.testing.assert_allclose(est.components_ @ est.components_.T, np.eye(2), atol=1e-12)
     assert sin_theta_distance(est.components_, V) < 0.05
 
@@ -283,7 +283,7 @@ def test_float32_kept_input_untouched_and_feature_names():
     rng = np.random.default_rng(12)
     X = (rng.standard_normal((500, 4)) / 2).astype(np.float32)
     X0 = X.copy()
-    est = AdaptivePrivatePCA(n_components=2, data_norm=0.5, random_state=0).fit(X)
+    est = AdaptivePrivatePCA(n_components=2, epsilon=1.0, data_norm=0.5, random_state=0).fit(X)
     np.testing.assert_array_equal(X, X0)  # clipping happened on a copy
     assert est.components_.dtype == np.float32
     assert est.transform(X).dtype == np.float32
@@ -293,8 +293,8 @@ def test_float32_kept_input_untouched_and_feature_names():
 
 def test_same_seed_same_release():
     X, _ = spiked_rows(2000, 5, np.random.default_rng(13))
-    a = AdaptivePrivatePCA(random_state=3).fit(X)
-    b = AdaptivePrivatePCA(random_state=3).fit(X)
+    a = AdaptivePrivatePCA(epsilon=1.0, data_norm=1.0, random_state=3).fit(X)
+    b = AdaptivePrivatePCA(epsilon=1.0, data_norm=1.0, random_state=3).fit(X)
     np.testing.assert_array_equal(a.components_, b.components_)
     np.testing.assert_array_equal(a.thresholds_, b.thresholds_)
 
@@ -314,10 +314,10 @@ def test_same_seed_same_release():
 def test_bad_parameters_are_named(params, error, match):
     X = np.random.default_rng(14).standard_normal((20, 3))
     with pytest.raises(error, match=match):
-        AdaptivePrivatePCA(**params).fit(X)
+        AdaptivePrivatePCA(**{"epsilon": 1.0, "data_norm": 1.0, **params}).fit(X)
 
 
-@parametrize_with_checks([AdaptivePrivatePCA(random_state=0), AdaptivePrivatePCA(n_components=2, epsilon=np.inf,
-                                                                                 data_norm=None)])
+@parametrize_with_checks([AdaptivePrivatePCA(epsilon=1.0, data_norm=1.0, random_state=0),
+                          AdaptivePrivatePCA(n_components=2)])
 def test_sklearn_contract(estimator, check):
     check(estimator)

@@ -17,7 +17,7 @@ from dptensor import BudgetExceededError, PrivacyAccountant, PrivacyWarning, Pri
 from dptensor.accounting import ComposedEvent, GaussianEvent, epsilon_of, gdp_mu
 from dptensor.datasets import make_spiked_covariance
 from dptensor.metrics import sin_theta_distance
-from dptensor.pca import (MEAN_SHARE, StreamingPowerMethod, analyze_gauss, covariance_sensitivity,
+from dptensor.pca import (MEAN_SHARE, TOTAL_SHARE, StreamingPowerMethod, analyze_gauss, covariance_sensitivity,
                           entry_power_sensitivity, noisy_power_method, orthonormalize, power_schedule,
                           row_power_sensitivity, symmetric_gaussian_matrix)
 from dptensor._operators import DenseMatrix
@@ -191,12 +191,13 @@ def test_released_noise_matches_the_recorded_event(method, monkeypatch):
     spy = _Spy(monkeypatch)
     B, n = 20.0, 300
     est = PrivatePCA(2, epsilon=1.0, data_norm=B, method=method, n_iter=4, random_state=0).fit(X)
-    mean_call, *spectral = spy.calls
+    mean_call, total_call, *spectral = spy.calls
     assert mean_call[0] == (6,) and mean_call[1] == pytest.approx(2 * B / n)
+    assert total_call[0] == (1,) and total_call[1] == pytest.approx(B**2)  # the total's sensitivity
     sens = covariance_sensitivity(B) if method == "analyze_gauss" else row_power_sensitivity(B, 2)
     assert all(c[1] == pytest.approx(sens) for c in spectral)
     assert len(spectral) == (1 if method == "analyze_gauss" else 4)
-    released = [GaussianEvent(mean_call[2], 1)] + [GaussianEvent(c[2], 1) for c in spectral]
+    released = [GaussianEvent(c[2], 1) for c in [mean_call, total_call] + spectral]
     assert epsilon_of(released, 1e-5) == pytest.approx(1.0, rel=1e-9)
     assert est.privacy_cost_.epsilon == pytest.approx(epsilon_of(released, 1e-5), rel=1e-9)
 
@@ -232,11 +233,12 @@ def test_mean_share_and_final_step_schedule():
     est = PrivatePCA(2, epsilon=1.0, data_norm=20.0, method="power", n_iter=5, random_state=0).fit(X)
     event = est.privacy_cost_.event
     assert isinstance(event, ComposedEvent)
-    mean, early, last = event.events
+    mean, total, early, last = event.events
     mu2 = gdp_mu(1.0, 1e-5) ** 2
     assert 1 / mean.noise_multiplier**2 == pytest.approx(MEAN_SHARE * mu2)
+    assert 1 / total.noise_multiplier**2 == pytest.approx(TOTAL_SHARE * mu2)
     assert early.count == 4 and last.count == 1
-    assert 1 / last.noise_multiplier**2 == pytest.approx(0.5 * (1 - MEAN_SHARE) * mu2)
+    assert 1 / last.noise_multiplier**2 == pytest.approx(0.5 * (1 - MEAN_SHARE - TOTAL_SHARE) * mu2)
     z = power_schedule(2.0, 6)
     assert np.sum(1 / z**2) == pytest.approx(4.0) and power_schedule(2.0, 1).tolist() == [0.5]
 
@@ -345,7 +347,8 @@ def test_private_mean_and_centered_promise():
     est = PrivatePCA(2, epsilon=1.0, data_norm=25.0, random_state=0).fit(X)
     np.testing.assert_allclose(est.mean_, X.mean(0), atol=0.1)  # noise std 2B/(n mu sqrt .1) ~ 0.03
     centered = PrivatePCA(2, epsilon=1.0, data_norm=25.0, centered=True, random_state=0).fit(X - X.mean(0))
-    assert np.all(centered.mean_ == 0) and not isinstance(centered.privacy_cost_.event, ComposedEvent)
+    total, spectral = centered.privacy_cost_.event.events  # no mean release: the total and one spectral
+    assert np.all(centered.mean_ == 0) and total.noise_multiplier > spectral.noise_multiplier
 
 
 # --------------------------------------------------------------------------------------------
