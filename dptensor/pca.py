@@ -229,7 +229,7 @@ def noisy_power_method(operator, n_components: int, n_iter: int, rng: np.random.
             s = sensitivity(X) if callable(sensitivity) else sensitivity
             std = float(s) * float(z[it - 1])
             Y = Y + gaussian_noise(Y.shape, s, z[it - 1], rng, dtype=Y.dtype)
-        if verbose:  # progress only: the step count is public
+        if verbose and (it == n_iter or it % max(1, n_iter // 10) == 0):  # progress: public counts only
             print(f"[noisy_power_method] step {it}/{n_iter} done (d={d}, p={p})", flush=True)
         if it == n_iter:
             break

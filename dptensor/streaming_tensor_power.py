@@ -103,7 +103,8 @@ class _Stream:
     """
 
     def __init__(self, *, d, dtype, n_components, n_restarts, n_iter, batch_size, data_norm,
-                 sensitivity, noise_multiplier, rng):
+                 sensitivity, noise_multiplier, rng, verbose=0):
+        self.verbose = verbose
         self.d, self.dtype, self.k, self.L = d, np.dtype(dtype), n_components, n_restarts
         self.R, self.n, self.data_norm = n_iter, batch_size, data_norm
         self.sensitivity, self.noise_multiplier, self.rng = sensitivity, noise_multiplier, rng
@@ -177,6 +178,10 @@ class _Stream:
         u_tilde, lam = self._release()
         U = normalize_columns(u_tilde).astype(self.dtype, copy=False)
         self.t += 1
+        if self.verbose and (self.t == self.R or self.t % max(1, self.R // 5) == 0):
+            # progress: counts only (the rows seen so far and the block index are public)
+            print(f"[StreamingTensorPower] component {self.i + 1}/{self.k}: block {self.t}/{self.R} "
+                  f"released ({self.n_seen_in_block_order()} rows read)", flush=True)
         if self.t == self.R:
             # lambda~ was measured at u_{R-1}, the candidate at u_R (SPEC section 2).
             tau = select_restart(lam)
@@ -189,6 +194,10 @@ class _Stream:
         self.acc_u[...] = 0.0
         self.acc_l[...] = 0.0
         self.rows_in_block = 0
+
+    def n_seen_in_block_order(self) -> int:
+        """Rows in the blocks released so far (a public count: every block holds ``n`` rows)."""
+        return (self.i * self.R + self.t) * self.n
 
 
 def _is_batch_iterable(X) -> bool:
@@ -426,7 +435,8 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
                                               n_queries=1, calibration="exact", data_shape=(d,))
         self._stream_key = self._key()
         self._stream = _Stream(d=d, dtype=dtype, n_components=k, n_restarts=L, n_iter=R, batch_size=n,
-                               data_norm=data_norm, sensitivity=sensitivity, noise_multiplier=z, rng=rng)
+                               data_norm=data_norm, sensitivity=sensitivity, noise_multiplier=z, rng=rng,
+                               verbose=self.verbose)
         return self._stream
 
     def _check_enough_rows(self, shape, passes):

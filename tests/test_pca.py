@@ -585,3 +585,18 @@ def test_noise_level_is_where_pure_noise_eigenvalues_sit(method, k):
         warnings.simplefilter("ignore", PrivacyWarning)
         nonprivate.fit(well_separated(n=200, d=6))
     assert np.all(nonprivate.explained_variance_noise_ == 0)
+
+
+def test_verbose_progress_prints_public_counts_only(capsys):
+    """verbose=1 shows the power steps; a private fit prints the same text for any data of that shape."""
+    outputs = []
+    for seed in (1, 2):
+        X = np.random.default_rng(seed).standard_normal((500, 30)) * (1 + seed)
+        PrivatePCA(2, epsilon=1.0, data_norm=3.0, method="power", n_iter=5, verbose=1,
+                   random_state=0).fit(X)
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1]
+    assert outputs[0].count("[noisy_power_method] step") == 5 and "step 5/5" in outputs[0]
+    est = PrivatePCA(2, epsilon=1.0, data_norm=3.0, block_size=100, verbose=1, random_state=0)
+    est.partial_fit(np.random.default_rng(3).standard_normal((350, 4)))
+    assert "2 power block(s) released, 350 rows seen" in capsys.readouterr().out
