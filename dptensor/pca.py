@@ -566,9 +566,9 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     Notes
     -----
     **Guarantee.** With a finite epsilon, a fit is ``(epsilon, delta)``-DP for the chosen unit: all
-    it releases (``components_``, ``explained_variance_``, ``mean_``, the total behind the ratio) is post-processing
-    of Gaussian releases whose sensitivities are derived in ``docs/derivations/pca.rst``; ``n`` and
-    ``d`` are public. A stream through ``partial_fit`` is ``(epsilon, delta)``-DP as a whole, under
+    it releases (``components_``, ``explained_variance_``, ``mean_``, the total behind the ratio) is
+    post-processing of Gaussian releases whose sensitivities are derived in
+    ``docs/derivations/pca.rst``; ``n`` and ``d`` are public. A stream through ``partial_fit`` is ``(epsilon, delta)``-DP as a whole, under
     replace-one of a streamed row, by parallel composition over disjoint blocks.
 
     **Which method.** Analyze Gauss releases one noisy d x d matrix; the row-level power method
@@ -758,8 +758,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             # the one-off passes (Analyze Gauss, the exact total) read the same rows lazily.
             prepare = functools.partial(_clip_center_clip, data_norm=s["bound"], mean=mean)
             Xc = X.map_blocks(prepare, dtype=X.dtype)
-            total = private_total(Xc, s["bound"], plan["z_total"], rng) if plan["z_total"] or not s["private"] \
-                else None
+            total = self._total(Xc, s, plan, rng)
             result = self._fit_rows(Xc, s, plan, rng, raw=(X, prepare))
             mean = np.zeros(X.shape[1], dtype=X.dtype) if mean is None else mean
             self.n_samples_ = X.shape[0]
@@ -768,8 +767,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             Xc = clip_rows(X, s["bound"])  # a new array when clipping; the caller's X is never written
             mean = private_mean(Xc, s["bound"], plan["z_mean"], rng) if s["center"] else None
             Xc = center_and_clip(Xc, mean, s["bound"], copy=Xc is X)
-            total = private_total(Xc, s["bound"], plan["z_total"], rng) if plan["z_total"] or not s["private"] \
-                else None
+            total = self._total(Xc, s, plan, rng)
             result = self._fit_rows(Xc, s, plan, rng)
             mean = np.zeros(X.shape[1], dtype=X.dtype) if mean is None else mean
             self.n_samples_ = X.shape[0]
@@ -784,6 +782,13 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         noise = eigenvalue_noise_level(result.noise_std, size, s["method"])
         self._set_spectrum(result, mean, scale, total, noise, floor=not s["precomputed"])
         return self
+
+    @staticmethod
+    def _total(Xc, s, plan, rng):
+        """The released total ``sum_i ||c_i||^2``: noisy from its share, exact without privacy, else None."""
+        if s["private"] and not plan["z_total"]:
+            return None
+        return private_total(Xc, s["bound"], plan["z_total"], rng)
 
     def _fit_rows(self, Xc, s, plan, rng, raw=None):
         dask = is_dask_array(Xc)  # Dask rows: X^T X or X^T (X Q) summed over chunks on the workers

@@ -366,7 +366,8 @@ def test_explained_variance_tracks_the_spectrum_and_its_noise_is_drawn_as_derive
     est = AdaptivePrivatePCA(n_components=2, epsilon=4.0, data_norm=1.0, random_state=0).fit(X)
     assert calls[-1] == ((2,), pytest.approx(math.sqrt(2.0)), pytest.approx(est.variance_noise_multiplier_))
     n = X.shape[0]
-    assert est.explained_variance_noise_[0] == pytest.approx(math.sqrt(2) * est.variance_noise_multiplier_ / (n - 1))
+    expected_noise = math.sqrt(2) * est.variance_noise_multiplier_ / (n - 1)
+    assert est.explained_variance_noise_[0] == pytest.approx(expected_noise)
     np.testing.assert_allclose(est.explained_variance_, true, rtol=0.1)
 
 
