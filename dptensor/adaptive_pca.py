@@ -264,7 +264,8 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         Target epsilon of the whole fit (``np.inf``: the plain power method, no filtering, no noise,
         as for every estimator here: a private fit is asked for explicitly).
     delta : float or None, default=None
-        Target delta; ``None`` takes the accountant's delta, else 1e-5.
+        Target delta; ``None`` takes the accountant's delta, else 1e-5. A private fit warns
+        (``PrivacyWarning``) when delta is not below ``1/n_samples``.
     n_iter : int, default=5
         Rounds per component. Chosen by measurement (see Notes): the noise of a round grows like
         ``sqrt(rounds)``, and on data with a clear eigengap a handful of rounds has converged.

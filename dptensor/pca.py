@@ -480,7 +480,9 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     epsilon : float, default=np.inf
         Privacy budget of one fit (or one stream); ``np.inf`` runs the exact, non-private method.
     delta : float or None, default=None
-        ``None``: the accountant's delta, else 1e-5.
+        ``None``: the accountant's delta, else 1e-5. A private ``fit`` on rows warns
+        (``PrivacyWarning``) when delta is not below ``1/n_samples``; a ``partial_fit`` stream,
+        whose length is not known when it starts, is not checked.
     n_iter : int or "auto", default="auto"
         Power steps (each one release). ``"auto"``: :func:`auto_n_iter` (private: 3 at d = 50, 5 at
         d = 10^4; non-private: until the iterate is still, at most 300).

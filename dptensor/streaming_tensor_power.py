@@ -239,7 +239,9 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
     epsilon : float, default=np.inf
         Privacy target; ``np.inf`` is the non-private method.
     delta : float or None, default=None
-        Privacy target; ``None`` means the accountant's delta, else 1e-5.
+        Privacy target; ``None`` means the accountant's delta, else 1e-5. A private ``fit`` on an
+        array warns (``PrivacyWarning``) when delta is not below ``1/n_samples``; a stream of
+        unknown length is not checked.
     data_norm : float or None, default=None
         Public bound B on row norms; rows are clipped to ``||x|| <= B``. Required when epsilon is
         finite. Choose it from public knowledge, never from the data.

@@ -253,7 +253,8 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
     epsilon : float, default=np.inf
         Privacy target; ``np.inf`` runs the non-private Alg. 1 and spends nothing.
     delta : float or None, default=None
-        ``None`` takes the accountant's delta (1e-5 without an accountant).
+        ``None`` takes the accountant's delta (1e-5 without an accountant). A private fit on rows
+        warns (``PrivacyWarning``) when delta is not below ``1/n_samples``.
     n_restarts : int, default=10
         L, random restarts per component, all advanced in one batched step.
     n_iter : int, default=20

@@ -600,3 +600,13 @@ def test_verbose_progress_prints_public_counts_only(capsys):
     est = PrivatePCA(2, epsilon=1.0, data_norm=3.0, block_size=100, verbose=1, random_state=0)
     est.partial_fit(np.random.default_rng(3).standard_normal((350, 4)))
     assert "2 power block(s) released, 350 rows seen" in capsys.readouterr().out
+
+
+def test_streaming_noise_level_follows_the_block_release():
+    est = PrivatePCA(2, epsilon=1.0, data_norm=3.0, block_size=500, centered=True, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        est.partial_fit(np.random.default_rng(4).standard_normal((1000, 5)))
+    z = est.privacy_cost_.noise_multiplier
+    std = z * row_power_sensitivity(3.0, 2) / 500  # each entry of a block's release
+    np.testing.assert_allclose(est.explained_variance_noise_, math.sqrt(2 * 2) * std)
