@@ -115,9 +115,9 @@ def _dpl_job(job):
 
 
 def run(quick: bool = False) -> list[dict]:
-    seeds = range(2) if quick else range(4)
+    seeds = range(1) if quick else range(4)
     ns = [10_000, 30_000] if quick else [10_000, 30_000, 100_000, 300_000]
-    n_fixed = 30_000 if quick else 100_000
+    n_fixed = 10_000 if quick else 100_000
     epsilons = [0.5, 2.0] if quick else [0.25, 0.5, 1.0, 2.0, 4.0]
     coherents = [0, 100, 1000] if quick else [0, 30, 100, 300, 1000, 3000]
     peer_ns = [1000] if quick else [1000, 2000]

@@ -109,9 +109,9 @@ def study_missing(seeds, ratios, epsilon=1.0):
 
 
 def speed(quick):
-    """One epoch at the MovieLens shape with 1e5 entries, rank 3; TensorLy at sizes it can hold."""
+    """One epoch at the MovieLens shape, 1e5 entries (2e4 quick), rank 3; TensorLy at sizes it can hold."""
     rng = np.random.default_rng(0)
-    shape, n = (943, 1682, 212), 100_000
+    shape, n = (943, 1682, 212), (20_000 if quick else 100_000)
     flat = rng.choice(int(np.prod(shape)), n, replace=False)
     X = np.stack(np.unravel_index(flat, shape), axis=1)
     y = rng.uniform(-0.5, 0.5, n)
@@ -119,12 +119,13 @@ def speed(quick):
     for kind in ("cp", "tucker"):
         obs = Observations(X, shape)
         model = init_model(shape, 3, kind, rng)
-        t_als, _ = timed(lambda: als(obs, y, model, reg=0.01, reg_core=0.01, n_iter=1), repeat=3)
+        repeat = 1 if quick else 3
+        t_als, _ = timed(lambda: als(obs, y, model, reg=0.01, reg_core=0.01, n_iter=1), repeat=repeat)
         mem_als, _ = peak_memory(lambda: als(obs, y, model, reg=0.01, reg_core=0.01, n_iter=1))
         gd_model = init_model(shape, 3, kind, rng, offset_like=True)
         step = lambda: gradient_descent(obs, y, gd_model, learning_rate=0.35, n_iter=1, reg=0.01, reg_core=0.01,  # noqa
                                         clip_norm=0.1, noise_std=1.0, damping=10.0, rng=rng)
-        t_gd, _ = timed(step, repeat=3)
+        t_gd, _ = timed(step, repeat=repeat)
         mem_gd, _ = peak_memory(step)
         records.append({"study": "speed", "tool": "dptensor", "decomposition": kind, "shape": str(shape),
                         "n_obs": n, "als_sweep_s": t_als, "dp_gd_step_s": t_gd,
@@ -225,12 +226,12 @@ def _plot(eps_records, miss_records, epsilons, ratios):
 
 
 def run(quick: bool = False) -> list[dict]:
-    seeds = range(2) if quick else range(5)
-    epsilons = np.logspace(-1, 0.5, 4 if quick else 7)
-    ratios = np.linspace(0.1, 0.9, 5 if quick else 9)
+    seeds = range(1) if quick else range(5)
+    epsilons = np.logspace(-1, 0.5, 3 if quick else 7)
+    ratios = np.linspace(0.1, 0.9, 2 if quick else 9)
     t0 = time.perf_counter()
     eps_records = study_epsilon(seeds, epsilons)
-    miss_records = study_missing(range(2) if quick else range(3), ratios)
+    miss_records = study_missing(range(1) if quick else range(3), ratios)
     speed_records = speed(quick)
     ml_records = movielens(quick)
     records = eps_records + miss_records + speed_records + ml_records

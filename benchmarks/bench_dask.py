@@ -126,7 +126,7 @@ def bench_dask(n, d, chunk):
 
 
 def run(quick: bool = False) -> list[dict]:
-    n, d, chunk = (100_000, 50, 10_000) if quick else (1_000_000, 200, 100_000)
+    n, d, chunk = (20_000, 20, 5_000) if quick else (1_000_000, 200, 100_000)
     load_before = os.getloadavg()[0]
     records = []
     print(f"[dask] numpy in memory, n={n}, d={d}")

@@ -96,7 +96,7 @@ def _fit(X, V, **kwargs):
 
 
 def grid(quick):
-    ds = (50, 200) if quick else (50, 200, 1000)
+    ds = (50,) if quick else (50, 200, 1000)
     ns = (5000,) if quick else (5000, 50000)
     epss = (1.0,) if quick else (0.1, 1.0, 10.0)
     records, dpl_timeouts, timeout = [], {}, DPL_TIMEOUT[quick]
@@ -150,7 +150,7 @@ def large_d(quick):
     ``gap * cos(angle of the start) ~ gap sqrt(k/d)`` (Hardt–Price), which here needs n in the
     ten thousands at epsilon = 10.
     """
-    d, n = (2000, 2000) if quick else (10000, 16000)
+    d, n = (300, 1000) if quick else (10000, 16000)
     X, V, _ = make_spiked_covariance(n, d, K, spike=float(d), random_state=1)
     B = 2.0 * math.sqrt(d + K * d)
     records = []
@@ -164,7 +164,7 @@ def large_d(quick):
                         "peak_MB": peak / 2**20, "data_MB": X.nbytes / 2**20,
                         "dense_covariance_MB": d * d * 8 / 2**20})
         print(records[-1], flush=True)
-    records.append(_streaming_large_d(d, 2000 if quick else 4000, 10.0, B))
+    records.append(_streaming_large_d(d, 1000 if quick else 4000, 10.0, B))
     print(records[-1], flush=True)
     return records
 
@@ -191,7 +191,7 @@ def _streaming_large_d(d, block, eps, B, n_blocks=9, batch=1000):
 
 def coherence(quick):
     d = 128 if quick else 512
-    seeds = (0, 1) if quick else (0, 1, 2)
+    seeds = (0,) if quick else (0, 1, 2)
     records = []
     for kind in ("incoherent", "random", 32, 8, 1):
         _, V, _ = make_spiked_covariance(2, d, K, coherence=kind, random_state=3)

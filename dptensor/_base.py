@@ -1,16 +1,18 @@
 """What every private estimator shares: the cost record, the spend step, and the warning class."""
 from __future__ import annotations
 
+import inspect
 import math
 import warnings
 from dataclasses import dataclass
 
 import numpy as np
+from sklearn import get_config
 
 from .accounting import epsilon_of
 from .accounting.events import NonPrivateEvent, PrivacyEvent
 from ._randomness import fingerprint, seed_entropy, spend_generator
-from ._validation import check_privacy
+from ._validation import check_delta_for_n, check_privacy
 
 __all__ = ["PrivacyCost", "PrivacyWarning", "PrivateEstimatorMixin", "NO_PRIVACY_COST"]
 
@@ -61,6 +63,20 @@ class PrivateEstimatorMixin:
     def _privacy_target(self, *, gaussian: bool = True) -> tuple[float, float]:
         """Validated ``(epsilon, delta)``; ``delta=None`` means the accountant's delta."""
         return check_privacy(self.epsilon, self.delta, self.accountant, gaussian=gaussian)
+
+    def _check_delta_for(self, n_samples: int, epsilon: float, delta: float, unit: str = "row") -> None:
+        """Warn when ``delta >= 1/n`` for a private fit on ``n`` records (before the spend)."""
+        check_delta_for_n(delta, int(n_samples), epsilon, unit)
+
+    def __repr__(self, N_CHAR_MAX=700):
+        # epsilon is always shown, even at its default: a reader of the repr must see the privacy level.
+        text = super().__repr__(N_CHAR_MAX=N_CHAR_MAX)
+        default = inspect.signature(type(self).__init__).parameters["epsilon"].default
+        if get_config()["print_changed_only"] and repr(self.epsilon) == repr(default):
+            name = type(self).__name__
+            rest = text[len(name) + 1:-1].strip()
+            text = f"{name}(epsilon={self.epsilon!r}" + (f", {rest})" if rest else ")")
+        return text
 
     def _entropy(self) -> int:
         """Validate ``random_state`` and take its entropy; call it before the spend."""

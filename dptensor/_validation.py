@@ -7,7 +7,7 @@ import numbers
 import numpy as np
 
 __all__ = ["check_epsilon", "check_delta", "check_privacy", "check_positive_int", "check_data_norm",
-           "check_symmetric_tensor", "check_random_generator", "check_finite"]
+           "check_symmetric_tensor", "check_random_generator", "check_finite", "check_delta_for_n"]
 
 
 def check_epsilon(epsilon, name="epsilon") -> float:
@@ -45,6 +45,25 @@ def check_privacy(epsilon, delta, accountant=None, *, gaussian=True) -> tuple[fl
         raise ValueError("delta must be > 0 for a finite epsilon: the Gaussian mechanism has no "
                          "pure-epsilon guarantee")
     return epsilon, delta
+
+
+def check_delta_for_n(delta: float, n_samples: int, epsilon: float, unit: str = "row") -> None:
+    """Warn (``PrivacyWarning``) when a private fit's ``delta`` is not below ``1 / n``.
+
+    A mechanism that publishes one record picked at random, in the clear, is ``(0, 1/n)``-DP:
+    a delta of ``1/n`` or more permits it, so a meaningful delta is well below ``1/n``. ``n`` (the
+    number of ``unit`` records) is public. Call it before the spend, so the warning comes before
+    anything is released.
+    """
+    import warnings
+
+    from ._base import PrivacyWarning
+
+    if math.isfinite(epsilon) and n_samples > 0 and delta >= 1.0 / n_samples:
+        warnings.warn(f"delta={delta:g} is not below 1/n = 1/{n_samples} ({1.0 / n_samples:.3g}) for these "
+                      f"n={n_samples} {unit}s: a mechanism that publishes one {unit} at random in the clear "
+                      f"meets (0, 1/n)-DP, so delta should be well below 1/n (e.g. 1/n^2 or less)",
+                      PrivacyWarning, stacklevel=4)
 
 
 def check_positive_int(value, name, minimum=1) -> int:

@@ -233,7 +233,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     True
     """
 
-    def __init__(self, rank=3, decomposition="cp", perturbation=None, epsilon=np.inf, delta=None,
+    def __init__(self, rank=3, *, decomposition="cp", perturbation=None, epsilon=np.inf, delta=None,
                  learning_rate=None, n_iter=None, reg="auto", reg_core=None, clip_norm=None,
                  value_range=None, shape=None, batch_size=None, fit_intercept=True, solver="auto",
                  tol=1e-8, accountant=None, random_state=None, verbose=0):

@@ -42,7 +42,8 @@ __all__ = ["PrivatePCA", "PCAResult", "orthonormalize", "rayleigh_ritz", "noisy_
            "analyze_gauss", "symmetric_gaussian_matrix", "private_mean", "center_and_clip",
            "row_power_sensitivity", "entry_power_sensitivity", "covariance_sensitivity",
            "auto_n_iter", "power_schedule", "StreamingPowerMethod", "MEAN_SHARE", "FINAL_STEP_SHARE",
-           "MAX_DENSE_FEATURES"]
+           "TOTAL_SHARE", "MAX_DENSE_FEATURES", "total_variance_sensitivity", "private_total",
+           "eigenvalue_noise_level"]
 
 #: Share of the squared GDP budget ``mu^2`` spent on the private mean when ``centered=False``:
 #: ``mu_mean^2 = MEAN_SHARE mu^2`` and the spectral part gets the rest, so the whole fit is exactly
@@ -50,6 +51,13 @@ __all__ = ["PrivatePCA", "PCAResult", "orthonormalize", "rayleigh_ritz", "noisy_
 #: the spectral noise enters to first order, so a small share suffices; it raises the spectral
 #: noise by ``1/sqrt(0.9) - 1``, about 5%.
 MEAN_SHARE = 0.1
+
+#: Share of the squared GDP budget ``mu^2`` spent on the total variance ``sum_i ||c_i||^2`` of a
+#: private row-level fit (``calibration="exact"``), the denominator of ``explained_variance_ratio_``.
+#: Its sensitivity is ``B^2``, against ``n`` times a typical ``||c||^2``, so its relative error is
+#: about ``B^2 / (mu sqrt(0.02) n mean ||c||^2)``: 1.5% at ``mu = 1``, ``n = 2000`` and
+#: ``mean ||c||^2 = B^2 / 4``. It raises the spectral noise by ``1/sqrt(0.98) - 1``, about 1%.
+TOTAL_SHARE = 0.02
 
 #: Share of the spectral ``mu^2`` given to the last power step (exact calibration); see
 #: :func:`power_schedule`.
@@ -98,6 +106,18 @@ def entry_power_sensitivity(X: np.ndarray, entry_bound: float = 1.0) -> float:
     return float(entry_bound) * math.sqrt(float(np.sum(top)))
 
 
+def total_variance_sensitivity(data_norm: float) -> float:
+    r"""Exact sensitivity of the total ``sum_i ||c_i||^2`` over rows clipped to ``||c|| <= B``: ``B^2``.
+
+    Replace-one changes one term from ``||a||^2`` to ``||b||^2``, both in ``[0, B^2]``, so the total
+    moves by at most ``B^2``, attained at ``||a|| = B``, ``b = 0``.
+
+    >>> total_variance_sensitivity(3.0)
+    9.0
+    """
+    return float(data_norm) ** 2
+
+
 def covariance_sensitivity(data_norm: float) -> float:
     r"""Exact l2 sensitivity of the upper triangle (diagonal included) of ``sum_i x_i x_i^T``.
 
@@ -118,7 +138,8 @@ class PCAResult(NamedTuple):
 
     ``components`` (k, d) orthonormal rows, ``eigenvalues`` (k,) estimates of the matching
     eigenvalues of ``A``, ``n_iter`` the number of products (releases) made, ``total`` the trace of
-    the released matrix (Analyze Gauss only, else ``None``), ``basis`` the last d x p iterate.
+    the released matrix (Analyze Gauss only, else ``None``), ``basis`` the last d x p iterate,
+    ``noise_std`` the std of each noise entry of the last release (0 without noise; a public number).
     """
 
     components: np.ndarray
@@ -126,6 +147,7 @@ class PCAResult(NamedTuple):
     n_iter: int
     total: float | None = None
     basis: np.ndarray | None = None
+    noise_std: float = 0.0
 
 
 def orthonormalize(Y: np.ndarray) -> np.ndarray:
@@ -199,12 +221,16 @@ def noisy_power_method(operator, n_components: int, n_iter: int, rng: np.random.
     X = orthonormalize(rng.standard_normal((d, p)).astype(dtype) if init is None
                        else np.asarray(init, dtype=dtype))
     z = np.broadcast_to(np.asarray(noise_multiplier, dtype=float), (n_iter,))
-    Y = None
+    Y, std = None, 0.0
     for it in range(1, n_iter + 1):
         Y = operator.matmat(X)
+        std = 0.0
         if z[it - 1] > 0:
             s = sensitivity(X) if callable(sensitivity) else sensitivity
+            std = float(s) * float(z[it - 1])
             Y = Y + gaussian_noise(Y.shape, s, z[it - 1], rng, dtype=Y.dtype)
+        if verbose and (it == n_iter or it % max(1, n_iter // 10) == 0):  # progress: public counts only
+            print(f"[noisy_power_method] step {it}/{n_iter} done (d={d}, p={p})", flush=True)
         if it == n_iter:
             break
         X_next = orthonormalize(Y)
@@ -219,7 +245,7 @@ def noisy_power_method(operator, n_components: int, n_iter: int, rng: np.random.
                 break
         X = X_next
     components, eigenvalues = rayleigh_ritz(X, Y, n_components)
-    return PCAResult(components, eigenvalues, it, None, orthonormalize(Y))
+    return PCAResult(components, eigenvalues, it, None, orthonormalize(Y), std)
 
 
 def symmetric_gaussian_matrix(d: int, sensitivity: float, noise_multiplier: float,
@@ -254,7 +280,39 @@ def analyze_gauss(C: np.ndarray, n_components: int, rng: np.random.Generator, *,
     else:
         w, V = scipy.linalg.eigh(noisy)
         idx = np.argsort(-np.abs(w), kind="stable")[:n_components]
-    return PCAResult(flip_signs(V[:, idx].T), w[idx], 1, float(np.trace(noisy)))
+    return PCAResult(flip_signs(V[:, idx].T), w[idx], 1, float(np.trace(noisy)),
+                     noise_std=float(noise_multiplier * sensitivity) if noise_multiplier > 0 else 0.0)
+
+
+def eigenvalue_noise_level(noise_std: float, size: int, method: str) -> float:
+    r"""The typical size of the noise in a released eigenvalue: a public function of the noise plan.
+
+    Analyze Gauss: eigenvalues of ``C + E``, with ``E`` a symmetric d x d Gaussian matrix of entry
+    std ``sigma``. Weyl's inequality moves each by at most ``||E||_2``, which concentrates at
+    ``2 sqrt(d) sigma`` (the edge of the semicircle), and that is where the top eigenvalues of
+    pure noise sit: ``2 sqrt(d) sigma`` (``size = d``). Power methods: Ritz values, the
+    eigenvalues of ``X^T A X + sym(X^T G)`` with ``X`` orthonormal d x p and independent of the
+    last step's noise ``G``, so ``sym(X^T G)`` is a p x p symmetric Gaussian (diagonal std
+    ``sigma``, off-diagonal ``sigma / sqrt(2)``) of norm about ``sqrt(2 p) sigma`` (``size = p``).
+    An eigenvalue not clearly above this level (below twice it) is dominated by noise.
+
+    >>> eigenvalue_noise_level(1.0, 100, "analyze_gauss"), round(eigenvalue_noise_level(1.0, 2, "power"), 6)
+    (20.0, 2.0)
+    """
+    factor = 2.0 * math.sqrt(size) if method == "analyze_gauss" else math.sqrt(2.0 * size)
+    return factor * float(noise_std)
+
+
+def private_total(Xc, data_norm: float, noise_multiplier: float, rng: np.random.Generator) -> float:
+    """``sum_i ||c_i||^2`` over rows already clipped to ``data_norm``, plus ``N(0, (z B^2)^2)`` noise.
+
+    The total variance (times ``n - 1``), released for ``explained_variance_ratio_``; its
+    sensitivity is :func:`total_variance_sensitivity`. A Dask ``Xc``: one reduction.
+    """
+    total = float((Xc * Xc).sum().compute()) if is_dask_array(Xc) else float(np.einsum("ij,ij->", Xc, Xc))
+    if noise_multiplier > 0:
+        total += float(gaussian_noise((1,), total_variance_sensitivity(data_norm), noise_multiplier, rng)[0])
+    return total
 
 
 def private_mean(X: np.ndarray, data_norm, noise_multiplier: float, rng: np.random.Generator):
@@ -422,7 +480,9 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     epsilon : float, default=np.inf
         Privacy budget of one fit (or one stream); ``np.inf`` runs the exact, non-private method.
     delta : float or None, default=None
-        ``None``: the accountant's delta, else 1e-5.
+        ``None``: the accountant's delta, else 1e-5. A private ``fit`` on rows warns
+        (``PrivacyWarning``) when delta is not below ``1/n_samples``; a ``partial_fit`` stream,
+        whose length is not known when it starts, is not checked.
     n_iter : int or "auto", default="auto"
         Power steps (each one release). ``"auto"``: :func:`auto_n_iter` (private: 3 at d = 50, 5 at
         d = 10^4; non-private: until the iterate is still, at most 300).
@@ -476,9 +536,20 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         from its last product; divided by ``n_samples - 1`` for data (a covariance), raw
         eigenvalues of ``A`` for precomputed input. Floored at 0 for data.
     explained_variance_ratio_ : ndarray of shape (n_components,)
-        Set only when the total variance is released: without privacy, and for Analyze Gauss (the
-        trace of its released matrix). Not set after the private power method, which releases
-        no total.
+        ``explained_variance_`` over the total variance, a share of a whole (it sums to at most 1).
+        The total is exact without privacy; a private row-level fit with ``calibration="exact"``
+        releases it from its own budget share :data:`TOTAL_SHARE` (``sum_i ||c_i||^2`` over the
+        clipped, centred rows plus Gaussian noise; sensitivity ``data_norm^2``); with
+        ``calibration="paper"`` or precomputed input, Analyze Gauss's released trace serves. When
+        noise pushes the released eigenvalues' sum above the released total, they are divided by
+        their own sum instead. Not set when no total is released (private power method with
+        ``calibration="paper"`` or on a precomputed matrix; ``partial_fit``).
+    explained_variance_noise_ : ndarray of shape (n_components,)
+        The typical size of the privacy noise in each released eigenvalue, in the units of
+        ``explained_variance_``: a public function of the noise plan
+        (:func:`eigenvalue_noise_level`; 0 without privacy). A component whose
+        ``explained_variance_`` is not clearly above it (below twice it) is dominated by noise, and
+        ``fit`` warns (``UserWarning``) naming it.
     mean_ : ndarray of shape (n_features,)
         The released (private) mean, or zeros when ``centered=True`` or the input is precomputed.
     n_components_, n_features_in_, feature_names_in_ :
@@ -497,9 +568,9 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     Notes
     -----
     **Guarantee.** With a finite epsilon, a fit is ``(epsilon, delta)``-DP for the chosen unit: all
-    it releases (``components_``, ``explained_variance_``, ``mean_``, the ratio) is post-processing
-    of Gaussian releases whose sensitivities are derived in ``docs/derivations/pca.rst``; ``n`` and
-    ``d`` are public. A stream through ``partial_fit`` is ``(epsilon, delta)``-DP as a whole, under
+    it releases (``components_``, ``explained_variance_``, ``mean_``, the total behind the ratio) is
+    post-processing of Gaussian releases whose sensitivities are derived in
+    ``docs/derivations/pca.rst``; ``n`` and ``d`` are public. A stream through ``partial_fit`` is ``(epsilon, delta)``-DP as a whole, under
     replace-one of a streamed row, by parallel composition over disjoint blocks.
 
     **Which method.** Analyze Gauss releases one noisy d x d matrix; the row-level power method
@@ -619,15 +690,18 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         """Noise multipliers and the privacy event for settings ``s`` (no data involved)."""
         eps, delta = s["epsilon"], s["delta"]
         if not s["private"]:
-            return dict(z=0.0, z_mean=0.0, event=None, n_queries=0)
+            return dict(z=0.0, z_mean=0.0, z_total=0.0, event=None, n_queries=0)
         method, center = s["method"], s["center"]
         if method == "streaming_power":
             z = calibrate_gaussian(eps, delta, 1)
-            return dict(z=z, z_mean=z, event=GaussianEvent(z, 1), n_queries=1)
+            return dict(z=z, z_mean=z, z_total=0.0, event=GaussianEvent(z, 1), n_queries=1)
         queries = s["n_iter"] if method == "power" else 1
         mu = gdp_mu(eps, delta)
-        spectral_share = 1.0 - MEAN_SHARE if center else 1.0
+        # Exact row-level fits release the total variance from its own share (the ratio's denominator).
+        total = self.calibration == "exact" and not s["precomputed"]
+        spectral_share = 1.0 - (MEAN_SHARE if center else 0.0) - (TOTAL_SHARE if total else 0.0)
         z_mean = 1.0 / (mu * math.sqrt(MEAN_SHARE)) if center else 0.0
+        z_total = 1.0 / (mu * math.sqrt(TOTAL_SHARE)) if total else 0.0
         if self.calibration == "exact":
             z = power_schedule(mu * math.sqrt(spectral_share), queries)
         elif method == "analyze_gauss":
@@ -641,6 +715,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             events = [GaussianEvent(float(z[0]), queries)]
         else:
             events = [GaussianEvent(float(z[0]), queries - 1), GaussianEvent(float(z[-1]), 1)]
+        if total:
+            events.insert(0, GaussianEvent(z_total, 1))
         if center:
             events.insert(0, GaussianEvent(z_mean, 1))
         event = ComposedEvent(tuple(events)) if len(events) > 1 else events[0]
@@ -650,7 +726,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
                 warnings.warn(f"calibration='paper' costs epsilon={cost:.4g} > the target {eps:g} under "
                               f"this unit ({s['neighbors']}); the accountant records the true cost",
                               PrivacyWarning, stacklevel=3)
-        return dict(z=z, z_mean=z_mean, event=event, n_queries=queries)
+        return dict(z=z, z_mean=z_mean, z_total=z_total, event=event, n_queries=queries)
 
     def _record(self, s, plan, entropy, data_shape):
         """Record the fit's spend (epsilon = inf when not private); return its cost and generator."""
@@ -668,13 +744,15 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         s = self._check_params(X.shape[1])
         for attr in ("_stream", "n_samples_seen_", "_stream_detached"):  # a batch fit ends any stream
             self.__dict__.pop(attr, None)
+        if not s["precomputed"]:
+            self._check_delta_for(X.shape[0], s["epsilon"], s["delta"])
         plan = self._plan(s)
         entropy = self._entropy()
         self.privacy_cost_, rng = self._record(s, plan, entropy, X.shape)  # before any noisy release
         if s["precomputed"]:
             result = self._fit_matrix(X, s, plan, rng)
             mean, scale = np.zeros(X.shape[1], dtype=X.dtype), 1.0
-            exact_total = None if s["private"] else float(np.trace(X))
+            total = None if s["private"] else float(np.trace(X))
         elif is_dask_array(X):  # Dask rows: the same steps, each data pass a reduction over row chunks
             Xc = clip_chunks(X, s["bound"])
             mean = private_mean(Xc, s["bound"], plan["z_mean"], rng) if s["center"] else None
@@ -682,25 +760,37 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             # the one-off passes (Analyze Gauss, the exact total) read the same rows lazily.
             prepare = functools.partial(_clip_center_clip, data_norm=s["bound"], mean=mean)
             Xc = X.map_blocks(prepare, dtype=X.dtype)
+            total = self._total(Xc, s, plan, rng)
             result = self._fit_rows(Xc, s, plan, rng, raw=(X, prepare))
             mean = np.zeros(X.shape[1], dtype=X.dtype) if mean is None else mean
             self.n_samples_ = X.shape[0]
             scale = 1.0 / max(X.shape[0] - 1, 1)
-            exact_total = None if s["private"] else float((Xc * Xc).sum().compute())
         else:
             Xc = clip_rows(X, s["bound"])  # a new array when clipping; the caller's X is never written
             mean = private_mean(Xc, s["bound"], plan["z_mean"], rng) if s["center"] else None
             Xc = center_and_clip(Xc, mean, s["bound"], copy=Xc is X)
+            total = self._total(Xc, s, plan, rng)
             result = self._fit_rows(Xc, s, plan, rng)
             mean = np.zeros(X.shape[1], dtype=X.dtype) if mean is None else mean
             self.n_samples_ = X.shape[0]
             scale = 1.0 / max(X.shape[0] - 1, 1)
-            exact_total = None if s["private"] else float(np.einsum("ij,ij->", Xc, Xc))
-        # The total variance is released only by Analyze Gauss (its noisy trace) or without privacy.
-        total = result.total if result.total is not None else exact_total
+        # The total variance: released from its own share (exact row-level fits), exact without
+        # privacy, else the trace of Analyze Gauss's released matrix (calibration="paper",
+        # precomputed input); the private power method otherwise releases none.
+        if total is None and result.total is not None:
+            total = result.total
         self.method_ = s["method"]
-        self._set_spectrum(result, mean, scale, total, floor=not s["precomputed"])
+        size = X.shape[1] if s["method"] == "analyze_gauss" else s["p"]
+        noise = eigenvalue_noise_level(result.noise_std, size, s["method"])
+        self._set_spectrum(result, mean, scale, total, noise, floor=not s["precomputed"])
         return self
+
+    @staticmethod
+    def _total(Xc, s, plan, rng):
+        """The released total ``sum_i ||c_i||^2``: noisy from its share, exact without privacy, else None."""
+        if s["private"] and not plan["z_total"]:
+            return None
+        return private_total(Xc, s["bound"], plan["z_total"], rng)
 
     def _fit_rows(self, Xc, s, plan, rng, raw=None):
         dask = is_dask_array(Xc)  # Dask rows: X^T X or X^T (X Q) summed over chunks on the workers
@@ -731,13 +821,24 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
                                   sensitivity=sensitivity, n_oversamples=s["p"] - s["k"], tol=s["tol"],
                                   verbose=self.verbose, dtype=A.dtype)
 
-    def _set_spectrum(self, result, mean, scale, total, *, floor):
+    def _set_spectrum(self, result, mean, scale, total, noise, *, floor):
         self.components_ = result.components
         ev = np.asarray(result.eigenvalues, dtype=result.components.dtype) * scale
         self.explained_variance_ = np.maximum(ev, 0) if floor else ev
+        self.explained_variance_noise_ = np.full(ev.shape, noise * scale, dtype=ev.dtype)
         self.__dict__.pop("explained_variance_ratio_", None)
-        if total is not None and total > 0:
-            self.explained_variance_ratio_ = self.explained_variance_ / (total * scale)
+        if total is not None:
+            # Noise can push the released eigenvalues above the released total; dividing by the
+            # larger of the two keeps the ratios a share of a whole (post-processing).
+            whole = max(float(total), float(np.sum(np.abs(self.explained_variance_))) / scale)
+            if whole > 0:
+                self.explained_variance_ratio_ = self.explained_variance_ / (whole * scale)
+        weak = np.flatnonzero(np.abs(self.explained_variance_) < 2 * self.explained_variance_noise_)
+        if weak.size:
+            warnings.warn(f"the released explained_variance_ of component(s) {(weak + 1).tolist()} is below "
+                          "twice its noise level (explained_variance_noise_): those components are "
+                          "dominated by the privacy noise. Use fewer components, more data, a larger "
+                          "epsilon or a tighter data_norm.", UserWarning, stacklevel=3)
         self.mean_ = mean
         self.n_components_ = result.components.shape[0]
         self.n_iter_ = result.n_iter
@@ -771,17 +872,25 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
                 d, s["k"], T, rng, n_oversamples=s["p"] - s["k"], data_norm=s["bound"],
                 noise_multiplier=plan["z"], centered=not s["center"], dtype=X.dtype)
             self.method_ = "streaming_power"
+            std = (_last(plan["z"]) * row_power_sensitivity(s["bound"], s["p"]) / T) if s["private"] else 0.0
+            self._stream_noise = eigenvalue_noise_level(std, s["p"], "power")
             for attr in ("components_", "explained_variance_", "explained_variance_ratio_", "mean_",
-                         "n_samples_"):
+                         "n_samples_", "explained_variance_noise_"):
                 self.__dict__.pop(attr, None)
+        before = self._stream.n_blocks
         stream = self._stream.update(X)
         self.n_samples_seen_ = stream.n_samples_seen
         self.n_iter_ = stream.n_blocks
+        if self.verbose and stream.n_blocks > before:  # progress: counts only, all public
+            print(f"[PrivatePCA] stream: {stream.n_blocks} power block(s) released, "
+                  f"{stream.n_samples_seen} rows seen", flush=True)
         if stream.mean is not None:
             self.mean_ = stream.mean
         if stream.components is not None:
             self.components_ = stream.components
             self.explained_variance_ = np.maximum(stream.eigenvalues, 0)
+            self.explained_variance_noise_ = np.full(self.explained_variance_.shape, self._stream_noise,
+                                                     dtype=self.explained_variance_.dtype)
             self.n_components_ = stream.components.shape[0]
         return self
 

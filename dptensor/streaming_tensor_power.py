@@ -103,7 +103,8 @@ class _Stream:
     """
 
     def __init__(self, *, d, dtype, n_components, n_restarts, n_iter, batch_size, data_norm,
-                 sensitivity, noise_multiplier, rng):
+                 sensitivity, noise_multiplier, rng, verbose=0):
+        self.verbose = verbose
         self.d, self.dtype, self.k, self.L = d, np.dtype(dtype), n_components, n_restarts
         self.R, self.n, self.data_norm = n_iter, batch_size, data_norm
         self.sensitivity, self.noise_multiplier, self.rng = sensitivity, noise_multiplier, rng
@@ -177,6 +178,10 @@ class _Stream:
         u_tilde, lam = self._release()
         U = normalize_columns(u_tilde).astype(self.dtype, copy=False)
         self.t += 1
+        if self.verbose and (self.t == self.R or self.t % max(1, self.R // 5) == 0):
+            # progress: counts only (the rows seen so far and the block index are public)
+            print(f"[StreamingTensorPower] component {self.i + 1}/{self.k}: block {self.t}/{self.R} "
+                  f"released ({self.n_seen_in_block_order()} rows read)", flush=True)
         if self.t == self.R:
             # lambda~ was measured at u_{R-1}, the candidate at u_R (SPEC section 2).
             tau = select_restart(lam)
@@ -189,6 +194,10 @@ class _Stream:
         self.acc_u[...] = 0.0
         self.acc_l[...] = 0.0
         self.rows_in_block = 0
+
+    def n_seen_in_block_order(self) -> int:
+        """Rows in the blocks released so far (a public count: every block holds ``n`` rows)."""
+        return (self.i * self.R + self.t) * self.n
 
 
 def _is_batch_iterable(X) -> bool:
@@ -216,8 +225,9 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
 
     Parameters
     ----------
-    n_components : int
-        Number of components k (at most n_features).
+    n_components : int, default=1
+        Number of components k (at most n_features). The stream needs
+        ``n_components * n_iter * batch_size`` rows, so the default asks for the top one only.
     n_restarts : int, default=10
         Number of random candidates L per component. The theory asks for L = Omega(k log k).
     n_iter : int, default=10
@@ -229,7 +239,9 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
     epsilon : float, default=np.inf
         Privacy target; ``np.inf`` is the non-private method.
     delta : float or None, default=None
-        Privacy target; ``None`` means the accountant's delta, else 1e-5.
+        Privacy target; ``None`` means the accountant's delta, else 1e-5. A private ``fit`` on an
+        array warns (``PrivacyWarning``) when delta is not below ``1/n_samples``; a stream of
+        unknown length is not checked.
     data_norm : float or None, default=None
         Public bound B on row norms; rows are clipped to ``||x|| <= B``. Required when epsilon is
         finite. Choose it from public knowledge, never from the data.
@@ -302,7 +314,7 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
 
     _stream_attributes = ("_stream",)
 
-    def __init__(self, n_components, *, n_restarts=10, n_iter=10, batch_size=1000, epsilon=np.inf,
+    def __init__(self, n_components=1, *, n_restarts=10, n_iter=10, batch_size=1000, epsilon=np.inf,
                  delta=None, data_norm=None, max_passes=1, accountant=None, random_state=None,
                  verbose=0):
         self.n_components = n_components
@@ -425,7 +437,8 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
                                               n_queries=1, calibration="exact", data_shape=(d,))
         self._stream_key = self._key()
         self._stream = _Stream(d=d, dtype=dtype, n_components=k, n_restarts=L, n_iter=R, batch_size=n,
-                               data_norm=data_norm, sensitivity=sensitivity, noise_multiplier=z, rng=rng)
+                               data_norm=data_norm, sensitivity=sensitivity, noise_multiplier=z, rng=rng,
+                               verbose=self.verbose)
         return self._stream
 
     def _check_enough_rows(self, shape, passes):
@@ -433,7 +446,8 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         if len(shape) != 2 or 0 in shape:
             return  # partial_fit's validation names the problem
         n_rows, d = shape
-        k, _, R, n, *_ = self._check_params(d)
+        k, _, R, n, epsilon, delta, _ = self._check_params(d)
+        self._check_delta_for(n_rows, epsilon, delta)  # a stream of known length: its n is public
         if n_rows * passes < k * R * n:
             raise ValueError(f"n_samples = {n_rows} is too few (over max_passes={passes}): the method "
                              f"needs n_components * n_iter * batch_size = {k * R * n} rows. Pass more rows, "

@@ -155,12 +155,16 @@ def tensor_power_method(operator, n_components: int, n_restarts: int, n_iter: in
     for i in range(n_components):
         deflated = DeflatedTensor(operator, eigenvalues[:i], components[:i])
         U = random_unit_columns(d, n_restarts, rng, dtype)
-        for _ in range(n_iter):
+        for step in range(1, n_iter + 1):
             TU = deflated.apply(U)
             if noise is not None:
                 s_vec, _ = noise.sensitivities(U)
                 TU = TU + gaussian_noise(TU.shape, s_vec, noise.noise_multiplier, rng, dtype)
             U = normalize_columns(TU)
+            if verbose > 1 or (verbose and d >= 1000 and step % max(1, n_iter // 5) == 0):
+                # progress within a component: public counts only (large d: a component takes long)
+                print(f"[tensor_power_method] component {i + 1}/{n_components}: step {step}/{n_iter} "
+                      f"of {n_restarts} restarts", flush=True)
         lams = deflated.evaluate(U)
         if noise is not None:
             _, s_val = noise.sensitivities(U)
@@ -249,7 +253,8 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
     epsilon : float, default=np.inf
         Privacy target; ``np.inf`` runs the non-private Alg. 1 and spends nothing.
     delta : float or None, default=None
-        ``None`` takes the accountant's delta (1e-5 without an accountant).
+        ``None`` takes the accountant's delta (1e-5 without an accountant). A private fit on rows
+        warns (``PrivacyWarning``) when delta is not below ``1/n_samples``.
     n_restarts : int, default=10
         L, random restarts per component, all advanced in one batched step.
     n_iter : int, default=20
@@ -343,6 +348,7 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
             sensitivity = None
         else:
             data_norm = check_data_norm(self.data_norm, epsilon)
+            self._check_delta_for(X.shape[0], epsilon, delta)
             sensitivity = row_sensitivity(data_norm, X.shape[0]) if private else None
 
         # The spend, from public values only: a refused fit computes nothing from the data.

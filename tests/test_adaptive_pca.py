@@ -205,20 +205,23 @@ def test_recorded_cost_equals_target_and_is_recorded_before_release(monkeypatch,
         return real(*args, **kwargs)
 
     monkeypatch.setattr(mod, "above_threshold", spy)
-    est = AdaptivePrivatePCA(n_components=n_components, epsilon=0.7, n_iter=n_iter, accountant=budget,
-                             random_state=0).fit(X)
+    est = AdaptivePrivatePCA(n_components=n_components, epsilon=0.7, data_norm=1.0, n_iter=n_iter,
+                             accountant=budget, random_state=0).fit(X)
     rounds = n_components * n_iter
     assert spent_at_first_release[0] == pytest.approx(0.7, rel=1e-6)  # recorded before any release
     assert est.privacy_cost_.epsilon == pytest.approx(0.7, rel=1e-6)
     assert est.privacy_cost_.delta == 1e-5
     assert budget.spent()[0] == pytest.approx(0.7, rel=1e-6)
+    z_var = est.variance_noise_multiplier_
     assert est.privacy_cost_.event == ComposedEvent((AboveThresholdEvent(est.svt_epsilon_, rounds),
-                                                     GaussianEvent(est.noise_multiplier_, rounds)))
+                                                     GaussianEvent(est.noise_multiplier_, rounds),
+                                                     GaussianEvent(z_var, 1)))
+    assert 1 / (2 * z_var**2) == pytest.approx(mod.VARIANCE_SHARE * zcdp_rho(0.7, 1e-5))
     assert est.svt_epsilon_ == pytest.approx(svt_epsilon_for(0.7, 1e-5, est.svt_fraction, rounds))
     # calibrate returns the least noise: 1% less noise would overspend.
     from dptensor.accounting import epsilon_of
     cheaper = ComposedEvent((AboveThresholdEvent(est.svt_epsilon_, rounds),
-                             GaussianEvent(0.99 * est.noise_multiplier_, rounds)))
+                             GaussianEvent(0.99 * est.noise_multiplier_, rounds), GaussianEvent(z_var, 1)))
     assert epsilon_of(cheaper, 1e-5) > 0.7
     assert est.thresholds_.shape == (n_components, n_iter)
     assert set(est.thresholds_.ravel()) <= set(threshold_grid(3000, 1.0))
@@ -229,7 +232,7 @@ def test_budget_refused_before_touching_the_data(monkeypatch):
     monkeypatch.setattr(mod, "above_threshold", lambda *a, **k: pytest.fail("released over budget"))
     X = np.random.default_rng(9).standard_normal((100, 3)) / 3
     with pytest.raises(BudgetExceededError):
-        AdaptivePrivatePCA(epsilon=1.0, accountant=budget, random_state=0).fit(X)
+        AdaptivePrivatePCA(epsilon=1.0, data_norm=1.0, accountant=budget, random_state=0).fit(X)
     assert budget.spent()[0] == 0.0
 
 
@@ -272,7 +275,7 @@ def test_non_private_is_the_exact_power_method_with_deflation():
 def test_private_deflation_finds_the_top_two_subspace():
     rng = np.random.default_rng(11)
     X, V = spiked_rows(100_000, 20, rng, spikes=(10.0, 5.0))
-    est = AdaptivePrivatePCA(n_components=2, epsilon=2.0, random_state=0).fit(X)
+    est = AdaptivePrivatePCA(n_components=2, epsilon=2.0, data_norm=1.0, random_state=0).fit(X)
     np.testing.assert_allclose(est.components_ @ est.components_.T, np.eye(2), atol=1e-12)
     assert sin_theta_distance(est.components_, V) < 0.05
 
@@ -283,7 +286,7 @@ def test_float32_kept_input_untouched_and_feature_names():
     rng = np.random.default_rng(12)
     X = (rng.standard_normal((500, 4)) / 2).astype(np.float32)
     X0 = X.copy()
-    est = AdaptivePrivatePCA(n_components=2, data_norm=0.5, random_state=0).fit(X)
+    est = AdaptivePrivatePCA(n_components=2, epsilon=1.0, data_norm=0.5, random_state=0).fit(X)
     np.testing.assert_array_equal(X, X0)  # clipping happened on a copy
     assert est.components_.dtype == np.float32
     assert est.transform(X).dtype == np.float32
@@ -293,8 +296,8 @@ def test_float32_kept_input_untouched_and_feature_names():
 
 def test_same_seed_same_release():
     X, _ = spiked_rows(2000, 5, np.random.default_rng(13))
-    a = AdaptivePrivatePCA(random_state=3).fit(X)
-    b = AdaptivePrivatePCA(random_state=3).fit(X)
+    a = AdaptivePrivatePCA(epsilon=1.0, data_norm=1.0, random_state=3).fit(X)
+    b = AdaptivePrivatePCA(epsilon=1.0, data_norm=1.0, random_state=3).fit(X)
     np.testing.assert_array_equal(a.components_, b.components_)
     np.testing.assert_array_equal(a.thresholds_, b.thresholds_)
 
@@ -314,10 +317,66 @@ def test_same_seed_same_release():
 def test_bad_parameters_are_named(params, error, match):
     X = np.random.default_rng(14).standard_normal((20, 3))
     with pytest.raises(error, match=match):
-        AdaptivePrivatePCA(**params).fit(X)
+        AdaptivePrivatePCA(**{"epsilon": 1.0, "data_norm": 1.0, **params}).fit(X)
 
 
-@parametrize_with_checks([AdaptivePrivatePCA(random_state=0), AdaptivePrivatePCA(n_components=2, epsilon=np.inf,
-                                                                                 data_norm=None)])
+@parametrize_with_checks([AdaptivePrivatePCA(epsilon=1.0, data_norm=1.0, random_state=0),
+                          AdaptivePrivatePCA(n_components=2)])
 def test_sklearn_contract(estimator, check):
     check(estimator)
+
+
+# ---------------------------------------------------------------------------- variances, inverse_transform
+
+def test_component_variances_sensitivity_brute_force():
+    """((a . v_j)^2)_j moves by at most sqrt(min(k, 2)) B^2 under replace-one, and reaches it."""
+    rng = np.random.default_rng(30)
+    B, d = 2.0, 4
+    for k in (1, 2, 3):
+        V = np.linalg.qr(rng.standard_normal((d, k)))[0].T
+        worst = 0.0
+        for _ in range(3000):
+            a, b = (mod.clip_rows(rng.standard_normal((1, d)) * s, B)[0] for s in rng.uniform(0.1, 5, 2))
+            worst = max(worst, np.linalg.norm((V @ a) ** 2 - (V @ b) ** 2))
+        bound = math.sqrt(min(k, 2)) * B**2
+        assert worst <= bound * (1 + 1e-12)
+        a, b = B * V[0], (B * V[1] if k > 1 else np.zeros(d))
+        assert np.linalg.norm((V @ a) ** 2 - (V @ b) ** 2) == pytest.approx(bound)
+        X = rng.standard_normal((6, d))
+        Y = X.copy()
+        X[2], Y[2] = a, b
+        moved = mod.component_variances(X, V, B, 0.0, None) - mod.component_variances(Y, V, B, 0.0, None)
+        assert np.linalg.norm(moved) == pytest.approx(bound)
+
+
+def test_explained_variance_tracks_the_spectrum_and_its_noise_is_drawn_as_derived(monkeypatch):
+    X, _ = spiked_rows(50_000, 20, np.random.default_rng(31), spikes=(10.0, 5.0))
+    true = np.linalg.eigvalsh(X.T @ X / (X.shape[0] - 1))[::-1][:2]
+    exact = AdaptivePrivatePCA(n_components=2, n_iter=50, random_state=0).fit(X)
+    np.testing.assert_allclose(exact.explained_variance_, true, rtol=1e-6)
+    assert np.all(exact.explained_variance_noise_ == 0)
+    calls = []
+    real = mod.gaussian_noise
+
+    def spy(shape, sensitivity, multiplier, rng, dtype=np.float64):
+        calls.append((shape, float(sensitivity), float(multiplier)))
+        return real(shape, sensitivity, multiplier, rng, dtype)
+
+    monkeypatch.setattr(mod, "gaussian_noise", spy)
+    est = AdaptivePrivatePCA(n_components=2, epsilon=4.0, data_norm=1.0, random_state=0).fit(X)
+    assert calls[-1] == ((2,), pytest.approx(math.sqrt(2.0)), pytest.approx(est.variance_noise_multiplier_))
+    n = X.shape[0]
+    expected_noise = math.sqrt(2) * est.variance_noise_multiplier_ / (n - 1)
+    assert est.explained_variance_noise_[0] == pytest.approx(expected_noise)
+    np.testing.assert_allclose(est.explained_variance_, true, rtol=0.1)
+
+
+def test_inverse_transform_maps_back_onto_the_components_span():
+    X, _ = spiked_rows(3000, 6, np.random.default_rng(32), spikes=(8.0, 3.0))
+    est = AdaptivePrivatePCA(n_components=2, epsilon=2.0, data_norm=1.0, random_state=0).fit(X)
+    back = est.inverse_transform(est.transform(X))
+    P = est.components_.T @ est.components_
+    np.testing.assert_allclose(back, X @ P, atol=1e-12)
+    np.testing.assert_allclose(est.transform(back), est.transform(X), atol=1e-12)
+    with pytest.raises(ValueError, match="shape"):
+        est.inverse_transform(X)

@@ -1,6 +1,7 @@
 """PrivatePCA: exactness without noise, recovery with noise, sensitivities by brute force, accounting."""
 import math
 import tracemalloc
+import warnings
 
 import numpy as np
 import pytest
@@ -17,9 +18,10 @@ from dptensor import BudgetExceededError, PrivacyAccountant, PrivacyWarning, Pri
 from dptensor.accounting import ComposedEvent, GaussianEvent, epsilon_of, gdp_mu
 from dptensor.datasets import make_spiked_covariance
 from dptensor.metrics import sin_theta_distance
-from dptensor.pca import (MEAN_SHARE, StreamingPowerMethod, analyze_gauss, covariance_sensitivity,
-                          entry_power_sensitivity, noisy_power_method, orthonormalize, power_schedule,
-                          row_power_sensitivity, symmetric_gaussian_matrix)
+from dptensor.pca import (MEAN_SHARE, TOTAL_SHARE, StreamingPowerMethod, analyze_gauss, center_and_clip,
+                          covariance_sensitivity, entry_power_sensitivity, noisy_power_method, orthonormalize,
+                          power_schedule, row_power_sensitivity, symmetric_gaussian_matrix,
+                          total_variance_sensitivity)
 from dptensor._operators import DenseMatrix
 
 
@@ -191,12 +193,13 @@ def test_released_noise_matches_the_recorded_event(method, monkeypatch):
     spy = _Spy(monkeypatch)
     B, n = 20.0, 300
     est = PrivatePCA(2, epsilon=1.0, data_norm=B, method=method, n_iter=4, random_state=0).fit(X)
-    mean_call, *spectral = spy.calls
+    mean_call, total_call, *spectral = spy.calls
     assert mean_call[0] == (6,) and mean_call[1] == pytest.approx(2 * B / n)
+    assert total_call[0] == (1,) and total_call[1] == pytest.approx(B**2)  # the total's sensitivity
     sens = covariance_sensitivity(B) if method == "analyze_gauss" else row_power_sensitivity(B, 2)
     assert all(c[1] == pytest.approx(sens) for c in spectral)
     assert len(spectral) == (1 if method == "analyze_gauss" else 4)
-    released = [GaussianEvent(mean_call[2], 1)] + [GaussianEvent(c[2], 1) for c in spectral]
+    released = [GaussianEvent(c[2], 1) for c in [mean_call, total_call] + spectral]
     assert epsilon_of(released, 1e-5) == pytest.approx(1.0, rel=1e-9)
     assert est.privacy_cost_.epsilon == pytest.approx(epsilon_of(released, 1e-5), rel=1e-9)
 
@@ -232,11 +235,12 @@ def test_mean_share_and_final_step_schedule():
     est = PrivatePCA(2, epsilon=1.0, data_norm=20.0, method="power", n_iter=5, random_state=0).fit(X)
     event = est.privacy_cost_.event
     assert isinstance(event, ComposedEvent)
-    mean, early, last = event.events
+    mean, total, early, last = event.events
     mu2 = gdp_mu(1.0, 1e-5) ** 2
     assert 1 / mean.noise_multiplier**2 == pytest.approx(MEAN_SHARE * mu2)
+    assert 1 / total.noise_multiplier**2 == pytest.approx(TOTAL_SHARE * mu2)
     assert early.count == 4 and last.count == 1
-    assert 1 / last.noise_multiplier**2 == pytest.approx(0.5 * (1 - MEAN_SHARE) * mu2)
+    assert 1 / last.noise_multiplier**2 == pytest.approx(0.5 * (1 - MEAN_SHARE - TOTAL_SHARE) * mu2)
     z = power_schedule(2.0, 6)
     assert np.sum(1 / z**2) == pytest.approx(4.0) and power_schedule(2.0, 1).tolist() == [0.5]
 
@@ -345,7 +349,8 @@ def test_private_mean_and_centered_promise():
     est = PrivatePCA(2, epsilon=1.0, data_norm=25.0, random_state=0).fit(X)
     np.testing.assert_allclose(est.mean_, X.mean(0), atol=0.1)  # noise std 2B/(n mu sqrt .1) ~ 0.03
     centered = PrivatePCA(2, epsilon=1.0, data_norm=25.0, centered=True, random_state=0).fit(X - X.mean(0))
-    assert np.all(centered.mean_ == 0) and not isinstance(centered.privacy_cost_.event, ComposedEvent)
+    total, spectral = centered.privacy_cost_.event.events  # no mean release: the total and one spectral
+    assert np.all(centered.mean_ == 0) and total.noise_multiplier > spectral.noise_multiplier
 
 
 # --------------------------------------------------------------------------------------------
@@ -513,3 +518,95 @@ def test_algorithm_functions_standalone(rng):
                           PrivatePCA(epsilon=1.0, data_norm=5.0, random_state=0)])
 def test_sklearn_contract(estimator, check):
     check(estimator)
+
+
+# --------------------------------------------------------------------------------------------
+# The total variance behind explained_variance_ratio_, and the noise level of the eigenvalues
+# --------------------------------------------------------------------------------------------
+
+def test_total_variance_sensitivity_brute_force():
+    """sum_i ||clip(x_i - m, B)||^2 moves by at most B^2 when one row is replaced, and reaches it."""
+    rng = np.random.default_rng(21)
+    B, n, d = 1.5, 40, 3
+    X = rng.standard_normal((n, d))
+    m = rng.standard_normal(d) * 0.3  # a released (public) mean: a fixed map row by row
+    base = np.einsum("ij,ij->", *(2 * [center_and_clip(X, m, B)]))
+    worst = 0.0
+    for scale in (0.1, 1.0, 10.0):
+        for _ in range(400):
+            Y = X.copy()
+            Y[rng.integers(n)] = rng.standard_normal(d) * scale
+            C = center_and_clip(Y, m, B)
+            worst = max(worst, abs(np.einsum("ij,ij->", C, C) - base))
+    assert worst <= total_variance_sensitivity(B) * (1 + 1e-12)
+    # attained: a row of norm B (after centring) replaced by the mean itself (norm 0)
+    Y, Z = X.copy(), X.copy()
+    Y[0], Z[0] = m + B * np.eye(d)[0], m
+    CY, CZ = center_and_clip(Y, m, B), center_and_clip(Z, m, B)
+    assert np.einsum("ij,ij->", CY, CY) - np.einsum("ij,ij->", CZ, CZ) == pytest.approx(B**2)
+
+
+@pytest.mark.parametrize("method", ["analyze_gauss", "power"])
+def test_explained_variance_ratio_is_a_ratio_on_digits(method):
+    """On digits at epsilon=1 the components are noise: the ratios still sum to at most 1 and the
+    fit says the spectrum is noise-dominated; at epsilon=100 they match scikit-learn's."""
+    from sklearn.datasets import load_digits
+    from sklearn.decomposition import PCA
+
+    X = load_digits().data
+    B = 60.0  # public: pixels lie in [0, 16]; a bound chosen below the worst case 16 * 8 = 128
+    with pytest.warns(UserWarning, match="dominated by the privacy noise"):
+        noisy = PrivatePCA(2, epsilon=1.0, data_norm=B, method=method, random_state=0).fit(X)
+    assert 0 <= noisy.explained_variance_ratio_.sum() <= 1
+    assert np.any(noisy.explained_variance_ < 2 * noisy.explained_variance_noise_)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        warnings.simplefilter("ignore", PrivacyWarning)
+        sharp = PrivatePCA(2, epsilon=100.0, data_norm=B, method=method, random_state=0).fit(X)
+    ref = PCA(2).fit(X)
+    np.testing.assert_allclose(sharp.explained_variance_ratio_, ref.explained_variance_ratio_, rtol=0.05)
+    assert np.all(sharp.explained_variance_ > 10 * sharp.explained_variance_noise_)
+
+
+@pytest.mark.parametrize("method, k", [("analyze_gauss", 3), ("power", 20)])
+def test_noise_level_is_where_pure_noise_eigenvalues_sit(method, k):
+    """With no signal, the largest released eigenvalue is about explained_variance_noise_."""
+    X = np.zeros((1000, 100))
+    ratios = []
+    for seed in range(3):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est = PrivatePCA(k, epsilon=1.0, data_norm=1.0, method=method, centered=True, n_iter=3,
+                             random_state=seed).fit(X)
+        ratios.append(np.max(np.abs(est.explained_variance_)) / est.explained_variance_noise_[0])
+    assert 0.75 < np.mean(ratios) < 1.15, ratios
+    nonprivate = PrivatePCA(2, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        nonprivate.fit(well_separated(n=200, d=6))
+    assert np.all(nonprivate.explained_variance_noise_ == 0)
+
+
+def test_verbose_progress_prints_public_counts_only(capsys):
+    """verbose=1 shows the power steps; a private fit prints the same text for any data of that shape."""
+    outputs = []
+    for seed in (1, 2):
+        X = np.random.default_rng(seed).standard_normal((500, 30)) * (1 + seed)
+        PrivatePCA(2, epsilon=1.0, data_norm=3.0, method="power", n_iter=5, verbose=1,
+                   random_state=0).fit(X)
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1]
+    assert outputs[0].count("[noisy_power_method] step") == 5 and "step 5/5" in outputs[0]
+    est = PrivatePCA(2, epsilon=1.0, data_norm=3.0, block_size=100, verbose=1, random_state=0)
+    est.partial_fit(np.random.default_rng(3).standard_normal((350, 4)))
+    assert "2 power block(s) released, 350 rows seen" in capsys.readouterr().out
+
+
+def test_streaming_noise_level_follows_the_block_release():
+    est = PrivatePCA(2, epsilon=1.0, data_norm=3.0, block_size=500, centered=True, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        est.partial_fit(np.random.default_rng(4).standard_normal((1000, 5)))
+    z = est.privacy_cost_.noise_multiplier
+    std = z * row_power_sensitivity(3.0, 2) / 500  # each entry of a block's release
+    np.testing.assert_allclose(est.explained_variance_noise_, math.sqrt(2 * 2) * std)

@@ -202,7 +202,20 @@ def test_memory_does_not_grow_with_the_stream():
 def test_verbose_and_parameter_errors(capsys):
     X, _, _ = make_orthogonal_moment_data(600, 5, 2, random_state=5)
     StreamingTensorPower(2, n_restarts=2, n_iter=3, batch_size=100, verbose=1, random_state=0).fit(X)
-    assert "component 2/2" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "component 2/2" in out
+    # progress per block: counts only, so a private stream prints them alike for any data
+    assert "component 1/2: block 3/3 released (300 rows read)" in out and out.count("released (") == 6
+    blocks = []
+    for seed in (1, 2):
+        Y = np.random.default_rng(seed).standard_normal((600, 5)) * seed
+        est = StreamingTensorPower(2, n_restarts=2, n_iter=3, batch_size=100, epsilon=1.0, data_norm=3.0,
+                                   verbose=1, random_state=0).fit(Y)
+        lines = capsys.readouterr().out.splitlines()
+        blocks.append([line for line in lines if "block" in line])
+        shown = [float(line.split("eigenvalue ")[1].split()[0]) for line in lines if "eigenvalue" in line]
+        np.testing.assert_allclose(shown, est.eigenvalues_, rtol=1e-3)  # released values only
+    assert blocks[0] == blocks[1] and len(blocks[0]) == 6
     for params, error, match in [({"n_components": 6}, ValueError, "n_components=6 must be <= n_features=5"),
                                  ({"n_components": 2, "batch_size": 0}, ValueError, "batch_size"),
                                  ({"n_components": 2, "n_restarts": 1.5}, TypeError, "n_restarts"),

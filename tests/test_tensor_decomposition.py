@@ -341,3 +341,15 @@ def test_pipeline_and_grid_search_share_the_accountant():
     assert len(entries) == 2 * 2 + 1  # every fold of every candidate, and the refit
     assert acct.spent()[0] > 1.0
     assert search.best_estimator_.steps[0][1].privacy_cost_.private
+
+
+def test_verbose_progress(capsys):
+    """verbose=1: one line per component; verbose=2 (or d >= 1000): the power steps too, counts only."""
+    V = np.linalg.qr(np.random.default_rng(40).standard_normal((6, 2)))[0].T
+    T = np.einsum("i,ia,ib,ic->abc", [3.0, 1.0], V, V, V)
+    PrivateTensorDecomposition(2, n_restarts=2, n_iter=4, verbose=1, random_state=0).fit(T)
+    out = capsys.readouterr().out
+    assert out.count("[tensor_power_method] component") == 2 and "step" not in out
+    PrivateTensorDecomposition(2, n_restarts=2, n_iter=4, verbose=2, random_state=0).fit(T)
+    out = capsys.readouterr().out
+    assert "component 2/2: step 4/4 of 2 restarts" in out and out.count(": step ") == 8

@@ -1,0 +1,80 @@
+"""Conventions every estimator shares: signatures, defaults, the data_norm rule, the repr, delta vs n."""
+import inspect
+import warnings
+
+import numpy as np
+import pytest
+
+from dptensor import (AdaptivePrivatePCA, PrivacyAccountant, PrivacyWarning, PrivatePCA,
+                      PrivateTensorCompletion, PrivateTensorDecomposition, StreamingTensorPower)
+
+ESTIMATORS = [PrivatePCA, AdaptivePrivatePCA, PrivateTensorDecomposition, StreamingTensorPower,
+              PrivateTensorCompletion]
+ROW_LEVEL = [PrivatePCA, AdaptivePrivatePCA, PrivateTensorDecomposition, StreamingTensorPower]
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS)
+def test_parameters_after_the_first_are_keyword_only_and_all_have_defaults(cls):
+    params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    assert params[0].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params[1:]), cls
+    assert all(p.default is not inspect.Parameter.empty for p in params), cls
+    cls()  # constructible with no argument
+    with pytest.raises(TypeError):
+        cls(2, 0.5)
+
+
+def test_adaptive_pca_positional_call_from_the_report_is_refused():
+    with pytest.raises(TypeError):
+        AdaptivePrivatePCA(2, 0.5, 1e-6, 3)
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS)
+def test_one_default_epsilon_everywhere(cls):
+    assert inspect.signature(cls.__init__).parameters["epsilon"].default == np.inf
+
+
+@pytest.mark.parametrize("cls", ROW_LEVEL)
+def test_a_private_row_level_fit_needs_an_explicit_bound(cls):
+    X = np.random.default_rng(0).standard_normal((200, 4))
+    assert inspect.signature(cls.__init__).parameters["data_norm"].default is None
+    budget = PrivacyAccountant(epsilon=5.0, delta=1e-5)
+    with pytest.raises(ValueError, match="data_norm is required"):
+        cls(1, epsilon=1.0, accountant=budget).fit(X)
+    assert budget.spent()[0] == 0.0  # refused before any spend
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS)
+def test_repr_always_shows_epsilon(cls):
+    assert "epsilon=inf" in repr(cls())
+    assert "epsilon=0.5" in repr(cls(epsilon=0.5))
+    assert repr(cls(epsilon=0.5)).count("epsilon=") == 1
+
+
+@pytest.mark.parametrize("make, X", [
+    (lambda: PrivatePCA(1, epsilon=1.0, data_norm=3.0), (300, 4)),
+    (lambda: AdaptivePrivatePCA(epsilon=1.0, data_norm=3.0, n_iter=1), (300, 4)),
+    (lambda: PrivateTensorDecomposition(1, epsilon=1.0, data_norm=3.0, n_restarts=2, n_iter=2), (300, 4)),
+    (lambda: StreamingTensorPower(1, epsilon=1.0, data_norm=3.0, n_restarts=2, n_iter=2, batch_size=100),
+     (300, 4)),
+])
+def test_delta_not_below_one_over_n_warns_naming_n(make, X):
+    X = np.random.default_rng(1).standard_normal(X)
+    budget = PrivacyAccountant(epsilon=10.0, delta=0.01)  # 0.01 >= 1/300
+    with pytest.warns(PrivacyWarning) as caught:
+        make().set_params(accountant=budget).fit(X)
+    messages = [str(w.message) for w in caught if issubclass(w.category, PrivacyWarning)]
+    assert any("delta=0.01" in m and "n=300" in m for m in messages), messages
+    with warnings.catch_warnings():  # below 1/n: no such warning
+        warnings.simplefilter("error", PrivacyWarning)
+        make().set_params(delta=1e-6).fit(X)
+
+
+def test_delta_check_warns_before_anything_is_spent():
+    X = np.random.default_rng(2).standard_normal((50, 3))
+    budget = PrivacyAccountant(epsilon=10.0, delta=0.05)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyWarning)
+        with pytest.raises(PrivacyWarning, match="n=50"):
+            PrivatePCA(1, epsilon=1.0, data_norm=3.0, accountant=budget).fit(X)
+    assert budget.spent()[0] == 0.0
