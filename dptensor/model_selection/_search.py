@@ -119,8 +119,8 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         epsilon, delta = self._target()
         if self.refit not in (True, False):
             raise ValueError(f"refit must be True or False, got {self.refit!r}")
-        shapes = check_distribution(self.distribution)
         mean = self._n_runs(len(candidates))
+        shapes = check_distribution(self.distribution, mean)
         n_train, n_val = self._sizes(n_samples)
 
         def learner_of(est):
@@ -302,7 +302,8 @@ _SEARCH_DOC = """
         score's noise std would exceed ``MAX_SCORE_NOISE`` of one unit's score range.
     distribution : {{"auto", "logarithmic", "negative_binomial_0.5", "geometric", "poisson"}} or float, default="auto"
         Law of the number of runs: a truncated negative binomial of the given shape (0 is the
-        logarithmic law, 1 the geometric) or Poisson. ``"auto"`` prices each and takes the cheapest.
+        logarithmic law, 1 the geometric) or Poisson. ``"auto"`` prices each and takes the cheapest
+        (Poisson only when it draws no run with probability ``exp(-n_runs) <= 1%``).
     refit : bool, default=True
         Fit the chosen candidate on all the data (``best_estimator_``), within the same budget.
     accountant : PrivacyAccountant or None, default=None

@@ -22,11 +22,19 @@ __all__ = ["DISTRIBUTIONS", "check_distribution", "draw_n_runs", "selection_even
 DISTRIBUTIONS = {"logarithmic": 0.0, "negative_binomial_0.5": 0.5, "geometric": 1.0, "poisson": math.inf}
 
 
-def check_distribution(distribution) -> dict:
-    """Validated ``distribution``: the ``{name: shape}`` laws to consider."""
+#: ``"auto"`` considers the Poisson law only when it draws no run at all (and so returns a
+#: data-independent choice) with probability ``exp(-mean)`` at most this.
+MAX_EMPTY_SEARCH = 0.01
+
+
+def check_distribution(distribution, mean: float = math.inf) -> dict:
+    """Validated ``distribution``: the ``{name: shape}`` laws to consider for ``mean`` expected runs."""
     if isinstance(distribution, str):
         if distribution == "auto":
-            return dict(DISTRIBUTIONS)
+            laws = dict(DISTRIBUTIONS)
+            if math.exp(-mean) > MAX_EMPTY_SEARCH:
+                del laws["poisson"]
+            return laws
         if distribution in DISTRIBUTIONS:
             return {distribution: DISTRIBUTIONS[distribution]}
     elif isinstance(distribution, (int, float)) and not isinstance(distribution, bool) and distribution >= 0:
