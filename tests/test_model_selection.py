@@ -351,4 +351,5 @@ def test_completion_preview_and_score_bound():
     assert (lo, hi) == (-1.0, 0.0) and values.min() >= -1.0 and values.max() <= 0.0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyWarning)
-        GridSearchCV(PrivateTensorCompletion(rank=1, value_range=(1, 5)), {"reg": [0.1, 1.0]}, cv=2).fit(idx, y)
+        GridSearchCV(PrivateTensorCompletion(rank=1, value_range=(1, 5)), {"reg": [0.1, 1.0]},
+                     cv=2).fit(idx, y)

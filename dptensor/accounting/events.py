@@ -137,7 +137,8 @@ class PrivateSelectionEvent(PrivacyEvent):
         if not isinstance(self.score, PrivacyEvent):
             raise TypeError("PrivateSelectionEvent needs the score's PrivacyEvent")
         if not (math.isfinite(self.mean) and self.mean >= 1):
-            raise ValueError(f"mean (the expected number of runs) must be a finite number >= 1, got {self.mean!r}")
+            raise ValueError(f"mean (the expected number of runs) must be a finite number >= 1, "
+                             f"got {self.mean!r}")
         if not self.shape >= 0:  # inf is the Poisson law
             raise ValueError(f"shape must be >= 0 (inf for Poisson), got {self.shape!r}")
 

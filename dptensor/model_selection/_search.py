@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone
@@ -42,7 +43,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ checks (no data, no spend)
     def _learner(self):
-        """``(prefix, learner)``: the one dptensor estimator, the last step of a pipeline or the estimator."""
+        """``(prefix, learner)``: the dptensor estimator, alone or as the last step of a pipeline."""
         est = self.estimator
         if isinstance(est, Pipeline):
             *head, (name, last) = est.steps
@@ -54,9 +55,10 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                                      "last step: a private search supports one learning step, the last, "
                                      "which fits and scores (earlier steps must be stateless)")
                 if get_tags(step).requires_fit:
-                    raise TypeError(f"pipeline step {step_name!r} ({type(step).__name__}) learns from the data "
-                                    "without privacy: a private search needs every step that learns to be a "
-                                    "dptensor estimator (stateless transformers such as Normalizer are fine)")
+                    raise TypeError(
+                        f"pipeline step {step_name!r} ({type(step).__name__}) learns from the data without "
+                        "privacy: a private search needs every step that learns to be a dptensor estimator "
+                        "(stateless transformers such as Normalizer are fine)")
             prefix, learner = f"{name}__", last
         else:
             prefix, learner = "", est
@@ -75,9 +77,10 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         for c in candidates:
             for key in c:
                 if key.removeprefix(prefix) in _SET_BY_SEARCH:
-                    raise ValueError(f"the grid sets {key!r}, which the search sets on every candidate itself: "
-                                     "each candidate's epsilon is calibrated so that the whole search meets "
-                                     "the search's (epsilon, delta); vary the other hyperparameters")
+                    raise ValueError(
+                        f"the grid sets {key!r}, which the search sets on every candidate itself: each "
+                        "candidate's epsilon is calibrated so that the whole search meets the search's "
+                        "(epsilon, delta); vary the other hyperparameters")
         return candidates
 
     def _target(self):
@@ -92,7 +95,8 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
             return float(n_candidates)
         if isinstance(self.n_runs, bool) or not isinstance(self.n_runs, numbers.Real) \
                 or not (math.isfinite(self.n_runs) and self.n_runs >= 1):
-            raise ValueError(f"n_runs (the expected number of runs) must be a number >= 1, got {self.n_runs!r}")
+            raise ValueError(f"n_runs (the expected number of runs) must be a number >= 1, "
+                             f"got {self.n_runs!r}")
         return float(self.n_runs)
 
     def _sizes(self, n_samples):
@@ -143,8 +147,8 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         if span_noise > MAX_SCORE_NOISE:
             need = math.ceil(event.score.noise_multiplier / MAX_SCORE_NOISE)
             raise ValueError(f"the validation part ({n_val} units) is too small to score privately: the "
-                             f"score's noise std would be {span_noise:.3g} of one unit's score range (at most "
-                             f"{MAX_SCORE_NOISE:g}); it needs at least {need} units. Raise "
+                             f"score's noise std would be {span_noise:.3g} of one unit's score range "
+                             f"(at most {MAX_SCORE_NOISE:g}); it needs at least {need} units. Raise "
                              "validation_fraction or epsilon, or pass more data")
         cost = self._preview(event, delta=delta, noise_multiplier=event.score.noise_multiplier,
                              n_queries=len(candidates), calibration="exact")
@@ -176,9 +180,9 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         overrides = _public_overrides(plan["prefix"], plan["learner"], X)
         if self.verbose:
             print(f"[{type(self).__name__}] {len(plan['candidates'])} candidates, {plan['mean']:g} expected "
-                  f"runs ({plan['distribution']}), each candidate at epsilon={plan['epsilon']:.4g}; the whole "
-                  f"search{' and refit' if self.refit else ''} costs epsilon={plan['cost'].epsilon:.4g} at "
-                  f"delta={plan['cost'].delta:g}")
+                  f"runs ({plan['distribution']}), each candidate at epsilon={plan['epsilon']:.4g}; the "
+                  f"whole search{' and refit' if self.refit else ''} costs "
+                  f"epsilon={plan['cost'].epsilon:.4g} at delta={plan['cost'].delta:g}")
         entropy = self._entropy()
         self.privacy_cost_, rng = self._spend(plan["event"], entropy=entropy, delta=plan["delta"],
                                               noise_multiplier=plan["cost"].noise_multiplier,
@@ -209,11 +213,15 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         event, prefix = plan["event"], plan["prefix"]
         n_runs = draw_n_runs(event.shape, event.mean, rng)
         best_index, best_score = None, -math.inf
+        quiet = {prefix + "verbose": 0} if "verbose" in plan["learner"].get_params() else {}
         for _ in range(n_runs):
             index = int(rng.integers(len(plan["candidates"])))
             est = self._candidate(prefix, plan["candidates"][index], plan["epsilon"], plan["delta"],
-                                  _seed(rng), overrides)
-            est = est.fit(X[train], y[train]) if y is not None else est.fit(X[train])
+                                  _seed(rng), {**overrides, **quiet})
+            # A run prints and warns nothing: how many runs there were, and what each saw, is secret.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                est = est.fit(X[train], y[train]) if y is not None else est.fit(X[train])
             learner, Xv = est, X[val]
             if isinstance(est, Pipeline):
                 learner, Xv = est[-1], est[:-1].transform(Xv)
@@ -300,8 +308,10 @@ _SEARCH_DOC = """
     validation_fraction : float, default=0.2
         Share of the units held out to score candidates. Refused (before any spend) when the
         score's noise std would exceed ``MAX_SCORE_NOISE`` of one unit's score range.
-    distribution : {{"auto", "logarithmic", "negative_binomial_0.5", "geometric", "poisson"}} or float, default="auto"
-        Law of the number of runs: a truncated negative binomial of the given shape (0 is the
+    distribution : str or float, default="auto"
+        ``"auto"``, ``"logarithmic"``, ``"negative_binomial_0.5"``, ``"geometric"``, ``"poisson"``,
+        or a shape >= 0. The law of the number of runs: a truncated negative binomial of the given
+        shape (0 is the
         logarithmic law, 1 the geometric) or Poisson. ``"auto"`` prices each and takes the cheapest
         (Poisson only when it draws no run with probability ``exp(-n_runs) <= 1%``).
     refit : bool, default=True

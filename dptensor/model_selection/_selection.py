@@ -66,7 +66,8 @@ def selection_event(candidates, candidate_epsilon: float, delta: float, mean: fl
     """The search's event: ``candidates`` (their training events), a score at ``candidate_epsilon``'s
     Gaussian-DP parameter (``z = 1/mu``), ``mean`` runs of law ``shape``, and the refit or not."""
     score = GaussianEvent(1.0 / gdp_mu(candidate_epsilon, delta), 1)
-    return PrivateSelectionEvent(tuple(dict.fromkeys(candidates)), score, float(mean), float(shape), bool(refit))
+    return PrivateSelectionEvent(tuple(dict.fromkeys(candidates)), score, float(mean), float(shape),
+                                 bool(refit))
 
 
 def calibrate_search(events_at, epsilon: float, delta: float, mean: float, shapes: dict, refit: bool):
