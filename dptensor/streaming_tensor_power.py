@@ -504,7 +504,11 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         n_samples = check_positive_int(n_samples, "n_samples")
         d = check_positive_int(n_features, "n_features")
         _, _, _, _, epsilon, delta, _ = self._check_params(d)
-        self._check_enough_rows((n_samples, d), check_positive_int(self.max_passes, "max_passes"))
+        passes = check_positive_int(self.max_passes, "max_passes")
+        if math.isfinite(epsilon) and passes > 1:
+            raise ValueError(f"max_passes must be 1 when epsilon is finite, got {passes}: the privacy "
+                             "guarantee needs every row in at most one block")
+        self._check_enough_rows((n_samples, d), passes)
         event, z = self._plan_spend(epsilon, delta)
         return self._preview(event, delta=delta, noise_multiplier=z, n_queries=1, calibration="exact")
 

@@ -69,6 +69,45 @@ def test_selection_curve_matches_theorem_where_dp_accounting_applies():
     assert np.min(ours) == pytest.approx(np.min(theirs), rel=1e-9)
 
 
+def _bernoulli_renyi(p, q, orders):
+    """Exact Rényi divergence of distributions ``p`` and ``q`` (arrays over the same outcomes)."""
+    from scipy.special import logsumexp
+
+    return np.array([logsumexp(a * np.log(p) + (1 - a) * np.log(q)) / (a - 1) for a in orders])
+
+
+@pytest.mark.parametrize("shape", [0.0, 1.0, 2.0, math.inf])
+def test_selection_bound_holds_by_brute_force_on_randomized_response(shape):
+    """A run is randomized response (score 1 w.p. e^eps/(1+e^eps) on D, the reverse on D'); the best
+    of K runs is 1 iff some run is. Its exact Rényi divergence, from the law of K, stays below the
+    price at every order."""
+    from scipy import stats
+
+    eps, mean, orders = 0.8, 6.0, SHORT[SHORT <= 200]
+    q = math.exp(eps) / (1 + math.exp(eps))
+    run = _bernoulli_renyi(np.array([q, 1 - q]), np.array([1 - q, q]), orders)
+    k = np.arange(0, 4000)
+    if math.isinf(shape):
+        pmf = stats.poisson(mean).pmf(k)
+    else:
+        gamma = tnb_gamma(shape, mean)
+        pmf = stats.logser(1 - gamma).pmf(k) if shape == 0 else stats.nbinom(shape, gamma).pmf(k)
+        pmf[0] = 0.0
+        pmf /= pmf.sum()
+
+    def outputs(p1):  # P[no run], P[best = 0], P[best = 1]
+        none = pmf[0]
+        zero = np.sum(pmf[1:] * (1 - p1) ** k[1:])
+        return np.array([none, zero, 1 - none - zero])
+
+    P, Q = outputs(q), outputs(1 - q)
+    keep = P + Q > 0
+    exact = np.maximum(_bernoulli_renyi(P[keep], Q[keep], orders), _bernoulli_renyi(Q[keep], P[keep], orders))
+    bound = repeat_and_select_rdp(run, mean, shape, orders)
+    assert np.all(exact <= bound + 1e-9)
+    assert np.max(exact - run) > 0  # selection does leak more than one run: the bound has work to do
+
+
 def test_run_costs_the_larger_of_fit_and_score_and_refit_adds_the_largest_candidate():
     small, large = GaussianEvent(8.0), GaussianEvent(2.0)
     one = PrivateSelectionEvent((small,), large, 5.0, 1.0)
