@@ -324,6 +324,7 @@ def test_refusals_come_before_any_fit_or_spend(monkeypatch):
         (PrivatePCA(data_norm=1.0), {"n_components": [1]}, {"validation_fraction": 0.01}, ValueError,
          "too small"),
         (PrivatePCA(data_norm=1.0), [], {}, ValueError, "no candidates"),
+        (PrivatePCA(), {"data_norm": [0.5, 1.0]}, {}, ValueError, "scale of the score"),
     ]
     for est, grid, kw, error, message in cases:
         with pytest.raises(error, match=message):

@@ -27,6 +27,11 @@ MAX_SCORE_NOISE = 0.1
 #: Parameters the search sets on every candidate itself; a grid may not contain them.
 _SET_BY_SEARCH = ("epsilon", "delta", "accountant", "random_state")
 
+#: Parameters that set the scale of an estimator's score (its per-unit range is normalised by
+#: them): candidates that differ in one would be ranked on different scales, so a grid may not
+#: vary them.
+_SCORE_SCALE = ("data_norm", "value_range")
+
 
 def _delegate(method):
     def check(self):
@@ -81,6 +86,13 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                         f"the grid sets {key!r}, which the search sets on every candidate itself: each "
                         "candidate's epsilon is calibrated so that the whole search meets the search's "
                         "(epsilon, delta); vary the other hyperparameters")
+        for name in _SCORE_SCALE:
+            values = {repr(c.get(prefix + name, None)) for c in candidates}
+            if len(values) > 1:
+                raise ValueError(f"the grid varies {prefix + name!r}, which sets the scale of the score "
+                                 "(each unit's score is normalised by it): candidates would be ranked on "
+                                 "different scales. Fix it in the estimator and search the other "
+                                 "hyperparameters")
         return candidates
 
     def _target(self):
@@ -284,7 +296,8 @@ _SEARCH_DOC = """
     all the data.
 
     Budget. The grid gives every hyperparameter except ``epsilon``, ``delta``, ``accountant`` and
-    ``random_state``, which the search sets: every candidate trains at one common
+    ``random_state``, which the search sets (nor may it vary ``data_norm`` or ``value_range``, which
+    set the scale of the scores being compared): every candidate trains at one common
     ``candidate_epsilon_`` (at the search's delta), its score is released with the same Gaussian-DP
     parameter, and the refit trains at that epsilon too. ``candidate_epsilon_`` is the largest value
     for which the whole search (runs, selection and refit, priced in Rényi DP and converted to
