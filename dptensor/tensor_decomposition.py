@@ -466,7 +466,8 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         if math.isfinite(epsilon):
             check_data_norm(self.data_norm, epsilon)
         event, z, K = self._plan_spend(epsilon, delta, k)
-        return self._preview(event, delta=delta, noise_multiplier=z, n_queries=K, calibration=self.calibration)
+        return self._preview(event, delta=delta, noise_multiplier=z, n_queries=K,
+                             calibration=self.calibration)
 
     def _score_units(self, X, y=None):
         """Per-row moment-fit scores and their public range (see :func:`moment_fit_scores`)."""

@@ -196,7 +196,8 @@ def repeat_and_select_rdp(rdp: np.ndarray, mean: float, shape: float,
     Truncated negative binomial K of ``shape`` (Papernot & Steinke 2022, Thm. 2), for every
     ``lambda > 1`` and any ``lambda_hat >= 1``:
 
-    .. math:: \varepsilon'(\lambda) = \varepsilon(\lambda) + (1+\eta)(1-1/\hat\lambda)\varepsilon(\hat\lambda)
+    .. math:: \varepsilon'(\lambda) = \varepsilon(\lambda)
+              + (1+\eta)(1-1/\hat\lambda)\varepsilon(\hat\lambda)
               + (1+\eta)\log(1/\gamma)/\hat\lambda + \log \mathbb{E}[K]/(\lambda-1),
 
     minimised over ``lambda_hat`` in ``orders``. Poisson K (``shape=inf``, Thm. 6):
