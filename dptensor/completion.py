@@ -498,7 +498,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         return -err**2, (-1.0, 0.0)
 
     def score(self, X, y):
-        """Negative clipped squared error ``-mean(((clip(y_hat) - clip(y)) / (hi - lo))^2)``; higher is better.
+        """Negative clipped squared error, ``-mean(((clip(y_hat) - clip(y)) / (hi - lo))^2)``.
 
         Predictions and values are clipped to ``value_range = (lo, hi)``, so each entry's score
         lies in [-1, 0] and a replaced value moves the mean over ``n`` entries by at most ``1/n``.
