@@ -120,6 +120,26 @@ class PrivateEstimatorMixin:
                            event=event)
         return cost, spend_generator(entropy, spend_index=index, key=key)
 
+    def _preview(self, event, *, delta: float, noise_multiplier: float = 0.0, n_queries: int = 0,
+                 calibration: str = "none") -> PrivacyCost:
+        """The :class:`PrivacyCost` a fit planning ``event`` would record, computed without data or spend.
+
+        ``event=None`` is a non-private fit. The cost is reported at the accountant's delta when
+        there is one (as a fit's ledger entry is), else at ``delta``.
+        """
+        event = NonPrivateEvent("epsilon=inf") if event is None else event
+        private = not isinstance(event, NonPrivateEvent)
+        delta = self.accountant.delta if self.accountant is not None else delta
+        return PrivacyCost(epsilon=epsilon_of(event, delta), delta=delta,
+                           noise_multiplier=float(noise_multiplier) if private else 0.0,
+                           n_queries=int(n_queries) if private else 0,
+                           calibration=calibration if private else "none", event=event)
+
+    def _mean_score(self, X, y=None) -> float:
+        """``score``: the mean of the per-unit scores of :meth:`_score_units`."""
+        values, _ = self._score_units(X, y)
+        return float(np.mean(values))
+
     # -- open streams ---------------------------------------------------------------------------
     #: Attributes holding an open stream's working state (its noise generator, the rows of an
     #: unfinished block, unnoised partial sums). They live in memory between ``partial_fit`` calls

@@ -403,21 +403,11 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         entropy = self._entropy()
         rounds = k * n_iter
 
-        if math.isfinite(epsilon):
-            eps1 = svt_epsilon_for(epsilon, delta, self.svt_fraction, rounds)
-            # A Gaussian at multiplier z is 1/(2 z^2)-zCDP: the variances' release takes its share of rho.
-            z_var = 1.0 / math.sqrt(2.0 * VARIANCE_SHARE * zcdp_rho(epsilon, delta))
-
-            def plan(z):
-                return ComposedEvent((AboveThresholdEvent(eps1, rounds), GaussianEvent(z, rounds),
-                                      GaussianEvent(z_var, 1)))
-
-            z = calibrate(epsilon, delta, plan)
-            # Checked and recorded before anything noisy is computed.
-            self.privacy_cost_, rng = self._spend(plan(z), entropy=entropy, delta=delta, noise_multiplier=z,
+        event, eps1, z, z_var = self._plan_spend(epsilon, delta, rounds)
+        if event is not None:  # checked and recorded before anything noisy is computed
+            self.privacy_cost_, rng = self._spend(event, entropy=entropy, delta=delta, noise_multiplier=z,
                                                   n_queries=rounds, calibration="exact", data_shape=X.shape)
         else:
-            eps1, z, z_var = None, 0.0, 0.0
             self.privacy_cost_, rng = self._spend(NonPrivateEvent("epsilon=inf"), entropy=entropy,
                                                   delta=delta, data_shape=X.shape)
 
@@ -456,6 +446,63 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         if Z.ndim != 2 or Z.shape[1] != self.components_.shape[0]:
             raise ValueError(f"X must have shape (n_samples, {self.components_.shape[0]}), got {Z.shape}")
         return Z @ self.components_
+
+    # ------------------------------------------------------------------ pricing and scoring
+    def _plan_spend(self, epsilon, delta, rounds):
+        """``(event, svt epsilon, noise multiplier, variance noise multiplier)`` of a fit of ``rounds``
+        rounds; ``(None, None, 0, 0)`` when not private."""
+        if not math.isfinite(epsilon):
+            return None, None, 0.0, 0.0
+        eps1 = svt_epsilon_for(epsilon, delta, self.svt_fraction, rounds)
+        # A Gaussian at multiplier z is 1/(2 z^2)-zCDP: the variances' release takes its share of rho.
+        z_var = 1.0 / math.sqrt(2.0 * VARIANCE_SHARE * zcdp_rho(epsilon, delta))
+
+        def plan(z):
+            return ComposedEvent((AboveThresholdEvent(eps1, rounds), GaussianEvent(z, rounds),
+                                  GaussianEvent(z_var, 1)))
+
+        z = calibrate(epsilon, delta, plan)
+        return plan(z), eps1, z, z_var
+
+    def privacy_cost(self, n_samples, n_features):
+        """The cost and noise multiplier a ``fit`` on ``n_samples`` x ``n_features`` rows would record.
+
+        Computed from the parameters alone with the fit's own plan: no data, no spend. Returns a
+        :class:`~dptensor.PrivacyCost`.
+        """
+        epsilon, delta = self._privacy_target()
+        check_positive_int(n_samples, "n_samples")
+        d = check_positive_int(n_features, "n_features")
+        k = check_positive_int(self.n_components, "n_components")
+        if k > d:
+            raise ValueError(f"n_components must be <= n_features={d}, got {k}")
+        rounds = k * check_positive_int(self.n_iter, "n_iter")
+        _check_open_unit(self.beta, "beta")
+        _check_open_unit(self.svt_fraction, "svt_fraction")
+        check_data_norm(self.data_norm, epsilon)
+        event, _, z, _ = self._plan_spend(epsilon, delta, rounds)
+        return self._preview(event, delta=delta, noise_multiplier=z, n_queries=rounds, calibration="exact")
+
+    def _score_units(self, X, y=None):
+        """Per-row captured variance and its public range ``(0, 1)`` (``None`` without ``data_norm``)."""
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        if self.data_norm is None:
+            P = X @ self.components_.T
+            return np.einsum("ij,ij->i", P, P), None
+        B = float(self.data_norm)
+        P = clip_rows(X, B) @ self.components_.T
+        return np.clip(np.einsum("ij,ij->i", P, P) / B**2, 0.0, 1.0), (0.0, 1.0)
+
+    def score(self, X, y=None):
+        """Captured variance: the mean over rows of ``||V clip(x)||^2 / data_norm^2``, higher is better.
+
+        ``V`` holds the released components and rows are clipped to ``data_norm`` as in the fit
+        (no centering, as in :meth:`transform`); each row's score is clipped to [0, 1], so a
+        replaced row moves the mean over ``n`` rows by at most ``1/n``. ``y`` is ignored; the
+        score reads ``X`` exactly (it is not private).
+        """
+        return self._mean_score(X, y)
 
 
 def _check_open_unit(value, name):

@@ -340,13 +340,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
                              "\"output\"); perturbation=None is the non-private fit (epsilon=np.inf)")
         vrange = self._check_value_range(private)
         entropy = self._entropy()
-        plan = self._plan(p, epsilon, delta, len(shape)) if private else None
-        if plan is None:
-            event = NonPrivateEvent("epsilon=inf")
-        elif self.perturbation == "output":
-            event = NonPrivateEvent(OUTPUT_NOT_PRIVATE)
-        else:
-            event = plan["event"]
+        plan, event = self._plan_spend(p, epsilon, delta, len(shape), private)
         # Recorded before anything is computed from the values: a refused fit touches none of them.
         self.privacy_cost_, rng = self._spend(
             event, entropy=entropy, delta=delta, noise_multiplier=plan["z"] if plan else 0.0,
@@ -456,6 +450,62 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         X = validate_data(self, X, reset=False, dtype=None, ensure_min_features=2)
         X, _ = check_indices(X, self.shape_)
         return predict(self._model(), X)
+
+    # ------------------------------------------------------------------ pricing and scoring
+    def _plan_spend(self, p, epsilon, delta, order, private):
+        """``(plan, event)`` of a fit: the noise plan (``None`` when not private) and the event recorded."""
+        plan = self._plan(p, epsilon, delta, order) if private else None
+        if plan is None:
+            return None, NonPrivateEvent("epsilon=inf")
+        if self.perturbation == "output":
+            return plan, NonPrivateEvent(OUTPUT_NOT_PRIVATE)
+        return plan, plan["event"]
+
+    def privacy_cost(self, n_samples, n_features):
+        """The cost and noise multiplier a ``fit`` on ``n_samples`` observed entries would record.
+
+        ``n_features`` is the tensor's order (the columns of the index array ``X``). Computed from
+        the parameters alone with the fit's own plan: no data, no spend. Returns a
+        :class:`~dptensor.PrivacyCost`.
+        """
+        check_positive_int(n_samples, "n_samples")
+        order = check_positive_int(n_features, "n_features")
+        if order < 2:
+            raise ValueError(f"n_features (the tensor's order) must be >= 2, got {order}")
+        p = self._check_params()
+        private = self.perturbation is not None and math.isfinite(self.epsilon)
+        gaussian = self.perturbation == "gradient" or (self.perturbation == "output" and self.fit_intercept)
+        epsilon, delta = self._privacy_target(gaussian=gaussian)
+        self._check_value_range(private)
+        plan, event = self._plan_spend(p, epsilon, delta, order, private)
+        return self._preview(event, delta=delta, noise_multiplier=plan["z"] if plan else 0.0,
+                             n_queries=plan["n_queries"] if plan else 0, calibration="exact")
+
+    def _score_units(self, X, y=None):
+        """Per-entry negative clipped squared error and its public range ``(-1, 0)`` (``None``
+        without ``value_range``)."""
+        if y is None:
+            raise ValueError("score needs y, the observed values at the index tuples X")
+        pred = self.predict(X)
+        y = np.asarray(y, dtype=np.float64).reshape(-1)
+        if y.shape != pred.shape:
+            raise ValueError(f"y has {y.size} values but X has {pred.size} index tuples")
+        if self.value_range_ is None:
+            return -(pred - y) ** 2, None
+        lo, hi = self.value_range_
+        err = (np.clip(pred, lo, hi) - np.clip(y, lo, hi)) / (hi - lo)
+        return -err**2, (-1.0, 0.0)
+
+    def score(self, X, y):
+        """Negative clipped squared error, ``-mean(((clip(y_hat) - clip(y)) / (hi - lo))^2)``.
+
+        Predictions and values are clipped to ``value_range = (lo, hi)``, so each entry's score
+        lies in [-1, 0] and a replaced value moves the mean over ``n`` entries by at most ``1/n``.
+        Without a value range it is the plain ``-mean((y_hat - y)^2)``, unbounded. This replaces
+        the R^2 of ``RegressorMixin``, whose per-entry terms have no bound. The score reads ``y``
+        exactly (it is not private).
+        """
+        return self._mean_score(X, y)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

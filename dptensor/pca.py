@@ -930,3 +930,43 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         tags = super().__sklearn_tags__()
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         return tags
+
+    # ------------------------------------------------------------------ pricing and scoring
+    def privacy_cost(self, n_samples, n_features):
+        """The cost and noise multiplier a ``fit`` on ``n_samples`` x ``n_features`` data would record.
+
+        Computed from the parameters alone, with the fit's own plan (:meth:`_plan`): no data is
+        read and nothing is spent. Returns a :class:`~dptensor.PrivacyCost`.
+        """
+        check_positive_int(n_samples, "n_samples")
+        s = self._check_params(check_positive_int(n_features, "n_features"))
+        plan = self._plan(s)
+        return self._preview(plan["event"], delta=s["delta"], noise_multiplier=_last(plan["z"]),
+                             n_queries=plan["n_queries"], calibration=self.calibration)
+
+    def _score_units(self, X, y=None):
+        """Per-row captured variance and its public range ``(0, 1)`` (``None`` without ``data_norm``)."""
+        check_is_fitted(self, "components_")
+        if self.input == "precomputed":
+            raise ValueError("score needs rows (input='data'); a precomputed matrix has no per-row score")
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        V = self.components_
+        if self.data_norm is None:
+            R = X - self.mean_
+            return np.einsum("ij,ij->i", R @ V.T, R @ V.T), None
+        B = float(self.data_norm)
+        R = center_and_clip(clip_rows(X, B), self.mean_, B)  # the rows as the fit used them
+        P = R @ V.T
+        return np.clip(np.einsum("ij,ij->i", P, P) / B**2, 0.0, 1.0), (0.0, 1.0)
+
+    def score(self, X, y=None):
+        """Captured variance: the mean over rows of ``||V r||^2 / data_norm^2``, higher is better.
+
+        ``r`` is the row as the fit uses it (clipped to ``data_norm``, centred on ``mean_``,
+        clipped again) and ``V`` the released components, so each row's score lies in [0, 1]: a
+        replaced row moves the mean over ``n`` rows by at most ``1/n``, the sensitivity with which
+        :class:`~dptensor.model_selection.PrivateGridSearchCV` releases it. Without ``data_norm``
+        it is the unnormalised ``||V (x - mean_)||^2``, with no bound. ``y`` is ignored. The
+        score itself is not private: it reads ``X`` exactly.
+        """
+        return self._mean_score(X, y)

@@ -426,12 +426,9 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         """Validate the parameters, record the privacy cost, and open a stream of d features."""
         k, L, R, n, epsilon, delta, data_norm = self._check_params(d)
         entropy = self._entropy()
-        if math.isfinite(epsilon):
-            z = calibrate_gaussian(epsilon, delta, 1)
-            sensitivity = block_sensitivity(data_norm, n, L)
-            event = GaussianEvent(z, 1)
-        else:
-            z, sensitivity, event = 0.0, 0.0, NonPrivateEvent("epsilon=inf")
+        event, z = self._plan_spend(epsilon, delta)
+        sensitivity = block_sensitivity(data_norm, n, L) if event is not None else 0.0
+        event = event or NonPrivateEvent("epsilon=inf")
         # Recorded before the first block is released; a refused budget leaves no stream.
         self.privacy_cost_, rng = self._spend(event, entropy=entropy, delta=delta, noise_multiplier=z,
                                               n_queries=1, calibration="exact", data_shape=(d,))
@@ -502,6 +499,51 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
     @property
     def _n_features_out(self):
         return self.components_.shape[0]
+
+    # ------------------------------------------------------------------ pricing and scoring
+    def _plan_spend(self, epsilon, delta):
+        """``(event, noise multiplier)`` of a stream: one Gaussian release; ``(None, 0)`` when not private."""
+        if not math.isfinite(epsilon):
+            return None, 0.0
+        z = calibrate_gaussian(epsilon, delta, 1)
+        return GaussianEvent(z, 1), z
+
+    def privacy_cost(self, n_samples, n_features):
+        """The cost and noise multiplier a ``fit`` on ``n_samples`` x ``n_features`` rows would record.
+
+        Computed from the parameters alone with the fit's own plan: no data, no spend. Refuses, as
+        ``fit`` does, a length too short to finish every component. Returns a
+        :class:`~dptensor.PrivacyCost`.
+        """
+        n_samples = check_positive_int(n_samples, "n_samples")
+        d = check_positive_int(n_features, "n_features")
+        _, _, _, _, epsilon, delta, _ = self._check_params(d)
+        passes = check_positive_int(self.max_passes, "max_passes")
+        if math.isfinite(epsilon) and passes > 1:
+            raise ValueError(f"max_passes must be 1 when epsilon is finite, got {passes}: the privacy "
+                             "guarantee needs every row in at most one block")
+        self._check_enough_rows((n_samples, d), passes)
+        event, z = self._plan_spend(epsilon, delta)
+        return self._preview(event, delta=delta, noise_multiplier=z, n_queries=1, calibration="exact")
+
+    def _score_units(self, X, y=None):
+        """Per-row moment-fit scores and their public range (see
+        :func:`~dptensor.tensor_decomposition.moment_fit_scores`)."""
+        from .tensor_decomposition import moment_fit_scores
+
+        check_is_fitted(self, "components_")
+        X = _validate_data(self, X, reset=False, dtype=_FLOAT_DTYPES)
+        return moment_fit_scores(X, self.components_, self.eigenvalues_, self.data_norm)
+
+    def score(self, X, y=None):
+        """Moment fit on rows: ``(||T||^2 - ||T - T_hat||^2) / data_norm^6``, higher is better.
+
+        As :meth:`PrivateTensorDecomposition.score
+        <dptensor.PrivateTensorDecomposition.score>`: each row's share lies in [-3, 2], so a
+        replaced row moves the mean over ``n`` rows by at most ``5/n``. ``y`` is ignored; the
+        score reads ``X`` exactly (it is not private).
+        """
+        return self._mean_score(X, y)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

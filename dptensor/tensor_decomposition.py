@@ -177,6 +177,33 @@ def tensor_power_method(operator, n_components: int, n_restarts: int, n_iter: in
     return components, eigenvalues
 
 
+#: Public range of one row's moment-fit score (see :func:`moment_fit_scores`).
+MOMENT_SCORE_RANGE = (-3.0, 2.0)
+
+
+def moment_fit_scores(X, components, eigenvalues, data_norm):
+    r"""Each row's share of ``||T||^2 - ||T - T_hat||^2`` for ``T_hat = sum_i lambda_i v_i⊗3``.
+
+    For rows clipped to ``B = data_norm`` the share of row ``x`` is
+    ``(2 <T_hat, x⊗3> - ||T_hat||^2) / B^6`` with ``<T_hat, x⊗3> = sum_i lambda_i (v_i.x)^3``
+    and ``||T_hat||^2 = sum_ij lambda_i lambda_j (v_i.v_j)^3``; its mean over rows is the
+    moment-fit score. When ``||T_hat||_F <= B^3`` (which the moment of rows of norm ``B`` obeys)
+    the share lies in [-3, 2] (Cauchy–Schwarz: ``|<T_hat, x⊗3>| <= ||T_hat|| B^3``); it is clipped
+    to that range in any case, so each row's score is bounded whatever the model. Returns
+    ``(scores, range)``; without ``data_norm`` the shares are unnormalised and the range ``None``.
+    """
+    V = np.asarray(components, dtype=float)
+    lam = np.asarray(eigenvalues, dtype=float)
+    if data_norm is not None:
+        X = clip_rows(X, data_norm)
+    fit = (X @ V.T) ** 3 @ lam
+    norm2 = float(lam @ ((V @ V.T) ** 3) @ lam)
+    values = 2.0 * fit - norm2
+    if data_norm is None:
+        return values, None
+    return np.clip(values / float(data_norm) ** 6, *MOMENT_SCORE_RANGE), MOMENT_SCORE_RANGE
+
+
 def choose_moment(n_samples: int, n_features: int, n_column_steps: int, itemsize: int = 8,
                   max_bytes: int = DENSE_MOMENT_MAX_BYTES) -> str:
     """``"dense"`` or ``"implicit"``: which way of holding the third moment of X (n x d) is cheaper.
@@ -352,13 +379,8 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
             sensitivity = row_sensitivity(data_norm, X.shape[0]) if private else None
 
         # The spend, from public values only: a refused fit computes nothing from the data.
-        if private:  # power: K adaptive queries; input perturbation: one release of the tensor
-            K = n_power_queries(k, L, R) if self.method == "power" else 1
-            z = plan_noise_multiplier(epsilon, delta, K, self.calibration)
-            event = GaussianEvent(z, K)
-        else:
-            K, z, event = 0, 0.0, NonPrivateEvent("epsilon=inf")
-        self.privacy_cost_, rng = self._spend(event, entropy=entropy, delta=delta, noise_multiplier=z,
+        event, z, K = self._plan_spend(epsilon, delta, k)
+        self.privacy_cost_, rng = self._spend(event or NonPrivateEvent("epsilon=inf"), entropy=entropy, delta=delta, noise_multiplier=z,
                                               n_queries=K, calibration=self.calibration, data_shape=X.shape)
 
         if X.ndim == 3:
@@ -431,3 +453,46 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         tags.input_tags.three_d_array = True
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         return tags
+
+    # -- pricing and scoring -------------------------------------------------------------------
+    def _plan_spend(self, epsilon: float, delta: float, k: int):
+        """``(event, noise multiplier, queries)`` of a fit: ``(None, 0, 0)`` when not private."""
+        if not math.isfinite(epsilon):
+            return None, 0.0, 0
+        K = n_power_queries(k, self.n_restarts, self.n_iter) if self.method == "power" else 1
+        z = plan_noise_multiplier(epsilon, delta, K, self.calibration)
+        return GaussianEvent(z, K), z, K
+
+    def privacy_cost(self, n_samples, n_features):
+        """The cost and noise multiplier a ``fit`` on ``n_samples`` x ``n_features`` rows would record.
+
+        Computed from the parameters alone with the fit's own plan: no data, no spend. Returns a
+        :class:`~dptensor.PrivacyCost`.
+        """
+        check_positive_int(n_samples, "n_samples")
+        k = self._check_params(check_positive_int(n_features, "n_features"))
+        epsilon, delta = self._privacy_target()
+        if math.isfinite(epsilon):
+            check_data_norm(self.data_norm, epsilon)
+        event, z, K = self._plan_spend(epsilon, delta, k)
+        return self._preview(event, delta=delta, noise_multiplier=z, n_queries=K,
+                             calibration=self.calibration)
+
+    def _score_units(self, X, y=None):
+        """Per-row moment-fit scores and their public range (see :func:`moment_fit_scores`)."""
+        check_is_fitted(self)
+        X = validate_data(self, X, allow_nd=True, dtype=[np.float64, np.float32], reset=False)
+        if X.ndim == 3:
+            raise ValueError("score takes rows (2-D X); for a tensor use -||T - T_hat||^2 directly")
+        return moment_fit_scores(X, self.components_, self.eigenvalues_, self.data_norm)
+
+    def score(self, X, y=None):
+        """Moment fit on rows: ``(||T||^2 - ||T - T_hat||^2) / data_norm^6``, higher is better.
+
+        ``T`` is the third moment of ``X``'s rows (clipped to ``data_norm``) and ``T_hat`` the
+        released ``sum_i eigenvalues_[i] components_[i]⊗3``; it is the mean over rows of
+        :func:`moment_fit_scores`, each in [-3, 2], so a replaced row moves it by at most
+        ``5/n``. Without ``data_norm`` it is unnormalised and unbounded. ``y`` is ignored; the
+        score reads ``X`` exactly (it is not private).
+        """
+        return self._mean_score(X, y)

@@ -433,11 +433,10 @@ def test_sklearn_compatible(estimator, check):
 
 def test_sklearn_checks_pass_on_index_data():
     """The substance of the checks refused above, on index-valued X: clone-fit idempotence,
-    pickling, no parameter changes, score = R^2."""
+    pickling, no parameter changes, score = negative clipped squared error."""
     import pickle
 
     from sklearn.base import clone
-    from sklearn.metrics import r2_score
 
     data = _study(5)
     X, y = data["indices"], data["values"]
@@ -449,4 +448,5 @@ def test_sklearn_checks_pass_on_index_data():
     np.testing.assert_array_equal(a, est.predict(data["test_indices"]))
     again = pickle.loads(pickle.dumps(est))
     np.testing.assert_array_equal(again.predict(X), est.predict(X))
-    assert est.score(X, y) == pytest.approx(r2_score(y, est.predict(X)))
+    # score: negative squared error of values and predictions clipped to value_range (width 1 here)
+    assert est.score(X, y) == pytest.approx(-np.mean((np.clip(est.predict(X), 0, 1) - np.clip(y, 0, 1)) ** 2))

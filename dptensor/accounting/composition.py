@@ -15,6 +15,10 @@ Two exact-or-tight tools, and the cheaper of their answers is used:
 
 Pure-epsilon events also compose with a Gaussian block by basic composition
 (``eps_pure + eps_gdp(delta)``); the smaller of that and the RDP answer is returned.
+
+A private hyperparameter search (:class:`~dptensor.accounting.events.PrivateSelectionEvent`) is
+priced in RDP only, by Papernot & Steinke's theorems (:func:`selection_rdp`, derived in
+``docs/derivations/private_selection.rst``).
 """
 from __future__ import annotations
 
@@ -24,9 +28,11 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import log_ndtr
 
-from .events import AboveThresholdEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent, PrivacyEvent
+from .events import (AboveThresholdEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent, PrivacyEvent,
+                     PrivateSelectionEvent)
 
-__all__ = ["gdp_delta", "gdp_epsilon", "gdp_mu", "rdp_curve", "rdp_epsilon", "epsilon_of", "ORDERS"]
+__all__ = ["gdp_delta", "gdp_epsilon", "gdp_mu", "rdp_curve", "rdp_epsilon", "rdp_delta", "epsilon_of",
+           "selection_rdp", "repeat_and_select_rdp", "tnb_gamma", "tnb_mean", "ORDERS"]
 
 #: Rényi orders searched by the RDP conversion: dense where small budgets live, sparse beyond.
 ORDERS = np.concatenate([np.linspace(1.01, 8.0, 400), np.linspace(8.05, 64.0, 560),
@@ -97,6 +103,8 @@ def rdp_curve(events, orders: np.ndarray = ORDERS) -> np.ndarray:
             total += event.count * _laplace_rdp(event.epsilon, orders)
         elif isinstance(event, AboveThresholdEvent):
             total += event.count * _pure_rdp(event.epsilon, orders)
+        elif isinstance(event, PrivateSelectionEvent):
+            total += selection_rdp(event, orders)
         elif isinstance(event, NonPrivateEvent):
             total += np.inf
         else:
@@ -128,6 +136,8 @@ def epsilon_of(events, delta: float) -> float:
         return 0.0
     if any(isinstance(e, NonPrivateEvent) for e in leaves):
         return math.inf
+    if any(isinstance(e, PrivateSelectionEvent) for e in leaves):  # priced in RDP only
+        return rdp_epsilon(rdp_curve(leaves), delta)
     mu2 = sum(e.mu**2 for e in leaves if isinstance(e, GaussianEvent))
     pure = sum(e.count * e.epsilon for e in leaves if not isinstance(e, GaussianEvent))
     basic = pure + gdp_epsilon(math.sqrt(mu2), delta) if mu2 > 0 else pure
@@ -141,3 +151,81 @@ def _leaves(events):
         events = [events]
     for event in events:
         yield from event.leaves()
+
+
+def rdp_delta(rdp: np.ndarray, epsilon: float, orders: np.ndarray = ORDERS) -> float:
+    """delta at which an RDP curve is ``epsilon``-DP: the Canonne–Kamath–Steinke conversion inverted.
+
+    ``log delta = min_a (a - 1)(rdp(a) - epsilon + log(1 - 1/a)) - log a``, capped at 1.
+    """
+    with np.errstate(invalid="ignore"):
+        log_delta = (orders - 1) * (rdp - epsilon + np.log1p(-1.0 / orders)) - np.log(orders)
+    return float(min(1.0, math.exp(min(0.0, np.nanmin(log_delta)))))
+
+
+# --------------------------------------------------------------------------------------------
+# Private selection (Papernot & Steinke 2022), derived in docs/derivations/private_selection.rst
+# --------------------------------------------------------------------------------------------
+
+def tnb_mean(gamma: float, shape: float) -> float:
+    """Mean of the truncated negative binomial law ``P[K=k] ∝ binom(k+shape-1, k) (1-gamma)^k``, k >= 1.
+
+    ``shape=0`` is the logarithmic law, ``shape=1`` the geometric one (mean ``1/gamma``).
+    """
+    if gamma >= 1:
+        return 1.0
+    if shape == 0:
+        return (1.0 / gamma - 1.0) / math.log(1.0 / gamma)
+    return shape * (1.0 - gamma) / (gamma * -math.expm1(shape * math.log(gamma)))
+
+
+def tnb_gamma(shape: float, mean: float) -> float:
+    """The ``gamma`` whose truncated negative binomial law of ``shape`` has the given mean (>= 1)."""
+    if mean <= 1:
+        return 1.0
+    if shape == 1:
+        return 1.0 / mean
+    # tnb_mean decreases from +inf (gamma -> 0) to 1 (gamma -> 1)
+    return brentq(lambda g: tnb_mean(g, shape) - mean, 1e-300, 1.0 - 1e-15, xtol=1e-300, rtol=1e-14)
+
+
+def repeat_and_select_rdp(rdp: np.ndarray, mean: float, shape: float,
+                          orders: np.ndarray = ORDERS) -> np.ndarray:
+    r"""RDP of running a mechanism of RDP curve ``rdp`` a random number K of times, releasing the best.
+
+    Truncated negative binomial K of ``shape`` (Papernot & Steinke 2022, Thm. 2), for every
+    ``lambda > 1`` and any ``lambda_hat >= 1``:
+
+    .. math:: \varepsilon'(\lambda) = \varepsilon(\lambda)
+              + (1+\eta)(1-1/\hat\lambda)\varepsilon(\hat\lambda)
+              + (1+\eta)\log(1/\gamma)/\hat\lambda + \log \mathbb{E}[K]/(\lambda-1),
+
+    minimised over ``lambda_hat`` in ``orders``. Poisson K (``shape=inf``, Thm. 6):
+    ``eps(lambda) + E[K] delta_hat + log E[K] / (lambda - 1)`` where the run is
+    ``(eps_hat, delta_hat)``-DP with ``eps_hat = log(1 + 1/(lambda - 1))`` (``delta_hat`` from
+    :func:`rdp_delta`). Rényi divergences grow with the order, so each value is then replaced by
+    the least value at any higher order.
+    """
+    rdp = np.asarray(rdp, dtype=float)
+    if math.isinf(shape):
+        out = np.array([r + mean * rdp_delta(rdp, math.log1p(1.0 / (a - 1.0)), orders)
+                        + math.log(mean) / (a - 1.0) for a, r in zip(orders, rdp)])
+    else:
+        gamma = tnb_gamma(shape, mean)
+        constant = (1.0 + shape) * np.min((1.0 - 1.0 / orders) * rdp - math.log(gamma) / orders)
+        out = rdp + math.log(tnb_mean(gamma, shape)) / (orders - 1.0) + constant
+    return np.minimum.accumulate(out[::-1])[::-1]
+
+
+def selection_rdp(event: PrivateSelectionEvent, orders: np.ndarray = ORDERS) -> np.ndarray:
+    """RDP curve of a :class:`~dptensor.accounting.events.PrivateSelectionEvent`.
+
+    One run trains a random candidate on the training part and scores it on the disjoint
+    validation part: a changed unit lies in one part only, so the run's curve is the pointwise
+    maximum of the candidates' curves and the score's. The search's curve follows from
+    :func:`repeat_and_select_rdp`; a refit adds the largest candidate curve.
+    """
+    candidates = np.max([rdp_curve(e, orders) for e in event.candidates], axis=0)
+    run = np.maximum(candidates, rdp_curve(event.score, orders))
+    total = repeat_and_select_rdp(run, event.mean, event.shape, orders)
+    return total + candidates if event.refit else total

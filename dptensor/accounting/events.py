@@ -10,7 +10,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 __all__ = ["PrivacyEvent", "GaussianEvent", "LaplaceEvent", "AboveThresholdEvent",
-           "NonPrivateEvent", "ComposedEvent", "event_from_dict"]
+           "NonPrivateEvent", "ComposedEvent", "PrivateSelectionEvent", "event_from_dict"]
 
 
 class PrivacyEvent:
@@ -108,6 +108,46 @@ class ComposedEvent(PrivacyEvent):
             yield from event.leaves()
 
 
+@dataclass(frozen=True)
+class PrivateSelectionEvent(PrivacyEvent):
+    """A private hyperparameter search: a random number of runs, only the best one released.
+
+    Each run picks one of ``candidates`` (the training events of the grid's settings) at random,
+    trains it on the training part and releases its ``score`` (an event too) computed on the
+    disjoint validation part; only the run with the best noisy score is output (Papernot & Steinke
+    2022). The number of runs has mean ``mean`` and follows a truncated negative binomial law of
+    shape ``shape`` (0: logarithmic, 1: geometric), or a Poisson law for ``shape=inf``. With
+    ``refit=True`` the chosen setting is then refitted on all the data, costing at most the
+    largest of the candidates' events. Priced in Rényi DP by
+    :func:`~dptensor.accounting.composition.selection_rdp`; derived in
+    ``docs/derivations/private_selection.rst``.
+    """
+
+    candidates: tuple = field(default_factory=tuple)
+    score: PrivacyEvent | None = None
+    mean: float = 1.0
+    shape: float = 1.0
+    refit: bool = False
+    mechanism = "private_selection"
+
+    def __post_init__(self):
+        object.__setattr__(self, "candidates", tuple(self.candidates))
+        if not self.candidates or not all(isinstance(e, PrivacyEvent) for e in self.candidates):
+            raise TypeError("PrivateSelectionEvent takes a non-empty tuple of candidate PrivacyEvents")
+        if not isinstance(self.score, PrivacyEvent):
+            raise TypeError("PrivateSelectionEvent needs the score's PrivacyEvent")
+        if not (math.isfinite(self.mean) and self.mean >= 1):
+            raise ValueError(f"mean (the expected number of runs) must be a finite number >= 1, "
+                             f"got {self.mean!r}")
+        if not self.shape >= 0:  # inf is the Poisson law
+            raise ValueError(f"shape must be >= 0 (inf for Poisson), got {self.shape!r}")
+
+    def to_dict(self) -> dict:
+        return {"mechanism": self.mechanism, "candidates": [e.to_dict() for e in self.candidates],
+                "score": self.score.to_dict(), "mean": self.mean,
+                "shape": "inf" if math.isinf(self.shape) else self.shape, "refit": self.refit}
+
+
 _KINDS = {cls.mechanism: cls for cls in (GaussianEvent, LaplaceEvent, AboveThresholdEvent, NonPrivateEvent)}
 
 
@@ -117,6 +157,10 @@ def event_from_dict(data: dict) -> PrivacyEvent:
     kind = data.pop("mechanism")
     if kind == "composed":
         return ComposedEvent(tuple(event_from_dict(e) for e in data["events"]))
+    if kind == "private_selection":
+        return PrivateSelectionEvent(tuple(event_from_dict(e) for e in data["candidates"]),
+                                     event_from_dict(data["score"]), float(data["mean"]),
+                                     float(data["shape"]), bool(data["refit"]))
     if kind not in _KINDS:
         raise ValueError(f"unknown privacy event mechanism {kind!r}")
     return _KINDS[kind](**data)

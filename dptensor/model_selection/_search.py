@@ -1,0 +1,475 @@
+"""Private hyperparameter search: scikit-learn's search interface, one accounted (epsilon, delta)."""
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+
+import numpy as np
+from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone
+from sklearn.model_selection import ParameterGrid, ParameterSampler
+from sklearn.pipeline import Pipeline
+from sklearn.utils import get_tags
+from sklearn.utils.metaestimators import available_if
+from sklearn.utils.validation import check_is_fitted
+
+from .._base import PrivateEstimatorMixin
+from ..mechanisms import gaussian_noise
+from ._selection import calibrate_search, check_distribution, draw_n_runs
+
+__all__ = ["PrivateGridSearchCV", "PrivateRandomizedSearchCV", "MAX_SCORE_NOISE"]
+
+#: A validation part is too small when the released score's noise std would exceed this share of
+#: one unit's score range (``z * range / n_val > MAX_SCORE_NOISE * range``): the scores would then
+#: say little about the candidates, and the search refuses before spending.
+MAX_SCORE_NOISE = 0.1
+
+#: Parameters the search sets on every candidate itself; a grid may not contain them.
+_SET_BY_SEARCH = ("epsilon", "delta", "accountant", "random_state")
+
+#: Parameters that set the scale of an estimator's score (its per-unit range is normalised by
+#: them): candidates that differ in one would be ranked on different scales, so a grid may not
+#: vary them.
+_SCORE_SCALE = ("data_norm", "value_range")
+
+
+def _delegate(method):
+    def check(self):
+        est = self.best_estimator_ if hasattr(self, "best_estimator_") else self.estimator
+        return hasattr(est, method)
+    return check
+
+
+class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
+    """What the private grid and randomized searches share; subclasses give the candidates."""
+
+    def _candidates(self) -> list[dict]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ checks (no data, no spend)
+    def _learner(self):
+        """``(prefix, learner)``: the dptensor estimator, alone or as the last step of a pipeline."""
+        est = self.estimator
+        if isinstance(est, Pipeline):
+            *head, (name, last) = est.steps
+            for step_name, step in head:
+                if step is None or step == "passthrough":
+                    continue
+                if isinstance(step, PrivateEstimatorMixin):
+                    raise ValueError(f"pipeline step {step_name!r} is a dptensor estimator that is not the "
+                                     "last step: a private search supports one learning step, the last, "
+                                     "which fits and scores (earlier steps must be stateless)")
+                if get_tags(step).requires_fit:
+                    raise TypeError(
+                        f"pipeline step {step_name!r} ({type(step).__name__}) learns from the data without "
+                        "privacy: a private search needs every step that learns to be a dptensor estimator "
+                        "(stateless transformers such as Normalizer are fine)")
+            prefix, learner = f"{name}__", last
+        else:
+            prefix, learner = "", est
+        if not (isinstance(learner, PrivateEstimatorMixin) and hasattr(learner, "privacy_cost")
+                and hasattr(learner, "_score_units")):
+            raise TypeError(f"{type(learner).__name__} is not a dptensor estimator: a private search fits "
+                            "and scores private estimators only (PrivatePCA, AdaptivePrivatePCA, "
+                            "PrivateTensorDecomposition, StreamingTensorPower, PrivateTensorCompletion), "
+                            "alone or as the last step of a pipeline")
+        return prefix, learner
+
+    def _checked_candidates(self, prefix) -> list[dict]:
+        candidates = [dict(c) for c in self._candidates()]
+        if not candidates:
+            raise ValueError("the search has no candidates: the grid is empty")
+        for c in candidates:
+            for key in c:
+                if key.removeprefix(prefix) in _SET_BY_SEARCH:
+                    raise ValueError(
+                        f"the grid sets {key!r}, which the search sets on every candidate itself: each "
+                        "candidate's epsilon is calibrated so that the whole search meets the search's "
+                        "(epsilon, delta); vary the other hyperparameters")
+        for name in _SCORE_SCALE:
+            values = {repr(c.get(prefix + name, None)) for c in candidates}
+            if len(values) > 1:
+                raise ValueError(f"the grid varies {prefix + name!r}, which sets the scale of the score "
+                                 "(each unit's score is normalised by it): candidates would be ranked on "
+                                 "different scales. Fix it in the estimator and search the other "
+                                 "hyperparameters")
+        return candidates
+
+    def _target(self):
+        epsilon, delta = self._privacy_target()
+        if not math.isfinite(epsilon):
+            raise ValueError(f"epsilon must be finite for a private search, got {self.epsilon!r}; use "
+                             "scikit-learn's GridSearchCV for a search without privacy")
+        return epsilon, delta
+
+    def _n_runs(self, n_candidates) -> float:
+        if self.n_runs is None:
+            return float(n_candidates)
+        if isinstance(self.n_runs, bool) or not isinstance(self.n_runs, numbers.Real) \
+                or not (math.isfinite(self.n_runs) and self.n_runs >= 1):
+            raise ValueError(f"n_runs (the expected number of runs) must be a number >= 1, "
+                             f"got {self.n_runs!r}")
+        return float(self.n_runs)
+
+    def _sizes(self, n_samples):
+        frac = self.validation_fraction
+        if isinstance(frac, bool) or not isinstance(frac, numbers.Real) or not 0 < frac < 1:
+            raise ValueError(f"validation_fraction must be in (0, 1), got {frac!r}")
+        n_val = int(round(frac * n_samples))
+        if n_val < 1 or n_samples - n_val < 1:
+            raise ValueError(f"validation_fraction={frac:g} of {n_samples} units leaves an empty part "
+                             f"({n_samples - n_val} to train, {n_val} to score)")
+        return n_samples - n_val, n_val
+
+    def _candidate(self, prefix, params, epsilon, delta, seed, overrides=()):
+        est = clone(self.estimator).set_params(**params)
+        est.set_params(**{prefix + "epsilon": epsilon, prefix + "delta": delta, prefix + "accountant": None,
+                          prefix + "random_state": seed, **dict(overrides)})
+        return est
+
+    def _plan(self, n_samples, n_features):
+        """Everything priced before the first fit: ``dict(prefix, candidates, n_train, n_val, epsilon
+        (per candidate), distribution, event, cost)``."""
+        prefix, learner = self._learner()
+        candidates = self._checked_candidates(prefix)
+        epsilon, delta = self._target()
+        if self.refit not in (True, False):
+            raise ValueError(f"refit must be True or False, got {self.refit!r}")
+        mean = self._n_runs(len(candidates))
+        shapes = check_distribution(self.distribution, mean)
+        n_train, n_val = self._sizes(n_samples)
+
+        def learner_of(est):
+            return est[-1] if isinstance(est, Pipeline) else est
+
+        def events_at(e):
+            events = []
+            for params in candidates:
+                est = learner_of(self._candidate(prefix, params, e, delta, 0))
+                for n in ((n_train, n_samples) if self.refit else (n_train,)):
+                    cost = est.privacy_cost(n, n_features)
+                    if not cost.private:
+                        raise ValueError(f"candidate {params} has no finite privacy cost ({cost.event}): a "
+                                         "private search needs every candidate to be private")
+                    events.append(cost.event)
+            return events
+
+        e, name, event = calibrate_search(events_at, epsilon, delta, mean, shapes, bool(self.refit))
+        span_noise = event.score.noise_multiplier / n_val  # score noise std, in units of one unit's range
+        if span_noise > MAX_SCORE_NOISE:
+            need = math.ceil(event.score.noise_multiplier / MAX_SCORE_NOISE)
+            raise ValueError(f"the validation part ({n_val} units) is too small to score privately: the "
+                             f"score's noise std would be {span_noise:.3g} of one unit's score range "
+                             f"(at most {MAX_SCORE_NOISE:g}); it needs at least {need} units. Raise "
+                             "validation_fraction or epsilon, or pass more data")
+        cost = self._preview(event, delta=delta, noise_multiplier=event.score.noise_multiplier,
+                             n_queries=len(candidates), calibration="exact")
+        return dict(prefix=prefix, learner=learner, candidates=candidates, n_train=n_train, n_val=n_val,
+                    epsilon=e, delta=delta, distribution=name, mean=mean, event=event, cost=cost)
+
+    # ------------------------------------------------------------------ public
+    def privacy_cost(self, n_samples, n_features):
+        """The whole search's cost on ``n_samples`` units of ``n_features`` columns, before any data.
+
+        Returns a :class:`~dptensor.PrivacyCost` whose ``event`` is the
+        :class:`~dptensor.accounting.PrivateSelectionEvent` a ``fit`` would record (candidates,
+        score, law of the number of runs, refit) and whose ``noise_multiplier`` is the score's.
+        Nothing is read or spent.
+        """
+        return self._plan(int(n_samples), int(n_features))["cost"]
+
+    def fit(self, X, y=None):
+        """Run the private search on ``X`` (rows, or the index tuples of observed entries) and ``y``.
+
+        Prices the whole search, records it with the accountant as one event (refused with
+        :class:`~dptensor.BudgetExceededError` before any fit if over budget), then runs it.
+        """
+        X = _as_units(X)
+        y = None if y is None else np.asarray(y)
+        if y is not None and len(y) != len(X):
+            raise ValueError(f"y has {len(y)} values but X has {len(X)} units")
+        plan = self._plan(X.shape[0], X.shape[1] if X.ndim > 1 else 1)
+        overrides = _public_overrides(plan["prefix"], plan["learner"], X)
+        if self.verbose:
+            print(f"[{type(self).__name__}] {len(plan['candidates'])} candidates, {plan['mean']:g} expected "
+                  f"runs ({plan['distribution']}), each candidate at epsilon={plan['epsilon']:.4g}; the "
+                  f"whole search{' and refit' if self.refit else ''} costs "
+                  f"epsilon={plan['cost'].epsilon:.4g} at delta={plan['cost'].delta:g}")
+        entropy = self._entropy()
+        self.privacy_cost_, rng = self._spend(plan["event"], entropy=entropy, delta=plan["delta"],
+                                              noise_multiplier=plan["cost"].noise_multiplier,
+                                              n_queries=len(plan["candidates"]), calibration="exact",
+                                              data_shape=X.shape)
+        best_index, best_score = self._run(X, y, plan, overrides, rng)
+        best_params = plan["candidates"][best_index]
+        if self.refit:
+            est = self._candidate(plan["prefix"], best_params, plan["epsilon"], plan["delta"],
+                                  _seed(rng), overrides)
+            self.best_estimator_ = est.fit(X, y) if y is not None else est.fit(X)
+        self.best_index_ = best_index
+        self.best_params_ = dict(best_params)
+        self.best_score_ = best_score
+        self.candidate_epsilon_ = plan["epsilon"]
+        self.distribution_ = plan["distribution"]
+        self.cv_results_ = _results(plan["candidates"], best_index, best_score)
+        if self.verbose:
+            print(f"[{type(self).__name__}] chose {self.best_params_} (released score {best_score:.4g})")
+        return self
+
+    def _run(self, X, y, plan, overrides, rng):
+        """The selection: ``(best index, released score)``. Everything it draws comes from ``rng``,
+        the spend's generator: the split, the number of runs, each run's candidate and seed, and
+        the scores' noise. Only the best run leaves this method."""
+        order = rng.permutation(X.shape[0])
+        train, val = order[:plan["n_train"]], order[plan["n_train"]:]
+        event, prefix = plan["event"], plan["prefix"]
+        n_runs = draw_n_runs(event.shape, event.mean, rng)
+        best_index, best_score = None, -math.inf
+        quiet = {prefix + "verbose": 0} if "verbose" in plan["learner"].get_params() else {}
+        for _ in range(n_runs):
+            index = int(rng.integers(len(plan["candidates"])))
+            est = self._candidate(prefix, plan["candidates"][index], plan["epsilon"], plan["delta"],
+                                  _seed(rng), {**overrides, **quiet})
+            # A run prints and warns nothing: how many runs there were, and what each saw, is secret.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                est = est.fit(X[train], y[train]) if y is not None else est.fit(X[train])
+            learner, Xv = est, X[val]
+            if isinstance(est, Pipeline):
+                learner, Xv = est[-1], est[:-1].transform(Xv)
+            values, bounds = learner._score_units(Xv, None if y is None else y[val])
+            if bounds is None:
+                raise ValueError(f"{type(learner).__name__}'s score has no per-unit bound (set data_norm "
+                                 "or value_range): it cannot be released privately")
+            lo, hi = bounds
+            score = float(np.mean(np.clip(values, lo, hi)))
+            score += float(gaussian_noise((), (hi - lo) / len(val), event.score.noise_multiplier, rng))
+            if score > best_score:
+                best_index, best_score = index, score
+        if best_index is None:  # no run (a Poisson law drew 0): a data-independent choice
+            return int(rng.integers(len(plan["candidates"]))), math.nan
+        return best_index, best_score
+
+    # ------------------------------------------------------------------ delegation
+    @available_if(_delegate("predict"))
+    def predict(self, X):
+        """``best_estimator_.predict(X)``."""
+        check_is_fitted(self, "best_estimator_")
+        return self.best_estimator_.predict(X)
+
+    @available_if(_delegate("transform"))
+    def transform(self, X):
+        """``best_estimator_.transform(X)``."""
+        check_is_fitted(self, "best_estimator_")
+        return self.best_estimator_.transform(X)
+
+    @available_if(_delegate("inverse_transform"))
+    def inverse_transform(self, X):
+        """``best_estimator_.inverse_transform(X)``."""
+        check_is_fitted(self, "best_estimator_")
+        return self.best_estimator_.inverse_transform(X)
+
+    def score(self, X, y=None):
+        """``best_estimator_.score(X, y)``: not private (it reads ``X`` and ``y`` exactly)."""
+        check_is_fitted(self, "best_estimator_")
+        return self.best_estimator_.score(X, y) if y is not None else self.best_estimator_.score(X)
+
+    @property
+    def n_features_in_(self):
+        check_is_fitted(self, "best_estimator_")
+        return self.best_estimator_.n_features_in_
+
+
+_SEARCH_DOC = """
+    The search releases ``best_params_``, ``best_score_`` (the chosen run's noisy score) and the
+    refitted ``best_estimator_``, all covered by one ``(epsilon, delta)`` recorded with the
+    accountant as one :class:`~dptensor.accounting.PrivateSelectionEvent` before the first fit.
+
+    How it runs (Papernot & Steinke 2022). The units (rows of ``X``; for
+    :class:`~dptensor.PrivateTensorCompletion`, observed entries) are split once, at random from the
+    search's seed, into a training part and a validation part of share ``validation_fraction``.
+    The search draws a random number of runs ``K`` (mean ``n_runs``; the law is chosen by
+    ``distribution``); each run trains a uniformly random candidate privately on the training part
+    and releases its score on the validation part (the estimator's ``score``, bounded per unit,
+    plus Gaussian noise at its sensitivity). Only the best run is output: neither ``K`` nor the
+    other runs are released. With ``refit=True`` the chosen candidate is then fitted privately on
+    all the data.
+
+    Budget. The grid gives every hyperparameter except ``epsilon``, ``delta``, ``accountant`` and
+    ``random_state``, which the search sets (nor may it vary ``data_norm`` or ``value_range``, which
+    set the scale of the scores being compared): every candidate trains at one common
+    ``candidate_epsilon_`` (at the search's delta), its score is released with the same Gaussian-DP
+    parameter, and the refit trains at that epsilon too. ``candidate_epsilon_`` is the largest value
+    for which the whole search (runs, selection and refit, priced in Rényi DP and converted to
+    ``delta``) costs at most ``epsilon``; ``privacy_cost(n_samples, n_features)`` shows it before
+    any data is read. A changed unit lies in one part only, so a run costs the larger of its fit's
+    and its score's costs, not their sum; derived in ``docs/derivations/private_selection.rst``.
+
+    Parameters
+    ----------
+    estimator : dptensor estimator or Pipeline
+        A dptensor estimator, or a pipeline whose last step is one and whose other steps are
+        stateless (such as ``Normalizer``).
+    {grid}
+    epsilon : float
+        The whole search's budget (finite).
+    delta : float or None, default=None
+        ``None`` takes the accountant's delta (1e-5 without an accountant).
+    n_runs : float or None, default=None
+        Expected number of runs ``E[K]`` (>= 1); ``None``: the number of candidates. More runs try
+        more candidates and cost more, logarithmically.
+    validation_fraction : float, default=0.2
+        Share of the units held out to score candidates. Refused (before any spend) when the
+        score's noise std would exceed ``MAX_SCORE_NOISE`` of one unit's score range.
+    distribution : str or float, default="auto"
+        ``"auto"``, ``"logarithmic"``, ``"negative_binomial_0.5"``, ``"geometric"``, ``"poisson"``,
+        or a shape >= 0. The law of the number of runs: a truncated negative binomial of the given
+        shape (0 is the
+        logarithmic law, 1 the geometric) or Poisson. ``"auto"`` prices each and takes the cheapest
+        (Poisson only when it draws no run with probability ``exp(-n_runs) <= 1%``).
+    refit : bool, default=True
+        Fit the chosen candidate on all the data (``best_estimator_``), within the same budget.
+    accountant : PrivacyAccountant or None, default=None
+        Records the whole search as one spend, before the first fit; refuses it if over budget.
+    random_state : None, int or Generator, default=None
+        ``None`` (fresh entropy) for real releases.
+    verbose : int, default=0
+        Prints the price before starting and the choice at the end (never per-run output, which
+        would reveal the number of runs).
+
+    Attributes
+    ----------
+    best_params_ : dict
+        The chosen candidate's hyperparameters.
+    best_score_ : float
+        Its released (noisy) validation score; NaN when no run was drawn (Poisson law only: the
+        choice is then uniformly random, independent of the data).
+    best_index_ : int
+        Its index in ``cv_results_["params"]``.
+    best_estimator_ : estimator
+        The chosen candidate refitted on all the data (``refit=True``).
+    cv_results_ : dict of arrays
+        Released values only: ``params`` (every candidate, public), ``param_<name>``,
+        ``mean_test_score`` (the chosen candidate's released score, NaN elsewhere: the other runs'
+        scores are not released) and ``rank_test_score`` (1 for the chosen, 2 for the others).
+    candidate_epsilon_ : float
+        The epsilon each candidate's fit (and the refit) targeted.
+    distribution_ : str
+        The law of the number of runs used.
+    privacy_cost_ : PrivacyCost
+        The whole search's cost, as recorded.
+
+    Notes
+    -----
+    **Guarantee.** ``(epsilon, delta)``-DP for the estimator's unit (a row; an observed entry's
+    value for completion) as a whole: choice, released score and refit. The search's wall time
+    grows with the number of runs, which is not covered; neither is anything computed from the
+    data outside ``fit`` (``score`` reads data exactly).
+
+    **Differences from scikit-learn.** One train/validation split, not k folds (k folds would train
+    each unit's candidates k times); only the chosen run's score is released; failures are not
+    turned into NaN scores (a candidate whose fit raises stops the search, after its spend).
+"""
+
+
+class PrivateGridSearchCV(_PrivateSearch):
+    __doc__ = ("""Private search over a grid of hyperparameters, with scikit-learn's search interface.
+""" + _SEARCH_DOC.format(grid="""param_grid : dict or list of dicts
+        As in ``GridSearchCV``: every combination is a candidate."""))
+
+    def __init__(self, estimator, param_grid, *, epsilon, delta=None, n_runs=None, validation_fraction=0.2,
+                 distribution="auto", refit=True, accountant=None, random_state=None, verbose=0):
+        self.estimator = estimator
+        self.param_grid = param_grid
+        self.epsilon = epsilon
+        self.delta = delta
+        self.n_runs = n_runs
+        self.validation_fraction = validation_fraction
+        self.distribution = distribution
+        self.refit = refit
+        self.accountant = accountant
+        self.random_state = random_state
+        self.verbose = verbose
+
+    def _candidates(self):
+        return list(ParameterGrid(self.param_grid))
+
+
+class PrivateRandomizedSearchCV(_PrivateSearch):
+    __doc__ = ("""Private search over ``n_iter`` sampled settings, with scikit-learn's search interface.
+
+    The ``n_iter`` candidates are drawn first from ``param_distributions`` with ``ParameterSampler``,
+    seeded by ``random_state``'s entropy (public, independent of the data); the search then runs as
+    :class:`PrivateGridSearchCV` over them.
+""" + _SEARCH_DOC.format(grid="""param_distributions : dict or list of dicts
+        As in ``RandomizedSearchCV``: lists are sampled uniformly, distributions by ``rvs``.
+    n_iter : int, default=10
+        Number of candidates sampled."""))
+
+    def __init__(self, estimator, param_distributions, *, n_iter=10, epsilon, delta=None, n_runs=None,
+                 validation_fraction=0.2, distribution="auto", refit=True, accountant=None,
+                 random_state=None, verbose=0):
+        self.estimator = estimator
+        self.param_distributions = param_distributions
+        self.n_iter = n_iter
+        self.epsilon = epsilon
+        self.delta = delta
+        self.n_runs = n_runs
+        self.validation_fraction = validation_fraction
+        self.distribution = distribution
+        self.refit = refit
+        self.accountant = accountant
+        self.random_state = random_state
+        self.verbose = verbose
+
+    def _candidates(self):
+        # Sampled once per search object and seed, so privacy_cost and fit see the same candidates.
+        key = (repr(self.param_distributions), self.n_iter, _public_seed(self.random_state))
+        if getattr(self, "_sampled_key", None) != key:
+            seed = key[2] if key[2] is not None else int(np.random.SeedSequence().entropy % 2**32)
+            self._sampled = list(ParameterSampler(self.param_distributions, self.n_iter, random_state=seed))
+            self._sampled_key = key
+        return self._sampled
+
+
+def _public_seed(random_state):
+    return int(random_state) % 2**32 if isinstance(random_state, numbers.Integral) else None
+
+
+def _seed(rng) -> int:
+    """A fresh 63-bit seed for one candidate's fit, from the search's own generator."""
+    return int(rng.integers(2**63 - 1))
+
+
+def _as_units(X):
+    X = np.asarray(X)
+    if X.ndim not in (1, 2):
+        raise ValueError(f"a private search splits units (rows of X); X must be 2-D, got {X.ndim} dimensions")
+    return X
+
+
+def _public_overrides(prefix, learner, X) -> dict:
+    """Public settings a candidate trained on part of the units needs to cover all of them."""
+    if hasattr(learner, "shape") and "value_range" in learner.get_params() and learner.shape is None:
+        # completion: the tensor's shape from all observed positions (public), so that candidates
+        # trained on the training entries can predict the validation ones
+        return {prefix + "shape": tuple(int(v) + 1 for v in np.max(X, axis=0))}
+    return {}
+
+
+def _results(candidates, best_index, best_score) -> dict:
+    m = len(candidates)
+    results = {"params": [dict(c) for c in candidates]}
+    for name in sorted({k for c in candidates for k in c}):
+        values = np.ma.masked_all(m, dtype=object)
+        for i, c in enumerate(candidates):
+            if name in c:
+                values[i] = c[name]
+        results[f"param_{name}"] = values
+    scores = np.full(m, np.nan)
+    scores[best_index] = best_score
+    results["mean_test_score"] = scores
+    ranks = np.full(m, 2, dtype=np.int32)
+    ranks[best_index] = 1
+    results["rank_test_score"] = ranks
+    return results

@@ -1,0 +1,395 @@
+"""Private hyperparameter search: its price, its guarantee, its interface and its refusals."""
+import functools
+import math
+import warnings
+from collections import Counter
+
+import numpy as np
+import pytest
+from scipy.stats import beta
+from sklearn.base import BaseEstimator
+from sklearn.decomposition import PCA
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import Normalizer, StandardScaler
+
+from dptensor import (AdaptivePrivatePCA, BudgetExceededError, PrivacyAccountant, PrivacyWarning, PrivatePCA,
+                      PrivateTensorCompletion, PrivateTensorDecomposition, StreamingTensorPower)
+from dptensor._base import PrivateEstimatorMixin
+from dptensor.accounting import GaussianEvent, PrivateSelectionEvent, calibrate_gaussian, epsilon_of
+from dptensor.accounting.composition import rdp_curve, rdp_epsilon, repeat_and_select_rdp, selection_rdp
+from dptensor.accounting.events import event_from_dict
+from dptensor.model_selection import PrivateGridSearchCV, PrivateRandomizedSearchCV
+from dptensor.model_selection._selection import draw_n_runs, tnb_gamma
+
+dp_accounting = pytest.importorskip("dp_accounting")
+from dp_accounting.rdp import rdp_privacy_accountant as rdp_acc  # noqa: E402
+
+DELTA = 1e-5
+
+
+# --------------------------------------------------------------------------------------------
+# The price: Papernot & Steinke against dp-accounting's independent implementation
+# --------------------------------------------------------------------------------------------
+
+#: A short grid of orders: dp-accounting's Python loops are quadratic in their number.
+SHORT = np.r_[np.linspace(1.05, 10.0, 60), np.geomspace(10.5, 2000.0, 40)]
+
+
+def _dp_accounting_epsilon(z, mean, shape, refit):
+    acc = rdp_acc.RdpAccountant(list(SHORT))
+    acc.compose(dp_accounting.dp_event.RepeatAndSelectDpEvent(dp_accounting.dp_event.GaussianDpEvent(z),
+                                                              mean, shape))
+    if refit:
+        acc.compose(dp_accounting.dp_event.GaussianDpEvent(z))
+    return acc.get_epsilon(DELTA)
+
+
+@pytest.mark.parametrize("shape", [0.0, 0.5, 1.0, 3.0, math.inf])
+def test_selection_cost_matches_dp_accounting(shape):
+    z = 2.5
+    for mean, refit in ((5.0, False), (100.0, True)):
+        event = PrivateSelectionEvent((GaussianEvent(z),), GaussianEvent(z), mean, shape, refit)
+        ours = rdp_epsilon(selection_rdp(event, SHORT), DELTA, SHORT)
+        assert ours == pytest.approx(_dp_accounting_epsilon(z, mean, shape, refit), rel=1e-7)
+        assert epsilon_of(event, DELTA) <= ours * (1 + 1e-9)  # the full grid can only do better
+
+
+def test_selection_curve_matches_theorem_where_dp_accounting_applies():
+    z, mean = 4.0, 20.0
+    base = SHORT / (2 * z * z)
+    for shape in (0.0, 1.0, 2.0):
+        ours = repeat_and_select_rdp(base, mean, shape, SHORT)
+        theirs = rdp_acc._compute_rdp_repeat_and_select(SHORT, base, mean, shape)
+        np.testing.assert_allclose(ours, theirs, rtol=1e-7)
+    # Poisson: dp-accounting skips the monotone envelope; ours may only be lower, never higher
+    ours = repeat_and_select_rdp(base, mean, math.inf, SHORT)
+    theirs = np.asarray(rdp_acc._compute_rdp_repeat_and_select(SHORT, base, mean, math.inf))
+    assert np.all(ours <= theirs * (1 + 1e-9))
+    assert np.min(ours) == pytest.approx(np.min(theirs), rel=1e-9)
+
+
+def _bernoulli_renyi(p, q, orders):
+    """Exact Rényi divergence of distributions ``p`` and ``q`` (arrays over the same outcomes)."""
+    from scipy.special import logsumexp
+
+    return np.array([logsumexp(a * np.log(p) + (1 - a) * np.log(q)) / (a - 1) for a in orders])
+
+
+@pytest.mark.parametrize("shape", [0.0, 1.0, 2.0, math.inf])
+def test_selection_bound_holds_by_brute_force_on_randomized_response(shape):
+    """A run is randomized response (score 1 w.p. e^eps/(1+e^eps) on D, the reverse on D'); the best
+    of K runs is 1 iff some run is. Its exact Rényi divergence, from the law of K, stays below the
+    price at every order."""
+    from scipy import stats
+
+    eps, mean, orders = 0.8, 6.0, SHORT[SHORT <= 200]
+    q = math.exp(eps) / (1 + math.exp(eps))
+    run = _bernoulli_renyi(np.array([q, 1 - q]), np.array([1 - q, q]), orders)
+    k = np.arange(0, 4000)
+    if math.isinf(shape):
+        pmf = stats.poisson(mean).pmf(k)
+    else:
+        gamma = tnb_gamma(shape, mean)
+        pmf = stats.logser(1 - gamma).pmf(k) if shape == 0 else stats.nbinom(shape, gamma).pmf(k)
+        pmf[0] = 0.0
+        pmf /= pmf.sum()
+
+    def outputs(p1):  # P[no run], P[best = 0], P[best = 1]
+        none = pmf[0]
+        zero = np.sum(pmf[1:] * (1 - p1) ** k[1:])
+        return np.array([none, zero, 1 - none - zero])
+
+    P, Q = outputs(q), outputs(1 - q)
+    keep = P + Q > 0
+    exact = np.maximum(_bernoulli_renyi(P[keep], Q[keep], orders), _bernoulli_renyi(Q[keep], P[keep], orders))
+    bound = repeat_and_select_rdp(run, mean, shape, orders)
+    assert np.all(exact <= bound + 1e-9)
+    assert np.max(exact - run) > 0  # selection does leak more than one run: the bound has work to do
+
+
+def test_run_costs_the_larger_of_fit_and_score_and_refit_adds_the_largest_candidate():
+    small, large = GaussianEvent(8.0), GaussianEvent(2.0)
+    one = PrivateSelectionEvent((small,), large, 5.0, 1.0)
+    other = PrivateSelectionEvent((large,), small, 5.0, 1.0)
+    both = PrivateSelectionEvent((small, large), small, 5.0, 1.0)
+    np.testing.assert_allclose(rdp_curve(one), rdp_curve(other))
+    np.testing.assert_allclose(rdp_curve(one), rdp_curve(both))
+    refit = PrivateSelectionEvent((small, large), small, 5.0, 1.0, refit=True)
+    np.testing.assert_allclose(rdp_curve(refit), rdp_curve(both) + rdp_curve(large))
+
+
+def test_selection_event_round_trips_through_the_ledger(tmp_path):
+    event = PrivateSelectionEvent((GaussianEvent(3.0, 2), GaussianEvent(4.0)), GaussianEvent(3.0), 7.5,
+                                  math.inf, True)
+    assert event_from_dict(event.to_dict()) == event
+    acc = PrivacyAccountant(epsilon=50.0, ledger=tmp_path / "ledger.db")
+    acc.spend(event, label="search")
+    again = PrivacyAccountant(epsilon=50.0, ledger=tmp_path / "ledger.db")
+    assert again.history()[0].event == event
+    assert again.spent()[0] == pytest.approx(epsilon_of(event, DELTA))
+
+
+@pytest.mark.parametrize("shape", [0.0, 0.5, 1.0, math.inf])
+def test_number_of_runs_follows_its_law(shape):
+    rng = np.random.default_rng(0)
+    draws = np.array([draw_n_runs(shape, 6.0, rng) for _ in range(4000)])
+    assert draws.mean() == pytest.approx(6.0, rel=0.08)
+    if math.isfinite(shape):
+        assert draws.min() >= 1
+        gamma = tnb_gamma(shape, 6.0)  # P[K=1] ∝ shape (1-gamma) (1 for the logarithmic law)
+        p1 = ((shape if shape else 1.0) * (1 - gamma) * gamma**shape / (1 - gamma**shape)
+              if shape else (1 - gamma) / math.log(1 / gamma))
+        assert np.mean(draws == 1) == pytest.approx(p1, abs=0.025)
+
+
+# --------------------------------------------------------------------------------------------
+# A tiny private estimator, to audit the whole search empirically
+# --------------------------------------------------------------------------------------------
+
+@functools.lru_cache
+def _calibrated(epsilon, delta):
+    return calibrate_gaussian(epsilon, delta, 1)
+
+
+class _Target(PrivateEstimatorMixin, BaseEstimator):
+    """Scalar units in [0, 1]; fit releases a noisy mean; each unit scores ``1 - |x - target|``."""
+
+    def __init__(self, target=0.0, epsilon=1.0, delta=None, accountant=None, random_state=None):
+        self.target, self.epsilon, self.delta = target, epsilon, delta
+        self.accountant, self.random_state = accountant, random_state
+
+    def _plan_z(self):
+        epsilon, delta = self._privacy_target()
+        return _calibrated(epsilon, delta), delta
+
+    def privacy_cost(self, n_samples, n_features):
+        z, delta = self._plan_z()
+        return self._preview(GaussianEvent(z), delta=delta, noise_multiplier=z, n_queries=1)
+
+    def fit(self, X, y=None):
+        z, delta = self._plan_z()
+        self.privacy_cost_, rng = self._spend(GaussianEvent(z), entropy=self._entropy(), delta=delta,
+                                              noise_multiplier=z, n_queries=1, data_shape=X.shape)
+        x = np.clip(X[:, 0], 0.0, 1.0)
+        self.mean_ = x.mean() + rng.normal(0.0, z / len(x))
+        return self
+
+    def _score_units(self, X, y=None):
+        return 1.0 - np.abs(np.clip(X[:, 0], 0, 1) - self.target), (0.0, 1.0)
+
+
+def _outputs(search, plan, X, trials, offset, resolution):
+    """Histogram of (chosen candidate, released score rounded to ``resolution``) over seeded trials."""
+    out = Counter()
+    for i in range(trials):
+        index, score = search._run(X, None, plan, {}, np.random.default_rng(offset + i))
+        out[(index, "none" if math.isnan(score) else round(score / resolution))] += 1
+    return out
+
+
+def _epsilon_lower_bound(c1, c2, trials, delta=DELTA, alpha=0.05):
+    """The largest epsilon the two output histograms prove (Clopper–Pearson, Bonferroni over outputs)."""
+    keys = set(c1) | set(c2)
+    a = alpha / (2 * len(keys))
+    bound = 0.0
+    for key in keys:
+        for p, q in ((c1, c2), (c2, c1)):
+            lo = beta.ppf(a, p[key], trials - p[key] + 1) if p[key] else 0.0
+            hi = beta.ppf(1 - a, q[key] + 1, trials - q[key]) if q[key] < trials else 1.0
+            if lo > delta:
+                bound = max(bound, math.log((lo - delta) / hi))
+    return bound
+
+
+def test_whole_search_is_as_private_as_claimed_empirically():
+    n, epsilon = 200, 1.0
+    D = np.zeros((n, 1))
+    D2 = D.copy()
+    D2[0] = 1.0  # one unit replaced, at the extreme of its range
+    search = PrivateGridSearchCV(_Target(), {"target": [0.0, 0.4, 1.0]}, epsilon=epsilon, n_runs=3,
+                                 validation_fraction=0.9, refit=False)
+    plan = search._plan(n, 1)
+    assert plan["cost"].epsilon <= epsilon
+    # Scores rounded to their noise std: fine enough to see a shift, coarse enough to fill bins.
+    resolution = plan["event"].score.noise_multiplier / plan["n_val"]
+    c1, c2 = (_outputs(search, plan, D, 600, 0, resolution),
+              _outputs(search, plan, D2, 600, 10**6, resolution))
+    assert _epsilon_lower_bound(c1, c2, 600) <= epsilon
+    # The audit has power: released without noise, the same scores break the claim (the replaced
+    # unit is in the validation part 90% of the time and then moves the score by 1/n_val).
+    loud = dict(plan, event=PrivateSelectionEvent(plan["event"].candidates, GaussianEvent(1e-9),
+                                                  plan["event"].mean, plan["event"].shape))
+    c1, c2 = (_outputs(search, loud, D, 100, 0, 1e-4), _outputs(search, loud, D2, 100, 10**6, 1e-4))
+    assert _epsilon_lower_bound(c1, c2, 100) > 1.5 * epsilon
+
+
+# --------------------------------------------------------------------------------------------
+# The search on real estimators
+# --------------------------------------------------------------------------------------------
+
+def _spiked(n=4000, d=6, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((n, d)) * np.r_[3.0, 2.5, 2.0, 0.2 * np.ones(d - 3)] / 8
+
+
+def test_search_meets_the_budget_in_one_spend_and_finds_the_spikes():
+    X = _spiked(2000)
+    acc = PrivacyAccountant(epsilon=2.0)
+    search = PrivateGridSearchCV(PrivatePCA(data_norm=1.0, centered=True), {"n_components": [1, 3]},
+                                 epsilon=1.0, n_runs=8, accountant=acc, random_state=0)
+    preview = search.privacy_cost(*X.shape)
+    search.fit(X)
+    assert len(acc.history()) == 1
+    assert acc.spent()[0] == pytest.approx(preview.epsilon, rel=1e-12)
+    assert 0.999 < preview.epsilon <= 1.0
+    assert search.privacy_cost_.event == preview.event
+    assert search.best_estimator_.components_.shape == (search.best_params_["n_components"], 6)
+    assert search.transform(X[:5]).shape == (5, search.best_params_["n_components"])
+    # only released values: the chosen run's score; the others are not released
+    scores = search.cv_results_["mean_test_score"]
+    assert np.isnan(scores).sum() == 1 and scores[search.best_index_] == search.best_score_
+    # each candidate got a share of the budget: below the whole, above the naive split
+    assert 1.0 / 3 < search.candidate_epsilon_ < 1.0
+    assert search.best_estimator_.privacy_cost_.epsilon == pytest.approx(search.candidate_epsilon_)
+    # Three axes capture ~3x the variance of one: the search picks them unless no run tries them
+    # (a random number of runs with random candidates; with 8 expected runs that is rare).
+    plan = search._plan(*X.shape)
+    picks = [search._run(X, None, plan, {}, np.random.default_rng(seed))[0] for seed in range(15)]
+    assert np.mean(np.array(picks) == 1) >= 0.7
+
+
+def test_same_seed_same_search_and_verbose_prices_first(capsys):
+    X = _spiked(1500)
+    kw = dict(param_grid={"n_components": [1, 2]}, epsilon=1.0, random_state=3, verbose=1)
+    a = PrivateGridSearchCV(PrivatePCA(data_norm=1.0), **kw).fit(X)
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "costs epsilon=1" in first and "expected runs" in first
+    b = PrivateGridSearchCV(PrivatePCA(data_norm=1.0), **kw).fit(X)
+    assert a.best_score_ == b.best_score_
+    np.testing.assert_array_equal(a.best_estimator_.components_, b.best_estimator_.components_)
+
+
+def test_search_through_a_stateless_pipeline_and_randomized_candidates():
+    X = _spiked(2000)
+    pipe = make_pipeline(Normalizer(), PrivatePCA(data_norm=1.0, centered=True))
+    search = PrivateRandomizedSearchCV(pipe, {"privatepca__n_components": [1, 2, 3]}, n_iter=3, epsilon=2.0,
+                                       random_state=0).fit(X)
+    assert search.best_params_["privatepca__n_components"] in (1, 2, 3)
+    assert search.privacy_cost_.epsilon <= 2.0
+    assert search.transform(X[:3]).shape[0] == 3
+
+
+def test_completion_search_scores_held_out_entries():
+    from dptensor.datasets import make_low_rank_tensor  # noqa: F401  (skip if absent)
+
+    rng = np.random.default_rng(0)
+    shape = (30, 25, 8)
+    U = [rng.standard_normal((s, 2)) for s in shape]
+    T = np.einsum("ir,jr,kr->ijk", *U)
+    idx = np.stack(np.unravel_index(rng.choice(T.size, 3000, replace=False), shape), axis=1)
+    y = np.clip(T[tuple(idx.T)], -4, 4)
+    est = PrivateTensorCompletion(rank=2, perturbation="gradient", value_range=(-4.0, 4.0))
+    search = PrivateGridSearchCV(est, {"reg": [0.01, 1.0]}, epsilon=4.0, random_state=0).fit(idx, y)
+    assert search.privacy_cost_.epsilon <= 4.0
+    assert search.best_estimator_.shape_ == shape
+    assert -1.0 <= search.best_estimator_.score(idx, y) <= 0.0
+    assert search.predict(idx[:4]).shape == (4,)
+
+
+# --------------------------------------------------------------------------------------------
+# Refusals, all before any spend
+# --------------------------------------------------------------------------------------------
+
+def _no_fit(monkeypatch):
+    def fail(self, *a, **k):
+        raise AssertionError("a candidate was fitted")
+    monkeypatch.setattr(PrivatePCA, "fit", fail)
+
+
+def test_refusals_come_before_any_fit_or_spend(monkeypatch):
+    X = _spiked(2000)
+    _no_fit(monkeypatch)
+    acc = PrivacyAccountant(epsilon=0.5)
+    with pytest.raises(BudgetExceededError):
+        PrivateGridSearchCV(PrivatePCA(data_norm=1.0), {"n_components": [1, 2]}, epsilon=1.0,
+                            accountant=acc).fit(X)
+    assert acc.history() == []
+    cases = [
+        (PCA(), {"n_components": [1]}, {}, TypeError, "not a dptensor estimator"),
+        (make_pipeline(StandardScaler(), PrivatePCA(data_norm=1.0)), {"privatepca__n_components": [1]}, {},
+         TypeError, "'standardscaler'"),
+        (PrivatePCA(data_norm=1.0), {"epsilon": [0.5, 1.0]}, {}, ValueError, "sets 'epsilon'"),
+        (PrivatePCA(data_norm=1.0), {"n_components": [1]}, {"epsilon": np.inf}, ValueError, "finite"),
+        (PrivatePCA(data_norm=1.0), {"n_components": [1]}, {"validation_fraction": 0.01}, ValueError,
+         "too small"),
+        (PrivatePCA(data_norm=1.0), [], {}, ValueError, "no candidates"),
+        (PrivatePCA(), {"data_norm": [0.5, 1.0]}, {}, ValueError, "scale of the score"),
+    ]
+    for est, grid, kw, error, message in cases:
+        with pytest.raises(error, match=message):
+            PrivateGridSearchCV(est, grid, **{"epsilon": 1.0, "accountant": acc, **kw}).fit(X)
+    assert acc.history() == []
+    idx = np.array([[0, 0], [1, 1], [2, 0]] * 30)
+    out = PrivateTensorCompletion(perturbation="output", value_range=(0, 1))
+    with pytest.raises(ValueError, match="no finite privacy cost"):
+        PrivateGridSearchCV(out, {"rank": [1]}, epsilon=1.0, accountant=acc).fit(idx, np.zeros(len(idx)))
+    assert acc.history() == []
+
+
+# --------------------------------------------------------------------------------------------
+# Every estimator: a preview equal to what fit records, and a bounded score plain sklearn can use
+# --------------------------------------------------------------------------------------------
+
+def _estimators():
+    return [PrivatePCA(n_components=2, epsilon=1.0, data_norm=1.0, random_state=0),
+            AdaptivePrivatePCA(n_components=1, epsilon=1.0, data_norm=1.0, random_state=0),
+            PrivateTensorDecomposition(n_components=2, n_restarts=3, n_iter=4, epsilon=1.0, data_norm=1.0,
+                                       random_state=0),
+            StreamingTensorPower(n_components=1, n_restarts=2, n_iter=2, batch_size=100, epsilon=1.0,
+                                 data_norm=1.0, random_state=0)]
+
+
+@pytest.mark.parametrize("est", _estimators(), ids=lambda e: type(e).__name__)
+def test_preview_equals_fit_and_score_is_bounded_per_row(est):
+    X = _spiked(600)
+    preview = est.privacy_cost(*X.shape)
+    est.fit(X)
+    assert preview == est.privacy_cost_
+    values, (lo, hi) = est._score_units(X)
+    rogue = np.r_[X[:5], 50.0 * np.ones((3, X.shape[1])), -50.0 * np.eye(X.shape[1])[:2]]
+    rogue_values, _ = est._score_units(rogue)
+    assert np.all((lo <= rogue_values) & (rogue_values <= hi)) and np.all((lo <= values) & (values <= hi))
+    assert est.score(X) == pytest.approx(values.mean())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        grid = {"n_restarts": [2, 3]} if hasattr(est, "n_restarts") else {"n_components": [1, 2]}
+        search = GridSearchCV(est, grid, cv=2).fit(X)  # no scoring=: the estimator's own score
+    assert np.all(np.isfinite(search.cv_results_["mean_test_score"]))
+
+
+def test_pca_score_ranks_the_true_subspace_first():
+    X = _spiked(3000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        good = PrivatePCA(n_components=3, data_norm=1.0).fit(X)  # non-private: the true axes
+        bad = PrivatePCA(n_components=3, data_norm=1.0).fit(X)
+    bad.components_ = np.eye(6)[3:]  # the three weak axes
+    assert good.score(X) > 10 * bad.score(X) > 0
+
+
+def test_completion_preview_and_score_bound():
+    rng = np.random.default_rng(1)
+    idx = np.stack([rng.integers(0, 10, 400), rng.integers(0, 8, 400)], axis=1)
+    y = rng.uniform(1, 5, 400)
+    est = PrivateTensorCompletion(rank=2, perturbation="gradient", epsilon=1.0, value_range=(1, 5),
+                                  random_state=0)
+    preview = est.privacy_cost(400, 2)
+    est.fit(idx, y)
+    assert preview == est.privacy_cost_
+    values, (lo, hi) = est._score_units(idx, np.r_[y[:-1], 1e6])
+    assert (lo, hi) == (-1.0, 0.0) and values.min() >= -1.0 and values.max() <= 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        GridSearchCV(PrivateTensorCompletion(rank=1, value_range=(1, 5)), {"reg": [0.1, 1.0]},
+                     cv=2).fit(idx, y)
