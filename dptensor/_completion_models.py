@@ -18,15 +18,18 @@ Objective (both solvers): ``1/2 sum_Omega (y - x_hat)^2 + reg/2 sum_m ||U_m||^2 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
 
 __all__ = ["Observations", "Model", "predict", "interaction_design", "clipped_gradient", "als",
-           "gradient_descent", "row_offsets", "init_model"]
+           "gradient_descent", "row_offsets", "init_model", "dp_als", "residual_scale", "ModeLayout"]
 
 _CHUNK = 1 << 21  # floats per block when a Khatri-Rao product over entries would be large
+#: Standard errors taken off the fitted signal variance in :func:`wiener_solve` (0: the plain fit).
+WIENER_SE = 0.0
 
 
 class Observations:
@@ -46,6 +49,13 @@ class Observations:
         self.indicators = [sp.csr_array((ones, (X[:, m], cols)), shape=(n, n_obs))
                            for m, n in enumerate(self.shape)]
         self.counts = [np.bincount(X[:, m], minlength=n).astype(float) for m, n in enumerate(self.shape)]
+        self._layouts = {}
+
+    def layout(self, m: int) -> "ModeLayout":
+        """The entries sorted by mode ``m`` (built once, on first use)."""
+        if m not in self._layouts:
+            self._layouts[m] = ModeLayout(self.X, m, self.shape[m])
+        return self._layouts[m]
 
     @property
     def order(self) -> int:
@@ -54,6 +64,64 @@ class Observations:
     def scatter(self, m: int, W: np.ndarray) -> np.ndarray:
         """Per-row sums over mode ``m`` of the per-entry rows ``W`` (n_obs,) or (n_obs, p)."""
         return self.indicators[m] @ W
+
+
+# ----------------------------------------------------------------------------- mode-sorted layout
+class ModeLayout:
+    """The observed entries sorted by their index in one mode, for segment sums without scatter.
+
+    ``perm`` sorts the entries by ``X[:, m]`` (stable); ``rows`` are the rows with at least one
+    entry and ``starts`` where each begins in the sorted order, so ``np.add.reduceat(W, starts,
+    axis=-1)`` sums a ``(p, n_obs)`` array (entries in sorted order, contiguous) over every
+    non-empty row at memory speed. ``others[k]`` is ``X[perm, k]``: the gathers of the design.
+    """
+
+    def __init__(self, X, m, n_rows):
+        self.perm = np.argsort(X[:, m], kind="stable")
+        counts = np.bincount(X[:, m], minlength=n_rows)
+        self.rows = np.flatnonzero(counts)
+        self.starts = (np.cumsum(counts) - counts)[self.rows]
+        self.index = X[self.perm].T.copy()  # (order, n_obs): every mode's index, sorted by mode m
+        self.counts = counts.astype(float)
+        self.n_rows = n_rows
+
+    def segment_sum(self, Wt):
+        """Per-row sums ``(n_rows, p)`` of ``Wt`` ``(p, n_obs)`` in sorted order (empty rows 0)."""
+        out = np.zeros((self.n_rows, Wt.shape[0]))
+        out[self.rows] = np.add.reduceat(Wt, self.starts, axis=1).T
+        return out
+
+    def normal_equations(self, Kt, base, bias=False):
+        """Every row's ``sum_e z_e z_e^T`` ``(n_rows, p, p)`` and ``sum_e z_e base_e`` ``(n_rows, p)``.
+
+        ``z_e`` is the column ``Kt[:, e]`` (``Kt`` is ``(r, n_obs)`` in sorted order), with a
+        trailing 1 when ``bias`` (``p = r + 1``). All the per-entry terms (``r (r + 1) / 2``
+        products, the design itself for the bias column, the right-hand side) go into one
+        ``(terms, n_obs)`` array summed per row by one ``reduceat``: a Python loop over the
+        ``O(r^2)`` terms, never over rows or entries.
+        """
+        r, n = Kt.shape
+        ia, ib = np.triu_indices(r)
+        n_pairs = len(ia)
+        terms = np.empty((n_pairs + (2 * r + 1 if bias else r), n))
+        for k, (a, b) in enumerate(zip(ia, ib)):
+            np.multiply(Kt[a], Kt[b], out=terms[k])
+        np.multiply(Kt, base, out=terms[n_pairs:n_pairs + r])
+        if bias:
+            terms[n_pairs + r:n_pairs + 2 * r] = Kt
+            terms[-1] = base
+        sums = self.segment_sum(terms)
+        p = r + 1 if bias else r
+        gram = np.zeros((self.n_rows, p, p))
+        gram[:, ia, ib] = sums[:, :n_pairs]
+        gram[:, ib, ia] = sums[:, :n_pairs]
+        rhs = np.empty((self.n_rows, p))
+        rhs[:, :r] = sums[:, n_pairs:n_pairs + r]
+        if bias:
+            gram[:, :r, r] = gram[:, r, :r] = sums[:, n_pairs + r:n_pairs + 2 * r]
+            gram[:, r, r] = self.counts
+            rhs[:, r] = sums[:, -1]
+        return gram, rhs
 
 
 @dataclass
@@ -193,7 +261,7 @@ def predict(model: Model, X: np.ndarray) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- offsets
 def row_offsets(obs: Observations, y: np.ndarray, *, shrink=1.0, noise_std=0.0, rng=None,
-                empirical_bayes=False):
+                empirical_bayes=False, spread=None):
     """Global mean and per-mode row effects by one backfitting sweep, optionally noised.
 
     ``intercept = (sum y + N(0, noise_std^2)) / n``; then for each mode in turn
@@ -222,7 +290,9 @@ def row_offsets(obs: Observations, y: np.ndarray, *, shrink=1.0, noise_std=0.0, 
         if noisy or empirical_bayes:
             # Values that carry their own noise: their spread is measured directly (post-processing).
             s2 = float(np.var(resid)) if (empirical_bayes and not noisy) else None
-            kappa = eb_shrinkage(sums, counts, noise_std**2, s2=s2)
+            kappa, s2_fit = eb_shrinkage(sums, counts, noise_std**2, s2=s2, return_s2=True)
+            if spread is not None:
+                spread.append(s2_fit)
         else:
             kappa = shrink
         b = np.where(counts > 0, sums / np.maximum(counts + kappa, 1e-12), 0.0)
@@ -231,7 +301,7 @@ def row_offsets(obs: Observations, y: np.ndarray, *, shrink=1.0, noise_std=0.0, 
     return float(intercept), biases
 
 
-def eb_shrinkage(sums, counts, noise_var, s2=None):
+def eb_shrinkage(sums, counts, noise_var, s2=None, return_s2=False):
     """Per-row shrinkage ``kappa_i = (s^2 + noise_var / n_i) / tau^2`` from noisy row sums.
 
     Model: row effect ``beta_i ~ (0, tau^2)``, per-entry residual variance ``s^2``, released sum
@@ -261,59 +331,91 @@ def eb_shrinkage(sums, counts, noise_var, s2=None):
     se = np.sqrt(sigma2 * np.linalg.pinv(A.T @ A)[0, 0])
     tau2 = max(coef[0] - 2.0 * se, 1e-8)
     s2 = max(coef[1], 0.0) if s2 is None else s2
-    return (s2 + noise_var / np.maximum(counts, 1)) / tau2
+    kappa = (s2 + noise_var / np.maximum(counts, 1)) / tau2
+    return (kappa, s2) if return_s2 else kappa
 
 
 # ----------------------------------------------------------------------------- ALS
+def mode_design(model: Model, layout: ModeLayout, m: int) -> np.ndarray:
+    """``K_m`` for the entries in mode-``m`` order, transposed: ``(rank, n_obs)``.
+
+    CP: the product of the other modes' gathered rows (``np.take`` on the transposed factors, so
+    every gather and product runs over contiguous memory). Tucker: the core contracted with them.
+    """
+    idx = layout.index
+    others = [k for k in range(len(model.factors)) if k != m]
+    if model.core is None:
+        Kt = np.take(np.ascontiguousarray(model.factors[others[0]].T), idx[others[0]], axis=1)
+        for k in others[1:]:
+            Kt *= np.take(np.ascontiguousarray(model.factors[k].T), idx[k], axis=1)
+        return Kt
+    R = [np.take(model.factors[k], idx[k], axis=0) for k in others]
+    core_m = _unfold(model.core, m).T
+    return _blocked(lambda s: _khatri_rao_rows([o[s] for o in R]) @ core_m,
+                    idx.shape[1], model.rank ** len(others), model.rank).T
+
+
+def _offsets_sorted(model: Model, layout: ModeLayout, skip=None) -> np.ndarray:
+    """Intercept plus every mode's bias (but ``skip``'s) at the entries in ``layout``'s order."""
+    out = np.full(layout.index.shape[1], float(model.intercept))
+    for k, b in enumerate(model.biases):
+        if k != skip and b is not None and len(b):
+            out += np.take(b, layout.index[k])
+    return out
+
+
 def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter, tol=1e-10,
-        fit_biases=True, prior_var=None, warmup=5, history=None):
+        fit_biases=True, prior_var=None, warmup=5, history=None, callback=None):
     """Alternating least squares over the observed entries only, in place on ``model``.
 
     Mode by mode, every row solves its own ridge regression of the residual on the leave-one-out
-    design ``K_m`` (plus a constant column for the row's bias when ``fit_biases``): the per-row
-    normal equations are built for all rows at once by one sparse product of the per-entry outer
-    products, and solved as one stacked ``np.linalg.solve``. Tucker then solves the core's ridge
-    regression on the Kronecker rows. Stops when the objective's relative decrease falls below
-    ``tol``. Appends the training RMSE of each sweep to ``history`` when given.
+    design ``K_m`` (plus a constant column for the row's bias when ``fit_biases``). The entries are
+    kept sorted by each mode (:class:`ModeLayout`), so the per-row normal equations of all rows are
+    a few contiguous products and one ``reduceat``, solved as one stacked ``np.linalg.solve``:
+    ``O(|Omega| p^2)`` flops per mode with ``p = rank + 1``, no Python loop over rows or entries.
+    Tucker then solves the core's ridge regression on the Kronecker rows. Stops when the
+    objective's relative decrease falls below ``tol``. Appends the training RMSE of each sweep to
+    ``history`` when given; ``callback(sweep, rmse)`` is called after each sweep.
     """
     d, r = obs.order, model.rank
-    X = obs.X
-    prev = np.inf
+    layouts = [obs.layout(m) for m in range(d)]
+    ys = [y[L.perm] for L in layouts]
+    prev, mse = np.inf, None
     reg0, reg_core0 = reg, reg_core
     for sweep in range(n_iter):
-        if prior_var is not None and sweep >= warmup:
+        if prior_var is not None and sweep >= warmup and mse is not None:
             # Empirical Bayes: ridge = residual variance / prior variance of a parameter.
-            mse = np.mean((y - predict(model, X))**2)
             reg, reg_core = reg0 + mse / prior_var, reg_core0 + mse / prior_var
-        for m in range(d):
-            R, K = interaction_design(model, X)
-            base = y - offsets(model, X)
-            if fit_biases:
-                base = base + model.biases[m][X[:, m]]
-                Z = np.concatenate([K[m], np.ones((len(y), 1))], axis=1)
-            else:
-                Z = K[m]
-            p = Z.shape[1]
-            gram = obs.scatter(m, (Z[:, :, None] * Z[:, None, :]).reshape(len(y), p * p))
-            gram = gram.reshape(-1, p, p)
+        for m, L in enumerate(layouts):
+            Kt = mode_design(model, L, m)
+            base = ys[m] - _offsets_sorted(model, L, skip=m if fit_biases else None)
+            gram, rhs = L.normal_equations(Kt, base, bias=fit_biases)
+            p = gram.shape[1]
             gram[:, np.arange(p), np.arange(p)] += reg + 1e-12
-            rhs = obs.scatter(m, Z * base[:, None])
             sol = np.linalg.solve(gram, rhs[:, :, None])[:, :, 0]
             model.factors[m] = sol[:, :r]
             if fit_biases:
                 model.biases[m] = sol[:, r]
         if model.core is not None:
-            R = [U[X[:, m]] for m, U in enumerate(model.factors)]
+            R = [U[obs.X[:, m]] for m, U in enumerate(model.factors)]
             gram = _core_gram(R)
             gram[np.diag_indices_from(gram)] += reg_core + 1e-12
-            rhs = _core_rows_t_dot(R, y - offsets(model, X)).ravel()
+            rhs = _core_rows_t_dot(R, y - offsets(model, obs.X)).ravel()
             model.core = np.linalg.solve(gram, rhs).reshape(model.core.shape)
-        resid = y - predict(model, X)
-        loss = 0.5 * resid @ resid + 0.5 * reg * sum(np.sum(U * U) for U in model.factors)
+            resid = y - predict(model, obs.X)
+        else:
+            # The last mode's design is still current: its fit is the model's prediction.
+            fitted = np.einsum("re,re->e", np.take(np.ascontiguousarray(model.factors[-1].T), L.index[-1], axis=1),
+                               Kt)
+            resid = ys[-1] - _offsets_sorted(model, L) - fitted
+        mse = float(resid @ resid) / len(resid)
+        loss = 0.5 * mse * len(resid) + 0.5 * reg * sum(np.sum(U * U) for U in model.factors)
         if model.core is not None:
             loss += 0.5 * reg_core * np.sum(model.core**2)
         if history is not None:
-            history.append(float(np.sqrt(np.mean(resid**2))))
+            history.append(float(np.sqrt(mse)))
+        if callback is not None:
+            callback(sweep, float(np.sqrt(mse)))
         if abs(prev - loss) <= tol * max(prev, 1e-300) and sweep > warmup:
             break
         prev = loss
@@ -343,7 +445,8 @@ def clipped_gradient(model: Model, X: np.ndarray, resid: np.ndarray, clip_norm):
 
 
 def gradient_descent(obs: Observations, y: np.ndarray, model: Model, *, learning_rate, n_iter, reg,
-                     reg_core, clip_norm=None, noise_std=0.0, damping=0.0, rng=None, history=None):
+                     reg_core, clip_norm=None, noise_std=0.0, damping=0.0, rng=None, history=None,
+                     callback=None):
     """(DP) full-batch gradient descent over every factor and the core, in place on ``model``.
 
     Each step: the clipped per-entry gradients are summed per row (one sparse product per mode)
@@ -359,7 +462,7 @@ def gradient_descent(obs: Observations, y: np.ndarray, model: Model, *, learning
     d = obs.order
     X = obs.X
     noisy = noise_std > 0
-    for _ in range(n_iter):
+    for step in range(n_iter):
         base = y - offsets(model, X)
         R, K = interaction_design(model, X)
         resid = base - np.einsum("er,er->e", R[0], K[0])
@@ -389,6 +492,119 @@ def gradient_descent(obs: Observations, y: np.ndarray, model: Model, *, learning
             step = np.linalg.solve(gram, grad.ravel()).reshape(grad.shape)
             model.core = model.core - learning_rate * step
         model.factors = new
+        if callback is not None:
+            # The training loss is passed on only when it is recorded (non-private fits).
+            callback(step, float(np.sqrt(np.mean(resid**2))) if history is not None else None)
     if history is not None:
         history.append(float(np.sqrt(np.mean((y - predict(model, X))**2))))
     return model
+
+
+# ----------------------------------------------------------------------------- DP-ALS
+def clip_designs(Kt, quantile):
+    """Scale every entry's design ``Kt[:, e]`` to l2 norm at most ``C``, the ``quantile`` of the norms.
+
+    The designs depend only on Omega and released factors, so ``C`` is public; returns
+    ``(clipped Kt, C)``. ``C`` bounds how far one value moves the right-hand side of its row.
+    """
+    norms = np.sqrt(np.einsum("re,re->e", Kt, Kt))
+    bound = float(np.quantile(norms, quantile)) if quantile < 1 else float(norms.max())
+    bound = max(bound, 1e-12)
+    return Kt * np.minimum(1.0, bound / np.maximum(norms, 1e-300)), bound
+
+
+def wiener_solve(gram, rhs, noise_var, counts, floor=False):
+    """Empirical-Bayes (Wiener) solution of every row's noisy normal equations.
+
+    Row ``i`` observed ``b_i = G_i u_i + K_i^T eps + xi`` with ``G_i`` public, data noise
+    ``eps ~ (0, s^2)`` per entry and release noise ``xi ~ N(0, noise_var I)``. With the prior
+    ``u_i ~ (0, tau^2 I)``, in the eigenbasis ``G_i = V diag(g) V^T`` each coordinate ``c = v^T b_i``
+    has second moment ``tau^2 g^2 + s^2 g + noise_var`` and the posterior mean of ``v^T u_i`` is
+    ``tau^2 g c / (tau^2 g^2 + s^2 g + noise_var)``. ``(tau^2, s^2)`` are fitted across all rows and
+    directions by weighted least squares on ``c^2 - noise_var`` (released sums and public Grams only:
+    post-processing); ``tau^2`` is taken two standard errors low, as :func:`eb_shrinkage` does, so
+    that directions swamped by noise are shrunk to 0. Rows without entries get 0.
+    """
+    seen = counts > 0
+    g, V = np.linalg.eigh(gram[seen])
+    g = np.maximum(g, 0.0)
+    c = np.einsum("ipq,ip->iq", V, rhs[seen])
+    tau2, s2 = _fit_signal_variance(g.ravel(), c.ravel() ** 2, noise_var)
+    if floor:
+        # An intermediate solve only sets the next designs' directions: never let it collapse to
+        # 0 (which would leave the next modes no design); signal at least at the noise level of
+        # a typical direction.
+        tau2 = max(tau2, noise_var / max(float(np.median(g)) ** 2, 1e-300))
+    gain = tau2 * g / (tau2 * g**2 + s2 * g + noise_var + 1e-300)
+    out = np.zeros_like(rhs)
+    out[seen] = np.einsum("ipq,iq->ip", V, gain * c)
+    return out
+
+
+def _fit_signal_variance(g, c2, noise_var, n_se=None):
+    """``(tau^2, s^2) >= 0`` from ``E c^2 = tau^2 g^2 + s^2 g + noise_var`` by weighted least squares.
+
+    Columns are scaled to unit norm (``g^2`` and ``g`` differ by orders of magnitude), the weights
+    are refitted once from the first fit, and ``tau^2`` is lowered by ``n_se`` standard errors.
+    """
+    n_se = WIENER_SE if n_se is None else n_se
+    A = np.stack([g**2, g], axis=1)
+    t = c2 - noise_var
+    w = 1.0 / (g**2 + g + noise_var + 1e-300) ** 2
+    coef = np.zeros(2)
+    for _ in range(3):
+        Aw = A * np.sqrt(w)[:, None]
+        scale = np.linalg.norm(Aw, axis=0) + 1e-300
+        sol, *_ = np.linalg.lstsq(Aw / scale, t * np.sqrt(w), rcond=None)
+        coef = np.maximum(sol / scale, 0.0)
+        w = 1.0 / (coef[0] * g**2 + coef[1] * g + noise_var + 1e-300) ** 2
+    Aw = A * np.sqrt(w)[:, None]
+    resid = t * np.sqrt(w) - Aw @ coef
+    cov = np.linalg.pinv(Aw.T @ Aw) * (resid @ resid) / max(len(t) - 2, 1)
+    tau2 = max(coef[0] - n_se * math.sqrt(max(cov[0, 0], 0.0)), 0.0)
+    return tau2, coef[1]
+
+
+def dp_als(obs: Observations, y: np.ndarray, model: Model, *, n_iter, noise_multiplier, rng,
+           design_quantile=0.9, clip=0.5, callback=None):
+    """DP alternating least squares on CP factors (the offsets stay at their released values).
+
+    Each half-sweep (one mode) releases every row's right-hand side ``b_i = sum_{e in row i}
+    K~_e (y_e - offsets_e)`` with ``N(0, (z C)^2)`` on each coordinate, where ``K~_e`` is the
+    entry's design clipped to norm ``C`` (:func:`clip_designs`). One value moves one row's ``b_i``
+    by at most ``C`` (values span 1 in scaled units), so the half-sweep is one Gaussian release of
+    multiplier ``z`` (parallel composition across rows). The Grams ``sum K~_e K~_e^T`` depend
+    only on Omega and released factors: public. Each row is then solved by
+    :func:`wiener_solve` (post-processing). ``callback(sweep)`` is called after each sweep with
+    nothing data-dependent.
+    """
+    if model.core is not None:
+        raise ValueError("dp_als fits CP models")
+    layouts = [obs.layout(m) for m in range(obs.order)]
+    for sweep in range(n_iter):
+        for m, L in enumerate(layouts):
+            Kt, bound = clip_designs(mode_design(model, L, m), design_quantile)
+            base = np.clip(y[L.perm] - _offsets_sorted(model, L), -clip, clip)
+            gram, rhs = L.normal_equations(Kt, base)
+            std = noise_multiplier * bound * min(1.0, 2.0 * clip)
+            if std > 0:
+                rhs = rhs + (L.counts > 0)[:, None] * rng.normal(0.0, std, size=rhs.shape)
+            last = sweep == n_iter - 1 and m == len(layouts) - 1
+            model.factors[m] = wiener_solve(gram, rhs, std**2, L.counts, floor=not last)
+        if callback is not None:
+            callback(sweep)
+    return model
+
+
+def residual_scale(obs: Observations, y: np.ndarray, model: Model, *, noise_multiplier, rng, bound=0.5):
+    """A released root-mean-square of the residuals after the offsets, to set the clipping level.
+
+    Releases ``sum_e min(t_e^2, bound^2)`` with ``t_e = y_e - offsets_e`` (offsets released, so
+    constants) plus ``N(0, (z bound^2)^2)``: each term lies in ``[0, bound^2]``, so one value moves
+    the sum by at most ``bound^2``. Returns ``sqrt(max(noisy sum, 0) / n)``.
+    """
+    t = np.minimum((y - offsets(model, obs.X)) ** 2, bound**2)
+    total = float(t.sum())
+    if noise_multiplier > 0:
+        total += rng.normal(0.0, noise_multiplier * bound**2)
+    return math.sqrt(max(total, 0.0) / len(y))

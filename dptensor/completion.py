@@ -27,13 +27,16 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._base import PrivateEstimatorMixin
-from ._completion_models import Model, Observations, als, gradient_descent, init_model, predict, row_offsets
+from ._completion_models import (Model, Observations, als, dp_als, gradient_descent, init_model, predict,
+                                 residual_scale, row_offsets)
 from ._validation import check_positive_int
 from .accounting import ComposedEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent, calibrate, gdp_mu
 from .mechanisms import laplace_noise
@@ -46,7 +49,7 @@ __all__ = ["PrivateTensorCompletion", "to_observations", "complete", "check_indi
 #: ``OFFSET_SHARE eps`` against the Laplace factor noise for ``"output"``.
 OFFSET_SHARE = 0.5
 
-_PERTURBATIONS = (None, "input", "gradient", "output")
+_PERTURBATIONS = (None, "auto", "input", "gradient", "output", "statistics")
 _DEFAULT_GD = {"learning_rate": 0.35, "n_iter": 5, "clip_norm": 0.1, "reg": 0.01}
 
 #: ``reg="auto"`` with ALS: after ``warmup`` sweeps at the floor ``AUTO_REG_FLOOR``, each sweep uses
@@ -63,6 +66,16 @@ OUTPUT_NOT_PRIVATE = ("perturbation='output' adds the paper's bolt-on noise, who
                       "Lipschitz, smooth loss; CP and Tucker losses are not convex and the other factors "
                       "are released unnoised")
 _DEFAULT_ALS_ITER = 100
+
+#: ``perturbation="statistics"``: DP-ALS sweeps by default. Every sweep costs ``order`` releases.
+#: On the 100^3 study (rank 3, 1e5 entries, SNR 1) one sweep from a random start is enough from
+#: some starts and learns nothing from others; three sweeps learn from most starts at epsilon >= 8
+#: (see ``benchmarks/results/completion.md``).
+DP_ALS_SWEEPS = 3
+#: Residuals are clipped to ``CLIP_RMS`` times their released root-mean-square (``residual_scale``)
+#: before DP-ALS: the noise scales with the clipping level, and values near the range's ends are
+#: rare once the offsets are removed.
+CLIP_RMS = 2.0
 
 
 def to_observations(array):
@@ -233,7 +246,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     True
     """
 
-    def __init__(self, rank=3, decomposition="cp", perturbation=None, epsilon=np.inf, delta=None,
+    def __init__(self, rank=3, decomposition="cp", perturbation="auto", epsilon=np.inf, delta=None,
                  learning_rate=None, n_iter=None, reg="auto", reg_core=None, clip_norm=None,
                  value_range=None, shape=None, batch_size=None, fit_intercept=True, solver="auto",
                  tol=1e-8, accountant=None, random_state=None, verbose=0):
@@ -263,8 +276,11 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         if self.decomposition not in ("cp", "tucker"):
             raise ValueError(f'decomposition must be "cp" or "tucker", got {self.decomposition!r}')
         if self.perturbation not in _PERTURBATIONS:
-            raise ValueError(f'perturbation must be None, "input", "gradient" or "output", '
-                             f"got {self.perturbation!r}")
+            raise ValueError(f'perturbation must be None, "auto", "input", "gradient", "output" or '
+                             f'"statistics", got {self.perturbation!r}')
+        perturbation = self._resolved_perturbation()
+        if perturbation == "statistics" and self.decomposition != "cp":
+            raise ValueError('perturbation="statistics" (DP-ALS) fits CP models; use "gradient" for Tucker')
         if self.solver not in ("auto", "als", "gd"):
             raise ValueError(f'solver must be "auto", "als" or "gd", got {self.solver!r}')
         if self.batch_size is not None:
@@ -272,20 +288,33 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
                              "Poisson subsampling would need an exactly accounted subsampled-Gaussian event")
         solver = self.solver
         if solver == "auto":
-            solver = "gd" if self.perturbation in ("gradient", "output") else "als"
-        if self.perturbation in ("gradient", "output") and solver != "gd":
-            raise ValueError(f'perturbation="{self.perturbation}" needs solver="gd" (or "auto")')
+            solver = "gd" if perturbation in ("gradient", "output") else "als"
+        if perturbation in ("gradient", "output") and solver != "gd":
+            raise ValueError(f'perturbation="{perturbation}" needs solver="gd" (or "auto")')
+        if perturbation == "statistics" and solver != "als":
+            raise ValueError('perturbation="statistics" needs solver="als" (or "auto")')
         gd = solver == "gd"
         lr = _positive(self.learning_rate, "learning_rate", _DEFAULT_GD["learning_rate"])
-        n_iter = check_positive_int(self.n_iter, "n_iter") if self.n_iter is not None else (
-            _DEFAULT_GD["n_iter"] if gd else _DEFAULT_ALS_ITER)
+        default_iter = (_DEFAULT_GD["n_iter"] if gd else
+                        DP_ALS_SWEEPS if perturbation == "statistics" else _DEFAULT_ALS_ITER)
+        n_iter = check_positive_int(self.n_iter, "n_iter") if self.n_iter is not None else default_iter
         clip = _positive(self.clip_norm, "clip_norm", _DEFAULT_GD["clip_norm"])
         auto = isinstance(self.reg, str) and self.reg == "auto"
         reg = (AUTO_REG_FLOOR if not gd else _DEFAULT_GD["reg"]) if auto else _nonnegative(self.reg, "reg")
         reg_core = reg if self.reg_core is None else _nonnegative(self.reg_core, "reg_core")
         tol = _nonnegative(self.tol, "tol")
-        return dict(rank=rank, solver=solver, lr=lr, n_iter=n_iter, clip=clip, reg=reg,
+        return dict(perturbation=perturbation, rank=rank, solver=solver, lr=lr, n_iter=n_iter, clip=clip, reg=reg,
                     reg_core=reg_core, tol=tol, prior_var=AUTO_PRIOR_VAR if (auto and not gd) else None)
+
+    def _resolved_perturbation(self):
+        """``perturbation="auto"``: non-private at ``epsilon=inf``, else the best private mode for the
+        decomposition (public parameters only): DP-ALS (``"statistics"``) for CP, DP gradient
+        descent for Tucker."""
+        if self.perturbation != "auto":
+            return self.perturbation
+        if isinstance(self.epsilon, numbers.Real) and math.isinf(self.epsilon) and self.epsilon > 0:
+            return None
+        return "statistics" if self.decomposition == "cp" else "gradient"
 
     def _check_value_range(self, private):
         if self.value_range is None:
@@ -311,6 +340,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         X, shape = check_indices(X, self.shape)
         y = np.asarray(y)
         if y.ndim == 2 and y.shape[1] == 1:
+            warnings.warn("A column-vector y was passed when a 1d array was expected; it is raveled",
+                          DataConversionWarning, stacklevel=3)
             y = y[:, 0]
         if y.ndim != 1:
             raise ValueError(f"y must be 1-D (one value per index tuple), got shape {y.shape}")
@@ -332,12 +363,14 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         """
         p = self._check_params()
         X, y, shape = self._check_data(X, y)
-        private = self.perturbation is not None and math.isfinite(self.epsilon)
-        if self.perturbation is None and not (isinstance(self.epsilon, numbers.Real)
-                                              and math.isinf(self.epsilon) and self.epsilon > 0):
-            raise ValueError(f"epsilon={self.epsilon!r} needs a perturbation (\"input\", \"gradient\" or "
-                             "\"output\"); perturbation=None is the non-private fit (epsilon=np.inf)")
-        gaussian = self.perturbation == "gradient" or (self.perturbation == "output" and self.fit_intercept)
+        pert = p["perturbation"]
+        private = pert is not None and math.isfinite(self.epsilon)
+        if pert is None and not (isinstance(self.epsilon, numbers.Real)
+                                 and math.isinf(self.epsilon) and self.epsilon > 0):
+            raise ValueError(f"epsilon={self.epsilon!r} needs a perturbation (\"auto\", \"statistics\", "
+                             "\"input\", \"gradient\" or \"output\"); perturbation=None is the non-private "
+                             "fit (epsilon=np.inf)")
+        gaussian = pert in ("gradient", "statistics") or (pert == "output" and self.fit_intercept)
         epsilon, delta = self._privacy_target(gaussian=gaussian)
         vrange = self._check_value_range(private)
 
@@ -360,7 +393,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         plan = self._plan(p, epsilon, delta, len(shape)) if private else None
         if plan is None:
             event = NonPrivateEvent("epsilon=inf")
-        elif self.perturbation == "output":
+        elif pert == "output":
             event = NonPrivateEvent(OUTPUT_NOT_PRIVATE)
         else:
             event = plan["event"]
@@ -368,7 +401,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             event, entropy=entropy, delta=delta, noise_multiplier=plan["z"] if plan else 0.0,
             n_queries=plan["n_queries"] if plan else 0, calibration="exact", data_shape=(len(y), *shape))
 
-        model = self._fit_scaled(obs, ys, p, plan, rng, history, private)
+        model = self._fit_scaled(obs, ys, p, plan, rng, history, private, scale)
 
         # Back to the caller's units: f scales by ``scale`` (spread over the factors for CP).
         if model.core is None:
@@ -383,6 +416,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         self.shape_ = tuple(shape)
         self.n_iter_ = p["n_iter"] if history is None else len(history)
         self.value_range_ = vrange
+        self.perturbation_ = pert
         if history is not None:
             self.train_rmse_ = [h * scale for h in history]
         return self
@@ -390,9 +424,16 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     def _plan(self, p, epsilon, delta, order):
         """The noise of a private fit: multipliers and the event recorded with the accountant."""
         n_off = order + 1
-        if self.perturbation == "input":
+        pert = p["perturbation"]
+        if pert == "input":
             return {"event": LaplaceEvent(epsilon), "z": 0.0, "n_queries": 1, "laplace_eps": epsilon}
-        if self.perturbation == "gradient":
+        if pert == "statistics":
+            # One multiplier for every release: the offsets (order + 1), the residual scale (1)
+            # and one right-hand side per mode and sweep; mu^2 = n_releases / z^2.
+            n_rel = (n_off if self.fit_intercept else 0) + 1 + p["n_iter"] * order
+            z = math.sqrt(n_rel) / gdp_mu(epsilon, delta)
+            return {"event": GaussianEvent(z, n_rel), "z": z, "z_offsets": z, "n_queries": n_rel}
+        if pert == "gradient":
             mu = gdp_mu(epsilon, delta)
             share = OFFSET_SHARE if self.fit_intercept else 0.0
             z = math.sqrt(p["n_iter"]) / (mu * math.sqrt(1.0 - share))
@@ -411,17 +452,34 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         return {"event": ComposedEvent([GaussianEvent(z_off, n_off), LaplaceEvent(eps_f)]), "z": z_off,
                 "z_offsets": z_off, "n_queries": 1, "laplace_eps": eps_f}
 
-    def _fit_scaled(self, obs, ys, p, plan, rng, history, private):
+    def _progress(self, private, scale):
+        """Per-sweep/step progress for ``verbose``: the training RMSE only when the fit is not private."""
+        if not self.verbose:
+            return None
+        name = type(self).__name__
+
+        def report(step, rmse=None):
+            if private or rmse is None:
+                print(f"[{name}] sweep/step {step + 1} done", flush=True)
+            else:
+                print(f"[{name}] sweep/step {step + 1}: training RMSE {rmse * scale:.6g}", flush=True)
+        return report
+
+    def _fit_scaled(self, obs, ys, p, plan, rng, history, private, scale=1.0):
         shape, order = obs.shape, obs.order
         kind = self.decomposition
-        if self.perturbation == "input" and private:
+        pert = p["perturbation"]
+        progress = self._progress(private, scale)
+        if pert == "statistics" and private:
+            return self._fit_dp_als(obs, ys, p, plan, rng, progress)
+        if pert == "input" and private:
             # Sensitivity of each value: hi - lo, which is 1 in scaled units.
             # Not clamped back into the range afterwards: that would bias every mean toward the
             # range's centre; the empirical-Bayes ridge of ALS sees the noise and shrinks instead.
             ys = ys + laplace_noise(ys.shape, 1.0, plan["laplace_eps"], rng)
         if p["solver"] == "als":
             model = init_model(shape, p["rank"], kind, rng, scale=0.1)
-            noisy_input = self.perturbation == "input" and private
+            noisy_input = pert == "input" and private
             if self.fit_intercept:
                 # After input perturbation every value carries Laplace noise: the row effects are
                 # estimated once with empirical-Bayes shrinkage (post-processing) and kept fixed,
@@ -430,38 +488,67 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
                                                             empirical_bayes=noisy_input)
             return als(obs, ys, model, reg=p["reg"], reg_core=p["reg_core"], n_iter=p["n_iter"],
                        tol=p["tol"], fit_biases=self.fit_intercept and not noisy_input,
-                       prior_var=p["prior_var"], warmup=0 if noisy_input else 5, history=history)
+                       prior_var=p["prior_var"], warmup=0 if noisy_input else 5, history=history,
+                       callback=progress)
         # Gradient descent: data-independent start, private offsets, then (noisy) steps.
         model = init_model(shape, p["rank"], kind, rng, scale=0.1, offset_like=True)
         z_off = plan.get("z_offsets", 0.0) if plan else 0.0
         if self.fit_intercept:
             model.intercept, model.biases = row_offsets(obs, ys, shrink=1.0, noise_std=z_off, rng=rng)
-        z = plan["z"] if (plan and self.perturbation == "gradient") else 0.0
+        z = plan["z"] if (plan and pert == "gradient") else 0.0
         gradient_descent(obs, ys, model, learning_rate=p["lr"], n_iter=p["n_iter"], reg=p["reg"],
                          reg_core=p["reg_core"], clip_norm=p["clip"], noise_std=2.0 * z * p["clip"],
-                         damping=DAMPING * (2.0 * z * p["clip"])**2, rng=rng, history=history)
-        if self.perturbation == "output" and private:
+                         damping=DAMPING * (2.0 * z * p["clip"])**2, rng=rng, history=history,
+                         callback=progress)
+        if pert == "output" and private:
             # The paper's bolt-on bound: Delta = 2 * iterations * Lipschitz constant * learning rate.
             sens = 2.0 * p["n_iter"] * p["clip"] * p["lr"]
             last = model.factors[-1]
             model.factors[-1] = last + laplace_noise(last.shape, sens, plan["laplace_eps"], rng)
         return model
 
+    def _fit_dp_als(self, obs, ys, p, plan, rng, progress):
+        """DP-ALS: private offsets, a released residual scale, then noisy-statistics sweeps."""
+        z = plan["z"]
+        model = init_model(obs.shape, p["rank"], "cp", rng, scale=0.1)
+        if self.fit_intercept:
+            model.intercept, model.biases = row_offsets(obs, ys, shrink=1.0, noise_std=z, rng=rng)
+        rms = residual_scale(obs, ys, model, noise_multiplier=z, rng=rng)
+        clip = min(0.5, max(CLIP_RMS * rms, 1e-3))
+        return dp_als(obs, ys, model, n_iter=p["n_iter"], noise_multiplier=z, rng=rng, clip=clip,
+                      callback=progress)
+
     # ------------------------------------------------------------------ predict
     def _model(self):
         return Model(factors=self.factors_, core=self.core_, intercept=self.intercept_, biases=self.biases_)
 
     def predict(self, X):
-        """Predicted values at the index tuples ``X`` (n, order), inside ``shape_``."""
+        """Predicted values at the index tuples ``X`` (n, order).
+
+        An index at or past ``shape_[m]`` in mode ``m`` (a row never seen in training, e.g. a new
+        user) is a cold start: that mode contributes no bias and no interaction, so the
+        prediction is the intercept plus the other modes' biases (offsets only).
+        """
         check_is_fitted(self, "factors_")
-        X = validate_data(self, X, reset=False, dtype=None, ensure_min_features=2)
-        X, _ = check_indices(X, self.shape_)
-        return predict(self._model(), X)
+        # reset=False checks the number of columns against the fit's (scikit-learn's message).
+        X = validate_data(self, X, reset=False, dtype=None)
+        X, _ = check_indices(X, None)
+        model = self._model()
+        unseen = X >= np.asarray(self.shape_)
+        if unseen.any():
+            # One appended zero row per mode stands for every unseen index.
+            X = np.where(unseen, np.asarray(self.shape_), X)
+            model = Model(factors=[np.vstack([U, np.zeros((1, U.shape[1]))]) for U in model.factors],
+                          core=model.core, intercept=model.intercept,
+                          biases=[np.append(b, 0.0) for b in model.biases])
+        return predict(model, X)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = False
-        tags.input_tags.positive_only = True  # indices
+        # X holds non-negative integer indices: scikit-learn's checks then round their data to them.
+        tags.input_tags.positive_only = True
+        tags.input_tags.categorical = True
         tags.target_tags.required = True
         return tags
 
