@@ -25,11 +25,9 @@ import numpy as np
 import scipy.sparse as sp
 
 __all__ = ["Observations", "Model", "predict", "interaction_design", "clipped_gradient", "als",
-           "gradient_descent", "row_offsets", "init_model", "dp_als", "residual_scale", "ModeLayout"]
+           "gradient_descent", "row_offsets", "init_model", "dp_als", "residual_scale", "spectral_start", "ModeLayout"]
 
 _CHUNK = 1 << 21  # floats per block when a Khatri-Rao product over entries would be large
-#: Standard errors taken off the fitted signal variance in :func:`wiener_solve` (0: the plain fit).
-WIENER_SE = 0.0
 
 
 class Observations:
@@ -513,59 +511,61 @@ def clip_designs(Kt, quantile):
     return Kt * np.minimum(1.0, bound / np.maximum(norms, 1e-300)), bound
 
 
-def wiener_solve(gram, rhs, noise_var, counts, floor=False):
+def wiener_solve(gram, rhs, noise_var, counts, s2, floor=False):
     """Empirical-Bayes (Wiener) solution of every row's noisy normal equations.
 
-    Row ``i`` observed ``b_i = G_i u_i + K_i^T eps + xi`` with ``G_i`` public, data noise
-    ``eps ~ (0, s^2)`` per entry and release noise ``xi ~ N(0, noise_var I)``. With the prior
+    Row ``i`` observed ``b_i = G_i u_i + K_i^T eps + xi`` with ``G_i`` public, residual noise
+    ``eps ~ (0, s2)`` per entry and release noise ``xi ~ N(0, noise_var I)``. With the prior
     ``u_i ~ (0, tau^2 I)``, in the eigenbasis ``G_i = V diag(g) V^T`` each coordinate ``c = v^T b_i``
-    has second moment ``tau^2 g^2 + s^2 g + noise_var`` and the posterior mean of ``v^T u_i`` is
-    ``tau^2 g c / (tau^2 g^2 + s^2 g + noise_var)``. ``(tau^2, s^2)`` are fitted across all rows and
-    directions by weighted least squares on ``c^2 - noise_var`` (released sums and public Grams only:
-    post-processing); ``tau^2`` is taken two standard errors low, as :func:`eb_shrinkage` does, so
-    that directions swamped by noise are shrunk to 0. Rows without entries get 0.
+    has second moment ``tau^2 g^2 + s2 g + noise_var`` and the posterior mean of ``v^T u_i`` is
+    ``tau^2 g c / (tau^2 g^2 + s2 g + noise_var)``. ``s2`` is given (the released residual scale:
+    ``g`` varies too little across rows to tell ``g`` from ``g^2``); ``tau^2`` is fitted across all
+    rows and directions by weighted least squares on ``c^2 - noise_var - s2 g`` (released sums and
+    public Grams only: post-processing). Rows without entries get 0.
+
+    ``floor``: an intermediate solve only sets the next designs' directions, so ``tau^2`` is kept
+    at least at the noise level of a typical direction rather than letting every row collapse to 0.
     """
     seen = counts > 0
+    out = np.zeros_like(rhs)
+    if not seen.any():
+        return out
     g, V = np.linalg.eigh(gram[seen])
     g = np.maximum(g, 0.0)
     c = np.einsum("ipq,ip->iq", V, rhs[seen])
-    tau2, s2 = _fit_signal_variance(g.ravel(), c.ravel() ** 2, noise_var)
+    tau2 = _fit_signal_variance(g.ravel(), c.ravel() ** 2, noise_var, s2)
     if floor:
-        # An intermediate solve only sets the next designs' directions: never let it collapse to
-        # 0 (which would leave the next modes no design); signal at least at the noise level of
-        # a typical direction.
         tau2 = max(tau2, noise_var / max(float(np.median(g)) ** 2, 1e-300))
     gain = tau2 * g / (tau2 * g**2 + s2 * g + noise_var + 1e-300)
-    out = np.zeros_like(rhs)
     out[seen] = np.einsum("ipq,iq->ip", V, gain * c)
     return out
 
 
-def _fit_signal_variance(g, c2, noise_var, n_se=None):
-    """``(tau^2, s^2) >= 0`` from ``E c^2 = tau^2 g^2 + s^2 g + noise_var`` by weighted least squares.
-
-    Columns are scaled to unit norm (``g^2`` and ``g`` differ by orders of magnitude), the weights
-    are refitted once from the first fit, and ``tau^2`` is lowered by ``n_se`` standard errors.
-    """
-    n_se = WIENER_SE if n_se is None else n_se
-    A = np.stack([g**2, g], axis=1)
-    t = c2 - noise_var
-    w = 1.0 / (g**2 + g + noise_var + 1e-300) ** 2
-    coef = np.zeros(2)
+def _fit_signal_variance(g, c2, noise_var, s2):
+    """``tau^2 >= 0`` from ``E c^2 = tau^2 g^2 + s2 g + noise_var`` by weighted least squares,
+    the weights (inverse squared second moments) refitted twice from the previous fit."""
+    t = c2 - noise_var - s2 * g
+    tau2 = 0.0
+    w = 1.0 / (g**2 + s2 * g + noise_var + 1e-300) ** 2
     for _ in range(3):
-        Aw = A * np.sqrt(w)[:, None]
-        scale = np.linalg.norm(Aw, axis=0) + 1e-300
-        sol, *_ = np.linalg.lstsq(Aw / scale, t * np.sqrt(w), rcond=None)
-        coef = np.maximum(sol / scale, 0.0)
-        w = 1.0 / (coef[0] * g**2 + coef[1] * g + noise_var + 1e-300) ** 2
-    Aw = A * np.sqrt(w)[:, None]
-    resid = t * np.sqrt(w) - Aw @ coef
-    cov = np.linalg.pinv(Aw.T @ Aw) * (resid @ resid) / max(len(t) - 2, 1)
-    tau2 = max(coef[0] - n_se * math.sqrt(max(cov[0, 0], 0.0)), 0.0)
-    return tau2, coef[1]
+        tau2 = max(float(np.sum(w * g**2 * t) / max(np.sum(w * g**4), 1e-300)), 0.0)
+        w = 1.0 / (tau2 * g**2 + s2 * g + noise_var + 1e-300) ** 2
+    return tau2
 
 
-def dp_als(obs: Observations, y: np.ndarray, model: Model, *, n_iter, noise_multiplier, rng,
+def _balance(model: Model, m: int):
+    """Give every column of the factors other than ``m`` unit root-mean-square (public factors).
+
+    The mode-``m`` solve then sees components on one scale, which its isotropic prior assumes;
+    the column scales move into mode ``m``, which the solve replaces, so this changes nothing else.
+    """
+    for k, U in enumerate(model.factors):
+        if k != m:
+            rms = np.sqrt(np.mean(U * U, axis=0))
+            model.factors[k] = U / np.where(rms > 0, rms, 1.0)
+
+
+def dp_als(obs: Observations, y: np.ndarray, model: Model, *, n_iter, noise_multiplier, rng, s2,
            design_quantile=0.9, clip=0.5, callback=None):
     """DP alternating least squares on CP factors (the offsets stay at their released values).
 
@@ -583,6 +583,7 @@ def dp_als(obs: Observations, y: np.ndarray, model: Model, *, n_iter, noise_mult
     layouts = [obs.layout(m) for m in range(obs.order)]
     for sweep in range(n_iter):
         for m, L in enumerate(layouts):
+            _balance(model, m)
             Kt, bound = clip_designs(mode_design(model, L, m), design_quantile)
             base = np.clip(y[L.perm] - _offsets_sorted(model, L), -clip, clip)
             gram, rhs = L.normal_equations(Kt, base)
@@ -590,7 +591,7 @@ def dp_als(obs: Observations, y: np.ndarray, model: Model, *, n_iter, noise_mult
             if std > 0:
                 rhs = rhs + (L.counts > 0)[:, None] * rng.normal(0.0, std, size=rhs.shape)
             last = sweep == n_iter - 1 and m == len(layouts) - 1
-            model.factors[m] = wiener_solve(gram, rhs, std**2, L.counts, floor=not last)
+            model.factors[m] = wiener_solve(gram, rhs, std**2, L.counts, s2, floor=not last)
         if callback is not None:
             callback(sweep)
     return model
@@ -608,3 +609,67 @@ def residual_scale(obs: Observations, y: np.ndarray, model: Model, *, noise_mult
     if noise_multiplier > 0:
         total += rng.normal(0.0, noise_multiplier * bound**2)
     return math.sqrt(max(total, 0.0) / len(y))
+
+
+def unfolding_columns(obs: Observations, m: int):
+    """Column of every entry in the mode-``m`` unfolding (only the columns that hold an entry are
+    numbered) and the number of entries in each column: both public (functions of Omega)."""
+    others = [k for k in range(obs.order) if k != m]
+    cols = np.ravel_multi_index(tuple(obs.X[:, k] for k in others), [obs.shape[k] for k in others])
+    _, col_id, col_counts = np.unique(cols, return_inverse=True, return_counts=True)
+    return col_id.ravel(), col_counts
+
+
+def spectral_start(obs: Observations, y: np.ndarray, model: Model, *, noise_multiplier, rng, clip, s2,
+                   design_quantile=0.9, n_inner=50):
+    """Private warm start for CP: noisy spectral subspaces, one noisy projected step, a small CP.
+
+    With ``t_e = clip(y_e - offsets_e, -clip, clip)`` (offsets released) one value moves ``t_e`` by
+    at most ``D = min(1, 2 clip)``.
+
+    1. For each mode ``m >= 1``: release the off-diagonal upper triangle of ``M = Y Y^T`` (``Y`` the
+       mode-``m`` unfolding of ``t``) plus ``N(0, (z Delta_m)^2)`` per coordinate, with
+       ``Delta_m = D clip sqrt(n_col - 1)`` and ``n_col`` the largest number of entries in one
+       column of the unfolding (public). ``V_m`` = top ``rank`` eigenvectors.
+    2. Mode 0: every row's right-hand side on the designs ``kron(V_1[e_1], ..., V_{d-1}[e_{d-1}])``
+       clipped to norm ``C`` (:func:`clip_designs`), plus ``N(0, (z D C)^2)``: one release, solved
+       per row by :func:`wiener_solve` into ``W`` (n_0 x rank^(d-1)): the tensor in the bases V.
+    3. Post-processing: a CP of the small dense ``W`` (non-private ALS on released values) gives
+       ``U_0`` and ``B_m``; ``U_m = V_m B_m``.
+
+    That is ``order`` Gaussian releases at multiplier ``z``. Returns the sensitivities (for tests).
+    """
+    d, r = obs.order, model.rank
+    D = min(1.0, 2.0 * clip)
+    t = np.clip(y - offsets(model, obs.X), -clip, clip)
+    bases, used = [None] * d, []
+    for m in range(1, d):
+        col_id, col_counts = unfolding_columns(obs, m)
+        Y = sp.csr_array((t, (obs.X[:, m], col_id)), shape=(obs.shape[m], len(col_counts)))
+        M = (Y @ Y.T).toarray()
+        np.fill_diagonal(M, 0.0)  # the diagonal is not released (it is mostly each row's noise)
+        sens = D * clip * math.sqrt(max(int(col_counts.max()) - 1, 1))
+        if noise_multiplier > 0:
+            E = np.triu(rng.normal(0.0, noise_multiplier * sens, size=M.shape), 1)
+            M = M + E + E.T
+        vals, vecs = np.linalg.eigh(M)
+        bases[m] = vecs[:, np.argsort(vals)[::-1][:r]]
+        used.append(sens)
+    L = obs.layout(0)
+    Kt = _khatri_rao_rows([np.take(bases[k], L.index[k], axis=0) for k in range(1, d)]).T
+    Kt, bound = clip_designs(np.ascontiguousarray(Kt), design_quantile)
+    gram, rhs = L.normal_equations(Kt, t[L.perm])
+    std = noise_multiplier * D * bound
+    if std > 0:
+        rhs = rhs + (L.counts > 0)[:, None] * rng.normal(0.0, std, size=rhs.shape)
+    used.append(D * bound)
+    W = wiener_solve(gram, rhs, std**2, L.counts, s2, floor=True)
+    small_shape = (obs.shape[0],) + (r,) * (d - 1)
+    small = init_model(small_shape, r, "cp", rng, scale=0.1)
+    cells = np.stack(np.unravel_index(np.arange(W.size), small_shape), axis=1)
+    als(Observations(cells, small_shape), W.ravel(), small, reg=1e-6, reg_core=0.0, n_iter=n_inner,
+        fit_biases=False, tol=1e-10)
+    model.factors[0] = small.factors[0]
+    for k in range(1, d):
+        model.factors[k] = bases[k] @ small.factors[k]
+    return used

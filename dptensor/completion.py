@@ -36,7 +36,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._base import PrivateEstimatorMixin
 from ._completion_models import (Model, Observations, als, dp_als, gradient_descent, init_model, predict,
-                                 residual_scale, row_offsets)
+                                 residual_scale, row_offsets, spectral_start)
 from ._validation import check_positive_int
 from .accounting import ComposedEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent, calibrate, gdp_mu
 from .mechanisms import laplace_noise
@@ -71,11 +71,11 @@ _DEFAULT_ALS_ITER = 100
 #: On the 100^3 study (rank 3, 1e5 entries, SNR 1) one sweep from a random start is enough from
 #: some starts and learns nothing from others; three sweeps learn from most starts at epsilon >= 8
 #: (see ``benchmarks/results/completion.md``).
-DP_ALS_SWEEPS = 3
+DP_ALS_SWEEPS = 2
 #: Residuals are clipped to ``CLIP_RMS`` times their released root-mean-square (``residual_scale``)
 #: before DP-ALS: the noise scales with the clipping level, and values near the range's ends are
 #: rare once the offsets are removed.
-CLIP_RMS = 2.0
+CLIP_RMS = 1.5
 
 
 def to_observations(array):
@@ -430,7 +430,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         if pert == "statistics":
             # One multiplier for every release: the offsets (order + 1), the residual scale (1)
             # and one right-hand side per mode and sweep; mu^2 = n_releases / z^2.
-            n_rel = (n_off if self.fit_intercept else 0) + 1 + p["n_iter"] * order
+            n_rel = (n_off if self.fit_intercept else 0) + 1 + order + p["n_iter"] * order
             z = math.sqrt(n_rel) / gdp_mu(epsilon, delta)
             return {"event": GaussianEvent(z, n_rel), "z": z, "z_offsets": z, "n_queries": n_rel}
         if pert == "gradient":
@@ -515,7 +515,11 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             model.intercept, model.biases = row_offsets(obs, ys, shrink=1.0, noise_std=z, rng=rng)
         rms = residual_scale(obs, ys, model, noise_multiplier=z, rng=rng)
         clip = min(0.5, max(CLIP_RMS * rms, 1e-3))
-        return dp_als(obs, ys, model, n_iter=p["n_iter"], noise_multiplier=z, rng=rng, clip=clip,
+        # The released residual scale (clipped) stands for the per-entry residual variance of the
+        # empirical-Bayes solves: an upper bound, since it still holds the interactions.
+        s2 = min(rms, clip) ** 2
+        spectral_start(obs, ys, model, noise_multiplier=z, rng=rng, clip=clip, s2=s2)
+        return dp_als(obs, ys, model, n_iter=p["n_iter"], noise_multiplier=z, rng=rng, clip=clip, s2=s2,
                       callback=progress)
 
     # ------------------------------------------------------------------ predict
