@@ -456,3 +456,141 @@ def test_sklearn_checks_pass_on_index_data():
     again = pickle.loads(pickle.dumps(est))
     np.testing.assert_array_equal(again.predict(X), est.predict(X))
     assert est.score(X, y) == pytest.approx(r2_score(y, est.predict(X)))
+
+
+# ----------------------------------------------------------------------------- DP-ALS ("statistics")
+def _released_model(rng, shape, rank=2):
+    return Model(factors=[rng.standard_normal((n, rank)) for n in shape], core=None, intercept=0.1,
+                 biases=[rng.normal(0, 0.1, n) for n in shape])
+
+
+def _rhs_release(model, obs, y, m, clip):
+    """What one DP-ALS half-sweep adds noise to: every row's right-hand side, stacked."""
+    from dptensor._completion_models import _balance, _offsets_sorted, clip_designs, mode_design
+
+    L = obs.layout(m)
+    _balance(model, m)
+    Kt, bound = clip_designs(mode_design(model, L, m), 0.9)
+    base = np.clip(y[L.perm] - _offsets_sorted(model, L), -clip, clip)
+    return L.normal_equations(Kt, base)[1], bound
+
+
+@pytest.mark.parametrize("clip", [0.5, 0.1])
+def test_dp_als_right_hand_sides_have_sensitivity_d_c(clip, rng):
+    """Brute force: replacing any one value (scaled units, range [-1/2, 1/2]) moves the stacked
+    right-hand sides of a half-sweep by at most min(1, 2 clip) * C, C the public design bound."""
+    shape = (5, 4, 6)
+    X = np.stack(np.unravel_index(rng.choice(120, 40, replace=False), shape), axis=1)
+    obs = Observations(X, shape)
+    y = rng.uniform(-0.5, 0.5, 40)
+    model = _released_model(rng, shape)
+    for m in range(3):
+        base, bound = _rhs_release(model, obs, y, m, clip)
+        worst = 0.0
+        for e in range(len(y)):
+            for new in (-0.5, 0.5):
+                y2 = y.copy()
+                y2[e] = new
+                other, bound2 = _rhs_release(model, obs, y2, m, clip)
+                assert bound2 == bound  # the design bound does not depend on the values
+                worst = max(worst, np.linalg.norm(other - base))
+        assert worst <= min(1.0, 2 * clip) * bound * (1 + 1e-9)
+        assert worst > 0.3 * min(1.0, 2 * clip) * bound  # not vacuous
+
+
+def test_spectral_gram_and_residual_scale_sensitivities(rng):
+    """Brute force on the warm start's releases: the off-diagonal unfolding Gram moves by at most
+    D clip sqrt(n_col - 1); the clipped sum of squared residuals by at most bound^2."""
+    import scipy.sparse as sp
+
+    from dptensor._completion_models import offsets, unfolding_columns
+
+    shape, clip = (5, 4, 3), 0.2
+    X = np.stack(np.unravel_index(rng.choice(60, 45, replace=False), shape), axis=1)
+    obs = Observations(X, shape)
+    y = rng.uniform(-0.5, 0.5, 45)
+    model = _released_model(rng, shape)
+
+    def gram(values, m):
+        col_id, counts = unfolding_columns(obs, m)
+        t = np.clip(values - offsets(model, X), -clip, clip)
+        M = (lambda Y: (Y @ Y.T).toarray())(sp.csr_array((t, (X[:, m], col_id)), shape=(shape[m], len(counts))))
+        return M[np.triu_indices(shape[m], 1)], counts
+
+    def sumsq(values, bound=0.5):
+        return np.sum(np.minimum((values - offsets(model, X)) ** 2, bound**2))
+
+    for m in (1, 2):
+        base, counts = gram(y, m)
+        bound = min(1.0, 2 * clip) * clip * math.sqrt(counts.max() - 1)
+        worst = max(np.linalg.norm(gram(np.where(np.arange(45) == e, new, y), m)[0] - base)
+                    for e in range(45) for new in (-0.5, 0.5))
+        assert 0.3 * bound < worst <= bound * (1 + 1e-9)
+    worst = max(abs(sumsq(np.where(np.arange(45) == e, new, y)) - sumsq(y)) for e in range(45) for new in (-0.5, 0.5))
+    assert worst <= 0.25 * (1 + 1e-12)
+
+
+def test_wiener_solve_is_least_squares_without_noise_and_zero_under_pure_noise(rng):
+    from dptensor._completion_models import wiener_solve
+
+    n, r = 200, 3
+    K = rng.standard_normal((n, 50, r))
+    U = rng.standard_normal((n, r))
+    gram = np.einsum("nep,neq->npq", K, K)
+    rhs = np.einsum("npq,nq->np", gram, U)
+    got = wiener_solve(gram, rhs, 0.0, np.full(n, 50.0), s2=1e-6)
+    np.testing.assert_allclose(got, U, rtol=1e-3, atol=1e-3)
+    noise = rng.normal(0, 100.0, (n, r))
+    plain = np.linalg.solve(gram, noise[:, :, None])[:, :, 0]
+    shrunk = wiener_solve(gram, noise, 100.0**2, np.full(n, 50.0), s2=1e-6)
+    assert np.linalg.norm(shrunk) < 0.1 * np.linalg.norm(plain)
+
+
+def test_statistics_mode_records_exact_target_and_release_count():
+    data = _study(0)
+    acc = PrivacyAccountant(epsilon=5.0, delta=1e-6)
+    model = PrivateTensorCompletion(epsilon=1.0, value_range=(0, 1), n_iter=2, accountant=acc, random_state=0)
+    model.fit(data["indices"], data["values"])
+    assert model.perturbation_ == "statistics"
+    cost = model.privacy_cost_
+    assert cost.epsilon == pytest.approx(1.0, rel=1e-9) and acc.spent()[0] == pytest.approx(1.0, rel=1e-9)
+    # offsets (order + 1) + residual scale (1) + warm start (order) + 2 sweeps x order
+    n_rel = 4 + 1 + 3 + 2 * 3
+    assert cost.event == GaussianEvent(cost.noise_multiplier, n_rel)
+    assert cost.noise_multiplier == pytest.approx(math.sqrt(n_rel) / gdp_mu(1.0, 1e-6))
+
+
+def test_auto_perturbation_choice_is_public():
+    est = PrivateTensorCompletion(epsilon=2.0, value_range=(0, 1))
+    assert est._resolved_perturbation() == "statistics"
+    assert est.set_params(decomposition="tucker")._resolved_perturbation() == "gradient"
+    assert est.set_params(epsilon=np.inf)._resolved_perturbation() is None
+
+
+def test_dp_als_learns_on_the_100_cubed_study():
+    """100^3 rank 3, 10% observed, SNR 1: at epsilon=8 DP-ALS keeps well over half of the
+    non-private improvement over the observed-mean predictor (the benchmark gives the curve)."""
+    data = make_low_rank_tensor(shape=(100, 100, 100), missing_ratio=0.9, snr=1.0, random_state=0)
+    X, y = data["indices"], data["values"]
+    Xt, yt = data["test_indices"][:50000], data["test_values"][:50000]
+    pad = 3 * data["noise_std"]
+    mean = rmse(np.full(len(yt), y.mean()), yt)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        best = rmse(PrivateTensorCompletion(n_iter=15, random_state=0).fit(X, y).predict(Xt), yt)
+    private = rmse(PrivateTensorCompletion(epsilon=8.0, value_range=(-pad, 1 + pad), random_state=0)
+                   .fit(X, y).predict(Xt), yt)
+    assert (mean - private) / (mean - best) > 0.5
+
+
+def test_verbose_prints_progress_and_nothing_data_dependent_when_private(capsys):
+    data = _study(0)
+    PrivateTensorCompletion(epsilon=2.0, value_range=(0, 1), verbose=1, random_state=0).fit(
+        data["indices"], data["values"])
+    private = capsys.readouterr().out
+    assert private.count("done") == 2 and "RMSE" not in private
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        PrivateTensorCompletion(n_iter=3, tol=0, verbose=1, random_state=0).fit(data["indices"], data["values"])
+    public = capsys.readouterr().out
+    assert public.count("training RMSE") == 3
