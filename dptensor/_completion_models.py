@@ -287,7 +287,10 @@ def row_offsets(obs: Observations, y: np.ndarray, *, shrink=1.0, noise_std=0.0, 
             sums = sums + np.where(counts > 0, rng.normal(0.0, noise_std, size=sums.shape), 0.0)
         if noisy or empirical_bayes:
             # Values that carry their own noise: their spread is measured directly (post-processing).
-            s2 = float(np.var(resid)) if (empirical_bayes and not noisy) else None
+            # With released (noisy) sums the per-entry variance is not identifiable (counts vary
+            # too little to tell s^2 / n from tau^2), so its public bound is used: values span 1
+            # in scaled units, so their variance is at most 1/4.
+            s2 = float(np.var(resid)) if (empirical_bayes and not noisy) else (0.25 if noisy else None)
             kappa, s2_fit = eb_shrinkage(sums, counts, noise_std**2, s2=s2, return_s2=True)
             if spread is not None:
                 spread.append(s2_fit)
@@ -525,6 +528,8 @@ def wiener_solve(gram, rhs, noise_var, counts, s2, floor=False):
 
     ``floor``: an intermediate solve only sets the next designs' directions, so ``tau^2`` is kept
     at least at the noise level of a typical direction rather than letting every row collapse to 0.
+    Otherwise (the final solve, whose values are predicted with) ``tau^2`` is taken two standard
+    errors low, so that a release swamped by noise shrinks to 0.
     """
     seen = counts > 0
     out = np.zeros_like(rhs)
@@ -533,7 +538,7 @@ def wiener_solve(gram, rhs, noise_var, counts, s2, floor=False):
     g, V = np.linalg.eigh(gram[seen])
     g = np.maximum(g, 0.0)
     c = np.einsum("ipq,ip->iq", V, rhs[seen])
-    tau2 = _fit_signal_variance(g.ravel(), c.ravel() ** 2, noise_var, s2)
+    tau2 = _fit_signal_variance(g.ravel(), c.ravel() ** 2, noise_var, s2, n_se=0.0 if floor else 2.0)
     if floor:
         tau2 = max(tau2, noise_var / max(float(np.median(g)) ** 2, 1e-300))
     gain = tau2 * g / (tau2 * g**2 + s2 * g + noise_var + 1e-300)
@@ -541,15 +546,21 @@ def wiener_solve(gram, rhs, noise_var, counts, s2, floor=False):
     return out
 
 
-def _fit_signal_variance(g, c2, noise_var, s2):
+def _fit_signal_variance(g, c2, noise_var, s2, n_se=0.0):
     """``tau^2 >= 0`` from ``E c^2 = tau^2 g^2 + s2 g + noise_var`` by weighted least squares,
-    the weights (inverse squared second moments) refitted twice from the previous fit."""
+    the weights (inverse squared second moments) refitted twice from the previous fit, then
+    lowered by ``n_se`` (sandwich) standard errors: with little data a pure-noise release can fit a
+    positive ``tau^2`` by chance, and a final solve should rather fall back to 0 (offsets only)."""
     t = c2 - noise_var - s2 * g
     tau2 = 0.0
     w = 1.0 / (g**2 + s2 * g + noise_var + 1e-300) ** 2
     for _ in range(3):
         tau2 = max(float(np.sum(w * g**2 * t) / max(np.sum(w * g**4), 1e-300)), 0.0)
         w = 1.0 / (tau2 * g**2 + s2 * g + noise_var + 1e-300) ** 2
+    if n_se:
+        den = max(float(np.sum(w * g**4)), 1e-300)
+        se = math.sqrt(float(np.sum((w * g**2 * (t - tau2 * g**2)) ** 2))) / den
+        tau2 = max(tau2 - n_se * se, 0.0)
     return tau2
 
 
