@@ -2,9 +2,15 @@ r"""Private tensor completion: CP and Tucker models fitted on observed entries (
 
 :class:`PrivateTensorCompletion` is a scikit-learn regressor whose samples are index tuples:
 ``X`` (n_obs, order) integer positions in a tensor, ``y`` the values observed there. It predicts
-the value at any position. Three ways to make the fit private, all with one privacy unit, **the
+the value at any position. Four ways to make the fit private, all with one privacy unit, **the
 value of one observed entry** (the set of observed positions Omega, the tensor's shape and a
 value range ``[lo, hi]`` are public):
+
+* ``"statistics"`` (DP-ALS, the default private mode for CP, chosen by ``perturbation="auto"``):
+  private offsets, a released residual scale, a private spectral start, then alternating least
+  squares whose per-row right-hand sides are released with Gaussian noise (one release per mode
+  and sweep, by parallel composition across rows; the Gram matrices depend only on Omega and
+  released factors) and solved with empirical-Bayes shrinkage. Exactly ``(eps, delta)``.
 
 * ``"input"``: every observed value is clipped to ``[lo, hi]`` and gets ``Lap((hi - lo)/eps)``
   noise; each entry is touched by one release, so the fit is pure ``eps``-DP by parallel
@@ -156,18 +162,21 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
 
     Non-private fits (and input perturbation, which then runs the same fit on noisy values) use
     alternating least squares over the observed entries: each row's ridge regression, with its
-    bias, is solved for all rows of a mode at once. Gradient and output perturbation use full-batch
-    gradient descent with a public Gauss-Newton preconditioner (see ``gradient_descent``).
+    bias, is solved for all rows of a mode at once. ``"statistics"`` runs DP-ALS (``dp_als``).
+    Gradient and output perturbation use full-batch gradient descent with a public Gauss-Newton
+    preconditioner (see ``gradient_descent``). An index never seen in training (at or past
+    ``shape_``) is predicted from the offsets only (cold start).
 
     Privacy unit: **the value of one observed entry** (replace-one), with Omega (which positions
     are observed), ``shape`` and ``value_range`` public; they must be chosen without looking at the
-    values. What is released: ``factors_``, ``core_``, ``intercept_``, ``biases_`` (and the
-    per-step training history when ``verbose``, which under ``"gradient"`` is computed from the
-    private data and is **not** covered: it is only recorded when ``verbose`` is set, with a
-    warning).
+    values. What is released: ``factors_``, ``core_``, ``intercept_``, ``biases_``. A private fit
+    never computes, stores or prints its training loss.
 
     Guarantees:
 
+    * ``perturbation="statistics"``: ``(epsilon, delta)``-DP, exactly, by Gaussian-DP composition of
+      ``(order + 1) + 1 + order + n_iter * order`` releases at one multiplier (offsets, residual
+      scale, spectral start, sweeps; ``order + 1`` fewer without ``fit_intercept``). CP only.
     * ``perturbation="input"``: pure ``epsilon``-DP (Laplace, parallel composition), ``delta`` unused.
     * ``perturbation="gradient"``: ``(epsilon, delta)``-DP, exactly, by Gaussian-DP composition of
       ``order + 1`` offset releases (share ``OFFSET_SHARE`` of ``mu^2`` when ``fit_intercept``) and
@@ -186,16 +195,19 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     rank : int, default=3
         CP rank, or the size of every side of the Tucker core.
     decomposition : {"cp", "tucker"}, default="cp"
-    perturbation : {None, "input", "gradient", "output"}, default=None
-        ``None`` is the non-private fit; a finite ``epsilon`` needs one of the three.
+    perturbation : {"auto", None, "statistics", "input", "gradient", "output"}, default="auto"
+        ``"auto"``: the non-private fit at ``epsilon=np.inf``, otherwise ``"statistics"`` for CP
+        and ``"gradient"`` for Tucker (decided from public parameters only). ``None`` is the
+        non-private fit; a finite ``epsilon`` needs one of the others.
     epsilon : float, default=np.inf
     delta : float or None, default=None
         ``None`` takes the accountant's delta, else 1e-5. Unused by ``"input"``.
     learning_rate : float or None, default=None
         Gradient-descent step (``None``: 0.35). Each row moves by ``lr`` times its Gauss-Newton step.
     n_iter : int or None, default=None
-        Sweeps (ALS, default 100, stops early at ``tol``) or gradient steps (default 5: every step
-        of DP gradient descent costs budget, and a few well-preconditioned steps go furthest).
+        Sweeps (ALS, default 100, stops early at ``tol``; DP-ALS, default 2) or gradient steps
+        (default 5: every step of DP gradient descent costs budget, and a few well-preconditioned
+        steps go furthest).
     reg : float, default=0.01
         Ridge penalty on the factors (and the biases during ALS), in scaled units.
     reg_core : float or None, default=None
@@ -213,16 +225,17 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     fit_intercept : bool, default=True
         Fit the global mean and per-mode row effects (released privately when private).
     solver : {"auto", "als", "gd"}, default="auto"
-        ``"auto"``: ALS for ``None`` and ``"input"``, gradient descent for ``"gradient"`` and
-        ``"output"`` (which require it).
+        ``"auto"``: ALS for ``None``, ``"input"`` and ``"statistics"``, gradient descent for
+        ``"gradient"`` and ``"output"`` (which require it).
     tol : float, default=1e-8
         ALS stops when the objective's relative decrease falls below ``tol``.
     accountant : PrivacyAccountant or None, default=None
     random_state : None, int or Generator, default=None
         Seeds the initialisation and the noise. ``None`` (OS entropy) for any real release.
     verbose : int, default=0
-        When > 0 and the fit is not private, record ``train_rmse_`` after each sweep or step. A
-        private fit records nothing of the kind: the training loss is an unnoised statistic.
+        When > 0, print progress after each sweep or step; a non-private fit also prints and
+        records its training RMSE (``train_rmse_``). A private fit prints only the step number:
+        the training loss is an unnoised statistic.
 
     Attributes
     ----------
@@ -234,6 +247,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     n_features_in_ : int
         The order of the tensor (the number of index columns).
     n_iter_ : int
+    perturbation_ : str or None
+        The mode used (``"auto"`` resolved).
     privacy_cost_ : PrivacyCost
     train_rmse_ : list of float
         Only when ``verbose`` and the fit is not private.
