@@ -169,10 +169,23 @@ def init_model(shape, rank, kind, rng, scale=0.1, *, offset_like=False):
 
 # ----------------------------------------------------------------------------- evaluation
 def _khatri_rao_rows(mats):
-    """Row-wise Kronecker product of ``(n, r_k)`` matrices: ``(n, prod r_k)``, C order."""
-    out = mats[0]
-    for M in mats[1:]:
-        out = (out[:, :, None] * M[:, None, :]).reshape(out.shape[0], -1)
+    """Row-wise Kronecker product of ``(n, r_k)`` matrices: ``(n, prod r_k)``, C order.
+
+    Computed column-wise (:func:`_khatri_rao_cols` on the transposes) so that every product runs
+    along the entries; the result is the transpose of a C-ordered array.
+    """
+    return _khatri_rao_cols([np.ascontiguousarray(M.T) for M in mats]).T
+
+
+def _khatri_rao_cols(mats_t):
+    """Column-wise Khatri-Rao of ``(r_k, n)`` matrices: ``(prod r_k, n)``, C order over the ``r_k``.
+
+    The transposed twin of :func:`_khatri_rao_rows`: every product runs along the ``n`` entries
+    (contiguous), not along a rank-sized inner axis.
+    """
+    out = mats_t[0]
+    for M in mats_t[1:]:
+        out = (out[:, None, :] * M[None, :, :]).reshape(-1, out.shape[1])
     return out
 
 
@@ -350,10 +363,15 @@ def mode_design(model: Model, layout: ModeLayout, m: int) -> np.ndarray:
         for k in others[1:]:
             Kt *= np.take(np.ascontiguousarray(model.factors[k].T), idx[k], axis=1)
         return Kt
-    R = [np.take(model.factors[k], idx[k], axis=0) for k in others]
-    core_m = _unfold(model.core, m).T
-    return _blocked(lambda s: _khatri_rao_rows([o[s] for o in R]) @ core_m,
-                    idx.shape[1], model.rank ** len(others), model.rank).T
+    Rt = [np.take(np.ascontiguousarray(model.factors[k].T), idx[k], axis=1) for k in others]
+    core_m = _unfold(model.core, m)
+    n, width = idx.shape[1], model.rank ** len(others)
+    step = max(1, _CHUNK // width)  # bounded memory for the Khatri-Rao block
+    out = np.empty((model.rank, n))
+    for start in range(0, n, step):
+        s = slice(start, min(n, start + step))
+        out[:, s] = core_m @ _khatri_rao_cols([R[:, s] for R in Rt])
+    return out
 
 
 def _offsets_sorted(model: Model, layout: ModeLayout, skip=None) -> np.ndarray:
@@ -363,6 +381,30 @@ def _offsets_sorted(model: Model, layout: ModeLayout, skip=None) -> np.ndarray:
         if k != skip and b is not None and len(b):
             out += np.take(b, layout.index[k])
     return out
+
+
+def _tucker_core_step(model: Model, L: ModeLayout, y_sorted, reg_core):
+    """Solve the core's ridge regression; return the residuals (entries in ``L``'s order).
+
+    The core's design for entry ``e`` is ``U_0[e_0] (x) q_e`` with ``q_e`` the Kronecker product of
+    the other rows. Grouping the entries by their mode-0 row ``i``, the normal equations are
+    ``sum_i kron(u_i u_i^T, S_i)`` and ``sum_i kron(u_i, s_i)`` with the per-row ``S_i = sum q q^T``
+    and ``s_i = sum q t``: one ``normal_equations`` over ``rank^(d-1)`` columns instead of a
+    ``rank^d``-wide Khatri-Rao product over all entries.
+    """
+    d, r = len(model.factors), model.rank
+    Qt = _khatri_rao_cols([np.take(np.ascontiguousarray(model.factors[k].T), L.index[k], axis=1)
+                           for k in range(1, d)])
+    base = y_sorted - _offsets_sorted(model, L)
+    S, s = L.normal_equations(Qt, base)
+    U0 = model.factors[0]
+    width = Qt.shape[0]
+    gram = np.einsum("ia,ib,ipq->apbq", U0, U0, S).reshape(r * width, r * width)
+    rhs = np.einsum("ia,ip->ap", U0, s).ravel()
+    gram[np.diag_indices_from(gram)] += reg_core + 1e-12
+    model.core = np.linalg.solve(gram, rhs).reshape(model.core.shape)
+    M = U0 @ _unfold(model.core, 0)  # (n_0, rank^(d-1)): each row's map from q_e to f
+    return base - np.einsum("pe,pe->e", np.take(np.ascontiguousarray(M.T), L.index[0], axis=1), Qt)
 
 
 def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter, tol=1e-10,
@@ -398,12 +440,7 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
             if fit_biases:
                 model.biases[m] = sol[:, r]
         if model.core is not None:
-            R = [U[obs.X[:, m]] for m, U in enumerate(model.factors)]
-            gram = _core_gram(R)
-            gram[np.diag_indices_from(gram)] += reg_core + 1e-12
-            rhs = _core_rows_t_dot(R, y - offsets(model, obs.X)).ravel()
-            model.core = np.linalg.solve(gram, rhs).reshape(model.core.shape)
-            resid = y - predict(model, obs.X)
+            resid = _tucker_core_step(model, layouts[0], ys[0], reg_core)
         else:
             # The last mode's design is still current: its fit is the model's prediction.
             fitted = np.einsum("re,re->e", np.take(np.ascontiguousarray(model.factors[-1].T), L.index[-1], axis=1),
@@ -424,7 +461,7 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
 
 
 # ----------------------------------------------------------------------------- gradients
-def clipped_gradient(model: Model, X: np.ndarray, resid: np.ndarray, clip_norm):
+def clipped_gradient(model: Model, X: np.ndarray, resid: np.ndarray, clip_norm, design=None):
     """Per-entry gradients of ``1/2 resid^2``, clipped jointly over all parameters, and their sums.
 
     Entry ``e``'s gradient is ``-resid[e] v_e`` with ``v_e`` the stacked designs ``K_m[e]`` of every
@@ -434,7 +471,7 @@ def clipped_gradient(model: Model, X: np.ndarray, resid: np.ndarray, clip_norm):
     ``weights[e]`` is the clipped residual: the gradient sums are ``-S_m (weights * K_m)`` for the
     factors and ``-sum_e weights[e] kr_e`` for the core.
     """
-    R, K = interaction_design(model, X)
+    R, K = interaction_design(model, X) if design is None else design
     sq = sum(np.einsum("er,er->e", k, k) for k in K)
     if model.core is not None:
         sq = sq + np.prod([np.einsum("er,er->e", r, r) for r in R], axis=0)
@@ -465,22 +502,24 @@ def gradient_descent(obs: Observations, y: np.ndarray, model: Model, *, learning
     noisy = noise_std > 0
     for step in range(n_iter):
         base = y - offsets(model, X)
-        R, K = interaction_design(model, X)
-        resid = base - np.einsum("er,er->e", R[0], K[0])
+        design = interaction_design(model, X)
+        resid = base - np.einsum("er,er->e", design[0][0], design[1][0])
         if history is not None:
             history.append(float(np.sqrt(np.mean(resid**2))))
-        w, K, R = clipped_gradient(model, X, resid, clip_norm)
+        w, K, R = clipped_gradient(model, X, resid, clip_norm, design=design)
         new = []
         for m in range(d):
             U = model.factors[m]
             r = U.shape[1]
-            grad = -obs.scatter(m, K[m] * w[:, None])
+            # The per-row gradient sums and Gauss-Newton matrices in one pass over the entries
+            # sorted by mode m (as in ALS): rhs = sum_e K_m[e] w_e = -gradient.
+            L = obs.layout(m)
+            gram, rhs = L.normal_equations(mode_design(model, L, m), w[L.perm])
+            grad = -rhs
             if noisy:
                 has = obs.counts[m] > 0
                 grad = grad + has[:, None] * rng.normal(0.0, noise_std, size=grad.shape)
             grad = grad + reg * U
-            gram = obs.scatter(m, (K[m][:, :, None] * K[m][:, None, :]).reshape(len(y), r * r))
-            gram = gram.reshape(-1, r, r)
             gram[:, np.arange(r), np.arange(r)] += reg + damping + 1e-12
             new.append(U - learning_rate * np.linalg.solve(gram, grad[:, :, None])[:, :, 0])
         if model.core is not None:
@@ -490,8 +529,8 @@ def gradient_descent(obs: Observations, y: np.ndarray, model: Model, *, learning
             grad = grad + reg_core * model.core
             gram = _core_gram(R)
             gram[np.diag_indices_from(gram)] += reg_core + damping + 1e-12
-            step = np.linalg.solve(gram, grad.ravel()).reshape(grad.shape)
-            model.core = model.core - learning_rate * step
+            core_step = np.linalg.solve(gram, grad.ravel()).reshape(grad.shape)
+            model.core = model.core - learning_rate * core_step
         model.factors = new
         if callback is not None:
             # The training loss is passed on only when it is recorded (non-private fits).
