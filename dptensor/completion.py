@@ -83,6 +83,9 @@ DP_ALS_SWEEPS = 2
 #: before DP-ALS: the noise scales with the clipping level, and values near the range's ends are
 #: rare once the offsets are removed.
 CLIP_RMS = 1.5
+#: ``perturbation="statistics"``: share of ``mu^2`` (Gaussian DP) spent on the offsets and the
+#: residual scale, sums over many entries that need far less of the budget than the factors.
+STATS_OFFSET_SHARE = 0.1
 
 
 def to_observations(array):
@@ -175,8 +178,9 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     Guarantees:
 
     * ``perturbation="statistics"``: ``(epsilon, delta)``-DP, exactly, by Gaussian-DP composition of
-      ``(order + 1) + 1 + order + n_iter * order`` releases at one multiplier (offsets, residual
-      scale, spectral start, sweeps; ``order + 1`` fewer without ``fit_intercept``). CP only.
+      ``order + 2`` releases of sums over many entries (offsets, residual scale; ``order + 1``
+      fewer without ``fit_intercept``) with the share ``STATS_OFFSET_SHARE`` of ``mu^2`` and
+      ``order (1 + n_iter)`` factor releases (spectral start, sweeps). CP only.
     * ``perturbation="input"``: pure ``epsilon``-DP (Laplace, parallel composition), ``delta`` unused.
     * ``perturbation="gradient"``: ``(epsilon, delta)``-DP, exactly, by Gaussian-DP composition of
       ``order + 1`` offset releases (share ``OFFSET_SHARE`` of ``mu^2`` when ``fit_intercept``) and
@@ -447,11 +451,16 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         if pert == "input":
             return {"event": LaplaceEvent(epsilon), "z": 0.0, "n_queries": 1, "laplace_eps": epsilon}
         if pert == "statistics":
-            # One multiplier for every release: the offsets (order + 1), the residual scale (1)
-            # and one right-hand side per mode and sweep; mu^2 = n_releases / z^2.
-            n_rel = (n_off if self.fit_intercept else 0) + 1 + order + p["n_iter"] * order
-            z = math.sqrt(n_rel) / gdp_mu(epsilon, delta)
-            return {"event": GaussianEvent(z, n_rel), "z": z, "z_offsets": z, "n_queries": n_rel}
+            # Sums over many entries (offsets: order + 1, residual scale: 1) at multiplier z_o
+            # with the share STATS_OFFSET_SHARE of mu^2; the factor releases (spectral start:
+            # order, sweeps: order each) at z. mu^2 = n_o / z_o^2 + n_f / z^2.
+            mu = gdp_mu(epsilon, delta)
+            n_o = (n_off if self.fit_intercept else 0) + 1
+            n_f = order + p["n_iter"] * order
+            z_o = math.sqrt(n_o) / (mu * math.sqrt(STATS_OFFSET_SHARE))
+            z = math.sqrt(n_f) / (mu * math.sqrt(1.0 - STATS_OFFSET_SHARE))
+            event = ComposedEvent([GaussianEvent(z_o, n_o), GaussianEvent(z, n_f)])
+            return {"event": event, "z": z, "z_offsets": z_o, "n_queries": n_o + n_f}
         if pert == "gradient":
             mu = gdp_mu(epsilon, delta)
             share = OFFSET_SHARE if self.fit_intercept else 0.0
@@ -528,11 +537,11 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
 
     def _fit_dp_als(self, obs, ys, p, plan, rng, progress):
         """DP-ALS: private offsets, a released residual scale, then noisy-statistics sweeps."""
-        z = plan["z"]
+        z, z_o = plan["z"], plan["z_offsets"]
         model = init_model(obs.shape, p["rank"], "cp", rng, scale=0.1)
         if self.fit_intercept:
-            model.intercept, model.biases = row_offsets(obs, ys, shrink=1.0, noise_std=z, rng=rng)
-        rms = residual_scale(obs, ys, model, noise_multiplier=z, rng=rng)
+            model.intercept, model.biases = row_offsets(obs, ys, shrink=1.0, noise_std=z_o, rng=rng)
+        rms = residual_scale(obs, ys, model, noise_multiplier=z_o, rng=rng)
         clip = min(0.5, max(CLIP_RMS * rms, 1e-3))
         # The released residual scale (clipped) stands for the per-entry residual variance of the
         # empirical-Bayes solves: an upper bound, since it still holds the interactions.

@@ -554,10 +554,11 @@ def test_statistics_mode_records_exact_target_and_release_count():
     assert model.perturbation_ == "statistics"
     cost = model.privacy_cost_
     assert cost.epsilon == pytest.approx(1.0, rel=1e-9) and acc.spent()[0] == pytest.approx(1.0, rel=1e-9)
-    # offsets (order + 1) + residual scale (1) + warm start (order) + 2 sweeps x order
-    n_rel = 4 + 1 + 3 + 2 * 3
-    assert cost.event == GaussianEvent(cost.noise_multiplier, n_rel)
-    assert cost.noise_multiplier == pytest.approx(math.sqrt(n_rel) / gdp_mu(1.0, 1e-6))
+    # offsets (order + 1) + residual scale (1) at z_o; warm start (order) + 2 sweeps x order at z
+    share, mu = completion_module.STATS_OFFSET_SHARE, gdp_mu(1.0, 1e-6)
+    z_o, z = math.sqrt(5) / (mu * math.sqrt(share)), math.sqrt(9) / (mu * math.sqrt(1 - share))
+    assert cost.event == ComposedEvent([GaussianEvent(z_o, 5), GaussianEvent(z, 9)])
+    assert cost.noise_multiplier == pytest.approx(z)
 
 
 def test_auto_perturbation_choice_is_public():
