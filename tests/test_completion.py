@@ -595,3 +595,21 @@ def test_verbose_prints_progress_and_nothing_data_dependent_when_private(capsys)
         PrivateTensorCompletion(n_iter=3, tol=0, verbose=1, random_state=0).fit(data["indices"], data["values"])
     public = capsys.readouterr().out
     assert public.count("training RMSE") == 3
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_mode_sorted_normal_equations_match_per_row_sums(bias, rng):
+    """The reduceat normal equations equal the per-row sums computed entry by entry."""
+    shape = (6, 5, 4)
+    X = np.stack(np.unravel_index(rng.choice(120, 50, replace=False), shape), axis=1)
+    obs = Observations(X, shape)
+    K = rng.standard_normal((50, 3))
+    base = rng.standard_normal(50)
+    for m in range(3):
+        L = obs.layout(m)
+        gram, rhs = L.normal_equations(np.ascontiguousarray(K[L.perm].T), base[L.perm], bias=bias)
+        Z = np.hstack([K, np.ones((50, 1))]) if bias else K
+        for i in range(shape[m]):
+            rows = X[:, m] == i
+            np.testing.assert_allclose(gram[i], Z[rows].T @ Z[rows], atol=1e-12)
+            np.testing.assert_allclose(rhs[i], Z[rows].T @ base[rows], atol=1e-12)
