@@ -1,9 +1,9 @@
 """CP and Tucker models on observed entries only: evaluation, ALS, (DP) gradient descent, offsets.
 
 Plain functions on arrays, usable without scikit-learn. Every pass touches the observed entries
-only: the rows of each factor that an entry uses are gathered into ``(n_obs, rank)`` arrays, and
-sums over the entries of a row go back through a sparse indicator matrix (one sparse-dense product
-per mode). One epoch costs ``O(|Omega| rank order)`` for CP and ``O(|Omega| rank^order order)`` for
+only: the entries are kept sorted by each mode (:class:`ModeLayout`), the rows of each factor that
+an entry uses are gathered into contiguous ``(rank, n_obs)`` arrays, and the sums over the entries
+of each row are one ``np.add.reduceat`` per pass. One epoch costs ``O(|Omega| rank order)`` for CP and ``O(|Omega| rank^order order)`` for
 Tucker; memory is ``O(|Omega| rank + sum(shape) rank)`` (CP) and no dense ``n1 x n2 x ...`` array
 is ever formed.
 
@@ -33,19 +33,13 @@ _CHUNK = 1 << 21  # floats per block when a Khatri-Rao product over entries woul
 class Observations:
     """The public index set Omega: entries ``X`` (n_obs, order) in a tensor of ``shape``.
 
-    Holds, per mode, the sparse indicator ``S_m`` (n_m x n_obs, ``S_m[i, e] = 1`` when entry
-    ``e`` lies in row ``i`` of mode ``m``) and the row counts. ``S_m @ W`` sums the per-entry rows
-    of ``W`` into per-row totals: the scatter-add of every update.
+    Holds the row counts of every mode and, built on first use, the entries sorted by each mode
+    (:class:`ModeLayout`), through which every per-row sum of the solvers goes.
     """
 
     def __init__(self, X: np.ndarray, shape):
         self.X = X
         self.shape = tuple(int(n) for n in shape)
-        n_obs = X.shape[0]
-        cols = np.arange(n_obs)
-        ones = np.ones(n_obs)
-        self.indicators = [sp.csr_array((ones, (X[:, m], cols)), shape=(n, n_obs))
-                           for m, n in enumerate(self.shape)]
         self.counts = [np.bincount(X[:, m], minlength=n).astype(float) for m, n in enumerate(self.shape)]
         self._layouts = {}
 
@@ -60,11 +54,13 @@ class Observations:
         return len(self.shape)
 
     def scatter(self, m: int, W: np.ndarray) -> np.ndarray:
-        """Per-row sums over mode ``m`` of the per-entry rows ``W`` (n_obs,) or (n_obs, p)."""
-        return self.indicators[m] @ W
+        """Per-row sums over mode ``m`` of the per-entry values ``W`` (n_obs,) or (n_obs, p)."""
+        idx, n = self.X[:, m], self.shape[m]
+        if W.ndim == 1:
+            return np.bincount(idx, weights=W, minlength=n)
+        return np.stack([np.bincount(idx, weights=W[:, j], minlength=n) for j in range(W.shape[1])], axis=1)
 
 
-# ----------------------------------------------------------------------------- mode-sorted layout
 class ModeLayout:
     """The observed entries sorted by their index in one mode, for segment sums without scatter.
 
