@@ -74,10 +74,9 @@ OUTPUT_NOT_PRIVATE = ("perturbation='output' adds the paper's bolt-on noise, who
                       "are released unnoised")
 _DEFAULT_ALS_ITER = 100
 
-#: ``perturbation="statistics"``: DP-ALS sweeps by default. Every sweep costs ``order`` releases.
-#: On the 100^3 study (rank 3, 1e5 entries, SNR 1) one sweep from a random start is enough from
-#: some starts and learns nothing from others; three sweeps learn from most starts at epsilon >= 8
-#: (see ``benchmarks/results/completion.md``).
+#: ``perturbation="statistics"``: DP-ALS sweeps after the spectral start. Every sweep costs
+#: ``order`` releases; on the 100^3 study (rank 3, 1e5 entries, SNR 1) two kept more of the
+#: non-private gain than one at epsilon = 4, and the noise-free path gains nothing after two.
 DP_ALS_SWEEPS = 2
 #: Residuals are clipped to ``CLIP_RMS`` times their released root-mean-square (``residual_scale``)
 #: before DP-ALS: the noise scales with the clipping level, and values near the range's ends are
@@ -498,8 +497,9 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         kind = self.decomposition
         pert = p["perturbation"]
         progress = self._progress(private, scale)
-        if pert == "statistics" and private:
-            return self._fit_dp_als(obs, ys, p, plan, rng, progress)
+        if pert == "statistics":
+            # epsilon=inf runs the same path without noise (for comparison).
+            return self._fit_dp_als(obs, ys, p, plan or {"z": 0.0, "z_offsets": 0.0}, rng, progress)
         if pert == "input" and private:
             # Sensitivity of each value: hi - lo, which is 1 in scaled units.
             # Not clamped back into the range afterwards: that would bias every mean toward the

@@ -613,3 +613,15 @@ def test_mode_sorted_normal_equations_match_per_row_sums(bias, rng):
             rows = X[:, m] == i
             np.testing.assert_allclose(gram[i], Z[rows].T @ Z[rows], atol=1e-12)
             np.testing.assert_allclose(rhs[i], Z[rows].T @ base[rows], atol=1e-12)
+
+
+def test_statistics_mode_without_noise_recovers_exact_low_rank():
+    # perturbation="statistics" at epsilon=inf: the DP-ALS path (spectral start + 2 sweeps) without noise.
+    # Not exact (residual clipping, design clipping and shrinkage bias it) but it learns.
+    data = _study(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        model = PrivateTensorCompletion(perturbation="statistics", value_range=(0, 1), random_state=0)
+        model.fit(data["indices"], data["values"])
+    mean = rmse(np.full(len(data["test_values"]), data["values"].mean()), data["test_values"])
+    assert model.n_iter_ == 2 and rmse(model.predict(data["test_indices"]), data["test_values"]) < 0.5 * mean
