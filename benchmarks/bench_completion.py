@@ -251,7 +251,10 @@ def _plot(eps_records, miss_records, size_records, epsilons, ratios):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from matplotlib.ticker import NullFormatter
+
     fig, axes = plt.subplots(3, 2, figsize=(11, 11.5))
+    colors = {mode: f"C{i}" for i, mode in enumerate(["non-private", *MODES[1:]])}
     eps_mean = _mean_by(eps_records, ["decomposition", "mode", "epsilon"])
     miss_mean = _mean_by(miss_records, ["decomposition", "mode", "missing_ratio"])
     observed_mean = np.mean([r["rmse"] for r in eps_records if r["mode"] == "observed mean"])
@@ -260,7 +263,8 @@ def _plot(eps_records, miss_records, size_records, epsilons, ratios):
         ax = axes[1, col]
         for mode in MODES[1:]:
             if (kind, mode, float(epsilons[0])) in eps_mean:
-                ax.plot(epsilons, [eps_mean[(kind, mode, float(e))] for e in epsilons], "o-", label=mode)
+                ax.plot(epsilons, [eps_mean[(kind, mode, float(e))] for e in epsilons], "o-", label=mode,
+                        color=colors[mode])
         ax.axhline(eps_mean[(kind, "non-private", np.inf)], color="k", label="non-private")
         if (kind, "tensorly masked", np.inf) in eps_mean:
             ax.axhline(eps_mean[(kind, "tensorly masked", np.inf)], color="k", ls=":", label="TensorLy masked")
@@ -272,9 +276,11 @@ def _plot(eps_records, miss_records, size_records, epsilons, ratios):
         ax = axes[2, col]
         for mode in ["non-private", *MODES[1:]]:
             if (kind, mode, float(ratios[0])) in miss_mean:
-                ax.plot(ratios, [miss_mean[(kind, mode, float(r))] for r in ratios], "o-", label=mode)
+                ax.plot(ratios, [miss_mean[(kind, mode, float(r))] for r in ratios], "o-", label=mode,
+                        color=colors[mode])
         ax.set(yscale="log", xlabel="missing ratio", ylabel="RMSE (missing entries)",
                title=f"{kind.upper()}: epsilon = 1")
+        ax.yaxis.set_minor_formatter(NullFormatter())  # minor labels overlap on a short log axis
     axes[1, 0].legend(fontsize=8)
     axes[2, 0].legend(fontsize=8)
     # Privacy-utility on the 100^3 study: the share of the non-private gain kept, and the RMSE.
