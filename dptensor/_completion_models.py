@@ -666,20 +666,50 @@ def unfolding_columns(obs: Observations, m: int):
     return col_id.ravel(), col_counts
 
 
+def _first_per_group(group, k):
+    """Mask keeping the first ``k`` entries (in index order) of every group: public (Omega only)."""
+    order = np.argsort(group, kind="stable")
+    sorted_groups = group[order]
+    starts = np.searchsorted(sorted_groups, sorted_groups, side="left")
+    keep = np.zeros(len(group), dtype=bool)
+    keep[order] = (np.arange(len(group)) - starts) < k
+    return keep
+
+
+def unfolding_gram(obs: Observations, t: np.ndarray, m: int, clip, cap=None):
+    """``(M, Delta)``: the off-diagonal Gram ``Y Y^T`` of the mode-``m`` unfolding of the clipped
+    values ``clip(t, -clip, clip)`` and the l2 sensitivity of its upper triangle.
+
+    ``cap`` keeps only the first ``cap`` entries (in index order, a function of Omega only) of
+    every column: the sensitivity grows with the fullest column, ``Delta = D clip sqrt(n_col - 1)``
+    with ``D = min(1, 2 clip)`` (how far one value moves its clipped value) and ``n_col`` the
+    largest number of kept entries in a column; the diagonal is zeroed (not released).
+    """
+    col_id, col_counts = unfolding_columns(obs, m)
+    keep = _first_per_group(col_id, cap) if cap is not None else np.ones(len(t), dtype=bool)
+    if cap is not None:
+        col_counts = np.minimum(col_counts, cap)
+    tc = np.clip(t[keep], -clip, clip)
+    Y = sp.csr_array((tc, (obs.X[keep, m], col_id[keep])), shape=(obs.shape[m], len(col_counts)))
+    M = (Y @ Y.T).toarray()
+    np.fill_diagonal(M, 0.0)
+    sens = min(1.0, 2.0 * clip) * clip * math.sqrt(max(int(col_counts.max()) - 1, 1))
+    return M, sens
+
+
 def spectral_start(obs: Observations, y: np.ndarray, model: Model, *, noise_multiplier, rng, clip, s2,
-                   design_quantile=0.9, n_inner=50):
+                   gram_clip=None, column_cap=None, design_quantile=0.9, n_inner=50):
     """Private warm start for CP: noisy spectral subspaces, one noisy projected step, a small CP.
 
-    With ``t_e = clip(y_e - offsets_e, -clip, clip)`` (offsets released) one value moves ``t_e`` by
-    at most ``D = min(1, 2 clip)``.
+    With ``t_e = y_e - offsets_e`` (offsets released, so one value moves ``t_e`` by at most 1):
 
-    1. For each mode ``m >= 1``: release the off-diagonal upper triangle of ``M = Y Y^T`` (``Y`` the
-       mode-``m`` unfolding of ``t``) plus ``N(0, (z Delta_m)^2)`` per coordinate, with
-       ``Delta_m = D clip sqrt(n_col - 1)`` and ``n_col`` the largest number of entries in one
-       column of the unfolding (public). ``V_m`` = top ``rank`` eigenvectors.
+    1. For each mode ``m >= 1``: release the upper triangle of :func:`unfolding_gram` (values
+       clipped to ``gram_clip``, columns capped at ``column_cap`` times their mean count) plus
+       ``N(0, (z Delta_m)^2)`` per coordinate, mirrored. ``V_m`` = top ``rank`` eigenvectors.
     2. Mode 0: every row's right-hand side on the designs ``kron(V_1[e_1], ..., V_{d-1}[e_{d-1}])``
-       clipped to norm ``C`` (:func:`clip_designs`), plus ``N(0, (z D C)^2)``: one release, solved
-       per row by :func:`wiener_solve` into ``W`` (n_0 x rank^(d-1)): the tensor in the bases V.
+       clipped to norm ``C`` (:func:`clip_designs`), with ``clip(t_e, -clip, clip)``, plus
+       ``N(0, (z D C)^2)``, ``D = min(1, 2 clip)``: one release, solved per row by
+       :func:`wiener_solve` into ``W`` (n_0 x rank^(d-1)): the tensor in the bases V.
     3. Post-processing: a CP of the small dense ``W`` (non-private ALS on released values) gives
        ``U_0`` and ``B_m``; ``U_m = V_m B_m``.
 
@@ -687,14 +717,16 @@ def spectral_start(obs: Observations, y: np.ndarray, model: Model, *, noise_mult
     """
     d, r = obs.order, model.rank
     D = min(1.0, 2.0 * clip)
-    t = np.clip(y - offsets(model, obs.X), -clip, clip)
+    resid = y - offsets(model, obs.X)
+    t = np.clip(resid, -clip, clip)
+    gram_clip = clip if gram_clip is None else gram_clip
     bases, used = [None] * d, []
     for m in range(1, d):
-        col_id, col_counts = unfolding_columns(obs, m)
-        Y = sp.csr_array((t, (obs.X[:, m], col_id)), shape=(obs.shape[m], len(col_counts)))
-        M = (Y @ Y.T).toarray()
-        np.fill_diagonal(M, 0.0)  # the diagonal is not released (it is mostly each row's noise)
-        sens = D * clip * math.sqrt(max(int(col_counts.max()) - 1, 1))
+        cap = None
+        if column_cap is not None:
+            counts = unfolding_columns(obs, m)[1]
+            cap = max(2, math.ceil(column_cap * len(resid) / len(counts)))
+        M, sens = unfolding_gram(obs, resid, m, gram_clip, cap)
         if noise_multiplier > 0:
             E = np.triu(rng.normal(0.0, noise_multiplier * sens, size=M.shape), 1)
             M = M + E + E.T

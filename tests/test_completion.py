@@ -498,12 +498,12 @@ def test_dp_als_right_hand_sides_have_sensitivity_d_c(clip, rng):
         assert worst > 0.3 * min(1.0, 2 * clip) * bound  # not vacuous
 
 
-def test_spectral_gram_and_residual_scale_sensitivities(rng):
-    """Brute force on the warm start's releases: the off-diagonal unfolding Gram moves by at most
-    D clip sqrt(n_col - 1); the clipped sum of squared residuals by at most bound^2."""
-    import scipy.sparse as sp
-
-    from dptensor._completion_models import offsets, unfolding_columns
+@pytest.mark.parametrize("cap", [None, 3])
+def test_spectral_gram_and_residual_scale_sensitivities(cap, rng):
+    """Brute force on the warm start's releases: the released (upper, off-diagonal) unfolding Gram
+    moves by at most its stated Delta = D clip sqrt(n_col - 1), with and without a column cap; the
+    clipped sum of squared residuals moves by at most bound^2."""
+    from dptensor._completion_models import offsets, unfolding_gram
 
     shape, clip = (5, 4, 3), 0.2
     X = np.stack(np.unravel_index(rng.choice(60, 45, replace=False), shape), axis=1)
@@ -511,20 +511,21 @@ def test_spectral_gram_and_residual_scale_sensitivities(rng):
     y = rng.uniform(-0.5, 0.5, 45)
     model = _released_model(rng, shape)
 
-    def gram(values, m):
-        col_id, counts = unfolding_columns(obs, m)
-        t = np.clip(values - offsets(model, X), -clip, clip)
-        M = (lambda Y: (Y @ Y.T).toarray())(sp.csr_array((t, (X[:, m], col_id)), shape=(shape[m], len(counts))))
-        return M[np.triu_indices(shape[m], 1)], counts
+    def released(values, m):
+        M, sens = unfolding_gram(obs, values - offsets(model, X), m, clip, cap)
+        return M[np.triu_indices(shape[m], 1)], sens
 
     def sumsq(values, bound=0.5):
         return np.sum(np.minimum((values - offsets(model, X)) ** 2, bound**2))
 
     for m in (1, 2):
-        base, counts = gram(y, m)
-        bound = min(1.0, 2 * clip) * clip * math.sqrt(counts.max() - 1)
-        worst = max(np.linalg.norm(gram(np.where(np.arange(45) == e, new, y), m)[0] - base)
-                    for e in range(45) for new in (-0.5, 0.5))
+        base, bound = released(y, m)
+        worst = 0.0
+        for e in range(45):
+            for new in (-0.5, 0.5):
+                other, bound2 = released(np.where(np.arange(45) == e, new, y), m)
+                assert bound2 == bound  # the sensitivity depends on Omega only
+                worst = max(worst, np.linalg.norm(other - base))
         assert 0.3 * bound < worst <= bound * (1 + 1e-9)
     worst = max(abs(sumsq(np.where(np.arange(45) == e, new, y)) - sumsq(y)) for e in range(45) for new in (-0.5, 0.5))
     assert worst <= 0.25 * (1 + 1e-12)
