@@ -697,6 +697,17 @@ def unfolding_gram(obs: Observations, t: np.ndarray, m: int, clip, cap=None):
     return M, sens
 
 
+def projected_statistics(obs: Observations, t: np.ndarray, bases, design_quantile=0.9):
+    """Mode-0 normal equations on the designs ``kron(V_1[e_1], ..., V_{d-1}[e_{d-1}])`` (the
+    released bases ``bases[1:]``), clipped to their public bound ``C``: ``(grams, rhs, C)``.
+    One value of ``t`` moves one row's right-hand side by at most its change times ``C``."""
+    L = obs.layout(0)
+    Kt = _khatri_rao_rows([np.take(bases[k], L.index[k], axis=0) for k in range(1, obs.order)]).T
+    Kt, bound = clip_designs(np.ascontiguousarray(Kt), design_quantile)
+    gram, rhs = L.normal_equations(Kt, t[L.perm])
+    return gram, rhs, bound
+
+
 def spectral_start(obs: Observations, y: np.ndarray, model: Model, *, noise_multiplier, rng, clip, s2,
                    gram_clip=None, column_cap=None, design_quantile=0.9, n_inner=50):
     """Private warm start for CP: noisy spectral subspaces, one noisy projected step, a small CP.
@@ -733,15 +744,13 @@ def spectral_start(obs: Observations, y: np.ndarray, model: Model, *, noise_mult
         vals, vecs = np.linalg.eigh(M)
         bases[m] = vecs[:, np.argsort(vals)[::-1][:r]]
         used.append(sens)
-    L = obs.layout(0)
-    Kt = _khatri_rao_rows([np.take(bases[k], L.index[k], axis=0) for k in range(1, d)]).T
-    Kt, bound = clip_designs(np.ascontiguousarray(Kt), design_quantile)
-    gram, rhs = L.normal_equations(Kt, t[L.perm])
+    gram, rhs, bound = projected_statistics(obs, t, bases, design_quantile)
     std = noise_multiplier * D * bound
+    counts = obs.counts[0]
     if std > 0:
-        rhs = rhs + (L.counts > 0)[:, None] * rng.normal(0.0, std, size=rhs.shape)
+        rhs = rhs + (counts > 0)[:, None] * rng.normal(0.0, std, size=rhs.shape)
     used.append(D * bound)
-    W = wiener_solve(gram, rhs, std**2, L.counts, s2, floor=True)
+    W = wiener_solve(gram, rhs, std**2, counts, s2, floor=True)
     small_shape = (obs.shape[0],) + (r,) * (d - 1)
     small = init_model(small_shape, r, "cp", rng, scale=0.1)
     cells = np.stack(np.unravel_index(np.arange(W.size), small_shape), axis=1)
