@@ -3,9 +3,9 @@
 Plain functions on arrays, usable without scikit-learn. Every pass touches the observed entries
 only: the entries are kept sorted by each mode (:class:`ModeLayout`), the rows of each factor that
 an entry uses are gathered into contiguous ``(rank, n_obs)`` arrays, and the sums over the entries
-of each row are one ``np.add.reduceat`` per pass. One epoch costs ``O(|Omega| rank order)`` for CP and ``O(|Omega| rank^order order)`` for
-Tucker; memory is ``O(|Omega| rank + sum(shape) rank)`` (CP) and no dense ``n1 x n2 x ...`` array
-is ever formed.
+of each row are one ``np.add.reduceat`` per pass. One epoch costs ``O(|Omega| rank^2 order)`` for
+CP and ``O(|Omega| rank^(2 order - 2) order)`` for Tucker; memory is ``O(|Omega| rank^2 +
+sum(shape) rank)`` (CP) and no dense ``n1 x n2 x ...`` array is ever formed.
 
 Model, on values already centred and scaled by the caller::
 
@@ -25,7 +25,8 @@ import numpy as np
 import scipy.sparse as sp
 
 __all__ = ["Observations", "Model", "predict", "interaction_design", "clipped_gradient", "als",
-           "gradient_descent", "row_offsets", "init_model", "dp_als", "residual_scale", "spectral_start", "ModeLayout"]
+           "gradient_descent", "row_offsets", "init_model", "dp_als", "residual_scale", "spectral_start",
+           "ModeLayout"]
 
 _CHUNK = 1 << 21  # floats per block when a Khatri-Rao product over entries would be large
 
@@ -439,8 +440,8 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
             resid = _tucker_core_step(model, layouts[0], ys[0], reg_core)
         else:
             # The last mode's design is still current: its fit is the model's prediction.
-            fitted = np.einsum("re,re->e", np.take(np.ascontiguousarray(model.factors[-1].T), L.index[-1], axis=1),
-                               Kt)
+            last = np.take(np.ascontiguousarray(model.factors[-1].T), L.index[-1], axis=1)
+            fitted = np.einsum("re,re->e", last, Kt)
             resid = ys[-1] - _offsets_sorted(model, L) - fitted
         mse = float(resid @ resid) / len(resid)
         loss = 0.5 * mse * len(resid) + 0.5 * reg * sum(np.sum(U * U) for U in model.factors)

@@ -329,8 +329,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         reg = (AUTO_REG_FLOOR if not gd else _DEFAULT_GD["reg"]) if auto else _nonnegative(self.reg, "reg")
         reg_core = reg if self.reg_core is None else _nonnegative(self.reg_core, "reg_core")
         tol = _nonnegative(self.tol, "tol")
-        return dict(perturbation=perturbation, rank=rank, solver=solver, lr=lr, n_iter=n_iter, clip=clip, reg=reg,
-                    reg_core=reg_core, tol=tol, prior_var=AUTO_PRIOR_VAR if (auto and not gd) else None)
+        return dict(perturbation=perturbation, rank=rank, solver=solver, lr=lr, n_iter=n_iter, clip=clip,
+                    reg=reg, reg_core=reg_core, tol=tol, prior_var=AUTO_PRIOR_VAR if (auto and not gd) else None)
 
     def _resolved_perturbation(self):
         """``perturbation="auto"``: non-private at ``epsilon=inf``, else the best private mode for the

@@ -112,8 +112,8 @@ def _completion_study(quick: bool) -> Study:
     mean_rmse = rmse(data["test_values"][test], np.full(len(data["test_values"][test]), data["values"].mean()))
     return Study("PrivateTensorCompletion", "held-out RMSE", completion,
                  baseline=("the observed-mean predictor (100^3 study, 1e5 values: at epsilon <= 1 private "
-                           "completion gains little or nothing over it, privacy costing the utility; at "
-                           "epsilon = 4 it keeps about three quarters of the non-private gain)", mean_rmse))
+                           "completion gains nothing over it, privacy costs all the utility there; from "
+                           "epsilon = 2 it keeps half to three quarters of the non-private gain)", mean_rmse))
 
 
 def studies(quick: bool = False) -> list[Study]:
