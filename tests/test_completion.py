@@ -647,3 +647,13 @@ def test_spectral_projected_step_has_sensitivity_d_c(rng):
             assert bound2 == bound
             worst = max(worst, np.linalg.norm(other - base))
     assert 0.3 * D * bound < worst <= D * bound * (1 + 1e-9)
+
+
+def test_private_fit_holds_only_released_values_and_public_parameters():
+    data = _study(0)
+    model = PrivateTensorCompletion(epsilon=2.0, value_range=(0, 1), verbose=0, random_state=0)
+    model.fit(data["indices"], data["values"])
+    fitted = {k for k in vars(model) if k.endswith("_") and not k.startswith("_")}
+    assert fitted == {"factors_", "core_", "intercept_", "biases_", "shape_", "n_features_in_", "n_iter_",
+                      "value_range_", "perturbation_", "privacy_cost_"}
+    assert not any(isinstance(v, (np.random.Generator, np.random.RandomState)) for v in vars(model).values())
