@@ -710,7 +710,8 @@ def projected_statistics(obs: Observations, t: np.ndarray, bases, design_quantil
 
 
 def spectral_start(obs: Observations, y: np.ndarray, model: Model, *, noise_multiplier, rng, clip, s2,
-                   gram_clip=None, column_cap=None, design_quantile=0.9, n_inner=50):
+                   gram_clip=None, column_cap=None, design_quantile=0.9, n_inner=50,
+                   gram_noise_multiplier=None):
     """Private warm start for CP: noisy spectral subspaces, one noisy projected step, a small CP.
 
     With ``t_e = y_e - offsets_e`` (offsets released, so one value moves ``t_e`` by at most 1):
@@ -739,8 +740,9 @@ def spectral_start(obs: Observations, y: np.ndarray, model: Model, *, noise_mult
             counts = unfolding_columns(obs, m)[1]
             cap = max(2, math.ceil(column_cap * len(resid) / len(counts)))
         M, sens = unfolding_gram(obs, resid, m, gram_clip, cap)
-        if noise_multiplier > 0:
-            E = np.triu(rng.normal(0.0, noise_multiplier * sens, size=M.shape), 1)
+        z_g = noise_multiplier if gram_noise_multiplier is None else gram_noise_multiplier
+        if z_g > 0:
+            E = np.triu(rng.normal(0.0, z_g * sens, size=M.shape), 1)
             M = M + E + E.T
         vals, vecs = np.linalg.eigh(M)
         bases[m] = vecs[:, np.argsort(vals)[::-1][:r]]

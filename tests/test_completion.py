@@ -555,10 +555,13 @@ def test_statistics_mode_records_exact_target_and_release_count():
     assert model.perturbation_ == "statistics"
     cost = model.privacy_cost_
     assert cost.epsilon == pytest.approx(1.0, rel=1e-9) and acc.spent()[0] == pytest.approx(1.0, rel=1e-9)
-    # offsets (order + 1) + residual scale (1) at z_o; warm start (order) + 2 sweeps x order at z
-    share, mu = completion_module.STATS_OFFSET_SHARE, gdp_mu(1.0, 1e-6)
-    z_o, z = math.sqrt(5) / (mu * math.sqrt(share)), math.sqrt(9) / (mu * math.sqrt(1 - share))
-    assert cost.event == ComposedEvent([GaussianEvent(z_o, 5), GaussianEvent(z, 9)])
+    # offsets (order + 1) + residual scale (1) at z_o; the spectral Grams (order - 1) at z_g; the
+    # projected step (1) and 2 sweeps x order at z
+    share, gram, mu = completion_module.STATS_OFFSET_SHARE, completion_module.GRAM_SHARE, gdp_mu(1.0, 1e-6)
+    z_o = math.sqrt(5) / (mu * math.sqrt(share))
+    z_g = math.sqrt(2) / (mu * math.sqrt((1 - share) * gram))
+    z = math.sqrt(7) / (mu * math.sqrt((1 - share) * (1 - gram)))
+    assert cost.event == ComposedEvent([GaussianEvent(z_o, 5), GaussianEvent(z_g, 2), GaussianEvent(z, 7)])
     assert cost.noise_multiplier == pytest.approx(z)
 
 
