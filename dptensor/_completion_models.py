@@ -292,6 +292,10 @@ def row_offsets(obs: Observations, y: np.ndarray, *, shrink=1.0, noise_std=0.0, 
     n = len(y)
     total = y.sum() + (rng.normal(0.0, noise_std) if noisy else 0.0)
     intercept = total / max(n, 1)
+    if noisy:
+        # Private values are scaled into [-1/2, 1/2], so their mean is too: clamping the noisy mean
+        # (post-processing) can only bring it closer (it matters when few values are observed).
+        intercept = float(np.clip(intercept, -0.5, 0.5))
     resid = y - intercept
     biases = []
     for m in range(obs.order):
@@ -311,6 +315,10 @@ def row_offsets(obs: Observations, y: np.ndarray, *, shrink=1.0, noise_std=0.0, 
         else:
             kappa = shrink
         b = np.where(counts > 0, sums / np.maximum(counts + kappa, 1e-12), 0.0)
+        if noisy:
+            # A row effect beyond the range's width would by itself move predictions out of the
+            # range: clamping it (post-processing) only removes noise.
+            b = np.clip(b, -1.0, 1.0)
         biases.append(b)
         resid = resid - b[obs.X[:, m]]
     return float(intercept), biases
@@ -749,7 +757,9 @@ def spectral_start(obs: Observations, y: np.ndarray, model: Model, *, noise_mult
             E = np.triu(rng.normal(0.0, z_g * sens, size=M.shape), 1)
             M = M + E + E.T
         vals, vecs = np.linalg.eigh(M)
-        bases[m] = vecs[:, np.argsort(vals)[::-1][:r]]
+        top = vecs[:, np.argsort(vals)[::-1][:r]]
+        # a mode with fewer rows than the rank: the missing directions are 0
+        bases[m] = np.hstack([top, np.zeros((top.shape[0], r - top.shape[1]))])
         used.append(sens)
     gram, rhs, bound = projected_statistics(obs, t, bases, design_quantile)
     std = noise_multiplier * D * bound

@@ -660,3 +660,14 @@ def test_private_fit_holds_only_released_values_and_public_parameters():
     assert fitted == {"factors_", "core_", "intercept_", "biases_", "shape_", "n_features_in_", "n_iter_",
                       "value_range_", "perturbation_", "privacy_cost_"}
     assert not any(isinstance(v, (np.random.Generator, np.random.RandomState)) for v in vars(model).values())
+
+
+@pytest.mark.parametrize("perturbation", ["statistics", "gradient"])
+def test_private_offsets_stay_in_range_with_few_values(perturbation):
+    # Three values at epsilon = 0.5: the noisy mean is clamped into the public range (post-processing).
+    X, y = np.array([[0, 0], [1, 1], [0, 1]]), np.array([1.0, 2.0, 3.0])
+    for seed in range(5):
+        model = PrivateTensorCompletion(perturbation=perturbation, epsilon=0.5, value_range=(1, 5),
+                                        random_state=seed).fit(X, y)
+        assert 1.0 <= model.intercept_ <= 5.0
+        assert all(np.all(np.abs(b) <= 4.0 + 1e-9) for b in model.biases_)
