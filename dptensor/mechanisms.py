@@ -3,12 +3,125 @@
 Each takes a sensitivity, a noise multiplier or epsilon, and an explicit
 ``numpy.random.Generator``. None of them touches the accountant: the caller records the matching
 :mod:`dptensor.accounting` event *before* calling them.
+
+The ``*_release`` functions take the true value and return the released one. They are safe
+against floating-point attacks (Mironov 2012): the value is rounded to a public power-of-two grid
+``gamma`` (a ``2**-GRID_BITS`` fraction of the noise scale) and integer noise drawn *exactly* by
+:mod:`dptensor._samplers` is added on that grid, so the set of possible outputs is the same grid
+for every input. The noise is ``round(S L)`` or ``round(S N)`` for an exact continuous Laplace or
+Gaussian variable: the release is a post-processing of the continuous mechanism applied to the
+rounded query, whose sensitivity the rounding raises by at most one grid step per coordinate.
+The noise scale is raised to absorb that step (a relative ``zeta = z sqrt(size) 2**-GRID_BITS``
+for Gauss, ``size 2**-GRID_BITS / epsilon`` for Laplace), so each release is priced exactly by the
+same :class:`~dptensor.accounting.GaussianEvent` or :class:`~dptensor.accounting.LaplaceEvent`
+as before. Derivation: ``docs/derivations/sampling.rst``.
+
+``gaussian_noise``, ``laplace_noise`` and ``symmetric_gaussian_tensor`` return NumPy's continuous
+noise for the caller to add; a value plus such noise can betray the value through the set of
+doubles it can reach, so releases should go through the ``*_release`` functions.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-__all__ = ["gaussian_noise", "laplace_noise", "above_threshold", "clip_rows", "symmetric_gaussian_tensor"]
+from ._samplers import rounded_gaussian, rounded_laplace
+
+__all__ = ["gaussian_noise", "laplace_noise", "above_threshold", "clip_rows", "symmetric_gaussian_tensor",
+           "gaussian_release", "laplace_release", "symmetric_gaussian_release", "grid_step", "GRID_BITS"]
+
+#: The grid step is the largest power of two at most ``2**-GRID_BITS`` times the noise scale.
+GRID_BITS = 30
+_UP = 1.0 + 2.0 ** -40  # rounds a computed noise scale up past its floating-point error
+
+
+def grid_step(scale):
+    """The public grid of a noise scale: the largest power of two ``<= scale * 2**-GRID_BITS`` (exact)."""
+    _, exponent = np.frexp(np.asarray(scale, dtype=np.float64))  # scale = m 2**e, m in [0.5, 1)
+    return np.ldexp(1.0, exponent - 1 - GRID_BITS)
+
+
+def _on_grid(value, gamma, name="value"):
+    """``rint(value / gamma)``: exact, since gamma is a power of two."""
+    with np.errstate(over="ignore"):
+        n = np.rint(value / gamma)
+    if not np.all(np.isfinite(n)):
+        raise ValueError(f"{name} must be finite and below 2**{GRID_BITS} noise scales x 2**900")
+    return n
+
+
+def gaussian_release(value, sensitivity, noise_multiplier, rng: np.random.Generator, dtype=None):
+    """``value`` plus Gaussian noise of std ``noise_multiplier * sensitivity``, sampled exactly on a grid.
+
+    ``sensitivity`` is the l2 sensitivity of ``value`` (or of each group of its coordinates that
+    shares one sensitivity; it may be an array broadcasting against ``value``, say one per column).
+    The release is ``1/noise_multiplier``-GDP for that sensitivity, exactly: it is
+    ``gamma round(n + S N)`` with ``n = rint(value/gamma)`` and ``S gamma = (1 + zeta) z s``, a
+    post-processing of the Gaussian mechanism on ``n``, whose l2 sensitivity is at most
+    ``s + gamma sqrt(size) <= (1 + zeta) s``. Coordinates with a zero scale are returned unchanged.
+    """
+    value = np.asarray(value, dtype=np.float64)
+    z = float(noise_multiplier)
+    scale = np.broadcast_to(np.asarray(sensitivity, dtype=np.float64) * z, value.shape)
+    if np.any(scale < 0) or z < 0:
+        raise ValueError("sensitivity and noise_multiplier must be >= 0")
+    out = value.copy()
+    noisy = scale > 0
+    if noisy.any():
+        zeta = z * math.sqrt(value.size) * 2.0 ** -GRID_BITS * _UP
+        gamma = grid_step(scale[noisy])
+        S = scale[noisy] / gamma * (1.0 + zeta) * _UP
+        out[noisy] = (_on_grid(value[noisy], gamma) + rounded_gaussian(S, rng)) * gamma
+    return out if dtype is None else out.astype(dtype, copy=False)
+
+
+def laplace_release(value, sensitivity, epsilon, rng: np.random.Generator, dtype=None):
+    """``value`` plus ``Lap(sensitivity/epsilon)`` noise, sampled exactly on a grid: pure ``epsilon``-DP.
+
+    ``sensitivity`` is the l1 sensitivity of ``value`` (or of each coordinate, when each is its own
+    release). The release is ``gamma round(n + S L)`` with ``n = rint(value/gamma)`` and
+    ``S gamma = (1 + zeta) s / epsilon``: a post-processing of the Laplace mechanism on ``n``,
+    whose l1 sensitivity is at most ``s + gamma size <= (1 + zeta) s``.
+    """
+    if not epsilon > 0:
+        raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
+    value = np.asarray(value, dtype=np.float64)
+    s = float(sensitivity)
+    if not s >= 0:
+        raise ValueError(f"sensitivity must be >= 0, got {sensitivity!r}")
+    if s == 0:
+        return value.copy() if dtype is None else value.astype(dtype)
+    scale = s / float(epsilon)
+    zeta = value.size * 2.0 ** -GRID_BITS / float(epsilon) * _UP
+    gamma = float(grid_step(scale))
+    S = np.full(value.shape, scale / gamma * (1.0 + zeta) * _UP)
+    out = (_on_grid(value, gamma) + rounded_laplace(S, rng)) * gamma
+    return out if dtype is None else out.astype(dtype, copy=False)
+
+
+def symmetric_gaussian_release(T, sensitivity, noise_multiplier, rng: np.random.Generator, dtype=None):
+    """A symmetric matrix or order-3 tensor ``T`` released with Gaussian noise on its distinct entries.
+
+    The entries ``T[i, j]`` with ``i <= j`` (``T[i, j, k]`` with ``i <= j <= k``) are the query,
+    ``sensitivity`` their l2 sensitivity; they go through :func:`gaussian_release` and are copied
+    to their permutations, so the result is exactly symmetric and one Gaussian release.
+    """
+    T = np.asarray(T)
+    d, order = T.shape[0], T.ndim
+    if order == 2:
+        idx = np.triu_indices(d)
+    elif order == 3:
+        upper = np.triu(np.ones((d, d), dtype=bool))
+        idx = np.nonzero(upper[:, :, None] & upper[None, :, :])
+    else:
+        raise ValueError(f"T must be a symmetric matrix or order-3 tensor, got ndim={order}")
+    released = gaussian_release(T[idx], sensitivity, noise_multiplier, rng)
+    out = np.empty(T.shape, dtype=T.dtype if dtype is None else dtype)
+    from itertools import permutations
+    for perm in set(permutations(range(order))):
+        out[tuple(idx[p] for p in perm)] = released
+    return out
 
 
 def gaussian_noise(shape, sensitivity, noise_multiplier, rng: np.random.Generator, dtype=np.float64):
@@ -43,8 +156,21 @@ def above_threshold(queries, threshold, epsilon, rng: np.random.Generator, sensi
         raise ValueError("queries must be a 1-D sequence of answers")
     if not epsilon > 0:
         raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
-    noisy_threshold = threshold + rng.laplace(0.0, 2.0 * sensitivity / epsilon)
-    noisy = queries + rng.laplace(0.0, 4.0 * sensitivity / epsilon, size=queries.shape)
+    # Exact and on a grid: integer queries n_i = rint(q_i/gamma) have sensitivity at most
+    # Delta = floor(s/gamma) + 1, and the noises are round(S L) with the scales 2 Delta/eps and
+    # 4 Delta/eps; comparing round(n_i + L_i) with round(t + L_t) is comparing n_i + L_i with a
+    # threshold that moves with integer shifts, so Dwork & Roth's proof holds unchanged.
+    gamma = float(grid_step(float(sensitivity) / epsilon if sensitivity > 0 else 1.0))
+    lattice_sensitivity = math.floor(float(sensitivity) / gamma) + 1
+    # Integer arithmetic, so that each comparison is the exact one the proof speaks of.
+    t, n = _on_grid(np.asarray(threshold, dtype=float), gamma, "threshold"), _on_grid(queries, gamma, "queries")
+    if max(abs(float(t)), float(np.abs(n).max(initial=0.0))) >= 2.0 ** 62:
+        raise ValueError("queries and threshold must be below 2**32 times their noise scale")
+    scales = np.full(queries.size + 1, 4.0 * lattice_sensitivity / epsilon * _UP)
+    scales[0] = 2.0 * lattice_sensitivity / epsilon * _UP
+    noise = rounded_laplace(scales, rng).astype(np.int64)  # one draw: the threshold's, then the queries'
+    noisy_threshold = int(t) + int(noise[0])
+    noisy = n.astype(np.int64) + noise[1:]
     hits = np.flatnonzero(noisy >= noisy_threshold)
     return int(hits[0]) if hits.size else None
 
