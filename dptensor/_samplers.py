@@ -108,9 +108,9 @@ _HALF_NORMAL = _Table("half_normal", 8 << _W_LOG2)
 
 
 def _uniform_bits(rng, size, bits):
-    """``size`` uniform integers of ``bits`` bits (int64 for bits <= 53)."""
+    """``size`` uniform integers of ``bits`` bits (uint64)."""
     raw = rng.integers(0, _TWO64, size=size, dtype=np.uint64, endpoint=False)
-    return (raw >> np.uint64(64 - bits)).astype(np.int64)
+    return raw >> np.uint64(64 - bits)
 
 
 def _draw_cells(table: _Table, size: int, rng) -> np.ndarray:
@@ -165,17 +165,17 @@ def _bernoulli_exp_series(a_lo, a_hi, rng):
     n = a_lo.size
     # First round, on whole arrays: K = 1, so stopping now means a result of 1 (K odd).
     V = _uniform_bits(rng, n, _V_BITS)
-    v0 = V * 2.0 ** -_V_BITS
+    v0 = V.astype(np.float64) * 2.0 ** -_V_BITS
     yes = (v0 + 2.0 ** -_V_BITS) * (1 + _MARGIN) <= a_lo   # V < A surely: continue
     result = v0 * (1 - _MARGIN) >= a_hi                     # V >= A surely: stop, K = 1
     pending = ~(yes | result)
-    V_pending = np.where(pending, V, 0)
+    V_pending = np.where(pending, V, np.uint64(0))
     K = np.ones(n, dtype=np.int64)
     active = np.flatnonzero(yes)
     K[active] = 2
     while active.size:  # later rounds, on the few that continue
         V = _uniform_bits(rng, active.size, _V_BITS)
-        v0 = V * 2.0 ** -_V_BITS
+        v0 = V.astype(np.float64) * 2.0 ** -_V_BITS
         k = K[active]
         yes = (v0 + 2.0 ** -_V_BITS) * k * (1 + _MARGIN) <= a_lo[active]
         no = v0 * k * (1 - _MARGIN) >= a_hi[active]
@@ -270,53 +270,61 @@ def _slow_gaussian_tail(S: Fraction, rng) -> int:
             return _slow_round(S, L + offset / L, w / L, theta)
 
 
+def _one_pass(table: _Table, S: np.ndarray, base: np.ndarray, rng):
+    """One proposal for each value: ``(magnitude, sign, done)``, all on whole arrays.
+
+    ``base`` (exponential only) counts the table lengths already passed by restarts at the edge
+    and is updated in place; values not ``done`` (rejected, or restarted) need another pass.
+    """
+    cell = _draw_cells(table, S.size, rng)
+    tail = cell == table.n_cells
+    raw = rng.integers(0, _TWO64, size=S.size, dtype=np.uint64, endpoint=False)
+    theta_int = raw >> np.uint64(64 - _THETA_BITS)
+    sign = (raw & np.uint64(1)).astype(bool)                      # a bit theta does not use
+    theta0 = theta_int.astype(np.float64) * 2.0 ** -_THETA_BITS   # exact: 52 bits
+    a_lo, a_hi = _accept_bounds(table.kind, cell, theta0)
+    accepted, pending, K, V = _bernoulli_exp_series(a_lo, a_hi, rng)
+    theta_slow = {}
+    for i in np.flatnonzero(pending & ~tail):  # comparisons the bounds could not settle: finish exactly
+        theta, c = _Lazy(int(theta_int[i]), _THETA_BITS, rng), int(cell[i])
+        accepted[i] = _slow_bernoulli_exp(lambda t, c=c: _exact_A(table.kind, c, t), theta, rng,
+                                          K=int(K[i]), V=_Lazy(int(V[i]), _V_BITS, rng))
+        theta_slow[i] = theta
+    # round(v) for v = S w (base + c + theta), theta in [theta0, theta0 + 2**-52): the float
+    # bounds carry a relative margin and nextafter() absorbs the rounding of the + 0.5.
+    total = (base + cell).astype(np.float64)
+    Sw = S * _W
+    r_lo = np.floor(np.nextafter(Sw * (total + theta0) * (1 - _MARGIN) + 0.5, -np.inf))
+    r_hi = np.floor(np.nextafter(Sw * (total + theta0 + 2.0 ** -_THETA_BITS) * (1 + _MARGIN) + 0.5, np.inf))
+    w = Fraction(1, 1 << _W_LOG2)
+    for i in np.flatnonzero(accepted & ((r_lo != r_hi) | pending) & ~tail):
+        theta = theta_slow.get(i) or _Lazy(int(theta_int[i]), _THETA_BITS, rng)
+        r_lo[i] = _slow_round(Fraction(float(S[i])), int(base[i] + cell[i]) * w, w, theta)
+    done = accepted & ~tail
+    if tail.any():
+        if table is _EXP:  # memoryless: Y - L given Y >= L is Exp(1) again, drawn afresh
+            base[tail] += table.n_cells
+        else:
+            for i in np.flatnonzero(tail):  # probability about 1e-15 each
+                r_lo[i] = _slow_gaussian_tail(Fraction(float(S[i])), rng)
+            done |= tail
+    return r_lo, sign, done
+
+
 def _rounded(table: _Table, S: np.ndarray, rng) -> np.ndarray:
     """``sign * round(S * Y)`` for ``Y`` with density proportional to exp(-g) on [0, inf); float64 integers."""
     S = np.asarray(S, dtype=np.float64).ravel()
-    n = S.size
-    out = np.zeros(n, dtype=np.float64)
-    todo = np.arange(n)
-    base = np.zeros(n, dtype=np.int64)  # exponential only: cells already passed by restarts at the edge
-    sign = np.zeros(n, dtype=bool)
-    while todo.size:
-        cell = _draw_cells(table, todo.size, rng)
-        tail = cell == table.n_cells
-        retry = todo[tail]
-        if table is _EXP:  # memoryless: Y - L given Y >= L is Exp(1) again, drawn afresh
-            base[retry] += table.n_cells
-        else:
-            for i in retry:  # probability about 1e-23 each
-                out[i] = _slow_gaussian_tail(Fraction(float(S[i])), rng)
-                sign[i] = bool(rng.integers(0, 2))
-            retry = retry[:0]
-        todo, cell = todo[~tail], cell[~tail]
-        raw = rng.integers(0, _TWO64, size=todo.size, dtype=np.uint64, endpoint=False)
-        theta_int = (raw >> np.uint64(64 - _THETA_BITS)).astype(np.int64)
-        sign[todo] = (raw & np.uint64(1)).astype(bool)   # a bit theta does not use
-        theta0 = theta_int * 2.0 ** -_THETA_BITS
-        a_lo, a_hi = _accept_bounds(table.kind, cell, theta0)
-        accepted, pending, K, V = _bernoulli_exp_series(a_lo, a_hi, rng)
-        theta_slow = {}
-        for i in np.flatnonzero(pending):  # comparisons the bounds could not settle: finish exactly
-            theta, c = _Lazy(int(theta_int[i]), _THETA_BITS, rng), int(cell[i])
-            accepted[i] = _slow_bernoulli_exp(lambda t, c=c: _exact_A(table.kind, c, t), theta, rng,
-                                              K=int(K[i]), V=_Lazy(int(V[i]), _V_BITS, rng))
-            theta_slow[i] = theta
-        # round(v) for v = S w (base + c + theta), theta in [theta0, theta0 + 2**-52): the float
-        # bounds carry a relative margin and nextafter() absorbs the rounding of the + 0.5.
-        total = (base[todo] + cell).astype(np.float64)
-        Sw = S[todo] * _W
-        v_lo = Sw * (total + theta0) * (1 - _MARGIN)
-        v_hi = Sw * (total + theta0 + 2.0 ** -_THETA_BITS) * (1 + _MARGIN)
-        r_lo = np.floor(np.nextafter(v_lo + 0.5, -np.inf))
-        r_hi = np.floor(np.nextafter(v_hi + 0.5, np.inf))
-        out[todo] = r_lo
-        w = Fraction(1, 1 << _W_LOG2)
-        for i in np.flatnonzero(accepted & ((r_lo != r_hi) | pending)):
-            theta = theta_slow.get(i) or _Lazy(int(theta_int[i]), _THETA_BITS, rng)
-            out[todo[i]] = _slow_round(Fraction(float(S[todo[i]])), int(base[todo[i]] + cell[i]) * w, w, theta)
-        todo = np.concatenate([todo[~accepted], retry])
-    return np.where(sign, out, -out)
+    base = np.zeros(S.size, dtype=np.int64)
+    magnitude, sign, done = _one_pass(table, S, base, rng)
+    out = np.where(sign, magnitude, -magnitude)
+    left = np.flatnonzero(~done)
+    while left.size:  # the rejected few, again (by index)
+        base_left = base[left]
+        magnitude, sign, done = _one_pass(table, S[left], base_left, rng)
+        base[left] = base_left
+        out[left[done]] = np.where(sign, magnitude, -magnitude)[done]
+        left = left[~done]
+    return out
 
 
 def rounded_laplace(S, rng: np.random.Generator) -> np.ndarray:
