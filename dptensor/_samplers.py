@@ -53,6 +53,8 @@ class _Table:
         if any(b2 <= b1 for b1, b2 in zip(bounds, bounds[1:])) or bounds[-1] >= _TWO64:
             raise RuntimeError("cell table is not strictly increasing")  # cannot happen for these sizes
         self.bounds = np.array(bounds, dtype=np.uint64)
+        self.upper = np.r_[self.bounds, np.uint64(_TWO64 - 1)]     # boundary above each cell
+        self.lower = np.r_[np.uint64(0), self.bounds]               # boundary below each cell
         # Guide: for each value of the top bits of U, the first cell U can fall in.
         tops = (np.arange(1 << _GUIDE_BITS, dtype=np.uint64) << np.uint64(64 - _GUIDE_BITS))
         self.guide = np.searchsorted(self.bounds, tops, side="right").astype(np.int64)
@@ -116,23 +118,24 @@ def _uniform_bits(rng, size, bits):
 def _draw_cells(table: _Table, size: int, rng) -> np.ndarray:
     """Cell indices by exact inversion; index ``n_cells`` means the tail."""
     U = rng.integers(0, _TWO64, size=size, dtype=np.uint64, endpoint=False)
-    cell = table.guide[(U >> np.uint64(64 - _GUIDE_BITS)).astype(np.int64)]
-    last = table.n_cells - 1
+    cell = table.guide[(U >> np.uint64(64 - _GUIDE_BITS)).astype(np.intp)]
     # A linear search from the guide's start; with 2**16 guide entries nearly every value moves
     # at most once, so the first step runs on whole arrays and the rest on the few left.
-    move = U >= table.bounds[np.minimum(cell, last)]
-    move &= cell <= last
+    # upper[c] is the boundary above cell c (a sentinel 2**64 - 1 for the tail).
+    move = U >= table.upper[cell]
     cell += move
+    np.minimum(cell, table.n_cells, out=cell)
     active = np.flatnonzero(move)
     while active.size:
         c = cell[active]
-        move = (c <= last) & (U[active] >= table.bounds[np.minimum(c, last)])
+        move = U[active] >= table.upper[c]
         active = active[move]
-        cell[active] += 1
-    # u = (U + R)/2^64 with R the bits not drawn: U == boundary leaves u < CDF undecided.
-    ties = np.flatnonzero((cell > 0) & (U == table.bounds[np.maximum(cell - 1, 0)]))
-    for i in ties:  # probability about 2**-64 each
-        cell[i] = _resolve_tie(table, int(cell[i]) - 1, int(U[i]), rng)
+        cell[active] = np.minimum(c[move] + 1, table.n_cells)
+    # u = (U + R)/2^64 with R the bits not drawn: U equal to the boundary below its cell
+    # (lower[c]) leaves u < CDF undecided.
+    for i in np.flatnonzero(U == table.lower[cell]):  # probability about 2**-64 each
+        if cell[i] > 0:
+            cell[i] = _resolve_tie(table, int(cell[i]) - 1, int(U[i]), rng)
     return cell
 
 
