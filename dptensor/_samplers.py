@@ -279,9 +279,9 @@ def _one_pass(table: _Table, S: np.ndarray, base: np.ndarray, rng):
     ``base`` (exponential only) counts the table lengths already passed by restarts at the edge
     and is updated in place; values not ``done`` (rejected, or restarted) need another pass.
     """
-    cell = _draw_cells(table, S.size, rng)
+    cell = _draw_cells(table, base.size, rng)
     tail = cell == table.n_cells
-    raw = rng.integers(0, _TWO64, size=S.size, dtype=np.uint64, endpoint=False)
+    raw = rng.integers(0, _TWO64, size=base.size, dtype=np.uint64, endpoint=False)
     theta_int = raw >> np.uint64(64 - _THETA_BITS)
     sign = (raw & np.uint64(1)).astype(bool)                      # a bit theta does not use
     theta0 = theta_int.astype(np.float64) * 2.0 ** -_THETA_BITS   # exact: 52 bits
@@ -295,54 +295,69 @@ def _one_pass(table: _Table, S: np.ndarray, base: np.ndarray, rng):
         theta_slow[i] = theta
     # round(v) for v = S w (base + c + theta), theta in [theta0, theta0 + 2**-52): the float
     # bounds carry a relative margin and nextafter() absorbs the rounding of the + 0.5.
-    total = (base + cell).astype(np.float64)
+    total = (base + cell if table is _EXP else cell).astype(np.float64)
     Sw = S * _W
     r_lo = np.floor(np.nextafter(Sw * (total + theta0) * (1 - _MARGIN) + 0.5, -np.inf))
     r_hi = np.floor(np.nextafter(Sw * (total + theta0 + 2.0 ** -_THETA_BITS) * (1 + _MARGIN) + 0.5, np.inf))
     w = Fraction(1, 1 << _W_LOG2)
     for i in np.flatnonzero(accepted & ((r_lo != r_hi) | pending) & ~tail):
         theta = theta_slow.get(i) or _Lazy(int(theta_int[i]), _THETA_BITS, rng)
-        r_lo[i] = _slow_round(Fraction(float(S[i])), int(base[i] + cell[i]) * w, w, theta)
+        r_lo[i] = _slow_round(Fraction(float(S if S.ndim == 0 else S[i])), int(base[i] + cell[i]) * w, w, theta)
     done = accepted & ~tail
     if tail.any():
         if table is _EXP:  # memoryless: Y - L given Y >= L is Exp(1) again, drawn afresh
             base[tail] += table.n_cells
         else:
             for i in np.flatnonzero(tail):  # probability about 1e-15 each
-                r_lo[i] = _slow_gaussian_tail(Fraction(float(S[i])), rng)
+                r_lo[i] = _slow_gaussian_tail(Fraction(float(S if S.ndim == 0 else S[i])), rng)
             done |= tail
     return r_lo, sign, done
 
 
-def _rounded(table: _Table, S: np.ndarray, rng) -> np.ndarray:
-    """``sign * round(S * Y)`` for ``Y`` with density proportional to exp(-g) on [0, inf); float64 integers."""
-    S = np.asarray(S, dtype=np.float64).ravel()
-    base = np.zeros(S.size, dtype=np.int64)
+def _rounded(table: _Table, S, size: int, rng) -> np.ndarray:
+    """``sign * round(S * Y)`` for ``Y`` with density proportional to exp(-g) on [0, inf); float64 integers.
+
+    ``S`` is a scalar or an array of ``size`` scales.
+    """
+    S = np.asarray(S, dtype=np.float64)
+    S = S if S.ndim == 0 else S.ravel()
+    base = np.zeros(size, dtype=np.int64)
     magnitude, sign, done = _one_pass(table, S, base, rng)
     out = np.where(sign, magnitude, -magnitude)
     left = np.flatnonzero(~done)
     while left.size:  # the rejected few, again (by index)
         base_left = base[left]
-        magnitude, sign, done = _one_pass(table, S[left], base_left, rng)
+        magnitude, sign, done = _one_pass(table, S if S.ndim == 0 else S[left], base_left, rng)
         base[left] = base_left
         out[left[done]] = np.where(sign, magnitude, -magnitude)[done]
         left = left[~done]
     return out
 
 
-def rounded_laplace(S, rng: np.random.Generator) -> np.ndarray:
-    """Integers distributed exactly as ``round(S L)``, ``L`` standard Laplace; one per entry of ``S``.
+def _check_scales(S, size):
+    S = np.asarray(S, dtype=np.float64)
+    shape = np.shape(S) if size is None else ((size,) if np.ndim(size) == 0 else tuple(size))
+    if S.ndim and S.shape != shape:
+        S = np.broadcast_to(S, shape)
+    if not np.all(S > 0):
+        raise ValueError("scales S must be > 0")
+    return S, shape
 
-    Returned as float64 (exact: the values stay far below 2**53). ``S`` must be positive.
+
+def rounded_laplace(S, rng: np.random.Generator, size=None) -> np.ndarray:
+    """Integers distributed exactly as ``round(S L)``, ``L`` standard Laplace, independent.
+
+    ``S``: positive scales, an array (one value each) or a scalar with ``size``. Returned as
+    float64, which holds them exactly (they stay far below 2**53).
     """
-    S = np.asarray(S, dtype=np.float64)
-    return _rounded(_EXP, S, rng).reshape(S.shape)
+    S, shape = _check_scales(S, size)
+    return _rounded(_EXP, S, int(np.prod(shape)), rng).reshape(shape)
 
 
-def rounded_gaussian(S, rng: np.random.Generator) -> np.ndarray:
-    """Integers distributed exactly as ``round(S N)``, ``N`` standard normal; one per entry of ``S``."""
-    S = np.asarray(S, dtype=np.float64)
-    return _rounded(_HALF_NORMAL, S, rng).reshape(S.shape)
+def rounded_gaussian(S, rng: np.random.Generator, size=None) -> np.ndarray:
+    """Integers distributed exactly as ``round(S N)``, ``N`` standard normal, independent (as above)."""
+    S, shape = _check_scales(S, size)
+    return _rounded(_HALF_NORMAL, S, int(np.prod(shape)), rng).reshape(shape)
 
 
 def laplace_pmf(k, S):

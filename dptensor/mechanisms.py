@@ -63,16 +63,21 @@ def gaussian_release(value, sensitivity, noise_multiplier, rng: np.random.Genera
     """
     value = np.asarray(value, dtype=np.float64)
     z = float(noise_multiplier)
-    scale = np.broadcast_to(np.asarray(sensitivity, dtype=np.float64) * z, value.shape)
+    scale = np.asarray(sensitivity, dtype=np.float64) * z   # per group (say per column), not per value
     if np.any(scale < 0) or z < 0:
         raise ValueError("sensitivity and noise_multiplier must be >= 0")
-    out = value.copy()
-    noisy = scale > 0
-    if noisy.any():
-        zeta = z * math.sqrt(value.size) * 2.0 ** -GRID_BITS * _UP
-        gamma = grid_step(scale[noisy])
-        S = scale[noisy] / gamma * (1.0 + zeta) * _UP
-        out[noisy] = (_on_grid(value[noisy], gamma) + rounded_gaussian(S, rng)) * gamma
+    zeta = z * math.sqrt(value.size) * 2.0 ** -GRID_BITS * _UP
+    if np.all(scale > 0):
+        gamma = grid_step(scale)
+        S = scale / gamma * (1.0 + zeta) * _UP
+        out = (_on_grid(value, gamma) + rounded_gaussian(S, rng, size=value.shape)) * gamma
+    else:  # coordinates with a zero scale are released as they are
+        scale = np.broadcast_to(scale, value.shape)
+        out, noisy = value.copy(), scale > 0
+        if noisy.any():
+            gamma = grid_step(scale[noisy])
+            S = scale[noisy] / gamma * (1.0 + zeta) * _UP
+            out[noisy] = (_on_grid(value[noisy], gamma) + rounded_gaussian(S, rng)) * gamma
     return out if dtype is None else out.astype(dtype, copy=False)
 
 
@@ -95,8 +100,8 @@ def laplace_release(value, sensitivity, epsilon, rng: np.random.Generator, dtype
     scale = s / float(epsilon)
     zeta = value.size * 2.0 ** -GRID_BITS / float(epsilon) * _UP
     gamma = float(grid_step(scale))
-    S = np.full(value.shape, scale / gamma * (1.0 + zeta) * _UP)
-    out = (_on_grid(value, gamma) + rounded_laplace(S, rng)) * gamma
+    S = scale / gamma * (1.0 + zeta) * _UP
+    out = (_on_grid(value, gamma) + rounded_laplace(S, rng, size=value.shape)) * gamma
     return out if dtype is None else out.astype(dtype, copy=False)
 
 

@@ -163,9 +163,9 @@ def test_gaussian_release_scale_covers_the_rounded_sensitivity(rng, monkeypatch,
     the test above (rounding is post-processing) the release costs no more than its event."""
     seen = {}
 
-    def capture(S, rng):
+    def capture(S, rng, size=None):
         seen["S"] = np.asarray(S)
-        return np.zeros_like(S)
+        return np.zeros(np.shape(S) if size is None else size)
 
     monkeypatch.setattr("dptensor.mechanisms.rounded_gaussian", capture)
     gaussian_release(np.zeros(size), s, z, rng)
