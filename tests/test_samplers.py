@@ -227,3 +227,23 @@ def test_laplace_release_law(rng):
     assert stats.kstest(out - value, stats.laplace(scale=4.0).cdf).pvalue > P_MIN
     with pytest.raises(ValueError, match="epsilon"):
         laplace_release(value, 1.0, 0.0, rng)
+
+
+@pytest.mark.parametrize("order", [2, 3])
+def test_symmetric_release_is_symmetric_with_the_right_distinct_noise(rng, order):
+    from itertools import permutations
+
+    from dptensor.mechanisms import symmetric_gaussian_release
+    d = 30 if order == 2 else 12
+    A = rng.standard_normal((d,) * order)
+    T = sum(A.transpose(p) for p in permutations(range(order)))  # symmetric
+    R = symmetric_gaussian_release(T, 0.5, 2.0, rng)
+    for p in permutations(range(order)):
+        assert np.array_equal(R, R.transpose(p))
+    idx = np.triu_indices(d) if order == 2 else np.nonzero(
+        np.triu(np.ones((d, d), bool))[:, :, None] & np.triu(np.ones((d, d), bool))[None, :, :])
+    noise = (R - T)[idx]
+    assert noise.size == (d * (d + 1) // 2 if order == 2 else d * (d + 1) * (d + 2) // 6)
+    assert stats.kstest(noise, stats.norm(scale=1.0).cdf).pvalue > P_MIN
+    with pytest.raises(ValueError, match="order-3"):
+        symmetric_gaussian_release(np.zeros((2, 2, 2, 2)), 1.0, 1.0, rng)
