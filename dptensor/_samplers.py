@@ -38,6 +38,7 @@ _W = 2.0 ** -_W_LOG2
 _THETA_BITS = 52                # bits of theta drawn up front (theta0 = k 2**-52 is an exact double)
 _V_BITS = 53                    # bits of each uniform in the Bernoulli series
 _MARGIN = 2.0 ** -49            # relative bound on the rounding error of the few float operations
+_ROUND_TOL = 2.0 ** -46         # distance from a half-integer below which rounding is settled exactly
 _TWO64 = 1 << 64
 _GUIDE_BITS = 16               # the guide table indexes cells by the top bits of the uniform
 
@@ -169,8 +170,8 @@ def _bernoulli_exp_series(a_lo, a_hi, rng):
     # First round, on whole arrays: K = 1, so stopping now means a result of 1 (K odd).
     V = _uniform_bits(rng, n, _V_BITS)
     v0 = V.astype(np.float64) * 2.0 ** -_V_BITS
-    yes = (v0 + 2.0 ** -_V_BITS) * (1 + _MARGIN) <= a_lo   # V < A surely: continue
-    result = v0 * (1 - _MARGIN) >= a_hi                     # V >= A surely: stop, K = 1
+    yes = v0 + 2.0 ** -_V_BITS <= a_lo   # V < A surely: continue (K = 1: the products are exact)
+    result = v0 >= a_hi                  # V >= A surely: stop, K = 1
     pending = ~(yes | result)
     V_pending = np.where(pending, V, np.uint64(0))
     K = np.ones(n, dtype=np.int64)
@@ -293,14 +294,22 @@ def _one_pass(table: _Table, S: np.ndarray, base: np.ndarray, rng):
         accepted[i] = _slow_bernoulli_exp(lambda t, c=c: _exact_A(table.kind, c, t), theta, rng,
                                           K=int(K[i]), V=_Lazy(int(V[i]), _V_BITS, rng))
         theta_slow[i] = theta
-    # round(v) for v = S w (base + c + theta), theta in [theta0, theta0 + 2**-52): the float
-    # bounds carry a relative margin and nextafter() absorbs the rounding of the + 0.5.
+    # round(v) for v = S w (base + c + theta), theta in [theta0, theta0 + 2**-52): with x the
+    # computed v + 1/2 and r = floor(x), the answer is r whenever x - r (exact, by Sterbenz)
+    # keeps a distance tol from 0 and 1; tol bounds the interval's width S w 2**-52 and every
+    # rounding error (relative 2**-52 on v, absolute 2**-53 on the + 1/2) many times over.
     total = (base + cell if table is _EXP else cell).astype(np.float64)
+    total += theta0
     Sw = S * _W
-    r_lo = np.floor(np.nextafter(Sw * (total + theta0) * (1 - _MARGIN) + 0.5, -np.inf))
-    r_hi = np.floor(np.nextafter(Sw * (total + theta0 + 2.0 ** -_THETA_BITS) * (1 + _MARGIN) + 0.5, np.inf))
+    x = total
+    x *= Sw
+    tol = (x + Sw + 1.0) * _ROUND_TOL
+    x += 0.5
+    r_lo = np.floor(x)
+    x -= r_lo
+    unsure = (x <= tol) | (x >= 1.0 - tol)
     w = Fraction(1, 1 << _W_LOG2)
-    for i in np.flatnonzero(accepted & ((r_lo != r_hi) | pending) & ~tail):
+    for i in np.flatnonzero(accepted & (unsure | pending) & ~tail):
         theta = theta_slow.get(i) or _Lazy(int(theta_int[i]), _THETA_BITS, rng)
         r_lo[i] = _slow_round(Fraction(float(S if S.ndim == 0 else S[i])), int(base[i] + cell[i]) * w, w, theta)
     done = accepted & ~tail

@@ -64,13 +64,25 @@ def test_small_lattice_pmf_tails_included(rng, kind, sampler):
 
 
 def test_slow_exact_paths_keep_the_law(rng, monkeypatch):
-    """With the float bounds made 2**40 times looser, many comparisons and roundings are settled in
+    """With the float bounds made far looser, many comparisons and roundings are settled in
     exact rational arithmetic instead: the output law must not change."""
-    monkeypatch.setattr(sm, "_MARGIN", 2.0 ** -9)
+    calls = {"bern": 0, "round": 0}
+    real_bern, real_round = sm._slow_bernoulli_exp, sm._slow_round
+
+    def count(name, real):
+        def wrapped(*a, **k):
+            calls[name] += 1
+            return real(*a, **k)
+        return wrapped
+    monkeypatch.setattr(sm, "_slow_bernoulli_exp", count("bern", real_bern))
+    monkeypatch.setattr(sm, "_slow_round", count("round", real_round))
+    monkeypatch.setattr(sm, "_MARGIN", 0.5)
+    monkeypatch.setattr(sm, "_ROUND_TOL", 2.0 ** -16)
     for kind, sampler in [("gauss", sm.rounded_gaussian), ("laplace", sm.rounded_laplace)]:
         S = 2.0 ** 12 + 0.5
         x = sampler(np.full(4000, S), rng)
         assert _chi2_pvalue(x, kind, S, n_bins=16) > P_MIN
+    assert calls["bern"] > 20 and calls["round"] > 200  # the slow paths did run
 
 
 def test_gaussian_tail_slow_path(rng):
