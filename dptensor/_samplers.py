@@ -149,14 +149,22 @@ def _resolve_tie(table: _Table, j: int, U: int, rng) -> int:
             return j if value < bound else j + 1
 
 
-def _accept_bounds(kind: str, cell, theta0):
-    """Bounds on ``A(theta) = g((c + theta) w) - g(c w)`` for theta in ``[theta0, theta0 + 2**-52)``."""
-    theta1 = theta0 + 2.0 ** -_THETA_BITS
+def _accept_bounds(kind: str, cell_f, theta0):
+    """Bounds on ``A(theta) = g((c + theta) w) - g(c w)`` for theta in ``[theta0, theta0 + 2**-52)``
+    (``cell_f``: the cells as doubles)."""
     if kind == "exp":
-        return theta0 * _W, theta1 * _W                          # exact: products by a power of two
-    lo = theta0 * (2.0 * cell + theta0) * (_W * _W / 2)
-    hi = theta1 * (2.0 * cell + theta1) * (_W * _W / 2)
-    return lo * (1 - _MARGIN), hi * (1 + _MARGIN)
+        return theta0 * _W, (theta0 + 2.0 ** -_THETA_BITS) * _W     # exact: products by a power of two
+    # A = theta (2c + theta) w^2/2 grows by at most (c + 1) w^2 2**-52 across the interval.
+    lo = 2.0 * cell_f
+    lo += theta0
+    lo *= theta0
+    lo *= _W * _W / 2
+    hi = cell_f + 1.0
+    hi *= _W * _W * 2.0 ** -_THETA_BITS
+    hi += lo
+    hi *= 1 + _MARGIN
+    lo *= 1 - _MARGIN
+    return lo, hi
 
 
 def _bernoulli_exp_series(a_lo, a_hi, rng):
@@ -286,7 +294,8 @@ def _one_pass(table: _Table, S: np.ndarray, base: np.ndarray, rng):
     theta_int = raw >> np.uint64(64 - _THETA_BITS)
     sign = (raw & np.uint64(1)).astype(bool)                      # a bit theta does not use
     theta0 = theta_int.astype(np.float64) * 2.0 ** -_THETA_BITS   # exact: 52 bits
-    a_lo, a_hi = _accept_bounds(table.kind, cell, theta0)
+    cell_f = cell.astype(np.float64)
+    a_lo, a_hi = _accept_bounds(table.kind, cell_f, theta0)
     accepted, pending, K, V = _bernoulli_exp_series(a_lo, a_hi, rng)
     theta_slow = {}
     for i in np.flatnonzero(pending & ~tail):  # comparisons the bounds could not settle: finish exactly
@@ -298,7 +307,7 @@ def _one_pass(table: _Table, S: np.ndarray, base: np.ndarray, rng):
     # computed v + 1/2 and r = floor(x), the answer is r whenever x - r (exact, by Sterbenz)
     # keeps a distance tol from 0 and 1; tol bounds the interval's width S w 2**-52 and every
     # rounding error (relative 2**-52 on v, absolute 2**-53 on the + 1/2) many times over.
-    total = (base + cell if table is _EXP else cell).astype(np.float64)
+    total = (base + cell).astype(np.float64) if table is _EXP else cell_f
     total += theta0
     Sw = S * _W
     x = total
