@@ -307,7 +307,7 @@ def _one_pass(table: _Table, S: np.ndarray, base: np.ndarray, rng):
     # computed v + 1/2 and r = floor(x), the answer is r whenever x - r (exact, by Sterbenz)
     # keeps a distance tol from 0 and 1; tol bounds the interval's width S w 2**-52 and every
     # rounding error (relative 2**-52 on v, absolute 2**-53 on the + 1/2) many times over.
-    total = (base + cell).astype(np.float64) if table is _EXP else cell_f
+    total = (base + cell).astype(np.float64) if base.any() else cell_f  # base: exponential restarts
     total += theta0
     Sw = S * _W
     x = total

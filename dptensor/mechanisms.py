@@ -44,10 +44,12 @@ def grid_step(scale):
 
 def _on_grid(value, gamma, name="value"):
     """``rint(value / gamma)``: exact, since gamma is a power of two."""
-    with np.errstate(over="ignore"):
-        n = np.rint(value / gamma)
-    if not np.all(np.isfinite(n)):
-        raise ValueError(f"{name} must be finite and below 2**{GRID_BITS} noise scales x 2**900")
+    with np.errstate(over="ignore", invalid="ignore"):
+        n = np.divide(value, gamma)
+        n = np.rint(n, out=n) if isinstance(n, np.ndarray) else np.rint(n)
+        total = np.sum(n)  # one pass: inf or nan here if any value is (or the values are absurdly large)
+    if not np.isfinite(total):
+        raise ValueError(f"{name} must be finite, and far below 2**1000 times the noise scale")
     return n
 
 
