@@ -320,7 +320,8 @@ def _one_pass(table: _Table, S: np.ndarray, base: np.ndarray, rng):
     w = Fraction(1, 1 << _W_LOG2)
     for i in np.flatnonzero(accepted & (unsure | pending) & ~tail):
         theta = theta_slow.get(i) or _Lazy(int(theta_int[i]), _THETA_BITS, rng)
-        r_lo[i] = _slow_round(Fraction(float(S if S.ndim == 0 else S[i])), int(base[i] + cell[i]) * w, w, theta)
+        S_i = Fraction(float(S if S.ndim == 0 else S[i]))
+        r_lo[i] = _slow_round(S_i, int(base[i] + cell[i]) * w, w, theta)
     done = accepted & ~tail
     if tail.any():
         if table is _EXP:  # memoryless: Y - L given Y >= L is Exp(1) again, drawn afresh

@@ -156,7 +156,9 @@ def above_threshold(queries, threshold, epsilon, rng: np.random.Generator, sensi
     ``queries`` are the true answers, in order, each of sensitivity ``sensitivity``. The threshold
     gets ``Lap(2 s/eps)`` noise once and each query ``Lap(4 s/eps)``; the whole run is pure
     ``epsilon``-DP whatever the number of queries, and releases only the returned index (``None``
-    when no query clears it). All noises are drawn at once: no Python loop over queries.
+    when no query clears it). All noises are drawn at once: no Python loop over queries. They
+    are exact rounded Laplace draws on the grid of ``s/eps``, with ``s`` raised to the
+    sensitivity of the rounded queries (one grid step more; see ``docs/derivations/sampling.rst``).
     """
     queries = np.asarray(queries, dtype=float)
     if queries.ndim != 1:
@@ -170,7 +172,8 @@ def above_threshold(queries, threshold, epsilon, rng: np.random.Generator, sensi
     gamma = float(grid_step(float(sensitivity) / epsilon if sensitivity > 0 else 1.0))
     lattice_sensitivity = math.floor(float(sensitivity) / gamma) + 1
     # Integer arithmetic, so that each comparison is the exact one the proof speaks of.
-    t, n = _on_grid(np.asarray(threshold, dtype=float), gamma, "threshold"), _on_grid(queries, gamma, "queries")
+    t = _on_grid(np.asarray(threshold, dtype=float), gamma, "threshold")
+    n = _on_grid(queries, gamma, "queries")
     if max(abs(float(t)), float(np.abs(n).max(initial=0.0))) >= 2.0 ** 62:
         raise ValueError("queries and threshold must be below 2**32 times their noise scale")
     scales = np.full(queries.size + 1, 4.0 * lattice_sensitivity / epsilon * _UP)
