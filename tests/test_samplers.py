@@ -283,3 +283,26 @@ def test_composed_cost_against_dp_accounting(kind, S, v, count):
     exact = pld.get_epsilon_for_delta(delta)
     assert exact <= charged + count * 1e-4  # the PLD's pessimistic discretisation, 1e-4 a step
     assert exact >= 0.8 * charged  # the same mechanism up to the lattice, not a different one
+
+
+def test_discrete_gaussian_is_not_gdp_at_its_scale_but_the_rounded_one_is():
+    """Why the samplers round a continuous Gaussian instead of drawing the discrete Gaussian: for a
+    log-concave law on the integers with CDF F, the shift by one is mu-GDP iff every step of
+    Phi^{-1}(F(u)) is at most mu. The rounded Gaussian's steps are exactly 1/S; the discrete
+    Gaussian's exceed it in the tails, so GaussianEvent would under-price it."""
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 80
+    S = mp.mpf(3)
+
+    def probit(p):
+        return -mp.sqrt(2) * mp.erfinv(1 - 2 * p)
+
+    ks = range(-40, 1)
+    weights = [mp.e ** (-mp.mpf(k) ** 2 / (2 * S * S)) for k in range(-200, 201)]
+    total = mp.fsum(weights)
+    cdf = {k: mp.fsum(weights[: k + 201]) / total for k in ks}
+    steps = [S * (probit(cdf[k]) - probit(cdf[k - 1])) for k in list(ks)[1:]]
+    assert min(steps) > 1.003 and max(steps) > 1.004  # every step: not (1/S)-GDP, nor (1.003/S)
+    rounded = [S * (probit(mp.ncdf((k + mp.mpf(1) / 2) / S)) - probit(mp.ncdf((k - mp.mpf(1) / 2) / S)))
+               for k in list(ks)[1:]]
+    assert max(abs(r - 1) for r in rounded) < mp.mpf(10) ** -40
