@@ -1,8 +1,8 @@
 r"""Exact samplers of rounded Laplace and rounded Gaussian noise, from uniform random integers.
 
-``rounded_laplace(S, rng)`` returns integers distributed exactly as ``round(S * L)`` with ``L`` a
-standard Laplace variable, and ``rounded_gaussian(S, rng)`` exactly as ``round(S * N)`` with ``N``
-standard normal (``S`` a positive array, one scale per value). No floating-point approximation of a
+``rounded_laplace(S, rng, size)`` returns integers distributed exactly as ``round(S * L)`` with
+``L`` a standard Laplace variable, and ``rounded_gaussian(S, rng, size)`` exactly as
+``round(S * N)`` with ``N`` standard normal (``S``: positive scales, one per value or one for all). No floating-point approximation of a
 density enters the output: each value is decided by comparing uniform random bits with bounds
 that are proven, and a comparison the bounds cannot settle draws more bits and settles it in exact
 rational arithmetic. The output is therefore a *post-processing* of an exact continuous Laplace or
@@ -20,8 +20,8 @@ How a magnitude ``Y`` (exponential for Laplace, half-normal for Gauss) is drawn,
    ``+ - *`` (their rounding error is bounded by a margin).
 3. ``round(S * Y)`` is decided from ``theta``'s interval the same way, and a random sign applied.
 
-Beyond the table (``Y >= 8`` for the exponential, ``Y >= 8`` for the half-normal) the exponential
-restarts at the edge (it is memoryless) and the half-normal takes an exact rational slow path.
+Beyond the table (``Y >= 8``) the exponential restarts at the edge (it is memoryless) and the
+half-normal takes an exact rational slow path.
 """
 from __future__ import annotations
 
