@@ -136,6 +136,9 @@ def gaussian_noise(shape, sensitivity, noise_multiplier, rng: np.random.Generato
 
     ``sensitivity`` may be an array broadcasting against ``shape`` (a per-column scale, say a
     sensitivity that depends on each restart's previous, already public, iterate).
+
+    NumPy's continuous normals, for the caller to add: a value plus this noise can betray the value
+    through the doubles it can reach. Releases should use :func:`gaussian_release`.
     """
     scale = np.asarray(sensitivity, dtype=float) * float(noise_multiplier)
     if np.any(scale < 0):
@@ -144,7 +147,11 @@ def gaussian_noise(shape, sensitivity, noise_multiplier, rng: np.random.Generato
 
 
 def laplace_noise(shape, sensitivity, epsilon, rng: np.random.Generator, dtype=np.float64):
-    """``Lap(sensitivity / epsilon)`` noise: each coordinate pure ``epsilon``-DP for that sensitivity."""
+    """``Lap(sensitivity / epsilon)`` noise: each coordinate pure ``epsilon``-DP for that sensitivity.
+
+    NumPy's continuous Laplace noise (see :func:`gaussian_noise`); releases should use
+    :func:`laplace_release`.
+    """
     if not epsilon > 0:
         raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
     return rng.laplace(0.0, float(sensitivity) / float(epsilon), size=shape).astype(dtype, copy=False)
