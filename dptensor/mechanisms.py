@@ -3,12 +3,132 @@
 Each takes a sensitivity, a noise multiplier or epsilon, and an explicit
 ``numpy.random.Generator``. None of them touches the accountant: the caller records the matching
 :mod:`dptensor.accounting` event *before* calling them.
+
+The ``*_release`` functions take the true value and return the released one. They are safe
+against floating-point attacks (Mironov 2012): the value is rounded to a public power-of-two grid
+``gamma`` (a ``2**-GRID_BITS`` fraction of the noise scale) and integer noise drawn *exactly* by
+:mod:`dptensor._samplers` is added on that grid, so the set of possible outputs is the same grid
+for every input. The noise is ``round(S L)`` or ``round(S N)`` for an exact continuous Laplace or
+Gaussian variable: the release is a post-processing of the continuous mechanism applied to the
+rounded query, whose sensitivity the rounding raises by at most one grid step per coordinate.
+The noise scale is raised to absorb that step (a relative ``zeta = z sqrt(size) 2**-GRID_BITS``
+for Gauss, ``size 2**-GRID_BITS / epsilon`` for Laplace), so each release is priced exactly by the
+same :class:`~dptensor.accounting.GaussianEvent` or :class:`~dptensor.accounting.LaplaceEvent`
+as before. Derivation: ``docs/derivations/sampling.rst``.
+
+``gaussian_noise``, ``laplace_noise`` and ``symmetric_gaussian_tensor`` return NumPy's continuous
+noise for the caller to add; a value plus such noise can betray the value through the set of
+doubles it can reach, so releases should go through the ``*_release`` functions.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-__all__ = ["gaussian_noise", "laplace_noise", "above_threshold", "clip_rows", "symmetric_gaussian_tensor"]
+from ._samplers import rounded_gaussian, rounded_laplace
+
+__all__ = ["gaussian_noise", "laplace_noise", "above_threshold", "clip_rows", "symmetric_gaussian_tensor",
+           "gaussian_release", "laplace_release", "symmetric_gaussian_release", "grid_step", "GRID_BITS"]
+
+#: The grid step is the largest power of two at most ``2**-GRID_BITS`` times the noise scale.
+GRID_BITS = 30
+_UP = 1.0 + 2.0 ** -40  # rounds a computed noise scale up past its floating-point error
+
+
+def grid_step(scale):
+    """The public grid of a noise scale: the largest power of two ``<= scale * 2**-GRID_BITS`` (exact)."""
+    _, exponent = np.frexp(np.asarray(scale, dtype=np.float64))  # scale = m 2**e, m in [0.5, 1)
+    return np.ldexp(1.0, exponent - 1 - GRID_BITS)
+
+
+def _on_grid(value, gamma, name="value"):
+    """``rint(value / gamma)``: exact, since gamma is a power of two."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        n = np.divide(value, gamma)
+        n = np.rint(n, out=n) if isinstance(n, np.ndarray) else np.rint(n)
+        total = np.sum(n)  # one pass: inf or nan here if any value is (or the values are absurdly large)
+    if not np.isfinite(total):
+        raise ValueError(f"{name} must be finite, and far below 2**1000 times the noise scale")
+    return n
+
+
+def gaussian_release(value, sensitivity, noise_multiplier, rng: np.random.Generator, dtype=None):
+    """``value`` plus Gaussian noise of std ``noise_multiplier * sensitivity``, sampled exactly on a grid.
+
+    ``sensitivity`` is the l2 sensitivity of ``value`` (or of each group of its coordinates that
+    shares one sensitivity; it may be an array broadcasting against ``value``, say one per column).
+    The release is ``1/noise_multiplier``-GDP for that sensitivity, exactly: it is
+    ``gamma round(n + S N)`` with ``n = rint(value/gamma)`` and ``S gamma = (1 + zeta) z s``, a
+    post-processing of the Gaussian mechanism on ``n``, whose l2 sensitivity is at most
+    ``s + gamma sqrt(size) <= (1 + zeta) s``. Coordinates with a zero scale are returned unchanged.
+    """
+    value = np.asarray(value, dtype=np.float64)
+    z = float(noise_multiplier)
+    scale = np.asarray(sensitivity, dtype=np.float64) * z   # per group (say per column), not per value
+    if np.any(scale < 0) or z < 0:
+        raise ValueError("sensitivity and noise_multiplier must be >= 0")
+    zeta = z * math.sqrt(value.size) * 2.0 ** -GRID_BITS * _UP
+    if np.all(scale > 0):
+        gamma = grid_step(scale)
+        S = scale / gamma * (1.0 + zeta) * _UP
+        out = (_on_grid(value, gamma) + rounded_gaussian(S, rng, size=value.shape)) * gamma
+    else:  # coordinates with a zero scale are released as they are
+        scale = np.broadcast_to(scale, value.shape)
+        out, noisy = value.copy(), scale > 0
+        if noisy.any():
+            gamma = grid_step(scale[noisy])
+            S = scale[noisy] / gamma * (1.0 + zeta) * _UP
+            out[noisy] = (_on_grid(value[noisy], gamma) + rounded_gaussian(S, rng)) * gamma
+    return out if dtype is None else out.astype(dtype, copy=False)
+
+
+def laplace_release(value, sensitivity, epsilon, rng: np.random.Generator, dtype=None):
+    """``value`` plus ``Lap(sensitivity/epsilon)`` noise, sampled exactly on a grid: pure ``epsilon``-DP.
+
+    ``sensitivity`` is the l1 sensitivity of ``value`` (or of each coordinate, when each is its own
+    release). The release is ``gamma round(n + S L)`` with ``n = rint(value/gamma)`` and
+    ``S gamma = (1 + zeta) s / epsilon``: a post-processing of the Laplace mechanism on ``n``,
+    whose l1 sensitivity is at most ``s + gamma size <= (1 + zeta) s``.
+    """
+    if not epsilon > 0:
+        raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
+    value = np.asarray(value, dtype=np.float64)
+    s = float(sensitivity)
+    if not s >= 0:
+        raise ValueError(f"sensitivity must be >= 0, got {sensitivity!r}")
+    if s == 0:
+        return value.copy() if dtype is None else value.astype(dtype)
+    scale = s / float(epsilon)
+    zeta = value.size * 2.0 ** -GRID_BITS / float(epsilon) * _UP
+    gamma = float(grid_step(scale))
+    S = scale / gamma * (1.0 + zeta) * _UP
+    out = (_on_grid(value, gamma) + rounded_laplace(S, rng, size=value.shape)) * gamma
+    return out if dtype is None else out.astype(dtype, copy=False)
+
+
+def symmetric_gaussian_release(T, sensitivity, noise_multiplier, rng: np.random.Generator, dtype=None):
+    """A symmetric matrix or order-3 tensor ``T`` released with Gaussian noise on its distinct entries.
+
+    The entries ``T[i, j]`` with ``i <= j`` (``T[i, j, k]`` with ``i <= j <= k``) are the query,
+    ``sensitivity`` their l2 sensitivity; they go through :func:`gaussian_release` and are copied
+    to their permutations, so the result is exactly symmetric and one Gaussian release.
+    """
+    T = np.asarray(T)
+    d, order = T.shape[0], T.ndim
+    if order == 2:
+        idx = np.triu_indices(d)
+    elif order == 3:
+        upper = np.triu(np.ones((d, d), dtype=bool))
+        idx = np.nonzero(upper[:, :, None] & upper[None, :, :])
+    else:
+        raise ValueError(f"T must be a symmetric matrix or order-3 tensor, got ndim={order}")
+    released = gaussian_release(T[idx], sensitivity, noise_multiplier, rng)
+    out = np.empty(T.shape, dtype=T.dtype if dtype is None else dtype)
+    from itertools import permutations
+    for perm in set(permutations(range(order))):
+        out[tuple(idx[p] for p in perm)] = released
+    return out
 
 
 def gaussian_noise(shape, sensitivity, noise_multiplier, rng: np.random.Generator, dtype=np.float64):
@@ -16,6 +136,9 @@ def gaussian_noise(shape, sensitivity, noise_multiplier, rng: np.random.Generato
 
     ``sensitivity`` may be an array broadcasting against ``shape`` (a per-column scale, say a
     sensitivity that depends on each restart's previous, already public, iterate).
+
+    NumPy's continuous normals, for the caller to add: a value plus this noise can betray the value
+    through the doubles it can reach. Releases should use :func:`gaussian_release`.
     """
     scale = np.asarray(sensitivity, dtype=float) * float(noise_multiplier)
     if np.any(scale < 0):
@@ -24,7 +147,11 @@ def gaussian_noise(shape, sensitivity, noise_multiplier, rng: np.random.Generato
 
 
 def laplace_noise(shape, sensitivity, epsilon, rng: np.random.Generator, dtype=np.float64):
-    """``Lap(sensitivity / epsilon)`` noise: each coordinate pure ``epsilon``-DP for that sensitivity."""
+    """``Lap(sensitivity / epsilon)`` noise: each coordinate pure ``epsilon``-DP for that sensitivity.
+
+    NumPy's continuous Laplace noise (see :func:`gaussian_noise`); releases should use
+    :func:`laplace_release`.
+    """
     if not epsilon > 0:
         raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
     return rng.laplace(0.0, float(sensitivity) / float(epsilon), size=shape).astype(dtype, copy=False)
@@ -36,15 +163,31 @@ def above_threshold(queries, threshold, epsilon, rng: np.random.Generator, sensi
     ``queries`` are the true answers, in order, each of sensitivity ``sensitivity``. The threshold
     gets ``Lap(2 s/eps)`` noise once and each query ``Lap(4 s/eps)``; the whole run is pure
     ``epsilon``-DP whatever the number of queries, and releases only the returned index (``None``
-    when no query clears it). All noises are drawn at once: no Python loop over queries.
+    when no query clears it). All noises are drawn at once: no Python loop over queries. They
+    are exact rounded Laplace draws on the grid of ``s/eps``, with ``s`` raised to the
+    sensitivity of the rounded queries (one grid step more; see ``docs/derivations/sampling.rst``).
     """
     queries = np.asarray(queries, dtype=float)
     if queries.ndim != 1:
         raise ValueError("queries must be a 1-D sequence of answers")
     if not epsilon > 0:
         raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
-    noisy_threshold = threshold + rng.laplace(0.0, 2.0 * sensitivity / epsilon)
-    noisy = queries + rng.laplace(0.0, 4.0 * sensitivity / epsilon, size=queries.shape)
+    # Exact and on a grid: integer queries n_i = rint(q_i/gamma) have sensitivity at most
+    # Delta = floor(s/gamma) + 1, and the noises are round(S L) with the scales 2 Delta/eps and
+    # 4 Delta/eps; comparing round(n_i + L_i) with round(t + L_t) is comparing n_i + L_i with a
+    # threshold that moves with integer shifts, so Dwork & Roth's proof holds unchanged.
+    gamma = float(grid_step(float(sensitivity) / epsilon if sensitivity > 0 else 1.0))
+    lattice_sensitivity = math.floor(float(sensitivity) / gamma) + 1
+    # Integer arithmetic, so that each comparison is the exact one the proof speaks of.
+    t = _on_grid(np.asarray(threshold, dtype=float), gamma, "threshold")
+    n = _on_grid(queries, gamma, "queries")
+    if max(abs(float(t)), float(np.abs(n).max(initial=0.0))) >= 2.0 ** 62:
+        raise ValueError("queries and threshold must be below 2**32 times their noise scale")
+    scales = np.full(queries.size + 1, 4.0 * lattice_sensitivity / epsilon * _UP)
+    scales[0] = 2.0 * lattice_sensitivity / epsilon * _UP
+    noise = rounded_laplace(scales, rng).astype(np.int64)  # one draw: the threshold's, then the queries'
+    noisy_threshold = int(t) + int(noise[0])
+    noisy = n.astype(np.int64) + noise[1:]
     hits = np.flatnonzero(noisy >= noisy_threshold)
     return int(hits[0]) if hits.size else None
 

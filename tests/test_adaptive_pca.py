@@ -78,7 +78,8 @@ def test_equal_contributions_pick_the_grid_point_just_above():
     grid = threshold_grid(n, 1.0)
     rng = np.random.default_rng(3)
     picks = [choose_threshold(c, grid, 0.1, 0.05, rng) for _ in range(300)]
-    assert np.mean(np.isclose(picks, 0.5)) >= 0.99
+    # P(pick != 0.5) = P(L_q - L_t < -180) = 0.0074 per run: 0.97 fails once in 1e4 seeds, 0.99 in 6.
+    assert np.mean(np.isclose(picks, 0.5)) >= 0.97
 
 
 def test_a_few_large_rows_are_filtered_many_are_not():

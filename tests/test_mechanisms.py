@@ -80,23 +80,27 @@ def test_symmetric_gaussian_tensor_float32(rng):
 
 
 # ---------------------------------------------------------------- AboveThreshold
-class RecordingGenerator:
-    """A Generator proxy that records every Laplace scale drawn."""
-
-    def __init__(self, rng):
-        self._rng, self.scales = rng, []
-
-    def laplace(self, loc=0.0, scale=1.0, size=None):
-        self.scales.append((scale, size))
-        return self._rng.laplace(loc, scale, size)
-
-
 @pytest.mark.parametrize("epsilon,sensitivity", [(1.0, 1.0), (0.25, 3.0)])
-def test_above_threshold_noise_scales(rng, epsilon, sensitivity):
-    rec = RecordingGenerator(rng)
-    above_threshold(np.zeros(7), 1.0, epsilon, rec, sensitivity=sensitivity)
-    # Dwork & Roth Alg. 1: Lap(2 s/eps) once on the threshold, Lap(4 s/eps) on every query.
-    assert rec.scales == [(2 * sensitivity / epsilon, None), (4 * sensitivity / epsilon, (7,))]
+def test_above_threshold_noise_scales(rng, monkeypatch, epsilon, sensitivity):
+    import dptensor.mechanisms as mech
+    scales = []
+
+    def recording(S, rng, size=None):
+        scales.append(np.asarray(S))
+        return np.zeros(np.shape(S) if size is None else size)
+
+    monkeypatch.setattr(mech, "rounded_laplace", recording)
+    above_threshold(np.zeros(7), 1.0, epsilon, rng, sensitivity=sensitivity)
+    # Dwork & Roth Alg. 1 on the grid: Lap(2 D/eps) once on the threshold, Lap(4 D/eps) on every
+    # query, D = floor(s/gamma) + 1 the sensitivity of the rounded queries, in grid steps.
+    gamma = mech.grid_step(sensitivity / epsilon)
+    D = np.floor(sensitivity / gamma) + 1
+    (S,) = scales
+    assert S.shape == (8,)
+    assert np.isclose(S[0], 2 * D / epsilon, rtol=1e-9) and S[0] >= 2 * D / epsilon
+    assert np.allclose(S[1:], 4 * D / epsilon, rtol=1e-9) and np.all(S[1:] >= 4 * D / epsilon)
+    # ... which is the textbook scale up to one grid step in 2**30.
+    assert abs(S[0] * gamma / (2 * sensitivity / epsilon) - 1) < 2.0 ** -28
 
 
 def test_above_threshold_stops_at_the_first_clearly_high_query(rng):
@@ -130,7 +134,7 @@ def test_above_threshold_output_law_matches_the_exact_one(rng):
     queries, threshold, epsilon = [0.0, 1.0, 2.0, 0.5], 1.5, 2.0
     law = _exact_above_threshold_law(queries, threshold, epsilon)
     assert law.sum() == pytest.approx(1.0, abs=1e-6)
-    n = 20_000
+    n = 8_000
     hits = [above_threshold(queries, threshold, epsilon, rng) for _ in range(n)]
     counts = np.array([hits.count(i) for i in range(len(queries))] + [hits.count(None)])
     assert stats.chisquare(counts, law / law.sum() * n).pvalue > P_MIN

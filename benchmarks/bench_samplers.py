@@ -1,0 +1,99 @@
+"""Exact (floating-point safe) releases against the continuous NumPy noise they replace.
+
+For each of the library's largest releases, the time of ``value + continuous noise`` (today's
+path: NumPy's ziggurat normals or inverse-CDF Laplace) and of the exact release on a grid
+(:func:`dptensor.mechanisms.gaussian_release` and friends), side by side in one process, best of
+``repeat`` runs, and their ratio. Timings on a shared machine are noisy: compare the ratios.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from benchmarks._common import RESULTS, machine_info, markdown_table, timed
+from dptensor.mechanisms import (above_threshold, gaussian_noise, gaussian_release, laplace_noise,
+                                 laplace_release, symmetric_gaussian_release, symmetric_gaussian_tensor)
+
+
+def _old_above_threshold(queries, threshold, epsilon, rng, sensitivity=1.0):
+    """Today's AboveThreshold before this change: continuous Laplace noise on doubles."""
+    noisy_threshold = threshold + rng.laplace(0.0, 2.0 * sensitivity / epsilon)
+    noisy = queries + rng.laplace(0.0, 4.0 * sensitivity / epsilon, size=queries.shape)
+    hits = np.flatnonzero(noisy >= noisy_threshold)
+    return int(hits[0]) if hits.size else None
+
+
+def _old_symmetric_matrix(C, s, z, rng):
+    """``C + E`` with E symmetric: the path of ``pca.analyze_gauss`` before this change."""
+    d = C.shape[0]
+    iu = np.triu_indices(d)
+    E = np.zeros((d, d))
+    E[iu] = gaussian_noise(iu[0].size, s, z, rng)
+    return C + (E + np.triu(E, 1).T)
+
+
+def cases(quick: bool):
+    d_mat = 500 if quick else 2000
+    n_lap = 100_000 if quick else 1_000_000
+    d_step, L = (1000, 32) if quick else (5000, 100)
+    d_ten = 40 if quick else 100
+    rng = np.random.default_rng(0)
+    C = rng.standard_normal((d_mat, d_mat))
+    C = C + C.T
+    ys = rng.uniform(0, 1, n_lap)
+    Y = rng.standard_normal((d_step, L))
+    s_cols = rng.uniform(0.5, 2.0, L)
+    T = rng.standard_normal((d_ten,) * 3)
+    q = np.sort(rng.uniform(0, 100, 50))
+    return [
+        (f"symmetric Gaussian matrix, d={d_mat}", d_mat * (d_mat + 1) // 2,
+         lambda r: _old_symmetric_matrix(C, 1.0, 5.0, r),
+         lambda r: symmetric_gaussian_release(C, 1.0, 5.0, r)),
+        (f"Laplace input perturbation, {n_lap} values", n_lap,
+         lambda r: ys + laplace_noise(ys.shape, 1.0, 1.0, r),
+         lambda r: laplace_release(ys, 1.0, 1.0, r)),
+        (f"power step noise, d x L = {d_step} x {L}, per-column sensitivity", d_step * L,
+         lambda r: Y + gaussian_noise(Y.shape, s_cols, 3.0, r),
+         lambda r: gaussian_release(Y, s_cols, 3.0, r)),
+        (f"symmetric Gaussian tensor, d={d_ten}", d_ten * (d_ten + 1) * (d_ten + 2) // 6,
+         lambda r: T + symmetric_gaussian_tensor(d_ten, 1.0, 5.0, r),
+         lambda r: symmetric_gaussian_release(T, 1.0, 5.0, r)),
+        ("AboveThreshold, 50 queries (one call)", 51,
+         lambda r: _old_above_threshold(q, 60.0, 1.0, r),
+         lambda r: above_threshold(q, 60.0, 1.0, r)),
+    ]
+
+
+def run(quick: bool = False) -> list[dict]:
+    repeat = 3 if quick else 5
+    rows = []
+    load_before = os.getloadavg()[0]
+    for name, n_draws, old, new in cases(quick):
+        rng = np.random.default_rng(1)
+        t_old, _ = timed(old, rng, repeat=repeat)
+        t_new, _ = timed(new, rng, repeat=repeat)
+        rows.append({"release": name, "noise draws": n_draws, "continuous_s": t_old, "exact_s": t_new,
+                     "ratio": t_new / t_old, "exact_ns_per_draw": 1e9 * t_new / n_draws})
+        print(f"{name}: continuous {t_old:.4f}s, exact {t_new:.4f}s, ratio {t_new / t_old:.2f}")
+    load_after = os.getloadavg()[0]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    info = machine_info()
+    (RESULTS / "samplers.json").write_text(json.dumps(
+        {"machine": info, "load": [load_before, load_after], "repeat": repeat, "records": rows}, indent=2))
+    md = ["# samplers", "",
+          f"Best of {repeat} runs of each release, continuous NumPy noise (today's path, "
+          "`value + noise`) and the exact release on a grid, in one process. "
+          f"Load average before/after: {load_before:.1f}/{load_after:.1f} on {info['cpus']} CPUs "
+          "(a shared machine: timings are noisy, compare the ratios).", "",
+          markdown_table(rows, ["release", "noise draws", "continuous_s", "exact_s", "ratio",
+                                "exact_ns_per_draw"])]
+    (RESULTS / "samplers.md").write_text("\n".join(md) + "\n")
+    return rows
+
+
+if __name__ == "__main__":
+    import sys
+
+    run(quick="--quick" in sys.argv)
