@@ -8,6 +8,10 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from sklearn.base import clone
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from dptensor import BudgetExceededError, PrivacyAccountant, PrivacyWarning
 from dptensor._operators import moment_tensor
@@ -298,3 +302,25 @@ def test_reuters_loader_and_topics():
     model = PrivateLatentDirichletAllocation(10, random_state=0).fit(C)
     top = {vocab[j] for row in model.components_ for j in np.argsort(-row)[:5]}
     assert {"pope", "elvis", "yeltsin"} <= top  # stories the corpus is known for
+
+
+# -- scikit-learn's contract -----------------------------------------------------------------------
+
+@parametrize_with_checks([PrivateGaussianMixture(2, n_restarts=3, n_iter=5, random_state=0)])
+def test_gmm_sklearn_contract(estimator, check):
+    check(estimator)
+
+
+def test_lda_in_a_pipeline_with_shared_accountant(corpus):
+    """scikit-learn's generic checks feed real-valued data, which this model refuses (it needs word
+    counts); the contract it relies on is checked here: clone, pipeline, pickle, feature names."""
+    C, *_ = corpus
+    budget = PrivacyAccountant(epsilon=5.0, delta=1e-5)
+    lda = PrivateLatentDirichletAllocation(3, epsilon=1.0, accountant=budget, random_state=0)
+    copy = clone(lda)
+    assert copy.get_params() == lda.get_params() and copy.accountant is budget
+    pipe = make_pipeline(copy, LogisticRegression()).fit(C, np.arange(C.shape[0]) % 2)
+    assert pipe.predict(C[:3]).shape == (3,) and len(budget.history()) == 1
+    fitted = pipe[0]
+    assert list(fitted.get_feature_names_out()) == [f"privatelatentdirichletallocation{i}" for i in range(3)]
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(fitted)).transform(C[:4]), fitted.transform(C[:4]))
