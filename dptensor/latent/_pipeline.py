@@ -102,7 +102,8 @@ def top_eigenpairs(A, k: int, rng, *, dense_below: int = 600):
     if d <= dense_below or k >= d - 1:
         w, V = scipy.linalg.eigh(A, subset_by_index=[d - k, d - 1])
     else:
-        w, V = scipy.sparse.linalg.eigsh(A, k=k, which="LA", v0=rng.standard_normal(d), tol=1e-10)
+        w, V = scipy.sparse.linalg.eigsh(A, k=k, which="LA", v0=rng.standard_normal(d), tol=1e-8,
+                                         ncv=min(d, max(4 * k, 40)))
     order = np.argsort(-w, kind="stable")
     return w[order], V[:, order]
 
