@@ -324,3 +324,15 @@ def test_lda_in_a_pipeline_with_shared_accountant(corpus):
     fitted = pipe[0]
     assert list(fitted.get_feature_names_out()) == [f"privatelatentdirichletallocation{i}" for i in range(3)]
     np.testing.assert_array_equal(pickle.loads(pickle.dumps(fitted)).transform(C[:4]), fitted.transform(C[:4]))
+
+
+def test_gmm_on_dask_rows_matches_in_memory(mixture):
+    da = pytest.importorskip("dask.array")
+    X, means, _ = mixture
+    X = X[:6000]
+    kw = dict(epsilon=2.0, data_norm=gaussian_mixture_norm_bound(means, 1.0, 12), random_state=4)
+    here = PrivateGaussianMixture(3, **kw).fit(X)
+    there = PrivateGaussianMixture(3, **kw).fit(da.from_array(X, chunks=(1000, 12)))
+    np.testing.assert_allclose(there.means_, here.means_, atol=1e-9)
+    np.testing.assert_allclose(there.weights_, here.weights_, atol=1e-12)
+    assert there.privacy_cost_.epsilon == pytest.approx(2.0)

@@ -5,6 +5,8 @@ import numpy as np
 from scipy.special import logsumexp
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .._dask import check_dask_array, clip_chunks, dask_gram, is_dask_array, reduce_row_chunks
+from .._operators import SymmetricTensor, moment_tensor
 from .._validation import check_data_norm
 from ..mechanisms import clip_rows
 from ..pca import covariance_sensitivity
@@ -30,6 +32,12 @@ def spherical_variance(covariance, k: int, rng=None) -> float:
     if k > 1:
         top = float(np.sum(top_eigenpairs(covariance, k - 1, rng or np.random.default_rng(0))[0]))
     return max((float(np.trace(covariance)) - top) / (d - k + 1), 0.0)
+
+
+def _whitened_cube_sum(chunk, W, bound_w):
+    """``sum_l y_l^(x)3`` over one chunk's whitened, clipped rows (a Dask reduction's partial)."""
+    Y = clip_rows(chunk @ W, bound_w)
+    return (moment_tensor(Y) * Y.shape[0],)
 
 
 def whitened_bound(data_norm: float, W, variance: float, whitened_clip) -> float:
@@ -126,7 +134,6 @@ class PrivateGaussianMixture(SpectralLatentModel):
     >>> rng = np.random.default_rng(0)
     >>> means = 4.0 * np.eye(3)
     >>> X = means[rng.integers(0, 3, 20000)] + rng.standard_normal((20000, 3)) * 0.5
-    >>> import warnings; warnings.simplefilter("ignore")
     >>> gmm = PrivateGaussianMixture(3, random_state=0).fit(X)
     >>> np.round(np.sort(gmm.weights_), 1).tolist()
     [0.3, 0.3, 0.3]
@@ -148,18 +155,26 @@ class PrivateGaussianMixture(SpectralLatentModel):
 
     # -- the model's moments -----------------------------------------------------------------
     def _validate(self, X, reset):
+        if is_dask_array(X):  # rows on a Dask cluster: checked lazily, never pulled here
+            return check_dask_array(self, X, reset=reset)
         return validate_data(self, X, reset=reset, dtype=[np.float64, np.float32])
 
     def _prepare(self, X, epsilon):
         bound = check_data_norm(self.data_norm, epsilon)
         if self.whitened_clip is not None:
             check_data_norm(self.whitened_clip, epsilon, name="whitened_clip")
-        return {"bound": bound, "rows": clip_rows(X, bound).astype(np.float64, copy=False)}
+        if is_dask_array(X):
+            return {"bound": bound, "rows": clip_chunks(X.astype(np.float64), bound), "dask": True}
+        return {"bound": bound, "rows": clip_rows(X, bound).astype(np.float64, copy=False), "dask": False}
 
     def _first_moments(self, ctx):
         rows, B = ctx["rows"], ctx["bound"] or 0.0
         n = rows.shape[0]
-        return rows.mean(axis=0), rows.T @ rows / n, 2.0 * B / n, covariance_sensitivity(B) / n
+        if ctx["dask"]:  # two reductions over the row chunks: d numbers and d x d numbers come back
+            mean, second = np.asarray(rows.mean(axis=0).compute()), dask_gram(rows) / n
+        else:
+            mean, second = rows.mean(axis=0), rows.T @ rows / n
+        return mean, second, 2.0 * B / n, covariance_sensitivity(B) / n
 
     def _second_moment(self, ctx, mean, second, rng):
         ctx["variance"] = spherical_variance(second - np.outer(mean, mean), self.n_components, rng)
@@ -167,14 +182,17 @@ class PrivateGaussianMixture(SpectralLatentModel):
 
     def _whitened_third(self, ctx, whitening, mean, second):
         W, n = whitening.W, ctx["rows"].shape[0]
-        Y = ctx["rows"] @ W
-        sensitivity = 0.0
+        sensitivity, bound_w = 0.0, None
         if ctx["bound"] is not None:  # the whitened rows' bound follows from released values
             bound_w = whitened_bound(ctx["bound"], W, ctx["variance"], self.whitened_clip)
-            Y = clip_rows(Y, bound_w)
             sensitivity = row_sensitivity(bound_w, n)
         k = W.shape[1]
-        data = whitened_rows_operator(Y, n_power_queries(k, self.n_restarts, self.n_iter))
+        if ctx["dask"]:  # each chunk whitens, clips and cubes its own rows: k^3 numbers come back
+            (total,) = reduce_row_chunks(ctx["rows"], _whitened_cube_sum, W, bound_w)
+            data = SymmetricTensor(total / n)
+        else:
+            data = whitened_rows_operator(clip_rows(ctx["rows"] @ W, bound_w),
+                                          n_power_queries(k, self.n_restarts, self.n_iter))
         m, G = W.T @ mean, W.T @ W
         correction = -ctx["variance"] * sym3(G[:, :, None] * m[None, None, :])
         return data, correction, sensitivity
