@@ -24,14 +24,16 @@ def spherical_variance(covariance, k: int, rng=None) -> float:
     ``d - k + 1`` smallest eigenvalues all equal ``sigma^2`` (Hsu & Kakade 2013). With an estimate
     of the covariance their mean, ``(tr Cov - sum of the k-1 largest) / (d - k + 1)``, is used:
     unlike the single smallest eigenvalue it is not biased down by the spread of the sample (or
-    noise) spectrum, and it needs only the k-1 top eigenvalues. Floored at 0. ``rng`` seeds the
-    Lanczos start at large d (data independent).
+    noise) spectrum, and it needs only the k-1 top eigenvalues. A noisy covariance can make it
+    <= 0: it is floored at ``1e-6 tr(Cov) / d`` so that likelihoods stay finite (post-processing).
+    ``rng`` seeds the Lanczos start at large d (data independent).
     """
     d = covariance.shape[0]
     top = 0.0
     if k > 1:
         top = float(np.sum(top_eigenpairs(covariance, k - 1, rng or np.random.default_rng(0))[0]))
-    return max((float(np.trace(covariance)) - top) / (d - k + 1), 0.0)
+    trace = float(np.trace(covariance))
+    return max((trace - top) / (d - k + 1), 1e-6 * abs(trace) / d, np.finfo(float).tiny)
 
 
 def _whitened_cube_sum(chunk, W, bound_w):
