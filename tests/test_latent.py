@@ -62,12 +62,14 @@ def docs_up_to(d, max_len):
 
 # -- the shared pipeline -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("queries", [1, 2100])
-def test_plan_spends_exactly_the_target(queries):
-    plan = plan_noise(1.0, 1e-5, queries)
+@pytest.mark.parametrize("queries, steps", [(1, 1), (2100, 1), (1, 7)])
+def test_plan_spends_exactly_the_target(queries, steps):
+    plan = plan_noise(1.0, 1e-5, queries, steps)
     assert epsilon_of(plan.event, 1e-5) == pytest.approx(1.0, rel=1e-9)
-    mu2 = 1 / plan.z_mean**2 + 1 / plan.z_second**2 + queries / plan.z_third**2
+    second = sum(1 / z**2 for z in plan.z_second)
+    mu2 = 1 / plan.z_mean**2 + second + queries / plan.z_third**2
     assert 1 / plan.z_mean**2 / mu2 == pytest.approx(SHARES["mean"])
+    assert second / mu2 == pytest.approx(SHARES["second"]) and len(plan.z_second) == steps
     assert not plan_noise(np.inf, 1e-5, queries).private
 
 

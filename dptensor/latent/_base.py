@@ -9,7 +9,7 @@ from sklearn.base import BaseEstimator
 from .._base import PrivateEstimatorMixin
 from .._validation import check_positive_int
 from ..accounting.events import NonPrivateEvent
-from ._pipeline import decompose_whitened, n_third_queries, plan_noise, release_first_moments, whiten
+from ._pipeline import decompose_whitened, n_third_queries, plan_noise, release_mean, release_second, whiten
 
 __all__ = ["SpectralLatentModel"]
 
@@ -26,6 +26,9 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
     * ``_first_moments(ctx)`` -> ``(mean, second, s_mean, s_second)``: the exact mean and second
       moment (d x d) and their row-level l2 sensitivities;
     * ``_second_moment(ctx, mean, second, rng)`` -> ``M2`` from the released pair (post-processing);
+    * ``_second_moment_steps(ctx)`` (default 1) and ``_power_whitening(ctx, mean, plan, rng)``: a
+      model whose whitening may come from the private power method instead (``second`` is then
+      ``None`` and never formed);
     * ``_whitened_third(ctx, whitening, mean, second)`` -> ``(data, correction, sensitivity)``;
     * ``_recover(ctx, components, eigenvalues, whitening, mean)`` sets the fitted attributes.
     """
@@ -54,17 +57,23 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         # beats k L (R+1) noisy power queries (each ~sqrt(k) z s sqrt(k L (R+1))) at row level.
         method = "perturb" if self.method == "auto" else self.method
         entropy = self._entropy()
-        plan = plan_noise(epsilon, delta, n_third_queries(method, k, self.n_restarts, self.n_iter))
+        plan = plan_noise(epsilon, delta, n_third_queries(method, k, self.n_restarts, self.n_iter),
+                          self._second_moment_steps(ctx))
         if plan.private:
             self.privacy_cost_, rng = self._spend(plan.event, entropy=entropy, delta=delta,
-                                                  noise_multiplier=plan.z_third, n_queries=plan.n_third + 2,
+                                                  noise_multiplier=plan.z_third,
+                                                  n_queries=plan.n_third + len(plan.z_second) + 1,
                                                   calibration="exact", data_shape=X.shape)
         else:
             self.privacy_cost_, rng = self._spend(NonPrivateEvent("epsilon=inf"), entropy=entropy,
                                                   delta=delta, data_shape=X.shape)
         mean, second, s_mean, s_second = self._first_moments(ctx)
-        mean, second = release_first_moments(mean, second, s_mean, s_second, plan, rng)
-        whitening = whiten(self._second_moment(ctx, mean, second, rng), k, rng)
+        mean = release_mean(mean, s_mean, plan, rng)
+        if second is None:  # the whitening itself is released, by the private power method
+            whitening = self._power_whitening(ctx, mean, plan, rng)
+        else:
+            second = release_second(second, s_second, plan, rng)
+            whitening = whiten(self._second_moment(ctx, mean, second, rng), k, rng)
         data, correction, sensitivity = self._whitened_third(ctx, whitening, mean, second)
         del ctx["rows"]  # the prepared data is no longer needed
         components, eigenvalues = decompose_whitened(
@@ -74,6 +83,9 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         self.n_samples_ = n
         self._recover(ctx, components, eigenvalues, whitening, mean)
         return self
+
+    def _second_moment_steps(self, ctx) -> int:
+        return 1
 
     @staticmethod
     def _positive(eigenvalues):

@@ -34,11 +34,11 @@ import scipy.sparse.linalg
 
 from .._operators import SymmetricTensor, TensorOperator, ThirdMoment, moment_tensor
 from ..accounting import ComposedEvent, GaussianEvent, gdp_mu
-from ..pca import symmetric_gaussian_matrix
+from ..pca import power_schedule, symmetric_gaussian_matrix
 from ..mechanisms import gaussian_noise
 from ..tensor_decomposition import PowerNoise, choose_moment, n_power_queries, perturb_tensor, tensor_power_method
 
-__all__ = ["SHARES", "NoisePlan", "plan_noise", "top_eigenpairs", "Whitening", "whiten",
+__all__ = ["SHARES", "NoisePlan", "plan_noise", "release_mean", "release_second", "top_eigenpairs", "Whitening", "whiten",
            "CorrectedTensor", "sym3", "decompose_whitened", "match_rows"]
 
 #: Shares of the squared Gaussian-DP budget ``mu^2`` given to the three releases. The mean enters
@@ -50,46 +50,57 @@ SHARES = {"mean": 0.1, "second": 0.45, "third": 0.45}
 
 @dataclass(frozen=True)
 class NoisePlan:
-    """Noise multipliers of the three releases and the event that prices them together."""
+    """Noise multipliers of the three releases and the event that prices them together.
+
+    ``z_second`` holds one multiplier per release of the second moment: one for Analyze Gauss, one
+    per step when the whitening comes from the private power method.
+    """
 
     z_mean: float
-    z_second: float
+    z_second: tuple
     z_third: float
     n_third: int
     event: object
 
     @property
     def private(self) -> bool:
-        return self.z_second > 0
+        return self.event is not None
 
 
-def plan_noise(epsilon: float, delta: float, n_third_queries: int) -> NoisePlan:
+def plan_noise(epsilon: float, delta: float, n_third_queries: int, n_second_steps: int = 1) -> NoisePlan:
     """Multipliers with ``sum_j count_j / z_j^2 = mu^2``: exactly ``(epsilon, delta)`` for the fit.
 
-    The mean and the second moment are one Gaussian release each; the third moment is one release
-    (perturbation) or ``n_third_queries`` adaptive releases (the private power method). Under
-    Gaussian-DP the three compose to ``mu = sqrt(sum_j count_j / z_j^2)``, so giving release j the
-    share ``SHARES[j]`` of ``mu^2`` makes the whole fit exactly ``mu``-GDP.
+    The mean is one Gaussian release; the second moment one (Analyze Gauss) or ``n_second_steps``
+    power steps scheduled by :func:`~dptensor.pca.power_schedule`; the third moment one release
+    (perturbation) or ``n_third_queries`` adaptive ones (the private power method). Under
+    Gaussian-DP they compose to ``mu = sqrt(sum_j count_j / z_j^2)``, so giving each part the
+    share ``SHARES[part]`` of ``mu^2`` makes the whole fit exactly ``mu``-GDP.
     """
     if math.isinf(epsilon):
-        return NoisePlan(0.0, 0.0, 0.0, 0, None)
+        return NoisePlan(0.0, (0.0,) * n_second_steps, 0.0, 0, None)
     mu = gdp_mu(epsilon, delta)
     z_mean = 1.0 / (mu * math.sqrt(SHARES["mean"]))
-    z_second = 1.0 / (mu * math.sqrt(SHARES["second"]))
+    z_second = tuple(float(z) for z in power_schedule(mu * math.sqrt(SHARES["second"]), n_second_steps))
     z_third = math.sqrt(n_third_queries) / (mu * math.sqrt(SHARES["third"]))
-    event = ComposedEvent((GaussianEvent(z_mean, 1), GaussianEvent(z_second, 1),
-                           GaussianEvent(z_third, int(n_third_queries))))
+    second = [GaussianEvent(z_second[0], n_second_steps)] if len(set(z_second)) == 1 else \
+        [GaussianEvent(z_second[0], n_second_steps - 1), GaussianEvent(z_second[-1], 1)]
+    event = ComposedEvent((GaussianEvent(z_mean, 1), *second, GaussianEvent(z_third, int(n_third_queries))))
     return NoisePlan(z_mean, z_second, z_third, int(n_third_queries), event)
 
 
-def release_first_moments(mean, second, s_mean, s_second, plan: NoisePlan, rng):
-    """The mean plus ``N(0, (z s_mean)^2)`` and the symmetric second moment with Gaussian noise on
-    its upper triangle (diagonal included) at ``z s_second``: two Gaussian releases."""
+def release_mean(mean, sensitivity, plan: NoisePlan, rng):
+    """The mean plus ``N(0, (z sensitivity)^2)`` noise (one Gaussian release)."""
     if not plan.private:
-        return mean, second
-    mean = mean + gaussian_noise(mean.shape, s_mean, plan.z_mean, rng)
-    second = second + symmetric_gaussian_matrix(second.shape[0], s_second, plan.z_second, rng)
-    return mean, second
+        return mean
+    return mean + gaussian_noise(mean.shape, sensitivity, plan.z_mean, rng)
+
+
+def release_second(second, sensitivity, plan: NoisePlan, rng):
+    """The symmetric second moment with Gaussian noise on its upper triangle, diagonal included
+    (Analyze Gauss: one release at ``z sensitivity``)."""
+    if not plan.private:
+        return second
+    return second + symmetric_gaussian_matrix(second.shape[0], sensitivity, plan.z_second[0], rng)
 
 
 def top_eigenpairs(A, k: int, rng, *, dense_below: int = 600):
