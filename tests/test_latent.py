@@ -20,7 +20,7 @@ from dptensor.datasets import gaussian_mixture_norm_bound, make_gaussian_mixture
 from dptensor.latent import PrivateGaussianMixture, PrivateLatentDirichletAllocation, match_rows
 from dptensor.latent._pipeline import SHARES, plan_noise, sym3, whiten
 from dptensor.latent.gaussian_mixture import spherical_variance, whitened_bound
-from dptensor.latent.lda import DOCUMENT_SENSITIVITY, document_moments
+from dptensor.latent.lda import DOCUMENT_SENSITIVITY, DocumentPairOperator, document_moments
 from dptensor.mechanisms import clip_rows
 from dptensor.tensor_decomposition import row_sensitivity
 
@@ -215,7 +215,7 @@ def test_lda_whitened_tensor_equals_triple_average_contracted():
     rng = np.random.default_rng(6)
     C = rng.integers(0, 3, size=(5, 4)).astype(float)
     C[:, 1] += 3
-    model = PrivateLatentDirichletAllocation(2, alpha0=0.7)
+    model = PrivateLatentDirichletAllocation(2, alpha0=0.7, whitening="dense")
     X = model._validate(sp.csr_matrix(C), reset=True)
     ctx = model._prepare(X, np.inf)
     mean, second, *_ = model._first_moments(ctx)
@@ -254,6 +254,44 @@ def test_lda_sensitivities_brute_force():
     assert spread(pairs) == pytest.approx(DOCUMENT_SENSITIVITY)
     assert spread(triples) <= row_sensitivity(r, 1) + 1e-12
     assert spread(triples) >= 0.5 * row_sensitivity(r, 1)  # the bound is not loose by much here
+
+
+def test_lda_power_step_sensitivity_brute_force():
+    """One power step releases M2 Q for orthonormal Q: over every pair of documents of length 3..5
+    on 4 words, (E2(c) - E2(c')) Q has Frobenius norm at most sqrt(2), reached when the span of Q
+    holds the two words of two one-word documents."""
+    rng = np.random.default_rng(8)
+    docs = list(docs_up_to(4, 5))
+    pairs = np.array([brute_pair_and_triple(c)[0] for c in docs])
+    for Q in (np.linalg.qr(rng.standard_normal((4, 2)))[0], np.eye(4)[:, :2]):
+        moved = np.einsum("nab,bp->nap", pairs, Q).reshape(len(docs), -1)
+        spread = np.max(np.linalg.norm(moved[:, None, :] - moved[None, :, :], axis=2))
+        assert spread <= DOCUMENT_SENSITIVITY + 1e-12
+    assert spread == pytest.approx(DOCUMENT_SENSITIVITY)  # Q spans e_0, e_1
+    # the operator applies exactly M2 = E2 - alpha0/(alpha0+1) m m^T, implicitly
+    C = sp.csr_matrix(np.array(docs[:30]))
+    mean, second = document_moments(C)
+    Q = np.linalg.qr(rng.standard_normal((4, 3)))[0]
+    np.testing.assert_allclose(DocumentPairOperator(C, mean, 2.0).matmat(Q),
+                               (second - 2.0 / 3.0 * np.outer(mean, mean)) @ Q, atol=1e-12)
+
+
+@pytest.mark.parametrize("epsilon", [np.inf, 30.0])
+def test_lda_power_whitening_matches_dense(corpus, epsilon):
+    C, topics, _ = corpus
+    kw = dict(epsilon=epsilon, random_state=0)
+    dense = PrivateLatentDirichletAllocation(3, whitening="dense", **kw).fit(C)
+    power = PrivateLatentDirichletAllocation(3, whitening="power", **kw).fit(C)
+    assert (dense.whitening_, power.whitening_) == ("dense", "power")
+    if np.isinf(epsilon):  # the same whitening up to the power method's tolerance
+        perm, _ = match_rows(power.components_, dense.components_)
+        np.testing.assert_allclose(power.components_[perm], dense.components_, atol=1e-6)
+    else:  # one Gaussian release for the mean, R for the power steps, one for the third moment
+        steps = power.privacy_cost_.n_queries - 2
+        assert steps > 1 and power.privacy_cost_.epsilon == pytest.approx(30.0)
+        for model in (dense, power):
+            perm, _ = match_rows(model.components_, topics)
+            assert np.abs(model.components_[perm] - topics).sum(axis=1).mean() < 0.3
 
 
 def test_lda_recovers_topics_and_proportions(corpus):

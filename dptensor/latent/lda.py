@@ -9,11 +9,13 @@ from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._operators import moment_tensor
+from ..pca import MAX_DENSE_FEATURES, auto_n_iter, noisy_power_method
 from ..tensor_decomposition import row_sensitivity
 from ._base import SpectralLatentModel
-from ._pipeline import sym3
+from ._pipeline import Whitening, sym3
 
-__all__ = ["PrivateLatentDirichletAllocation", "document_moments", "DOCUMENT_SENSITIVITY"]
+__all__ = ["PrivateLatentDirichletAllocation", "document_moments", "DocumentPairOperator",
+           "DOCUMENT_SENSITIVITY"]
 
 #: l2 sensitivity (times n) of the per-document mean and of the upper triangle of the per-document
 #: pair moment: each is a non-negative vector of norm at most 1 (a convex combination of word
@@ -37,6 +39,28 @@ def document_moments(C):
     second = second.toarray() if sp.issparse(second) else np.asarray(second)
     second[np.diag_indices_from(second)] -= np.asarray(scaled.sum(axis=0)).ravel()
     return mean, second / n
+
+
+class DocumentPairOperator:
+    r"""``M2 Q = E2 Q - alpha0/(alpha0+1) m (m^T Q)`` for a d x p block Q, never forming d x d.
+
+    ``E2 Q = (1/n) (C^T (D (C Q)) - diag(C^T D 1) Q)`` with ``D = diag(1 / (l (l-1)))``: two sparse
+    products, O(nnz p). ``m`` is the released mean, so the correction is public and the product's
+    row-level sensitivity is that of ``E2 Q`` alone: ``sqrt(2) / n`` for orthonormal Q.
+    """
+
+    def __init__(self, C, mean, alpha0: float):
+        length = np.asarray(C.sum(axis=1)).ravel()
+        self.C, self.n = C, C.shape[0]
+        self.inv2 = 1.0 / (length * (length - 1.0))
+        self.diag = np.asarray(C.T @ self.inv2).ravel()
+        self.mean, self.scale = mean, alpha0 / (alpha0 + 1.0)
+        self.shape = (C.shape[1], C.shape[1])
+
+    def matmat(self, Q):
+        CQ = np.asarray(self.C @ Q) * self.inv2[:, None]
+        E2Q = (np.asarray(self.C.T @ CQ) - self.diag[:, None] * Q) / self.n
+        return E2Q - self.scale * np.outer(self.mean, self.mean @ Q)
 
 
 class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, TransformerMixin, SpectralLatentModel):
@@ -83,6 +107,14 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
     epsilon : float, default=np.inf
     delta : float or None, default=None
     method : {"auto", "perturb", "power"}, default="auto"
+        How the whitened third moment is released (see the derivation page).
+    whitening : {"auto", "dense", "power"}, default="auto"
+        ``"dense"`` forms the d x d pair moment (released by Analyze Gauss, then its top-k
+        eigenpairs); ``"power"`` never forms it: the top-k eigenpairs of ``M2`` come from the
+        (private) power method over the documents, each step one Gaussian release of ``M2 Q``;
+        ``"auto"``: dense for a private fit up to 2000 words (``dptensor.pca.MAX_DENSE_FEATURES``),
+        where one Analyze Gauss release is less noisy than the power steps; the power method
+        otherwise (without privacy it gives the same whitening, faster).
     n_restarts, n_iter : int, default=10, 20
     max_transform_iter : int, default=50
         Fixed-point steps of :meth:`transform`.
@@ -98,19 +130,22 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
     alpha_ : ndarray of shape (n_components,)
         The estimated Dirichlet parameters (they sum to about ``alpha0``).
     method_ : str
+    whitening_ : str
+        ``"dense"`` or ``"power"``.
     n_samples_ : int
     n_features_in_ : int
     privacy_cost_ : PrivacyCost
     """
 
     def __init__(self, n_components=10, *, alpha0=1.0, epsilon=np.inf, delta=None, method="auto",
-                 n_restarts=10, n_iter=20, max_transform_iter=50, accountant=None, random_state=None,
-                 verbose=0):
+                 whitening="auto", n_restarts=10, n_iter=20, max_transform_iter=50, accountant=None,
+                 random_state=None, verbose=0):
         self.n_components = n_components
         self.alpha0 = alpha0
         self.epsilon = epsilon
         self.delta = delta
         self.method = method
+        self.whitening = whitening
         self.n_restarts = n_restarts
         self.n_iter = n_iter
         self.max_transform_iter = max_transform_iter
@@ -139,12 +174,41 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         if isinstance(self.max_transform_iter, bool) or not isinstance(self.max_transform_iter, numbers.Integral) \
                 or self.max_transform_iter < 1:
             raise ValueError(f"max_transform_iter must be an integer >= 1, got {self.max_transform_iter!r}")
-        return {"rows": X, "private": np.isfinite(epsilon)}
+        if self.whitening not in ("auto", "dense", "power"):
+            raise ValueError(f"whitening must be one of ('auto', 'dense', 'power'), got {self.whitening!r}")
+        d = X.shape[1]
+        private = bool(np.isfinite(epsilon))
+        power = self.whitening == "power" or (self.whitening == "auto" and (d > MAX_DENSE_FEATURES
+                                                                             or not private))
+        if power and self.n_components + min(self.n_components, d - self.n_components) > d:
+            raise ValueError("whitening='power' needs n_components < n_features")
+        return {"rows": X, "private": private, "power": power, "steps": auto_n_iter(d, private) if power else 1}
+
+    def _second_moment_steps(self, ctx):
+        return ctx["steps"] if ctx["private"] else 1
 
     def _first_moments(self, ctx):
-        n = ctx["rows"].shape[0]
-        mean, second = document_moments(ctx["rows"])
+        C = ctx["rows"]
+        n = C.shape[0]
+        if ctx["power"]:  # the pair moment is never formed; only the mean here
+            length = np.asarray(C.sum(axis=1)).ravel()
+            mean, second = np.asarray(C.T @ (1.0 / length)).ravel() / n, None
+        else:
+            mean, second = document_moments(C)
         return mean, second, DOCUMENT_SENSITIVITY / n, DOCUMENT_SENSITIVITY / n
+
+    def _power_whitening(self, ctx, mean, plan, rng):
+        """Top-k eigenpairs of M2 by the (noisy) power method on :class:`DocumentPairOperator`."""
+        C, k = ctx["rows"], self.n_components
+        d = C.shape[1]
+        operator = DocumentPairOperator(C, mean, float(self.alpha0))
+        z = np.asarray(plan.z_second) if plan.private else 0.0
+        result = noisy_power_method(operator, k, ctx["steps"], rng, noise_multiplier=z,
+                                    sensitivity=DOCUMENT_SENSITIVITY / C.shape[0],
+                                    n_oversamples=min(k, d - k), tol=0.0 if plan.private else 1e-10)
+        values = np.asarray(result.eigenvalues, dtype=float)  # Ritz values, largest first
+        floor = 1e-6 * max(float(np.max(values)), np.finfo(float).tiny)
+        return Whitening(result.components.T, np.maximum(values, floor))
 
     def _second_moment(self, ctx, mean, second, rng):
         a0 = float(self.alpha0)
@@ -162,7 +226,9 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
                 - sym3(np.einsum("ia,ib,ic->abc", W, W, Z, optimize=True))
                 + 2.0 * np.einsum("i,ia,ib,ic->abc", s, W, W, W, optimize=True)) / n
         a0 = float(self.alpha0)
-        m, Q = W.T @ mean, W.T @ second @ W
+        m = W.T @ mean
+        # W^T E2 W; without E2 (power whitening) from W^T M2 W = I, exact on the released subspace
+        Q = W.T @ second @ W if second is not None else np.eye(len(m)) + a0 / (a0 + 1.0) * np.outer(m, m)
         correction = (-a0 / (a0 + 2.0) * sym3(Q[:, :, None] * m[None, None, :])
                       + 2.0 * a0**2 / ((a0 + 1.0) * (a0 + 2.0)) * np.einsum("a,b,c->abc", m, m, m))
         r = float(np.max(np.linalg.norm(W, axis=1)))
@@ -170,6 +236,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         return data, correction, sensitivity
 
     def _recover(self, ctx, components, eigenvalues, whitening, mean):
+        self.whitening_ = "power" if ctx["power"] else "dense"
         a0 = float(self.alpha0)
         lam = self._positive(eigenvalues)
         weight = (2.0 / ((a0 + 2.0) * lam)) ** 2  # alpha_i / (alpha0 (alpha0 + 1))
