@@ -13,7 +13,8 @@ Four parts, one run (peers in the same process, same data):
    words. :class:`~dptensor.latent.PrivateLatentDirichletAllocation` against scikit-learn's
    ``LatentDirichletAllocation`` at its defaults (batch variational Bayes, 10 passes; its default
    priors 1/k match the generator). Error: mean l1 distance between matched topic-word
-   distributions. Then the private fit against epsilon and n, at 2000 words and at 100 words.
+   distributions. Then the private fit against epsilon and n, at 2000 words and at 100 words,
+   and at the largest setting both ways of releasing the whitening (Analyze Gauss, power method).
 4. **Reuters** (395 stories, 4258 words; needs ``pip install lda``, else skipped): topics of both
    models side by side, held-out perplexity (both scored with the same fold-in), UMass coherence of
    the top 10 words, and private fits.
@@ -122,13 +123,16 @@ def lda(quick):
     for n_words, n in settings:
         C, topics, _ = make_lda_corpus(n, n_words, K, random_state=7)
         exact = topics_error(_quiet(PrivateLatentDirichletAllocation(K, random_state=0).fit, C).components_, topics)
+        # at the largest setting, both ways of releasing the whitening side by side
+        modes = ("dense", "power") if (n_words, n) == settings[-1] else ("auto",)
         for eps in ((1.0, 16.0) if quick else (1.0, 4.0, 16.0, 64.0)):
-            t, pm = timed(lambda: PrivateLatentDirichletAllocation(K, epsilon=eps, delta=DELTA,
-                                                                   random_state=0).fit(C))
-            records.append({"part": "lda_private", "n_docs": n, "n_words": n_words, "epsilon": eps,
-                            "error": topics_error(pm.components_, topics), "non_private_error": exact,
-                            "seconds": t})
-            print(records[-1], flush=True)
+            for mode in modes:
+                t, pm = timed(lambda: PrivateLatentDirichletAllocation(K, epsilon=eps, delta=DELTA, whitening=mode,
+                                                                       random_state=0).fit(C))
+                records.append({"part": "lda_private", "n_docs": n, "n_words": n_words, "epsilon": eps,
+                                "whitening": pm.whitening_, "error": topics_error(pm.components_, topics),
+                                "non_private_error": exact, "seconds": t})
+                print(records[-1], flush=True)
     return records
 
 
@@ -212,7 +216,8 @@ def _plot(records):
     ax1.legend(fontsize=8)
     for n_words in sorted({r["n_words"] for r in records if r["part"] == "lda_private"}):
         for n in sorted({r["n_docs"] for r in records if r["part"] == "lda_private" and r["n_words"] == n_words}):
-            mine = [r for r in records if r["part"] == "lda_private" and r["n_words"] == n_words and r["n_docs"] == n]
+            mine = [r for r in records if r["part"] == "lda_private" and r["n_words"] == n_words
+                    and r["n_docs"] == n and r["whitening"] == "dense"]
             line, = ax2.semilogx([r["epsilon"] for r in mine], [r["error"] for r in mine], "o-",
                                  label=f"{n_words} words, {n:.0e} docs")
             ax2.axhline(mine[0]["non_private_error"], ls="--", color=line.get_color(), lw=1)
@@ -257,7 +262,8 @@ def run(quick: bool = False) -> list[dict]:
                                         "seconds"]),
                        ("lda", ["n_docs", "n_words", "spectral_error", "sklearn_error", "error_ratio", "spectral_s",
                                 "sklearn_s", "speedup"]),
-                       ("lda_private", ["n_docs", "n_words", "epsilon", "error", "non_private_error", "seconds"]),
+                       ("lda_private", ["n_docs", "n_words", "epsilon", "whitening", "error", "non_private_error",
+                                         "seconds"]),
                        ("reuters", ["model", "epsilon", "heldout_perplexity", "umass_coherence", "seconds"])):
         rows = [r for r in records if r["part"] == part]
         if rows:

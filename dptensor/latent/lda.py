@@ -180,8 +180,6 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         private = bool(np.isfinite(epsilon))
         power = self.whitening == "power" or (self.whitening == "auto" and (d > MAX_DENSE_FEATURES
                                                                              or not private))
-        if power and self.n_components + min(self.n_components, d - self.n_components) > d:
-            raise ValueError("whitening='power' needs n_components < n_features")
         return {"rows": X, "private": private, "power": power, "steps": auto_n_iter(d, private) if power else 1}
 
     def _second_moment_steps(self, ctx):
