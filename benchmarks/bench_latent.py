@@ -121,13 +121,15 @@ def lda(quick):
     settings = [(2000, ns[-1])] + ([(100, 10_000)] if quick else [(100, 10_000), (100, 100_000)])
     for n_words, n in settings:
         C, topics, _ = make_lda_corpus(n, n_words, K, random_state=7)
-        exact = topics_error(_quiet(PrivateLatentDirichletAllocation(K, random_state=0).fit, C).components_, topics)
+        exact_fit = _quiet(PrivateLatentDirichletAllocation(K, random_state=0).fit, C)
+        exact = topics_error(exact_fit.components_, topics)
         # at the largest setting, both ways of releasing the whitening side by side
         modes = ("dense", "power") if (n_words, n) == settings[-1] else ("auto",)
         for eps in ((1.0, 16.0) if quick else (1.0, 4.0, 16.0, 64.0)):
             for mode in modes:
-                t, pm = timed(lambda: PrivateLatentDirichletAllocation(K, epsilon=eps, delta=DELTA, whitening=mode,
-                                                                       random_state=0).fit(C))
+                model = PrivateLatentDirichletAllocation(K, epsilon=eps, delta=DELTA, whitening=mode,
+                                                         random_state=0)
+                t, pm = timed(lambda: model.fit(C))
                 records.append({"part": "lda_private", "n_docs": n, "n_words": n_words, "epsilon": eps,
                                 "whitening": pm.whitening_, "error": topics_error(pm.components_, topics),
                                 "non_private_error": exact, "seconds": t})
@@ -188,7 +190,8 @@ def reuters(quick):
     t, sk = timed(lambda: LatentDirichletAllocation(K, random_state=0).fit(train))
     add("sklearn", sk.components_ / sk.components_.sum(axis=1, keepdims=True), np.full(K, 1.0 / K), t)
     for eps in (1.0, 100.0):
-        t, pm = timed(lambda: PrivateLatentDirichletAllocation(K, epsilon=eps, delta=DELTA, random_state=0).fit(train))
+        model = PrivateLatentDirichletAllocation(K, epsilon=eps, delta=DELTA, random_state=0)
+        t, pm = timed(lambda: model.fit(train))
         add("spectral, private", pm.components_, pm.alpha_, t, eps)
     uniform = np.full((1, C.shape[1]), 1.0 / C.shape[1])
     records.append({"part": "reuters", "model": "uniform words", "epsilon": np.inf,
@@ -207,7 +210,8 @@ def _plot(records):
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6), constrained_layout=True)
     for n in sorted({r["n"] for r in records if r["part"] == "gmm_private"}):
         mine = [r for r in records if r["part"] == "gmm_private" and r["n"] == n]
-        line, = ax1.loglog([r["epsilon"] for r in mine], [r["error"] for r in mine], "o-", label=f"n = {n:.0e}")
+        line, = ax1.loglog([r["epsilon"] for r in mine], [r["error"] for r in mine], "o-",
+                           label=f"n = {n:.0e}")
         ax1.axhline(mine[0]["non_private_error"], ls="--", color=line.get_color(), lw=1)
     ticks = sorted({r["epsilon"] for r in records if r["part"] == "gmm_private"})
     ax1.set_xticks(ticks, [f"{e:g}" for e in ticks])
@@ -217,7 +221,8 @@ def _plot(records):
     ax1.set_title("private Gaussian mixture (k=10, d=100; dashed: non-private)", fontsize=9)
     ax1.legend(fontsize=8)
     for n_words in sorted({r["n_words"] for r in records if r["part"] == "lda_private"}):
-        for n in sorted({r["n_docs"] for r in records if r["part"] == "lda_private" and r["n_words"] == n_words}):
+        sizes = {r["n_docs"] for r in records if r["part"] == "lda_private" and r["n_words"] == n_words}
+        for n in sorted(sizes):
             mine = [r for r in records if r["part"] == "lda_private" and r["n_words"] == n_words
                     and r["n_docs"] == n and r["whitening"] == "dense"]
             line, = ax2.semilogx([r["epsilon"] for r in mine], [r["error"] for r in mine], "o-",
@@ -259,7 +264,8 @@ def write_report(records, topics_text: str, seconds: float):
         + ". Where the ratio is far below 1, EM stopped in a poor local optimum (its error is in the table); "
         "where EM found the mixture, its error is the smaller (it is the efficient estimator).",
         "LDA, spectral against variational Bayes (scikit-learn's defaults): " + "; ".join(
-            f"{r['n_docs']} documents: error ratio {r['error_ratio']:.2f}, speedup {r['speedup']:.0f}x" for r in lt) + ".",
+            f"{r['n_docs']} documents: error ratio {r['error_ratio']:.2f}, speedup {r['speedup']:.0f}x"
+            for r in lt) + ".",
         "Private Gaussian mixture at epsilon = 1: " + ", ".join(
             f"n = {r['n']:.0e}: {r['ratio_to_non_private']:.2f}x the non-private error" for r in gp) + ".",
         "Private LDA: the d x d pair moment's noise swamps 2000-word topics at 1e4 documents at any epsilon "
@@ -268,14 +274,15 @@ def write_report(records, topics_text: str, seconds: float):
         f"Total {seconds:.0f} s.",
     ]
     tables = []
-    for part, cols in (("gmm", ["n", "spectral_error", "sklearn_error", "error_ratio", "spectral_weight_error",
-                                "sklearn_weight_error", "spectral_s", "sklearn_s", "speedup", "sklearn_n_iter"]),
+    for part, cols in (("gmm", ["n", "spectral_error", "sklearn_error", "error_ratio",
+                                "spectral_weight_error", "sklearn_weight_error", "spectral_s", "sklearn_s",
+                                "speedup", "sklearn_n_iter"]),
                        ("gmm_private", ["n", "epsilon", "error", "non_private_error", "ratio_to_non_private",
                                         "seconds"]),
-                       ("lda", ["n_docs", "n_words", "spectral_error", "sklearn_error", "error_ratio", "spectral_s",
-                                "sklearn_s", "speedup"]),
-                       ("lda_private", ["n_docs", "n_words", "epsilon", "whitening", "error", "non_private_error",
-                                        "seconds"]),
+                       ("lda", ["n_docs", "n_words", "spectral_error", "sklearn_error", "error_ratio",
+                                "spectral_s", "sklearn_s", "speedup"]),
+                       ("lda_private", ["n_docs", "n_words", "epsilon", "whitening", "error",
+                                        "non_private_error", "seconds"]),
                        ("reuters", ["model", "epsilon", "heldout_perplexity", "umass_coherence", "seconds"])):
         rows = [r for r in records if r["part"] == part]
         if rows:

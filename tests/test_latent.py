@@ -3,7 +3,6 @@ truth, the privacy plan and its accounting, and the estimators' interface."""
 import itertools
 import math
 import pickle
-import warnings
 
 import numpy as np
 import pytest
@@ -13,7 +12,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from dptensor import BudgetExceededError, PrivacyAccountant, PrivacyWarning
+from dptensor import BudgetExceededError, PrivacyAccountant
 from dptensor._operators import moment_tensor
 from dptensor.accounting import epsilon_of
 from dptensor.datasets import gaussian_mixture_norm_bound, make_gaussian_mixture, make_lda_corpus
@@ -363,7 +362,8 @@ def test_lda_in_a_pipeline_with_shared_accountant(corpus):
     assert pipe.predict(C[:3]).shape == (3,) and len(budget.history()) == 1
     fitted = pipe[0]
     assert list(fitted.get_feature_names_out()) == [f"privatelatentdirichletallocation{i}" for i in range(3)]
-    np.testing.assert_array_equal(pickle.loads(pickle.dumps(fitted)).transform(C[:4]), fitted.transform(C[:4]))
+    restored = pickle.loads(pickle.dumps(fitted))
+    np.testing.assert_array_equal(restored.transform(C[:4]), fitted.transform(C[:4]))
 
 
 def test_gmm_on_dask_rows_matches_in_memory(mixture):

@@ -36,10 +36,12 @@ from .._operators import SymmetricTensor, TensorOperator, ThirdMoment, moment_te
 from ..accounting import ComposedEvent, GaussianEvent, gdp_mu
 from ..pca import power_schedule, symmetric_gaussian_matrix
 from ..mechanisms import gaussian_noise
-from ..tensor_decomposition import PowerNoise, choose_moment, n_power_queries, perturb_tensor, tensor_power_method
+from ..tensor_decomposition import (PowerNoise, choose_moment, n_power_queries, perturb_tensor,
+                                    tensor_power_method)
 
-__all__ = ["SHARES", "NoisePlan", "plan_noise", "release_mean", "release_second", "top_eigenpairs", "Whitening", "whiten",
-           "CorrectedTensor", "sym3", "decompose_whitened", "match_rows"]
+__all__ = ["SHARES", "NoisePlan", "plan_noise", "release_mean", "release_second", "top_eigenpairs",
+           "Whitening", "whiten", "CorrectedTensor", "sym3", "whitened_rows_operator", "decompose_whitened",
+           "n_third_queries", "match_rows"]
 
 #: Shares of the squared Gaussian-DP budget ``mu^2`` given to the three releases. The mean enters
 #: the second and third moments only through low-rank corrections, so it gets a small share; the

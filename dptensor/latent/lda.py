@@ -63,7 +63,8 @@ class DocumentPairOperator:
         return E2Q - self.scale * np.outer(self.mean, self.mean @ Q)
 
 
-class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, TransformerMixin, SpectralLatentModel):
+class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
+                                       SpectralLatentModel):
     r"""Latent Dirichlet allocation by moments, whitening and tensor decomposition (Anandkumar et al. 2012).
 
     The model: each document draws topic proportions ``theta ~ Dirichlet(alpha)`` with
@@ -72,7 +73,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
 
     * ``M2 = E[x_1 (x) x_2] - alpha0/(alpha0+1) M1 (x) M1 = sum_i alpha_i / (alpha0 (alpha0+1)) mu_i mu_i^T``,
     * ``M3 = E[x_1 (x) x_2 (x) x_3] - alpha0/(alpha0+2) (E[x_1 (x) x_2 (x) M1] + 2 perms)
-      + 2 alpha0^2 / ((alpha0+1)(alpha0+2)) M1^(x)3 = sum_i 2 alpha_i / (alpha0 (alpha0+1)(alpha0+2)) mu_i^(x)3``,
+      + 2 alpha0^2 / ((alpha0+1)(alpha0+2)) M1^(x)3
+      = sum_i 2 alpha_i / (alpha0 (alpha0+1)(alpha0+2)) mu_i^(x)3``,
 
     estimated without bias from each document of length >= 3 by averaging over its distinct word
     positions. The whitened third moment is built from the whitened documents (k numbers each) and
@@ -171,8 +173,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         if isinstance(self.alpha0, bool) or not isinstance(self.alpha0, numbers.Real) or not (
                 0 < self.alpha0 < np.inf):
             raise ValueError(f"alpha0 must be a finite number > 0, got {self.alpha0!r}")
-        if isinstance(self.max_transform_iter, bool) or not isinstance(self.max_transform_iter, numbers.Integral) \
-                or self.max_transform_iter < 1:
+        steps = self.max_transform_iter
+        if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 1:
             raise ValueError(f"max_transform_iter must be an integer >= 1, got {self.max_transform_iter!r}")
         if self.whitening not in ("auto", "dense", "power"):
             raise ValueError(f"whitening must be one of ('auto', 'dense', 'power'), got {self.whitening!r}")
@@ -180,7 +182,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         private = bool(np.isfinite(epsilon))
         power = self.whitening == "power" or (self.whitening == "auto" and (d > MAX_DENSE_FEATURES
                                                                              or not private))
-        return {"rows": X, "private": private, "power": power, "steps": auto_n_iter(d, private) if power else 1}
+        return {"rows": X, "private": private, "power": power,
+                "steps": auto_n_iter(d, private) if power else 1}
 
     def _second_moment_steps(self, ctx):
         return ctx["steps"] if ctx["private"] else 1
