@@ -17,7 +17,7 @@ from dptensor._operators import moment_tensor
 from dptensor.accounting import epsilon_of
 from dptensor.datasets import gaussian_mixture_norm_bound, make_gaussian_mixture, make_lda_corpus
 from dptensor.latent import PrivateGaussianMixture, PrivateLatentDirichletAllocation, match_rows
-from dptensor.latent._pipeline import SHARES, plan_noise, sym3, whiten
+from dptensor.latent._pipeline import SHARES, plan_noise, release_mean, release_second, sym3, whiten
 from dptensor.latent.gaussian_mixture import spherical_variance, whitened_bound
 from dptensor.latent.lda import DOCUMENT_SENSITIVITY, DocumentPairOperator, document_moments
 from dptensor.mechanisms import clip_rows
@@ -70,6 +70,17 @@ def test_plan_spends_exactly_the_target(queries, steps):
     assert 1 / plan.z_mean**2 / mu2 == pytest.approx(SHARES["mean"])
     assert second / mu2 == pytest.approx(SHARES["second"]) and len(plan.z_second) == steps
     assert not plan_noise(np.inf, 1e-5, queries).private
+
+
+def test_releases_add_noise_at_multiplier_times_sensitivity(rng):
+    plan = plan_noise(1.0, 1e-5, 1)
+    noise = release_mean(np.zeros(20000), 0.3, plan, rng)
+    assert np.std(noise) == pytest.approx(0.3 * plan.z_mean, rel=0.03)
+    E = release_second(np.zeros((200, 200)), 0.2, plan, rng)
+    np.testing.assert_array_equal(E, E.T)
+    assert np.std(E[np.triu_indices(200)]) == pytest.approx(0.2 * plan.z_second[0], rel=0.03)
+    free = plan_noise(np.inf, 1e-5, 1)
+    assert not release_mean(np.zeros(3), 0.3, free, rng).any()
 
 
 def test_sym3_places_the_odd_index_everywhere(rng):
