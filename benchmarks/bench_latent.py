@@ -251,6 +251,13 @@ def run(quick: bool = False) -> list[dict]:
     return records
 
 
+def _groups(records, *keys):
+    out = {}
+    for r in records:
+        out.setdefault(tuple(r[k] for k in keys), []).append(r)
+    return sorted(out.items())
+
+
 def write_report(records, topics_text: str, seconds: float):
     """The markdown (one table per part, a summary that states every goal) and the JSON."""
     g = [r for r in records if r["part"] == "gmm" and "speedup" in r]
@@ -268,9 +275,13 @@ def write_report(records, topics_text: str, seconds: float):
             for r in lt) + ".",
         "Private Gaussian mixture at epsilon = 1: " + ", ".join(
             f"n = {r['n']:.0e}: {r['ratio_to_non_private']:.2f}x the non-private error" for r in gp) + ".",
-        "Private LDA: the d x d pair moment's noise swamps 2000-word topics at 1e4 documents at any epsilon "
-        "shown; at 100 words it needs about 1e5 documents (see lda_private). Reuters (395 stories) is far "
-        "too small for a private topic model: its private fits are no better than uniform word frequencies.",
+        "Private LDA (lda_private): the noise of the d x d pair moment grows with the vocabulary, so the "
+        "documents needed do too; " + "; ".join(
+            f"{w} words, {n} documents: best error {min(r['error'] for r in rs):.3g} over epsilon <= "
+            f"{max(r['epsilon'] for r in rs):g} (non-private {rs[0]['non_private_error']:.3g})"
+            for (w, n), rs in _groups([r for r in records if r["part"] == "lda_private"], "n_words", "n_docs"))
+        + ". Reuters (395 stories) is far too small for a private topic model: compare its private fits' "
+        "perplexity with uniform word frequencies.",
         f"Total {seconds:.0f} s.",
     ]
     tables = []
