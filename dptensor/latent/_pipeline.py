@@ -108,13 +108,19 @@ def release_second(second, sensitivity, plan: NoisePlan, rng):
 def top_eigenpairs(A, k: int, rng, *, dense_below: int = 600):
     """The k algebraically largest eigenpairs of a symmetric d x d ``A`` (values descending).
 
-    Small d: LAPACK on the requested subset. Larger d: Lanczos (ARPACK), started from a vector
-    drawn from ``rng`` so that the result is a deterministic function of ``A`` and the seed.
+    ``A`` is an array, or an operator with ``shape`` and ``matmat`` (never formed). Small dense d:
+    LAPACK on the requested subset. Otherwise Lanczos (ARPACK), started from a vector drawn from
+    ``rng`` so that the result is a deterministic function of ``A`` and the seed.
     """
     d = A.shape[0]
-    if d <= dense_below or k >= d - 1:
+    if isinstance(A, np.ndarray) and (d <= dense_below or k >= d - 1):
         w, V = scipy.linalg.eigh(A, subset_by_index=[d - k, d - 1])
     else:
+        if not isinstance(A, np.ndarray):  # an implicit operator with ``matmat``: Lanczos on its products
+            operator = A
+            A = scipy.sparse.linalg.LinearOperator(
+                (d, d), matvec=lambda v: operator.matmat(v.reshape(-1, 1)).ravel(), matmat=operator.matmat,
+                dtype=np.float64)
         w, V = scipy.sparse.linalg.eigsh(A, k=k, which="LA", v0=rng.standard_normal(d), tol=1e-8,
                                          ncv=min(d, max(4 * k, 40)))
     order = np.argsort(-w, kind="stable")

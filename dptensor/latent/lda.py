@@ -12,7 +12,7 @@ from .._operators import moment_tensor
 from ..pca import MAX_DENSE_FEATURES, auto_n_iter, noisy_power_method
 from ..tensor_decomposition import row_sensitivity
 from ._base import SpectralLatentModel
-from ._pipeline import Whitening, sym3
+from ._pipeline import Whitening, sym3, whiten
 
 __all__ = ["PrivateLatentDirichletAllocation", "document_moments", "DocumentPairOperator",
            "DOCUMENT_SENSITIVITY"]
@@ -113,7 +113,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
     whitening : {"auto", "dense", "power"}, default="auto"
         ``"dense"`` forms the d x d pair moment (released by Analyze Gauss, then its top-k
         eigenpairs); ``"power"`` never forms it: the top-k eigenpairs of ``M2`` come from the
-        (private) power method over the documents, each step one Gaussian release of ``M2 Q``;
+        private power method over the documents, each step one Gaussian release of ``M2 Q``
+        (without privacy: Lanczos on the same implicit products);
         ``"auto"``: dense for a private fit up to 2000 words (``dptensor.pca.MAX_DENSE_FEATURES``),
         where one Analyze Gauss release is less noisy than the power steps; the power method
         otherwise (without privacy it gives the same whitening, faster).
@@ -185,7 +186,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         return {"rows": X, "private": private, "power": power,
                 "steps": auto_n_iter(d, private) if power else 1}
 
-    def _second_moment_steps(self, ctx):
+    def _second_moment_steps(self, ctx):  # one Gaussian release per private power step
         return ctx["steps"] if ctx["private"] else 1
 
     def _first_moments(self, ctx):
@@ -203,10 +204,12 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         C, k = ctx["rows"], self.n_components
         d = C.shape[1]
         operator = DocumentPairOperator(C, mean, float(self.alpha0))
-        z = np.asarray(plan.z_second) if plan.private else 0.0
-        result = noisy_power_method(operator, k, ctx["steps"], rng, noise_multiplier=z,
+        if not plan.private:  # exact eigenpairs: Lanczos on the operator converges far faster
+            return whiten(operator, k, rng)
+        result = noisy_power_method(operator, k, ctx["steps"], rng,
+                                    noise_multiplier=np.asarray(plan.z_second),
                                     sensitivity=DOCUMENT_SENSITIVITY / C.shape[0],
-                                    n_oversamples=min(k, d - k), tol=0.0 if plan.private else 1e-10)
+                                    n_oversamples=min(k, d - k))
         values = np.asarray(result.eigenvalues, dtype=float)  # Ritz values, largest first
         floor = 1e-6 * max(float(np.max(values)), np.finfo(float).tiny)
         return Whitening(result.components.T, np.maximum(values, floor))
