@@ -737,3 +737,97 @@ def bi_scale(indices, values, shape=None, **params):
     """
     scaler = BiScaler(**params)
     return scaler.fit_transform(indices, values, shape), scaler
+
+
+# --------------------------------------------------------------------------------------------
+# Latent variable models: a spherical Gaussian mixture, an LDA corpus, and the Reuters corpus
+# --------------------------------------------------------------------------------------------
+
+def make_gaussian_mixture(n, d, k, *, separation=0.5, sigma=1.0, weights=None, random_state=None):
+    """Samples of a spherical Gaussian mixture ``x = mu_h + sigma z``, ``h ~ Categorical(weights)``.
+
+    Means have iid ``N(0, separation^2)`` entries (so two means lie about
+    ``separation sqrt(2 d)`` apart); ``weights`` defaults to ``linspace(1, 2, k)``, normalised.
+
+    Returns ``(X (n, d), means (k, d), weights (k,), labels (n,))``.
+    """
+    n, d, k = (check_positive_int(v, name) for v, name in ((n, "n"), (d, "d"), (k, "k")))
+    rng = check_random_generator(random_state)
+    means = rng.standard_normal((k, d)) * float(separation)
+    w = np.linspace(1.0, 2.0, k) if weights is None else np.asarray(weights, dtype=float)
+    if w.shape != (k,) or np.any(w <= 0):
+        raise ValueError(f"weights must be {k} positive numbers, got {weights!r}")
+    w = w / w.sum()
+    labels = rng.choice(k, size=n, p=w)
+    X = means[labels] + float(sigma) * rng.standard_normal((n, d))
+    return X, means, w, labels
+
+
+def gaussian_mixture_norm_bound(means, sigma, d) -> float:
+    """A public row-norm bound for :func:`make_gaussian_mixture` data, from its parameters only:
+    ``sqrt(max ||mu||^2 + sigma^2 d) + 3 sigma`` (``||x||`` concentrates within a few sigma of
+    ``sqrt(||mu||^2 + sigma^2 d)``)."""
+    top = float(np.max(np.sum(np.asarray(means, dtype=float) ** 2, axis=1)))
+    return float(np.sqrt(top + sigma**2 * d) + 3.0 * sigma)
+
+
+def make_lda_corpus(n_docs, n_words, k, *, alpha0=1.0, topic_concentration=0.1, doc_length=(100, 500),
+                    random_state=None):
+    """A word-count corpus drawn from latent Dirichlet allocation.
+
+    Topics are ``Dirichlet(topic_concentration)`` over ``n_words`` words; each document draws
+    ``theta ~ Dirichlet(alpha0 / k, ..., alpha0 / k)``, a length uniform in ``doc_length``
+    (inclusive), and its words from ``theta @ topics``.
+
+    Returns ``(counts (n_docs, n_words) CSR matrix, topics (k, n_words), alpha (k,))``.
+    """
+    import scipy.sparse as sp
+
+    n_docs, n_words, k = (check_positive_int(v, name) for v, name in
+                          ((n_docs, "n_docs"), (n_words, "n_words"), (k, "k")))
+    rng = check_random_generator(random_state)
+    topics = rng.dirichlet(np.full(n_words, float(topic_concentration)), size=k)
+    alpha = np.full(k, float(alpha0) / k)
+    lo, hi = doc_length
+    blocks = []
+    for start in range(0, n_docs, 2000):  # blocks keep the dense n x n_words probabilities small
+        m = min(2000, n_docs - start)
+        theta = rng.dirichlet(alpha, size=m)
+        lengths = rng.integers(int(lo), int(hi) + 1, size=m)
+        P = theta @ topics
+        P /= P.sum(axis=1, keepdims=True)
+        blocks.append(sp.csr_matrix(rng.multinomial(lengths, P).astype(np.float64)))
+    return sp.vstack(blocks).tocsr(), topics, alpha
+
+
+def load_reuters():
+    """The 395 Reuters news stories shipped with the ``lda`` package (``pip install lda``).
+
+    Offline: the corpus is read from that package's files (``lda/tests/reuters.ldac``, ``.tokens``,
+    ``.titles``); nothing is downloaded. Raises ``ImportError`` when ``lda`` is not installed.
+
+    Returns ``(counts (395, 4258) CSR matrix of word counts, vocabulary (tuple of str),
+    titles (tuple of str))``.
+    """
+    import importlib.util
+
+    import scipy.sparse as sp
+
+    spec = importlib.util.find_spec("lda")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("load_reuters needs the 'lda' package, whose wheel ships the corpus: pip install lda")
+    folder = Path(list(spec.submodule_search_locations)[0]) / "tests"
+    vocab = tuple((folder / "reuters.tokens").read_text().split())
+    titles = tuple(line.strip() for line in (folder / "reuters.titles").read_text().splitlines())
+    rows, cols, vals = [], [], []
+    for i, line in enumerate((folder / "reuters.ldac").read_text().splitlines()):
+        for pair in line.split()[1:]:  # the first field is the number of distinct words
+            word, count = pair.split(":")
+            rows.append(i)
+            cols.append(int(word))
+            vals.append(float(count))
+    counts = sp.csr_matrix((vals, (rows, cols)), shape=(len(titles), len(vocab)))
+    return counts, vocab, titles
+
+
+__all__ += ["make_gaussian_mixture", "gaussian_mixture_norm_bound", "make_lda_corpus", "load_reuters"]

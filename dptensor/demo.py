@@ -116,8 +116,30 @@ def _completion_study(quick: bool) -> Study:
                            "epsilon = 2 it keeps half to three quarters of the non-private gain)", mean_rmse))
 
 
+def _latent_studies(quick: bool) -> list[Study]:
+    from .datasets import gaussian_mixture_norm_bound, make_gaussian_mixture, make_lda_corpus
+    from .latent import PrivateGaussianMixture, PrivateLatentDirichletAllocation, match_rows
+
+    X, means, _, _ = make_gaussian_mixture(20_000 if quick else 50_000, 20, 4, separation=1.0, random_state=6)
+    bound = gaussian_mixture_norm_bound(means, 1.0, 20)  # from the generator's parameters
+    C, topics, _ = make_lda_corpus(8_000 if quick else 20_000, 50, 3, doc_length=(20, 60), random_state=5)
+
+    def mixture(eps, budget, seed):
+        model = PrivateGaussianMixture(4, epsilon=eps, data_norm=bound, accountant=budget, random_state=seed)
+        dist = match_rows(model.fit(X).means_, means)[1]
+        return float(dist.mean() / np.linalg.norm(means, axis=1).mean())
+
+    def topics_l1(eps, budget, seed):
+        model = PrivateLatentDirichletAllocation(3, epsilon=eps, accountant=budget, random_state=seed).fit(C)
+        perm, _ = match_rows(model.components_, topics)
+        return float(np.abs(model.components_[perm] - topics).sum(axis=1).mean())
+
+    return [Study("PrivateGaussianMixture", "rel. mean error", mixture),
+            Study("PrivateLatentDirichletAllocation", "topic l1 error", topics_l1)]
+
+
 def studies(quick: bool = False) -> list[Study]:
-    return [*_tensor_studies(quick), *_pca_studies(quick), _completion_study(quick)]
+    return [*_tensor_studies(quick), *_pca_studies(quick), _completion_study(quick), *_latent_studies(quick)]
 
 
 def run_demo(quick: bool = False, plot: str | None = "dptensor_demo.png", epsilons=EPSILONS) -> int:

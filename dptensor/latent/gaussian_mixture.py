@@ -1,0 +1,237 @@
+r"""A spherical Gaussian mixture learned by the method of moments, private at row level."""
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import logsumexp
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .._dask import check_dask_array, clip_chunks, dask_gram, is_dask_array, reduce_row_chunks
+from .._operators import SymmetricTensor, moment_tensor
+from .._validation import check_data_norm
+from ..mechanisms import clip_rows
+from ..pca import covariance_sensitivity
+from ..tensor_decomposition import n_power_queries, row_sensitivity
+from ._base import SpectralLatentModel
+from ._pipeline import sym3, top_eigenpairs, whitened_rows_operator
+
+__all__ = ["PrivateGaussianMixture", "spherical_variance", "whitened_bound"]
+
+
+def spherical_variance(covariance, k: int, rng=None) -> float:
+    r"""The common variance ``sigma^2`` of a k-component spherical mixture from its covariance.
+
+    ``Cov(x) = sum_i w_i mu_i mu_i^T - mu mu^T + sigma^2 I`` has rank-(k-1) signal, so its
+    ``d - k + 1`` smallest eigenvalues all equal ``sigma^2`` (Hsu & Kakade 2013). With an estimate
+    of the covariance their mean, ``(tr Cov - sum of the k-1 largest) / (d - k + 1)``, is used:
+    unlike the single smallest eigenvalue it is not biased down by the spread of the sample (or
+    noise) spectrum, and it needs only the k-1 top eigenvalues. A noisy covariance can make it
+    <= 0: it is floored at ``1e-6 tr(Cov) / d`` so that likelihoods stay finite (post-processing).
+    ``rng`` seeds the Lanczos start at large d (data independent).
+    """
+    d = covariance.shape[0]
+    top = 0.0
+    if k > 1:
+        top = float(np.sum(top_eigenpairs(covariance, k - 1, rng or np.random.default_rng(0))[0]))
+    trace = float(np.trace(covariance))
+    return max((trace - top) / (d - k + 1), 1e-6 * abs(trace) / d, np.finfo(float).tiny)
+
+
+def _whitened_cube_sum(chunk, W, bound_w):
+    """``sum_l y_l^(x)3`` over one chunk's whitened, clipped rows (a Dask reduction's partial)."""
+    Y = clip_rows(chunk @ W, bound_w)
+    return (moment_tensor(Y) * Y.shape[0],)
+
+
+def whitened_bound(data_norm: float, W, variance: float, whitened_clip) -> float:
+    r"""The l2 bound the whitened rows ``W^T x`` are clipped to (a function of public values only).
+
+    ``data_norm ||W||_2`` holds for every clipped row, so clipping to it changes nothing. Under the
+    model, ``E ||W^T x||^2 = tr(W^T (M2 + sigma^2 I) W) = k + sigma^2 ||W||_F^2``; clipping at
+    ``whitened_clip`` times that root mean square is far tighter (the worst-case bound assumes a row
+    aligned with the weakest whitened direction), and the third moment's sensitivity falls with
+    its cube. ``whitened_clip=None`` keeps the worst-case bound.
+    """
+    bound = float(data_norm) * float(np.linalg.norm(W, 2))
+    if whitened_clip is None:
+        return bound
+    rms = np.sqrt(W.shape[1] + variance * float(np.sum(W * W)))
+    return min(bound, float(whitened_clip) * rms)
+
+
+class PrivateGaussianMixture(SpectralLatentModel):
+    r"""Spherical Gaussian mixture by moments, whitening and tensor decomposition (Hsu & Kakade 2013).
+
+    The model: ``x = mu_h + sigma z`` with ``h ~ Categorical(weights)``, ``z ~ N(0, I_d)``, a
+    common variance ``sigma^2`` and linearly independent means (k <= d). Its moments give
+    ``M2 = E[x x^T] - sigma^2 I = sum_i w_i mu_i mu_i^T`` and ``M3 = E[x (x) x (x) x] -
+    sigma^2 sum_j (m (x) e_j (x) e_j + e_j (x) m (x) e_j + e_j (x) e_j (x) m) = sum_i w_i mu_i^(x)3``
+    with ``m = E[x]`` and ``sigma^2`` the mean of the ``d - k + 1`` smallest eigenvalues of the
+    covariance. One pass gives the mean and ``E[x x^T]``; the top-k eigenpairs of M2 whiten the
+    rows to k numbers each, whose third moment (k x k x k, never d x d x d), corrected by the
+    public low-rank terms, is decomposed by the robust tensor power method: eigenvalues
+    ``1/sqrt(w_i)``, means ``mu_i = lambda_i U Lambda^(1/2) v_i``.
+
+    Notes
+    -----
+    *Privacy unit.* One row: rows are clipped to l2 norm ``data_norm`` (public) and n is public.
+
+    *What is released.* The mean (Gaussian noise at sensitivity ``2 B / n``), the upper triangle of
+    ``E[x x^T]`` (Analyze Gauss, ``sqrt(2) B^2 / n``), and the whitened third moment: with the
+    whitening ``W`` computed from those releases (so public), the whitened rows have norm at most
+    ``B ||W||_2``; they are clipped to ``B_W``, the smaller of that and ``whitened_clip`` times
+    their root mean square under the model (both public), and their third moment has
+    sensitivity ``2 B_W^3 / n``; it is released once
+    with symmetric Gaussian noise (``method="perturb"``) or through the ``k L (R + 1)`` queries of
+    the private tensor power method (``method="power"``). Everything fitted (means, weights,
+    variance) is post-processing of the three releases.
+
+    *Guarantee.* ``(epsilon, delta)``-DP for that unit: the three releases get shares 0.1, 0.45,
+    0.45 of the Gaussian-DP budget ``mu(epsilon, delta)^2``, one ``ComposedEvent`` recorded with
+    ``accountant`` before any noisy release. Derivations: ``docs/derivations/latent.rst``.
+
+    Parameters
+    ----------
+    n_components : int, default=1
+        Number of mixture components k (<= n_features).
+    epsilon : float, default=np.inf
+        Privacy target; ``np.inf`` is the exact (non-private) method of moments, which costs
+        epsilon = infinity.
+    delta : float or None, default=None
+        ``None`` takes the accountant's delta (1e-5 without an accountant).
+    data_norm : float or None, default=None
+        Public bound B on the rows' l2 norm; rows are clipped to it. Required when epsilon is
+        finite. Choose it from public knowledge (say ``max ||mu|| + sigma (sqrt(d) + 4)``).
+    whitened_clip : float or None, default=2.0
+        The whitened rows ``W^T x`` are clipped to ``whitened_clip`` times their root mean square
+        under the model, ``sqrt(k + sigma^2 ||W||_F^2)`` (computed from the released moments),
+        or to the worst case ``data_norm ||W||_2`` if that is smaller or this is ``None``. Used
+        only when ``data_norm`` is set.
+    method : {"auto", "perturb", "power"}, default="auto"
+        How the whitened third moment is released; ``"auto"`` is ``"perturb"`` (less noise at
+        row level, see the derivation page).
+    n_restarts, n_iter : int, default=10, 20
+        Restarts and steps of the tensor power method on the k x k x k tensor.
+    accountant : PrivacyAccountant or None, default=None
+    random_state : None, int or Generator, default=None
+        ``None`` (fresh entropy) is the only choice fit for a real release.
+    verbose : int, default=0
+
+    Attributes
+    ----------
+    means_ : ndarray of shape (n_components, n_features)
+    weights_ : ndarray of shape (n_components,)
+        Mixing weights, summing to 1.
+    covariances_ : ndarray of shape (n_components,)
+        The common spherical variance, repeated (scikit-learn's ``covariance_type="spherical"``).
+    method_ : str
+        ``"perturb"``, ``"power"``, or ``"exact"`` (no privacy).
+    n_samples_ : int
+    n_features_in_ : int
+    privacy_cost_ : PrivacyCost
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dptensor.latent import PrivateGaussianMixture
+    >>> rng = np.random.default_rng(0)
+    >>> means = 4.0 * np.eye(3)
+    >>> X = means[rng.integers(0, 3, 20000)] + rng.standard_normal((20000, 3)) * 0.5
+    >>> gmm = PrivateGaussianMixture(3, random_state=0).fit(X)
+    >>> np.round(np.sort(gmm.weights_), 1).tolist()
+    [0.3, 0.3, 0.3]
+    """
+
+    def __init__(self, n_components=1, *, epsilon=np.inf, delta=None, data_norm=None, whitened_clip=2.0,
+                 method="auto", n_restarts=10, n_iter=20, accountant=None, random_state=None, verbose=0):
+        self.n_components = n_components
+        self.epsilon = epsilon
+        self.delta = delta
+        self.data_norm = data_norm
+        self.whitened_clip = whitened_clip
+        self.method = method
+        self.n_restarts = n_restarts
+        self.n_iter = n_iter
+        self.accountant = accountant
+        self.random_state = random_state
+        self.verbose = verbose
+
+    # -- the model's moments -----------------------------------------------------------------
+    def _validate(self, X, reset):
+        if is_dask_array(X):  # rows on a Dask cluster: checked lazily, never pulled here
+            return check_dask_array(self, X, reset=reset)
+        return validate_data(self, X, reset=reset, dtype=[np.float64, np.float32])
+
+    def _prepare(self, X, epsilon):
+        bound = check_data_norm(self.data_norm, epsilon)
+        if self.whitened_clip is not None:
+            check_data_norm(self.whitened_clip, epsilon, name="whitened_clip")
+        if is_dask_array(X):
+            return {"bound": bound, "rows": clip_chunks(X.astype(np.float64), bound), "dask": True}
+        return {"bound": bound, "rows": clip_rows(X, bound).astype(np.float64, copy=False), "dask": False}
+
+    def _first_moments(self, ctx):
+        rows, B = ctx["rows"], ctx["bound"] or 0.0
+        n = rows.shape[0]
+        if ctx["dask"]:  # two reductions over the row chunks: d numbers and d x d numbers come back
+            mean, second = np.asarray(rows.mean(axis=0).compute()), dask_gram(rows) / n
+        else:
+            mean, second = rows.mean(axis=0), rows.T @ rows / n
+        return mean, second, 2.0 * B / n, covariance_sensitivity(B) / n
+
+    def _second_moment(self, ctx, mean, second, rng):
+        ctx["variance"] = spherical_variance(second - np.outer(mean, mean), self.n_components, rng)
+        return second - ctx["variance"] * np.eye(second.shape[0])
+
+    def _whitened_third(self, ctx, whitening, mean, second):
+        W, n = whitening.W, ctx["rows"].shape[0]
+        sensitivity, bound_w = 0.0, None
+        if ctx["bound"] is not None:  # the whitened rows' bound follows from released values
+            bound_w = whitened_bound(ctx["bound"], W, ctx["variance"], self.whitened_clip)
+            sensitivity = row_sensitivity(bound_w, n)
+        k = W.shape[1]
+        if ctx["dask"]:  # each chunk whitens, clips and cubes its own rows: k^3 numbers come back
+            (total,) = reduce_row_chunks(ctx["rows"], _whitened_cube_sum, W, bound_w)
+            data = SymmetricTensor(total / n)
+        else:
+            data = whitened_rows_operator(clip_rows(ctx["rows"] @ W, bound_w),
+                                          n_power_queries(k, self.n_restarts, self.n_iter))
+        m, G = W.T @ mean, W.T @ W
+        correction = -ctx["variance"] * sym3(G[:, :, None] * m[None, None, :])
+        return data, correction, sensitivity
+
+    def _recover(self, ctx, components, eigenvalues, whitening, mean):
+        lam = self._positive(eigenvalues)
+        weights = 1.0 / lam**2
+        self.weights_ = weights / weights.sum()
+        self.means_ = (lam[:, None] * components) @ whitening.unwhiten.T
+        self.covariances_ = np.full(len(lam), ctx["variance"])
+
+    # -- scikit-learn's mixture interface ----------------------------------------------------
+    def _estimate_weighted_log_prob(self, X):
+        check_is_fitted(self, "means_")
+        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        var = np.maximum(self.covariances_, np.finfo(float).tiny)
+        sq = (np.einsum("ij,ij->i", X, X)[:, None] - 2.0 * X @ self.means_.T
+              + np.einsum("ij,ij->i", self.means_, self.means_)[None, :])
+        d = X.shape[1]
+        return np.log(self.weights_) - 0.5 * (d * np.log(2 * np.pi * var) + sq / var)
+
+    def score_samples(self, X):
+        """Log-likelihood of each sample under the fitted mixture, shape (n_samples,)."""
+        return logsumexp(self._estimate_weighted_log_prob(X), axis=1)
+
+    def score(self, X, y=None):
+        """Mean log-likelihood per sample (as ``GaussianMixture.score``)."""
+        return float(np.mean(self.score_samples(X)))
+
+    def predict_proba(self, X):
+        """Posterior probability of each component for each sample, shape (n_samples, n_components)."""
+        logp = self._estimate_weighted_log_prob(X)
+        return np.exp(logp - logsumexp(logp, axis=1, keepdims=True))
+
+    def predict(self, X):
+        """The most probable component of each sample."""
+        return np.argmax(self._estimate_weighted_log_prob(X), axis=1)
+
+    def fit_predict(self, X, y=None):
+        return self.fit(X).predict(X)
