@@ -154,10 +154,14 @@ class PrivateEstimatorMixin:
             if state.get(name) is not None:
                 state[name] = None
                 state["_stream_detached"] = True
-        if isinstance(state.get("random_state"), _GENERATORS):
+        cost = state.get("privacy_cost_")
+        if isinstance(state.get("random_state"), _GENERATORS) or (
+                state.get("random_state") is not None and cost is not None and cost.private):
             # A generator's state gives away its past draws (PCG64 steps back, and its seed
             # sequence holds its entropy), hence the seed entropy of every fit it seeded and
-            # their noise. A copy or a reloaded model gets fresh entropy instead.
+            # their noise; and a fixed seed saved with a private fit regenerates that fit's noise
+            # (its ledger position and public description are easy to guess). So neither leaves
+            # with the model: a copy or a reloaded model has random_state=None (fresh entropy).
             state["random_state"] = None
         return state
 

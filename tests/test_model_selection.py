@@ -393,3 +393,19 @@ def test_completion_preview_and_score_bound():
         warnings.simplefilter("ignore", PrivacyWarning)
         GridSearchCV(PrivateTensorCompletion(rank=1, value_range=(1, 5)), {"reg": [0.1, 1.0]},
                      cv=2).fit(idx, y)
+
+
+def test_the_refit_and_a_saved_search_hold_no_seed():
+    """Before: the refit's seed, drawn from the search's own stream, stayed on ``best_estimator_``
+    (its params and repr) and, with the public description, regenerated the refit's noise; and a
+    pickled search kept its int seed, which regenerates the split, the runs and the scores' noise."""
+    import pickle
+
+    X = _spiked(1500)
+    search = PrivateGridSearchCV(make_pipeline(Normalizer(), PrivatePCA(data_norm=1.0)),
+                                 {"privatepca__n_components": [1, 2]}, epsilon=1.0, random_state=3).fit(X)
+    assert search.best_estimator_.get_params()["privatepca__random_state"] is None
+    assert "random_state" not in repr(search.best_estimator_)
+    saved = pickle.loads(pickle.dumps(search))
+    assert saved.random_state is None and search.random_state == 3
+    np.testing.assert_array_equal(saved.transform(X[:4]), search.transform(X[:4]))

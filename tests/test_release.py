@@ -8,6 +8,7 @@ unnoised statistics computed here, so it also catches leaks nobody listed.
 """
 from __future__ import annotations
 
+import copy
 import io
 import math
 import pickle
@@ -981,21 +982,30 @@ def test_a_looser_estimator_delta_is_charged_at_the_accountant_delta(fit):
     assert f"eps={entry.epsilon:.4g} delta=1e-05" in str(acc)
 
 
-def test_an_int_seed_saved_with_a_model_gives_its_noise_away():
-    """What a fixed int seed means (a documented limitation, not a guarantee): the seed is a public
-    parameter, pickled with the model, and with the ledger position and the public description it
-    keys the noise. Anyone holding the file regenerates the noise and removes it: here the exact
-    clipped mean, from a private fit's ``mean_``. Real releases use ``random_state=None`` (fresh
-    entropy, never stored); a Generator or RandomState is not pickled (see the audits above)."""
+def test_an_int_seed_is_not_saved_with_a_private_model():
+    """Before: the int seed was pickled with the model and, with the ledger position and the public
+    description, keyed the noise, so anyone holding the file regenerated it and removed it (the
+    exact clipped mean, from a private fit's ``mean_``). Now a privately fitted model leaves its seed
+    behind: the reloaded copy has ``random_state=None``, and the same attack with the seed it no
+    longer has (tried here with the true one, which the file does not hold) is the only way in."""
     from dptensor._randomness import fingerprint, spend_generator
 
     acc = PrivacyAccountant(10.0)
-    model = pickle.loads(pickle.dumps(
-        PrivatePCA(2, method="analyze_gauss", accountant=acc, random_state=42, **PRIVATE).fit(X_ROWS)))
+    fitted = PrivatePCA(2, method="analyze_gauss", accountant=acc, random_state=42, **PRIVATE).fit(X_ROWS)
+    blob = pickle.dumps(fitted)
+    model = pickle.loads(blob)
+    assert fitted.random_state == 42 and model.random_state is None  # the live object keeps its seed
+    buffer = io.BytesIO()
+    joblib.dump(fitted, buffer)
+    buffer.seek(0)
+    assert joblib.load(buffer).random_state is None and copy.deepcopy(fitted).random_state is None
+    # Control: the seed, if it had been saved, regenerates the noise exactly.
     params = {k: v for k, v in model.get_params(deep=False).items()
               if k not in ("accountant", "random_state", "verbose")}
     key = fingerprint("PrivatePCA", params, (model.n_samples_, model.n_features_in_))
-    rng = spend_generator(model.random_state, spend_index=len(model.accountant.history()) - 1, key=key)
+    rng = spend_generator(42, spend_index=len(model.accountant.history()) - 1, key=key)
     z_mean = model.privacy_cost_.event.events[0].noise_multiplier
     recovered = model.mean_ - rng.standard_normal(D) * z_mean * 2 * B / N
     np.testing.assert_allclose(recovered, clip_rows(X_ROWS, B).mean(0), rtol=0, atol=1e-14)
+    # An unfitted estimator (e.g. sent to a search's worker) keeps its seed: nothing was released.
+    assert pickle.loads(pickle.dumps(PrivatePCA(2, random_state=42, **PRIVATE))).random_state == 42

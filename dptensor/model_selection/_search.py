@@ -206,6 +206,9 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
             est = self._candidate(plan["prefix"], best_params, plan["epsilon"], plan["delta"],
                                   _seed(rng), overrides)
             self.best_estimator_ = est.fit(X, y) if y is not None else est.fit(X)
+            # The refit's seed was drawn from the search's own stream: with it (and the public
+            # description) anyone regenerates the refit's noise, so it never stays on the model.
+            self.best_estimator_.set_params(**{plan["prefix"] + "random_state": None})
         self.best_index_ = best_index
         self.best_params_ = dict(best_params)
         self.best_score_ = best_score
