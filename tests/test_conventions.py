@@ -78,3 +78,12 @@ def test_delta_check_warns_before_anything_is_spent():
         with pytest.raises(PrivacyWarning, match="n=50"):
             PrivatePCA(1, epsilon=1.0, data_norm=3.0, accountant=budget).fit(X)
     assert budget.spent()[0] == 0.0
+
+
+def test_every_estimator_is_importable_from_the_top_level_package():
+    import dptensor
+    from dptensor.latent import PrivateGaussianMixture, PrivateLatentDirichletAllocation
+
+    assert dptensor.PrivateGaussianMixture is PrivateGaussianMixture
+    assert dptensor.PrivateLatentDirichletAllocation is PrivateLatentDirichletAllocation
+    assert {"PrivateGaussianMixture", "PrivateLatentDirichletAllocation"} <= set(dptensor.__all__)
