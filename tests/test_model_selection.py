@@ -393,3 +393,35 @@ def test_completion_preview_and_score_bound():
         warnings.simplefilter("ignore", PrivacyWarning)
         GridSearchCV(PrivateTensorCompletion(rank=1, value_range=(1, 5)), {"reg": [0.1, 1.0]},
                      cv=2).fit(idx, y)
+
+
+def _bad(kind, X):
+    if kind == "1-D":
+        return X[:, 0]
+    X = X.astype(object) if kind == "string" else X.copy()
+    X[5, 2] = {"nan": np.nan, "inf": np.inf, "string": "abc"}[kind]
+    return X
+
+
+@pytest.mark.parametrize("kind, match", [("1-D", "must be 2-D"), ("nan", "NaN"), ("inf", "infinity"),
+                                         ("string", "could not convert")])
+def test_bad_data_is_refused_before_the_search_spends(kind, match):
+    X = np.random.default_rng(0).standard_normal((600, 5)) / 4
+    budget = PrivacyAccountant(epsilon=5.0, delta=1e-5)
+    search = PrivateGridSearchCV(PrivatePCA(data_norm=2.0), {"n_components": [1]}, epsilon=1.0,
+                                 accountant=budget)
+    with pytest.raises(ValueError, match=match):
+        search.fit(_bad(kind, X))
+    assert budget.history() == []
+
+
+def test_non_finite_completion_values_are_refused_before_the_search_spends():
+    rng = np.random.default_rng(1)
+    X, y = rng.integers(0, 5, (500, 3)), rng.standard_normal(500)
+    y[3] = np.nan
+    budget = PrivacyAccountant(epsilon=5.0, delta=1e-5)
+    search = PrivateGridSearchCV(PrivateTensorCompletion(value_range=(-3, 3)), {"rank": [1, 2]},
+                                 epsilon=1.0, accountant=budget)
+    with pytest.raises(ValueError, match="y must hold finite numbers"):
+        search.fit(X, y)
+    assert budget.history() == []
