@@ -33,6 +33,8 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
     * ``_recover(ctx, components, eigenvalues, whitening, mean)`` sets the fitted attributes.
     """
 
+    _unit = "row"  # the privacy unit, as named in warnings
+
     def _check_common(self, d: int) -> int:
         k = check_positive_int(self.n_components, "n_components")
         if k > d:
@@ -78,6 +80,7 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         k = self._check_common(d)
         epsilon, delta = self._privacy_target()
         ctx = self._prepare(X, epsilon)
+        self._check_delta_for(n, epsilon, delta, unit=self._unit)
         entropy = self._entropy()
         method, plan = self._plan(ctx, k, epsilon, delta)
         if plan.private:
