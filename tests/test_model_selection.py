@@ -425,3 +425,14 @@ def test_non_finite_completion_values_are_refused_before_the_search_spends():
     with pytest.raises(ValueError, match="y must hold finite numbers"):
         search.fit(X, y)
     assert budget.history() == []
+
+
+def test_a_latent_model_is_refused_by_name_and_reason_before_any_spend():
+    from dptensor import PrivateGaussianMixture
+
+    budget = PrivacyAccountant(epsilon=5.0, delta=1e-5)
+    search = PrivateGridSearchCV(PrivateGaussianMixture(data_norm=2.0), {"n_components": [1, 2]},
+                                 epsilon=1.0, accountant=budget)
+    with pytest.raises(TypeError, match="PrivateGaussianMixture cannot be searched privately: its score"):
+        search.fit(np.random.default_rng(0).standard_normal((500, 4)))
+    assert budget.history() == []

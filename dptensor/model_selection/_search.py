@@ -69,9 +69,12 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
             prefix, learner = "", est
         if not (isinstance(learner, PrivateEstimatorMixin) and hasattr(learner, "privacy_cost")
                 and hasattr(learner, "_score_units")):
-            raise TypeError(f"{type(learner).__name__} is not a dptensor estimator: a private search fits "
-                            "and scores private estimators only (PrivatePCA, AdaptivePrivatePCA, "
-                            "PrivateTensorDecomposition, StreamingTensorPower, PrivateTensorCompletion), "
+            why = ("its score (for the latent models, a log-likelihood) has no public per-unit bound, so "
+                   "it cannot be released privately" if isinstance(learner, PrivateEstimatorMixin)
+                   else "it is not a dptensor estimator")
+            raise TypeError(f"{type(learner).__name__} cannot be searched privately: {why}. A private "
+                            "search fits and scores PrivatePCA, AdaptivePrivatePCA, "
+                            "PrivateTensorDecomposition, StreamingTensorPower or PrivateTensorCompletion, "
                             "alone or as the last step of a pipeline")
         return prefix, learner
 
