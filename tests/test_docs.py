@@ -97,7 +97,7 @@ def _check_quickstart(ns):
     from dptensor.metrics import recovery_error, sin_theta_distance
 
     budget = ns["budget"]
-    assert len(budget.history()) == 5  # every fit of the page is private and in the ledger
+    assert len(budget.history()) == 6  # every fit of the page is private and in the ledger
     assert 0 < budget.spent()[0] <= budget.epsilon
     # the bound comes from the generator's parameters and holds for every row: nothing clipped
     assert np.linalg.norm(ns["X"], axis=1).max() <= ns["bound"] + 1e-12
@@ -110,6 +110,10 @@ def _check_quickstart(ns):
     # the spikes differ, so the top direction is a real target, and it is found
     assert len(set(ns["spikes"])) == 3
     assert sin_theta_distance(ns["adaptive"].components_, ns["components"][:1]) < 0.05
+    # "all but a handful of rows", "within a few percent", "within about 0.01"
+    assert np.sum(np.linalg.norm(ns["Xg"], axis=1) > ns["gbound"]) < 20
+    assert max(ns["dist"] / np.linalg.norm(ns["means"], axis=1)) < 0.05
+    assert np.abs(ns["gmm"].weights_[ns["perm"]] - ns["weights"]).max() < 0.02
 
 
 def _check_privacy(ns):
