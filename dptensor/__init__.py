@@ -1,6 +1,8 @@
 """dptensor: private and streaming spectral learning as scikit-learn estimators.
 
-Five estimators share one :class:`PrivacyAccountant`; see the user guide for the privacy model.
+Every estimator (the five spectral ones and the two latent variable models of
+:mod:`dptensor.latent`) shares one :class:`PrivacyAccountant`; see the user guide for the privacy
+model.
 Estimators are imported lazily so that ``import dptensor`` stays cheap.
 """
 from importlib import import_module
@@ -18,6 +20,8 @@ _ESTIMATORS = {
     "PrivatePCA": "pca",
     "AdaptivePrivatePCA": "adaptive_pca",
     "PrivateTensorCompletion": "completion",
+    "PrivateGaussianMixture": "latent",
+    "PrivateLatentDirichletAllocation": "latent",
 }
 
 __all__ = ["PrivacyAccountant", "BudgetExceededError", "LedgerNotSharedError", "PrivacyAccountingError",

@@ -297,7 +297,8 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         Variance along each released component, ``sum_i (a_i . v_j)^2 / (n - 1)`` over all the
         clipped rows (uncentred, like the components), released with Gaussian noise from its own
         share :data:`VARIANCE_SHARE` of the budget (sensitivity ``sqrt(min(k, 2)) data_norm^2``;
-        see :func:`component_variances`), floored at 0. Exact without privacy.
+        see :func:`component_variances`), floored at 0. Exact without privacy. In the order of
+        ``components_`` (the order of deflation), so the noisy values need not be decreasing.
     explained_variance_noise_ : ndarray (n_components,)
         The std of the noise in each ``explained_variance_`` (public; 0 without privacy). ``fit``
         warns (``UserWarning``) when a component's variance is below twice it.

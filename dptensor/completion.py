@@ -404,6 +404,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
                              "\"input\", \"gradient\" or \"output\"); perturbation=None is the non-private "
                              "fit (epsilon=np.inf)")
         vrange = self._check_value_range(private)
+        if private:  # the unit is one observed value, and their number is public
+            self._check_delta_for(len(y), epsilon, delta, unit="observed value")
         entropy = self._entropy()
         plan, event = self._plan_spend(p, epsilon, delta, len(shape), private)
         # Recorded before anything is computed from the values: a refused fit touches none of them.

@@ -5,12 +5,14 @@ import warnings
 import numpy as np
 import pytest
 
-from dptensor import (AdaptivePrivatePCA, PrivacyAccountant, PrivacyWarning, PrivatePCA,
-                      PrivateTensorCompletion, PrivateTensorDecomposition, StreamingTensorPower)
+from dptensor import (AdaptivePrivatePCA, PrivacyAccountant, PrivacyWarning, PrivateGaussianMixture,
+                      PrivateLatentDirichletAllocation, PrivatePCA, PrivateTensorCompletion,
+                      PrivateTensorDecomposition, StreamingTensorPower)
 
 ESTIMATORS = [PrivatePCA, AdaptivePrivatePCA, PrivateTensorDecomposition, StreamingTensorPower,
-              PrivateTensorCompletion]
-ROW_LEVEL = [PrivatePCA, AdaptivePrivatePCA, PrivateTensorDecomposition, StreamingTensorPower]
+              PrivateTensorCompletion, PrivateGaussianMixture, PrivateLatentDirichletAllocation]
+ROW_LEVEL = [PrivatePCA, AdaptivePrivatePCA, PrivateTensorDecomposition, StreamingTensorPower,
+             PrivateGaussianMixture]
 
 
 @pytest.mark.parametrize("cls", ESTIMATORS)
@@ -57,6 +59,7 @@ def test_repr_always_shows_epsilon(cls):
     (lambda: PrivateTensorDecomposition(1, epsilon=1.0, data_norm=3.0, n_restarts=2, n_iter=2), (300, 4)),
     (lambda: StreamingTensorPower(1, epsilon=1.0, data_norm=3.0, n_restarts=2, n_iter=2, batch_size=100),
      (300, 4)),
+    (lambda: PrivateGaussianMixture(1, epsilon=1.0, data_norm=3.0, n_restarts=2, n_iter=2), (300, 4)),
 ])
 def test_delta_not_below_one_over_n_warns_naming_n(make, X):
     X = np.random.default_rng(1).standard_normal(X)
@@ -78,3 +81,29 @@ def test_delta_check_warns_before_anything_is_spent():
         with pytest.raises(PrivacyWarning, match="n=50"):
             PrivatePCA(1, epsilon=1.0, data_norm=3.0, accountant=budget).fit(X)
     assert budget.spent()[0] == 0.0
+
+
+def test_every_estimator_is_importable_from_the_top_level_package():
+    import dptensor
+    from dptensor.latent import PrivateGaussianMixture, PrivateLatentDirichletAllocation
+
+    assert dptensor.PrivateGaussianMixture is PrivateGaussianMixture
+    assert dptensor.PrivateLatentDirichletAllocation is PrivateLatentDirichletAllocation
+    assert {"PrivateGaussianMixture", "PrivateLatentDirichletAllocation"} <= set(dptensor.__all__)
+
+
+@pytest.mark.parametrize("make, data, n, unit", [
+    (lambda: PrivateLatentDirichletAllocation(2, epsilon=1.0, n_restarts=2, n_iter=2), "counts", 300,
+     "documents"),
+    (lambda: PrivateTensorCompletion(2, epsilon=1.0, value_range=(-3.0, 3.0), n_iter=2), "entries", 200,
+     "observed values"),
+])
+def test_delta_not_below_one_over_n_warns_naming_the_unit(make, data, n, unit):
+    rng = np.random.default_rng(3)
+    if data == "counts":
+        args = (rng.poisson(1.0, (n, 12)).astype(float) + np.eye(n, 12) * 3 + 3 * (np.arange(12) == 0),)
+    else:
+        args = (rng.integers(0, 6, (n, 3)), rng.uniform(-1.0, 1.0, n))
+    budget = PrivacyAccountant(epsilon=10.0, delta=0.01)  # 0.01 >= 1/n
+    with pytest.warns(PrivacyWarning, match=f"n={n} {unit}"):
+        make().set_params(accountant=budget).fit(*args)

@@ -85,16 +85,19 @@ def run_doc(doc: str, namespace: dict | None = None) -> dict:
 
 # What each page's text says its code prints, checked on the values it computed.
 def _check_readme(ns):
-    budget = ns["budget"]
-    assert len(budget.history()) == 10  # 3 candidates x 3 folds + the refit, as the README says
-    assert 0 < budget.spent()[0] <= budget.epsilon
+    budget, search = ns["budget"], ns["search"]
+    # the whole search (runs, scores, choice, refit) is one spend of the search's epsilon
+    assert [e.mechanism for e in budget.history()] == ["private_selection"]
+    assert budget.spent()[0] == pytest.approx(search.epsilon, rel=1e-6)
+    assert search.best_params_["privatepca__method"] in ("analyze_gauss", "power")
+    assert ns["Z"].shape == (ns["X"].shape[0], 3)
 
 
 def _check_quickstart(ns):
     from dptensor.metrics import recovery_error, sin_theta_distance
 
     budget = ns["budget"]
-    assert len(budget.history()) == 5  # every fit of the page is private and in the ledger
+    assert len(budget.history()) == 6  # every fit of the page is private and in the ledger
     assert 0 < budget.spent()[0] <= budget.epsilon
     # the bound comes from the generator's parameters and holds for every row: nothing clipped
     assert np.linalg.norm(ns["X"], axis=1).max() <= ns["bound"] + 1e-12
@@ -107,6 +110,10 @@ def _check_quickstart(ns):
     # the spikes differ, so the top direction is a real target, and it is found
     assert len(set(ns["spikes"])) == 3
     assert sin_theta_distance(ns["adaptive"].components_, ns["components"][:1]) < 0.05
+    # "all but a handful of rows", "within a few percent", "within about 0.01"
+    assert np.sum(np.linalg.norm(ns["Xg"], axis=1) > ns["gbound"]) < 20
+    assert max(ns["dist"] / np.linalg.norm(ns["means"], axis=1)) < 0.05
+    assert np.abs(ns["gmm"].weights_[ns["perm"]] - ns["weights"]).max() < 0.02
 
 
 def _check_privacy(ns):

@@ -3,6 +3,7 @@ truth, the privacy plan and its accounting, and the estimators' interface."""
 import itertools
 import math
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -387,3 +388,30 @@ def test_gmm_on_dask_rows_matches_in_memory(mixture):
     np.testing.assert_allclose(there.means_, here.means_, atol=1e-9)
     np.testing.assert_allclose(there.weights_, here.weights_, atol=1e-12)
     assert there.privacy_cost_.epsilon == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("make, whitening", [
+    (lambda: PrivateGaussianMixture(2, epsilon=1.0, delta=1e-6, data_norm=2.0, random_state=0), None),
+    (lambda: PrivateGaussianMixture(2, random_state=0), None),
+    (lambda: PrivateLatentDirichletAllocation(3, epsilon=1.0, delta=1e-6, random_state=0), "dense"),
+    (lambda: PrivateLatentDirichletAllocation(3, epsilon=1.0, delta=1e-6, random_state=0), "power"),
+])
+def test_privacy_cost_previews_what_the_fit_records_without_data(make, whitening):
+    rng = np.random.default_rng(3)
+    if whitening is None:
+        X = rng.standard_normal((400, 6)) / 3
+        est = make()
+    else:
+        X = rng.poisson(1.0, (400, 30)).astype(float)
+        X[:, 0] += 3  # every document has at least 3 words
+        est = make().set_params(whitening=whitening)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        preview = est.privacy_cost(*X.shape)
+        assert preview == est.fit(X).privacy_cost_
+    assert preview.n_queries > 0 if np.isfinite(est.epsilon) else preview.epsilon == np.inf
+
+
+def test_privacy_cost_refuses_a_private_preview_without_a_bound():
+    with pytest.raises(ValueError, match="data_norm is required"):
+        PrivateGaussianMixture(2, epsilon=1.0).privacy_cost(100, 6)

@@ -420,3 +420,9 @@ def test_bench_only_passes_through_to_the_suite(monkeypatch, capsys):
     assert calls == [["--quick", "--only", "pca", "completion"]]
     assert cli(["bench", "--only", "nonsense"]) == 2
     assert "choose from" in capsys.readouterr().err and len(calls) == 1
+
+
+@pytest.mark.parametrize("ledger", [5, 1.5, ["budget.sqlite"]])
+def test_a_ledger_that_is_not_a_path_is_refused_naming_the_parameter(ledger):
+    with pytest.raises(TypeError, match="ledger must be None .* or the path of a SQLite file"):
+        PrivacyAccountant(1.0, 1e-5, ledger=ledger)

@@ -409,3 +409,46 @@ def test_the_refit_and_a_saved_search_hold_no_seed():
     saved = pickle.loads(pickle.dumps(search))
     assert saved.random_state is None and search.random_state == 3
     np.testing.assert_array_equal(saved.transform(X[:4]), search.transform(X[:4]))
+
+
+def _bad(kind, X):
+    if kind == "1-D":
+        return X[:, 0]
+    X = X.astype(object) if kind == "string" else X.copy()
+    X[5, 2] = {"nan": np.nan, "inf": np.inf, "string": "abc"}[kind]
+    return X
+
+
+@pytest.mark.parametrize("kind, match", [("1-D", "must be 2-D"), ("nan", "NaN"), ("inf", "infinity"),
+                                         ("string", "could not convert")])
+def test_bad_data_is_refused_before_the_search_spends(kind, match):
+    X = np.random.default_rng(0).standard_normal((600, 5)) / 4
+    budget = PrivacyAccountant(epsilon=5.0, delta=1e-5)
+    search = PrivateGridSearchCV(PrivatePCA(data_norm=2.0), {"n_components": [1]}, epsilon=1.0,
+                                 accountant=budget)
+    with pytest.raises(ValueError, match=match):
+        search.fit(_bad(kind, X))
+    assert budget.history() == []
+
+
+def test_non_finite_completion_values_are_refused_before_the_search_spends():
+    rng = np.random.default_rng(1)
+    X, y = rng.integers(0, 5, (500, 3)), rng.standard_normal(500)
+    y[3] = np.nan
+    budget = PrivacyAccountant(epsilon=5.0, delta=1e-5)
+    search = PrivateGridSearchCV(PrivateTensorCompletion(value_range=(-3, 3)), {"rank": [1, 2]},
+                                 epsilon=1.0, accountant=budget)
+    with pytest.raises(ValueError, match="y must hold finite numbers"):
+        search.fit(X, y)
+    assert budget.history() == []
+
+
+def test_a_latent_model_is_refused_by_name_and_reason_before_any_spend():
+    from dptensor import PrivateGaussianMixture
+
+    budget = PrivacyAccountant(epsilon=5.0, delta=1e-5)
+    search = PrivateGridSearchCV(PrivateGaussianMixture(data_norm=2.0), {"n_components": [1, 2]},
+                                 epsilon=1.0, accountant=budget)
+    with pytest.raises(TypeError, match="PrivateGaussianMixture cannot be searched privately: its score"):
+        search.fit(np.random.default_rng(0).standard_normal((500, 4)))
+    assert budget.history() == []

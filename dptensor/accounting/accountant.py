@@ -101,6 +101,9 @@ class PrivacyAccountant:
     def __init__(self, epsilon: float = math.inf, delta: float = DEFAULT_DELTA, *, ledger=None):
         self.epsilon = check_epsilon(epsilon)
         self.delta = check_delta(delta)
+        if ledger is not None and not isinstance(ledger, (str, os.PathLike)):
+            raise TypeError(f"ledger must be None (in memory) or the path of a SQLite file, "
+                            f"got {type(ledger).__name__}")
         self._store = MemoryLedger() if ledger is None else SQLiteLedger(ledger, self.epsilon, self.delta)
         # The absolute path: a pickle reloaded in another working directory uses the same file.
         self.ledger = None if ledger is None else self._store.path

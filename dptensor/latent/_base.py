@@ -33,6 +33,8 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
     * ``_recover(ctx, components, eigenvalues, whitening, mean)`` sets the fitted attributes.
     """
 
+    _unit = "row"  # the privacy unit, as named in warnings
+
     def _check_common(self, d: int) -> int:
         k = check_positive_int(self.n_components, "n_components")
         if k > d:
@@ -46,6 +48,31 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
             raise TypeError(f"verbose must be an int, got {self.verbose!r}")
         return k
 
+    def _plan(self, ctx, k, epsilon, delta):
+        """The fit's method and noise plan, from public parameters and the data's shape only."""
+        # "auto": one perturbation of the k^3 tensor (noise of operator norm ~1.7 sqrt(k) z s)
+        # beats k L (R+1) noisy power queries (each ~sqrt(k) z s sqrt(k L (R+1))) at row level.
+        method = "perturb" if self.method == "auto" else self.method
+        return method, plan_noise(epsilon, delta, n_third_queries(method, k, self.n_restarts, self.n_iter),
+                                  self._second_moment_steps(ctx))
+
+    def privacy_cost(self, n_samples, n_features):
+        """The cost and noise multiplier a ``fit`` on ``n_samples`` x ``n_features`` data would record.
+
+        Computed from the parameters alone, with the fit's own plan and checks: no data is read
+        and nothing is spent. Returns a :class:`~dptensor.PrivacyCost`.
+        """
+        check_positive_int(n_samples, "n_samples")
+        d = check_positive_int(n_features, "n_features")
+        k = self._check_common(d)
+        epsilon, delta = self._privacy_target()
+        # the hooks read only the shape of X here (no rows): the plan depends on d alone
+        _, plan = self._plan(self._prepare(np.zeros((0, d)), epsilon), k, epsilon, delta)
+        if not plan.private:
+            return self._preview(None, delta=delta)
+        return self._preview(plan.event, delta=delta, noise_multiplier=plan.z_third,
+                             n_queries=plan.n_third + len(plan.z_second) + 1, calibration="exact")
+
     def fit(self, X, y=None):
         """Learn the model from X by the method of moments; ``y`` is ignored. Returns self."""
         X = self._validate(X, reset=True)
@@ -53,12 +80,9 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         k = self._check_common(d)
         epsilon, delta = self._privacy_target()
         ctx = self._prepare(X, epsilon)
-        # "auto": one perturbation of the k^3 tensor (noise of operator norm ~1.7 sqrt(k) z s)
-        # beats k L (R+1) noisy power queries (each ~sqrt(k) z s sqrt(k L (R+1))) at row level.
-        method = "perturb" if self.method == "auto" else self.method
+        self._check_delta_for(n, epsilon, delta, unit=self._unit)
         entropy = self._entropy()
-        plan = plan_noise(epsilon, delta, n_third_queries(method, k, self.n_restarts, self.n_iter),
-                          self._second_moment_steps(ctx))
+        method, plan = self._plan(ctx, k, epsilon, delta)
         if plan.private:
             self.privacy_cost_, rng = self._spend(plan.event, entropy=entropy, delta=delta,
                                                   noise_multiplier=plan.z_third,

@@ -157,6 +157,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         self.verbose = verbose
 
     # -- the model's moments -----------------------------------------------------------------
+    _unit = "document"
+
     def _validate(self, X, reset, min_length=3):
         X = validate_data(self, X, reset=reset, accept_sparse="csr", dtype=[np.float64, np.float32])
         C = sp.csr_matrix(X, dtype=np.float64) if sp.issparse(X) else np.asarray(X, dtype=np.float64)

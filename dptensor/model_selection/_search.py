@@ -11,7 +11,7 @@ from sklearn.model_selection import ParameterGrid, ParameterSampler
 from sklearn.pipeline import Pipeline
 from sklearn.utils import get_tags
 from sklearn.utils.metaestimators import available_if
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import check_array, check_is_fitted
 
 from .._base import PrivateEstimatorMixin
 from ..mechanisms import gaussian_noise
@@ -69,9 +69,12 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
             prefix, learner = "", est
         if not (isinstance(learner, PrivateEstimatorMixin) and hasattr(learner, "privacy_cost")
                 and hasattr(learner, "_score_units")):
-            raise TypeError(f"{type(learner).__name__} is not a dptensor estimator: a private search fits "
-                            "and scores private estimators only (PrivatePCA, AdaptivePrivatePCA, "
-                            "PrivateTensorDecomposition, StreamingTensorPower, PrivateTensorCompletion), "
+            why = ("its score (for the latent models, a log-likelihood) has no public per-unit bound, so "
+                   "it cannot be released privately" if isinstance(learner, PrivateEstimatorMixin)
+                   else "it is not a dptensor estimator")
+            raise TypeError(f"{type(learner).__name__} cannot be searched privately: {why}. A private "
+                            "search fits and scores PrivatePCA, AdaptivePrivatePCA, "
+                            "PrivateTensorDecomposition, StreamingTensorPower or PrivateTensorCompletion, "
                             "alone or as the last step of a pipeline")
         return prefix, learner
 
@@ -184,8 +187,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         Prices the whole search, records it with the accountant as one event (refused with
         :class:`~dptensor.BudgetExceededError` before any fit if over budget), then runs it.
         """
-        X = _as_units(X)
-        y = None if y is None else np.asarray(y)
+        X, y = _as_units(X, y, alone=not isinstance(self.estimator, Pipeline))
         if y is not None and len(y) != len(X):
             raise ValueError(f"y has {len(y)} values but X has {len(X)} units")
         plan = self._plan(X.shape[0], X.shape[1] if X.ndim > 1 else 1)
@@ -444,11 +446,26 @@ def _seed(rng) -> int:
     return int(rng.integers(2**63 - 1))
 
 
-def _as_units(X):
+def _as_units(X, y, *, alone: bool):
+    """``(X, y)`` checked before the search spends: a failure in a candidate's fit would come after.
+
+    X must be 2-D (rows, or completion's index tuples). An estimator searched ``alone`` gets its
+    data as given, so X must also be numeric and finite, as its fit requires (a pipeline's
+    stateless steps may transform X first, so only the shape is checked there); ``y``, when
+    given, must be finite numbers.
+    """
     X = np.asarray(X)
-    if X.ndim not in (1, 2):
-        raise ValueError(f"a private search splits units (rows of X); X must be 2-D, got {X.ndim} dimensions")
-    return X
+    if X.ndim != 2:
+        raise ValueError(f"a private search splits units (rows of X); X must be 2-D, got {X.ndim} "
+                         f"dimension(s): reshape a single feature with X.reshape(-1, 1)")
+    if alone:
+        X = check_array(X, dtype="numeric", ensure_min_samples=0)  # refuses NaN, inf, strings
+    if y is not None:
+        y = np.asarray(y)
+        if alone and not (np.issubdtype(y.dtype, np.number) and np.all(np.isfinite(y))):
+            raise ValueError("y must hold finite numbers (no NaN or infinity): pass only the observed "
+                             "entries")
+    return X, y
 
 
 def _public_overrides(prefix, learner, X) -> dict:
