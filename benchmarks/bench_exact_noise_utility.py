@@ -56,9 +56,9 @@ def _studies():
         "AdaptivePrivatePCA, sin^2 (eps=2)": lambda s: sin_theta_distance(AdaptivePrivatePCA(
             n_components=2, epsilon=2.0, data_norm=1.0, random_state=s).fit(X_ad).components_, V_ad),
         "PrivateTensorDecomposition power, max recovery error (eps=2)": tensor("power"),
-        "StreamingTensorPower, max recovery error (eps=2)": lambda s: float(recovery_error(StreamingTensorPower(
-            2, n_restarts=5, n_iter=4, batch_size=5000, epsilon=2.0, data_norm=B_td,
-            random_state=s).fit(X_td).components_, V_td).max()),
+        "StreamingTensorPower, max recovery error (eps=2)": lambda s: float(recovery_error(
+            StreamingTensorPower(2, n_restarts=5, n_iter=4, batch_size=5000, epsilon=2.0, data_norm=B_td,
+                                 random_state=s).fit(X_td).components_, V_td).max()),
         "PrivateTensorCompletion statistics, test RMSE (eps=1)": completion("statistics"),
         "PrivateTensorCompletion input (Laplace), test RMSE (eps=1)": completion("input"),
         "PrivateTensorCompletion gradient, test RMSE (eps=1)": completion("gradient"),
@@ -87,7 +87,8 @@ def compare() -> None:
     rows = []
     for name in a:
         x, y = np.array(a[name]), np.array(b[name])
-        rows.append({"study": name, "continuous median": float(np.median(x)), "exact median": float(np.median(y)),
+        rows.append({"study": name, "continuous median": float(np.median(x)),
+                     "exact median": float(np.median(y)),
                      "continuous mean ± sd": f"{x.mean():.4g} ± {x.std(ddof=1):.2g}",
                      "exact mean ± sd": f"{y.mean():.4g} ± {y.std(ddof=1):.2g}"})
     md = ["# exact_noise_utility", "",

@@ -288,8 +288,8 @@ def row_offsets(obs: Observations, y: np.ndarray, *, shrink=1.0, noise_multiplie
     """Global mean and per-mode row effects by one backfitting sweep, optionally noised.
 
     With ``sigma = noise_multiplier * sensitivity``: ``intercept = (sum y + N(0, sigma^2)) / n``;
-    then for each mode in turn ``b_m[i] = (S_i + N(0, sigma^2)) / (n_i + kappa_i)`` where ``S_i`` sums, over row ``i``'s
-    entries, ``y`` minus the offsets released so far. Without noise ``kappa_i = shrink``; with
+    then for each mode in turn ``b_m[i] = (S_i + N(0, sigma^2)) / (n_i + kappa_i)`` where ``S_i``
+    sums, over row ``i``'s entries, ``y`` minus the offsets released so far. Without noise ``kappa_i = shrink``; with
     noise it is the empirical-Bayes shrinkage of :func:`eb_shrinkage`, computed from the noisy
     sums and public counts only. Returns ``(intercept, biases)``.
 

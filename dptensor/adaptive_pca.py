@@ -170,8 +170,8 @@ def adaptive_power_iteration(X, n_components: int, n_iter: int, *, rng: np.rando
             if private:
                 c = contributions(proj, sq_norms)
                 theta = choose_threshold(c, grid, svt_epsilon, beta, rng)
-                y = gaussian_release(filtered_update(X, proj, c, theta), filtered_sensitivity(theta, data_norm),
-                                     noise_multiplier, rng)
+                y = gaussian_release(filtered_update(X, proj, c, theta),
+                                     filtered_sensitivity(theta, data_norm), noise_multiplier, rng)
                 thresholds[k, t] = theta
                 if verbose:
                     print(f"[AdaptivePrivatePCA] component {k + 1} round {t + 1}: theta = {theta:.4g}")

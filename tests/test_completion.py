@@ -296,8 +296,9 @@ def test_gradient_noise_is_two_z_m_per_coordinate(monkeypatch):
     data = _study(0)
     for kind in ("cp", "tucker"):
         steps.clear(), offsets.clear()
-        model = PrivateTensorCompletion(perturbation="gradient", decomposition=kind, epsilon=2.0, value_range=(0, 1),
-                                        clip_norm=0.25, n_iter=5, random_state=0).fit(data["indices"], data["values"])
+        model = PrivateTensorCompletion(perturbation="gradient", decomposition=kind, epsilon=2.0,
+                                        value_range=(0, 1), clip_norm=0.25, n_iter=5, random_state=0)
+        model.fit(data["indices"], data["values"])
         z = model.privacy_cost_.noise_multiplier
         z_off = [e.noise_multiplier for e in model.privacy_cost_.event.leaves() if e.count == 3 + 1][0]
         assert len(steps) == 5

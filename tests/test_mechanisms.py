@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from dptensor.mechanisms import (GRID_BITS, above_threshold, clip_rows, gaussian_release, joint_gaussian_release,
-                                 laplace_release, symmetric_gaussian_release)
+from dptensor.mechanisms import (GRID_BITS, above_threshold, clip_rows, gaussian_release,
+                                 joint_gaussian_release, laplace_release, symmetric_gaussian_release)
 
 P_MIN = 1e-3  # seeded draws: a fixed p-value; below this the sampler is wrong, not unlucky
 

@@ -258,7 +258,8 @@ def test_every_release_has_the_planned_sensitivity_and_multiplier(monkeypatch):
     spying("symmetric_gaussian_release")
     X, _, _ = orthogonal_moment_data(d=6, k=2, n_pairs=5, seed=13)
     n, B, k, L, R = X.shape[0], 3.0, 2, 3, 4
-    model = PrivateTensorDecomposition(k, epsilon=1.0, data_norm=B, n_restarts=L, n_iter=R, random_state=0).fit(X)
+    model = PrivateTensorDecomposition(k, epsilon=1.0, data_norm=B, n_restarts=L, n_iter=R, random_state=0)
+    model.fit(X)
     z = model.privacy_cost_.noise_multiplier
     assert model.privacy_cost_.n_queries == k * L * (R + 1) and len(calls) == k * (R + 1)
     assert [c[1] for c in calls] == ([(6, L)] * R + [(L,)]) * k
