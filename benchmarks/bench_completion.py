@@ -159,7 +159,8 @@ def speed(quick):
             mem_als, _ = peak_memory(lambda: als(obs, y, model, reg=0.01, reg_core=0.01, n_iter=1))
             gd_model = init_model(shape, 3, kind, rng, offset_like=True)
             step = lambda: gradient_descent(obs, y, gd_model, learning_rate=0.35, n_iter=1, reg=0.01,  # noqa
-                                            reg_core=0.01, clip_norm=0.1, noise_std=1.0, damping=10.0, rng=rng)
+                                            reg_core=0.01, clip_norm=0.1, noise_multiplier=5.0, damping=10.0,
+                                            rng=rng)
             t_gd, _ = timed(step, repeat=repeat)
             rec = {"study": "speed", "tool": "dptensor", "decomposition": kind, "shape": str(shape), "n_obs": n,
                    "als_sweep_s": t_als, "dp_gd_step_s": t_gd, "peak_mb": mem_als / 2**20}

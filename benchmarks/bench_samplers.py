@@ -13,8 +13,29 @@ import os
 import numpy as np
 
 from benchmarks._common import RESULTS, machine_info, markdown_table, timed
-from dptensor.mechanisms import (above_threshold, gaussian_noise, gaussian_release, laplace_noise,
-                                 laplace_release, symmetric_gaussian_release, symmetric_gaussian_tensor)
+from dptensor._operators import symmetrize_tensor
+from dptensor.mechanisms import above_threshold, gaussian_release, laplace_release, symmetric_gaussian_release
+
+
+# The library's continuous noise helpers before the exact releases replaced them, kept here verbatim
+# as the baseline: NumPy's ziggurat normals and inverse-CDF Laplace draws on doubles.
+def gaussian_noise(shape, sensitivity, noise_multiplier, rng, dtype=np.float64):
+    scale = np.asarray(sensitivity, dtype=float) * float(noise_multiplier)
+    return (rng.standard_normal(shape) * scale).astype(dtype, copy=False)
+
+
+def laplace_noise(shape, sensitivity, epsilon, rng, dtype=np.float64):
+    return rng.laplace(0.0, float(sensitivity) / float(epsilon), size=shape).astype(dtype, copy=False)
+
+
+def symmetric_gaussian_tensor(d, sensitivity, noise_multiplier, rng, dtype=np.float64):
+    G = np.triu(np.ones((d, d), dtype=bool))
+    upper = G[:, :, None] & G[None, :, :]  # i <= j and j <= k
+    E = np.zeros((d, d, d), dtype=dtype)
+    E[upper] = gaussian_noise(int(upper.sum()), sensitivity, noise_multiplier, rng, dtype)
+    sym = symmetrize_tensor(E) * 6.0
+    counts = symmetrize_tensor(upper.astype(dtype)) * 6.0
+    return (sym / counts).astype(dtype, copy=False)
 
 
 def _old_above_threshold(queries, threshold, epsilon, rng, sensitivity=1.0):

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
+from .mechanisms import gaussian_release, joint_gaussian_release
+
 __all__ = ["Observations", "Model", "predict", "interaction_design", "clipped_gradient", "als",
            "gradient_descent", "row_offsets", "init_model", "dp_als", "residual_scale", "spectral_start",
            "ModeLayout"]
@@ -272,25 +274,36 @@ def predict(model: Model, X: np.ndarray) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- offsets
-def row_offsets(obs: Observations, y: np.ndarray, *, shrink=1.0, noise_std=0.0, rng=None,
-                empirical_bayes=False, spread=None):
+def release_rows(values, seen, sensitivity, noise_multiplier, rng):
+    """One Gaussian release of the rows of ``values`` that hold an entry (``seen``, a function of
+    Omega: public), of l2 sensitivity ``sensitivity`` together. The other rows are sums over no
+    entry, 0 whatever the data: they are no part of the query and are returned as they are."""
+    out = np.array(values, dtype=np.float64, copy=True)
+    out[seen] = gaussian_release(out[seen], sensitivity, noise_multiplier, rng)
+    return out
+
+
+def row_offsets(obs: Observations, y: np.ndarray, *, shrink=1.0, noise_multiplier=0.0, sensitivity=1.0,
+                rng=None, empirical_bayes=False, spread=None):
     """Global mean and per-mode row effects by one backfitting sweep, optionally noised.
 
-    ``intercept = (sum y + N(0, noise_std^2)) / n``; then for each mode in turn
-    ``b_m[i] = (S_i + N(0, noise_std^2)) / (n_i + kappa_i)`` where ``S_i`` sums, over row ``i``'s
-    entries, ``y`` minus the offsets released so far. Without noise ``kappa_i = shrink``; with
+    With ``sigma = noise_multiplier * sensitivity``: ``intercept = (sum y + N(0, sigma^2)) / n``;
+    then for each mode in turn ``b_m[i] = (S_i + N(0, sigma^2)) / (n_i + kappa_i)`` where ``S_i``
+    sums, over row ``i``'s entries, ``y`` minus the offsets released so far. Without noise ``kappa_i = shrink``; with
     noise it is the empirical-Bayes shrinkage of :func:`eb_shrinkage`, computed from the noisy
     sums and public counts only. Returns ``(intercept, biases)``.
 
     Privacy (used by the estimator): with ``y`` in an interval of width ``w``, changing one entry's
     value moves the total by at most ``w``, and moves one row sum of each mode by at most ``w``
     (the offsets subtracted were released before, so they are constants), so each of the
-    ``order + 1`` releases has l2 sensitivity ``w``; ``noise_std = z w`` makes each a Gaussian
-    release with multiplier ``z``. Rows with no entry sum to 0 whatever the data: no noise there.
+    ``order + 1`` releases has l2 sensitivity ``w`` (``sensitivity``), each a Gaussian release
+    with multiplier ``noise_multiplier``. Rows with no entry sum to 0 whatever the data: no noise
+    there (:func:`release_rows`).
     """
+    noise_std = float(noise_multiplier) * float(sensitivity)
     noisy = noise_std > 0
     n = len(y)
-    total = y.sum() + (rng.normal(0.0, noise_std) if noisy else 0.0)
+    total = float(gaussian_release(y.sum(), sensitivity, noise_multiplier, rng)) if noisy else y.sum()
     intercept = total / max(n, 1)
     if noisy:
         # Private values are scaled into [-1/2, 1/2], so their mean is too: clamping the noisy mean
@@ -302,7 +315,7 @@ def row_offsets(obs: Observations, y: np.ndarray, *, shrink=1.0, noise_std=0.0, 
         sums = obs.scatter(m, resid)
         counts = obs.counts[m]
         if noisy:
-            sums = sums + np.where(counts > 0, rng.normal(0.0, noise_std, size=sums.shape), 0.0)
+            sums = release_rows(sums, counts > 0, sensitivity, noise_multiplier, rng)
         if noisy or empirical_bayes:
             # Values that carry their own noise: their spread is measured directly (post-processing).
             # With released (noisy) sums the per-entry variance is not identifiable (counts vary
@@ -492,23 +505,28 @@ def clipped_gradient(model: Model, X: np.ndarray, resid: np.ndarray, clip_norm, 
 
 
 def gradient_descent(obs: Observations, y: np.ndarray, model: Model, *, learning_rate, n_iter, reg,
-                     reg_core, clip_norm=None, noise_std=0.0, damping=0.0, rng=None, history=None,
+                     reg_core, clip_norm=None, noise_multiplier=0.0, damping=0.0, rng=None, history=None,
                      callback=None):
     """(DP) full-batch gradient descent over every factor and the core, in place on ``model``.
 
     Each step: the clipped per-entry gradients are summed per row (one sparse product per mode)
-    and over all entries for the core; ``N(0, noise_std^2)`` is added to every coordinate of every
-    sum (rows without entries excepted: their sum is 0 whatever the data); then each row moves by
+    and over all entries for the core; ``N(0, (noise_multiplier * 2 clip_norm)^2)`` is added to
+    every coordinate of every sum (rows without entries excepted: their sum is 0 whatever the data),
+    since one entry's clipped gradient (norm ``<= clip_norm``) moves all these sums together by at
+    most ``2 clip_norm`` in l2; then each row moves by
     ``-learning_rate * (H_i + damping I)^{-1} (noisy sum + reg u_i)`` where
     ``H_i = sum_{e in row i} K_m[e] K_m[e]^T + reg I`` is a Gauss-Newton preconditioner. ``H_i``
     depends only on Omega and on parameters already released, so it is public: using it is
     post-processing, and ``damping`` (public too) shrinks noisy rows with few entries. All modes
-    move at once from the same noisy gradient, so one step is one Gaussian release.
+    move at once from the same noisy gradient, so one step is one Gaussian release
+    (:func:`~dptensor.mechanisms.joint_gaussian_release` of all the sums together).
     The biases (offsets) stay fixed.
     """
     d = obs.order
     X = obs.X
-    noisy = noise_std > 0
+    noisy = noise_multiplier > 0
+    if noisy and clip_norm is None:
+        raise ValueError("noise_multiplier > 0 needs clip_norm: it sets the sensitivity")
     for step in range(n_iter):
         base = y - offsets(model, X)
         design = interaction_design(model, X)
@@ -516,26 +534,32 @@ def gradient_descent(obs: Observations, y: np.ndarray, model: Model, *, learning
         if history is not None:
             history.append(float(np.sqrt(np.mean(resid**2))))
         w, K, R = clipped_gradient(model, X, resid, clip_norm, design=design)
-        new = []
+        # The per-row gradient sums and Gauss-Newton matrices in one pass over the entries sorted
+        # by mode m (as in ALS): rhs = sum_e K_m[e] w_e = -gradient; then the core's.
+        grams, sums = [], []
         for m in range(d):
-            U = model.factors[m]
-            r = U.shape[1]
-            # The per-row gradient sums and Gauss-Newton matrices in one pass over the entries
-            # sorted by mode m (as in ALS): rhs = sum_e K_m[e] w_e = -gradient.
             L = obs.layout(m)
             gram, rhs = L.normal_equations(mode_design(model, L, m), w[L.perm])
-            grad = -rhs
-            if noisy:
-                has = obs.counts[m] > 0
-                grad = grad + has[:, None] * rng.normal(0.0, noise_std, size=grad.shape)
-            grad = grad + reg * U
+            grams.append(gram)
+            sums.append(rhs)
+        if model.core is not None:
+            sums.append(_core_rows_t_dot(R, w))
+        if noisy:  # one release of every sum of the step (the rows that hold an entry, and the core)
+            seen = [obs.counts[m] > 0 for m in range(d)]
+            released = joint_gaussian_release([sums[m][seen[m]] for m in range(d)] + sums[d:],
+                                              2.0 * clip_norm, noise_multiplier, rng)
+            for m in range(d):
+                sums[m][seen[m]] = released[m]
+            sums[d:] = released[d:]
+        new = []
+        for m in range(d):
+            U, gram = model.factors[m], grams[m]
+            r = U.shape[1]
+            grad = -sums[m] + reg * U
             gram[:, np.arange(r), np.arange(r)] += reg + damping + 1e-12
             new.append(U - learning_rate * np.linalg.solve(gram, grad[:, :, None])[:, :, 0])
         if model.core is not None:
-            grad = -_core_rows_t_dot(R, w)
-            if noisy:
-                grad = grad + rng.normal(0.0, noise_std, size=grad.shape)
-            grad = grad + reg_core * model.core
+            grad = -sums[d] + reg_core * model.core
             gram = _core_gram(R)
             gram[np.diag_indices_from(gram)] += reg_core + damping + 1e-12
             core_step = np.linalg.solve(gram, grad.ravel()).reshape(grad.shape)
@@ -646,9 +670,10 @@ def dp_als(obs: Observations, y: np.ndarray, model: Model, *, n_iter, noise_mult
             Kt, bound = clip_designs(mode_design(model, L, m), design_quantile)
             base = np.clip(y[L.perm] - _offsets_sorted(model, L), -clip, clip)
             gram, rhs = L.normal_equations(Kt, base)
-            std = noise_multiplier * bound * min(1.0, 2.0 * clip)
+            sens = bound * min(1.0, 2.0 * clip)
+            std = noise_multiplier * sens
             if std > 0:
-                rhs = rhs + (L.counts > 0)[:, None] * rng.normal(0.0, std, size=rhs.shape)
+                rhs = release_rows(rhs, L.counts > 0, sens, noise_multiplier, rng)
             last = sweep == n_iter - 1 and m == len(layouts) - 1
             model.factors[m] = wiener_solve(gram, rhs, std**2, L.counts, s2, floor=not last)
         if callback is not None:
@@ -666,7 +691,7 @@ def residual_scale(obs: Observations, y: np.ndarray, model: Model, *, noise_mult
     t = np.minimum((y - offsets(model, obs.X)) ** 2, bound**2)
     total = float(t.sum())
     if noise_multiplier > 0:
-        total += rng.normal(0.0, noise_multiplier * bound**2)
+        total = float(gaussian_release(total, bound**2, noise_multiplier, rng))
     return math.sqrt(max(total, 0.0) / len(y))
 
 
@@ -753,9 +778,12 @@ def spectral_start(obs: Observations, y: np.ndarray, model: Model, *, noise_mult
             cap = max(2, math.ceil(column_cap * len(resid) / len(counts)))
         M, sens = unfolding_gram(obs, resid, m, gram_clip, cap)
         z_g = noise_multiplier if gram_noise_multiplier is None else gram_noise_multiplier
-        if z_g > 0:
-            E = np.triu(rng.normal(0.0, z_g * sens, size=M.shape), 1)
-            M = M + E + E.T
+        if z_g > 0:  # one release of the strict upper triangle (the diagonal is 0, not released), mirrored
+            iu = np.triu_indices(M.shape[0], 1)
+            upper = gaussian_release(M[iu], sens, z_g, rng)
+            M = np.zeros_like(M)
+            M[iu] = upper
+            M += M.T
         vals, vecs = np.linalg.eigh(M)
         top = vecs[:, np.argsort(vals)[::-1][:r]]
         # a mode with fewer rows than the rank: the missing directions are 0
@@ -765,7 +793,7 @@ def spectral_start(obs: Observations, y: np.ndarray, model: Model, *, noise_mult
     std = noise_multiplier * D * bound
     counts = obs.counts[0]
     if std > 0:
-        rhs = rhs + (counts > 0)[:, None] * rng.normal(0.0, std, size=rhs.shape)
+        rhs = release_rows(rhs, counts > 0, D * bound, noise_multiplier, rng)
     used.append(D * bound)
     W = wiener_solve(gram, rhs, std**2, counts, s2, floor=True)
     small_shape = (obs.shape[0],) + (r,) * (d - 1)

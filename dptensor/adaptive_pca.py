@@ -20,7 +20,7 @@ from ._base import PrivateEstimatorMixin
 from ._power import flip_signs
 from ._validation import check_data_norm, check_positive_int
 from .accounting import AboveThresholdEvent, ComposedEvent, GaussianEvent, NonPrivateEvent, calibrate
-from .mechanisms import above_threshold, clip_rows, gaussian_noise
+from .mechanisms import above_threshold, clip_rows, gaussian_release
 from .pca import row_power_sensitivity
 
 __all__ = ["AdaptivePrivatePCA", "adaptive_power_iteration", "threshold_grid", "contributions",
@@ -170,8 +170,8 @@ def adaptive_power_iteration(X, n_components: int, n_iter: int, *, rng: np.rando
             if private:
                 c = contributions(proj, sq_norms)
                 theta = choose_threshold(c, grid, svt_epsilon, beta, rng)
-                y = filtered_update(X, proj, c, theta).astype(np.float64)
-                y += gaussian_noise(d, filtered_sensitivity(theta, data_norm), noise_multiplier, rng)
+                y = gaussian_release(filtered_update(X, proj, c, theta),
+                                     filtered_sensitivity(theta, data_norm), noise_multiplier, rng)
                 thresholds[k, t] = theta
                 if verbose:
                     print(f"[AdaptivePrivatePCA] component {k + 1} round {t + 1}: theta = {theta:.4g}")
@@ -207,8 +207,7 @@ def component_variances(X: np.ndarray, components: np.ndarray, data_norm, noise_
     V = components.astype(X.dtype, copy=False)
     totals = np.sum((X @ V.T).astype(np.float64) ** 2, axis=0)
     if noise_multiplier > 0:
-        totals = totals + gaussian_noise(totals.shape, row_power_sensitivity(data_norm, V.shape[0]),
-                                         noise_multiplier, rng)
+        totals = gaussian_release(totals, row_power_sensitivity(data_norm, V.shape[0]), noise_multiplier, rng)
     return totals
 
 

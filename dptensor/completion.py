@@ -46,7 +46,7 @@ from ._completion_models import (Model, Observations, als, dp_als, gradient_desc
                                  residual_scale, row_offsets, spectral_start)
 from ._validation import check_positive_int
 from .accounting import ComposedEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent, calibrate, gdp_mu
-from .mechanisms import laplace_noise
+from .mechanisms import laplace_release
 
 __all__ = ["PrivateTensorCompletion", "to_observations", "complete", "check_indices",
            "OFFSET_SHARE"]
@@ -516,7 +516,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             # Sensitivity of each value: hi - lo, which is 1 in scaled units.
             # Not clamped back into the range afterwards: that would bias every mean toward the
             # range's centre; the empirical-Bayes ridge of ALS sees the noise and shrinks instead.
-            ys = ys + laplace_noise(ys.shape, 1.0, plan["laplace_eps"], rng)
+            ys = laplace_release(ys, 1.0, plan["laplace_eps"], rng)
         if p["solver"] == "als":
             model = init_model(shape, p["rank"], kind, rng, scale=0.1)
             noisy_input = pert == "input" and private
@@ -534,17 +534,17 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         model = init_model(shape, p["rank"], kind, rng, scale=0.1, offset_like=True)
         z_off = plan.get("z_offsets", 0.0) if plan else 0.0
         if self.fit_intercept:
-            model.intercept, model.biases = row_offsets(obs, ys, shrink=1.0, noise_std=z_off, rng=rng)
+            model.intercept, model.biases = row_offsets(obs, ys, shrink=1.0, noise_multiplier=z_off, rng=rng)
         z = plan["z"] if (plan and pert == "gradient") else 0.0
         gradient_descent(obs, ys, model, learning_rate=p["lr"], n_iter=p["n_iter"], reg=p["reg"],
-                         reg_core=p["reg_core"], clip_norm=p["clip"], noise_std=2.0 * z * p["clip"],
+                         reg_core=p["reg_core"], clip_norm=p["clip"], noise_multiplier=z,
                          damping=DAMPING * (2.0 * z * p["clip"])**2, rng=rng, history=history,
                          callback=progress)
         if pert == "output" and private:
             # The paper's bolt-on bound: Delta = 2 * iterations * Lipschitz constant * learning rate.
             sens = 2.0 * p["n_iter"] * p["clip"] * p["lr"]
             last = model.factors[-1]
-            model.factors[-1] = last + laplace_noise(last.shape, sens, plan["laplace_eps"], rng)
+            model.factors[-1] = laplace_release(last, sens, plan["laplace_eps"], rng)
         return model
 
     def _fit_dp_als(self, obs, ys, p, plan, rng, progress):
@@ -552,7 +552,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         z, z_o = plan["z"], plan["z_offsets"]
         model = init_model(obs.shape, p["rank"], "cp", rng, scale=0.1)
         if self.fit_intercept:
-            model.intercept, model.biases = row_offsets(obs, ys, shrink=1.0, noise_std=z_o, rng=rng)
+            model.intercept, model.biases = row_offsets(obs, ys, shrink=1.0, noise_multiplier=z_o, rng=rng)
         rms = residual_scale(obs, ys, model, noise_multiplier=z_o, rng=rng)
         clip = min(0.5, max(CLIP_RMS * rms, 1e-3))
         # The released residual scale (clipped) stands for the per-entry residual variance of the

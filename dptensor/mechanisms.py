@@ -16,9 +16,9 @@ for Gauss, ``size 2**-GRID_BITS / epsilon`` for Laplace), so each release is pri
 same :class:`~dptensor.accounting.GaussianEvent` or :class:`~dptensor.accounting.LaplaceEvent`
 as before. Derivation: ``docs/derivations/sampling.rst``.
 
-``gaussian_noise``, ``laplace_noise`` and ``symmetric_gaussian_tensor`` return NumPy's continuous
-noise for the caller to add; a value plus such noise can betray the value through the set of
-doubles it can reach, so releases should go through the ``*_release`` functions.
+Every noisy release of the library goes through these functions: none adds NumPy's continuous
+noise to a value, since a value plus such noise can betray the value through the set of doubles
+it can reach.
 """
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ import numpy as np
 
 from ._samplers import rounded_gaussian, rounded_laplace
 
-__all__ = ["gaussian_noise", "laplace_noise", "above_threshold", "clip_rows", "symmetric_gaussian_tensor",
-           "gaussian_release", "laplace_release", "symmetric_gaussian_release", "grid_step", "GRID_BITS"]
+__all__ = ["above_threshold", "clip_rows", "gaussian_release", "joint_gaussian_release", "laplace_release",
+           "symmetric_gaussian_release", "grid_step", "GRID_BITS"]
 
 #: The grid step is the largest power of two at most ``2**-GRID_BITS`` times the noise scale.
 GRID_BITS = 30
@@ -131,30 +131,17 @@ def symmetric_gaussian_release(T, sensitivity, noise_multiplier, rng: np.random.
     return out
 
 
-def gaussian_noise(shape, sensitivity, noise_multiplier, rng: np.random.Generator, dtype=np.float64):
-    """``N(0, (noise_multiplier * sensitivity)^2)`` noise of the given shape.
+def joint_gaussian_release(parts, sensitivity, noise_multiplier, rng: np.random.Generator):
+    """Several arrays released as ONE Gaussian release: ``sensitivity`` is the l2 sensitivity of
+    their concatenation. Returns the released arrays, in order, with their shapes.
 
-    ``sensitivity`` may be an array broadcasting against ``shape`` (a per-column scale, say a
-    sensitivity that depends on each restart's previous, already public, iterate).
-
-    NumPy's continuous normals, for the caller to add: a value plus this noise can betray the value
-    through the doubles it can reach. Releases should use :func:`gaussian_release`.
+    One call, not one per part: the grid allowance must cover the rounding of every coordinate of
+    the release together (``sqrt(N)`` for all ``N`` of them), which a call per part would not.
     """
-    scale = np.asarray(sensitivity, dtype=float) * float(noise_multiplier)
-    if np.any(scale < 0):
-        raise ValueError("sensitivity and noise_multiplier must be >= 0")
-    return (rng.standard_normal(shape) * scale).astype(dtype, copy=False)
-
-
-def laplace_noise(shape, sensitivity, epsilon, rng: np.random.Generator, dtype=np.float64):
-    """``Lap(sensitivity / epsilon)`` noise: each coordinate pure ``epsilon``-DP for that sensitivity.
-
-    NumPy's continuous Laplace noise (see :func:`gaussian_noise`); releases should use
-    :func:`laplace_release`.
-    """
-    if not epsilon > 0:
-        raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
-    return rng.laplace(0.0, float(sensitivity) / float(epsilon), size=shape).astype(dtype, copy=False)
+    parts = [np.asarray(p, dtype=np.float64) for p in parts]
+    flat = gaussian_release(np.concatenate([p.ravel() for p in parts]), sensitivity, noise_multiplier, rng)
+    ends = np.cumsum([p.size for p in parts])[:-1]
+    return [piece.reshape(p.shape) for piece, p in zip(np.split(flat, ends), parts)]
 
 
 def above_threshold(queries, threshold, epsilon, rng: np.random.Generator, sensitivity=1.0):
@@ -207,18 +194,3 @@ def clip_rows(X, data_norm):
     norms = np.linalg.norm(X, axis=1)
     factor = np.minimum(1.0, data_norm / np.maximum(norms, np.finfo(float).tiny))
     return X * factor[:, None].astype(X.dtype, copy=False)
-
-
-def symmetric_gaussian_tensor(d, sensitivity, noise_multiplier, rng: np.random.Generator, dtype=np.float64):
-    """A symmetric d x d x d Gaussian tensor: each distinct entry (i <= j <= k) drawn once with std
-    ``noise_multiplier * sensitivity`` and copied to its permutations (the input-perturbation noise)."""
-    from ._operators import symmetrize_tensor
-
-    G = np.triu(np.ones((d, d), dtype=bool))
-    upper = G[:, :, None] & G[None, :, :]  # i <= j and j <= k
-    E = np.zeros((d, d, d), dtype=dtype)
-    E[upper] = gaussian_noise(int(upper.sum()), sensitivity, noise_multiplier, rng, dtype)
-    # Count how many distinct permutations each entry has, so symmetrising restores each value.
-    sym = symmetrize_tensor(E) * 6.0
-    counts = symmetrize_tensor(upper.astype(dtype)) * 6.0
-    return (sym / counts).astype(dtype, copy=False)

@@ -36,10 +36,10 @@ from ._power import flip_signs
 from ._validation import check_data_norm, check_positive_int
 from .accounting import ComposedEvent, GaussianEvent, NonPrivateEvent, calibrate_gaussian, epsilon_of, gdp_mu
 from .accounting.calibration import paper_noisy_power_sigma
-from .mechanisms import clip_rows, gaussian_noise
+from .mechanisms import clip_rows, gaussian_release, symmetric_gaussian_release
 
 __all__ = ["PrivatePCA", "PCAResult", "orthonormalize", "rayleigh_ritz", "noisy_power_method",
-           "analyze_gauss", "symmetric_gaussian_matrix", "private_mean", "center_and_clip",
+           "analyze_gauss", "private_mean", "center_and_clip",
            "row_power_sensitivity", "entry_power_sensitivity", "covariance_sensitivity",
            "auto_n_iter", "power_schedule", "StreamingPowerMethod", "MEAN_SHARE", "FINAL_STEP_SHARE",
            "TOTAL_SHARE", "MAX_DENSE_FEATURES", "total_variance_sensitivity", "private_total",
@@ -228,7 +228,7 @@ def noisy_power_method(operator, n_components: int, n_iter: int, rng: np.random.
         if z[it - 1] > 0:
             s = sensitivity(X) if callable(sensitivity) else sensitivity
             std = float(s) * float(z[it - 1])
-            Y = Y + gaussian_noise(Y.shape, s, z[it - 1], rng, dtype=Y.dtype)
+            Y = gaussian_release(Y, s, z[it - 1], rng, dtype=Y.dtype)
         if verbose and (it == n_iter or it % max(1, n_iter // 10) == 0):  # progress: public counts only
             print(f"[noisy_power_method] step {it}/{n_iter} done (d={d}, p={p})", flush=True)
         if it == n_iter:
@@ -248,23 +248,16 @@ def noisy_power_method(operator, n_components: int, n_iter: int, rng: np.random.
     return PCAResult(components, eigenvalues, it, None, orthonormalize(Y), std)
 
 
-def symmetric_gaussian_matrix(d: int, sensitivity: float, noise_multiplier: float,
-                              rng: np.random.Generator, dtype=np.float64) -> np.ndarray:
-    """Symmetric d x d noise: the upper triangle (diagonal included) iid ``N(0, (z s)^2)``, mirrored."""
-    iu = np.triu_indices(d)
-    E = np.zeros((d, d), dtype=dtype)
-    E[iu] = gaussian_noise(iu[0].size, sensitivity, noise_multiplier, rng, dtype=dtype)
-    return E + np.triu(E, 1).T
-
-
 def analyze_gauss(C: np.ndarray, n_components: int, rng: np.random.Generator, *,
                   noise_multiplier: float = 0.0, sensitivity: float = 1.0,
                   order: str = "algebraic") -> PCAResult:
     r"""Analyze Gauss (Dwork, Talwar, Thakurta & Zhang 2014): top-k eigenvectors of ``C + E``.
 
     ``C`` is the exact symmetric matrix (``sum_i x_i x_i^T`` over clipped rows, or a precomputed
-    ``A``); ``E`` is :func:`symmetric_gaussian_matrix` at ``noise_multiplier * sensitivity``, where
-    ``sensitivity`` is that of ``C``'s upper triangle (:func:`covariance_sensitivity` for rows).
+    ``A``); ``C + E`` is :func:`~dptensor.mechanisms.symmetric_gaussian_release` of ``C`` (Gaussian
+    noise of std ``noise_multiplier * sensitivity`` on the upper triangle, diagonal included,
+    mirrored), where ``sensitivity`` is that of ``C``'s upper triangle
+    (:func:`covariance_sensitivity` for rows).
     One Gaussian release; everything after it is post-processing. ``C`` is not modified.
 
     ``order="algebraic"`` takes the largest eigenvalues (a covariance: noise can only create
@@ -272,7 +265,7 @@ def analyze_gauss(C: np.ndarray, n_components: int, rng: np.random.Generator, *,
     matching what the power method converges to).
     """
     d = C.shape[0]
-    noisy = C + symmetric_gaussian_matrix(d, sensitivity, noise_multiplier, rng, dtype=C.dtype) \
+    noisy = symmetric_gaussian_release(C, sensitivity, noise_multiplier, rng) \
         if noise_multiplier > 0 else np.array(C, copy=True)
     if order == "algebraic":
         w, V = scipy.linalg.eigh(noisy, subset_by_index=[d - n_components, d - 1])
@@ -311,7 +304,7 @@ def private_total(Xc, data_norm: float, noise_multiplier: float, rng: np.random.
     """
     total = float((Xc * Xc).sum().compute()) if is_dask_array(Xc) else float(np.einsum("ij,ij->", Xc, Xc))
     if noise_multiplier > 0:
-        total += float(gaussian_noise((1,), total_variance_sensitivity(data_norm), noise_multiplier, rng)[0])
+        total = float(gaussian_release(total, total_variance_sensitivity(data_norm), noise_multiplier, rng))
     return total
 
 
@@ -322,8 +315,7 @@ def private_mean(X: np.ndarray, data_norm, noise_multiplier: float, rng: np.rand
     """
     mean = np.asarray(X.mean(axis=0))  # a Dask X: its d column means, one reduction
     if noise_multiplier > 0:
-        mean = mean + gaussian_noise(mean.shape, 2.0 * data_norm / X.shape[0], noise_multiplier, rng,
-                                     dtype=X.dtype)
+        mean = gaussian_release(mean, 2.0 * data_norm / X.shape[0], noise_multiplier, rng, dtype=X.dtype)
     return mean
 
 
@@ -441,13 +433,13 @@ class StreamingPowerMethod:
             self.mean = self._sum / T
             self._sum = None  # the unnoised sum is needed no longer than this release
             if z > 0:
-                self.mean = self.mean + gaussian_noise(self.mean.shape, 2.0 * self.data_norm / T, z,
-                                                       self.rng, dtype=self.dtype)
+                self.mean = gaussian_release(self.mean, 2.0 * self.data_norm / T, z, self.rng,
+                                             dtype=self.dtype)
         else:
             Y = self._acc / T
             if z > 0:
                 s = row_power_sensitivity(self.data_norm, self.basis.shape[1]) / T
-                Y = Y + gaussian_noise(Y.shape, s, z, self.rng, dtype=self.dtype)
+                Y = gaussian_release(Y, s, z, self.rng, dtype=self.dtype)
             self.components, self.eigenvalues = rayleigh_ritz(self.basis, Y, self.n_components)
             self.basis = orthonormalize(Y)
             self.n_blocks += 1

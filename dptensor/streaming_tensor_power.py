@@ -34,7 +34,7 @@ from ._operators import DeflatedTensor, ThirdMoment
 from ._power import normalize_columns, random_unit_columns, select_restart
 from ._validation import check_data_norm, check_positive_int
 from .accounting import GaussianEvent, NonPrivateEvent, calibrate_gaussian
-from .mechanisms import clip_rows, gaussian_noise
+from .mechanisms import clip_rows, joint_gaussian_release
 
 try:  # scikit-learn >= 1.6
     from sklearn.utils.validation import validate_data as _validate_data
@@ -171,8 +171,8 @@ class _Stream:
         """The block's release: its statistics plus Gaussian noise calibrated to the block sensitivity."""
         if self.noise_multiplier == 0:
             return self.acc_u, self.acc_l
-        noise = gaussian_noise((self.d + 1, self.L), self.sensitivity, self.noise_multiplier, self.rng)
-        return self.acc_u + noise[:-1], self.acc_l + noise[-1]
+        return joint_gaussian_release((self.acc_u, self.acc_l), self.sensitivity, self.noise_multiplier,
+                                      self.rng)
 
     def _end_block(self):
         u_tilde, lam = self._release()

@@ -31,7 +31,7 @@ from ._power import normalize_columns, random_unit_columns, select_restart
 from ._validation import check_data_norm, check_positive_int, check_symmetric_tensor
 from .accounting.calibration import calibrate_gaussian, paper_tensor_power_noise
 from .accounting.events import GaussianEvent, NonPrivateEvent
-from .mechanisms import clip_rows, gaussian_noise, symmetric_gaussian_tensor
+from .mechanisms import clip_rows, gaussian_release, symmetric_gaussian_release
 
 __all__ = ["PrivateTensorDecomposition", "PowerNoise", "tensor_power_method", "plan_noise_multiplier",
            "n_power_queries", "entry_sensitivities", "row_sensitivity", "choose_moment",
@@ -159,7 +159,7 @@ def tensor_power_method(operator, n_components: int, n_restarts: int, n_iter: in
             TU = deflated.apply(U)
             if noise is not None:
                 s_vec, _ = noise.sensitivities(U)
-                TU = TU + gaussian_noise(TU.shape, s_vec, noise.noise_multiplier, rng, dtype)
+                TU = gaussian_release(TU, s_vec, noise.noise_multiplier, rng, dtype)
             U = normalize_columns(TU)
             if verbose > 1 or (verbose and d >= 1000 and step % max(1, n_iter // 5) == 0):
                 # progress within a component: public counts only (large d: a component takes long)
@@ -168,7 +168,7 @@ def tensor_power_method(operator, n_components: int, n_restarts: int, n_iter: in
         lams = deflated.evaluate(U)
         if noise is not None:
             _, s_val = noise.sensitivities(U)
-            lams = lams + gaussian_noise(lams.shape, s_val, noise.noise_multiplier, rng, dtype)
+            lams = gaussian_release(lams, s_val, noise.noise_multiplier, rng, dtype)
         best = select_restart(lams)
         components[i], eigenvalues[i] = U[:, best], lams[best]
         if verbose:
@@ -230,10 +230,9 @@ def choose_moment(n_samples: int, n_features: int, n_column_steps: int, itemsize
 
 def perturb_tensor(T, sensitivity: float, noise_multiplier: float, rng):
     """Input perturbation: ``T + E`` with E symmetric Gaussian, each distinct entry of std
-    ``noise_multiplier * sensitivity`` (one Gaussian release of the distinct entries)."""
-    E = symmetric_gaussian_tensor(T.shape[0], sensitivity, noise_multiplier, rng, dtype=T.dtype)
-    E += T
-    return E
+    ``noise_multiplier * sensitivity`` (one Gaussian release of the distinct entries, through
+    :func:`~dptensor.mechanisms.symmetric_gaussian_release`)."""
+    return symmetric_gaussian_release(T, sensitivity, noise_multiplier, rng)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from dptensor import BudgetExceededError, LedgerNotSharedError, PrivacyAccountan
 from dptensor._base import PrivateEstimatorMixin
 from dptensor.accounting import (DEFAULT_DELTA, AboveThresholdEvent, ComposedEvent, GaussianEvent,
                                  LaplaceEvent, LedgerError, calibrate_gaussian, epsilon_of)
-from dptensor.mechanisms import gaussian_noise
+from dptensor.mechanisms import gaussian_release
 
 
 class PrivateMean(PrivateEstimatorMixin, RegressorMixin, BaseEstimator):
@@ -38,7 +38,7 @@ class PrivateMean(PrivateEstimatorMixin, RegressorMixin, BaseEstimator):
         self.privacy_cost_, rng = self._spend(GaussianEvent(z), entropy=entropy, delta=delta,
                                               noise_multiplier=z, n_queries=1, calibration="exact")
         clipped = np.clip(y, -self.bound, self.bound)
-        self.mean_ = clipped.mean() + gaussian_noise((), 2 * self.bound / len(y), z, rng)
+        self.mean_ = float(gaussian_release(clipped.mean(), 2 * self.bound / len(y), z, rng))
         self.n_features_in_ = X.shape[1]
         return self
 

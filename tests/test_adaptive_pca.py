@@ -357,15 +357,21 @@ def test_explained_variance_tracks_the_spectrum_and_its_noise_is_drawn_as_derive
     np.testing.assert_allclose(exact.explained_variance_, true, rtol=1e-6)
     assert np.all(exact.explained_variance_noise_ == 0)
     calls = []
-    real = mod.gaussian_noise
+    real = mod.gaussian_release
 
-    def spy(shape, sensitivity, multiplier, rng, dtype=np.float64):
-        calls.append((shape, float(sensitivity), float(multiplier)))
-        return real(shape, sensitivity, multiplier, rng, dtype)
+    def spy(value, sensitivity, multiplier, rng, dtype=None):
+        calls.append((np.shape(value), float(sensitivity), float(multiplier)))
+        return real(value, sensitivity, multiplier, rng, dtype)
 
-    monkeypatch.setattr(mod, "gaussian_noise", spy)
+    monkeypatch.setattr(mod, "gaussian_release", spy)
     est = AdaptivePrivatePCA(n_components=2, epsilon=4.0, data_norm=1.0, random_state=0).fit(X)
     assert calls[-1] == ((2,), pytest.approx(math.sqrt(2.0)), pytest.approx(est.variance_noise_multiplier_))
+    # Every round's update: one release of the d-vector at the sensitivity of its released threshold.
+    rounds = calls[:-1]
+    assert len(rounds) == est.thresholds_.size
+    for (shape, sens, mult), theta in zip(rounds, est.thresholds_.ravel()):
+        assert shape == (20,) and mult == pytest.approx(est.noise_multiplier_)
+        assert sens == pytest.approx(mod.filtered_sensitivity(theta, 1.0))
     n = X.shape[0]
     expected_noise = math.sqrt(2) * est.variance_noise_multiplier_ / (n - 1)
     assert est.explained_variance_noise_[0] == pytest.approx(expected_noise)

@@ -216,13 +216,13 @@ def test_eb_shrinkage_is_public_and_shrinks_noise(rng):
 def test_input_perturbation_noise_scale_and_cost(monkeypatch):
     data = _study(0)
     seen = {}
-    real = completion_module.laplace_noise
+    real = completion_module.laplace_release
 
-    def spy(shape, sensitivity, epsilon, rng, dtype=np.float64):
-        seen.update(shape=shape, sensitivity=sensitivity, epsilon=epsilon)
-        return real(shape, sensitivity, epsilon, rng, dtype)
+    def spy(value, sensitivity, epsilon, rng, dtype=None):
+        seen.update(shape=np.shape(value), sensitivity=sensitivity, epsilon=epsilon)
+        return real(value, sensitivity, epsilon, rng, dtype)
 
-    monkeypatch.setattr(completion_module, "laplace_noise", spy)
+    monkeypatch.setattr(completion_module, "laplace_release", spy)
     acc = PrivacyAccountant(epsilon=10.0)
     lo, hi = -1.0, 3.0
     model = PrivateTensorCompletion(perturbation="input", epsilon=0.7, value_range=(lo, hi), accountant=acc,
@@ -275,19 +275,38 @@ def test_gradient_perturbation_records_exact_target(fit_intercept):
 
 
 def test_gradient_noise_is_two_z_m_per_coordinate(monkeypatch):
-    seen = {}
-    real = completion_module.gradient_descent
+    """Every DP step is ONE release of all its sums (each mode's rows that hold an entry, and the
+    core for Tucker) at sensitivity 2 m and the step multiplier; the offsets are order + 1 releases
+    at sensitivity 1 (scaled units) and the offsets' multiplier."""
+    import dptensor._completion_models as cm
 
-    def spy(*args, **kw):
-        seen.update(kw)
-        return real(*args, **kw)
+    steps, offsets = [], []
+    real_joint, real_release = cm.joint_gaussian_release, cm.gaussian_release
 
-    monkeypatch.setattr(completion_module, "gradient_descent", spy)
+    def joint(parts, sensitivity, z, rng):
+        steps.append(([np.shape(p) for p in parts], sensitivity, z))
+        return real_joint(parts, sensitivity, z, rng)
+
+    def release(value, sensitivity, z, rng, dtype=None):
+        offsets.append((np.shape(value), sensitivity, z))
+        return real_release(value, sensitivity, z, rng, dtype)
+
+    monkeypatch.setattr(cm, "joint_gaussian_release", joint)
+    monkeypatch.setattr(cm, "gaussian_release", release)
     data = _study(0)
-    model = PrivateTensorCompletion(perturbation="gradient", epsilon=2.0, value_range=(0, 1), clip_norm=0.25,
-                                    random_state=0).fit(data["indices"], data["values"])
-    assert seen["clip_norm"] == 0.25
-    assert seen["noise_std"] == pytest.approx(2 * model.privacy_cost_.noise_multiplier * 0.25)
+    for kind in ("cp", "tucker"):
+        steps.clear(), offsets.clear()
+        model = PrivateTensorCompletion(perturbation="gradient", decomposition=kind, epsilon=2.0,
+                                        value_range=(0, 1), clip_norm=0.25, n_iter=5, random_state=0)
+        model.fit(data["indices"], data["values"])
+        z = model.privacy_cost_.noise_multiplier
+        z_off = [e.noise_multiplier for e in model.privacy_cost_.event.leaves() if e.count == 3 + 1][0]
+        assert len(steps) == 5
+        seen = [int(np.count_nonzero(np.bincount(data["indices"][:, m]))) for m in range(3)]
+        for shapes, sens, mult in steps:
+            assert sens == pytest.approx(2 * 0.25) and mult == z
+            assert [sh[0] for sh in shapes[:3]] == seen and len(shapes) == (3 if kind == "cp" else 4)
+        assert len(offsets) == 3 + 1 and all(s == 1.0 and m == z_off for _, s, m in offsets)
 
 
 def test_private_gradient_model_beats_trivial_predictor_on_ratings_like_data(rng):
@@ -547,7 +566,17 @@ def test_wiener_solve_is_least_squares_without_noise_and_zero_under_pure_noise(r
     assert np.linalg.norm(shrunk) < 0.1 * np.linalg.norm(plain)
 
 
-def test_statistics_mode_records_exact_target_and_release_count():
+def test_statistics_mode_records_exact_target_and_release_count(monkeypatch):
+    import dptensor._completion_models as cm
+
+    calls = []
+    real = cm.gaussian_release
+
+    def spy(value, sensitivity, z, rng, dtype=None):
+        calls.append((float(sensitivity), z))
+        return real(value, sensitivity, z, rng, dtype)
+
+    monkeypatch.setattr(cm, "gaussian_release", spy)
     data = _study(0)
     acc = PrivacyAccountant(epsilon=5.0, delta=1e-6)
     model = PrivateTensorCompletion(epsilon=1.0, value_range=(0, 1), n_iter=2, accountant=acc, random_state=0)
@@ -563,6 +592,10 @@ def test_statistics_mode_records_exact_target_and_release_count():
     z = math.sqrt(7) / (mu * math.sqrt((1 - share) * (1 - gram)))
     assert cost.event == ComposedEvent([GaussianEvent(z_o, 5), GaussianEvent(z_g, 2), GaussianEvent(z, 7)])
     assert cost.noise_multiplier == pytest.approx(z)
+    # ... and what was released is exactly that: in order, the offsets (sensitivity 1 in scaled
+    # units) and the residual scale (bound^2 = 1/4) at z_o, two Grams at z_g, then 7 releases at z.
+    assert [m for _, m in calls] == pytest.approx([z_o] * 5 + [z_g] * 2 + [z] * 7)
+    assert [s for s, _ in calls[:5]] == [1.0] * 4 + [0.25] and all(s > 0 for s, _ in calls[5:])
 
 
 def test_auto_perturbation_choice_is_public():

@@ -5,24 +5,25 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from dptensor.mechanisms import (above_threshold, clip_rows, gaussian_noise, laplace_noise,
-                                 symmetric_gaussian_tensor)
+from dptensor.mechanisms import (GRID_BITS, above_threshold, clip_rows, gaussian_release,
+                                 joint_gaussian_release, laplace_release, symmetric_gaussian_release)
 
 P_MIN = 1e-3  # seeded draws: a fixed p-value; below this the sampler is wrong, not unlucky
 
 
 # ---------------------------------------------------------------- Gaussian
-def test_gaussian_noise_fits_its_normal(rng):
-    x = gaussian_noise(20_000, sensitivity=0.3, noise_multiplier=2.0, rng=rng)
+# The releases of a zero value are the noise itself (the grid is far finer than the scale).
+def test_gaussian_release_noise_fits_its_normal(rng):
+    x = gaussian_release(np.zeros(20_000), sensitivity=0.3, noise_multiplier=2.0, rng=rng)
     assert x.shape == (20_000,) and x.dtype == np.float64
     assert stats.kstest(x, stats.norm(scale=0.6).cdf).pvalue > P_MIN
     # The test has power: a 10% wrong scale is rejected.
     assert stats.kstest(x, stats.norm(scale=0.66).cdf).pvalue < 1e-6
 
 
-def test_gaussian_noise_per_column_sensitivity(rng):
+def test_gaussian_release_per_column_sensitivity(rng):
     sens = np.array([0.1, 1.0, 2.0, 5.0])
-    x = gaussian_noise((5000, 4), sens, 1.5, rng, dtype=np.float32)
+    x = gaussian_release(np.zeros((5000, 4)), sens, 1.5, rng, dtype=np.float32)
     assert x.shape == (5000, 4) and x.dtype == np.float32
     for j, s in enumerate(sens):
         assert stats.kstest(x[:, j], stats.norm(scale=1.5 * s).cdf).pvalue > P_MIN
@@ -31,19 +32,41 @@ def test_gaussian_noise_per_column_sensitivity(rng):
     assert np.max(np.abs(corr - np.eye(4))) < 0.05
 
 
-def test_gaussian_noise_rejects_negative_scales(rng):
+def test_gaussian_release_rejects_negative_scales(rng):
     with pytest.raises(ValueError, match="sensitivity"):
-        gaussian_noise(3, -1.0, 1.0, rng)
+        gaussian_release(np.zeros(3), -1.0, 1.0, rng)
+
+
+def test_joint_release_is_one_release_of_all_parts(rng, monkeypatch):
+    """Parts keep their shapes and get the law of one release whose grid allowance counts ALL
+    coordinates: one call of the sampler, at ``(1 + z sqrt(N) 2**-30)`` times the scale, N the total."""
+    import dptensor.mechanisms as mech
+    a, b = np.full((300, 4), 5.0), np.full(7, -2.0)
+    out_a, out_b = joint_gaussian_release((a, b), 0.5, 2.0, rng)
+    assert out_a.shape == a.shape and out_b.shape == b.shape
+    assert stats.kstest((out_a - a).ravel(), stats.norm(scale=1.0).cdf).pvalue > P_MIN
+    calls = []
+    real = mech.rounded_gaussian
+
+    def recording(S, rng, size=None):
+        calls.append((float(np.max(S)), size))
+        return real(S, rng, size=size)
+    monkeypatch.setattr(mech, "rounded_gaussian", recording)
+    joint_gaussian_release((a, b), 0.5, 2.0, rng)
+    ((S, size),) = calls
+    gamma = mech.grid_step(1.0)
+    assert size == (a.size + b.size,)
+    assert S * gamma >= 1.0 * (1 + 2.0 * np.sqrt(a.size + b.size) * 2.0**-GRID_BITS)
 
 
 # ---------------------------------------------------------------- Laplace
-def test_laplace_noise_fits_its_laplace(rng):
-    x = laplace_noise(20_000, sensitivity=2.0, epsilon=0.5, rng=rng)
+def test_laplace_release_noise_fits_its_laplace(rng):
+    x = laplace_release(np.zeros(20_000), sensitivity=2.0, epsilon=0.5, rng=rng)
     assert stats.kstest(x, stats.laplace(scale=4.0).cdf).pvalue > P_MIN
     assert stats.kstest(x, stats.laplace(scale=4.4).cdf).pvalue < 1e-6
-    assert laplace_noise((3, 2), 1.0, 1.0, rng, dtype=np.float32).dtype == np.float32
+    assert laplace_release(np.zeros((3, 2)), 1.0, 1.0, rng, dtype=np.float32).dtype == np.float32
     with pytest.raises(ValueError, match="epsilon"):
-        laplace_noise(3, 1.0, 0.0, rng)
+        laplace_release(np.zeros(3), 1.0, 0.0, rng)
 
 
 # ---------------------------------------------------------------- symmetric Gaussian tensor
@@ -51,10 +74,10 @@ def _multiplicity(i, j, k):
     return len(set(itertools.permutations((i, j, k))))
 
 
-def test_symmetric_gaussian_tensor_is_symmetric_with_iid_distinct_entries(rng):
+def test_symmetric_gaussian_tensor_release_is_symmetric_with_iid_distinct_entries(rng):
     d, sens, z = 9, 0.5, 3.0
     sigma = sens * z
-    draws = np.stack([symmetric_gaussian_tensor(d, sens, z, rng) for _ in range(40)])
+    draws = np.stack([symmetric_gaussian_release(np.zeros((d, d, d)), sens, z, rng) for _ in range(40)])
     E = draws[0]
     assert E.shape == (d, d, d) and E.dtype == np.float64
     for axes in itertools.permutations(range(3)):
@@ -73,8 +96,8 @@ def test_symmetric_gaussian_tensor_is_symmetric_with_iid_distinct_entries(rng):
     assert np.sqrt(np.mean(off**2)) < 2.5 / np.sqrt(40)
 
 
-def test_symmetric_gaussian_tensor_float32(rng):
-    E = symmetric_gaussian_tensor(4, 1.0, 1.0, rng, dtype=np.float32)
+def test_symmetric_gaussian_tensor_release_float32(rng):
+    E = symmetric_gaussian_release(np.zeros((4, 4, 4), dtype=np.float32), 1.0, 1.0, rng)
     assert E.dtype == np.float32
     np.testing.assert_array_equal(E, E.transpose(2, 0, 1))
 

@@ -20,7 +20,7 @@ from dptensor.datasets import make_spiked_covariance
 from dptensor.metrics import sin_theta_distance
 from dptensor.pca import (MEAN_SHARE, TOTAL_SHARE, StreamingPowerMethod, analyze_gauss, center_and_clip,
                           covariance_sensitivity, entry_power_sensitivity, noisy_power_method, orthonormalize,
-                          power_schedule, row_power_sensitivity, symmetric_gaussian_matrix,
+                          power_schedule, row_power_sensitivity,
                           total_variance_sensitivity)
 from dptensor._operators import DenseMatrix
 
@@ -166,24 +166,31 @@ def test_private_mean_sensitivity(rng):
     assert move <= 2 * B / n * (1 + 1e-12)
 
 
-def test_symmetric_noise_has_the_planned_scale(rng):
-    E = symmetric_gaussian_matrix(300, 2.0, 1.5, rng)
-    np.testing.assert_array_equal(E, E.T)
-    upper = E[np.triu_indices(300)]
+def test_analyze_gauss_noise_has_the_planned_scale(rng):
+    C = rng.standard_normal((300, 300))
+    C = C + C.T
+    res = analyze_gauss(C, 2, np.random.default_rng(7), noise_multiplier=1.5, sensitivity=2.0)
+    noisy = pca_mod.symmetric_gaussian_release(C, 2.0, 1.5, np.random.default_rng(7))  # the same release
+    np.testing.assert_array_equal(noisy, noisy.T)
+    upper = (noisy - C)[np.triu_indices(300)]
     assert np.std(upper) == pytest.approx(3.0, rel=0.01)  # 45150 draws: relative std error 0.3%
+    assert res.noise_std == 3.0
+    np.testing.assert_allclose(res.eigenvalues, np.linalg.eigvalsh(noisy)[::-1][:2], rtol=1e-10)
 
 
 class _Spy:
-    """Records every Gaussian noise call (shape, sensitivity, multiplier) made by dptensor.pca."""
+    """Records every Gaussian release (shape, sensitivity, multiplier) made by dptensor.pca, in order."""
 
     def __init__(self, monkeypatch):
         self.calls = []
-        real = pca_mod.gaussian_noise
+        for name in ("gaussian_release", "symmetric_gaussian_release"):
+            monkeypatch.setattr(pca_mod, name, self._spy(getattr(pca_mod, name)))
 
-        def spy(shape, sensitivity, noise_multiplier, rng, dtype=np.float64):
-            self.calls.append((shape, float(sensitivity), float(noise_multiplier)))
-            return real(shape, sensitivity, noise_multiplier, rng, dtype)
-        monkeypatch.setattr(pca_mod, "gaussian_noise", spy)
+    def _spy(self, real):
+        def spy(value, sensitivity, noise_multiplier, rng, dtype=None):
+            self.calls.append((np.shape(value), float(sensitivity), float(noise_multiplier)))
+            return real(value, sensitivity, noise_multiplier, rng, dtype)
+        return spy
 
 
 @pytest.mark.parametrize("method", ["power", "analyze_gauss"])
@@ -195,7 +202,7 @@ def test_released_noise_matches_the_recorded_event(method, monkeypatch):
     est = PrivatePCA(2, epsilon=1.0, data_norm=B, method=method, n_iter=4, random_state=0).fit(X)
     mean_call, total_call, *spectral = spy.calls
     assert mean_call[0] == (6,) and mean_call[1] == pytest.approx(2 * B / n)
-    assert total_call[0] == (1,) and total_call[1] == pytest.approx(B**2)  # the total's sensitivity
+    assert total_call[0] == () and total_call[1] == pytest.approx(B**2)  # the total's sensitivity
     sens = covariance_sensitivity(B) if method == "analyze_gauss" else row_power_sensitivity(B, 2)
     assert all(c[1] == pytest.approx(sens) for c in spectral)
     assert len(spectral) == (1 if method == "analyze_gauss" else 4)
@@ -304,9 +311,9 @@ def test_budget_refused_before_touching_data():
 # Private recovery
 # --------------------------------------------------------------------------------------------
 
-def _private_sin2(n, eps, method, seeds=(0, 1, 2)):
+def _private_sin2(n, eps, method, seeds=(0, 1, 2, 3, 4)):
     X, V, _ = make_spiked_covariance(n, 40, 2, spike=4.0, data_norm=1.0, random_state=11)
-    return np.mean([sin_theta_distance(PrivatePCA(2, epsilon=eps, data_norm=1.0, method=method,
+    return np.median([sin_theta_distance(PrivatePCA(2, epsilon=eps, data_norm=1.0, method=method,
                                                   random_state=s).fit(X).components_, V)
                     for s in seeds])
 
@@ -317,8 +324,11 @@ def test_private_recovery_improves_with_epsilon_and_n(method):
 
     Where the privacy noise dominates, sin^2 ~ ||noise||^2 / gap^2 ~ d / (n mu)^2: a factor 4 in
     epsilon or in n cuts it by ~16 (sampling error, ~d/n, adds a floor). The test asks for a
-    factor 4 (mean of 3 seeded noise draws), far from what chance could produce and well short
-    of the bound's 16, and for a useful estimate at the good end.
+    factor 4 (median of 5 seeded noise draws), far from what chance could produce and well short
+    of the bound's 16, and for a useful estimate at the good end. The median, not the mean: a
+    few-step power method from an unlucky random start misses the second direction now and then
+    (about 2-3% of fits at eps=4 here, with either noise sampler), and one such fit would swamp a
+    mean of three.
     """
     low = _private_sin2(5000, 1.0, method)
     more_eps = _private_sin2(5000, 4.0, method)
@@ -562,7 +572,11 @@ def test_explained_variance_ratio_is_a_ratio_on_digits(method):
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         warnings.simplefilter("ignore", PrivacyWarning)
-        sharp = PrivatePCA(2, epsilon=100.0, data_norm=B, method=method, random_state=0).fit(X)
+        # The top two eigenvalues of digits differ by 9% only: the power method needs more than its
+        # default 6 steps to separate them from any random start (with 6, about a third of the
+        # starts leave the second ratio 10-27% off, whatever the noise sampler).
+        steps = {"n_iter": 30} if method == "power" else {}
+        sharp = PrivatePCA(2, epsilon=100.0, data_norm=B, method=method, random_state=0, **steps).fit(X)
     ref = PCA(2).fit(X)
     np.testing.assert_allclose(sharp.explained_variance_ratio_, ref.explained_variance_ratio_, rtol=0.05)
     assert np.all(sharp.explained_variance_ > 10 * sharp.explained_variance_noise_)

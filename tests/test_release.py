@@ -27,7 +27,7 @@ from dptensor import (AdaptivePrivatePCA, BudgetExceededError, PrivacyAccountant
 from dptensor import _base
 from dptensor._operators import moment_tensor
 from dptensor.datasets import make_low_rank_tensor
-from dptensor.mechanisms import clip_rows
+from dptensor.mechanisms import clip_rows, gaussian_release, grid_step
 from dptensor.pca import center_and_clip, covariance_sensitivity
 from dptensor.streaming_tensor_power import block_statistics
 
@@ -467,9 +467,9 @@ class _Grab(pickle.Pickler):
         return NotImplemented
 
 
-def _step_back_attack(model_bytes, n_draws, recovers, max_back=64):
+def _step_back_attack(model_bytes, redraw, recovers, max_back=256):
     """Load a model file, find every Generator in it, step each back 0..max_back outputs and redraw
-    ``n_draws`` normals; return True if ``recovers(noise)`` holds for any of them."""
+    the noise with ``redraw(generator)``; return True if ``recovers(noise)`` holds for any of them."""
     grab = _Grab()
     grab.dump(pickle.loads(model_bytes))
     for g in grab.found:
@@ -477,7 +477,7 @@ def _step_back_attack(model_bytes, n_draws, recovers, max_back=64):
             h = np.random.Generator(type(g.bit_generator)())
             h.bit_generator.state = g.bit_generator.state
             h.bit_generator.advance(-back)
-            if recovers(h.standard_normal(n_draws)):
+            if recovers(redraw(h)):
                 return True
     return False
 
@@ -495,12 +495,15 @@ def test_generator_step_back_has_nothing_to_work_on():
     z = est.privacy_cost_.noise_multiplier
     scale = z * 2.0 * B / 100
 
-    def recovers(noise):
-        return np.max(np.abs(est.mean_ - noise[:D] * scale - true_mean)) < 1e-12
+    def redraw(h):  # the release's noise: what it adds to a value on its grid (0 here)
+        return gaussian_release(np.zeros(D), 2.0 * B / 100, z, h)
 
-    assert np.max(np.abs(est.mean_ - true_mean)) > 10 * 1e-12  # the mean is noised...
-    assert _step_back_attack(pickle.dumps(est._stream), D, recovers)  # ...but the old pickle undid it
-    assert not _step_back_attack(pickle.dumps(est), D, recovers)
+    def recovers(noise):  # to within the grid step (scale 2**-30): the value rounded to the grid
+        return np.max(np.abs(est.mean_ - noise - true_mean)) < scale * 2.0**-29
+
+    assert np.max(np.abs(est.mean_ - true_mean)) > 1e-3 * scale  # the mean is noised...
+    assert _step_back_attack(pickle.dumps(est._stream), redraw, recovers)  # ...but the old pickle undid it
+    assert not _step_back_attack(pickle.dumps(est), redraw, recovers)
     assert _Walker(io.BytesIO()).dump(est) is None  # (the file pickles)
     # A generator given as random_state: the model file does not carry it either.
     gen = PrivatePCA(2, epsilon=2.0, data_norm=B, method="analyze_gauss",
@@ -511,7 +514,7 @@ def test_generator_step_back_has_nothing_to_work_on():
     import copy
     assert copy.deepcopy(gen).random_state is None and copy.copy(gen).random_state is None
     assert isinstance(clone(gen).random_state, np.random.Generator)  # clone copies parameters, as before
-    assert not _step_back_attack(pickle.dumps(gen), D, lambda noise: True)
+    assert not _step_back_attack(pickle.dumps(gen), lambda h: None, lambda noise: True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1005,7 +1008,9 @@ def test_an_int_seed_is_not_saved_with_a_private_model():
     key = fingerprint("PrivatePCA", params, (model.n_samples_, model.n_features_in_))
     rng = spend_generator(42, spend_index=len(model.accountant.history()) - 1, key=key)
     z_mean = model.privacy_cost_.event.events[0].noise_multiplier
-    recovered = model.mean_ - rng.standard_normal(D) * z_mean * 2 * B / N
-    np.testing.assert_allclose(recovered, clip_rows(X_ROWS, B).mean(0), rtol=0, atol=1e-14)
+    recovered = model.mean_ - gaussian_release(np.zeros(D), 2 * B / N, z_mean, rng)  # the release's noise
+    # the clipped mean, to within the release's grid step (2**-30 of the noise scale)
+    np.testing.assert_allclose(recovered, clip_rows(X_ROWS, B).mean(0), rtol=0,
+                               atol=float(grid_step(z_mean * 2 * B / N)))
     # An unfitted estimator (e.g. sent to a search's worker) keeps its seed: nothing was released.
     assert pickle.loads(pickle.dumps(PrivatePCA(2, random_state=42, **PRIVATE))).random_state == 42

@@ -275,13 +275,13 @@ def test_private_stream_records_one_cost_before_any_release(monkeypatch):
     """One GaussianEvent(z, 1), z = calibrate_gaussian(eps, delta, 1), recorded by the first
     partial_fit (before any block is complete); every block is noised with std z * sensitivity."""
     calls = []
-    noise = stp.gaussian_noise
+    release = stp.joint_gaussian_release
 
-    def spy(shape, sensitivity, z, rng, dtype=np.float64):
-        calls.append((shape, sensitivity, z))
-        return noise(shape, sensitivity, z, rng, dtype)
+    def spy(parts, sensitivity, z, rng):
+        calls.append((tuple(np.shape(p) for p in parts), sensitivity, z))
+        return release(parts, sensitivity, z, rng)
 
-    monkeypatch.setattr(stp, "gaussian_noise", spy)
+    monkeypatch.setattr(stp, "joint_gaussian_release", spy)
     acct = PrivacyAccountant(epsilon=2.0, delta=1e-5)
     X, _, _ = make_orthogonal_moment_data(700, 6, 2, noise=0.2, random_state=7)
     est = StreamingTensorPower(2, n_restarts=3, n_iter=2, batch_size=150, epsilon=1.0, data_norm=2.0,
@@ -297,7 +297,7 @@ def test_private_stream_records_one_cost_before_any_release(monkeypatch):
     assert est.privacy_cost_.epsilon == pytest.approx(1.0, rel=1e-6) and est.privacy_cost_.n_queries == 1
     assert len(calls) == 2 * 2  # k R block releases, all covered by the one event
     for shape, sensitivity, mult in calls:
-        assert shape == (6 + 1, 3) and mult == z
+        assert shape == ((6, 3), (3,)) and mult == z  # one release: the L candidates and their lambdas
         assert sensitivity == pytest.approx(2 * 2.0**3 * math.sqrt(2 * 3) / 150)
 
 

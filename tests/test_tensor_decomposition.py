@@ -15,7 +15,7 @@ from dptensor import BudgetExceededError, PrivacyAccountant, PrivateTensorDecomp
 from dptensor._operators import SymmetricTensor, ThirdMoment, moment_tensor
 from dptensor._power import normalize_columns, random_unit_columns, select_restart
 from dptensor.accounting import epsilon_of
-from dptensor.mechanisms import clip_rows, symmetric_gaussian_tensor
+from dptensor.mechanisms import clip_rows, symmetric_gaussian_release
 from dptensor.metrics import match_components, recovery_error
 from dptensor.tensor_decomposition import (PowerNoise, choose_moment, entry_sensitivities, n_power_queries,
                                            perturb_tensor, plan_noise_multiplier, row_sensitivity,
@@ -86,7 +86,7 @@ def test_noisy_recovery_within_theorem_2_2_scaling():
     T, lam, V = orthogonal_tensor(d, k, seed=1)
     rng = np.random.default_rng(1)
     for sigma in (3e-4, 1e-3):
-        E = symmetric_gaussian_tensor(d, sigma, 1.0, rng)
+        E = symmetric_gaussian_release(np.zeros((d, d, d)), sigma, 1.0, rng)  # a symmetric Gaussian tensor
         # ||E||_op = max_u |E(u,u,u)| for a symmetric tensor; the power method gives a lower bound,
         # which only makes the constants below larger (conservative).
         _, ev = tensor_power_method(SymmetricTensor(E), 2, 50, 50, np.random.default_rng(0))
@@ -145,7 +145,7 @@ def test_entry_sensitivity_brute_force_d4():
     T(I,u,u) (l2) and of T(u,u,u) equals 6||u||_inf^2 and 6||u||_inf^3, reached at i = j = k."""
     d = 4
     rng = np.random.default_rng(6)
-    T = symmetric_gaussian_tensor(d, 1.0, 1.0, rng)
+    T = symmetric_gaussian_release(np.zeros((d, d, d)), 1.0, 1.0, rng)
     units = [random_unit_columns(d, 1, rng)[:, 0] for _ in range(20)]
     units += [np.eye(d)[0], np.full(d, 0.5), normalize_columns(np.array([[3.0], [1.0], [-1.0], [0.5]]))[:, 0]]
     orbits = [(i, j, k) for i in range(d) for j in range(i, d) for k in range(j, d)]
@@ -239,6 +239,41 @@ def test_noise_applied_matches_plan():
         assert abs(np.mean(ratios)) < 0.15
 
 
+def test_every_release_has_the_planned_sensitivity_and_multiplier(monkeypatch):
+    """Row level: each power step releases the d x L block T(I,u,u) and each restart set its L
+    eigenvalues, every column at sensitivity 2B^3/n and the recorded multiplier: k (R + 1) calls
+    covering the k L (R + 1) priced queries. Input perturbation: one symmetric release at 2B^3/n."""
+    import dptensor.tensor_decomposition as td
+
+    calls = []
+
+    def spying(name):
+        real = getattr(td, name)
+
+        def spy(value, sensitivity, z, rng, dtype=None):
+            calls.append((name, np.shape(value), np.broadcast_to(sensitivity, np.shape(value)[-1:]), z))
+            return real(value, sensitivity, z, rng, dtype)
+        monkeypatch.setattr(td, name, spy)
+    spying("gaussian_release")
+    spying("symmetric_gaussian_release")
+    X, _, _ = orthogonal_moment_data(d=6, k=2, n_pairs=5, seed=13)
+    n, B, k, L, R = X.shape[0], 3.0, 2, 3, 4
+    model = PrivateTensorDecomposition(k, epsilon=1.0, data_norm=B, n_restarts=L, n_iter=R, random_state=0)
+    model.fit(X)
+    z = model.privacy_cost_.noise_multiplier
+    assert model.privacy_cost_.n_queries == k * L * (R + 1) and len(calls) == k * (R + 1)
+    assert [c[1] for c in calls] == ([(6, L)] * R + [(L,)]) * k
+    for name, _, sens, mult in calls:
+        assert name == "gaussian_release" and mult == z
+        np.testing.assert_allclose(sens, 2 * B**3 / n, rtol=1e-12)
+    calls.clear()
+    base = PrivateTensorDecomposition(k, epsilon=1.0, data_norm=B, method="input_perturbation",
+                                      random_state=0).fit(X)
+    ((name, shape, sens, mult),) = calls
+    assert name == "symmetric_gaussian_release" and shape == (6, 6, 6)
+    assert mult == base.privacy_cost_.noise_multiplier and sens[0] == pytest.approx(2 * B**3 / n)
+
+
 def test_private_fit_on_well_separated_data_is_useful():
     """Row-level Alg. 3 at a large n: 2B^3/n is small, so a moderate epsilon recovers the top component."""
     rng = np.random.default_rng(10)
@@ -272,12 +307,13 @@ def test_input_perturbation_priced_and_noised_as_derived():
     assert model.privacy_cost_.epsilon == pytest.approx(1.0, rel=1e-9)
     assert model.privacy_cost_.noise_multiplier == pytest.approx(plan_noise_multiplier(1.0, 1e-5, 1))
     # The perturbation has distinct entries of std z * sensitivity, copied to their permutations.
-    E = perturb_tensor(np.zeros((12, 12, 12)), 6.0, 0.5, np.random.default_rng(0))
+    # (d = 30: 4960 distinct entries, so 5% is five standard errors of the sample std.)
+    E = perturb_tensor(np.zeros((30, 30, 30)), 6.0, 0.5, np.random.default_rng(0))
     np.testing.assert_array_equal(E, E.transpose(1, 0, 2))
     np.testing.assert_array_equal(E, E.transpose(0, 2, 1))
-    upper = np.triu_indices(12)
-    distinct = np.concatenate([E[i][upper][upper[0] >= i] for i in range(12)])
-    assert distinct.size == 12 * 13 * 14 // 6
+    upper = np.triu_indices(30)
+    distinct = np.concatenate([E[i][upper][upper[0] >= i] for i in range(30)])
+    assert distinct.size == 30 * 31 * 32 // 6
     assert np.std(distinct) == pytest.approx(3.0, rel=0.05)
     # At a huge epsilon the baseline recovers the components; data input forms the dense moment.
     X, _, V2 = orthogonal_moment_data(d=6, k=2, n_pairs=5, seed=13)

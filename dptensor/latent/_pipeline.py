@@ -34,8 +34,8 @@ import scipy.sparse.linalg
 
 from .._operators import SymmetricTensor, TensorOperator, ThirdMoment, moment_tensor
 from ..accounting import ComposedEvent, GaussianEvent, gdp_mu
-from ..pca import power_schedule, symmetric_gaussian_matrix
-from ..mechanisms import gaussian_noise
+from ..pca import power_schedule
+from ..mechanisms import gaussian_release, symmetric_gaussian_release
 from ..tensor_decomposition import (PowerNoise, choose_moment, n_power_queries, perturb_tensor,
                                     tensor_power_method)
 
@@ -94,7 +94,7 @@ def release_mean(mean, sensitivity, plan: NoisePlan, rng):
     """The mean plus ``N(0, (z sensitivity)^2)`` noise (one Gaussian release)."""
     if not plan.private:
         return mean
-    return mean + gaussian_noise(mean.shape, sensitivity, plan.z_mean, rng)
+    return gaussian_release(mean, sensitivity, plan.z_mean, rng)
 
 
 def release_second(second, sensitivity, plan: NoisePlan, rng):
@@ -102,7 +102,7 @@ def release_second(second, sensitivity, plan: NoisePlan, rng):
     (Analyze Gauss: one release at ``z sensitivity``)."""
     if not plan.private:
         return second
-    return second + symmetric_gaussian_matrix(second.shape[0], sensitivity, plan.z_second[0], rng)
+    return symmetric_gaussian_release(second, sensitivity, plan.z_second[0], rng)
 
 
 def top_eigenpairs(A, k: int, rng, *, dense_below: int = 600):

@@ -14,7 +14,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from .._base import PrivateEstimatorMixin
-from ..mechanisms import gaussian_noise
+from ..mechanisms import gaussian_release
 from ._selection import calibrate_search, check_distribution, draw_n_runs
 
 __all__ = ["PrivateGridSearchCV", "PrivateRandomizedSearchCV", "MAX_SCORE_NOISE"]
@@ -247,8 +247,8 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                 raise ValueError(f"{type(learner).__name__}'s score has no per-unit bound (set data_norm "
                                  "or value_range): it cannot be released privately")
             lo, hi = bounds
-            score = float(np.mean(np.clip(values, lo, hi)))
-            score += float(gaussian_noise((), (hi - lo) / len(val), event.score.noise_multiplier, rng))
+            score = float(gaussian_release(np.mean(np.clip(values, lo, hi)), (hi - lo) / len(val),
+                                           event.score.noise_multiplier, rng))
             if score > best_score:
                 best_index, best_score = index, score
         if best_index is None:  # no run (a Poisson law drew 0): a data-independent choice
