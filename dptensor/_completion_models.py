@@ -802,10 +802,16 @@ def spectral_start(obs: Observations, y: np.ndarray, model: Model, *, noise_mult
     for _ in range(N_RESTARTS):  # CP-ALS has local optima; on released values restarts are free
         trial = init_model(small_shape, r, "cp", rng, scale=0.1)
         history = []
-        als(cells, W.ravel(), trial, reg=1e-6, reg_core=0.0, n_iter=n_inner, fit_biases=False, tol=1e-10,
-            history=history)
-        if history[-1] < best:
+        try:
+            with np.errstate(all="ignore"):
+                als(cells, W.ravel(), trial, reg=1e-6, reg_core=0.0, n_iter=n_inner, fit_biases=False,
+                    tol=1e-10, history=history)
+        except np.linalg.LinAlgError:  # a degenerate restart (tiny data): the next one may not be
+            continue
+        if history and np.isfinite(history[-1]) and history[-1] < best:
             small, best = trial, history[-1]
+    if small is None:  # every restart degenerate: keep the data-independent start (post-processing)
+        return used
     model.factors[0] = small.factors[0]
     for k in range(1, d):
         model.factors[k] = bases[k] @ small.factors[k]
