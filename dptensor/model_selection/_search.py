@@ -11,9 +11,10 @@ from sklearn.model_selection import ParameterGrid, ParameterSampler
 from sklearn.pipeline import Pipeline
 from sklearn.utils import get_tags
 from sklearn.utils.metaestimators import available_if
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import check_array, check_is_fitted
 
 from .._base import PrivateEstimatorMixin
+from ..completion import check_indices
 from ..mechanisms import gaussian_noise
 from ._selection import calibrate_search, check_distribution, draw_n_runs
 
@@ -189,6 +190,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         if y is not None and len(y) != len(X):
             raise ValueError(f"y has {len(y)} values but X has {len(X)} units")
         plan = self._plan(X.shape[0], X.shape[1] if X.ndim > 1 else 1)
+        _check_units(plan["learner"], X, y)
         overrides = _public_overrides(plan["prefix"], plan["learner"], X)
         if self.verbose:
             print(f"[{type(self).__name__}] {len(plan['candidates'])} candidates, {plan['mean']:g} expected "
@@ -449,6 +451,17 @@ def _as_units(X):
     if X.ndim not in (1, 2):
         raise ValueError(f"a private search splits units (rows of X); X must be 2-D, got {X.ndim} dimensions")
     return X
+
+
+def _check_units(learner, X, y):
+    """The data checks every candidate's fit would make, made once before the spend: a search
+    refused for its data (NaN, infinity, text, bad indices) leaves the ledger unchanged."""
+    if hasattr(learner, "shape") and "value_range" in learner.get_params():
+        check_indices(X, learner.shape)  # completion: X holds index tuples
+    else:
+        check_array(X, dtype="numeric", ensure_all_finite=True, ensure_2d=False, input_name="X")
+    if y is not None:
+        check_array(y, dtype="numeric", ensure_all_finite=True, ensure_2d=False, input_name="y")
 
 
 def _public_overrides(prefix, learner, X) -> dict:
