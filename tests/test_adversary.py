@@ -43,3 +43,34 @@ def test_completion_search_refused_for_its_data_spends_nothing(bad):
     with pytest.raises(ValueError):
         search.fit(X, y)
     assert len(acc.history()) == 0
+
+
+def test_searches_over_differently_configured_estimators_do_not_share_noise(monkeypatch):
+    # Without an accountant, a spend's noise is keyed by the seed and the fit's public description.
+    # The search's estimator used to be described by its class name only: two searches with one
+    # seed over PrivatePCA(n_iter=3) and PrivatePCA(n_iter=30) drew the same split, number of runs
+    # and score noise, so the difference of their released scores carried no noise at all.
+    from dptensor.model_selection import _search
+
+    states, run = [], _search._PrivateSearch._run
+
+    def spy(self, X, y, plan, overrides, rng):
+        states.append(rng.bit_generator.state["state"]["state"])
+        return run(self, X, y, plan, overrides, rng)
+
+    monkeypatch.setattr(_search._PrivateSearch, "_run", spy)
+    X = _rows(n=500)
+    for n_iter in (3, 30, 3):
+        PrivateGridSearchCV(PrivatePCA(1, data_norm=1.0, method="power", n_iter=n_iter),
+                            {"n_components": [1, 2]}, epsilon=2.0, random_state=0).fit(X)
+    assert states[0] != states[1]
+    assert states[0] == states[2]  # the same search with the same seed still reproduces
+
+
+def test_randomized_search_distributions_are_part_of_the_description():
+    from scipy.stats import uniform
+
+    from dptensor._randomness import fingerprint
+
+    assert fingerprint({"a": uniform(0, 1)}) != fingerprint({"a": uniform(0, 2)})
+    assert fingerprint({"a": uniform(0, 1)}) == fingerprint({"a": uniform(0, 1)})
