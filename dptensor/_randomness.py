@@ -85,4 +85,12 @@ def _describe(value) -> str:
         return f"array{value.shape}" + _describe(value.ravel().tolist())
     if isinstance(value, type):
         return value.__qualname__
+    if hasattr(value, "get_params"):
+        # An estimator inside a search or pipeline is described by its own parameters: searches
+        # over differently configured estimators must not share the search's noise.
+        return type(value).__qualname__ + _describe(value.get_params(deep=False))
+    if hasattr(value, "dist") and hasattr(value, "args") and hasattr(value, "kwds"):
+        # A frozen scipy distribution (a randomized search's parameter): its law and arguments.
+        return f"{type(value).__qualname__}:{getattr(value.dist, 'name', '?')}" + _describe(
+            (list(value.args), dict(value.kwds)))
     return type(value).__qualname__

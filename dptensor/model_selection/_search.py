@@ -14,6 +14,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from .._base import PrivateEstimatorMixin
+from ..completion import check_indices
 from ..mechanisms import gaussian_release
 from ._selection import calibrate_search, check_distribution, draw_n_runs
 
@@ -191,6 +192,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         if y is not None and len(y) != len(X):
             raise ValueError(f"y has {len(y)} values but X has {len(X)} units")
         plan = self._plan(X.shape[0], X.shape[1] if X.ndim > 1 else 1)
+        _check_units(plan["learner"], X, y)
         overrides = _public_overrides(plan["prefix"], plan["learner"], X)
         if self.verbose:
             print(f"[{type(self).__name__}] {len(plan['candidates'])} candidates, {plan['mean']:g} expected "
@@ -466,6 +468,17 @@ def _as_units(X, y, *, alone: bool):
             raise ValueError("y must hold finite numbers (no NaN or infinity): pass only the observed "
                              "entries")
     return X, y
+
+
+def _check_units(learner, X, y):
+    """The data checks every candidate's fit would make, made once before the spend: a search
+    refused for its data (NaN, infinity, text, bad indices) leaves the ledger unchanged."""
+    if hasattr(learner, "shape") and "value_range" in learner.get_params():
+        check_indices(X, learner.shape)  # completion: X holds index tuples
+    else:
+        check_array(X, dtype="numeric", ensure_all_finite=True, ensure_2d=False, input_name="X")
+    if y is not None:
+        check_array(y, dtype="numeric", ensure_all_finite=True, ensure_2d=False, input_name="y")
 
 
 def _public_overrides(prefix, learner, X) -> dict:
