@@ -74,3 +74,23 @@ def test_randomized_search_distributions_are_part_of_the_description():
 
     assert fingerprint({"a": uniform(0, 1)}) != fingerprint({"a": uniform(0, 2)})
     assert fingerprint({"a": uniform(0, 1)}) == fingerprint({"a": uniform(0, 1)})
+
+
+def test_search_refuses_a_function_transformer_that_may_mix_rows():
+    """Before: a stateless FunctionTransformer that centres the columns (mixing rows) was accepted,
+    so training rows and validation scores lost the per-row bounds the guarantee rests on."""
+    import numpy as np
+    import pytest
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import FunctionTransformer
+
+    from dptensor import PrivacyAccountant, PrivatePCA
+    from dptensor.model_selection import PrivateGridSearchCV
+
+    acc = PrivacyAccountant(5.0)
+    pipe = make_pipeline(FunctionTransformer(lambda Z: Z - Z.mean(0)), PrivatePCA(data_norm=1.0))
+    search = PrivateGridSearchCV(pipe, {"privatepca__n_components": [1, 2]}, epsilon=1.0, accountant=acc,
+                                 random_state=0)
+    with pytest.raises(TypeError, match="FunctionTransformer"):
+        search.fit(np.random.default_rng(0).normal(size=(200, 4)))
+    assert acc.history() == []

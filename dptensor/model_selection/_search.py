@@ -9,6 +9,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone
 from sklearn.model_selection import ParameterGrid, ParameterSampler
 from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import FunctionTransformer
 from sklearn.utils import get_tags
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_array, check_is_fitted
@@ -60,6 +61,12 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                     raise ValueError(f"pipeline step {step_name!r} is a dptensor estimator that is not the "
                                      "last step: a private search supports one learning step, the last, "
                                      "which fits and scores (earlier steps must be stateless)")
+                if isinstance(step, FunctionTransformer):
+                    raise TypeError(
+                        f"pipeline step {step_name!r} is a FunctionTransformer: its function may mix rows "
+                        "(say subtract the column means), which breaks the per-row bounds the search's "
+                        "guarantee rests on, and that cannot be checked. Apply a row-by-row transform "
+                        "to X before the search instead")
                 if get_tags(step).requires_fit:
                     raise TypeError(
                         f"pipeline step {step_name!r} ({type(step).__name__}) learns from the data without "
@@ -316,7 +323,8 @@ _SEARCH_DOC = """
     ----------
     estimator : dptensor estimator or Pipeline
         A dptensor estimator, or a pipeline whose last step is one and whose other steps are
-        stateless (such as ``Normalizer``).
+        stateless and act on each row alone (such as ``Normalizer``); a ``FunctionTransformer``
+        is refused, since its function may mix rows.
     {grid}
     epsilon : float
         The whole search's budget (finite).
