@@ -104,7 +104,11 @@ def main(argv=None) -> int:
     info = sub.add_parser("info", help="print versions, BLAS and thread settings")
     info.set_defaults(func=_info)
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # `dptensor ledger x.sqlite | head`: the reader left, nothing is wrong
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

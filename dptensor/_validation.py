@@ -74,6 +74,15 @@ def check_positive_int(value, name, minimum=1) -> int:
     return int(value)
 
 
+def check_verbose(verbose) -> int:
+    """An int >= 0 (a bool is refused: ``verbose=True`` is almost always meant as 1, but says less)."""
+    if isinstance(verbose, bool) or not isinstance(verbose, numbers.Integral):
+        raise TypeError(f"verbose must be an int >= 0, got {verbose!r}")
+    if verbose < 0:
+        raise ValueError(f"verbose must be >= 0, got {verbose!r}")
+    return int(verbose)
+
+
 def check_data_norm(data_norm, epsilon, name="data_norm"):
     """Row-level privacy needs a public bound on row norms; ``None`` is allowed only without privacy."""
     if data_norm is None:

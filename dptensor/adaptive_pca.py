@@ -18,7 +18,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._base import PrivateEstimatorMixin
 from ._power import flip_signs
-from ._validation import check_data_norm, check_positive_int
+from ._validation import check_data_norm, check_positive_int, check_verbose
 from .accounting import AboveThresholdEvent, ComposedEvent, GaussianEvent, NonPrivateEvent, calibrate
 from .mechanisms import above_threshold, clip_rows, gaussian_release
 from .pca import row_power_sensitivity
@@ -398,6 +398,7 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         n_iter = check_positive_int(self.n_iter, "n_iter")
         _check_open_unit(self.beta, "beta")
         _check_open_unit(self.svt_fraction, "svt_fraction")
+        check_verbose(self.verbose)
         data_norm = check_data_norm(self.data_norm, epsilon)
         self._check_delta_for(n, epsilon, delta)
         entropy = self._entropy()

@@ -44,7 +44,7 @@ from threadpoolctl import threadpool_limits
 from ._base import PrivateEstimatorMixin
 from ._completion_models import (Model, Observations, als, dp_als, gradient_descent, init_model, predict,
                                  residual_scale, row_offsets, spectral_start)
-from ._validation import check_positive_int
+from ._validation import check_positive_int, check_verbose
 from .accounting import ComposedEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent, calibrate, gdp_mu
 from .mechanisms import laplace_release
 
@@ -304,6 +304,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
 
     # ------------------------------------------------------------------ validation
     def _check_params(self):
+        check_verbose(self.verbose)
         rank = check_positive_int(self.rank, "rank")
         if self.decomposition not in ("cp", "tucker"):
             raise ValueError(f'decomposition must be "cp" or "tucker", got {self.decomposition!r}')

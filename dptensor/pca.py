@@ -33,7 +33,7 @@ from ._base import PrivacyWarning, PrivateEstimatorMixin
 from ._dask import DaskGramMatrix, RowChunks, check_dask_array, clip_chunks, dask_gram, is_dask_array
 from ._operators import DenseMatrix, GramMatrix
 from ._power import flip_signs
-from ._validation import check_data_norm, check_positive_int
+from ._validation import check_data_norm, check_positive_int, check_verbose
 from .accounting import ComposedEvent, GaussianEvent, NonPrivateEvent, calibrate_gaussian, epsilon_of, gdp_mu
 from .accounting.calibration import paper_noisy_power_sigma
 from .mechanisms import clip_rows, gaussian_release, symmetric_gaussian_release
@@ -617,6 +617,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
                                      ("calibration", self.calibration, _CALIBRATIONS)):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+        check_verbose(self.verbose)
         k = check_positive_int(self.n_components, "n_components")
         over = check_positive_int(self.n_oversamples, "n_oversamples", minimum=0)
         if k > n_features:

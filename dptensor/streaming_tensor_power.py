@@ -32,7 +32,7 @@ from ._base import PrivateEstimatorMixin
 from ._dask import RowChunks, check_dask_array, is_dask_array
 from ._operators import DeflatedTensor, ThirdMoment
 from ._power import normalize_columns, random_unit_columns, select_restart
-from ._validation import check_data_norm, check_positive_int
+from ._validation import check_data_norm, check_positive_int, check_verbose
 from .accounting import GaussianEvent, NonPrivateEvent, calibrate_gaussian
 from .mechanisms import clip_rows, joint_gaussian_release
 
@@ -417,8 +417,7 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         L = check_positive_int(self.n_restarts, "n_restarts")
         R = check_positive_int(self.n_iter, "n_iter")
         n = check_positive_int(self.batch_size, "batch_size")
-        if not isinstance(self.verbose, numbers.Integral):
-            raise TypeError(f"verbose must be an integer, got {self.verbose!r}")
+        check_verbose(self.verbose)
         epsilon, delta = self._privacy_target()
         return k, L, R, n, epsilon, delta, check_data_norm(self.data_norm, epsilon)
 

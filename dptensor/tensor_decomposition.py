@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,7 +27,7 @@ from ._base import PrivateEstimatorMixin
 from ._dask import DaskThirdMoment, check_dask_array, clip_chunks, dask_moment_tensor, is_dask_array
 from ._operators import DeflatedTensor, SymmetricTensor, ThirdMoment, moment_tensor
 from ._power import normalize_columns, random_unit_columns, select_restart
-from ._validation import check_data_norm, check_positive_int, check_symmetric_tensor
+from ._validation import check_data_norm, check_positive_int, check_symmetric_tensor, check_verbose
 from .accounting.calibration import calibrate_gaussian, paper_tensor_power_noise
 from .accounting.events import GaussianEvent, NonPrivateEvent
 from .mechanisms import clip_rows, gaussian_release, symmetric_gaussian_release
@@ -419,8 +418,7 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if not isinstance(self.symmetrize, (bool, np.bool_)):
             raise TypeError(f"symmetrize must be a bool, got {self.symmetrize!r}")
-        if isinstance(self.verbose, bool) or not isinstance(self.verbose, numbers.Integral):
-            raise TypeError(f"verbose must be an int, got {self.verbose!r}")
+        check_verbose(self.verbose)
         return k
 
     def _pick_moment(self, X, k: int) -> str:

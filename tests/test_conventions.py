@@ -107,3 +107,26 @@ def test_delta_not_below_one_over_n_warns_naming_the_unit(make, data, n, unit):
     budget = PrivacyAccountant(epsilon=10.0, delta=0.01)  # 0.01 >= 1/n
     with pytest.warns(PrivacyWarning, match=f"n={n} {unit}"):
         make().set_params(accountant=budget).fit(*args)
+
+
+@pytest.mark.parametrize("bad, error", [(-1, ValueError), (1.5, TypeError), ("1", TypeError), (True, TypeError)])
+def test_verbose_is_checked_by_every_estimator_before_any_spend(bad, error):
+    """One rule (``check_verbose``) for every estimator; before: PCA, AdaptivePrivatePCA and
+    completion accepted any verbose (``verbose=-1`` printed progress)."""
+    import dptensor
+    from dptensor.datasets import make_low_rank_tensor
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 4)) / 4
+    data = make_low_rank_tensor((6, 6, 6), 2, missing_ratio=0.5, random_state=0)
+    for est, args in [(dptensor.PrivatePCA(2), (X,)), (dptensor.AdaptivePrivatePCA(1), (X,)),
+                      (dptensor.PrivateTensorDecomposition(2), (X,)),
+                      (dptensor.StreamingTensorPower(1, batch_size=100, n_iter=2), (X,)),
+                      (dptensor.PrivateTensorCompletion(), (data["indices"], data["values"])),
+                      (dptensor.PrivateGaussianMixture(2), (X,))]:
+        acc = dptensor.PrivacyAccountant(10.0)
+        est.set_params(epsilon=1.0, verbose=bad, accountant=acc,
+                       **({"value_range": (0, 1)} if "value_range" in est.get_params() else {"data_norm": 1.0}))
+        with pytest.raises(error, match="verbose"):
+            est.fit(*args)
+        assert acc.history() == [], type(est).__name__

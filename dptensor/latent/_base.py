@@ -1,13 +1,12 @@
 """The fit every spectral latent model shares: validate, price, release the moments, whiten, decompose."""
 from __future__ import annotations
 
-import numbers
 
 import numpy as np
 from sklearn.base import BaseEstimator
 
 from .._base import PrivateEstimatorMixin
-from .._validation import check_positive_int
+from .._validation import check_positive_int, check_verbose
 from ..accounting.events import NonPrivateEvent
 from ._pipeline import decompose_whitened, n_third_queries, plan_noise, release_mean, release_second, whiten
 
@@ -44,8 +43,7 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         check_positive_int(self.n_iter, "n_iter")
         if self.method not in ("auto", "perturb", "power"):
             raise ValueError(f"method must be one of ('auto', 'perturb', 'power'), got {self.method!r}")
-        if isinstance(self.verbose, bool) or not isinstance(self.verbose, numbers.Integral):
-            raise TypeError(f"verbose must be an int, got {self.verbose!r}")
+        check_verbose(self.verbose)
         return k
 
     def _plan(self, ctx, k, epsilon, delta):
