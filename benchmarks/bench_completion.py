@@ -27,7 +27,7 @@ from benchmarks._common import peak_memory, plot_path, timed, write_results
 from dptensor import PrivacyWarning
 from dptensor._completion_models import Observations, als, dp_als, gradient_descent, init_model
 from dptensor.completion import PrivateTensorCompletion
-from dptensor.datasets import load_movielens_100k, make_low_rank_tensor
+from dptensor.datasets import make_low_rank_tensor
 
 MODES = [None, "input", "gradient", "output", "statistics"]
 
@@ -221,29 +221,6 @@ def speed(quick):
     return records
 
 
-def movielens(quick):
-    records = []
-    for split in ("ua",) if quick else ("ua", "ub"):
-        try:
-            data = load_movielens_100k(download=False, split=split)
-        except FileNotFoundError as err:
-            print(f"MovieLens-100K not found locally, skipping: {err}")
-            return records
-        trivial = _rmse(np.full(len(data["test_values"]), data["values"].mean()), data["test_values"])
-        records.append({"study": "movielens", "split": split, "mode": "training mean", "epsilon": np.inf,
-                        "decomposition": "-", "rmse": trivial})
-        for kind in ("cp", "tucker"):
-            records.append({"study": "movielens", "split": split, "mode": "non-private", "epsilon": np.inf,
-                            "decomposition": kind, "rmse": _fit_rmse(data, decomposition=kind, random_state=0)})
-            for mode in _modes(kind)[1:]:
-                for eps in (0.1, 1.0, 3.0):
-                    records.append({"study": "movielens", "split": split, "mode": mode, "epsilon": eps,
-                                    "decomposition": kind,
-                                    "rmse": _fit_rmse(data, decomposition=kind, perturbation=mode, epsilon=eps,
-                                                      value_range=(1.0, 5.0), random_state=0)})
-    return records
-
-
 def _mean_by(records, keys):
     groups = {}
     for r in records:
@@ -324,8 +301,7 @@ def run(quick: bool = False) -> list[dict]:
     eps_records = study_epsilon(seeds, epsilons)
     miss_records = study_missing(range(1) if quick else range(3), ratios)
     speed_records = speed(quick)
-    ml_records = movielens(quick)
-    records = size_records + eps_records + miss_records + speed_records + ml_records
+    records = size_records + eps_records + miss_records + speed_records
     try:
         _plot(eps_records, miss_records, size_records, epsilons, ratios)
     except ImportError:
@@ -355,10 +331,8 @@ def run(quick: bool = False) -> list[dict]:
                + markdown_table(kept_table)
                + "\n\n## Speed (seconds per sweep / step)\n\n" + speed_table
                + "\n\n## TensorLy masked decomposition against dptensor ALS, equal iterations\n\n" + tl_table
-               + ("\n\nMovieLens: " + "; ".join(f"{r['split']} {r['decomposition']} {r['mode']} eps={r['epsilon']:g}: "
-                                                  f"{r['rmse']:.3f}" for r in ml_records)
-                  if ml_records else "\n\nMovieLens-100K is not available offline here: skipped (the loader stays)")
-               + f". Total {time.perf_counter() - t0:.0f} s.\n\n## 20x20x20 study (mean RMSE over seeds)")
+               + "\n\nMovieLens-100K: see movielens.md (bench_movielens)."
+               + f" Total {time.perf_counter() - t0:.0f} s.\n\n## 20x20x20 study (mean RMSE over seeds)")
     write_results("completion", records, summary=summary + "\n\n" + _md(table),
                   columns=["study", "decomposition", "mode", "epsilon", "missing_ratio", "observed", "seed", "rmse"])
     return records

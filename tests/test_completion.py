@@ -9,7 +9,8 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from dptensor import BudgetExceededError, PrivacyAccountant, PrivacyWarning
 from dptensor import completion as completion_module
-from dptensor._completion_models import Model, Observations, clipped_gradient, eb_shrinkage, predict, row_offsets
+from dptensor._completion_models import (TOTAL_SENSITIVITY, Model, Observations, clipped_gradient, eb_shrinkage,
+                                         predict, row_offsets, total_statistics)
 from dptensor.accounting import ComposedEvent, GaussianEvent, LaplaceEvent, epsilon_of, gdp_mu
 from dptensor.completion import PrivateTensorCompletion, complete, to_observations
 from dptensor.datasets import make_low_rank_tensor
@@ -180,7 +181,7 @@ def test_offset_sums_have_sensitivity_one_range_width(rng):
     def releases(values):
         # the sums each release adds noise to, given the previously released (here exact) offsets
         mu, biases = row_offsets(obs, values, shrink=0.0)
-        out = [np.array([values.sum()])]
+        out = [total_statistics(values) / TOTAL_SENSITIVITY]  # released jointly: scaled to unit bound
         resid = values - mu
         for m in range(3):
             out.append(obs.scatter(m, resid))
@@ -188,18 +189,21 @@ def test_offset_sums_have_sensitivity_one_range_width(rng):
         return out, (mu, biases)
 
     base, (mu, biases) = releases(y)
+    worst = 0.0
     for e in range(len(y)):
         for new in (-0.5, 0.5):
             y2 = y.copy()
             y2[e] = new
             # the later sums subtract the *released* offsets, which are fixed when conditioning on them
             resid = y2 - mu
-            sums = [np.array([y2.sum()])]
+            sums = [total_statistics(y2) / TOTAL_SENSITIVITY]
             for m in range(3):
                 sums.append(obs.scatter(m, resid))
                 resid = resid - biases[m][X[:, m]]
             for a, b in zip(base, sums):
                 assert np.linalg.norm(a - b) <= 1.0 + 1e-12
+            worst = max(worst, np.linalg.norm(base[0] - sums[0]))
+    assert worst > 0.95  # the joint bound is nearly reached (a value moved across the range)
 
 
 def test_eb_shrinkage_is_public_and_shrinks_noise(rng):
@@ -306,7 +310,9 @@ def test_gradient_noise_is_two_z_m_per_coordinate(monkeypatch):
         for shapes, sens, mult in steps:
             assert sens == pytest.approx(2 * 0.25) and mult == z
             assert [sh[0] for sh in shapes[:3]] == seen and len(shapes) == (3 if kind == "cp" else 4)
-        assert len(offsets) == 3 + 1 and all(s == 1.0 and m == z_off for _, s, m in offsets)
+        assert len(offsets) == 3 + 1 and all(m == z_off for _, _, m in offsets)
+        # the total and the clipped sum of squares together, then one row sum per mode
+        assert offsets[0][:2] == ((2,), TOTAL_SENSITIVITY) and all(s == 1.0 for _, s, _ in offsets[1:])
 
 
 def test_private_gradient_model_beats_trivial_predictor_on_ratings_like_data(rng):
@@ -595,7 +601,7 @@ def test_statistics_mode_records_exact_target_and_release_count(monkeypatch):
     # ... and what was released is exactly that: in order, the offsets (sensitivity 1 in scaled
     # units) and the residual scale (bound^2 = 1/4) at z_o, two Grams at z_g, then 7 releases at z.
     assert [m for _, m in calls] == pytest.approx([z_o] * 5 + [z_g] * 2 + [z] * 7)
-    assert [s for s, _ in calls[:5]] == [1.0] * 4 + [0.25] and all(s > 0 for s, _ in calls[5:])
+    assert [s for s, _ in calls[:5]] == [TOTAL_SENSITIVITY] + [1.0] * 3 + [0.25] and all(s > 0 for s, _ in calls[5:])
 
 
 def test_auto_perturbation_choice_is_public():
@@ -718,3 +724,84 @@ def test_private_fit_on_tiny_data_finishes_after_its_spend():
             model = PrivateTensorCompletion(rank=2, epsilon=1.0, value_range=(-3, 3), accountant=acc,
                                             random_state=seed).fit(X, y)
         assert np.all(np.isfinite(model.predict(X))) and len(acc.history()) == 1
+
+
+# ----------------------------------------------------------------------------- factor_modes, offset_share
+def _ratings_like(seed, shape=(60, 80, 6), rank=2, observed=0.3, noise=0.05):
+    """A user x item low-rank interaction plus user, item and day offsets: the day has no factor."""
+    rng = np.random.default_rng(seed)
+    U, V = rng.normal(0, 0.5, (shape[0], rank)), rng.normal(0, 0.5, (shape[1], rank))
+    b = [rng.normal(0, 0.3, n) for n in shape]
+    cells = rng.choice(np.prod(shape), int(observed * np.prod(shape)), replace=False)
+    X = np.stack(np.unravel_index(cells, shape), axis=1)
+    truth = np.einsum("er,er->e", U[X[:, 0]], V[X[:, 1]]) + sum(b[m][X[:, m]] for m in range(3))
+    y = truth + rng.normal(0, noise, len(truth))
+    n = len(y) * 4 // 5
+    return X[:n], y[:n], X[n:], truth[n:]
+
+
+def test_factor_modes_fits_a_user_item_model_with_day_offsets():
+    X, y, Xt, truth = _ratings_like(0)
+    model = PrivateTensorCompletion(rank=2, factor_modes=(0, 1), random_state=0).fit(X, y)
+    assert np.array_equal(model.factors_[2], np.ones_like(model.factors_[2]))  # no day factor
+    err = rmse(model.predict(Xt), truth)
+    assert err < 0.2 * np.std(truth), err
+    # A day factor cannot help here; offsets alone are far worse than the fitted interaction.
+    offsets_only = model.intercept_ + sum(model.biases_[m][Xt[:, m]] for m in range(3))
+    assert err < 0.5 * rmse(offsets_only, truth)
+
+
+@pytest.mark.parametrize("perturbation", ["statistics", "gradient"])
+def test_factor_modes_private_fit_releases_only_the_factor_modes(perturbation, monkeypatch):
+    """A fixed mode is never queried: DP-ALS makes one right-hand-side release per mode with a
+    factor per sweep and one spectral Gram fewer; DP gradient steps leave the fixed factor out of
+    their joint release. The recorded event is the plan's, and the fixed factor stays all ones."""
+    import dptensor._completion_models as cm
+
+    shapes = []
+    real = cm.gaussian_release
+
+    def spy(value, sensitivity, z, rng, dtype=None):
+        shapes.append(np.shape(value))
+        return real(value, sensitivity, z, rng, dtype)
+
+    monkeypatch.setattr(cm, "gaussian_release", spy)
+    X, y, _, _ = _ratings_like(1)
+    acc = PrivacyAccountant(epsilon=10.0, delta=1e-6)
+    model = PrivateTensorCompletion(rank=2, perturbation=perturbation, factor_modes=(0, 1), epsilon=4.0,
+                                    value_range=(-3, 3), n_iter=2, accountant=acc, random_state=0)
+    model.fit(X, y)
+    assert np.array_equal(model.factors_[2], np.ones((6, 2)))
+    full = PrivateTensorCompletion(rank=2, perturbation=perturbation, epsilon=4.0, value_range=(-3, 3),
+                                   n_iter=2, random_state=0)
+    assert model.privacy_cost_.epsilon == pytest.approx(4.0, rel=1e-9)
+    assert model.privacy_cost(len(y), 3).event == model.privacy_cost_.event
+    if perturbation == "statistics":
+        n_queries = [leaf.count for leaf in model.privacy_cost_.event.leaves()]
+        full_queries = [leaf.count for leaf in full.privacy_cost(len(y), 3).event.leaves()]
+        assert n_queries == [5, 1, 1 + 2 * 2] and full_queries == [5, 2, 1 + 2 * 3]
+        # offsets (total + 3 modes), residual scale, one Gram (item mode: 80 x 79 / 2 upper
+        # entries), then user-mode rows on the projected designs and 2 sweeps x 2 modes of rows
+        assert len(shapes) == 5 + 1 + 5 and shapes[5] == (80 * 79 // 2,)
+        assert all(sh[0] in (60, 80) for sh in shapes[6:])
+    else:
+        assert len(shapes) == 4  # only the offsets go through the single releases
+
+
+def test_factor_modes_and_offset_share_are_validated():
+    X, y, _, _ = _ratings_like(2)
+    for bad in [(0,), (0, 0), (0, 3), (-1, 1), ("a", 1)]:
+        with pytest.raises((ValueError, TypeError), match="factor_modes"):
+            PrivateTensorCompletion(factor_modes=bad).fit(X, y)
+    with pytest.raises(ValueError, match="cp"):
+        PrivateTensorCompletion(decomposition="tucker", factor_modes=(0, 1)).fit(X, y)
+    for bad in (0.0, 1.0, -0.5, "half"):
+        with pytest.raises(ValueError, match="offset_share"):
+            PrivateTensorCompletion(offset_share=bad, epsilon=1.0, value_range=(-3, 3)).fit(X, y)
+    # the share moves budget between the offsets and the factors, at the same total epsilon
+    a = PrivateTensorCompletion(epsilon=1.0, value_range=(-3, 3), offset_share=0.9).privacy_cost(len(y), 3)
+    b = PrivateTensorCompletion(epsilon=1.0, value_range=(-3, 3), offset_share=0.1).privacy_cost(len(y), 3)
+    assert a.epsilon == pytest.approx(b.epsilon, rel=1e-9)
+    z_a, z_b = ([leaf.noise_multiplier for leaf in c.event.leaves()] for c in (a, b))
+    # leaves: offsets and residual scale, spectral Grams, right-hand sides
+    assert z_a[0] < z_b[0] and z_a[1] > z_b[1] and z_a[2] > z_b[2]
