@@ -35,6 +35,7 @@ _CHUNK = 1 << 21  # floats per block when a Khatri-Rao product over entries woul
 #: free): one start landed in a poor local optimum in two of eight draws on the 100^3 study at
 #: epsilon = 4, five in none.
 N_RESTARTS = 5
+N_SE = 2.0
 
 
 class Observations:
@@ -656,7 +657,7 @@ def wiener_solve(gram, rhs, noise_var, counts, s2, floor=False):
     g, V = np.linalg.eigh(gram[seen])
     g = np.maximum(g, 0.0)
     c = np.einsum("ipq,ip->iq", V, rhs[seen])
-    tau2 = _fit_signal_variance(g.ravel(), c.ravel() ** 2, noise_var, s2, n_se=0.0 if floor else 2.0)
+    tau2 = _fit_signal_variance(g.ravel(), c.ravel() ** 2, noise_var, s2, n_se=0.0 if floor else N_SE)
     if floor:
         tau2 = max(tau2, noise_var / max(float(np.median(g)) ** 2, 1e-300))
     gain = tau2 * g / (tau2 * g**2 + s2 * g + noise_var + 1e-300)
@@ -671,10 +672,11 @@ def _fit_signal_variance(g, c2, noise_var, s2, n_se=0.0):
     positive ``tau^2`` by chance, and a final solve should rather fall back to 0 (offsets only)."""
     t = c2 - noise_var - s2 * g
     tau2 = 0.0
-    w = 1.0 / (g**2 + s2 * g + noise_var + 1e-300) ** 2
+    # 1e-150 keeps the squared second moments finite in noise-free directions with g = 0
+    w = 1.0 / np.maximum(g**2 + s2 * g + noise_var, 1e-150) ** 2
     for _ in range(3):
         tau2 = max(float(np.sum(w * g**2 * t) / max(np.sum(w * g**4), 1e-300)), 0.0)
-        w = 1.0 / (tau2 * g**2 + s2 * g + noise_var + 1e-300) ** 2
+        w = 1.0 / np.maximum(tau2 * g**2 + s2 * g + noise_var, 1e-150) ** 2
     if n_se:
         den = max(float(np.sum(w * g**4)), 1e-300)
         se = math.sqrt(float(np.sum((w * g**2 * (t - tau2 * g**2)) ** 2))) / den
@@ -742,10 +744,11 @@ def residual_scale(obs: Observations, y: np.ndarray, model: Model, *, noise_mult
     return math.sqrt(max(total, 0.0) / len(y))
 
 
-def unfolding_columns(obs: Observations, m: int):
+def unfolding_columns(obs: Observations, m: int, others=None):
     """Column of every entry in the mode-``m`` unfolding (only the columns that hold an entry are
-    numbered) and the number of entries in each column: both public (functions of Omega)."""
-    others = [k for k in range(obs.order) if k != m]
+    numbered) and the number of entries in each column: both public (functions of Omega).
+    ``others``: the modes that index the columns (default: every mode but ``m``)."""
+    others = [k for k in range(obs.order) if k != m] if others is None else list(others)
     cols = np.ravel_multi_index(tuple(obs.X[:, k] for k in others), [obs.shape[k] for k in others])
     _, col_id, col_counts = np.unique(cols, return_inverse=True, return_counts=True)
     return col_id.ravel(), col_counts
@@ -761,7 +764,7 @@ def _first_per_group(group, k):
     return keep
 
 
-def unfolding_gram(obs: Observations, t: np.ndarray, m: int, clip, cap=None):
+def unfolding_gram(obs: Observations, t: np.ndarray, m: int, clip, cap=None, others=None):
     """``(M, Delta)``: the off-diagonal Gram ``Y Y^T`` of the mode-``m`` unfolding of the clipped
     values ``clip(t, -clip, clip)`` and the l2 sensitivity of its upper triangle.
 
@@ -769,10 +772,18 @@ def unfolding_gram(obs: Observations, t: np.ndarray, m: int, clip, cap=None):
     every column: the sensitivity grows with the fullest column, ``Delta = D clip sqrt(n_col - 1)``
     with ``D = min(1, 2 clip)`` (how far one value moves its clipped value) and ``n_col`` the
     largest number of kept entries in a column; the diagonal is zeroed (not released).
+
+    ``others`` (a subset of the other modes, those with a factor) indexes the columns by those
+    modes only, so several entries can share a cell (row, column): only the first of each cell
+    (index order, public) is kept, so every cell still holds one clipped value and the bound holds.
     """
-    col_id, col_counts = unfolding_columns(obs, m)
-    keep = _first_per_group(col_id, cap) if cap is not None else np.ones(len(t), dtype=bool)
+    col_id, col_counts = unfolding_columns(obs, m, others)
+    keep = np.ones(len(t), dtype=bool)
+    if others is not None and len(others) < obs.order - 1:
+        keep = _first_per_group(col_id * obs.shape[m] + obs.X[:, m], 1)
+        col_counts = np.bincount(col_id[keep], minlength=len(col_counts))
     if cap is not None:
+        keep &= _first_per_group(np.where(keep, col_id, -1), cap)
         col_counts = np.minimum(col_counts, cap)
     tc = np.clip(t[keep], -clip, clip)
     Y = sp.csr_array((tc, (obs.X[keep, m], col_id[keep])), shape=(obs.shape[m], len(col_counts)))
@@ -823,15 +834,15 @@ def spectral_start(obs: Observations, y: np.ndarray, model: Model, *, noise_mult
     gram_clip = clip if gram_clip is None else gram_clip
     bases, used = [None] * d, []
     for m in others:
-        if m in model.fixed:
-            bases[m] = np.zeros((obs.shape[m], r))
-            bases[m][:, 0] = 1.0 / math.sqrt(obs.shape[m])
+        if m in model.fixed:  # one public direction: padding it with zero columns would only add
+            bases[m] = np.full((obs.shape[m], 1), 1.0 / math.sqrt(obs.shape[m]))  # null directions
             continue
         cap = None
+        free_others = [k for k in model.free_modes() if k != m]  # fixed modes index no column
         if column_cap is not None:
-            counts = unfolding_columns(obs, m)[1]
+            counts = unfolding_columns(obs, m, free_others)[1]
             cap = max(2, math.ceil(column_cap * len(resid) / len(counts)))
-        M, sens = unfolding_gram(obs, resid, m, gram_clip, cap)
+        M, sens = unfolding_gram(obs, resid, m, gram_clip, cap, others=free_others)
         z_g = noise_multiplier if gram_noise_multiplier is None else gram_noise_multiplier
         if z_g > 0:  # one release of the strict upper triangle (the diagonal is 0, not released), mirrored
             iu = np.triu_indices(M.shape[0], 1)
@@ -851,7 +862,7 @@ def spectral_start(obs: Observations, y: np.ndarray, model: Model, *, noise_mult
         rhs = release_rows(rhs, counts > 0, D * bound, noise_multiplier, rng)
     used.append(D * bound)
     W = wiener_solve(gram, rhs, std**2, counts, s2, floor=True)
-    small_shape = (obs.shape[lead],) + (r,) * (d - 1)
+    small_shape = (obs.shape[lead],) + tuple(bases[k].shape[1] for k in others)
     cells = Observations(np.stack(np.unravel_index(np.arange(W.size), small_shape), axis=1), small_shape)
     small, best = None, np.inf
     for _ in range(N_RESTARTS):  # CP-ALS has local optima; on released values restarts are free

@@ -805,3 +805,62 @@ def test_factor_modes_and_offset_share_are_validated():
     z_a, z_b = ([leaf.noise_multiplier for leaf in c.event.leaves()] for c in (a, b))
     # leaves: offsets and residual scale, spectral Grams, right-hand sides
     assert z_a[0] < z_b[0] and z_a[1] > z_b[1] and z_a[2] > z_b[2]
+
+
+@pytest.mark.parametrize("cap", [None, 3])
+def test_spectral_gram_over_factor_modes_keeps_its_sensitivity(cap, rng):
+    """With a mode without a factor, the unfolding's columns are indexed by the modes with a factor
+    only, so several entries share a cell: the first of each cell is kept and Delta still holds
+    (brute force over every replacement by the range's ends)."""
+    from dptensor._completion_models import unfolding_gram
+
+    shape, clip = (5, 4, 3), 0.2
+    X = np.stack(np.unravel_index(rng.choice(60, 50, replace=False), shape), axis=1)  # cells repeat over mode 2
+    obs = Observations(X, shape)
+    y = rng.uniform(-0.5, 0.5, 50)
+    assert len(np.unique(X[:, :2], axis=0)) < 50
+
+    def released(values):
+        M, sens = unfolding_gram(obs, values, 0, clip, cap, others=[1])
+        return M[np.triu_indices(5, 1)], sens
+
+    base, bound = released(y)
+    worst = 0.0
+    for e in range(50):
+        for new in (-0.5, 0.5):
+            other, bound2 = released(np.where(np.arange(50) == e, new, y))
+            assert bound2 == bound
+            worst = max(worst, np.linalg.norm(other - base))
+    assert 0.3 * bound < worst <= bound * (1 + 1e-9)
+
+
+def test_statistics_path_with_factor_modes_recovers_the_interaction_without_noise():
+    """The DP-ALS path (spectral start over the modes with a factor, then sweeps) with the noise
+    switched off (epsilon=inf) learns the user x item interaction, not only the offsets."""
+    X, y, Xt, truth = _ratings_like(3, observed=0.5)
+    model = PrivateTensorCompletion(rank=2, perturbation="statistics", factor_modes=(0, 1), n_iter=4,
+                                    value_range=(-3, 3), random_state=0).fit(X, y)
+    assert all(np.all(np.isfinite(U)) for U in model.factors_)
+    offsets_only = model.intercept_ + sum(model.biases_[m][Xt[:, m]] for m in range(3))
+    assert rmse(model.predict(Xt), truth) < 0.6 * rmse(offsets_only, truth)
+    # and with (little) noise, through the private spectral start and sweeps
+    private = PrivateTensorCompletion(rank=2, factor_modes=(0, 1), n_iter=4, epsilon=200.0, offset_share=0.5,
+                                      value_range=(-3, 3), random_state=0).fit(X, y)
+    offsets_only = private.intercept_ + sum(private.biases_[m][Xt[:, m]] for m in range(3))
+    assert rmse(private.predict(Xt), truth) < 0.8 * rmse(offsets_only, truth)
+
+
+def test_spectral_start_with_a_fixed_mode_stays_on_the_scale_of_the_data(rng):
+    """A mode without a factor enters the projected step as one public constant direction: the
+    released start keeps that factor all ones and is on the data's scale."""
+    from dptensor._completion_models import init_model, offsets, row_offsets, spectral_start
+
+    X, y, _, _ = _ratings_like(4, observed=0.5)
+    ys = np.clip(y, -3, 3) / 6
+    obs = Observations(X, (60, 80, 6))
+    model = init_model(obs.shape, 3, "cp", rng, fixed=(2,))
+    model.intercept, model.biases = row_offsets(obs, ys, noise_multiplier=1.0, rng=rng)
+    spectral_start(obs, ys, model, noise_multiplier=1.0, rng=rng, clip=0.3, s2=0.01)
+    f = np.einsum("er,er->e", model.factors[0][X[:, 0]], model.factors[1][X[:, 1]])
+    assert np.array_equal(model.factors[2], np.ones((6, 3)))
+    assert np.all(np.isfinite(f)) and np.std(f) < 1.0  # the values span 1
