@@ -325,16 +325,15 @@ def row_offsets(obs: Observations, y: np.ndarray, *, shrink=1.0, noise_multiplie
     with multiplier ``noise_multiplier``. Rows with no entry sum to 0 whatever the data: no noise
     there (:func:`release_rows`).
     """
-    noise_std = float(noise_multiplier) * float(sensitivity)
-    noisy = noise_std > 0
+    z = np.broadcast_to(np.asarray(noise_multiplier, dtype=float), (obs.order + 1,))
+    noisy = bool(np.all(z > 0))
     n = max(len(y), 1)
     s2 = None
     if noisy:
         # Private values lie in [-1/2, 1/2] (sensitivity 1): the total and the clipped sum of
         # squares are one joint release, whose spread stands for the per-entry variance of the
         # empirical-Bayes shrinkage below (an upper bound: it still holds the row effects).
-        total, squares = gaussian_release(total_statistics(y), TOTAL_SENSITIVITY * sensitivity,
-                                          noise_multiplier, rng)
+        total, squares = gaussian_release(total_statistics(y), TOTAL_SENSITIVITY * sensitivity, z[0], rng)
         # Clamping (post-processing) can only bring the mean closer: it lies in [-1/2, 1/2].
         intercept = float(np.clip(total / n, -0.5, 0.5))
         s2 = float(np.clip(squares / n - intercept**2, 1e-4, 0.25))
@@ -345,8 +344,9 @@ def row_offsets(obs: Observations, y: np.ndarray, *, shrink=1.0, noise_multiplie
     for m in range(obs.order):
         sums = obs.scatter(m, resid)
         counts = obs.counts[m]
+        noise_std = float(z[m + 1]) * float(sensitivity)
         if noisy:
-            sums = release_rows(sums, counts > 0, sensitivity, noise_multiplier, rng)
+            sums = release_rows(sums, counts > 0, sensitivity, z[m + 1], rng)
         if noisy or empirical_bayes:
             # Values that carry their own noise: their spread is measured directly (post-processing).
             # With released (noisy) sums the per-entry variance is not identifiable (counts vary
@@ -367,6 +367,23 @@ def row_offsets(obs: Observations, y: np.ndarray, *, shrink=1.0, noise_multiplie
         biases.append(b)
         resid = resid - b[obs.X[:, m]]
     return float(intercept), biases
+
+
+def offset_multipliers(obs: Observations, mu2: float, n_global: int = 1) -> np.ndarray:
+    """Multipliers of the offsets' releases: the total, then one per mode, then ``n_global - 1``
+    more sums over all entries (the residual scale), with ``sum 1 / z_k^2 = mu2``.
+
+    Each release gets noise in proportion to its public sampling error: with ``c_k`` the median
+    number of entries in a row of release ``k`` (``|Omega|`` for sums over all entries),
+    ``z_k^2 = c_k S / mu2``, ``S = sum_k 1 / c_k``, so the noise on a typical row mean,
+    ``z_k / c_k``, is the same fraction of its sampling error ``s / sqrt(c_k)`` in every release:
+    sparse modes (items) get most of the budget, sums over all entries almost none. Counts are
+    functions of Omega: public.
+    """
+    n = float(max(obs.X.shape[0], 1))
+    typical = [n] + [float(np.median(c[c > 0])) if np.any(c > 0) else n for c in obs.counts] + [n] * (n_global - 1)
+    typical = np.asarray(typical)
+    return np.sqrt(typical * np.sum(1.0 / typical) / mu2)
 
 
 def eb_shrinkage(sums, counts, noise_var, s2=None, return_s2=False, n_se=2.0):

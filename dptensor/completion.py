@@ -44,7 +44,7 @@ from threadpoolctl import threadpool_limits
 
 from ._base import PrivateEstimatorMixin
 from ._completion_models import (Model, Observations, als, dp_als, gradient_descent, init_model, predict,
-                                 residual_scale, row_offsets, spectral_start)
+                                 offset_multipliers, residual_scale, row_offsets, spectral_start)
 from ._validation import check_positive_int, check_verbose
 from .accounting import ComposedEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent, calibrate, gdp_mu
 from .mechanisms import laplace_release
@@ -577,7 +577,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         model = init_model(shape, p["rank"], kind, rng, scale=0.1, offset_like=True, fixed=p["fixed"])
         z_off = plan.get("z_offsets", 0.0) if plan else 0.0
         if self.fit_intercept:
-            model.intercept, model.biases = row_offsets(obs, ys, shrink=1.0, noise_multiplier=z_off, rng=rng)
+            z_rel = offset_multipliers(obs, (obs.order + 1) / z_off**2) if z_off > 0 else 0.0
+            model.intercept, model.biases = row_offsets(obs, ys, shrink=1.0, noise_multiplier=z_rel, rng=rng)
         z = plan["z"] if (plan and pert == "gradient") else 0.0
         gradient_descent(obs, ys, model, learning_rate=p["lr"], n_iter=p["n_iter"], reg=p["reg"],
                          reg_core=p["reg_core"], clip_norm=p["clip"], noise_multiplier=z,
@@ -595,7 +596,9 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         z, z_o = plan["z"], plan["z_offsets"]
         model = init_model(obs.shape, p["rank"], "cp", rng, scale=0.1, fixed=p["fixed"])
         if self.fit_intercept:
-            model.intercept, model.biases = row_offsets(obs, ys, shrink=1.0, noise_multiplier=z_o, rng=rng)
+            z_rel = offset_multipliers(obs, (obs.order + 2) / z_o**2, n_global=2) if z_o > 0 else np.zeros(obs.order + 2)
+            model.intercept, model.biases = row_offsets(obs, ys, shrink=1.0, noise_multiplier=z_rel[:-1], rng=rng)
+            z_o = z_rel[-1]
         rms = residual_scale(obs, ys, model, noise_multiplier=z_o, rng=rng)
         clip = min(0.5, max(CLIP_RMS * rms, 1e-3))
         # The released residual scale (clipped) stands for the per-entry residual variance of the

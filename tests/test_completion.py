@@ -310,7 +310,9 @@ def test_gradient_noise_is_two_z_m_per_coordinate(monkeypatch):
         for shapes, sens, mult in steps:
             assert sens == pytest.approx(2 * 0.25) and mult == z
             assert [sh[0] for sh in shapes[:3]] == seen and len(shapes) == (3 if kind == "cp" else 4)
-        assert len(offsets) == 3 + 1 and all(m == z_off for _, _, m in offsets)
+        # the offsets' multipliers share mu_o^2 = 4 / z_off^2, in proportion to their public counts
+        assert len(offsets) == 3 + 1
+        assert sum(m**-2.0 for _, _, m in offsets) == pytest.approx(4 / z_off**2, rel=1e-12)
         # the total and the clipped sum of squares together, then one row sum per mode
         assert offsets[0][:2] == ((2,), TOTAL_SENSITIVITY) and all(s == 1.0 for _, s, _ in offsets[1:])
 
@@ -599,8 +601,12 @@ def test_statistics_mode_records_exact_target_and_release_count(monkeypatch):
     assert cost.event == ComposedEvent([GaussianEvent(z_o, 5), GaussianEvent(z_g, 2), GaussianEvent(z, 7)])
     assert cost.noise_multiplier == pytest.approx(z)
     # ... and what was released is exactly that: in order, the offsets (sensitivity 1 in scaled
-    # units) and the residual scale (bound^2 = 1/4) at z_o, two Grams at z_g, then 7 releases at z.
-    assert [m for _, m in calls] == pytest.approx([z_o] * 5 + [z_g] * 2 + [z] * 7)
+    # units) and the residual scale (bound^2 = 1/4), whose multipliers share mu_o^2 = 5 / z_o^2
+    # (in proportion to their public counts), two Grams at z_g, then 7 releases at z.
+    offsets_z = np.array([m for _, m in calls[:5]])
+    assert np.sum(offsets_z**-2.0) == pytest.approx(5 / z_o**2, rel=1e-12)
+    assert offsets_z[0] == pytest.approx(offsets_z[-1]) and offsets_z[0] > offsets_z[1:4].max()
+    assert [m for _, m in calls[5:]] == pytest.approx([z_g] * 2 + [z] * 7)
     assert [s for s, _ in calls[:5]] == [TOTAL_SENSITIVITY] + [1.0] * 3 + [0.25] and all(s > 0 for s, _ in calls[5:])
 
 
@@ -864,3 +870,20 @@ def test_spectral_start_with_a_fixed_mode_stays_on_the_scale_of_the_data(rng):
     f = np.einsum("er,er->e", model.factors[0][X[:, 0]], model.factors[1][X[:, 1]])
     assert np.array_equal(model.factors[2], np.ones((6, 3)))
     assert np.all(np.isfinite(f)) and np.std(f) < 1.0  # the values span 1
+
+
+def test_offsets_group_is_priced_as_its_releases(rng):
+    """The offsets' releases get different multipliers (public counts) with sum 1/z_k^2 =
+    n_o / z_o^2; the recorded GaussianEvent(z_o, n_o) prices exactly the same: Gaussian
+    mechanisms compose into one Gaussian mechanism of that mu, under every accounting."""
+    from dptensor._completion_models import offset_multipliers
+
+    X = np.stack([rng.integers(0, 50, 3000), rng.zipf(1.6, 3000) % 400, rng.integers(0, 20, 3000)], axis=1)
+    obs = Observations(X, (50, 400, 20))
+    z_o = 3.0
+    zs = offset_multipliers(obs, 5 / z_o**2, n_global=2)
+    assert len(zs) == 5 and np.sum(zs**-2.0) == pytest.approx(5 / z_o**2, rel=1e-12)
+    assert zs[2] == zs[1:4].min()  # the sparsest mode gets the least noise
+    for delta in (1e-5, 1e-8):
+        listed = epsilon_of(ComposedEvent([GaussianEvent(float(z), 1) for z in zs]), delta)
+        assert listed == pytest.approx(epsilon_of(GaussianEvent(z_o, 5), delta), rel=1e-9)
