@@ -357,28 +357,6 @@ def _blocked(fn, n, width, out_cols):
     return out
 
 
-def _core_rows_t_dot(R, w):
-    """``sum_e w[e] (R_1[e] (x) ... (x) R_d[e])`` as a core-shaped array, in bounded memory."""
-    width = int(np.prod([r.shape[1] for r in R]))
-    step = max(1, _CHUNK // width)
-    total = np.zeros(width)
-    for start in range(0, len(w), step):
-        s = slice(start, start + step)
-        total += w[s] @ _khatri_rao_rows([r[s] for r in R])
-    return total.reshape([r.shape[1] for r in R])
-
-
-def _core_gram(R):
-    """``sum_e kr_e kr_e^T`` with ``kr_e`` the Kronecker product of the rows: (rank^d, rank^d)."""
-    width = int(np.prod([r.shape[1] for r in R]))
-    step = max(1, _CHUNK // width)
-    gram = np.zeros((width, width))
-    for start in range(0, R[0].shape[0], step):
-        kr = _khatri_rao_rows([r[start:start + step] for r in R])
-        gram += kr.T @ kr
-    return gram
-
-
 def offsets(model: Model, X: np.ndarray) -> np.ndarray:
     out = np.full(X.shape[0], float(model.intercept))
     for m, b in enumerate(model.biases):
@@ -525,29 +503,35 @@ def _offsets_sorted(model: Model, layout: ModeLayout, skip=None) -> np.ndarray:
     return out
 
 
-def _solve_core(model: Model, S, s, reg_core):
-    """Solve the core's ridge regression from per-mode-0-row statistics.
+def _core_normal_equations(model: Model, L: ModeLayout, base):
+    """The core's normal equations ``(sum_e kr_e kr_e^T, sum_e kr_e base_e)`` over the entries in
+    ``L``'s order (``L`` sorts by mode 0), and the Kronecker rows ``q_e`` of the other modes.
 
-    The core's design for entry ``e`` is ``U_0[e_0] (x) q_e`` with ``q_e`` the Kronecker product of
-    the other rows. Grouping the entries by their mode-0 row ``i``, the normal equations are
-    ``sum_i kron(u_i u_i^T, S_i)`` and ``sum_i kron(u_i, s_i)`` with the per-row ``S_i = sum q q^T``
-    and ``s_i = sum q t``: one ``normal_equations`` over ``rank^(d-1)`` columns instead of a
-    ``rank^d``-wide Khatri-Rao product over all entries.
+    The core's design for entry ``e`` is ``kr_e = U_0[e_0] (x) q_e``. Grouping the entries by their
+    mode-0 row ``i``, the normal equations are ``sum_i kron(u_i u_i^T, S_i)`` and ``sum_i kron(u_i,
+    s_i)`` with the per-row ``S_i = sum q q^T`` and ``s_i = sum q base``: one ``normal_equations``
+    over ``rank^(d-1)`` columns instead of a ``rank^d``-wide Khatri-Rao product over all entries.
     """
-    r, width = model.rank, S.shape[1]
+    Qt = _khatri_rao_cols([np.take(np.ascontiguousarray(model.factors[k].T), L.index[k], axis=1)
+                           for k in range(1, len(model.factors))])
+    S, s = L.normal_equations(Qt, base)
     U0 = model.factors[0]
-    gram = np.einsum("ia,ib,ipq->apbq", U0, U0, S).reshape(r * width, r * width)
-    rhs = np.einsum("ia,ip->ap", U0, s).ravel()
+    size = U0.shape[1] * Qt.shape[0]
+    gram = np.einsum("ia,ib,ipq->apbq", U0, U0, S).reshape(size, size)
+    return gram, np.einsum("ia,ip->ap", U0, s).ravel(), Qt
+
+
+def _set_core(model: Model, gram, rhs, reg_core):
+    """The core's ridge solution from its normal equations (``gram`` is modified)."""
     gram[np.diag_indices_from(gram)] += reg_core + 1e-12
     model.core = np.linalg.solve(gram, rhs).reshape(model.core.shape)
 
 
 def _tucker_core_step(model: Model, L: ModeLayout, y_sorted, reg_core):
-    """Solve the core (:func:`_solve_core`); return the sum of squared residuals after it."""
-    Qt = _khatri_rao_cols([np.take(np.ascontiguousarray(model.factors[k].T), L.index[k], axis=1)
-                           for k in range(1, len(model.factors))])
+    """Solve the core's ridge regression; return the sum of squared residuals after it."""
     base = y_sorted - _offsets_sorted(model, L)
-    _solve_core(model, *L.normal_equations(Qt, base), reg_core)
+    gram, rhs, Qt = _core_normal_equations(model, L, base)
+    _set_core(model, gram, rhs, reg_core)
     M = model.factors[0] @ _unfold(model.core, 0)  # (n_0, rank^(d-1)): each row's map from q_e to f
     resid = base - np.einsum("pe,pe->e", np.take(np.ascontiguousarray(M.T), L.index[0], axis=1), Qt)
     return float(resid @ resid)
@@ -628,36 +612,83 @@ def _project(T, mats):
     return T
 
 
-def _grid_core_step(model: Model, grid: DenseGrid, Yg, reg_core):
-    """:func:`_tucker_core_step` on the dense layout, summing over mode 0 first.
+def _grid_core_normal_equations(model: Model, grid: DenseGrid, base, col_offset=None, row_offset=None):
+    """The core's normal equations on the dense layout: ``sum_e kr_e kr_e^T`` and ``sum_e kr_e t_e``
+    over the observed cells, ``kr_e`` the Kronecker product of the entry's rows and ``t_e =
+    base[e] - col_offset[c] - row_offset[i]`` (mode-0 unfolding, as :meth:`DenseGrid.normal_equations`).
 
-    One product of the grid with the pair products ``u_i u_i^T`` of mode 0's rows (and ``u_i``)
-    gives every column's ``T_c = sum_i mask[i, c] u_i u_i^T`` and ``r_c = sum_i u_i t_ic``; the
-    core's Gram ``sum_c T_c (x) q_c q_c^T`` and right-hand side ``sum_c r_c (x) q_c`` (``q_c`` the
-    Kronecker product of the other rows) are then products with one mode's factor at a time
-    (:func:`_project`): ``O(prod(shape) rank^2)`` flops, no Kronecker product formed.
+    Sums over mode 0 first: one product of the grid with the pair products ``u_i u_i^T`` of mode
+    0's rows (and ``u_i``) gives every column's ``T_c = sum_i mask[i, c] u_i u_i^T`` and ``r_c =
+    sum_i u_i t_ic``; the Gram ``sum_c T_c (x) q_c q_c^T`` and right-hand side ``sum_c r_c (x) q_c``
+    (``q_c`` the Kronecker product of the other rows) are then products with one mode's factor at a
+    time (:func:`_project`): ``O(prod(shape) rank^2)`` flops, no Kronecker product formed.
     """
     d, r = len(model.factors), model.rank
     U0, others = model.factors[0], model.factors[1:]
-    b = _row_bias(model, 0)
     n0, ns = len(U0), [len(U) for U in others]
     ia, ib, where = _pair_index(r)
-    W = [U0[:, ia] * U0[:, ib], U0] + ([U0 * b[:, None]] if b is not None else [])
+    W = [U0[:, ia] * U0[:, ib], U0] + ([U0 * row_offset[:, None]] if row_offset is not None else [])
     MW = np.vstack([x.T for x in W]) @ grid.mask.reshape(n0, -1)  # (pairs + r (+ r), n_cols)
     n_up = len(ia)
-    R = U0.T @ Yg.reshape(n0, -1) - MW[n_up:n_up + r] * _grid_offsets(model, 0)
-    if b is not None:
+    R = U0.T @ base.reshape(n0, -1)
+    if col_offset is not None:
+        R -= MW[n_up:n_up + r] * col_offset
+    if row_offset is not None:
         R -= MW[n_up + r:]
     outer = [(U[:, :, None] * U[:, None, :]).reshape(len(U), r * r) for U in others]
     G = _project(MW[:n_up].reshape(n_up, *ns), outer).reshape((n_up,) + (r, r) * (d - 1))
     # G[pair(a, b), p_1, q_1, ..., p_L, q_L] -> gram[(a, p_1..p_L), (b, q_1..q_L)]
-    G = G[where]
     perm = [0] + [2 + 2 * k for k in range(d - 1)] + [1] + [3 + 2 * k for k in range(d - 1)]
-    gram = G.transpose(perm).reshape(r**d, r**d)
-    rhs = _project(R.reshape(r, *ns), others).ravel()
-    gram[np.diag_indices_from(gram)] += reg_core + 1e-12
-    model.core = np.linalg.solve(gram, rhs).reshape(model.core.shape)
+    gram = G[where].transpose(perm).reshape(r**d, r**d)
+    return gram, _project(R.reshape(r, *ns), others).ravel()
+
+
+def _grid_core_step(model: Model, grid: DenseGrid, Yg, reg_core):
+    """:func:`_tucker_core_step` on the dense layout (:func:`_grid_core_normal_equations`)."""
+    _set_core(model, *_grid_core_normal_equations(model, grid, Yg, _grid_offsets(model, 0), _row_bias(model, 0)),
+              reg_core)
     return _grid_ssr(grid, Yg, model, grid_design(model, 0))
+
+
+def _grid_gradient_statistics(model: Model, grid: DenseGrid, Yg, counts, clip_norm):
+    """:func:`clipped_gradient` and the per-row sums of :func:`gradient_descent` on the dense layout.
+
+    Returns ``(grams, sums, core_gram, ssr)``: every mode's Gauss-Newton matrices and summed
+    clipped gradients (negated), the core's (Tucker), and the residuals' sum of squares. Each
+    entry's squared design norm is a sum over modes of a function of the other modes' indices
+    (plus, for Tucker, a product over modes), so it is formed on the grid by broadcasting.
+    """
+    d = len(model.factors)
+    designs = [grid_design(model, m) for m in range(d)]
+    U0 = model.factors[0]
+    b = _row_bias(model, 0)
+    A = np.hstack([U0, np.ones((len(U0), 1)), (b if b is not None else np.zeros(len(U0)))[:, None]])
+    B = np.hstack([designs[0], _grid_offsets(model, 0)[:, None], np.ones((len(designs[0]), 1))])
+    resid = Yg - (A @ B.T).reshape(grid.shape)
+    resid *= grid.mask
+    ssr = float(np.vdot(resid, resid))
+    weights = resid
+    if clip_norm is not None and np.isfinite(clip_norm):
+        sq = np.zeros(grid.shape)
+        for m, Z in enumerate(designs):
+            sq += np.expand_dims(np.einsum("cr,cr->c", Z, Z).reshape(grid.shape[:m] + grid.shape[m + 1:]), m)
+        if model.core is not None:
+            rows = np.ones(grid.shape)
+            for m, U in enumerate(model.factors):
+                rows = rows * np.einsum("ir,ir->i", U, U).reshape([-1 if k == m else 1 for k in range(d)])
+            sq += rows
+        norm = np.abs(resid) * np.sqrt(sq)
+        weights = resid * np.minimum(1.0, clip_norm / np.maximum(norm, 1e-300))
+    grams, sums = [], []
+    for m, Z in enumerate(designs):
+        gram, rhs = grid.normal_equations(m, Z, weights, counts[m])
+        grams.append(gram)
+        sums.append(rhs)
+    core_gram = None
+    if model.core is not None:
+        core_gram, core_sum = _grid_core_normal_equations(model, grid, weights)
+        sums.append(core_sum.reshape(model.core.shape))
+    return grams, sums, core_gram, ssr
 
 
 def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter, tol=1e-10,
@@ -771,23 +802,33 @@ def gradient_descent(obs: Observations, y: np.ndarray, model: Model, *, learning
     noisy = noise_multiplier > 0
     if noisy and clip_norm is None:
         raise ValueError("noise_multiplier > 0 needs clip_norm: it sets the sensitivity")
+    grid = obs.grid(model)
+    if grid is not None:
+        Yg = grid.scatter(y)
     for step in range(n_iter):
-        base = y - offsets(model, X)
-        design = interaction_design(model, X)
-        resid = base - np.einsum("er,er->e", design[0][0], design[1][0])
+        if grid is None:
+            base = y - offsets(model, X)
+            design = interaction_design(model, X)
+            resid = base - np.einsum("er,er->e", design[0][0], design[1][0])
+            ssr = float(resid @ resid)
+            w, K, R = clipped_gradient(model, X, resid, clip_norm, design=design)
+            # The per-row gradient sums and Gauss-Newton matrices in one pass over the entries sorted
+            # by mode m (as in ALS): rhs = sum_e K_m[e] w_e = -gradient; then the core's.
+            grams, sums = [], []
+            for m in range(d):
+                L = obs.layout(m)
+                gram, rhs = L.normal_equations(mode_design(model, L, m), w[L.perm])
+                grams.append(gram)
+                sums.append(rhs)
+            if model.core is not None:
+                L = obs.layout(0)
+                core_gram, core_sum, _ = _core_normal_equations(model, L, w[L.perm])
+                sums.append(core_sum.reshape(model.core.shape))
+        else:
+            grams, sums, core_gram, ssr = _grid_gradient_statistics(model, grid, Yg, obs.counts, clip_norm)
+        rmse = math.sqrt(ssr / len(y))
         if history is not None:
-            history.append(float(np.sqrt(np.mean(resid**2))))
-        w, K, R = clipped_gradient(model, X, resid, clip_norm, design=design)
-        # The per-row gradient sums and Gauss-Newton matrices in one pass over the entries sorted
-        # by mode m (as in ALS): rhs = sum_e K_m[e] w_e = -gradient; then the core's.
-        grams, sums = [], []
-        for m in range(d):
-            L = obs.layout(m)
-            gram, rhs = L.normal_equations(mode_design(model, L, m), w[L.perm])
-            grams.append(gram)
-            sums.append(rhs)
-        if model.core is not None:
-            sums.append(_core_rows_t_dot(R, w))
+            history.append(rmse)
         if noisy:  # one release of every sum of the step (the rows that hold an entry, and the core)
             seen = [obs.counts[m] > 0 for m in range(d)]
             released = joint_gaussian_release([sums[m][seen[m]] for m in range(d)] + sums[d:],
@@ -804,28 +845,31 @@ def gradient_descent(obs: Observations, y: np.ndarray, model: Model, *, learning
             new.append(U - learning_rate * np.linalg.solve(gram, grad[:, :, None])[:, :, 0])
         if model.core is not None:
             grad = -sums[d] + reg_core * model.core
-            gram = _core_gram(R)
+            gram = core_gram
             gram[np.diag_indices_from(gram)] += reg_core + damping + 1e-12
             core_step = np.linalg.solve(gram, grad.ravel()).reshape(grad.shape)
             model.core = model.core - learning_rate * core_step
         model.factors = new
         if callback is not None:
             # The training loss is passed on only when it is recorded (non-private fits).
-            callback(step, float(np.sqrt(np.mean(resid**2))) if history is not None else None)
+            callback(step, rmse if history is not None else None)
     if history is not None:
         history.append(float(np.sqrt(np.mean((y - predict(model, X))**2))))
     return model
 
 
 # ----------------------------------------------------------------------------- DP-ALS
-def clip_designs(Kt, quantile):
+def clip_designs(Kt, quantile, counts=None):
     """Scale every entry's design ``Kt[:, e]`` to l2 norm at most ``C``, the ``quantile`` of the norms.
 
     The designs depend only on Omega and released factors, so ``C`` is public; returns
     ``(clipped Kt, C)``. ``C`` bounds how far one value moves the right-hand side of its row.
+    With ``counts`` the columns of ``Kt`` are the columns of an unfolding (:class:`DenseGrid`),
+    each the design of ``counts[c]`` entries: ``C`` is the same quantile over the entries.
     """
     norms = np.sqrt(np.einsum("re,re->e", Kt, Kt))
-    bound = float(np.quantile(norms, quantile)) if quantile < 1 else float(norms.max())
+    per_entry = norms if counts is None else np.repeat(norms, counts)
+    bound = float(np.quantile(per_entry, quantile)) if quantile < 1 else float(per_entry.max())
     bound = max(bound, 1e-12)
     return Kt * np.minimum(1.0, bound / np.maximum(norms, 1e-300)), bound
 
@@ -907,19 +951,29 @@ def dp_als(obs: Observations, y: np.ndarray, model: Model, *, n_iter, noise_mult
     """
     if model.core is not None:
         raise ValueError("dp_als fits CP models")
-    layouts = [obs.layout(m) for m in range(obs.order)]
+    d = obs.order
+    grid = obs.grid(model)
+    if grid is None:
+        layouts = [obs.layout(m) for m in range(d)]
+    else:  # the clipped residuals on the grid (the offsets stay fixed): the same per-entry values
+        base_grid = grid.scatter(np.clip(y - offsets(model, obs.X), -clip, clip))
     for sweep in range(n_iter):
-        for m, L in enumerate(layouts):
+        for m in range(d):
             _balance(model, m)
-            Kt, bound = clip_designs(mode_design(model, L, m), design_quantile)
-            base = np.clip(y[L.perm] - _offsets_sorted(model, L), -clip, clip)
-            gram, rhs = L.normal_equations(Kt, base)
+            if grid is None:
+                L = layouts[m]
+                Kt, bound = clip_designs(mode_design(model, L, m), design_quantile)
+                base = np.clip(y[L.perm] - _offsets_sorted(model, L), -clip, clip)
+                gram, rhs = L.normal_equations(Kt, base)
+            else:
+                Kt, bound = clip_designs(grid_design(model, m).T, design_quantile, grid.column_counts(m))
+                gram, rhs = grid.normal_equations(m, Kt.T, base_grid, obs.counts[m])
             sens = bound * min(1.0, 2.0 * clip)
             std = noise_multiplier * sens
             if std > 0:
-                rhs = release_rows(rhs, L.counts > 0, sens, noise_multiplier, rng)
-            last = sweep == n_iter - 1 and m == len(layouts) - 1
-            model.factors[m] = wiener_solve(gram, rhs, std**2, L.counts, s2, floor=not last)
+                rhs = release_rows(rhs, obs.counts[m] > 0, sens, noise_multiplier, rng)
+            last = sweep == n_iter - 1 and m == d - 1
+            model.factors[m] = wiener_solve(gram, rhs, std**2, obs.counts[m], s2, floor=not last)
         if callback is not None:
             callback(sweep)
     return model
@@ -983,6 +1037,11 @@ def projected_statistics(obs: Observations, t: np.ndarray, bases, design_quantil
     """Mode-0 normal equations on the designs ``kron(V_1[e_1], ..., V_{d-1}[e_{d-1}])`` (the
     released bases ``bases[1:]``), clipped to their public bound ``C``: ``(grams, rhs, C)``.
     One value of ``t`` moves one row's right-hand side by at most its change times ``C``."""
+    grid = obs.grid()
+    if grid is not None:
+        Kt, bound = clip_designs(_grid_rows(bases[1:], kron=True).T, design_quantile, grid.column_counts(0))
+        gram, rhs = grid.normal_equations(0, Kt.T, grid.scatter(t), obs.counts[0])
+        return gram, rhs, bound
     L = obs.layout(0)
     Kt = _khatri_rao_rows([np.take(bases[k], L.index[k], axis=0) for k in range(1, obs.order)]).T
     Kt, bound = clip_designs(np.ascontiguousarray(Kt), design_quantile)

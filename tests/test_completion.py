@@ -126,8 +126,7 @@ def _summed_gradient(model, obs, y, clip):
     w, K, R = clipped_gradient(model, obs.X, resid, clip)
     grads = [-obs.scatter(m, K[m] * w[:, None]) for m in range(obs.order)]
     if model.core is not None:
-        from dptensor._completion_models import _core_rows_t_dot
-        grads.append(-_core_rows_t_dot(R, w))
+        grads.append(-np.einsum("e,ea,eb,ec->abc", w, *R))
     return grads
 
 
