@@ -31,6 +31,7 @@ descent, offsets) are in :mod:`dptensor._completion_models`.
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import warnings
@@ -39,7 +40,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.validation import check_is_fitted, validate_data
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from ._base import PrivateEstimatorMixin
 from ._completion_models import (Model, Observations, als, dp_als, gradient_descent, init_model, predict,
@@ -431,7 +432,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
 
         # Every product here is skinny (entries x rank) or tiny (rank x rank per row): threaded BLAS
         # only adds synchronisation to them (measured several times slower on a busy machine).
-        with threadpool_limits(limits=1, user_api="blas"):
+        with _blas_controller().limit(limits=1, user_api="blas"):
             model = self._fit_scaled(obs, ys, p, plan, rng, history, private, scale)
 
         # Back to the caller's units: f scales by ``scale`` (spread over the factors for CP).
@@ -657,6 +658,12 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         # score is a bounded negative squared error (see score), not R^2: its "good" is not > 0.5.
         tags.regressor_tags.poor_score = True
         return tags
+
+
+@functools.lru_cache(maxsize=1)
+def _blas_controller():
+    """One controller of the BLAS thread pools, found once (finding them costs about 1 ms a fit)."""
+    return ThreadpoolController()
 
 
 def _positive(value, name, default):
