@@ -1,11 +1,18 @@
 """CP and Tucker models on observed entries only: evaluation, ALS, (DP) gradient descent, offsets.
 
-Plain functions on arrays, usable without scikit-learn. Every pass touches the observed entries
-only: the entries are kept sorted by each mode (:class:`ModeLayout`), the rows of each factor that
-an entry uses are gathered into contiguous ``(rank, n_obs)`` arrays, and the sums over the entries
-of each row are one ``np.add.reduceat`` per pass. One epoch costs ``O(|Omega| rank^2 order)`` for
-CP and ``O(|Omega| rank^(2 order - 2) order)`` for Tucker; memory is ``O(|Omega| rank^2 +
-sum(shape) rank)`` (CP) and no dense ``n1 x n2 x ...`` array is ever formed.
+Plain functions on arrays, usable without scikit-learn. Every per-row sum runs over the observed
+entries in one of two layouts, chosen from public quantities (:meth:`Observations.grid`), which
+give the same sums to rounding:
+
+* sparse (:class:`ModeLayout`): the entries are kept sorted by each mode, the rows of each factor
+  that an entry uses are gathered into contiguous ``(rank, n_obs)`` arrays, and the sums over the
+  entries of each row are one ``np.add.reduceat`` per pass. One epoch costs ``O(|Omega| rank^2
+  order)`` for CP and ``O(|Omega| rank^(2 order - 2) order)`` for Tucker; memory is ``O(|Omega|
+  rank^2 + sum(shape) rank)`` (CP) and no dense ``n1 x n2 x ...`` array is formed.
+* dense (:class:`DenseGrid`), for tensors observed densely enough: the mask and the values on the
+  full grid, every per-row sum a BLAS product of a grid array with a matrix indexed by the columns
+  of the unfolding (an entry's design depends only on its column). One epoch costs
+  ``O(prod(shape) rank^2 order)`` at BLAS speed; a few ``prod(shape)`` arrays are held.
 
 Model, on values already centred and scaled by the caller::
 
