@@ -518,20 +518,21 @@ def _offsets_sorted(model: Model, layout: ModeLayout, skip=None) -> np.ndarray:
 
 def _core_normal_equations(model: Model, L: ModeLayout, base):
     """The core's normal equations ``(sum_e kr_e kr_e^T, sum_e kr_e base_e)`` over the entries in
-    ``L``'s order (``L`` sorts by mode 0), and the Kronecker rows ``q_e`` of the other modes.
+    ``L``'s order, ``kr_e`` the Kronecker product of the entry's rows (the core's design).
 
-    The core's design for entry ``e`` is ``kr_e = U_0[e_0] (x) q_e``. Grouping the entries by their
-    mode-0 row ``i``, the normal equations are ``sum_i kron(u_i u_i^T, S_i)`` and ``sum_i kron(u_i,
-    s_i)`` with the per-row ``S_i = sum q q^T`` and ``s_i = sum q base``: one ``normal_equations``
-    over ``rank^(d-1)`` columns instead of a ``rank^d``-wide Khatri-Rao product over all entries.
+    In blocks of entries, each block's ``(rank^d, block)`` Kronecker rows built along the entries
+    and multiplied by themselves in one BLAS product (measured faster than grouping the entries
+    by their mode-0 row and summing ``rank^(d-1)``-wide products per row).
     """
-    Qt = _khatri_rao_cols([np.take(np.ascontiguousarray(model.factors[k].T), L.index[k], axis=1)
-                           for k in range(1, len(model.factors))])
-    S, s = L.normal_equations(Qt, base)
-    U0 = model.factors[0]
-    size = U0.shape[1] * Qt.shape[0]
-    gram = np.einsum("ia,ib,ipq->apbq", U0, U0, S).reshape(size, size)
-    return gram, np.einsum("ia,ip->ap", U0, s).ravel(), Qt
+    Rt = [np.take(np.ascontiguousarray(U.T), L.index[k], axis=1) for k, U in enumerate(model.factors)]
+    width = model.rank ** len(Rt)
+    gram, rhs = np.zeros((width, width)), np.zeros(width)
+    step = max(1, _CHUNK // width)
+    for start in range(0, len(base), step):
+        kr = _khatri_rao_cols([R[:, start:start + step] for R in Rt])
+        gram += kr @ kr.T
+        rhs += kr @ base[start:start + step]
+    return gram, rhs
 
 
 def _set_core(model: Model, gram, rhs, reg_core):
@@ -543,10 +544,9 @@ def _set_core(model: Model, gram, rhs, reg_core):
 def _tucker_core_step(model: Model, L: ModeLayout, y_sorted, reg_core):
     """Solve the core's ridge regression; return the sum of squared residuals after it."""
     base = y_sorted - _offsets_sorted(model, L)
-    gram, rhs, Qt = _core_normal_equations(model, L, base)
-    _set_core(model, gram, rhs, reg_core)
-    M = model.factors[0] @ _unfold(model.core, 0)  # (n_0, rank^(d-1)): each row's map from q_e to f
-    resid = base - np.einsum("pe,pe->e", np.take(np.ascontiguousarray(M.T), L.index[0], axis=1), Qt)
+    _set_core(model, *_core_normal_equations(model, L, base), reg_core)
+    rows = np.take(np.ascontiguousarray(model.factors[0].T), L.index[0], axis=1)
+    resid = base - np.einsum("re,re->e", rows, mode_design(model, L, 0))
     return float(resid @ resid)
 
 
@@ -843,7 +843,7 @@ def gradient_descent(obs: Observations, y: np.ndarray, model: Model, *, learning
                 sums.append(rhs)
             if model.core is not None:
                 L = obs.layout(0)
-                core_gram, core_sum, _ = _core_normal_equations(model, L, w[L.perm])
+                core_gram, core_sum = _core_normal_equations(model, L, w[L.perm])
                 sums.append(core_sum.reshape(model.core.shape))
         else:
             grams, sums, core_gram, ssr = _grid_gradient_statistics(model, grid, Yg, obs.counts, clip_norm)
