@@ -161,12 +161,21 @@ class ModeLayout:
         return _assemble(sums[:, :n_pairs], sums[:, n_pairs:n_pairs + r], self.counts, bias_sums)
 
 
+@functools.lru_cache(maxsize=16)
+def _pair_index(k):
+    """Upper-triangle pairs ``(ia, ib)`` of ``k`` columns and the ``(k, k)`` map from a pair to its position."""
+    ia, ib = np.triu_indices(k)
+    where = np.empty((k, k), dtype=np.intp)
+    where[ia, ib] = where[ib, ia] = np.arange(len(ia))
+    return ia, ib, where
+
+
 def _assemble(pair_sums, rhs_sums, counts, bias_sums=None):
     """Per-row Grams and right-hand sides from the sums of the upper-triangle products
     ``pair_sums`` (rows, r (r + 1) / 2) and of ``z_e base_e`` (rows, r); with ``bias_sums =
     (sum z_e, sum base_e)`` a trailing unknown with a constant 1 in every design (the row's bias)."""
     n_rows, r = rhs_sums.shape
-    ia, ib = np.triu_indices(r)
+    ia, ib, _ = _pair_index(r)
     p = r + 1 if bias_sums is not None else r
     gram = np.zeros((n_rows, p, p))
     gram[:, ia, ib] = pair_sums
@@ -614,15 +623,6 @@ def _grid_ssr(grid: DenseGrid, Yg, model: Model, design0):
         E -= Y[rows]
         ssr += float(np.vdot(E, E))
     return ssr
-
-
-@functools.lru_cache(maxsize=16)
-def _pair_index(k):
-    """Upper-triangle pairs ``(ia, ib)`` of ``k`` columns and the ``(k, k)`` map from a pair to its position."""
-    ia, ib = np.triu_indices(k)
-    where = np.empty((k, k), dtype=np.intp)
-    where[ia, ib] = where[ib, ia] = np.arange(len(ia))
-    return ia, ib, where
 
 
 def _project(T, mats):
