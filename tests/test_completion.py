@@ -738,7 +738,8 @@ def test_dense_normal_equations_match_per_row_sums(bias, rng):
     for m in range(3):
         others = [k for k in range(3) if k != m]
         n_cols = math.prod(shape[k] for k in others)
-        Z, col_off, row_off = rng.standard_normal((n_cols, 3)), rng.standard_normal(n_cols), rng.standard_normal(shape[m])
+        Z, col_off = rng.standard_normal((n_cols, 3)), rng.standard_normal(n_cols)
+        row_off = rng.standard_normal(shape[m])
         col = np.ravel_multi_index(tuple(X[:, k] for k in others), [shape[k] for k in others])
         counts = np.bincount(X[:, m], minlength=shape[m]).astype(float)
         gram, rhs = grid.normal_equations(m, Z, grid.scatter(y), counts, col_off, row_off, bias=bias)
