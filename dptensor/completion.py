@@ -31,6 +31,7 @@ descent, offsets) are in :mod:`dptensor._completion_models`.
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import operator
@@ -40,7 +41,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.validation import check_is_fitted, validate_data
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from ._base import PrivateEstimatorMixin
 from ._completion_models import (Model, Observations, als, dp_als, gradient_descent, init_model, predict,
@@ -149,11 +150,12 @@ def check_indices(X, shape=None, name="X"):
     if np.issubdtype(X.dtype, np.floating):
         if not np.all(np.isfinite(X)) or np.any(X != np.round(X)):
             raise ValueError(f"{name} must hold integer indices; got non-integer or non-finite values")
-    X = X.astype(np.int64)
+    X = X.astype(np.int64, copy=False)
     if np.any(X < 0):
         raise ValueError(f"Negative values in data: {name} has negative indices; indices must be >= 0")
     if shape is None:
-        shape = tuple(int(v) + 1 for v in X.max(axis=0))
+        # column by column: a reduction over axis 0 of an (n, order) array is several times slower
+        shape = tuple(int(X[:, m].max()) + 1 for m in range(X.shape[1]))
     else:
         shape = tuple(check_positive_int(n, "shape") for n in shape)
         if len(shape) != X.shape[1]:
@@ -472,7 +474,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
 
         # Every product here is skinny (entries x rank) or tiny (rank x rank per row): threaded BLAS
         # only adds synchronisation to them (measured several times slower on a busy machine).
-        with threadpool_limits(limits=1, user_api="blas"):
+        with _blas_controller().limit(limits=1, user_api="blas"):
             model = self._fit_scaled(obs, ys, p, plan, rng, history, private, scale)
 
         # Back to the caller's units: f scales by ``scale`` (spread over the factors for CP).
@@ -703,6 +705,12 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         # score is a bounded negative squared error (see score), not R^2: its "good" is not > 0.5.
         tags.regressor_tags.poor_score = True
         return tags
+
+
+@functools.lru_cache(maxsize=1)
+def _blas_controller():
+    """One controller of the BLAS thread pools, found once (finding them costs about 1 ms a fit)."""
+    return ThreadpoolController()
 
 
 def _positive(value, name, default):

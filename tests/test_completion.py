@@ -127,8 +127,7 @@ def _summed_gradient(model, obs, y, clip):
     w, K, R = clipped_gradient(model, obs.X, resid, clip)
     grads = [-obs.scatter(m, K[m] * w[:, None]) for m in range(obs.order)]
     if model.core is not None:
-        from dptensor._completion_models import _core_rows_t_dot
-        grads.append(-_core_rows_t_dot(R, w))
+        grads.append(-np.einsum("e,ea,eb,ec->abc", w, *R))
     return grads
 
 
@@ -887,3 +886,110 @@ def test_offsets_group_is_priced_as_its_releases(rng):
     for delta in (1e-5, 1e-8):
         listed = epsilon_of(ComposedEvent([GaussianEvent(float(z), 1) for z in zs]), delta)
         assert listed == pytest.approx(epsilon_of(GaussianEvent(z_o, 5), delta), rel=1e-9)
+
+
+# ----------------------------------------------------------------------------- dense layout
+def _sample(rng, shape, share):
+    cells = math.prod(shape)
+    X = np.stack(np.unravel_index(rng.choice(cells, int(share * cells), replace=False), shape), axis=1)
+    return X, rng.uniform(-0.5, 0.5, len(X))
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_dense_normal_equations_match_per_row_sums(bias, rng):
+    """The grid's normal equations (designs indexed by unfolding column, offsets per column and
+    per row) equal the per-row sums computed entry by entry."""
+    from dptensor._completion_models import DenseGrid
+
+    shape = (6, 5, 4)
+    X, y = _sample(rng, shape, 0.4)
+    grid = DenseGrid(X, shape)
+    for m in range(3):
+        others = [k for k in range(3) if k != m]
+        n_cols = math.prod(shape[k] for k in others)
+        Z, col_off = rng.standard_normal((n_cols, 3)), rng.standard_normal(n_cols)
+        row_off = rng.standard_normal(shape[m])
+        col = np.ravel_multi_index(tuple(X[:, k] for k in others), [shape[k] for k in others])
+        counts = np.bincount(X[:, m], minlength=shape[m]).astype(float)
+        gram, rhs = grid.normal_equations(m, Z, grid.scatter(y), counts, col_off, row_off, bias=bias)
+        design = np.hstack([Z[col], np.ones((len(y), 1))]) if bias else Z[col]
+        base = y - col_off[col] - row_off[X[:, m]]
+        for i in range(shape[m]):
+            rows = X[:, m] == i
+            np.testing.assert_allclose(gram[i], design[rows].T @ design[rows], atol=1e-12)
+            np.testing.assert_allclose(rhs[i], design[rows].T @ base[rows], atol=1e-12)
+
+
+def test_layout_choice_is_public_and_forced_layouts_check_their_input(rng):
+    from dptensor._completion_models import DENSE_RATIO, init_model
+
+    shape = (10, 10, 10)
+    X, _ = _sample(rng, shape, 0.5)
+    assert Observations(X, shape).grid() is not None
+    assert Observations(X, shape, layout="sparse").grid() is None
+    few = X[: 1000 // (DENSE_RATIO + 1)]
+    assert Observations(few, shape).grid() is None  # too few entries for CP ...
+    tucker = init_model(shape, 2, "tucker", rng)
+    assert Observations(few, shape).grid(tucker) is not None  # ... not for Tucker
+    assert Observations(few, shape, layout="dense").grid() is not None
+    twice = np.vstack([X, X[:1]])
+    assert Observations(twice, shape).grid() is None  # a repeated position: the grid holds one value
+    with pytest.raises(ValueError, match="distinct"):
+        Observations(twice, shape, layout="dense").grid()
+    with pytest.raises(ValueError, match="layout"):
+        Observations(X, shape, layout="grid")
+
+
+@pytest.mark.parametrize("shape", [(8, 7, 6), (5, 4, 3, 4), (9, 11)])
+@pytest.mark.parametrize("kind", ["cp", "tucker"])
+@pytest.mark.parametrize("fit_biases", [True, False])
+def test_dense_and_sparse_als_fit_alike(shape, kind, fit_biases, rng):
+    from dptensor._completion_models import als, init_model
+
+    X, _ = _sample(rng, shape, 0.5)
+    truth = [rng.standard_normal((n, 2)) for n in shape]  # a low-rank signal plus noise
+    y = np.prod([U[X[:, m]] for m, U in enumerate(truth)], axis=0).sum(axis=1) + 0.1 * rng.standard_normal(len(X))
+    fits = []
+    for layout in ("sparse", "dense"):
+        obs = Observations(X, shape, layout=layout)
+        model = init_model(shape, 2, kind, np.random.default_rng(1))
+        model.intercept, model.biases = row_offsets(obs, y, shrink=0.1)
+        history = []
+        als(obs, y, model, reg=0.05, reg_core=0.05, n_iter=6, tol=0, fit_biases=fit_biases, prior_var=0.1,
+            warmup=2, history=history)
+        fits.append((model, history))
+    (a, ha), (b, hb) = fits
+    for u, v in zip(a.factors + a.biases, b.factors + b.biases):
+        np.testing.assert_allclose(u, v, rtol=0, atol=1e-10)
+    if kind == "tucker":
+        np.testing.assert_allclose(a.core, b.core, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(ha, hb, rtol=1e-10)
+    assert ha[-1] < 0.5 * np.std(y)  # the interactions were learnt
+
+
+@pytest.mark.parametrize("kind, perturbation", [("cp", "statistics"), ("cp", "gradient"), ("tucker", "gradient"),
+                                                ("cp", "input"), ("tucker", None)])
+def test_dense_and_sparse_layouts_release_the_same_values(kind, perturbation, monkeypatch):
+    """Same seed, same data: every fitted (released) value agrees whichever layout computed it,
+    and so does the recorded spend."""
+    import functools
+
+    data = _study(0, shape=(12, 10, 8))
+    private = perturbation is not None
+    fitted = []
+    for layout in ("sparse", "dense"):
+        monkeypatch.setattr(completion_module, "Observations", functools.partial(Observations, layout=layout))
+        est = PrivateTensorCompletion(decomposition=kind, perturbation=perturbation, rank=2, n_iter=4,
+                                      epsilon=1e3 if private else np.inf, value_range=(0, 1) if private else None,
+                                      random_state=3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PrivacyWarning)
+            fitted.append(est.fit(data["indices"], data["values"]))
+    a, b = fitted
+    for u, v in zip(a.factors_ + a.biases_, b.factors_ + b.biases_):
+        np.testing.assert_allclose(u, v, rtol=0, atol=1e-10)
+    assert a.intercept_ == pytest.approx(b.intercept_, abs=1e-12)
+    if kind == "tucker":
+        np.testing.assert_allclose(a.core_, b.core_, rtol=0, atol=1e-10)
+    assert a.privacy_cost_ == b.privacy_cost_
+    assert np.ptp(a.predict(data["test_indices"])) > 0.05  # not a constant fit
