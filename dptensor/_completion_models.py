@@ -52,7 +52,6 @@ DENSE_MAX_CELLS = 1 << 23
 #: free): one start landed in a poor local optimum in two of eight draws on the 100^3 study at
 #: epsilon = 4, five in none.
 N_RESTARTS = 5
-N_SE = 2.0
 
 
 class Observations:
@@ -478,8 +477,7 @@ def row_offsets(obs: Observations, y: np.ndarray, *, shrink=1.0, noise_multiplie
             # too little to tell s^2 / n from tau^2), so its public bound is used: values span 1
             # in scaled units, so their variance is at most 1/4.
             s2_m = float(np.var(resid)) if (empirical_bayes and not noisy) else s2
-            kappa, s2_fit = eb_shrinkage(sums, counts, noise_std**2, s2=s2_m, return_s2=True,
-                                         n_se=0.0 if noisy else 2.0)
+            kappa, s2_fit = eb_shrinkage(sums, counts, noise_std**2, s2=s2_m, return_s2=True)
             if spread is not None:
                 spread.append(s2_fit)
         else:
@@ -494,21 +492,20 @@ def row_offsets(obs: Observations, y: np.ndarray, *, shrink=1.0, noise_multiplie
     return float(intercept), biases
 
 
-def offset_multipliers(obs: Observations, mu2: float, n_global: int = 1) -> np.ndarray:
-    """Multipliers of the offsets' releases: the total, then one per mode, then ``n_global - 1``
-    more sums over all entries (the residual scale), with ``sum 1 / z_k^2 = mu2``.
+def offset_multipliers(obs: Observations, z: float) -> np.ndarray:
+    """Multipliers of the offsets' releases (the total, then one per mode) for a group priced as
+    ``order + 1`` releases at multiplier ``z``: ``sum_k 1 / z_k^2 = (order + 1) / z^2``.
 
-    Each release gets noise in proportion to its public sampling error: with ``c_k`` the median
-    number of entries in a row of release ``k`` (``|Omega|`` for sums over all entries),
-    ``z_k^2 = c_k S / mu2``, ``S = sum_k 1 / c_k``, so the noise on a typical row mean,
-    ``z_k / c_k``, is the same fraction of its sampling error ``s / sqrt(c_k)`` in every release:
-    sparse modes (items) get most of the budget, sums over all entries almost none. Counts are
-    functions of Omega: public.
+    The total keeps ``z``: the global mean is never shrunk, so it needs its precision whatever the
+    rows can afford. The modes share the rest by their public counts: with ``c_m`` the median
+    number of entries in a row of mode ``m``, ``z_m^2 = c_m S / mu2``, ``S = sum_m 1 / c_m``,
+    ``mu2 = order / z^2``, so the noise on a typical row mean (``z_m / c_m``) is the same fraction
+    of its sampling error (``s / sqrt(c_m)``) in every mode: the sparsest mode (items of a ratings
+    matrix) gets the least noise. Counts are functions of Omega: public.
     """
-    n = float(max(obs.X.shape[0], 1))
-    typical = [n] + [float(np.median(c[c > 0])) if np.any(c > 0) else n for c in obs.counts] + [n] * (n_global - 1)
-    typical = np.asarray(typical)
-    return np.sqrt(typical * np.sum(1.0 / typical) / mu2)
+    typical = np.asarray([float(np.median(c[c > 0])) if np.any(c > 0) else 1.0 for c in obs.counts])
+    modes = np.sqrt(typical * np.sum(1.0 / typical) * z**2 / obs.order)
+    return np.concatenate([[z], modes])
 
 
 def eb_shrinkage(sums, counts, noise_var, s2=None, return_s2=False, n_se=2.0):
@@ -516,33 +513,29 @@ def eb_shrinkage(sums, counts, noise_var, s2=None, return_s2=False, n_se=2.0):
 
     Model: row effect ``beta_i ~ (0, tau^2)``, per-entry residual variance ``s^2``, released sum
     ``S_i = n_i beta_i + data noise + N(0, noise_var)``. Then the raw mean ``S_i / n_i`` has
-    second moment ``tau^2 + s^2 / n_i + noise_var / n_i^2``; ``tau^2`` and ``s^2`` are fitted by
-    weighted least squares across rows, and ``S_i / (n_i + kappa_i)`` is the posterior mean of
-    ``beta_i``. Only released sums and public counts enter: this is post-processing. A known
-    ``s2`` is used as given (only ``tau^2`` is fitted).
+    second moment ``tau^2 + s^2 / n_i + noise_var / n_i^2`` and ``S_i / (n_i + kappa_i)`` is the
+    posterior mean of ``beta_i``. A known ``s2`` is used as given and ``tau^2`` is fitted as for
+    the factor rows (:func:`_fit_signal_variance`, with ``G = n_i``), ``n_se`` standard errors low
+    so that rows swamped by noise fall back to 0; otherwise ``tau^2`` and ``s^2`` are fitted
+    together from the row means. Only released sums and public counts enter: post-processing.
     """
     seen = counts > 0
     n = counts[seen]
-    mean = sums[seen] / n
-    target = mean**2 - noise_var / n**2
     if s2 is not None:
-        target = target - s2 / n
-        design = np.ones((len(n), 1))
-    else:
+        # The released sum is the one-coordinate case of a noisy normal equation: G = n_i, so the
+        # signal variance is fitted exactly as for the factor rows (:func:`_fit_signal_variance`:
+        # weights refitted to the variance of each sum, sandwich standard error).
+        tau2 = max(_fit_signal_variance(n, sums[seen] ** 2, noise_var, s2, n_se=n_se), 1e-8)
+    else:  # non-private values: fit s^2 beside tau^2 from the row means
+        mean = sums[seen] / n
         design = np.stack([np.ones_like(n), 1.0 / n], axis=1)
-    sd = 1.0 / n + noise_var / n**2  # rough spread of each target, for the weights
-    w = 1.0 / sd
-    A, t = design * np.sqrt(w)[:, None], target * np.sqrt(w)
-    coef, *_ = np.linalg.lstsq(A, t, rcond=None)
-    # ``n_se``: take tau^2 that many standard errors below its estimate, so that rows swamped by
-    # noise fall back to 0 rather than to a noisy mean. Released row sums take the plain moment
-    # estimate (0): with a known s^2 it is unbiased, and two standard errors shrank the item
-    # effects of a ratings data set to 0 at epsilon = 1 (test RMSE 1.085 against 1.033).
-    dof = max(len(n) - A.shape[1], 1)
-    sigma2 = np.sum((t - A @ coef) ** 2) / dof
-    se = np.sqrt(sigma2 * np.linalg.pinv(A.T @ A)[0, 0])
-    tau2 = max(coef[0] - n_se * se, 1e-8)
-    s2 = max(coef[1], 0.0) if s2 is None else s2
+        w = n  # the spread of a mean's square falls with the row's count
+        A, t = design * np.sqrt(w)[:, None], (mean**2 - noise_var / n**2) * np.sqrt(w)
+        coef, *_ = np.linalg.lstsq(A, t, rcond=None)
+        dof = max(len(n) - A.shape[1], 1)
+        se = np.sqrt(np.sum((t - A @ coef) ** 2) / dof * np.linalg.pinv(A.T @ A)[0, 0])
+        tau2 = max(coef[0] - n_se * se, 1e-8)
+        s2 = max(coef[1], 0.0)
     kappa = (s2 + noise_var / np.maximum(counts, 1)) / tau2
     return (kappa, s2) if return_s2 else kappa
 
@@ -990,7 +983,7 @@ def wiener_solve(gram, rhs, noise_var, counts, s2, floor=False):
     g, V = np.linalg.eigh(gram[seen])
     g = np.maximum(g, 0.0)
     c = np.einsum("ipq,ip->iq", V, rhs[seen])
-    tau2 = _fit_signal_variance(g.ravel(), c.ravel() ** 2, noise_var, s2, n_se=0.0 if floor else N_SE)
+    tau2 = _fit_signal_variance(g.ravel(), c.ravel() ** 2, noise_var, s2, n_se=0.0 if floor else 2.0)
     if floor:
         tau2 = max(tau2, noise_var / max(float(np.median(g)) ** 2, 1e-300))
     gain = tau2 * g / (tau2 * g**2 + s2 * g + noise_var + 1e-300)
