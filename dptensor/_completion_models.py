@@ -437,9 +437,11 @@ def row_offsets(obs: Observations, y: np.ndarray, *, shrink=1.0, noise_multiplie
     With ``sigma = noise_multiplier * sensitivity``: ``intercept = (sum y + N(0, sigma^2)) / n``,
     released jointly with the clipped sum of squares (:func:`total_statistics`, l2 sensitivity
     ``TOTAL_SENSITIVITY`` for values in ``[-1/2, 1/2]``, which the noisy path assumes) whose spread
-    is the per-entry variance of the shrinkage; then for each mode in turn ``b_m[i] = (S_i + N(0, sigma^2)) / (n_i + kappa_i)`` where ``S_i``
-    sums, over row ``i``'s entries, ``y`` minus the offsets released so far. Without noise ``kappa_i = shrink``; with
-    noise it is the empirical-Bayes shrinkage of :func:`eb_shrinkage`, computed from the noisy
+    is the per-entry variance of the shrinkage; then for each mode in turn
+    ``b_m[i] = (S_i + N(0, sigma_m^2)) / (n_i + kappa_i)`` where ``S_i`` sums, over row ``i``'s
+    entries, ``y`` minus the offsets released so far (``noise_multiplier`` may give one multiplier
+    per release, the total first: :func:`offset_multipliers`). Without noise
+    ``kappa_i = shrink``; with noise it is the empirical-Bayes shrinkage of :func:`eb_shrinkage`, computed from the noisy
     sums and public counts only. Returns ``(intercept, biases)``.
 
     Privacy (used by the estimator): with ``y`` in an interval of width ``w``, changing one entry's

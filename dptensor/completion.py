@@ -261,8 +261,9 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         ``None``: ``STATS_OFFSET_SHARE`` (0.1) for ``"statistics"``, ``OFFSET_SHARE`` (0.5)
         for ``"gradient"`` and ``"output"``. Data whose row effects carry most of the signal
         (ratings: user and item means) want most of the budget there (MovieLens-100K at
-        epsilon = 1: test RMSE 1.04 with 0.9 and factor_modes=(0, 1), 1.08 with the defaults); on a synthetic study
-        without row effects 0.1 keeps 0.6 of the non-private gain at epsilon = 2 and 0.5 keeps 0.25.
+        epsilon = 1: test RMSE 1.04 with 0.9 and ``factor_modes=(0, 1)``, 1.08 with the
+        defaults); on a synthetic study without row effects 0.1 keeps 0.6 of the non-private gain
+        at epsilon = 2 and 0.5 keeps 0.25.
         Choose it from public knowledge of the data, or with :mod:`dptensor.model_selection`.
     accountant : PrivacyAccountant or None, default=None
     random_state : None, int or Generator, default=None
@@ -363,8 +364,9 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             raise ValueError(f"offset_share must be a number in (0, 1) or None, got {share!r}")
         if share is None:
             share = STATS_OFFSET_SHARE if perturbation == "statistics" else OFFSET_SHARE
-        return dict(offset_share=float(share), perturbation=perturbation, rank=rank, solver=solver, lr=lr, n_iter=n_iter, clip=clip,
-                    reg=reg, reg_core=reg_core, tol=tol, prior_var=AUTO_PRIOR_VAR if (auto and not gd) else None)
+        return dict(offset_share=float(share), perturbation=perturbation, rank=rank, solver=solver, lr=lr,
+                    n_iter=n_iter, clip=clip, reg=reg, reg_core=reg_core, tol=tol,
+                    prior_var=AUTO_PRIOR_VAR if (auto and not gd) else None)
 
     def _check_factor_modes(self, order):
         """The fixed modes (sorted tuple) from ``factor_modes`` and the tensor's order."""
@@ -378,7 +380,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             raise ValueError(f"factor_modes must hold at least two distinct modes in [0, {order}), "
                              f"got {self.factor_modes!r}")
         if self.decomposition != "cp" and len(modes) < order:
-            raise ValueError('factor_modes is for decomposition="cp": a Tucker model has a factor on every mode')
+            raise ValueError('factor_modes is for decomposition="cp": '
+                             'a Tucker model has a factor on every mode')
         return tuple(m for m in range(order) if m not in modes)
 
     def _resolved_perturbation(self):
