@@ -456,6 +456,26 @@ def test_lda_recovers_topics_and_proportions(corpus):
     assert theta.shape == (50, 3) and model.perplexity(C[:200]) < 60  # the vocabulary has 60 words
 
 
+def test_lda_refinement_raises_the_likelihood_and_is_refused_when_private(corpus):
+    """EM steps from the spectral topics (epsilon = inf only): the training log-likelihood rises
+    and the topics move closer to the truth; a private fit refuses them before any spend."""
+    C, topics, _ = corpus
+    spectral = PrivateLatentDirichletAllocation(3, random_state=0).fit(C)
+    refined = PrivateLatentDirichletAllocation(3, refine_iter=3, random_state=0).fit(C)
+    assert refined.score(C) > spectral.score(C)
+
+    def error(model):
+        perm, _ = match_rows(model.components_, topics)
+        return np.abs(model.components_[perm] - topics).sum(axis=1).mean()
+
+    assert error(refined) < error(spectral)
+    np.testing.assert_allclose(refined.components_.sum(axis=1), 1.0)
+    budget = PrivacyAccountant(epsilon=10.0, delta=1e-5)
+    with pytest.raises(ValueError, match="refine_iter needs epsilon=np.inf"):
+        PrivateLatentDirichletAllocation(3, epsilon=1.0, refine_iter=2, accountant=budget).fit(C)
+    assert len(budget.history()) == 0
+
+
 def test_lda_private_fit_is_accounted(corpus):
     C, topics, _ = corpus
     budget = PrivacyAccountant(epsilon=np.inf, delta=1e-5)
@@ -544,6 +564,11 @@ def test_lda_on_dask_counts_matches_in_memory(corpus, whitening):
     np.testing.assert_allclose(there.components_, here.components_, atol=1e-9)
     np.testing.assert_allclose(there.alpha_, here.alpha_, atol=1e-9)
     assert there.privacy_cost_ == here.privacy_cost_ and there.whitening_ == whitening
+    # the non-private fit and its EM refinement: one reduction per pass as well
+    kw = dict(whitening=whitening, refine_iter=2, random_state=5)
+    here = PrivateLatentDirichletAllocation(3, **kw).fit(C)
+    there = PrivateLatentDirichletAllocation(3, **kw).fit(da.from_array(C, chunks=(250, -1)))
+    np.testing.assert_allclose(there.components_, here.components_, atol=1e-8)
     budget = PrivacyAccountant(epsilon=10.0, delta=1e-5)
     bad = C.copy()
     bad[700, 3] = 0.5

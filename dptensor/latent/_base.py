@@ -31,7 +31,8 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
       released second moment: Analyze Gauss on the d x d matrix, or
       :func:`~._pipeline.power_subspace` (never d x d);
     * ``_whitened_third(ctx, whitening, mean)`` -> ``(data, correction, sensitivity)``;
-    * ``_recover(ctx, components, eigenvalues, whitening, mean)`` sets the fitted attributes.
+    * ``_recover(ctx, components, eigenvalues, whitening, mean)`` sets the fitted attributes;
+    * ``_refine(ctx, rows)``, only without privacy: improves them on the data (default: nothing).
     """
 
     _unit = "row"  # the privacy unit, as named in warnings
@@ -112,7 +113,7 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         mean = self._release_first(ctx, plan, rng)
         whitening = self._release_whitening(ctx, mean, plan, rng)
         data, correction, sensitivity = self._whitened_third(ctx, whitening, mean)
-        del ctx["rows"]  # the prepared data is no longer needed
+        rows = ctx.pop("rows")  # no release reads the data after this one
         components, eigenvalues = decompose_whitened(
             data, correction, k, sensitivity=sensitivity, plan=plan, method=method,
             n_restarts=self.n_restarts, n_iter=self.n_iter, rng=rng, verbose=self.verbose)
@@ -120,9 +121,15 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         self.whitening_ = "power" if ctx["power"] else "dense"
         self.n_samples_ = n
         self._recover(ctx, components, eigenvalues, whitening, mean)
+        if not plan.private:  # a non-private fit (epsilon = inf) may refine its estimate on the data
+            self._refine(ctx, rows)
         return self
 
-    def _reduce(self, ctx, partial, *args):
+    def _refine(self, ctx, rows):
+        """Non-private refinement of the fitted parameters (a model may define one); none here."""
+
+    @staticmethod
+    def _reduce(ctx, partial, *args):
         """``partial(rows, *args)`` (a tuple of sums over rows), in memory or over a Dask array's
         row chunks (one reduction: only the sums reach the client)."""
         if is_dask_array(ctx["rows"]):

@@ -141,20 +141,27 @@ class ImplicitMatrix:
 
 
 def power_subspace(operator, k: int, plan: NoisePlan, rng, *, step_sensitivity: float,
-                   projection_sensitivity: float):
-    """A d x p orthonormal basis V of M2's top subspace and the released projection ``V^T M2 V``.
+                   projection_sensitivity: float, few_passes: bool = False):
+    """An orthonormal basis V (d x p) of M2's top subspace and the released projection ``V^T M2 V``.
 
     ``operator`` applies the symmetric d x d ``M2`` to a d x p block (``matmat``), never forming
-    it; ``p = min(2k, d)`` (k oversampled columns). Private: ``plan.n_power`` steps of the noisy
-    power method (:func:`~dptensor.pca.noisy_power_method`), each one Gaussian release of
-    ``M2 Q`` at ``step_sensitivity``; V spans the last one. Then one symmetric Gaussian release of
-    the p x p ``V^T M2 V`` (upper triangle at ``projection_sensitivity``). The noise is d x p per
-    step and p x p at the end: nothing of size d x d is formed or noised. Without privacy: the
-    block power method until the top-k part of the iterate is still, then the exact projection.
-    Every product is one pass over the data.
+    it. Private: ``plan.n_power`` steps of the noisy power method
+    (:func:`~dptensor.pca.noisy_power_method`, ``p = min(2k, d)``: k oversampled columns), each
+    one Gaussian release of ``M2 Q`` at ``step_sensitivity``; V spans the last one. Then one
+    symmetric Gaussian release of the p x p ``V^T M2 V`` (upper triangle at
+    ``projection_sensitivity``). The noise is d x p per step and p x p at the end: nothing of size
+    d x d is formed or noised. Every product is one pass over the data.
+
+    Without privacy the exact top-k eigenpairs: ``V`` the eigenvectors and ``V^T M2 V`` their
+    eigenvalues, by Lanczos on single-vector products, or (``few_passes``, for data whose every
+    pass is costly, such as a Dask array) by the block power method until the top-k part of the
+    iterate is still: a few block passes instead of tens of single-vector ones.
     """
     d = operator.shape[0]
     p = min(2 * k, d)
+    if not plan.private and not few_passes:
+        values, V = top_eigenpairs(operator, k, rng, dense_below=0)
+        return V, np.diag(values)
     if plan.private:
         result = noisy_power_method(operator, k, plan.n_power, rng, noise_multiplier=np.asarray(plan.z_second[:-1]),
                                     sensitivity=step_sensitivity, n_oversamples=p - k)

@@ -219,7 +219,8 @@ class PrivateGaussianMixture(SpectralLatentModel):
         operator = ImplicitMatrix(d, lambda Q: self._reduce(ctx, _gram_product, Q)[0] / n)
         V, P = power_subspace(operator, k, plan, rng,
                               step_sensitivity=row_power_sensitivity(B, min(2 * k, d)) / n,
-                              projection_sensitivity=covariance_sensitivity(B) / n)
+                              projection_sensitivity=covariance_sensitivity(B) / n,
+                              few_passes=is_dask_array(ctx["rows"]))
         u = V.T @ mean
         top = np.sum(np.linalg.eigvalsh(P - np.outer(u, u))[::-1][:k - 1])
         ctx["variance"] = bottom_mean(ctx["trace"] - float(mean @ mean), float(top), d, k)

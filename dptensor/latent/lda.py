@@ -94,11 +94,21 @@ def _pair_sums(chunk, bound):
     return (second,)
 
 
-def _pair_products(chunk, Q, bound):
-    """``sum_c s_c E2(c) Q = C^T (D (C Q)) - diag(C^T D) Q`` for a d x p block Q: O(nnz p), never d x d."""
+def _pair_parts(chunk, bound):
+    """What ``E2 Q`` needs of a chunk, computed once: its counts, ``D = s / (l (l-1))`` and ``C^T D``."""
     C = _counts(chunk)
     D = _pair_weights(C, bound)
-    return (np.asarray(C.T @ (D[:, None] * np.asarray(C @ Q))) - np.asarray(C.T @ D).ravel()[:, None] * Q,)
+    return C, D, np.asarray(C.T @ D).ravel()
+
+
+def _pair_apply(parts, Q):
+    """``sum_c s_c E2(c) Q = C^T (D (C Q)) - diag(C^T D) Q`` for a d x p block Q: O(nnz p), never d x d."""
+    C, D, diag = parts
+    return np.asarray(C.T @ (D[:, None] * np.asarray(C @ Q))) - diag[:, None] * Q
+
+
+def _pair_products(chunk, Q, bound):
+    return (_pair_apply(_pair_parts(chunk, bound), Q),)
 
 
 def _triple_sums(chunk, W, bound):
@@ -126,6 +136,37 @@ def _count_checks(chunk, min_length):
     C = _counts(chunk)
     bad = int(np.sum((C.data < 0) | (C.data != np.round(C.data))))
     return bad, int(np.sum(_row_sums(C, C.data) < min_length))
+
+
+#: The floor of a topic-word probability when words are scored (a clipped topic has exact zeros).
+_TINY = 1e-12
+
+
+def _fold_in(C, Phi, alpha, n_steps):
+    """Each document's topic proportions by ``n_steps`` fixed-point steps (see ``transform``).
+
+    Returns ``(theta (n, k), p)`` with ``p`` the probability of each stored count's word under its
+    document's proportions (aligned with ``C.data``).
+    """
+    Phi = np.maximum(Phi, _TINY)
+    k, n = Phi.shape[0], C.shape[0]
+    rows = np.repeat(np.arange(n), np.diff(C.indptr))
+    theta = np.full((n, k), 1.0 / k)
+    PhiT = Phi[:, C.indices].T  # (nnz, k)
+    for _ in range(n_steps):
+        p = np.einsum("zk,zk->z", theta[rows], PhiT)
+        ratio = sp.csr_matrix((C.data / p, C.indices, C.indptr), shape=C.shape)
+        theta = theta * (ratio @ Phi.T) + alpha
+        theta /= theta.sum(axis=1, keepdims=True)
+    return theta, np.einsum("zk,zk->z", theta[rows], PhiT)
+
+
+def _em_sums(chunk, Phi, alpha, n_steps):
+    """The E-step over one chunk: ``theta^T (C / (theta Phi))`` (k x d), to be multiplied by Phi."""
+    C = _counts(chunk)
+    theta, p = _fold_in(C, Phi, alpha, n_steps)
+    ratio = sp.csr_matrix((C.data / p, C.indices, C.indptr), shape=C.shape)
+    return (np.asarray(ratio.T @ theta).T,)
 
 
 def document_moments(C):
@@ -207,6 +248,11 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
     n_restarts, n_iter : int, default=10, 20
     max_transform_iter : int, default=50
         Fixed-point steps of :meth:`transform`.
+    refine_iter : int, default=0
+        Without privacy only (``epsilon=np.inf``): EM steps from the spectral topics (E-step
+        :meth:`transform`'s fixed point, M-step the expected topic-word counts plus the pseudo
+        count ``1/k``, scikit-learn's default topic-word prior). They read the documents without
+        noise, so a private fit refuses them.
     accountant : PrivacyAccountant or None, default=None
     random_state : None, int or Generator, default=None
     verbose : int, default=0
@@ -228,7 +274,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
 
     def __init__(self, n_components=10, *, alpha0=1.0, epsilon=np.inf, delta=None, doc_clip=1.0,
                  method="auto", whitening="auto", n_restarts=10, n_iter=20, max_transform_iter=50,
-                 accountant=None, random_state=None, verbose=0):
+                 refine_iter=0, accountant=None, random_state=None, verbose=0):
         self.n_components = n_components
         self.alpha0 = alpha0
         self.epsilon = epsilon
@@ -239,6 +285,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         self.n_restarts = n_restarts
         self.n_iter = n_iter
         self.max_transform_iter = max_transform_iter
+        self.refine_iter = refine_iter
         self.accountant = accountant
         self.random_state = random_state
         self.verbose = verbose
@@ -268,9 +315,13 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         if isinstance(self.alpha0, bool) or not isinstance(self.alpha0, numbers.Real) or not (
                 0 < self.alpha0 < np.inf):
             raise ValueError(f"alpha0 must be a finite number > 0, got {self.alpha0!r}")
-        steps = self.max_transform_iter
-        if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 1:
-            raise ValueError(f"max_transform_iter must be an integer >= 1, got {self.max_transform_iter!r}")
+        for name, low in (("max_transform_iter", 1), ("refine_iter", 0)):
+            steps = getattr(self, name)
+            if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {steps!r}")
+        if self.refine_iter and np.isfinite(epsilon):
+            raise ValueError("refine_iter needs epsilon=np.inf: EM steps read the documents without "
+                             "noise, which no private fit may do")
         clip = None
         if self.doc_clip is not None:
             clip = check_data_norm(self.doc_clip, epsilon, name="doc_clip")
@@ -302,10 +353,17 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
             second = release_second(second / n, sensitivity, plan, rng)
             return whiten(second - c * np.outer(mean, mean), k, rng)
         # M2 Q = E2 Q - c m (m^T Q): the mean is released, so only E2 Q depends on the documents
-        operator = ImplicitMatrix(d, lambda Q: self._reduce(ctx, _pair_products, Q, tau2)[0] / n
-                                  - c * np.outer(mean, mean @ Q))
+        if is_dask_array(ctx["rows"]):  # each product: one reduction over the chunks
+            def pair(Q):
+                return self._reduce(ctx, _pair_products, Q, tau2)[0]
+        else:  # in memory the per-document weights are computed once
+            parts = _pair_parts(ctx["rows"], tau2)
+
+            def pair(Q):
+                return _pair_apply(parts, Q)
+        operator = ImplicitMatrix(d, lambda Q: pair(Q) / n - c * np.outer(mean, mean @ Q))
         V, P = power_subspace(operator, k, plan, rng, step_sensitivity=sensitivity,
-                              projection_sensitivity=sensitivity)
+                              projection_sensitivity=sensitivity, few_passes=is_dask_array(ctx["rows"]))
         return whiten(P, k, rng, basis=V)
 
     def _whitened_third(self, ctx, whitening, mean):
@@ -341,6 +399,24 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         self.components_ = np.where(sums > 0, topics / np.where(sums > 0, sums, 1.0), 1.0 / d)
         self.alpha_ = weight * a0 * (a0 + 1.0)
 
+    def _refine(self, ctx, rows):
+        """``refine_iter`` EM steps from the spectral topics (without privacy only).
+
+        E-step: each document's proportions by :meth:`transform`'s fixed point with the current
+        topics; M-step: ``Phi <- normalise(Phi * (theta^T (C / (theta Phi))) + 1/k)``, the
+        expected topic-word counts plus scikit-learn's default topic-word prior ``1/k`` as pseudo
+        counts. ``alpha_`` is kept. One pass over the documents per step (a reduction on Dask).
+        """
+        if not self.refine_iter:
+            return
+        ctx = {"rows": rows}
+        Phi, alpha = self.components_, np.maximum(self.alpha_, 0.0)
+        for _ in range(self.refine_iter):
+            (counts,) = self._reduce(ctx, _em_sums, Phi, alpha, self.max_transform_iter)
+            Phi = np.maximum(Phi, _TINY) * counts + 1.0 / Phi.shape[0]
+            Phi /= Phi.sum(axis=1, keepdims=True)
+        self.components_ = Phi
+
     # -- transform ---------------------------------------------------------------------------
     def transform(self, X):
         """Document-topic proportions (rows sum to 1), by a fixed number of fixed-point steps.
@@ -350,28 +426,15 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         counts (a MAP-like update). It reads only the released topics and the given documents.
         """
         check_is_fitted(self, "components_")
-        C = self._validate(X, reset=False, min_length=0)
-        C = sp.csr_matrix(C)
-        Phi = np.maximum(self.components_, 1e-12)
-        k, n = Phi.shape[0], C.shape[0]
-        rows = np.repeat(np.arange(n), np.diff(C.indptr))
-        theta = np.full((n, k), 1.0 / k)
-        PhiT = Phi[:, C.indices].T  # (nnz, k)
-        for _ in range(self.max_transform_iter):
-            p = np.einsum("zk,zk->z", theta[rows], PhiT)
-            ratio = sp.csr_matrix((C.data / p, C.indices, C.indptr), shape=C.shape)
-            expected = theta * (ratio @ Phi.T)
-            theta = expected + np.maximum(self.alpha_, 0.0)
-            theta /= theta.sum(axis=1, keepdims=True)
-        return theta
+        C = _counts(self._validate(X, reset=False, min_length=0))
+        return _fold_in(C, self.components_, np.maximum(self.alpha_, 0.0), self.max_transform_iter)[0]
 
     def score(self, X, y=None):
         """Log-likelihood of the words of X given the topics and each document's proportions from
         :meth:`transform` (higher is better)."""
-        C = sp.csr_matrix(self._validate(X, reset=False, min_length=0))
-        theta = self.transform(C)
-        rows = np.repeat(np.arange(C.shape[0]), np.diff(C.indptr))
-        p = np.einsum("zk,kz->z", theta[rows], np.maximum(self.components_, 1e-12)[:, C.indices])
+        check_is_fitted(self, "components_")
+        C = _counts(self._validate(X, reset=False, min_length=0))
+        p = _fold_in(C, self.components_, np.maximum(self.alpha_, 0.0), self.max_transform_iter)[1]
         return float(np.sum(C.data * np.log(p)))
 
     def perplexity(self, X):
