@@ -57,11 +57,13 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
             return self.whitening == "power"
         return d > self._dense_max(private)
 
-    def _context(self, X, rows, epsilon, n_first: int, **extra) -> dict:
-        """A fit's ctx: the prepared rows and the public keys the plan reads (from the shape only)."""
+    def _context(self, X, rows, epsilon, **extra) -> dict:
+        """A fit's ctx: the prepared rows and the public keys the plan reads (from the shape only);
+        one first-moment release (the mean) unless the model says more."""
         n, d = X.shape
-        power = self._use_power(d, bool(np.isfinite(epsilon)))
-        return {"rows": rows, "n": n, "d": d, "power": power, "n_first": n_first, **extra}
+        private = bool(np.isfinite(epsilon))
+        return {"rows": rows, "n": n, "d": d, "private": private, "power": self._use_power(d, private),
+                "n_first": 1, **extra}
 
     def _dense_max(self, private: bool) -> int:
         """``whitening="auto"``: the largest d whose d x d second moment is formed."""

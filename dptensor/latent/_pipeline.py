@@ -7,9 +7,11 @@ A latent variable model whose second and third moments are
 (``mu_i`` linearly independent, ``w_i > 0``) is learned in four steps (Anandkumar, Ge, Hsu, Kakade
 & Telgarsky 2014, section 4):
 
-1. estimate the first two moments of the data (one pass; released privately as a noisy mean and
-   a noisy upper triangle of a d x d matrix);
+1. estimate the first moments (released as a noisy mean, with any scalar the model needs);
 2. whiten: ``W = U_k Lambda_k^(-1/2)`` from the top-k eigenpairs of ``M2``, so ``W^T M2 W = I``;
+   ``M2`` is released either whole (a noisy upper triangle of the d x d matrix) or through the
+   private power method and a released projection on its subspace (:func:`power_subspace`),
+   which never forms a d x d matrix;
 3. form the whitened third moment ``M3(W, W, W) = sum_i c_i w_i^(-1/2) v_i^(x)3`` with orthonormal
    ``v_i = sqrt(w_i) W^T mu_i`` -- a k x k x k tensor computed from the whitened rows (k numbers
    each), never a d x d x d one -- and decompose it with the tensor power method;
@@ -17,10 +19,10 @@ A latent variable model whose second and third moments are
 
 Each model supplies its moments and its constants; this module holds the parts they share: the
 noise plan, the whitening, the released third moment and its decomposition. Step 2 is
-post-processing of step 1's release, so the whitening is public when step 3 is released: the
-whitened rows' norm bound follows from it, and the low-rank correction terms of M3 (built from
-the released mean and second moment) are public constants that cancel between neighbours.
-Sensitivities: ``docs/derivations/latent.rst``.
+post-processing of step 1's release and its own, so the whitening is public when step 3 is
+released: the whitened rows' norm bound follows from it, and the low-rank correction terms of M3
+(built from the released mean and second moment) are public constants that cancel between
+neighbours. Sensitivities: ``docs/derivations/latent.rst``.
 """
 from __future__ import annotations
 

@@ -94,19 +94,24 @@ class PrivateGaussianMixture(SpectralLatentModel):
     -----
     *Privacy unit.* One row: rows are clipped to l2 norm ``data_norm`` (public) and n is public.
 
-    *What is released.* The mean (Gaussian noise at sensitivity ``2 B / n``), the upper triangle of
-    ``E[x x^T]`` (Analyze Gauss, ``sqrt(2) B^2 / n``), and the whitened third moment: with the
-    whitening ``W`` computed from those releases (so public), the whitened rows have norm at most
-    ``B ||W||_2``; they are clipped to ``B_W``, the smaller of that and ``whitened_clip`` times
-    their root mean square under the model (both public), and their third moment has
-    sensitivity ``2 B_W^3 / n``; it is released once
-    with symmetric Gaussian noise (``method="perturb"``) or through the ``k L (R + 1)`` queries of
-    the private tensor power method (``method="power"``). Everything fitted (means, weights,
-    variance) is post-processing of the three releases.
+    *What is released.* The mean (Gaussian noise at sensitivity ``2 B / n``); the whitening, from
+    the upper triangle of ``E[x x^T]`` (Analyze Gauss, ``sqrt(2) B^2 / n``; ``whitening="dense"``)
+    or, never forming d x d (``"power"``), from the private power method on ``E[x x^T]`` (each
+    step ``X^T (X Q) / n`` for a d x 2k block Q, at ``sqrt(2) B^2 / n``), the released 2k x 2k
+    projection on its span (``sqrt(2) B^2 / n``) and the trace of ``E[x x^T]`` (``B^2 / n``, for
+    the variance); and the whitened third moment: with the whitening ``W`` computed from those
+    releases (so public), the whitened rows have norm at most ``B ||W||_2``; they are clipped to
+    ``B_W``, the smaller of that and ``whitened_clip`` times their root mean square under the
+    model (both public), and their third moment has sensitivity ``2 B_W^3 / n``; it is released
+    once with symmetric Gaussian noise (``method="perturb"``) or through the ``k L (R + 1)``
+    queries of the private tensor power method (``method="power"``). Everything fitted (means,
+    weights, variance) is post-processing of these releases. X may be a Dask array: every pass
+    over the rows is then one reduction over its row chunks.
 
-    *Guarantee.* ``(epsilon, delta)``-DP for that unit: the three releases get shares 0.1, 0.45,
-    0.45 of the Gaussian-DP budget ``mu(epsilon, delta)^2``, one ``ComposedEvent`` recorded with
-    ``accountant`` before any noisy release. Derivations: ``docs/derivations/latent.rst``.
+    *Guarantee.* ``(epsilon, delta)``-DP for that unit: the first moments, the whitening and the
+    third moment get shares 0.1, 0.45, 0.45 of the Gaussian-DP budget ``mu(epsilon, delta)^2``,
+    one ``ComposedEvent`` recorded with ``accountant`` before any noisy release. Derivations:
+    ``docs/derivations/latent.rst``.
 
     Parameters
     ----------
@@ -128,6 +133,12 @@ class PrivateGaussianMixture(SpectralLatentModel):
     method : {"auto", "perturb", "power"}, default="auto"
         How the whitened third moment is released; ``"auto"`` is ``"perturb"`` (less noise at
         row level, see the derivation page).
+    whitening : {"auto", "dense", "power"}, default="auto"
+        ``"dense"`` forms the d x d second moment (Analyze Gauss when private); ``"power"`` never
+        forms it (the power method over the rows, then the 2k x 2k projection; without privacy the
+        exact top-k eigenpairs by Lanczos on the same products). ``"auto"``: dense up to 2000
+        features, where it is the less noisy of the two for the same budget; the power method
+        beyond.
     n_restarts, n_iter : int, default=10, 20
         Restarts and steps of the tensor power method on the k x k x k tensor.
     accountant : PrivacyAccountant or None, default=None
@@ -144,6 +155,8 @@ class PrivateGaussianMixture(SpectralLatentModel):
         The common spherical variance, repeated (scikit-learn's ``covariance_type="spherical"``).
     method_ : str
         ``"perturb"``, ``"power"``, or ``"exact"`` (no privacy).
+    whitening_ : str
+        ``"dense"`` or ``"power"``.
     n_samples_ : int
     n_features_in_ : int
     privacy_cost_ : PrivacyCost
@@ -190,9 +203,9 @@ class PrivateGaussianMixture(SpectralLatentModel):
             rows = clip_chunks(X.astype(np.float64), bound)
         else:
             rows = clip_rows(X, bound).astype(np.float64, copy=False)
-        # the power whitening also releases the trace of E[x x^T] (for the variance)
-        power = self._use_power(X.shape[1], bool(np.isfinite(epsilon)))
-        return self._context(X, rows, epsilon, 2 if power else 1, bound=bound)
+        ctx = self._context(X, rows, epsilon, bound=bound)
+        ctx["n_first"] = 2 if ctx["power"] else 1  # the power whitening also releases the trace
+        return ctx
 
     def _release_first(self, ctx, plan, rng):
         n, B = ctx["n"], ctx["bound"] or 0.0

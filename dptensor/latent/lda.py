@@ -17,14 +17,15 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._dask import check_dask_array, is_dask_array
 from .._operators import moment_tensor
 from .._validation import check_data_norm
+from ..pca import MAX_DENSE_FEATURES
 from ..tensor_decomposition import row_sensitivity
 from ._base import SpectralLatentModel
 from ._pipeline import ImplicitMatrix, power_subspace, release, release_second, sym3, whiten
 
 __all__ = ["PrivateLatentDirichletAllocation", "document_moments", "document_norms", "DOCUMENT_SENSITIVITY"]
 
-#: l2 sensitivity (times n) of the per-document mean and of the upper triangle of the per-document
-#: pair moment, for terms clipped to norm ``tau <= 1``, divided by ``tau``: each term is a
+#: l2 sensitivity, times ``n / tau``, of the mean and of the upper triangle of the pair moment when
+#: each document's term is clipped to norm ``tau <= 1`` (``tau = 1``: unclipped): each term is a
 #: non-negative vector of norm at most ``tau`` (a convex combination of word indicators, or of
 #: their pair products, scaled down), so two of them differ by at most ``sqrt(2) tau``.
 DOCUMENT_SENSITIVITY = float(np.sqrt(2.0))
@@ -244,7 +245,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         eigenpairs); ``"power"`` never forms it: the top-k subspace of ``M2`` comes from the (noisy)
         power method over the documents, each step one release of ``M2 Q`` (d x 2k), then one
         release of the 2k x 2k projection. ``"auto"``: the power method, except for a private fit
-        of at most 1000 words, where one Analyze Gauss release measured less noisy.
+        of at most 2000 words (``dptensor.pca.MAX_DENSE_FEATURES``), where one Analyze Gauss
+        release measured less noisy for the same budget.
     n_restarts, n_iter : int, default=10, 20
     max_transform_iter : int, default=50
         Fixed-point steps of :meth:`transform`.
@@ -309,7 +311,9 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         return C
 
     def _dense_max(self, private):
-        return 1000 if private else 0
+        # without privacy the implicit path gives the same whitening, faster (Lanczos on sparse
+        # products); a private fit takes Analyze Gauss where it is cheap, as it is less noisy
+        return MAX_DENSE_FEATURES if private else 0
 
     def _prepare(self, X, epsilon):
         if isinstance(self.alpha0, bool) or not isinstance(self.alpha0, numbers.Real) or not (
@@ -326,9 +330,9 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         if self.doc_clip is not None:
             clip = check_data_norm(self.doc_clip, epsilon, name="doc_clip")
         clip = clip if np.isfinite(epsilon) else None
-        # a clipped fit releases the clipping scale before the mean
-        return self._context(X, X, epsilon, 2 if clip else 1, clip=clip,
-                             private=bool(np.isfinite(epsilon)), scale=(self.alpha0 / (self.alpha0 + 1.0)))
+        # a clipped fit releases the clipping scale before the mean; M2 = E2 - c M1 M1^T
+        return self._context(X, X, epsilon, clip=clip, n_first=2 if clip else 1,
+                             c=self.alpha0 / (self.alpha0 + 1.0))
 
     def _release_first(self, ctx, plan, rng):
         """The clipping bounds (a released scale) and the mean of the clipped ``c / l``."""
@@ -345,7 +349,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
 
     def _release_whitening(self, ctx, mean, plan, rng):
         """From the clipped pair moment: Analyze Gauss (d x d), or the power method (d x 2k, then 2k x 2k)."""
-        n, d, k, c = ctx["n"], ctx["d"], self.n_components, ctx["scale"]
+        n, d, k, c = ctx["n"], ctx["d"], self.n_components, ctx["c"]
         tau2 = ctx["tau"][1]
         sensitivity = DOCUMENT_SENSITIVITY * (tau2 or 1.0) / n
         if not ctx["power"]:
@@ -367,7 +371,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         return whiten(P, k, rng, basis=V)
 
     def _whitened_third(self, ctx, whitening, mean):
-        n, c, W = ctx["n"], ctx["scale"], whitening.W
+        n, c, W = ctx["n"], ctx["c"], whitening.W
         k = W.shape[1]
         u = W.T @ mean
         # every whitened triple term has norm <= beta_c <= r^3 (r = max ||w_i||); beta_c^(1/3) is
