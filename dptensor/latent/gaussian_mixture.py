@@ -42,13 +42,10 @@ def bottom_mean(trace: float, top: float, d: int, k: int) -> float:
     return max((trace - top) / (d - k + 1), 1e-6 * abs(trace) / d, np.finfo(float).tiny)
 
 
-def _first_sums(chunk):
-    """``sum x`` and ``sum ||x||^2`` over one chunk's rows."""
-    return chunk.sum(axis=0), np.einsum("ij,ij->", chunk, chunk)
-
-
-def _cross(chunk):
-    return (chunk.T @ chunk,)
+def _moment_sums(chunk, dense):
+    """``sum x``, ``sum ||x||^2`` and, for the dense whitening, ``X^T X`` over one chunk's rows:
+    the first and second moments in one pass."""
+    return chunk.sum(axis=0), np.einsum("ij,ij->", chunk, chunk), chunk.T @ chunk if dense else 0.0
 
 
 def _gram_product(chunk, Q):
@@ -209,7 +206,9 @@ class PrivateGaussianMixture(SpectralLatentModel):
 
     def _release_first(self, ctx, plan, rng):
         n, B = ctx["n"], ctx["bound"] or 0.0
-        total, square = self._reduce(ctx, _first_sums)
+        total, square, gram = self._reduce(ctx, _moment_sums, not ctx["power"])
+        if not ctx["power"]:  # computed in the same pass; released next, by Analyze Gauss
+            ctx["second"] = gram / n
         mean = release(total / n, 2.0 * B / n, plan.z_first[0], rng)
         if ctx["power"]:
             ctx["trace"] = float(release(np.float64(square / n), total_variance_sensitivity(B) / n,
@@ -225,8 +224,7 @@ class PrivateGaussianMixture(SpectralLatentModel):
         """
         k, n, d, B = self.n_components, ctx["n"], ctx["d"], ctx["bound"] or 0.0
         if not ctx["power"]:
-            (second,) = self._reduce(ctx, _cross)
-            second = release_second(second / n, covariance_sensitivity(B) / n, plan, rng)
+            second = release_second(ctx.pop("second"), covariance_sensitivity(B) / n, plan, rng)
             ctx["variance"] = spherical_variance(second - np.outer(mean, mean), k, rng)
             return whiten(second - ctx["variance"] * np.eye(d), k, rng)
         operator = ImplicitMatrix(d, lambda Q: self._reduce(ctx, _gram_product, Q)[0] / n)

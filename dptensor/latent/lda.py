@@ -95,6 +95,11 @@ def _pair_sums(chunk, bound):
     return (second,)
 
 
+def _moment_sums(chunk, tau1, tau2, dense):
+    """The clipped mean's sum and, for the dense whitening, the clipped pair moment's: one pass."""
+    return _mean_sums(chunk, tau1)[0], _pair_sums(chunk, tau2)[0] if dense else 0.0
+
+
 def _pair_parts(chunk, bound):
     """What ``E2 Q`` needs of a chunk, computed once: its counts, ``D = s / (l (l-1))`` and ``C^T D``."""
     C = _counts(chunk)
@@ -344,7 +349,9 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
             nu = max(float(release(np.float64(total / n), 1.0 / n, plan.z_first[0], rng)), 1.0 / d)
             tau1, tau2 = min(1.0, clip * np.sqrt(nu)), min(1.0, clip**2 * nu)
         ctx["tau"] = (tau1, tau2)
-        (total,) = self._reduce(ctx, _mean_sums, tau1)
+        total, pairs = self._reduce(ctx, _moment_sums, tau1, tau2, not ctx["power"])
+        if not ctx["power"]:  # computed in the same pass; released next, by Analyze Gauss
+            ctx["second"] = pairs / n
         return release(total / n, DOCUMENT_SENSITIVITY * (tau1 or 1.0) / n, plan.z_first[-1], rng)
 
     def _release_whitening(self, ctx, mean, plan, rng):
@@ -353,8 +360,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         tau2 = ctx["tau"][1]
         sensitivity = DOCUMENT_SENSITIVITY * (tau2 or 1.0) / n
         if not ctx["power"]:
-            (second,) = self._reduce(ctx, _pair_sums, tau2)
-            second = release_second(second / n, sensitivity, plan, rng)
+            second = release_second(ctx.pop("second"), sensitivity, plan, rng)
             return whiten(second - c * np.outer(mean, mean), k, rng)
         # M2 Q = E2 Q - c m (m^T Q): the mean is released, so only E2 Q depends on the documents
         if is_dask_array(ctx["rows"]):  # each product: one reduction over the chunks
