@@ -242,7 +242,11 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
     delta : float or None, default=None
     doc_clip : float or None, default=1.0
         Each document's moment terms are clipped to ``doc_clip`` times their typical size
-        (released privately, see above); a private fit only. ``None``: no clipping.
+        (released privately, see above); a private fit only. ``None``: no clipping. Clipping
+        trades noise for bias (documents concentrated on one topic weigh less): 1 gave the least
+        error at epsilon <= 4 on the benchmark's corpora, but at 100 words it left a bias floor
+        (l1 topic error 0.069 at any epsilon, 10^5 documents) that 1.5 (0.013) or 2 (none)
+        avoid when ``n epsilon`` is large.
     method : {"auto", "perturb", "power"}, default="auto"
         How the whitened third moment is released (see the derivation page).
     whitening : {"auto", "dense", "power"}, default="auto"
