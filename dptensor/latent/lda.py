@@ -349,7 +349,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         tau1 = tau2 = None
         if clip:
             (total,) = self._reduce(ctx, _scale_sums)
-            # E2 of a document has Frobenius norm >= about 1/d: a public floor for a noisy scale
+            # every ||E2(c)||_F >= 1/d (its d^2 entries sum to 1): a public floor for a noisy scale
             nu = max(float(release(np.float64(total / n), 1.0 / n, plan.z_first[0], rng)), 1.0 / d)
             tau1, tau2 = min(1.0, clip * np.sqrt(nu)), min(1.0, clip**2 * nu)
         ctx["tau"] = (tau1, tau2)
