@@ -273,14 +273,14 @@ def _plot(records):
         sizes = {r["n_docs"] for r in records if r["part"] == "lda_private" and r["n_words"] == n_words}
         for n in sorted(sizes):
             mine = [r for r in records if r["part"] == "lda_private" and r["n_words"] == n_words
-                    and r["n_docs"] == n and r["whitening"] == "dense" and r["doc_clip"] != "none"]
+                    and r["n_docs"] == n and r["whitening"] == "dense" and r["doc_clip"] == 1.0]
             line, = ax2.semilogx([r["epsilon"] for r in mine], [r["error"] for r in mine], "o-",
                                  label=f"{n_words} words, {n:.0e} docs")
             ax2.axhline(mine[0]["non_private_error"], ls="--", color=line.get_color(), lw=1)
     ax2.set_xlabel("epsilon")
     ax2.set_ylabel("mean l1 topic error")
     ax2.set_yscale("log")
-    ax2.set_title("private LDA (k=10; dashed: non-private)", fontsize=9)
+    ax2.set_title("private LDA (k=10, doc_clip=1; dashed: non-private)", fontsize=9)
     ax2.legend(fontsize=8)
     fig.savefig(plot_path(NAME), dpi=100)
     plt.close(fig)
