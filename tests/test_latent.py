@@ -18,10 +18,13 @@ from dptensor._operators import moment_tensor
 from dptensor.accounting import epsilon_of
 from dptensor.datasets import gaussian_mixture_norm_bound, make_gaussian_mixture, make_lda_corpus
 from dptensor.latent import PrivateGaussianMixture, PrivateLatentDirichletAllocation, match_rows
-from dptensor.latent._pipeline import SHARES, plan_noise, release_mean, release_second, sym3, whiten
+from dptensor.latent._pipeline import (PROJECTION_SHARE, SHARES, plan_noise, power_subspace, release,
+                                       release_second, sym3, whiten)
 from dptensor.latent.gaussian_mixture import spherical_variance, whitened_bound
-from dptensor.latent.lda import DOCUMENT_SENSITIVITY, DocumentPairOperator, document_moments
+from dptensor.latent.lda import (DOCUMENT_SENSITIVITY, _clip_scale, _pair_products, _triple_sums,
+                                 document_moments, document_norms)
 from dptensor.mechanisms import clip_rows
+from dptensor.pca import auto_n_iter, covariance_sensitivity, power_schedule, row_power_sensitivity
 from dptensor.tensor_decomposition import row_sensitivity
 
 pytestmark = pytest.mark.filterwarnings("ignore::dptensor.PrivacyWarning")
@@ -62,26 +65,60 @@ def docs_up_to(d, max_len):
 
 # -- the shared pipeline -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("queries, steps", [(1, 1), (2100, 1), (1, 7)])
-def test_plan_spends_exactly_the_target(queries, steps):
-    plan = plan_noise(1.0, 1e-5, queries, steps)
+@pytest.mark.parametrize("queries, n_power, n_first", [(1, 0, 1), (2100, 0, 2), (1, 7, 1), (2100, 5, 2)])
+def test_plan_spends_exactly_the_target(queries, n_power, n_first):
+    plan = plan_noise(1.0, 1e-5, queries, n_power, n_first)
     assert epsilon_of(plan.event, 1e-5) == pytest.approx(1.0, rel=1e-9)
+    first = sum(1 / z**2 for z in plan.z_first)
     second = sum(1 / z**2 for z in plan.z_second)
-    mu2 = 1 / plan.z_mean**2 + second + queries / plan.z_third**2
-    assert 1 / plan.z_mean**2 / mu2 == pytest.approx(SHARES["mean"])
-    assert second / mu2 == pytest.approx(SHARES["second"]) and len(plan.z_second) == steps
-    assert not plan_noise(np.inf, 1e-5, queries).private
+    mu2 = first + second + queries / plan.z_third**2
+    assert first / mu2 == pytest.approx(SHARES["first"]) and len(plan.z_first) == n_first
+    assert second / mu2 == pytest.approx(SHARES["second"]) and len(plan.z_second) == max(1, n_power + 1)
+    assert plan.n_queries == n_first + len(plan.z_second) + queries
+    if n_power:  # the projection gets its share; the steps are scheduled as PCA's power method
+        assert 1 / plan.z_second[-1]**2 / second == pytest.approx(PROJECTION_SHARE)
+        np.testing.assert_allclose(plan.z_second[:-1], power_schedule(
+            np.sqrt(second * (1 - PROJECTION_SHARE)), n_power))
+    assert not plan_noise(np.inf, 1e-5, queries, n_power, n_first).private
 
 
 def test_releases_add_noise_at_multiplier_times_sensitivity(rng):
     plan = plan_noise(1.0, 1e-5, 1)
-    noise = release_mean(np.zeros(20000), 0.3, plan, rng)
-    assert np.std(noise) == pytest.approx(0.3 * plan.z_mean, rel=0.03)
+    noise = release(np.zeros(20000), 0.3, plan.z_first[0], rng)
+    assert np.std(noise) == pytest.approx(0.3 * plan.z_first[0], rel=0.03)
     E = release_second(np.zeros((200, 200)), 0.2, plan, rng)
     np.testing.assert_array_equal(E, E.T)
     assert np.std(E[np.triu_indices(200)]) == pytest.approx(0.2 * plan.z_second[0], rel=0.03)
     free = plan_noise(np.inf, 1e-5, 1)
-    assert not release_mean(np.zeros(3), 0.3, free, rng).any()
+    assert not release(np.zeros(3), 0.3, free.z_first[0], rng).any()
+
+
+def test_power_subspace_releases_d_by_p_steps_and_a_p_by_p_projection(rng):
+    """The private power whitening: the top subspace of a spiked matrix within the noise, and the
+    projection's noise at the planned multiplier (never a d x d noise: the operator is implicit)."""
+    d, k = 300, 3
+    U = np.linalg.qr(rng.standard_normal((d, k)))[0]
+    A = U @ np.diag([5.0, 4.0, 3.0]) @ U.T
+    calls = []
+
+    class Operator:
+        shape = (d, d)
+
+        def matmat(self, Q):
+            calls.append(Q.shape)
+            return A @ Q
+
+    plan = plan_noise(8.0, 1e-5, 1, n_power=4)
+    V, P = power_subspace(Operator(), k, plan, rng, step_sensitivity=1e-3, projection_sensitivity=1e-3)
+    assert V.shape == (d, 2 * k) and P.shape == (2 * k, 2 * k) and set(calls) == {(d, 2 * k)}
+    assert len(calls) == 5  # four power steps and the projection: one product each
+    np.testing.assert_allclose(V.T @ V, np.eye(2 * k), atol=1e-12)
+    assert np.linalg.norm(U - V @ (V.T @ U), 2) < 0.05
+    np.testing.assert_allclose(np.linalg.eigvalsh(P)[::-1][:k], [5.0, 4.0, 3.0], atol=0.05)
+    free = plan_noise(np.inf, 1e-5, 1, n_power=4)
+    V, P = power_subspace(Operator(), k, free, rng, step_sensitivity=0.0, projection_sensitivity=0.0)
+    np.testing.assert_allclose(P, V.T @ A @ V, atol=1e-12)
+    assert np.linalg.norm(U - V @ (V.T @ U), 2) < 1e-6
 
 
 def test_sym3_places_the_odd_index_everywhere(rng):
@@ -99,23 +136,29 @@ def test_match_rows_finds_the_permutation(rng):
 
 # -- Gaussian mixture: moments, sensitivity, recovery --------------------------------------------
 
-def test_gmm_whitened_tensor_equals_dense_moment_contracted(rng):
+@pytest.mark.parametrize("whitening", ["dense", "power"])
+def test_gmm_whitened_tensor_equals_dense_moment_contracted(rng, whitening):
     """data + correction == M3(W, W, W) with M3 formed densely in d^3 from its definition."""
     X, *_ = make_gaussian_mixture(500, 6, 2, random_state=2)
     n, d = X.shape
-    model = PrivateGaussianMixture(2, random_state=0)
+    model = PrivateGaussianMixture(2, whitening=whitening, random_state=0)
     ctx = model._prepare(X, np.inf)
-    mean, second, *_ = model._first_moments(ctx)
-    M2 = model._second_moment(ctx, mean, second, rng)
-    wh = whiten(M2, 2, rng)
-    data, correction, _ = model._whitened_third(ctx, wh, mean, second)
+    plan = plan_noise(np.inf, 1e-5, 1, int(whitening == "power"), ctx["n_first"])
+    mean = model._release_first(ctx, plan, rng)
+    wh = model._release_whitening(ctx, mean, plan, rng)
+    data, correction, _ = model._whitened_third(ctx, wh, mean)
     s2 = ctx["variance"]
     eye = np.eye(d)
     M3 = moment_tensor(X) - s2 * (np.einsum("a,bc->abc", mean, eye) + np.einsum("b,ac->abc", mean, eye)
                                   + np.einsum("c,ab->abc", mean, eye))
     W = wh.W
     np.testing.assert_allclose(data.T + correction, np.einsum("abc,ai,bj,ck->ijk", M3, W, W, W), atol=1e-10)
-    np.testing.assert_allclose(W.T @ M2 @ W, np.eye(2), atol=1e-10)
+    M2 = X.T @ X / n - s2 * eye
+    np.testing.assert_allclose(W.T @ M2 @ W, np.eye(2), atol=1e-7)
+    # the variance: the mean of the bottom d - k + 1 eigenvalues of the covariance; the power
+    # whitening takes the top k - 1 from the covariance projected on V (Rayleigh-Ritz, a hair low)
+    rel = 1e-10 if whitening == "dense" else 1e-3
+    assert s2 == pytest.approx(spherical_variance(np.cov(X.T, bias=True), 2), rel=rel)
 
 
 def test_spherical_variance_is_the_mean_of_the_bottom_eigenvalues(rng):
@@ -147,6 +190,52 @@ def test_gmm_third_moment_row_sensitivity_brute_force(rng):
     extreme = np.linalg.norm(moment_tensor(Y) - moment_tensor(Y2))
     assert worst <= row_sensitivity(bound_w, n) + 1e-12
     assert extreme == pytest.approx(row_sensitivity(bound_w, n))
+
+
+def test_gmm_power_whitening_sensitivities_brute_force(rng):
+    """The power whitening's releases under replace-one (rows clipped to B): a step X^T X Q / n
+    moves by at most row_power_sensitivity(B, p) / n, the projection's upper triangle by
+    covariance_sensitivity(B) / n, the trace by B^2 / n; the extreme pairs reach each bound."""
+    n, d, p, B = 5, 6, 3, 1.5
+    Q = np.linalg.qr(rng.standard_normal((d, p)))[0]
+    iu = np.triu_indices(p)
+    worst = np.zeros(3)
+    for _ in range(500):
+        X = clip_rows(rng.standard_normal((n, d)) * 2, B)
+        X2 = X.copy()
+        X2[rng.integers(n)] = clip_rows(rng.standard_normal((1, d)) * 2, B)[0]
+        S, S2 = X.T @ X / n, X2.T @ X2 / n
+        worst = np.maximum(worst, [np.linalg.norm((S - S2) @ Q), np.linalg.norm((Q.T @ (S - S2) @ Q)[iu]),
+                                   abs(np.trace(S) - np.trace(S2))])
+    limits = np.array([row_power_sensitivity(B, p), covariance_sensitivity(B), B**2]) / n
+    assert np.all(worst <= limits + 1e-12)
+    a, b = B * Q[:, 0], B * Q[:, 1]  # orthogonal rows of norm B inside span(Q); then a row against 0
+    M = (np.outer(a, a) - np.outer(b, b)) / n
+    np.testing.assert_allclose([np.linalg.norm(M @ Q), np.linalg.norm((Q.T @ M @ Q)[iu]), B**2 / n],
+                               limits, rtol=1e-12)
+
+
+@pytest.mark.parametrize("epsilon", [np.inf, 4.0])
+def test_gmm_power_whitening_matches_dense(mixture, epsilon):
+    """Never forming d x d: without privacy the same means as Analyze Gauss's dense path; private,
+    accounted (the mean, the trace, R power steps, the projection, the third moment) and accurate."""
+    X, means, _ = mixture
+    kw = dict(epsilon=epsilon, random_state=0)
+    if np.isfinite(epsilon):
+        kw["data_norm"] = gaussian_mixture_norm_bound(means, 1.0, X.shape[1])
+    dense = PrivateGaussianMixture(3, whitening="dense", **kw).fit(X)
+    power = PrivateGaussianMixture(3, whitening="power", **kw).fit(X)
+    assert (dense.whitening_, power.whitening_) == ("dense", "power")
+    if np.isinf(epsilon):
+        perm, _ = match_rows(power.means_, dense.means_)
+        np.testing.assert_allclose(power.means_[perm], dense.means_, atol=1e-3)
+        assert power.covariances_[0] == pytest.approx(dense.covariances_[0], rel=1e-3)
+    else:
+        assert power.privacy_cost_.epsilon == pytest.approx(epsilon)
+        assert power.privacy_cost_.n_queries == 2 + auto_n_iter(X.shape[1], True) + 1 + 1
+        for model in (dense, power):
+            _, dist = match_rows(model.means_, means)
+            assert dist.mean() / np.linalg.norm(means, axis=1).mean() < 0.15
 
 
 def test_gmm_recovers_means_weights_and_variance(mixture):
@@ -204,8 +293,8 @@ def test_gmm_holds_only_released_values_and_reproduces(mixture):
     a, b = PrivateGaussianMixture(3, **kw).fit(X), PrivateGaussianMixture(3, **kw).fit(X)
     np.testing.assert_array_equal(a.means_, b.means_)
     fitted = {k for k in vars(a) if k.endswith("_") and not k.startswith("_")}
-    assert fitted == {"means_", "weights_", "covariances_", "method_", "n_samples_", "n_features_in_",
-                      "privacy_cost_"}
+    assert fitted == {"means_", "weights_", "covariances_", "method_", "whitening_", "n_samples_",
+                      "n_features_in_", "privacy_cost_"}
     assert not [k for k in vars(a) if k.startswith("_")]
     assert "Generator" not in repr(pickle.loads(pickle.dumps(a)).__dict__)
 
@@ -222,69 +311,117 @@ def test_document_moments_are_the_position_averages():
     np.testing.assert_allclose(second, np.mean([b[0] for b in brute], axis=0), atol=1e-12)
 
 
-def test_lda_whitened_tensor_equals_triple_average_contracted():
+@pytest.mark.parametrize("whitening", ["dense", "power"])
+def test_lda_whitened_tensor_equals_triple_average_contracted(whitening):
     rng = np.random.default_rng(6)
-    C = rng.integers(0, 3, size=(5, 4)).astype(float)
-    C[:, 1] += 3
-    model = PrivateLatentDirichletAllocation(2, alpha0=0.7, whitening="dense")
+    C = make_lda_corpus(40, 5, 2, alpha0=0.7, doc_length=(3, 6), random_state=6)[0].toarray()
+    model = PrivateLatentDirichletAllocation(2, alpha0=0.7, whitening=whitening)
     X = model._validate(sp.csr_matrix(C), reset=True)
     ctx = model._prepare(X, np.inf)
-    mean, second, *_ = model._first_moments(ctx)
-    wh = whiten(model._second_moment(ctx, mean, second, rng), 2, rng)
-    data, correction, _ = model._whitened_third(ctx, wh, mean, second)
-    E3 = np.mean([brute_pair_and_triple(c)[1] for c in C], axis=0)
+    plan = plan_noise(np.inf, 1e-5, 1, int(whitening == "power"), ctx["n_first"])
+    mean = model._release_first(ctx, plan, rng)
+    wh = model._release_whitening(ctx, mean, plan, rng)
+    data, correction, _ = model._whitened_third(ctx, wh, mean)
+    brute = [brute_pair_and_triple(c) for c in C]
+    E2, E3 = np.mean([b[0] for b in brute], axis=0), np.mean([b[1] for b in brute], axis=0)
     a0, m1 = 0.7, mean
-    M3 = (E3 - a0 / (a0 + 2) * (np.einsum("ab,c->abc", second, m1) + np.einsum("ac,b->abc", second, m1)
-                               + np.einsum("bc,a->abc", second, m1))
+    M3 = (E3 - a0 / (a0 + 2) * (np.einsum("ab,c->abc", E2, m1) + np.einsum("ac,b->abc", E2, m1)
+                               + np.einsum("bc,a->abc", E2, m1))
           + 2 * a0**2 / ((a0 + 1) * (a0 + 2)) * np.einsum("a,b,c->abc", m1, m1, m1))
     W = wh.W
+    np.testing.assert_allclose(W.T @ (E2 - a0 / (a0 + 1) * np.outer(m1, m1)) @ W, np.eye(2), atol=1e-7)
     np.testing.assert_allclose(data, np.einsum("abc,ai,bj,ck->ijk", E3, W, W, W), atol=1e-10)
-    np.testing.assert_allclose(data + correction, np.einsum("abc,ai,bj,ck->ijk", M3, W, W, W), atol=1e-10)
+    np.testing.assert_allclose(data + correction, np.einsum("abc,ai,bj,ck->ijk", M3, W, W, W), atol=1e-6)
 
 
-def test_lda_sensitivities_brute_force():
-    """Every document of length 3..6 over 3 words: the per-document terms of the mean and of the
-    pair moment's upper triangle differ by at most sqrt(2) (attained), the whitened triple term by
-    at most 2 r^3 (r the largest row norm of W)."""
+def spread(terms):
+    """The largest l2 distance between two of the (flattened) per-document terms."""
+    T = np.array([np.ravel(t) for t in terms])
+    return np.max(np.linalg.norm(T[:, None, :] - T[None, :, :], axis=2))
+
+
+def test_document_norms_and_clip_scales_brute_force():
+    """||E1(c)||, ||E2(c)||_F from three sums per document equal those of the brute-force averages;
+    every ||E2(c)||_F lies in [0, 1] (so the clipping scale's mean has sensitivity 1 / n)."""
+    docs = np.array(list(docs_up_to(3, 6)))
+    length, e1, e2 = document_norms(sp.csr_matrix(docs))
+    brute = [brute_pair_and_triple(c)[0] for c in docs]
+    np.testing.assert_allclose(length, docs.sum(axis=1))
+    np.testing.assert_allclose(e1, np.linalg.norm(docs / length[:, None], axis=1))
+    np.testing.assert_allclose(e2, [np.linalg.norm(b) for b in brute], atol=1e-12)
+    assert e2.min() > 0 and e2.max() == pytest.approx(1.0)  # reached by one word repeated
+    np.testing.assert_array_equal(_clip_scale(e2, None), 1.0)
+    assert np.all(_clip_scale(e2, 0.4) * e2 <= 0.4 + 1e-12)
+
+
+@pytest.mark.parametrize("bound", [None, 0.8, 0.45])
+def test_lda_clipped_first_and_second_sensitivities_brute_force(bound):
+    """Every document of length 3..6 over 3 words: the clipped per-document terms of the mean and
+    of the pair moment's upper triangle differ by at most sqrt(2) tau (tau = 1 unclipped), reached
+    by two one-word documents."""
+    iu = np.triu_indices(3)
+    docs = np.array(list(docs_up_to(3, 6)))
+    _, e1, e2 = document_norms(sp.csr_matrix(docs))
+    means = (docs / docs.sum(axis=1, keepdims=True)) * _clip_scale(e1, bound)[:, None]
+    pairs = [brute_pair_and_triple(c)[0][iu] * s for c, s in zip(docs, _clip_scale(e2, bound))]
+    tau = bound or 1.0
+    assert spread(means) == pytest.approx(DOCUMENT_SENSITIVITY * tau)
+    assert spread(pairs) == pytest.approx(DOCUMENT_SENSITIVITY * tau)
+
+
+@pytest.mark.parametrize("bound", [None, 0.5])
+def test_lda_power_step_and_projection_sensitivity_brute_force(bound):
+    """A power step releases M2 Q for orthonormal Q (d x p), the projection the upper triangle of
+    V^T M2 V: over every pair of documents of length 3..5 on 4 words, the clipped terms
+    s_c E2(c) Q and s_c V^T E2(c) V differ by at most sqrt(2) tau, reached when the span holds the
+    words of two one-word documents."""
+    rng = np.random.default_rng(8)
+    docs = np.array(list(docs_up_to(4, 5)))
+    C = sp.csr_matrix(docs)
+    scale = _clip_scale(document_norms(C)[2], bound)
+    pairs = np.array([brute_pair_and_triple(c)[0] for c in docs]) * scale[:, None, None]
+    iu = np.triu_indices(2)
+    tau = bound or 1.0
+    for Q in (np.linalg.qr(rng.standard_normal((4, 2)))[0], np.eye(4)[:, :2]):
+        steps = np.einsum("nab,bp->nap", pairs, Q)
+        projections = np.einsum("ap,nab,bq->npq", Q, pairs, Q)[:, iu[0], iu[1]]
+        assert spread(steps) <= DOCUMENT_SENSITIVITY * tau + 1e-12
+        assert spread(projections) <= DOCUMENT_SENSITIVITY * tau + 1e-12
+    assert spread(steps) == pytest.approx(DOCUMENT_SENSITIVITY * tau)  # Q spans e_0, e_1
+    # the chunk sums apply exactly sum_c s_c E2(c) Q, implicitly
+    Q = np.linalg.qr(rng.standard_normal((4, 3)))[0]
+    np.testing.assert_allclose(_pair_products(C, Q, bound)[0], pairs.sum(axis=0) @ Q, atol=1e-12)
+
+
+@pytest.mark.parametrize("bound", [None, 0.6])
+def test_lda_third_sensitivity_and_triple_bound_brute_force(bound):
+    """Every document of length 3..6 over 3 words: ||E3(c)(W, W, W)|| is at most the per-document
+    bound beta_c = a (S1^3 - 3 S1 S2 + 2 S3) (the sum of ||w_a|| ||w_b|| ||w_c|| over distinct
+    triples); clipped to bound^3 through it, two terms differ by at most 2 bound^3 (2 r^3 unclipped);
+    the chunk sums equal the brute-force clipped average."""
     rng = np.random.default_rng(7)
     W = rng.standard_normal((3, 2))
-    r = np.max(np.linalg.norm(W, axis=1))
-    iu = np.triu_indices(3)
-    means, pairs, triples = [], [], []
-    for c in docs_up_to(3, 6):
-        E2, E3 = brute_pair_and_triple(c)
-        means.append(c / c.sum())
-        pairs.append(E2[iu])
-        triples.append(np.einsum("abc,ai,bj,ck->ijk", E3, W, W, W).ravel())
-
-    def spread(terms):
-        T = np.array(terms)
-        return np.max(np.linalg.norm(T[:, None, :] - T[None, :, :], axis=2))
-
-    assert spread(means) == pytest.approx(DOCUMENT_SENSITIVITY)
-    assert spread(pairs) == pytest.approx(DOCUMENT_SENSITIVITY)
-    assert spread(triples) <= row_sensitivity(r, 1) + 1e-12
-    assert spread(triples) >= 0.5 * row_sensitivity(r, 1)  # the bound is not loose by much here
-
-
-def test_lda_power_step_sensitivity_brute_force():
-    """One power step releases M2 Q for orthonormal Q: over every pair of documents of length 3..5
-    on 4 words, (E2(c) - E2(c')) Q has Frobenius norm at most sqrt(2), reached when the span of Q
-    holds the two words of two one-word documents."""
-    rng = np.random.default_rng(8)
-    docs = list(docs_up_to(4, 5))
-    pairs = np.array([brute_pair_and_triple(c)[0] for c in docs])
-    for Q in (np.linalg.qr(rng.standard_normal((4, 2)))[0], np.eye(4)[:, :2]):
-        moved = np.einsum("nab,bp->nap", pairs, Q).reshape(len(docs), -1)
-        spread = np.max(np.linalg.norm(moved[:, None, :] - moved[None, :, :], axis=2))
-        assert spread <= DOCUMENT_SENSITIVITY + 1e-12
-    assert spread == pytest.approx(DOCUMENT_SENSITIVITY)  # Q spans e_0, e_1
-    # the operator applies exactly M2 = E2 - alpha0/(alpha0+1) m m^T, implicitly
-    C = sp.csr_matrix(np.array(docs[:30]))
-    mean, second = document_moments(C)
-    Q = np.linalg.qr(rng.standard_normal((4, 3)))[0]
-    np.testing.assert_allclose(DocumentPairOperator(C, mean, 2.0).matmat(Q),
-                               (second - 2.0 / 3.0 * np.outer(mean, mean)) @ Q, atol=1e-12)
+    rho = np.linalg.norm(W, axis=1)
+    r = rho.max()
+    docs = np.array(list(docs_up_to(3, 6)))
+    terms, betas = [], []
+    for c in docs:
+        E3 = brute_pair_and_triple(c)[1]
+        terms.append(np.einsum("abc,ai,bj,ck->ijk", E3, W, W, W))
+        betas.append(np.einsum("abc,a,b,c->", E3, rho, rho, rho))
+    terms, betas = np.array(terms), np.array(betas)
+    assert np.all(np.linalg.norm(terms.reshape(len(docs), -1), axis=1) <= betas + 1e-12)
+    cube = None if bound is None else bound**3
+    scale = _clip_scale(betas, cube)
+    clipped = terms * scale[:, None, None, None]
+    limit = row_sensitivity(r if bound is None else bound, 1)
+    assert spread(clipped) <= limit + 1e-12
+    assert spread(clipped) >= 0.5 * limit  # the bound is not loose by much here
+    # the chunk sums: whitened cube, Z and s give the clipped average
+    C = sp.csr_matrix(docs)
+    cube_sum, Z, s = _triple_sums(C, W, cube)
+    data = cube_sum - sym3(np.einsum("ia,ib,ic->abc", W, W, Z)) + 2 * np.einsum("i,ia,ib,ic->abc", s, W, W, W)
+    np.testing.assert_allclose(data, clipped.sum(axis=0), atol=1e-10)
 
 
 @pytest.mark.parametrize("epsilon", [np.inf, 30.0])
@@ -297,9 +434,10 @@ def test_lda_power_whitening_matches_dense(corpus, epsilon):
     if np.isinf(epsilon):  # the same whitening up to the power method's tolerance
         perm, _ = match_rows(power.components_, dense.components_)
         np.testing.assert_allclose(power.components_[perm], dense.components_, atol=1e-6)
-    else:  # one Gaussian release for the mean, R for the power steps, one for the third moment
-        steps = power.privacy_cost_.n_queries - 2
+    else:  # the clipping scale and the mean, R power steps and the projection, the third moment
+        steps = power.privacy_cost_.n_queries - 4
         assert steps > 1 and power.privacy_cost_.epsilon == pytest.approx(30.0)
+        assert dense.privacy_cost_.n_queries == 4
         for model in (dense, power):
             perm, _ = match_rows(model.components_, topics)
             assert np.abs(model.components_[perm] - topics).sum(axis=1).mean() < 0.3
@@ -318,17 +456,39 @@ def test_lda_recovers_topics_and_proportions(corpus):
     assert theta.shape == (50, 3) and model.perplexity(C[:200]) < 60  # the vocabulary has 60 words
 
 
+def test_lda_refinement_raises_the_likelihood_and_is_refused_when_private(corpus):
+    """EM steps from the spectral topics (epsilon = inf only): the training log-likelihood rises
+    and the topics move closer to the truth; a private fit refuses them before any spend."""
+    C, topics, _ = corpus
+    spectral = PrivateLatentDirichletAllocation(3, random_state=0).fit(C)
+    refined = PrivateLatentDirichletAllocation(3, refine_iter=3, random_state=0).fit(C)
+    assert refined.score(C) > spectral.score(C)
+
+    def error(model):
+        perm, _ = match_rows(model.components_, topics)
+        return np.abs(model.components_[perm] - topics).sum(axis=1).mean()
+
+    assert error(refined) < error(spectral)
+    np.testing.assert_allclose(refined.components_.sum(axis=1), 1.0)
+    budget = PrivacyAccountant(epsilon=10.0, delta=1e-5)
+    with pytest.raises(ValueError, match="refine_iter needs epsilon=np.inf"):
+        PrivateLatentDirichletAllocation(3, epsilon=1.0, refine_iter=2, accountant=budget).fit(C)
+    assert len(budget.history()) == 0
+
+
 def test_lda_private_fit_is_accounted(corpus):
     C, topics, _ = corpus
     budget = PrivacyAccountant(epsilon=np.inf, delta=1e-5)
     model = PrivateLatentDirichletAllocation(3, epsilon=1.0, accountant=budget, random_state=0).fit(C)
     assert budget.spent()[0] == pytest.approx(1.0, rel=1e-6)
     assert model.privacy_cost_.private and np.isfinite(model.components_).all()
-    # an error that falls with epsilon: at a huge budget the private fit matches the exact one
+    # an error that falls with epsilon: at a huge budget the unclipped private fit matches the
+    # exact one; clipping the documents' terms (the default) adds a small bias
     exact = PrivateLatentDirichletAllocation(3, random_state=0).fit(C)
-    loose = PrivateLatentDirichletAllocation(3, epsilon=1e5, random_state=0).fit(C)
-    perm, _ = match_rows(loose.components_, exact.components_)
-    assert np.abs(loose.components_[perm] - exact.components_).sum(axis=1).max() < 0.02
+    for clip, limit in ((None, 0.02), (1.0, 0.05)):
+        loose = PrivateLatentDirichletAllocation(3, epsilon=1e5, doc_clip=clip, random_state=0).fit(C)
+        perm, _ = match_rows(loose.components_, exact.components_)
+        assert np.abs(loose.components_[perm] - exact.components_).sum(axis=1).max() < limit
 
 
 def test_lda_refuses_what_is_not_a_word_count(corpus):
@@ -378,11 +538,13 @@ def test_lda_in_a_pipeline_with_shared_accountant(corpus):
     np.testing.assert_array_equal(restored.transform(C[:4]), fitted.transform(C[:4]))
 
 
-def test_gmm_on_dask_rows_matches_in_memory(mixture):
+@pytest.mark.parametrize("whitening", ["dense", "power"])
+def test_gmm_on_dask_rows_matches_in_memory(mixture, whitening):
     da = pytest.importorskip("dask.array")
     X, means, _ = mixture
     X = X[:6000]
-    kw = dict(epsilon=2.0, data_norm=gaussian_mixture_norm_bound(means, 1.0, 12), random_state=4)
+    kw = dict(epsilon=2.0, data_norm=gaussian_mixture_norm_bound(means, 1.0, 12), whitening=whitening,
+              random_state=4)
     here = PrivateGaussianMixture(3, **kw).fit(X)
     there = PrivateGaussianMixture(3, **kw).fit(da.from_array(X, chunks=(1000, 12)))
     np.testing.assert_allclose(there.means_, here.means_, atol=1e-9)
@@ -390,9 +552,42 @@ def test_gmm_on_dask_rows_matches_in_memory(mixture):
     assert there.privacy_cost_.epsilon == pytest.approx(2.0)
 
 
+@pytest.mark.parametrize("whitening", ["dense", "power"])
+def test_lda_on_dask_counts_matches_in_memory(corpus, whitening):
+    """Every pass over the documents is one reduction over the row chunks: the same released topics
+    as in memory (same seed), checked and refused lazily before any spend."""
+    da = pytest.importorskip("dask.array")
+    C = corpus[0][:1200].toarray()
+    kw = dict(epsilon=20.0, whitening=whitening, random_state=5)
+    here = PrivateLatentDirichletAllocation(3, **kw).fit(C)
+    there = PrivateLatentDirichletAllocation(3, **kw).fit(da.from_array(C, chunks=(250, -1)))
+    np.testing.assert_allclose(there.components_, here.components_, atol=1e-9)
+    np.testing.assert_allclose(there.alpha_, here.alpha_, atol=1e-9)
+    assert there.privacy_cost_ == here.privacy_cost_ and there.whitening_ == whitening
+    # the non-private fit and its EM refinement: one reduction per pass as well
+    kw = dict(whitening=whitening, refine_iter=2, random_state=5)
+    here = PrivateLatentDirichletAllocation(3, **kw).fit(C)
+    there = PrivateLatentDirichletAllocation(3, **kw).fit(da.from_array(C, chunks=(250, -1)))
+    np.testing.assert_allclose(there.components_, here.components_, atol=1e-8)
+    budget = PrivacyAccountant(epsilon=10.0, delta=1e-5)
+    bad = C.copy()
+    bad[700, 3] = 0.5
+    with pytest.raises(ValueError, match="word counts"):
+        PrivateLatentDirichletAllocation(3, epsilon=1.0, accountant=budget).fit(da.from_array(bad, chunks=(250, -1)))
+    short = C.copy()
+    short[900] = 0
+    with pytest.raises(ValueError, match="at least 3 words"):
+        PrivateLatentDirichletAllocation(3, epsilon=1.0, accountant=budget).fit(da.from_array(short, chunks=(250, -1)))
+    assert len(budget.history()) == 0
+
+
 @pytest.mark.parametrize("make, whitening", [
     (lambda: PrivateGaussianMixture(2, epsilon=1.0, delta=1e-6, data_norm=2.0, random_state=0), None),
+    (lambda: PrivateGaussianMixture(2, epsilon=1.0, delta=1e-6, data_norm=2.0, whitening="power",
+                                    random_state=0), None),
     (lambda: PrivateGaussianMixture(2, random_state=0), None),
+    (lambda: PrivateLatentDirichletAllocation(3, epsilon=1.0, delta=1e-6, doc_clip=None, random_state=0),
+     "dense"),
     (lambda: PrivateLatentDirichletAllocation(3, epsilon=1.0, delta=1e-6, random_state=0), "dense"),
     (lambda: PrivateLatentDirichletAllocation(3, epsilon=1.0, delta=1e-6, random_state=0), "power"),
 ])

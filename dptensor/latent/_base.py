@@ -1,14 +1,15 @@
 """The fit every spectral latent model shares: validate, price, release the moments, whiten, decompose."""
 from __future__ import annotations
 
-
 import numpy as np
 from sklearn.base import BaseEstimator
 
 from .._base import PrivateEstimatorMixin
 from .._validation import check_positive_int, check_verbose
 from ..accounting.events import NonPrivateEvent
-from ._pipeline import decompose_whitened, n_third_queries, plan_noise, release_mean, release_second, whiten
+from .._dask import is_dask_array, reduce_row_chunks
+from ..pca import MAX_DENSE_FEATURES, auto_n_iter
+from ._pipeline import decompose_whitened, n_third_queries, plan_noise
 
 __all__ = ["SpectralLatentModel"]
 
@@ -20,16 +21,18 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
     one fit (the prepared rows, the public bounds, released by-products such as a variance): it is
     never stored on the estimator, so nothing unreleased outlives the fit, even a failed one.
 
-    * ``_validate(X, reset)`` -> X;
-    * ``_prepare(X, epsilon)`` -> ctx: checks the model's own parameters, prepares the rows;
-    * ``_first_moments(ctx)`` -> ``(mean, second, s_mean, s_second)``: the exact mean and second
-      moment (d x d) and their row-level l2 sensitivities;
-    * ``_second_moment(ctx, mean, second, rng)`` -> ``M2`` from the released pair (post-processing);
-    * ``_second_moment_steps(ctx)`` (default 1) and ``_power_whitening(ctx, mean, plan, rng)``: a
-      model whose whitening may come from the private power method instead (``second`` is then
-      ``None`` and never formed);
-    * ``_whitened_third(ctx, whitening, mean, second)`` -> ``(data, correction, sensitivity)``;
-    * ``_recover(ctx, components, eigenvalues, whitening, mean)`` sets the fitted attributes.
+    * ``_validate(X, reset)`` -> X (in memory, or a Dask array left lazy);
+    * ``_prepare(X, epsilon)`` -> ctx: checks the model's own parameters, prepares the rows, and
+      sets the public plan keys ``"power"`` (whether the whitening comes from the power method,
+      see :meth:`_use_power`) and ``"n_first"`` (the number of first-moment releases);
+    * ``_release_first(ctx, plan, rng)`` -> the released mean (it may leave other released
+      first-moment values in ctx);
+    * ``_release_whitening(ctx, mean, plan, rng)`` -> a :class:`~._pipeline.Whitening` from the
+      released second moment: Analyze Gauss on the d x d matrix, or
+      :func:`~._pipeline.power_subspace` (never d x d);
+    * ``_whitened_third(ctx, whitening, mean)`` -> ``(data, correction, sensitivity)``;
+    * ``_recover(ctx, components, eigenvalues, whitening, mean)`` sets the fitted attributes;
+    * ``_refine(ctx, rows)``, only without privacy: improves them on the data (default: nothing).
     """
 
     _unit = "row"  # the privacy unit, as named in warnings
@@ -43,16 +46,37 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         check_positive_int(self.n_iter, "n_iter")
         if self.method not in ("auto", "perturb", "power"):
             raise ValueError(f"method must be one of ('auto', 'perturb', 'power'), got {self.method!r}")
+        if self.whitening not in ("auto", "dense", "power"):
+            raise ValueError(f"whitening must be one of ('auto', 'dense', 'power'), got {self.whitening!r}")
         check_verbose(self.verbose)
         return k
+
+    def _use_power(self, d: int, private: bool) -> bool:
+        """Whether the whitening comes from the power method (public: d, the parameters, privacy)."""
+        if self.whitening != "auto":
+            return self.whitening == "power"
+        return d > self._dense_max(private)
+
+    def _context(self, X, rows, epsilon, **extra) -> dict:
+        """A fit's ctx: the prepared rows and the public keys the plan reads (from the shape only);
+        one first-moment release (the mean) unless the model says more."""
+        n, d = X.shape
+        private = bool(np.isfinite(epsilon))
+        return {"rows": rows, "n": n, "d": d, "private": private, "power": self._use_power(d, private),
+                "n_first": 1, **extra}
+
+    def _dense_max(self, private: bool) -> int:
+        """``whitening="auto"``: the largest d whose d x d second moment is formed."""
+        return MAX_DENSE_FEATURES
 
     def _plan(self, ctx, k, epsilon, delta):
         """The fit's method and noise plan, from public parameters and the data's shape only."""
         # "auto": one perturbation of the k^3 tensor (noise of operator norm ~1.7 sqrt(k) z s)
         # beats k L (R+1) noisy power queries (each ~sqrt(k) z s sqrt(k L (R+1))) at row level.
         method = "perturb" if self.method == "auto" else self.method
+        n_power = auto_n_iter(ctx["d"], True) if ctx["power"] and np.isfinite(epsilon) else 0
         return method, plan_noise(epsilon, delta, n_third_queries(method, k, self.n_restarts, self.n_iter),
-                                  self._second_moment_steps(ctx))
+                                  n_power, ctx["n_first"])
 
     def privacy_cost(self, n_samples, n_features):
         """The cost and noise multiplier a ``fit`` on ``n_samples`` x ``n_features`` data would record.
@@ -69,7 +93,7 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         if not plan.private:
             return self._preview(None, delta=delta)
         return self._preview(plan.event, delta=delta, noise_multiplier=plan.z_third,
-                             n_queries=plan.n_third + len(plan.z_second) + 1, calibration="exact")
+                             n_queries=plan.n_queries, calibration="exact")
 
     def fit(self, X, y=None):
         """Learn the model from X by the method of moments; ``y`` is ignored. Returns self."""
@@ -83,31 +107,36 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         method, plan = self._plan(ctx, k, epsilon, delta)
         if plan.private:
             self.privacy_cost_, rng = self._spend(plan.event, entropy=entropy, delta=delta,
-                                                  noise_multiplier=plan.z_third,
-                                                  n_queries=plan.n_third + len(plan.z_second) + 1,
+                                                  noise_multiplier=plan.z_third, n_queries=plan.n_queries,
                                                   calibration="exact", data_shape=X.shape)
         else:
             self.privacy_cost_, rng = self._spend(NonPrivateEvent("epsilon=inf"), entropy=entropy,
                                                   delta=delta, data_shape=X.shape)
-        mean, second, s_mean, s_second = self._first_moments(ctx)
-        mean = release_mean(mean, s_mean, plan, rng)
-        if second is None:  # the whitening itself is released, by the private power method
-            whitening = self._power_whitening(ctx, mean, plan, rng)
-        else:
-            second = release_second(second, s_second, plan, rng)
-            whitening = whiten(self._second_moment(ctx, mean, second, rng), k, rng)
-        data, correction, sensitivity = self._whitened_third(ctx, whitening, mean, second)
-        del ctx["rows"]  # the prepared data is no longer needed
+        mean = self._release_first(ctx, plan, rng)
+        whitening = self._release_whitening(ctx, mean, plan, rng)
+        data, correction, sensitivity = self._whitened_third(ctx, whitening, mean)
+        rows = ctx.pop("rows")  # no release reads the data after this one
         components, eigenvalues = decompose_whitened(
             data, correction, k, sensitivity=sensitivity, plan=plan, method=method,
             n_restarts=self.n_restarts, n_iter=self.n_iter, rng=rng, verbose=self.verbose)
         self.method_ = method if plan.private else "exact"
+        self.whitening_ = "power" if ctx["power"] else "dense"
         self.n_samples_ = n
         self._recover(ctx, components, eigenvalues, whitening, mean)
+        if not plan.private:  # a non-private fit (epsilon = inf) may refine its estimate on the data
+            self._refine(ctx, rows)
         return self
 
-    def _second_moment_steps(self, ctx) -> int:
-        return 1
+    def _refine(self, ctx, rows):
+        """Non-private refinement of the fitted parameters (a model may define one); none here."""
+
+    @staticmethod
+    def _reduce(ctx, partial, *args):
+        """``partial(rows, *args)`` (a tuple of sums over rows), in memory or over a Dask array's
+        row chunks (one reduction: only the sums reach the client)."""
+        if is_dask_array(ctx["rows"]):
+            return reduce_row_chunks(ctx["rows"], partial, *args)
+        return partial(ctx["rows"], *args)
 
     @staticmethod
     def _positive(eigenvalues):

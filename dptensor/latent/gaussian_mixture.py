@@ -5,16 +5,17 @@ import numpy as np
 from scipy.special import logsumexp
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._dask import check_dask_array, clip_chunks, dask_gram, is_dask_array, reduce_row_chunks
+from .._dask import check_dask_array, clip_chunks, is_dask_array, reduce_row_chunks
 from .._operators import SymmetricTensor, moment_tensor
 from .._validation import check_data_norm
 from ..mechanisms import clip_rows
-from ..pca import covariance_sensitivity
+from ..pca import covariance_sensitivity, row_power_sensitivity, total_variance_sensitivity
 from ..tensor_decomposition import n_power_queries, row_sensitivity
 from ._base import SpectralLatentModel
-from ._pipeline import sym3, top_eigenpairs, whitened_rows_operator
+from ._pipeline import (ImplicitMatrix, power_subspace, release, release_second, sym3, top_eigenpairs, whiten,
+                        whitened_rows_operator)
 
-__all__ = ["PrivateGaussianMixture", "spherical_variance", "whitened_bound"]
+__all__ = ["PrivateGaussianMixture", "spherical_variance", "bottom_mean", "whitened_bound"]
 
 
 def spherical_variance(covariance, k: int, rng=None) -> float:
@@ -24,16 +25,31 @@ def spherical_variance(covariance, k: int, rng=None) -> float:
     ``d - k + 1`` smallest eigenvalues all equal ``sigma^2`` (Hsu & Kakade 2013). With an estimate
     of the covariance their mean, ``(tr Cov - sum of the k-1 largest) / (d - k + 1)``, is used:
     unlike the single smallest eigenvalue it is not biased down by the spread of the sample (or
-    noise) spectrum, and it needs only the k-1 top eigenvalues. A noisy covariance can make it
-    <= 0: it is floored at ``1e-6 tr(Cov) / d`` so that likelihoods stay finite (post-processing).
+    noise) spectrum, and it needs only the k-1 top eigenvalues (:func:`bottom_mean`).
     ``rng`` seeds the Lanczos start at large d (data independent).
     """
-    d = covariance.shape[0]
     top = 0.0
     if k > 1:
         top = float(np.sum(top_eigenpairs(covariance, k - 1, rng or np.random.default_rng(0))[0]))
-    trace = float(np.trace(covariance))
+    return bottom_mean(float(np.trace(covariance)), top, covariance.shape[0], k)
+
+
+def bottom_mean(trace: float, top: float, d: int, k: int) -> float:
+    """``(trace - top) / (d - k + 1)``: the mean of the ``d - k + 1`` smallest eigenvalues of a
+    d x d matrix from its trace and the sum of its k - 1 largest. A noisy estimate can make it
+    <= 0: it is floored at ``1e-6 |trace| / d`` so that likelihoods stay finite (post-processing).
+    """
     return max((trace - top) / (d - k + 1), 1e-6 * abs(trace) / d, np.finfo(float).tiny)
+
+
+def _moment_sums(chunk, dense):
+    """``sum x``, ``sum ||x||^2`` and, for the dense whitening, ``X^T X`` over one chunk's rows:
+    the first and second moments in one pass."""
+    return chunk.sum(axis=0), np.einsum("ij,ij->", chunk, chunk), chunk.T @ chunk if dense else 0.0
+
+
+def _gram_product(chunk, Q):
+    return (chunk.T @ (chunk @ Q),)
 
 
 def _whitened_cube_sum(chunk, W, bound_w):
@@ -75,19 +91,24 @@ class PrivateGaussianMixture(SpectralLatentModel):
     -----
     *Privacy unit.* One row: rows are clipped to l2 norm ``data_norm`` (public) and n is public.
 
-    *What is released.* The mean (Gaussian noise at sensitivity ``2 B / n``), the upper triangle of
-    ``E[x x^T]`` (Analyze Gauss, ``sqrt(2) B^2 / n``), and the whitened third moment: with the
-    whitening ``W`` computed from those releases (so public), the whitened rows have norm at most
-    ``B ||W||_2``; they are clipped to ``B_W``, the smaller of that and ``whitened_clip`` times
-    their root mean square under the model (both public), and their third moment has
-    sensitivity ``2 B_W^3 / n``; it is released once
-    with symmetric Gaussian noise (``method="perturb"``) or through the ``k L (R + 1)`` queries of
-    the private tensor power method (``method="power"``). Everything fitted (means, weights,
-    variance) is post-processing of the three releases.
+    *What is released.* The mean (Gaussian noise at sensitivity ``2 B / n``); the whitening, from
+    the upper triangle of ``E[x x^T]`` (Analyze Gauss, ``sqrt(2) B^2 / n``; ``whitening="dense"``)
+    or, never forming d x d (``"power"``), from the private power method on ``E[x x^T]`` (each
+    step ``X^T (X Q) / n`` for a d x 2k block Q, at ``sqrt(2) B^2 / n``), the released 2k x 2k
+    projection on its span (``sqrt(2) B^2 / n``) and the trace of ``E[x x^T]`` (``B^2 / n``, for
+    the variance); and the whitened third moment: with the whitening ``W`` computed from those
+    releases (so public), the whitened rows have norm at most ``B ||W||_2``; they are clipped to
+    ``B_W``, the smaller of that and ``whitened_clip`` times their root mean square under the
+    model (both public), and their third moment has sensitivity ``2 B_W^3 / n``; it is released
+    once with symmetric Gaussian noise (``method="perturb"``) or through the ``k L (R + 1)``
+    queries of the private tensor power method (``method="power"``). Everything fitted (means,
+    weights, variance) is post-processing of these releases. X may be a Dask array: every pass
+    over the rows is then one reduction over its row chunks.
 
-    *Guarantee.* ``(epsilon, delta)``-DP for that unit: the three releases get shares 0.1, 0.45,
-    0.45 of the Gaussian-DP budget ``mu(epsilon, delta)^2``, one ``ComposedEvent`` recorded with
-    ``accountant`` before any noisy release. Derivations: ``docs/derivations/latent.rst``.
+    *Guarantee.* ``(epsilon, delta)``-DP for that unit: the first moments, the whitening and the
+    third moment get shares 0.1, 0.45, 0.45 of the Gaussian-DP budget ``mu(epsilon, delta)^2``,
+    one ``ComposedEvent`` recorded with ``accountant`` before any noisy release. Derivations:
+    ``docs/derivations/latent.rst``.
 
     Parameters
     ----------
@@ -109,6 +130,12 @@ class PrivateGaussianMixture(SpectralLatentModel):
     method : {"auto", "perturb", "power"}, default="auto"
         How the whitened third moment is released; ``"auto"`` is ``"perturb"`` (less noise at
         row level, see the derivation page).
+    whitening : {"auto", "dense", "power"}, default="auto"
+        ``"dense"`` forms the d x d second moment (Analyze Gauss when private); ``"power"`` never
+        forms it (the power method over the rows, then the 2k x 2k projection; without privacy the
+        exact top-k eigenpairs by Lanczos on the same products). ``"auto"``: dense up to 2000
+        features, where it is the less noisy of the two for the same budget; the power method
+        beyond.
     n_restarts, n_iter : int, default=10, 20
         Restarts and steps of the tensor power method on the k x k x k tensor.
     accountant : PrivacyAccountant or None, default=None
@@ -125,6 +152,8 @@ class PrivateGaussianMixture(SpectralLatentModel):
         The common spherical variance, repeated (scikit-learn's ``covariance_type="spherical"``).
     method_ : str
         ``"perturb"``, ``"power"``, or ``"exact"`` (no privacy).
+    whitening_ : str
+        ``"dense"`` or ``"power"``.
     n_samples_ : int
     n_features_in_ : int
     privacy_cost_ : PrivacyCost
@@ -142,13 +171,15 @@ class PrivateGaussianMixture(SpectralLatentModel):
     """
 
     def __init__(self, n_components=1, *, epsilon=np.inf, delta=None, data_norm=None, whitened_clip=2.0,
-                 method="auto", n_restarts=10, n_iter=20, accountant=None, random_state=None, verbose=0):
+                 method="auto", whitening="auto", n_restarts=10, n_iter=20, accountant=None,
+                 random_state=None, verbose=0):
         self.n_components = n_components
         self.epsilon = epsilon
         self.delta = delta
         self.data_norm = data_norm
         self.whitened_clip = whitened_clip
         self.method = method
+        self.whitening = whitening
         self.n_restarts = n_restarts
         self.n_iter = n_iter
         self.accountant = accountant
@@ -166,30 +197,54 @@ class PrivateGaussianMixture(SpectralLatentModel):
         if self.whitened_clip is not None:
             check_data_norm(self.whitened_clip, epsilon, name="whitened_clip")
         if is_dask_array(X):
-            return {"bound": bound, "rows": clip_chunks(X.astype(np.float64), bound), "dask": True}
-        return {"bound": bound, "rows": clip_rows(X, bound).astype(np.float64, copy=False), "dask": False}
-
-    def _first_moments(self, ctx):
-        rows, B = ctx["rows"], ctx["bound"] or 0.0
-        n = rows.shape[0]
-        if ctx["dask"]:  # two reductions over the row chunks: d numbers and d x d numbers come back
-            mean, second = np.asarray(rows.mean(axis=0).compute()), dask_gram(rows) / n
+            rows = clip_chunks(X.astype(np.float64), bound)
         else:
-            mean, second = rows.mean(axis=0), rows.T @ rows / n
-        return mean, second, 2.0 * B / n, covariance_sensitivity(B) / n
+            rows = clip_rows(X, bound).astype(np.float64, copy=False)
+        ctx = self._context(X, rows, epsilon, bound=bound)
+        ctx["n_first"] = 2 if ctx["power"] else 1  # the power whitening also releases the trace
+        return ctx
 
-    def _second_moment(self, ctx, mean, second, rng):
-        ctx["variance"] = spherical_variance(second - np.outer(mean, mean), self.n_components, rng)
-        return second - ctx["variance"] * np.eye(second.shape[0])
+    def _release_first(self, ctx, plan, rng):
+        n, B = ctx["n"], ctx["bound"] or 0.0
+        total, square, gram = self._reduce(ctx, _moment_sums, not ctx["power"])
+        if not ctx["power"]:  # computed in the same pass; released next, by Analyze Gauss
+            ctx["second"] = gram / n
+        mean = release(total / n, 2.0 * B / n, plan.z_first[0], rng)
+        if ctx["power"]:
+            ctx["trace"] = float(release(np.float64(square / n), total_variance_sensitivity(B) / n,
+                                         plan.z_first[1], rng))
+        return mean
 
-    def _whitened_third(self, ctx, whitening, mean, second):
-        W, n = whitening.W, ctx["rows"].shape[0]
+    def _release_whitening(self, ctx, mean, plan, rng):
+        """Analyze Gauss on ``E[x x^T]`` (d x d), or the power method on its implicit products.
+
+        Power: ``E[x x^T] = M2 + sigma^2 I`` has M2's eigenvectors, so its top subspace V and the
+        released projection ``P = V^T E[x x^T] V`` give the whitening of ``P - sigma^2 I`` and,
+        with the released trace, the variance: the signal of ``Cov = E[x x^T] - m m^T`` lies in V.
+        """
+        k, n, d, B = self.n_components, ctx["n"], ctx["d"], ctx["bound"] or 0.0
+        if not ctx["power"]:
+            second = release_second(ctx.pop("second"), covariance_sensitivity(B) / n, plan, rng)
+            ctx["variance"] = spherical_variance(second - np.outer(mean, mean), k, rng)
+            return whiten(second - ctx["variance"] * np.eye(d), k, rng)
+        operator = ImplicitMatrix(d, lambda Q: self._reduce(ctx, _gram_product, Q)[0] / n)
+        V, P = power_subspace(operator, k, plan, rng,
+                              step_sensitivity=row_power_sensitivity(B, min(2 * k, d)) / n,
+                              projection_sensitivity=covariance_sensitivity(B) / n,
+                              few_passes=is_dask_array(ctx["rows"]))
+        u = V.T @ mean
+        top = np.sum(np.linalg.eigvalsh(P - np.outer(u, u))[::-1][:k - 1])
+        ctx["variance"] = bottom_mean(ctx["trace"] - float(mean @ mean), float(top), d, k)
+        return whiten(P - ctx["variance"] * np.eye(len(P)), k, rng, basis=V)
+
+    def _whitened_third(self, ctx, whitening, mean):
+        W, n = whitening.W, ctx["n"]
         sensitivity, bound_w = 0.0, None
         if ctx["bound"] is not None:  # the whitened rows' bound follows from released values
             bound_w = whitened_bound(ctx["bound"], W, ctx["variance"], self.whitened_clip)
             sensitivity = row_sensitivity(bound_w, n)
         k = W.shape[1]
-        if ctx["dask"]:  # each chunk whitens, clips and cubes its own rows: k^3 numbers come back
+        if is_dask_array(ctx["rows"]):  # each chunk whitens, clips and cubes its own rows: k^3 numbers come back
             (total,) = reduce_row_chunks(ctx["rows"], _whitened_cube_sum, W, bound_w)
             data = SymmetricTensor(total / n)
         else:
