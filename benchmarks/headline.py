@@ -99,6 +99,15 @@ def rows() -> list[dict]:
         out.append({"estimator": "PrivateTensorCompletion", "measure": "MovieLens-100K ua, test RMSE (recipe)",
                     "dptensor": f"{r['rmse']:.4f}", "peer": f"training mean {trivial['rmse']:.4f}",
                     "ratio": f"{trivial['rmse'] / r['rmse']:.2f}x smaller", "privacy": _eps(r)})
+    la = _records("latent")
+    if (r := _pick(la, part="gmm", n=1_000_000)):
+        out.append({"estimator": "PrivateGaussianMixture", "measure": "fit k=10, d=100, n=1e6 (s)",
+                    "dptensor": f"{r['spectral_s']:.2f}", "peer": f"sklearn EM {r['sklearn_s']:.0f}",
+                    "ratio": f"{r['speedup']:.0f}x faster", "privacy": NON_PRIVATE})
+    if (r := _pick(la, part="gmm_private", n=1_000_000, epsilon=1.0)):
+        out.append({"estimator": "PrivateGaussianMixture", "measure": "mean error, n=1e6",
+                    "dptensor": _fmt(r["error"]), "peer": f"non-private {_fmt(r['non_private_error'])}",
+                    "ratio": f"{r['ratio_to_non_private']:.2f}x", "privacy": _eps(r)})
     price = _extra("search", "price")
     if (r := _pick(price, estimator="PrivatePCA", candidates=100)):
         out.append({"estimator": "PrivateGridSearchCV", "measure": "total epsilon, 100 candidates of eps=0.5",
