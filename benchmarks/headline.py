@@ -108,6 +108,14 @@ def rows() -> list[dict]:
         out.append({"estimator": "PrivateGaussianMixture", "measure": "mean error, n=1e6",
                     "dptensor": _fmt(r["error"]), "peer": f"non-private {_fmt(r['non_private_error'])}",
                     "ratio": f"{r['ratio_to_non_private']:.2f}x", "privacy": _eps(r)})
+    if (r := _pick(la, part="lda", n_docs=10_000, n_words=2000)):
+        out.append({"estimator": "PrivateLatentDirichletAllocation", "measure": "fit 2000 words, 1e4 docs (s)",
+                    "dptensor": f"{r['spectral_s']:.2f}", "peer": f"sklearn LDA {r['sklearn_s']:.0f}",
+                    "ratio": f"{r['speedup']:.0f}x faster", "privacy": NON_PRIVATE})
+    if (r := _pick(la, part="lda_private", n_docs=100_000, n_words=2000, epsilon=1.0, whitening="dense")):
+        out.append({"estimator": "PrivateLatentDirichletAllocation", "measure": "topic l1 error, 2000 words, 1e5 docs",
+                    "dptensor": _fmt(r["error"]), "peer": f"non-private {_fmt(r['non_private_error'])}",
+                    "ratio": f"{r['error'] / r['non_private_error']:.0f}x", "privacy": _eps(r)})
     price = _extra("search", "price")
     if (r := _pick(price, estimator="PrivatePCA", candidates=100)):
         out.append({"estimator": "PrivateGridSearchCV", "measure": "total epsilon, 100 candidates of eps=0.5",
