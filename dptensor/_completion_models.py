@@ -1111,15 +1111,15 @@ def unfolding_gram(obs: Observations, t: np.ndarray, m: int, clip, cap=None, oth
     with ``D = min(1, 2 clip)`` (how far one value moves its clipped value) and ``n_col`` the
     largest number of kept entries in a column; the diagonal is zeroed (not released).
 
-    ``others`` (a subset of the other modes, those with a factor) indexes the columns by those
-    modes only, so several entries can share a cell (row, column): only the first of each cell
-    (index order, public) is kept, so every cell still holds one clipped value and the bound holds.
+    Several entries can share a cell (row, column): a position observed twice, or, with ``others``
+    (a subset of the other modes, those with a factor), entries that differ only in the other
+    modes. Only the first of each cell (index order, public) is kept, so every cell holds one
+    clipped value, at most ``clip`` in size, and the bound holds (summed, a cell could hold
+    ``2 clip`` and move the release by twice as much).
     """
     col_id, col_counts = unfolding_columns(obs, m, others)
-    keep = np.ones(len(t), dtype=bool)
-    if others is not None and len(others) < obs.order - 1:
-        keep = _first_per_group(col_id * obs.shape[m] + obs.X[:, m], 1)
-        col_counts = np.bincount(col_id[keep], minlength=len(col_counts))
+    keep = _first_per_group(col_id * obs.shape[m] + obs.X[:, m], 1)
+    col_counts = np.bincount(col_id[keep], minlength=len(col_counts))
     if cap is not None:
         keep &= _first_per_group(np.where(keep, col_id, -1), cap)
         col_counts = np.minimum(col_counts, cap)

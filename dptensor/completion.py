@@ -591,9 +591,10 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
                          callback=progress)
         if pert == "output" and private:
             # The paper's bolt-on bound: Delta = 2 * iterations * Lipschitz constant * learning rate.
+            # On the last mode with a factor: a mode without one keeps its public all-ones factor.
             sens = 2.0 * p["n_iter"] * p["clip"] * p["lr"]
-            last = model.factors[-1]
-            model.factors[-1] = laplace_release(last, sens, plan["laplace_eps"], rng)
+            last = model.free_modes()[-1]
+            model.factors[last] = laplace_release(model.factors[last], sens, plan["laplace_eps"], rng)
         return model
 
     def _fit_dp_als(self, obs, ys, p, plan, rng, progress):
