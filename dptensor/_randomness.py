@@ -59,6 +59,17 @@ def fingerprint(*parts) -> tuple[int, ...]:
     return tuple(int.from_bytes(digest[i:i + 4], "little") for i in range(0, 16, 4))
 
 
+def public_digest(array) -> int:
+    """A 64-bit hash of a PUBLIC array (e.g. completion's observed positions), for a spend's key.
+
+    Never pass private data: with a known seed, noise keyed by the data would let anyone test
+    which of two data sets produced a release.
+    """
+    data = np.ascontiguousarray(array)
+    digest = hashlib.sha256(str((data.dtype.str, data.shape)).encode() + data.tobytes()).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
 def spend_generator(entropy: int, *, spend_index: int, key: tuple[int, ...] = ()) -> np.random.Generator:
     """The noise generator of one spend: ``entropy`` hashed with the spend's position and key.
 

@@ -44,6 +44,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import ThreadpoolController
 
 from ._base import PrivateEstimatorMixin
+from ._randomness import public_digest
 from ._completion_models import (Model, Observations, als, dp_als, gradient_descent, init_model, predict,
                                  offset_multipliers, residual_scale, row_offsets, spectral_start)
 from ._validation import check_positive_int, check_verbose
@@ -458,7 +459,10 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         # Recorded before anything is computed from the values: a refused fit touches none of them.
         self.privacy_cost_, rng = self._spend(
             event, entropy=entropy, delta=delta, noise_multiplier=plan["z"] if plan else 0.0,
-            n_queries=plan["n_queries"] if plan else 0, calibration="exact", data_shape=(len(y), *shape))
+            n_queries=plan["n_queries"] if plan else 0, calibration="exact",
+            # The positions are public: keyed by them, folds and subsets of one data set never
+            # share noise, even with one int seed and no accountant.
+            data_shape=(len(y), *shape, public_digest(X)))
 
         # Public affine rescaling: values clipped to the range, centred, divided by its width.
         if vrange is not None:
