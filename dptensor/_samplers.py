@@ -46,6 +46,7 @@ __all__ = ["rounded_laplace", "rounded_gaussian", "laplace_pmf", "gaussian_pmf"]
 
 _W_LOG2 = 6                     # cell width w = 2**-6
 _W = 2.0 ** -_W_LOG2
+_W_EXACT = Fraction(1, 1 << _W_LOG2)
 _THETA_BITS = 52                # bits of theta on the full path (theta0 = k 2**-52 is an exact double)
 _FAST_BITS = 47                 # bits of theta on the fast path: bits 1..47 of U (bit 0: the sign)
 _V_BITS = 53                    # bits of each uniform in the Bernoulli series
@@ -134,6 +135,11 @@ _EXP = _Table("exp", 8 << _W_LOG2)
 _HALF_NORMAL = _Table("half_normal", 8 << _W_LOG2)
 
 
+def _where(mask):
+    """Positions of the True values of a 1-d mask (``np.flatnonzero`` without its overhead)."""
+    return mask.nonzero()[0]
+
+
 def _raw(rng, size):
     """``size`` uniform 64-bit words (uint64), straight from the bit generator when its words are 64-bit."""
     if isinstance(rng.bit_generator, _RAW64):
@@ -154,7 +160,7 @@ def _draw_segments(table: _Table, U: np.ndarray, rng) -> np.ndarray:
     # upper[s] is the boundary above segment s; nothing lies above the tail.
     move = (U >= table.upper[seg]) & (seg < table.tail)
     seg += move
-    active = np.flatnonzero(move)
+    active = _where(move)
     while active.size:
         s = seg[active]
         move = (U[active] >= table.upper[s]) & (s < table.tail)
@@ -162,7 +168,7 @@ def _draw_segments(table: _Table, U: np.ndarray, rng) -> np.ndarray:
         seg[active] = s[move] + 1
     # u = (U + R)/2^64 with R the bits not drawn: U equal to the boundary below its segment
     # (lower[s]) leaves u < CDF undecided.
-    for i in np.flatnonzero(U == table.lower[seg]):  # probability about 2**-64 each
+    for i in _where(U == table.lower[seg]):  # probability about 2**-64 each
         if seg[i] > 0:
             seg[i] = _resolve_tie(table, int(seg[i]) - 1, int(U[i]), rng)
     return seg
@@ -212,7 +218,7 @@ def _bernoulli_exp_series(a_lo, a_hi, rng):
     pending = ~(yes | result)
     V_pending = np.where(pending, V, np.uint64(0))
     K = np.ones(n, dtype=np.int64)
-    active = np.flatnonzero(yes)
+    active = _where(yes)
     K[active] = 2
     while active.size:  # later rounds, on the few that continue
         V = _uniform_bits(rng, active.size, _V_BITS)
@@ -286,7 +292,7 @@ def _truncated_exponential(A1, rng):
     while todo.size:
         k, a = _uniform_bits(rng, todo.size, _THETA_BITS), A1[todo]
         yes, pending, K, V = _bernoulli_exp_series(*_interval(lambda x: a * x, k), rng)
-        for i in np.flatnonzero(pending).tolist():  # not settled by the bounds: exactly
+        for i in _where(pending).tolist():  # not settled by the bounds: exactly
             x, a_i = _Lazy(int(k[i]), _THETA_BITS, rng), Fraction(float(a[i]))
             yes[i] = _slow_bernoulli_exp(lambda t: a_i * t, x, rng, K=int(K[i]), V=_Lazy(int(V[i]), _V_BITS, rng))
             if yes[i]:
@@ -305,17 +311,17 @@ def _cap_accept(kind: str, cell, theta_int, rng, lazy, positions):
     on [0, A(1)]: ``s = A(1) u``, ``u`` a truncated exponential; it lies under the density iff
     ``A(theta) < s``. Thetas the exact path refines are kept in ``lazy`` by position.
     """
-    c_f, w = cell.astype(np.float64), Fraction(1, 1 << _W_LOG2)
+    c_f = cell.astype(np.float64)
     A1 = _A(kind, c_f, np.ones_like(c_f), _W)             # exact
     u, u_lazy = _truncated_exponential(A1, rng)
     a_lo, a_hi = _interval(lambda x: _A(kind, c_f, x, _W), theta_int)
     s_lo, s_hi = _interval(lambda x: A1 * x, u)
     kept = a_hi <= s_lo                                   # A(theta) < A(1) u surely
-    for j in np.flatnonzero(~kept & (a_lo < s_hi)).tolist():  # not settled by the bounds: exactly
+    for j in _where(~kept & (a_lo < s_hi)).tolist():  # not settled by the bounds: exactly
         c, A1_j = int(cell[j]), Fraction(float(A1[j]))
         theta = lazy.setdefault(int(positions[j]), _Lazy(int(theta_int[j]), _THETA_BITS, rng))
         x = u_lazy.get(j) or _Lazy(int(u[j]), _THETA_BITS, rng)
-        kept[j] = _slow_less(lambda t: _A(kind, c, t, w), theta, lambda t: A1_j * t, x)
+        kept[j] = _slow_less(lambda t: _A(kind, c, t, _W_EXACT), theta, lambda t: A1_j * t, x)
     return kept
 
 
@@ -342,7 +348,7 @@ def _slow_exponential(rng) -> tuple:
         lazy = {0: theta}  # (the cap's exact path refines this theta)
         if seg < n or _cap_accept("exp", np.array([seg - n]), np.array([theta.value], dtype=np.uint64),
                                   rng, lazy, np.array([0]))[0]:
-            return offset + Fraction(seg % n, 1 << _W_LOG2), theta
+            return offset + (seg % n) * _W_EXACT, theta
 
 
 def _slow_gaussian_tail(S: Fraction, rng):
@@ -351,7 +357,7 @@ def _slow_gaussian_tail(S: Fraction, rng):
     ``exp(-(E/L)**2 / 2)``, the half-normal's density over it. Returns ``round(S Y)``, or None
     when rejected: like a rejected cap, the draw then starts again from the table (the table gives
     the tail the envelope's mass, so a rejection must not be retried within the tail)."""
-    L, w = _HALF_NORMAL.length, Fraction(1, 1 << _W_LOG2)
+    L, w = _HALF_NORMAL.length, _W_EXACT
     offset, theta = _slow_exponential(rng)
 
     def A(t):  # (E/L)^2/2 with E = offset + w t
@@ -384,9 +390,9 @@ _ONE = np.uint64(0x3FF0000000000000)                                   # the bit
 def _fast(table: _Table, Sw, U, tol: float, out):
     """The fast path on a chunk of words ``U``, into ``out``: ``sign round(S w (c + theta))``.
 
-    Returns ``(special, unsure)``: the positions whose bucket is not inside a rectangle (their
-    ``out`` is meaningless), and those whose rounding the chunk-wide bound ``tol`` (as in
-    :func:`_round`, at the largest value) does not settle.
+    Returns the positions it leaves: words whose bucket is not inside a rectangle (their ``out``
+    is meaningless), and roundings the chunk-wide bound ``tol`` (as in :func:`_round`, at the
+    largest value) does not settle.
     """
     c1 = np.take(table.fast, (U >> np.uint64(64 - _GUIDE_BITS)).view(np.int64))   # c - 1, or -2
     bits = U << np.uint64(52 - _FAST_BITS - 1)
@@ -400,22 +406,18 @@ def _fast(table: _Table, Sw, U, tol: float, out):
     x -= r                      # exact (Sterbenz)
     x -= 0.5                    # exact: x is a multiple of 2**-53
     np.abs(x, out=x)
-    unsure = np.flatnonzero(x >= 0.5 - tol)
-    special = np.flatnonzero(c1 < -1.5)
     signed = r.view(np.uint64)
     signed |= U << np.uint64(63)  # bit 0 of U is the sign
-    return special, unsure
+    return ((x >= 0.5 - tol) | (c1 < -1.5)).nonzero()[0]
 
 
 def _fast_exact(table: _Table, Sw, U, idx, out, rng):
     """Settle exactly the fast-path values at positions ``idx`` (words ``U``) that the bounds left open."""
-    w = Fraction(1, 1 << _W_LOG2)
     for i, u in zip(idx.tolist(), U.tolist()):
         c = int(table.fast[u >> (64 - _GUIDE_BITS)]) + 1
-        if c >= 0:  # (special values are drawn again by the full path)
-            theta = _Lazy((u >> 1) & ((1 << _FAST_BITS) - 1), _FAST_BITS, rng)
-            magnitude = _slow_round(_scale(Sw, i), c * w, w, theta)
-            out[i] = -magnitude if u & 1 else magnitude
+        theta = _Lazy((u >> 1) & ((1 << _FAST_BITS) - 1), _FAST_BITS, rng)
+        magnitude = _slow_round(_scale(Sw, i), c * _W_EXACT, _W_EXACT, theta)
+        out[i] = -magnitude if u & 1 else magnitude
 
 
 def _full(table: _Table, Sw, U, base, rng):
@@ -433,7 +435,7 @@ def _full(table: _Table, Sw, U, base, rng):
     theta_int = T >> np.uint64(64 - _THETA_BITS)          # bit 0 of T is the sign
     tail = seg == table.tail
     done = ~tail
-    caps = np.flatnonzero((seg >= n) & ~tail)
+    caps = _where((seg >= n) & ~tail)
     lazy = {}
     if caps.size:
         done[caps] = _cap_accept(table.kind, cell[caps], theta_int[caps], rng, lazy, caps)
@@ -441,15 +443,14 @@ def _full(table: _Table, Sw, U, base, rng):
     x += theta_int.astype(np.float64) * 2.0 ** -_THETA_BITS
     x *= Sw
     r, unsure = _round(x, Sw, _THETA_BITS)
-    w = Fraction(1, 1 << _W_LOG2)
-    for i in np.flatnonzero(unsure & done).tolist():
+    for i in _where(unsure & done).tolist():
         theta = lazy.get(i) or _Lazy(int(theta_int[i]), _THETA_BITS, rng)
-        r[i] = _slow_round(_scale(Sw, i), int(base[i] + cell[i]) * w, w, theta)
+        r[i] = _slow_round(_scale(Sw, i), int(base[i] + cell[i]) * _W_EXACT, _W_EXACT, theta)
     if tail.any():
         if table is _EXP:  # memoryless: Y - L given Y >= L is Exp(1) again, drawn afresh
             base[tail] += n
         else:
-            for i in np.flatnonzero(tail).tolist():  # probability about 1e-15 each
+            for i in _where(tail).tolist():  # probability about 1e-15 each
                 value = _slow_gaussian_tail(_scale(Sw, i), rng)
                 if value is not None:
                     r[i], done[i] = value, True
@@ -470,33 +471,33 @@ def _rounded(table: _Table, S, shape, rng) -> np.ndarray:
     size = math.prod(shape)
     Sw = np.asarray(S, dtype=np.float64) * _W                   # exact: w is a power of two
     Sw = Sw if Sw.ndim == 0 else np.broadcast_to(Sw, shape).ravel()
-    tol = float(np.max(Sw)) * (2.0 ** (1 - _FAST_BITS) + (table.n_cells + 1) * _ROUND_TOL) + _ROUND_TOL
-    out = np.empty(size)
-    special, unsure = [], []
+    tol = float(Sw.max(initial=0.0)) * (2.0 ** (1 - _FAST_BITS) + (table.n_cells + 1) * _ROUND_TOL) + _ROUND_TOL
+    out, left = np.empty(size), []
     for start in range(0, size, _CHUNK):
-        stop = min(size, start + _CHUNK)
-        U = _raw(rng, stop - start)
-        sp, un = _fast(table, Sw if Sw.ndim == 0 else Sw[start:stop], U, tol, out[start:stop])
-        special.append((sp + start, U[sp]))
-        unsure.append((un + start, U[un]))
-    idx, U = (np.concatenate(a) for a in zip(*unsure)) if unsure else (np.empty(0, np.intp),) * 2
-    _fast_exact(table, Sw, U, idx, out, rng)
-    idx, U = (np.concatenate(a) for a in zip(*special)) if special else (np.empty(0, np.intp),) * 2
-    base = np.zeros(idx.size, dtype=np.int64)
-    while idx.size:  # the full path, and again for the rejected (by index)
-        values, done = _full(table, Sw if Sw.ndim == 0 else Sw[idx], U, base, rng)
-        out[idx[done]] = values[done]
-        idx, base = idx[~done], base[~done]
-        U = _raw(rng, idx.size)
+        U = _raw(rng, min(_CHUNK, size - start))
+        i = _fast(table, Sw if Sw.ndim == 0 else Sw[start:start + U.size], U, tol, out[start:start + U.size])
+        if i.size:
+            left.append((i + start, U[i]))
+    if left:
+        idx, U = (np.concatenate(a) for a in zip(*left))
+        inside = table.fast[(U >> np.uint64(64 - _GUIDE_BITS)).view(np.int64)] > -1.5
+        _fast_exact(table, Sw, U[inside], idx[inside], out, rng)
+        idx, U = idx[~inside], U[~inside]
+        base = np.zeros(idx.size, dtype=np.int64)
+        while idx.size:  # the full path, and again for the rejected (by index)
+            values, done = _full(table, Sw if Sw.ndim == 0 else Sw[idx], U, base, rng)
+            out[idx[done]] = values[done]
+            idx, base = idx[~done], base[~done]
+            U = _raw(rng, idx.size)
     return out.reshape(shape)
 
 
 def _check_scales(S, size):
     S = np.asarray(S, dtype=np.float64)
-    shape = np.shape(S) if size is None else ((size,) if np.ndim(size) == 0 else tuple(size))
-    if S.ndim and np.broadcast_shapes(S.shape, shape) != shape:
+    shape = S.shape if size is None else ((size,) if np.ndim(size) == 0 else tuple(size))
+    if S.shape != shape and S.ndim and np.broadcast_shapes(S.shape, shape) != shape:
         raise ValueError(f"scales of shape {S.shape} do not broadcast to {shape}")
-    if not np.all((S > 0) & (S < np.inf)):
+    if S.size and not (S.min() > 0 and S.max() < np.inf):
         raise ValueError("scales S must be > 0 and finite")
     return S, shape
 

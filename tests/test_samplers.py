@@ -48,6 +48,14 @@ def test_samplers_fit_their_exact_pmf(rng, kind, sampler, S):
 
 
 @pytest.mark.parametrize("kind,sampler", [("gauss", sm.rounded_gaussian), ("laplace", sm.rounded_laplace)])
+def test_samplers_fit_with_a_32_bit_generator(kind, sampler):
+    """A bit generator whose raw words are 32-bit (MT19937) is read through ``integers`` instead."""
+    rng = np.random.Generator(np.random.MT19937(20240601))
+    S = 2.0 ** GRID_BITS * 1.37
+    assert _chi2_pvalue(sampler(np.full(40_000, S), rng), kind, S) > P_MIN
+
+
+@pytest.mark.parametrize("kind,sampler", [("gauss", sm.rounded_gaussian), ("laplace", sm.rounded_laplace)])
 def test_small_lattice_pmf_tails_included(rng, kind, sampler):
     """At S = 1.5 every lattice point up to 5 sigma is its own bin; beyond, one bin per side."""
     S, n = 1.5, 60_000
@@ -152,9 +160,9 @@ def test_fast_path_reads_cell_theta_and_sign_from_one_word(rng):
     table, S = sm._HALF_NORMAL, 2.0 ** 30 * 1.37
     U = sm._raw(rng, 20_000)
     out = np.empty(U.size)
-    special, unsure = sm._fast(table, np.float64(S * 2.0 ** -6), U.copy(), 1e-4, out)
+    left = sm._fast(table, np.float64(S * 2.0 ** -6), U.copy(), 1e-4, out)
     fast = np.ones(U.size, dtype=bool)
-    fast[special] = fast[unsure] = False
+    fast[left] = False
     seg = sm._draw_segments(table, U, rng)
     assert 0.95 < fast.mean() and np.all(seg[fast] < table.n_cells)  # rectangles
     Sw = sm.Fraction(S) / 64
