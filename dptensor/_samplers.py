@@ -12,24 +12,26 @@ settle draws more bits and settles it in exact rational arithmetic. The output i
 
 How a magnitude ``Y`` (exponential for Laplace, half-normal for Gauss) is drawn, vectorised:
 
-1. ``[0, 8)`` is cut into cells of width ``w = 2**-6``, and the density ``exp(-g(y))``
-   (``g(y) = y`` or ``y**2/2``) over cell ``c`` into a *rectangle* of height
-   ``exp(-g((c + 1) w))``, its minimum on the cell, and the *cap* above it. A segment (a
-   rectangle, a cap, or the tail beyond 8) is drawn by inversion of a 64-bit uniform ``U``
-   against a table of cumulative masses computed once with :mod:`decimal`, whose ``exp`` is
-   correctly rounded, and floored to 64 bits with a checked margin.
-2. In a rectangle, ``Y = (c + theta) w`` with ``theta`` uniform: nothing to accept. In a cap,
-   ``theta`` is uniform and accepted with probability
-   ``exp(-A(theta)) (1 - exp(-(A(1) - A(theta))))``, ``A(theta) = g((c + theta) w) - g(c w)``:
-   two Bernoulli(exp(-a)) of Canonne, Kamath & Steinke (2020, Alg. 1), each Bernoulli(a/K)
-   decided by interval bounds that use only IEEE-exact ``+ - *`` (their rounding error is
-   bounded by a margin); a rejected proposal starts again.
+1. ``[0, 8)`` is cut into cells of width ``w = 2**-6``. Relative to its value at the cell's
+   left edge, the density ``exp(-g(y))`` (``g(y) = y`` or ``y**2/2``) over cell ``c`` is
+   ``exp(-A(theta))``, ``y = (c + theta) w``, ``A(theta) = g(y) - g(c w)``, between
+   ``exp(-A(1))`` and 1. Its box splits into a *rectangle* (heights below ``exp(-A(1))``, all
+   under the density) and a *cap* (the rest). A segment (a rectangle, a cap's box, or the tail
+   beyond 8) is drawn by inversion of a 64-bit uniform ``U`` against a table of cumulative masses
+   computed once with :mod:`decimal`, whose ``exp`` is correctly rounded, and floored to 64 bits
+   with a checked margin.
+2. In a rectangle, ``theta`` is uniform: nothing to accept. In a cap, ``theta`` is uniform and
+   a uniform height of the box, ``exp(-s)`` with ``s = A(1) u`` and ``u`` of density
+   proportional to ``exp(-A(1) u)`` on [0, 1), is accepted iff ``A(theta) < s``; ``u`` comes
+   by rejection with the Bernoulli(exp(-a)) of Canonne, Kamath & Steinke (2020, Alg. 1). A
+   rejected proposal starts again from the table. Every comparison is decided by interval
+   bounds that use only IEEE-exact ``+ - *`` (their rounding error is bounded by a margin).
 3. ``round(S * Y)`` is decided from ``theta``'s interval the same way, and a random sign applied.
 
-The fast path: a ``U`` whose top 16 bits name a slice of the table inside one rectangle (about
-98% of them) has its cell decided by those bits alone, and its other bits are still uniform:
-they give ``theta`` (47 bits) and the sign. One word per value, a handful of operations on
-cache-sized chunks; the other values take the full path.
+The fast path: a ``U`` whose top 16 bits name a slice of the table inside one rectangle (98% of
+them) has its cell decided by those bits alone, and its other bits are still uniform: they give
+``theta`` (47 bits) and the sign. One word per value and a dozen operations on cache-sized
+chunks; the other values take the full path, with fresh words.
 
 Beyond the table (``Y >= 8``) the exponential restarts at the edge (it is memoryless) and the
 half-normal takes an exact rational slow path.
@@ -294,7 +296,8 @@ def _truncated_exponential(A1, rng):
         yes, pending, K, V = _bernoulli_exp_series(*_interval(lambda x: a * x, k), rng)
         for i in _where(pending).tolist():  # not settled by the bounds: exactly
             x, a_i = _Lazy(int(k[i]), _THETA_BITS, rng), Fraction(float(a[i]))
-            yes[i] = _slow_bernoulli_exp(lambda t: a_i * t, x, rng, K=int(K[i]), V=_Lazy(int(V[i]), _V_BITS, rng))
+            yes[i] = _slow_bernoulli_exp(lambda t: a_i * t, x, rng, K=int(K[i]),
+                                         V=_Lazy(int(V[i]), _V_BITS, rng))
             if yes[i]:
                 lazy[int(todo[i])] = x
         u[todo[yes]] = k[yes]
@@ -387,6 +390,18 @@ _THETA_MASK = np.uint64(((1 << _FAST_BITS) - 1) << (52 - _FAST_BITS))  # bits 1.
 _ONE = np.uint64(0x3FF0000000000000)                                   # the bits of 1.0
 
 
+def _fast_position(table: _Table, U):
+    """``(c + theta0, c - 1)`` from each word: ``c - 1`` from the fast guide (-2 outside the
+    rectangles), ``1 + theta0`` assembled exactly from bits 1..47 of U, and one rounding."""
+    c1 = table.fast[(U >> np.uint64(64 - _GUIDE_BITS)).view(np.int64)]
+    bits = U << np.uint64(52 - _FAST_BITS - 1)
+    bits &= _THETA_MASK
+    bits |= _ONE
+    x = bits.view(np.float64)
+    x += c1
+    return x, c1
+
+
 def _fast(table: _Table, Sw, U, tol: float, out):
     """The fast path on a chunk of words ``U``, into ``out``: ``sign round(S w (c + theta))``.
 
@@ -394,12 +409,7 @@ def _fast(table: _Table, Sw, U, tol: float, out):
     is meaningless), and roundings the chunk-wide bound ``tol`` (as in :func:`_round`, at the
     largest value) does not settle.
     """
-    c1 = np.take(table.fast, (U >> np.uint64(64 - _GUIDE_BITS)).view(np.int64))   # c - 1, or -2
-    bits = U << np.uint64(52 - _FAST_BITS - 1)
-    bits &= _THETA_MASK
-    bits |= _ONE
-    x = bits.view(np.float64)   # 1 + theta0, exact
-    x += c1                     # c + theta0, one rounding
+    x, c1 = _fast_position(table, U)
     x *= Sw
     x += 0.5
     r = np.floor(x, out=out)
@@ -412,8 +422,14 @@ def _fast(table: _Table, Sw, U, tol: float, out):
 
 
 def _fast_exact(table: _Table, Sw, U, idx, out, rng):
-    """Settle exactly the fast-path values at positions ``idx`` (words ``U``) that the bounds left open."""
-    for i, u in zip(idx.tolist(), U.tolist()):
+    """Settle the fast-path values at positions ``idx`` (words ``U``) that the chunk-wide bound
+    left open: with each value's own bound (:func:`_round`), then exactly."""
+    x, _ = _fast_position(table, U)
+    Sw_idx = Sw if Sw.ndim == 0 else Sw[idx]
+    x *= Sw_idx
+    r, unsure = _round(x, Sw_idx, _FAST_BITS)
+    out[idx] = np.where(U & np.uint64(1), -r, r)
+    for i, u in zip(idx[unsure].tolist(), U[unsure].tolist()):
         c = int(table.fast[u >> (64 - _GUIDE_BITS)]) + 1
         theta = _Lazy((u >> 1) & ((1 << _FAST_BITS) - 1), _FAST_BITS, rng)
         magnitude = _slow_round(_scale(Sw, i), c * _W_EXACT, _W_EXACT, theta)
@@ -471,7 +487,9 @@ def _rounded(table: _Table, S, shape, rng) -> np.ndarray:
     size = math.prod(shape)
     Sw = np.asarray(S, dtype=np.float64) * _W                   # exact: w is a power of two
     Sw = Sw if Sw.ndim == 0 else np.broadcast_to(Sw, shape).ravel()
-    tol = float(Sw.max(initial=0.0)) * (2.0 ** (1 - _FAST_BITS) + (table.n_cells + 1) * _ROUND_TOL) + _ROUND_TOL
+    # _round's tolerance at the largest value, c + theta <= n_cells
+    Sw_max = float(Sw.max(initial=0.0))
+    tol = Sw_max * 2.0 ** (1 - _FAST_BITS) + (Sw_max * (table.n_cells + 1) + 1.0) * _ROUND_TOL
     out, left = np.empty(size), []
     for start in range(0, size, _CHUNK):
         U = _raw(rng, min(_CHUNK, size - start))
