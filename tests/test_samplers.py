@@ -340,7 +340,9 @@ def test_two_sample_against_opendp(rng):
     # rounded laws by far less than 8 000 draws can resolve, so a two-sample test must accept.
     for kind in ours:
         assert stats.ks_2samp(ours[kind], theirs[kind]).pvalue > P_MIN
-        assert stats.ks_2samp(ours[kind], np.round(1.15 * theirs[kind])).pvalue < 1e-3  # power
+        # power: a 25% wrong scale is rejected (OpenDP's draws are not seeded; at 15% the Laplace
+        # check failed for about one draw in five)
+        assert stats.ks_2samp(ours[kind], np.round(1.25 * theirs[kind])).pvalue < 1e-3
 
 
 # ---------------------------------------------------------------- the releases
