@@ -2,23 +2,36 @@ r"""Exact samplers of rounded Laplace and rounded Gaussian noise, from uniform r
 
 ``rounded_laplace(S, rng, size)`` returns integers distributed exactly as ``round(S * L)`` with
 ``L`` a standard Laplace variable, and ``rounded_gaussian(S, rng, size)`` exactly as
-``round(S * N)`` with ``N`` standard normal (``S``: positive scales, one per value or one for all). No floating-point approximation of a
-density enters the output: each value is decided by comparing uniform random bits with bounds
-that are proven, and a comparison the bounds cannot settle draws more bits and settles it in exact
-rational arithmetic. The output is therefore a *post-processing* of an exact continuous Laplace or
-Gaussian variable, which is what lets :mod:`dptensor.mechanisms` price it with the unchanged
-Laplace and Gaussian events (see ``docs/derivations/sampling.rst``).
+``round(S * N)`` with ``N`` standard normal (``S``: positive scales, one per value or one for all).
+No floating-point approximation of a density enters the output: each value is decided by
+comparing uniform random bits with bounds that are proven, and a comparison the bounds cannot
+settle draws more bits and settles it in exact rational arithmetic. The output is therefore a
+*post-processing* of an exact continuous Laplace or Gaussian variable, which is what lets
+:mod:`dptensor.mechanisms` price it with the unchanged Laplace and Gaussian events (see
+``docs/derivations/sampling.rst``).
 
 How a magnitude ``Y`` (exponential for Laplace, half-normal for Gauss) is drawn, vectorised:
 
-1. A *cell* ``c`` (width ``w = 2**-6``) is drawn by inversion of a 64-bit uniform against a table of
-   cumulative envelope weights ``w exp(-g(c w))`` (``g(y) = y`` or ``y**2/2``), computed once with
-   :mod:`decimal`, whose ``exp`` is correctly rounded, and floored to 64 bits with a checked margin.
-2. ``Y = (c + theta) w`` with ``theta`` uniform, accepted with probability
-   ``exp(-(g(Y) - g(c w)))`` by the Bernoulli(exp(-A)) series of Canonne, Kamath & Steinke (2020,
-   Alg. 1), each Bernoulli(A/K) decided by interval bounds that use only IEEE-exact
-   ``+ - *`` (their rounding error is bounded by a margin).
+1. ``[0, 8)`` is cut into cells of width ``w = 2**-6``. Relative to its value at the cell's
+   left edge, the density ``exp(-g(y))`` (``g(y) = y`` or ``y**2/2``) over cell ``c`` is
+   ``exp(-A(theta))``, ``y = (c + theta) w``, ``A(theta) = g(y) - g(c w)``, between
+   ``exp(-A(1))`` and 1. Its box splits into a *rectangle* (heights below ``exp(-A(1))``, all
+   under the density) and a *cap* (the rest). A segment (a rectangle, a cap's box, or the tail
+   beyond 8) is drawn by inversion of a 64-bit uniform ``U`` against a table of cumulative masses
+   computed once with :mod:`decimal`, whose ``exp`` is correctly rounded, and floored to 64 bits
+   with a checked margin.
+2. In a rectangle, ``theta`` is uniform: nothing to accept. In a cap, ``theta`` is uniform and
+   a uniform height of the box, ``exp(-s)`` with ``s = A(1) u`` and ``u`` of density
+   proportional to ``exp(-A(1) u)`` on [0, 1), is accepted iff ``A(theta) < s``; ``u`` comes
+   by rejection with the Bernoulli(exp(-a)) of Canonne, Kamath & Steinke (2020, Alg. 1). A
+   rejected proposal starts again from the table. Every comparison is decided by interval
+   bounds that use only IEEE-exact ``+ - *`` (their rounding error is bounded by a margin).
 3. ``round(S * Y)`` is decided from ``theta``'s interval the same way, and a random sign applied.
+
+The fast path: a ``U`` whose top 16 bits name a slice of the table inside one rectangle (98% of
+them) has its cell decided by those bits alone, and its other bits are still uniform: they give
+``theta`` (47 bits) and the sign. One word per value and a dozen operations on cache-sized
+chunks; the other values take the full path, with fresh words.
 
 Beyond the table (``Y >= 8``) the exponential restarts at the edge (it is memoryless) and the
 half-normal takes an exact rational slow path.
@@ -35,64 +48,78 @@ __all__ = ["rounded_laplace", "rounded_gaussian", "laplace_pmf", "gaussian_pmf"]
 
 _W_LOG2 = 6                     # cell width w = 2**-6
 _W = 2.0 ** -_W_LOG2
-_THETA_BITS = 52                # bits of theta drawn up front (theta0 = k 2**-52 is an exact double)
+_W_EXACT = Fraction(1, 1 << _W_LOG2)
+_THETA_BITS = 52                # bits of theta on the full path (theta0 = k 2**-52 is an exact double)
+_FAST_BITS = 47                 # bits of theta on the fast path: bits 1..47 of U (bit 0: the sign)
 _V_BITS = 53                    # bits of each uniform in the Bernoulli series
 _MARGIN = 2.0 ** -49            # relative bound on the rounding error of the few float operations
-_ROUND_TOL = 2.0 ** -46         # distance from a half-integer below which rounding is settled exactly
+_ROUND_TOL = 2.0 ** -50         # bounds the rounding error of S w (c + theta) + 1/2, relative to it
 _TWO64 = 1 << 64
-_GUIDE_BITS = 16               # the guide table indexes cells by the top bits of the uniform
+_GUIDE_BITS = 16                # the guide table indexes segments by the top bits of U
+_CHUNK = 1 << 15                # values per fast-path chunk: its arrays stay in cache
+_RAW64 = (np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64)  # 64-bit raw words
 
 
 class _Table:
-    """Cell proposal for the density ``exp(-g(y))`` on ``[0, inf)``: exact 64-bit CDF boundaries."""
+    """Proposal for the density ``exp(-g(y))`` on ``[0, inf)``, in segments with exact 64-bit CDF
+    boundaries: ``c`` the rectangle of cell ``c``, ``n_cells + c`` its cap, ``tail`` beyond them."""
 
     def __init__(self, kind: str, n_cells: int):
-        self.kind, self.n_cells = kind, n_cells
+        self.kind, self.n_cells, self.tail = kind, n_cells, 2 * n_cells
         self.length = Fraction(n_cells, 1 << _W_LOG2)
         self._cache = {}
-        bounds = [self.cdf_floor(j, 64) for j in range(n_cells)]
+        bounds = [self.cdf_floor(j, 64) for j in range(self.tail)]
         if any(b2 <= b1 for b1, b2 in zip(bounds, bounds[1:])) or bounds[-1] >= _TWO64:
-            raise RuntimeError("cell table is not strictly increasing")  # cannot happen for these sizes
+            raise RuntimeError("segment table is not strictly increasing")  # cannot happen for these sizes
         self.bounds = np.array(bounds, dtype=np.uint64)
-        self.upper = np.r_[self.bounds, np.uint64(_TWO64 - 1)]     # boundary above each cell
-        self.lower = np.r_[np.uint64(0), self.bounds]               # boundary below each cell
-        # Guide: for each value of the top bits of U, the first cell U can fall in.
-        tops = (np.arange(1 << _GUIDE_BITS, dtype=np.uint64) << np.uint64(64 - _GUIDE_BITS))
+        self.upper = np.r_[self.bounds, np.uint64(_TWO64 - 1)]     # boundary above each segment (the
+        # tail's is a placeholder: no word lies above the tail)
+        self.lower = np.r_[np.uint64(0), self.bounds]               # boundary below each segment
+        # Guide: for each value of the top bits of U (a bucket), the first segment U can fall in.
+        tops = np.arange(1 << _GUIDE_BITS, dtype=np.uint64) << np.uint64(64 - _GUIDE_BITS)
         self.guide = np.searchsorted(self.bounds, tops, side="right").astype(np.int64)
+        # A bucket decides its segment when no boundary lies in it, first word included (a tie).
+        ends = tops + np.uint64((1 << (64 - _GUIDE_BITS)) - 1)
+        decided = (self.upper[self.guide] > ends) & ((self.guide == 0) | (self.lower[self.guide] < tops))
+        # The fast path's table: c - 1 for a bucket inside rectangle c (1 + theta plus it is c + theta).
+        self.fast = np.where(decided & (self.guide < n_cells), self.guide - 1.0, -2.0)
 
     def _weights(self, prec: int):
-        """Envelope weights of the cells and the tail, as Decimals accurate to ``prec`` digits."""
+        """Envelope masses of the segments and of the tail, as Decimals accurate to ``prec`` digits."""
         with localcontext() as ctx:
             ctx.prec = prec + 10
             w = Decimal(1) / (1 << _W_LOG2)
             L = Decimal(self.length.numerator) / self.length.denominator
             if self.kind == "exp":
-                cells = [w * (-(w * c)).exp() for c in range(self.n_cells)]
+                height = [(-(w * c)).exp() for c in range(self.n_cells + 1)]
                 tail = (-L).exp()                       # the exact mass of [L, inf)
             else:
-                cells = [w * (-(w * c) ** 2 / 2).exp() for c in range(self.n_cells)]
+                height = [(-(w * c) ** 2 / 2).exp() for c in range(self.n_cells + 1)]
                 tail = (-L * L / 2).exp() / L           # envelope exp(-L^2/2 - L (y - L))
-            return cells, tail
+            rectangles = [w * h for h in height[1:]]
+            caps = [w * (h0 - h1) for h0, h1 in zip(height, height[1:])]
+            return rectangles + caps, tail
 
     def _cumulative(self, prec: int):
-        """Cumulative envelope weights over the total, to ``prec`` digits (cached per precision)."""
+        """Cumulative envelope masses over the total, to ``prec`` digits (cached per precision)."""
         if prec not in self._cache:
             with localcontext() as ctx:
                 ctx.prec = prec + 10
-                cells, tail = self._weights(prec)
-                total, acc, cdf = sum(cells) + tail, Decimal(0), []
-                for weight in cells:
+                segments, tail = self._weights(prec)
+                total, acc, cdf = sum(segments) + tail, Decimal(0), []
+                for weight in segments:
                     acc += weight
                     cdf.append(acc / total)
             self._cache[prec] = cdf
         return self._cache[prec]
 
     def cdf_floor(self, j: int, bits: int) -> int:
-        """``floor(2**bits * P(cell <= j))`` under the proposal, certified by a relative error margin.
+        """``floor(2**bits * P(segment <= j))`` under the proposal, certified by a relative error margin.
 
-        The Decimal sums carry ``prec + 10`` digits from correctly rounded terms, so their relative
-        error is far below ``10**-prec``; the floor is accepted only when the whole interval
-        ``x (1 +- 10**-prec)`` has one floor, and the precision doubles otherwise.
+        The Decimal sums carry ``prec + 10`` digits from correctly rounded terms (a cap, a
+        difference of two heights, loses at most 5 of them: no cap is below 1e-4 of its height),
+        so their relative error is far below ``10**-prec``; the floor is accepted only when the
+        whole interval ``x (1 +- 10**-prec)`` has one floor, and the precision doubles otherwise.
         """
         prec = bits // 3 + 40
         for _ in range(6):
@@ -110,67 +137,77 @@ _EXP = _Table("exp", 8 << _W_LOG2)
 _HALF_NORMAL = _Table("half_normal", 8 << _W_LOG2)
 
 
+def _where(mask):
+    """Positions of the True values of a 1-d mask (``np.flatnonzero`` without its overhead)."""
+    return mask.nonzero()[0]
+
+
+def _raw(rng, size):
+    """``size`` uniform 64-bit words (uint64), straight from the bit generator when its words are 64-bit."""
+    if isinstance(rng.bit_generator, _RAW64):
+        return rng.bit_generator.random_raw(size)
+    return rng.integers(0, _TWO64, size=size, dtype=np.uint64, endpoint=False)
+
+
 def _uniform_bits(rng, size, bits):
     """``size`` uniform integers of ``bits`` bits (uint64)."""
-    raw = rng.integers(0, _TWO64, size=size, dtype=np.uint64, endpoint=False)
-    return raw >> np.uint64(64 - bits)
+    return _raw(rng, size) >> np.uint64(64 - bits)
 
 
-def _draw_cells(table: _Table, size: int, rng) -> np.ndarray:
-    """Cell indices by exact inversion; index ``n_cells`` means the tail."""
-    U = rng.integers(0, _TWO64, size=size, dtype=np.uint64, endpoint=False)
-    cell = table.guide[(U >> np.uint64(64 - _GUIDE_BITS)).astype(np.intp)]
+def _draw_segments(table: _Table, U: np.ndarray, rng) -> np.ndarray:
+    """Segment indices of the words ``U`` by exact inversion (``table.tail``: beyond the table)."""
+    seg = table.guide[(U >> np.uint64(64 - _GUIDE_BITS)).astype(np.intp)]
     # A linear search from the guide's start; with 2**16 guide entries nearly every value moves
     # at most once, so the first step runs on whole arrays and the rest on the few left.
-    # upper[c] is the boundary above cell c (a sentinel 2**64 - 1 for the tail).
-    move = U >= table.upper[cell]
-    cell += move
-    np.minimum(cell, table.n_cells, out=cell)
-    active = np.flatnonzero(move)
+    # upper[s] is the boundary above segment s; nothing lies above the tail.
+    move = (U >= table.upper[seg]) & (seg < table.tail)
+    seg += move
+    active = _where(move)
     while active.size:
-        c = cell[active]
-        move = U[active] >= table.upper[c]
+        s = seg[active]
+        move = (U[active] >= table.upper[s]) & (s < table.tail)
         active = active[move]
-        cell[active] = np.minimum(c[move] + 1, table.n_cells)
-    # u = (U + R)/2^64 with R the bits not drawn: U equal to the boundary below its cell
-    # (lower[c]) leaves u < CDF undecided.
-    for i in np.flatnonzero(U == table.lower[cell]):  # probability about 2**-64 each
-        if cell[i] > 0:
-            cell[i] = _resolve_tie(table, int(cell[i]) - 1, int(U[i]), rng)
-    return cell
+        seg[active] = s[move] + 1
+    # u = (U + R)/2^64 with R the bits not drawn: U equal to the boundary below its segment
+    # (lower[s]) leaves u < CDF undecided.
+    for i in _where(U == table.lower[seg]):  # probability about 2**-64 each
+        if seg[i] > 0:
+            seg[i] = _resolve_tie(table, int(seg[i]) - 1, int(U[i]), rng)
+    return seg
 
 
 def _resolve_tie(table: _Table, j: int, U: int, rng) -> int:
     bits, value = 64, U
     while True:
-        bits, value = bits + 64, (value << 64) | int(rng.integers(0, _TWO64, dtype=np.uint64))
+        bits, value = bits + 64, (value << 64) | int(_raw(rng, 1)[0])
         bound = table.cdf_floor(j, bits)
         if value != bound:
             return j if value < bound else j + 1
 
 
-def _accept_bounds(kind: str, cell_f, theta0):
-    """Bounds on ``A(theta) = g((c + theta) w) - g(c w)`` for theta in ``[theta0, theta0 + 2**-52)``
-    (``cell_f``: the cells as doubles)."""
+# ---------------------------------------------------------------- a cap's theta
+def _A(kind: str, cell, theta, w):
+    """``A(theta) = g((c + theta) w) - g(c w)``, increasing in theta, at most ``A(1) <= 1/8``.
+
+    On doubles (``w = _W``, a power of two) it takes at most two roundings, a relative error
+    below 2**-51, and ``A(1)`` is exact; on Fractions (``w`` a Fraction) it is exact.
+    """
     if kind == "exp":
-        return theta0 * _W, (theta0 + 2.0 ** -_THETA_BITS) * _W     # exact: products by a power of two
-    # A = theta (2c + theta) w^2/2 grows by at most (c + 1) w^2 2**-52 across the interval.
-    lo = 2.0 * cell_f
-    lo += theta0
-    lo *= theta0
-    lo *= _W * _W / 2
-    hi = cell_f + 1.0
-    hi *= _W * _W * 2.0 ** -_THETA_BITS
-    hi += lo
-    hi *= 1 + _MARGIN
-    lo *= 1 - _MARGIN
-    return lo, hi
+        return theta * w
+    return theta * (2 * cell + theta) * (w * w / 2)
+
+
+def _interval(f, k):
+    """Bounds on ``f(t)``, f increasing, for ``t`` in ``[k 2**-52, (k + 1) 2**-52)`` (``k``: 52-bit
+    integers): f's double values at the two ends (exact doubles), widened by ``_MARGIN``."""
+    t = k.astype(np.float64) * 2.0 ** -_THETA_BITS
+    return f(t) * (1 - _MARGIN), f(t + 2.0 ** -_THETA_BITS) * (1 + _MARGIN)
 
 
 def _bernoulli_exp_series(a_lo, a_hi, rng):
-    """Bernoulli(exp(-A)) for ``A`` in ``[a_lo, a_hi]`` (within [0, 1]): CKS Alg. 1, vectorised.
+    """Bernoulli(exp(-a)) for ``a`` in ``[a_lo, a_hi]`` (within [0, 1]): CKS Alg. 1, vectorised.
 
-    The series draws ``V ~ U[0, 1)`` and continues (``K += 1``) while ``V K < A``; the result is
+    The series draws ``V ~ U[0, 1)`` and continues (``K += 1``) while ``V K < a``; the result is
     ``K`` odd. Returns ``(result, pending, K, V)``: ``pending`` marks values whose comparison the
     bounds could not settle, with the counter ``K`` and the undecided ``V`` to continue from.
     """
@@ -178,12 +215,12 @@ def _bernoulli_exp_series(a_lo, a_hi, rng):
     # First round, on whole arrays: K = 1, so stopping now means a result of 1 (K odd).
     V = _uniform_bits(rng, n, _V_BITS)
     v0 = V.astype(np.float64) * 2.0 ** -_V_BITS
-    yes = v0 + 2.0 ** -_V_BITS <= a_lo   # V < A surely: continue (K = 1: the products are exact)
-    result = v0 >= a_hi                  # V >= A surely: stop, K = 1
+    yes = v0 + 2.0 ** -_V_BITS <= a_lo   # V < a surely: continue (K = 1: the products are exact)
+    result = v0 >= a_hi                  # V >= a surely: stop, K = 1
     pending = ~(yes | result)
     V_pending = np.where(pending, V, np.uint64(0))
     K = np.ones(n, dtype=np.int64)
-    active = np.flatnonzero(yes)
+    active = _where(yes)
     K[active] = 2
     while active.size:  # later rounds, on the few that continue
         V = _uniform_bits(rng, active.size, _V_BITS)
@@ -219,31 +256,79 @@ class _Lazy:
         return Fraction(self.value + 1, 1 << self.bits)
 
 
-def _exact_A(kind: str, cell: int, theta: Fraction) -> Fraction:
-    w = Fraction(1, 1 << _W_LOG2)
-    if kind == "exp":
-        return theta * w
-    return theta * (2 * cell + theta) * w * w / 2
-
-
-def _slow_bernoulli_exp(A, theta: _Lazy, rng, K=1, V=None):
-    """Exact Bernoulli(exp(-A(theta))), A increasing in theta with values in [0, 1]; rational arithmetic."""
+def _slow_bernoulli_exp(f, x: _Lazy, rng, K=1, V=None):
+    """Exact Bernoulli(exp(-f(x))) for an increasing ``f`` (Fractions, values in [0, 1]) of the lazy
+    uniform ``x``, continuing the series from ``K`` and ``V``; rational arithmetic."""
     while True:
         V = V or _Lazy(int(rng.integers(0, 1 << 32)), 32, rng)
-        while True:  # Bernoulli(A/K): is V K < A(theta)?
-            if V.hi * K <= A(theta.lo):
+        while True:  # Bernoulli(a/K): is V K < f(x)?
+            if V.hi * K <= f(x.lo):
                 yes = True
                 break
-            if V.lo * K >= A(theta.hi):
+            if V.lo * K >= f(x.hi):
                 yes = False
                 break
-            theta.refine()
+            x.refine()
             V.refine()
         if not yes:
             return K % 2 == 1
         K, V = K + 1, None
 
 
+def _slow_less(f, x: _Lazy, g, y: _Lazy) -> bool:
+    """``f(x) < g(y)`` exactly, for increasing ``f`` and ``g`` of the lazy uniforms x and y."""
+    while True:
+        if f(x.hi) <= g(y.lo):
+            return True
+        if f(x.lo) >= g(y.hi):
+            return False
+        x.refine()
+        y.refine()
+
+
+def _truncated_exponential(A1, rng):
+    """``u`` in [0, 1) with density proportional to ``exp(-A1 u)``, one for each ``A1`` (exact
+    doubles, at most 1): ``u`` uniform, kept with probability ``exp(-A1 u)``, until kept. Returns
+    ``u`` as 52-bit integers and the few the exact path refined, as ``_Lazy`` by position."""
+    u, lazy, todo = np.zeros(A1.size, dtype=np.uint64), {}, np.arange(A1.size)
+    while todo.size:
+        k, a = _uniform_bits(rng, todo.size, _THETA_BITS), A1[todo]
+        yes, pending, K, V = _bernoulli_exp_series(*_interval(lambda x: a * x, k), rng)
+        for i in _where(pending).tolist():  # not settled by the bounds: exactly
+            x, a_i = _Lazy(int(k[i]), _THETA_BITS, rng), Fraction(float(a[i]))
+            yes[i] = _slow_bernoulli_exp(lambda t: a_i * t, x, rng, K=int(K[i]),
+                                         V=_Lazy(int(V[i]), _V_BITS, rng))
+            if yes[i]:
+                lazy[int(todo[i])] = x
+        u[todo[yes]] = k[yes]
+        todo = todo[~yes]
+    return u, lazy
+
+
+def _cap_accept(kind: str, cell, theta_int, rng, lazy, positions):
+    """Whether each cap proposal (cell, uniform 52-bit theta) is kept: with probability
+    ``(exp(-A(theta)) - exp(-A(1))) / (1 - exp(-A(1)))``, the share of the cap's box (heights
+    ``exp(-A(1))`` to 1, relative to the cell's top) under the density at theta.
+
+    A uniform height in the box is ``exp(-s)`` with ``s`` of density proportional to ``exp(-s)``
+    on [0, A(1)]: ``s = A(1) u``, ``u`` a truncated exponential; it lies under the density iff
+    ``A(theta) < s``. Thetas the exact path refines are kept in ``lazy`` by position.
+    """
+    c_f = cell.astype(np.float64)
+    A1 = _A(kind, c_f, np.ones_like(c_f), _W)             # exact
+    u, u_lazy = _truncated_exponential(A1, rng)
+    a_lo, a_hi = _interval(lambda x: _A(kind, c_f, x, _W), theta_int)
+    s_lo, s_hi = _interval(lambda x: A1 * x, u)
+    kept = a_hi <= s_lo                                   # A(theta) < A(1) u surely
+    for j in _where(~kept & (a_lo < s_hi)).tolist():  # not settled by the bounds: exactly
+        c, A1_j = int(cell[j]), Fraction(float(A1[j]))
+        theta = lazy.setdefault(int(positions[j]), _Lazy(int(theta_int[j]), _THETA_BITS, rng))
+        x = u_lazy.get(j) or _Lazy(int(u[j]), _THETA_BITS, rng)
+        kept[j] = _slow_less(lambda t: _A(kind, c, t, _W_EXACT), theta, lambda t: A1_j * t, x)
+    return kept
+
+
+# ---------------------------------------------------------------- exact slow paths
 def _slow_round(S: Fraction, offset: Fraction, scale: Fraction, theta: _Lazy) -> int:
     """``round(S (offset + scale theta))`` exactly, drawing bits of theta until it is settled."""
     while True:
@@ -256,127 +341,199 @@ def _slow_round(S: Fraction, offset: Fraction, scale: Fraction, theta: _Lazy) ->
 
 def _slow_exponential(rng) -> tuple:
     """An exact Exp(1) variable as ``(offset, theta)``: ``E = offset + w theta`` with theta lazy."""
-    offset = Fraction(0)
+    offset, n = Fraction(0), _EXP.n_cells
     while True:
-        cell = int(_draw_cells(_EXP, 1, rng)[0])
-        if cell == _EXP.n_cells:
+        seg = int(_draw_segments(_EXP, _raw(rng, 1), rng)[0])
+        if seg == _EXP.tail:
             offset += _EXP.length
             continue
         theta = _Lazy(int(_uniform_bits(rng, 1, _THETA_BITS)[0]), _THETA_BITS, rng)
-        if _slow_bernoulli_exp(lambda t: _exact_A("exp", cell, t), theta, rng):
-            return offset + Fraction(cell, 1 << _W_LOG2), theta
+        lazy = {0: theta}  # (the cap's exact path refines this theta)
+        if seg < n or _cap_accept("exp", np.array([seg - n]), np.array([theta.value], dtype=np.uint64),
+                                  rng, lazy, np.array([0]))[0]:
+            return offset + (seg % n) * _W_EXACT, theta
 
 
-def _slow_gaussian_tail(S: Fraction, rng) -> int:
-    """``round(S Y)`` for ``Y`` half-normal conditioned on ``Y >= L``: ``Y = L + E/L`` accepted with
-    probability ``exp(-(E/L)**2 / 2)`` (the envelope ``exp(-L^2/2 - L (y - L))`` is tight at L)."""
-    L, w = _HALF_NORMAL.length, Fraction(1, 1 << _W_LOG2)
-    while True:
-        offset, theta = _slow_exponential(rng)
+def _slow_gaussian_tail(S: Fraction, rng):
+    """One proposal from the tail segment: ``Y = L + E/L``, ``E`` exponential, has the envelope's
+    density ``exp(-L^2/2 - L (y - L))`` on ``[L, inf)`` and is accepted with probability
+    ``exp(-(E/L)**2 / 2)``, the half-normal's density over it. Returns ``round(S Y)``, or None
+    when rejected: like a rejected cap, the draw then starts again from the table (the table gives
+    the tail the envelope's mass, so a rejection must not be retried within the tail)."""
+    L, w = _HALF_NORMAL.length, _W_EXACT
+    offset, theta = _slow_exponential(rng)
 
-        def A(t, offset=offset):  # (E/L)^2/2 with E = offset + w t
-            return ((offset + w * t) / L) ** 2 / 2
+    def A(t):  # (E/L)^2/2 with E = offset + w t
+        return ((offset + w * t) / L) ** 2 / 2
 
-        parts = max(1, math.ceil(A(Fraction(1))))  # split exp(-A) into factors exp(-A/parts), each <= 1
-        if all(_slow_bernoulli_exp(lambda t: A(t) / parts, theta, rng) for _ in range(parts)):
-            return _slow_round(S, L + offset / L, w / L, theta)
+    parts = max(1, math.ceil(A(Fraction(1))))  # split exp(-A) into factors exp(-A/parts), each <= 1
+    if all(_slow_bernoulli_exp(lambda t: A(t) / parts, theta, rng) for _ in range(parts)):
+        return _slow_round(S, L + offset / L, w / L, theta)
+    return None
 
 
-def _one_pass(table: _Table, S: np.ndarray, base: np.ndarray, rng):
-    """One proposal for each value: ``(magnitude, sign, done)``, all on whole arrays.
+# ---------------------------------------------------------------- the two paths
+def _round(x, Sw, bits):
+    """``(r, unsure)``: ``r = floor(x + 1/2)`` for ``x`` the computed ``S w (c + theta0)``, where the
+    true value lies anywhere in ``[S w (c + theta0), S w (c + theta0 + 2**-bits))``. ``r`` is its
+    rounding wherever ``unsure`` is False: x + 1/2 minus its floor (exact, by Sterbenz) keeps a
+    distance ``tol`` from 0 and 1, and ``tol`` bounds the interval's width and every rounding
+    error (about three of relative 2**-53) twice over."""
+    tol = Sw * 2.0 ** (1 - bits) + (x + 1.0) * _ROUND_TOL
+    y = x + 0.5
+    r = np.floor(y)
+    y -= r
+    return r, (y <= tol) | (y >= 1.0 - tol)
 
-    ``base`` (exponential only) counts the table lengths already passed by restarts at the edge
-    and is updated in place; values not ``done`` (rejected, or restarted) need another pass.
+
+_THETA_MASK = np.uint64(((1 << _FAST_BITS) - 1) << (52 - _FAST_BITS))  # bits 1..47 of U, shifted by 4
+_ONE = np.uint64(0x3FF0000000000000)                                   # the bits of 1.0
+
+
+def _fast_position(table: _Table, U):
+    """``(c + theta0, c - 1)`` from each word: ``c - 1`` from the fast guide (-2 outside the
+    rectangles), ``1 + theta0`` assembled exactly from bits 1..47 of U, and one rounding."""
+    c1 = table.fast[(U >> np.uint64(64 - _GUIDE_BITS)).view(np.int64)]
+    bits = U << np.uint64(52 - _FAST_BITS - 1)
+    bits &= _THETA_MASK
+    bits |= _ONE
+    x = bits.view(np.float64)
+    x += c1
+    return x, c1
+
+
+def _fast(table: _Table, Sw, U, tol: float, out):
+    """The fast path on a chunk of words ``U``, into ``out``: ``sign round(S w (c + theta))``.
+
+    Returns the positions it leaves: words whose bucket is not inside a rectangle (their ``out``
+    is meaningless), and roundings the chunk-wide bound ``tol`` (as in :func:`_round`, at the
+    largest value) does not settle.
     """
-    cell = _draw_cells(table, base.size, rng)
-    tail = cell == table.n_cells
-    raw = rng.integers(0, _TWO64, size=base.size, dtype=np.uint64, endpoint=False)
-    theta_int = raw >> np.uint64(64 - _THETA_BITS)
-    sign = (raw & np.uint64(1)).astype(bool)                      # a bit theta does not use
-    theta0 = theta_int.astype(np.float64) * 2.0 ** -_THETA_BITS   # exact: 52 bits
-    cell_f = cell.astype(np.float64)
-    a_lo, a_hi = _accept_bounds(table.kind, cell_f, theta0)
-    accepted, pending, K, V = _bernoulli_exp_series(a_lo, a_hi, rng)
-    theta_slow = {}
-    for i in np.flatnonzero(pending & ~tail):  # comparisons the bounds could not settle: finish exactly
-        theta, c = _Lazy(int(theta_int[i]), _THETA_BITS, rng), int(cell[i])
-        accepted[i] = _slow_bernoulli_exp(lambda t, c=c: _exact_A(table.kind, c, t), theta, rng,
-                                          K=int(K[i]), V=_Lazy(int(V[i]), _V_BITS, rng))
-        theta_slow[i] = theta
-    # round(v) for v = S w (base + c + theta), theta in [theta0, theta0 + 2**-52): with x the
-    # computed v + 1/2 and r = floor(x), the answer is r whenever x - r (exact, by Sterbenz)
-    # keeps a distance tol from 0 and 1; tol bounds the interval's width S w 2**-52 and every
-    # rounding error (relative 2**-52 on v, absolute 2**-53 on the + 1/2) many times over.
-    total = (base + cell).astype(np.float64) if base.any() else cell_f  # base: exponential restarts
-    total += theta0
-    Sw = S * _W
-    x = total
+    x, c1 = _fast_position(table, U)
     x *= Sw
-    tol = (x + Sw + 1.0) * _ROUND_TOL
     x += 0.5
-    r_lo = np.floor(x)
-    x -= r_lo
-    unsure = (x <= tol) | (x >= 1.0 - tol)
-    w = Fraction(1, 1 << _W_LOG2)
-    for i in np.flatnonzero(accepted & (unsure | pending) & ~tail):
-        theta = theta_slow.get(i) or _Lazy(int(theta_int[i]), _THETA_BITS, rng)
-        S_i = Fraction(float(S if S.ndim == 0 else S[i]))
-        r_lo[i] = _slow_round(S_i, int(base[i] + cell[i]) * w, w, theta)
-    done = accepted & ~tail
+    r = np.floor(x, out=out)
+    x -= r                      # exact (Sterbenz)
+    x -= 0.5                    # exact: x is a multiple of 2**-53
+    np.abs(x, out=x)
+    signed = r.view(np.uint64)
+    signed |= U << np.uint64(63)  # bit 0 of U is the sign
+    return ((x >= 0.5 - tol) | (c1 < -1.5)).nonzero()[0]
+
+
+def _fast_exact(table: _Table, Sw, U, idx, out, rng):
+    """Settle the fast-path values at positions ``idx`` (words ``U``) that the chunk-wide bound
+    left open: with each value's own bound (:func:`_round`), then exactly."""
+    x, _ = _fast_position(table, U)
+    Sw_idx = Sw if Sw.ndim == 0 else Sw[idx]
+    x *= Sw_idx
+    r, unsure = _round(x, Sw_idx, _FAST_BITS)
+    out[idx] = np.where(U & np.uint64(1), -r, r)
+    for i, u in zip(idx[unsure].tolist(), U[unsure].tolist()):
+        c = int(table.fast[u >> (64 - _GUIDE_BITS)]) + 1
+        theta = _Lazy((u >> 1) & ((1 << _FAST_BITS) - 1), _FAST_BITS, rng)
+        magnitude = _slow_round(_scale(Sw, i), c * _W_EXACT, _W_EXACT, theta)
+        out[i] = -magnitude if u & 1 else magnitude
+
+
+def _full(table: _Table, Sw, U, base, rng):
+    """The full method for the words ``U``: ``(values, done)``.
+
+    Exact inversion to a segment, a fresh word for a uniform theta of 52 bits and the sign, a
+    cap's acceptance, the rounding. ``base`` (exponential only) counts the table lengths already
+    passed by restarts at the edge and is updated in place; values not ``done`` (a rejected cap,
+    or a restart) must be drawn again from fresh words.
+    """
+    n = table.n_cells
+    seg = _draw_segments(table, U, rng)
+    cell = seg % n
+    T = _raw(rng, U.size)
+    theta_int = T >> np.uint64(64 - _THETA_BITS)          # bit 0 of T is the sign
+    tail = seg == table.tail
+    done = ~tail
+    caps = _where((seg >= n) & ~tail)
+    lazy = {}
+    if caps.size:
+        done[caps] = _cap_accept(table.kind, cell[caps], theta_int[caps], rng, lazy, caps)
+    x = (base + cell).astype(np.float64)
+    x += theta_int.astype(np.float64) * 2.0 ** -_THETA_BITS
+    x *= Sw
+    r, unsure = _round(x, Sw, _THETA_BITS)
+    for i in _where(unsure & done).tolist():
+        theta = lazy.get(i) or _Lazy(int(theta_int[i]), _THETA_BITS, rng)
+        r[i] = _slow_round(_scale(Sw, i), int(base[i] + cell[i]) * _W_EXACT, _W_EXACT, theta)
     if tail.any():
         if table is _EXP:  # memoryless: Y - L given Y >= L is Exp(1) again, drawn afresh
-            base[tail] += table.n_cells
+            base[tail] += n
         else:
-            for i in np.flatnonzero(tail):  # probability about 1e-15 each
-                r_lo[i] = _slow_gaussian_tail(Fraction(float(S if S.ndim == 0 else S[i])), rng)
-            done |= tail
-    return r_lo, sign, done
+            for i in _where(tail).tolist():  # probability about 1e-15 each
+                value = _slow_gaussian_tail(_scale(Sw, i), rng)
+                if value is not None:
+                    r[i], done[i] = value, True
+    return np.where(T & np.uint64(1), -r, r), done
 
 
-def _rounded(table: _Table, S, size: int, rng) -> np.ndarray:
+def _scale(Sw, i) -> Fraction:
+    """The scale ``S`` of value ``i`` as an exact fraction (``Sw = S w``, w a power of two)."""
+    return Fraction(float(Sw if Sw.ndim == 0 else Sw[i])) * (1 << _W_LOG2)
+
+
+def _rounded(table: _Table, S, shape, rng) -> np.ndarray:
     """``sign * round(S * Y)`` for ``Y`` with density proportional to exp(-g) on [0, inf); float64 integers.
 
-    ``S`` is a scalar or an array of ``size`` scales.
+    ``S`` is a scalar or an array broadcasting to ``shape``. The fast path runs chunk by chunk;
+    the values it leaves (unsettled roundings, words outside a rectangle) are finished after it.
     """
-    S = np.asarray(S, dtype=np.float64)
-    S = S if S.ndim == 0 else S.ravel()
-    base = np.zeros(size, dtype=np.int64)
-    magnitude, sign, done = _one_pass(table, S, base, rng)
-    out = np.where(sign, magnitude, -magnitude)
-    left = np.flatnonzero(~done)
-    while left.size:  # the rejected few, again (by index)
-        base_left = base[left]
-        magnitude, sign, done = _one_pass(table, S if S.ndim == 0 else S[left], base_left, rng)
-        base[left] = base_left
-        out[left[done]] = np.where(sign, magnitude, -magnitude)[done]
-        left = left[~done]
-    return out
+    size = math.prod(shape)
+    Sw = np.asarray(S, dtype=np.float64) * _W                   # exact: w is a power of two
+    Sw = Sw if Sw.ndim == 0 else np.broadcast_to(Sw, shape).ravel()
+    # _round's tolerance at the largest value, c + theta <= n_cells
+    Sw_max = float(Sw.max(initial=0.0))
+    tol = Sw_max * 2.0 ** (1 - _FAST_BITS) + (Sw_max * (table.n_cells + 1) + 1.0) * _ROUND_TOL
+    out, left = np.empty(size), []
+    for start in range(0, size, _CHUNK):
+        U = _raw(rng, min(_CHUNK, size - start))
+        i = _fast(table, Sw if Sw.ndim == 0 else Sw[start:start + U.size], U, tol, out[start:start + U.size])
+        if i.size:
+            left.append((i + start, U[i]))
+    if left:
+        idx, U = (np.concatenate(a) for a in zip(*left))
+        inside = table.fast[(U >> np.uint64(64 - _GUIDE_BITS)).view(np.int64)] > -1.5
+        _fast_exact(table, Sw, U[inside], idx[inside], out, rng)
+        idx, U = idx[~inside], U[~inside]
+        base = np.zeros(idx.size, dtype=np.int64)
+        while idx.size:  # the full path, and again for the rejected (by index)
+            values, done = _full(table, Sw if Sw.ndim == 0 else Sw[idx], U, base, rng)
+            out[idx[done]] = values[done]
+            idx, base = idx[~done], base[~done]
+            U = _raw(rng, idx.size)
+    return out.reshape(shape)
 
 
 def _check_scales(S, size):
     S = np.asarray(S, dtype=np.float64)
-    shape = np.shape(S) if size is None else ((size,) if np.ndim(size) == 0 else tuple(size))
-    if S.ndim and S.shape != shape:
-        S = np.broadcast_to(S, shape)
-    if not np.all(S > 0):
-        raise ValueError("scales S must be > 0")
+    shape = S.shape if size is None else ((size,) if np.ndim(size) == 0 else tuple(size))
+    if S.shape != shape and S.ndim and np.broadcast_shapes(S.shape, shape) != shape:
+        raise ValueError(f"scales of shape {S.shape} do not broadcast to {shape}")
+    if S.size and not (S.min() > 0 and S.max() < np.inf):
+        raise ValueError("scales S must be > 0 and finite")
     return S, shape
 
 
 def rounded_laplace(S, rng: np.random.Generator, size=None) -> np.ndarray:
     """Integers distributed exactly as ``round(S L)``, ``L`` standard Laplace, independent.
 
-    ``S``: positive scales, an array (one value each) or a scalar with ``size``. Returned as
-    float64, which holds them exactly (they stay far below 2**53).
+    ``S``: positive scales, an array (one value each, or broadcasting to ``size``) or a scalar
+    with ``size``. Returned as float64, which holds them exactly (they stay far below 2**53).
     """
     S, shape = _check_scales(S, size)
-    return _rounded(_EXP, S, int(np.prod(shape)), rng).reshape(shape)
+    return _rounded(_EXP, S, shape, rng)
 
 
 def rounded_gaussian(S, rng: np.random.Generator, size=None) -> np.ndarray:
     """Integers distributed exactly as ``round(S N)``, ``N`` standard normal, independent (as above)."""
     S, shape = _check_scales(S, size)
-    return _rounded(_HALF_NORMAL, S, int(np.prod(shape)), rng).reshape(shape)
+    return _rounded(_HALF_NORMAL, S, shape, rng)
 
 
 def laplace_pmf(k, S):

@@ -165,17 +165,15 @@ def above_threshold(queries, threshold, epsilon, rng: np.random.Generator, sensi
     # threshold that moves with integer shifts, so Dwork & Roth's proof holds unchanged.
     gamma = float(grid_step(float(sensitivity) / epsilon if sensitivity > 0 else 1.0))
     lattice_sensitivity = math.floor(float(sensitivity) / gamma) + 1
-    # Integer arithmetic, so that each comparison is the exact one the proof speaks of.
-    t = _on_grid(np.asarray(threshold, dtype=float), gamma, "threshold")
-    n = _on_grid(queries, gamma, "queries")
-    if max(abs(float(t)), float(np.abs(n).max(initial=0.0))) >= 2.0 ** 62:
+    # Integer arithmetic, so that each comparison is the exact one the proof speaks of; the
+    # threshold first, then the queries, in one array (one call each: small calls are common).
+    n = _on_grid(np.concatenate(([float(threshold)], queries)), gamma, "threshold and queries")
+    if np.abs(n).max() >= 2.0 ** 62:
         raise ValueError("queries and threshold must be below 2**32 times their noise scale")
-    scales = np.full(queries.size + 1, 4.0 * lattice_sensitivity / epsilon * _UP)
+    scales = np.full(n.size, 4.0 * lattice_sensitivity / epsilon * _UP)
     scales[0] = 2.0 * lattice_sensitivity / epsilon * _UP
-    noise = rounded_laplace(scales, rng).astype(np.int64)  # one draw: the threshold's, then the queries'
-    noisy_threshold = int(t) + int(noise[0])
-    noisy = n.astype(np.int64) + noise[1:]
-    hits = np.flatnonzero(noisy >= noisy_threshold)
+    noisy = n.astype(np.int64) + rounded_laplace(scales, rng).astype(np.int64)
+    hits = (noisy[1:] >= noisy[0]).nonzero()[0]
     return int(hits[0]) if hits.size else None
 
 

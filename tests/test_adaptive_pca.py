@@ -91,8 +91,11 @@ def test_a_few_large_rows_are_filtered_many_are_not():
     many = np.r_[np.full(n - 400, 0.1), np.ones(400)]    # 400 rows >> margin: keep all, theta = 1
     picks = np.array([choose_threshold(few, grid, eps1, beta, rng) for _ in range(200)])
     # The count at 0.125 clears the target by 26 against Lap(8) + Lap(4) noise: most runs stop
-    # there; a miss moves one grid point up, where the count clears by the same 26.
-    assert np.mean(picks == 0.125) >= 0.9 and picks.max() <= 0.25
+    # there; a miss (probability 0.025) moves one grid point up, where the count clears by the
+    # same 26. The threshold's noise is shared, so two misses in a row (a pick of 0.5 or more)
+    # have probability 0.0017 per run (exact integral, and 20 000 simulated runs): 0.34 expected
+    # in 200 runs, more than 3 with probability 5e-4.
+    assert np.mean(picks == 0.125) >= 0.9 and np.sum(picks > 0.25) <= 3
     assert [choose_threshold(many, grid, eps1, beta, rng) for _ in range(200)] == [1.0] * 200
 
 
@@ -244,21 +247,23 @@ def test_beats_the_non_adaptive_row_level_power_method_on_low_coherence_data():
     # data_norm=3 (a bound fixed before seeing the data), epsilon=1, both at default settings.
     # The non-adaptive method adds noise for a row of norm 3 (sensitivity 9); the adaptive one
     # finds theta = 9/4 (the (n - m)-th contribution is about 1.2), exact sensitivity 0.48 x 9,
-    # and pays for AboveThreshold with 10% of the budget. Measured over 12 seeds: mean sin^2
-    # 7.3e-4 against 1.2e-3 (ratio 0.63); on these 6 seeds 8.5e-4 against 1.28e-3 (0.66), with a
-    # standard error of the ratio of about 0.09, so 0.85 is two standard errors of slack.
+    # and pays for AboveThreshold with 10% of the budget. The errors are heavy-tailed (about one
+    # fit in fifty, of either method, ends far off), so a mean over a few seeds is fragile (the
+    # mean over 6 seeds clears 0.85 in only 3 resampled seed sets out of 4); the median is not.
+    # Measured over 96 seeds: median sin^2 8.3e-4 against 1.23e-3 (ratio 0.67), and the median
+    # ratio over 20 seeds clears 0.85 in 98% of resampled seed sets.
     from dptensor import PrivatePCA
 
     ad, na = [], []
-    for seed in range(6):
+    for seed in range(20):
         X, V = gaussian_rows(100_000, 50, np.random.default_rng(100 + seed), data_norm=3.0)
         fit = dict(epsilon=1.0, data_norm=3.0, random_state=seed)
         a = AdaptivePrivatePCA(**fit).fit(X)
         p = PrivatePCA(n_components=1, method="power", centered=True, **fit).fit(X)
         ad.append(sin_theta_distance(a.components_, V))
         na.append(sin_theta_distance(p.components_, V))
-    assert np.mean(ad) < 0.85 * np.mean(na), (ad, na)
-    assert np.mean(ad) < 2e-3  # and it has found the direction
+    assert np.median(ad) < 0.85 * np.median(na), (ad, na)
+    assert np.median(ad) < 2e-3  # and it has found the direction
 
 
 def test_non_private_is_the_exact_power_method_with_deflation():

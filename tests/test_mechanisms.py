@@ -63,7 +63,9 @@ def test_joint_release_is_one_release_of_all_parts(rng, monkeypatch):
 def test_laplace_release_noise_fits_its_laplace(rng):
     x = laplace_release(np.zeros(20_000), sensitivity=2.0, epsilon=0.5, rng=rng)
     assert stats.kstest(x, stats.laplace(scale=4.0).cdf).pvalue > P_MIN
-    assert stats.kstest(x, stats.laplace(scale=4.4).cdf).pvalue < 1e-6
+    # power: a 15% wrong scale is rejected (at 10% the KS p-value of 20 000 draws passes 1e-6 for
+    # about one seed in six, even for NumPy's continuous Laplace)
+    assert stats.kstest(x, stats.laplace(scale=4.6).cdf).pvalue < 1e-6
     assert laplace_release(np.zeros((3, 2)), 1.0, 1.0, rng, dtype=np.float32).dtype == np.float32
     with pytest.raises(ValueError, match="epsilon"):
         laplace_release(np.zeros(3), 1.0, 0.0, rng)
