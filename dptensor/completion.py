@@ -257,7 +257,10 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         effect (on MovieLens-100K a CP time factor made the fit worse; see the completion guide).
     offset_share : float in (0, 1) or None, default=None
         The share of the privacy budget (of ``mu^2`` in Gaussian DP; of ``epsilon`` for
-        ``"output"``) spent on the offsets (global mean and row effects) when ``fit_intercept``.
+        ``"output"``) spent on the offsets (global mean and row effects) when ``fit_intercept``;
+        for ``"statistics"`` the share also pays for the released residual scale (all of it
+        without ``fit_intercept``). Unused by ``"input"`` (one Laplace release of every value),
+        by ``"gradient"`` and ``"output"`` without ``fit_intercept``, and without privacy.
         ``None``: ``STATS_OFFSET_SHARE`` (0.1) for ``"statistics"``, ``OFFSET_SHARE`` (0.5)
         for ``"gradient"`` and ``"output"``. Data whose row effects carry most of the signal
         (ratings: user and item means) want most of the budget there (MovieLens-100K at
@@ -276,6 +279,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     Attributes
     ----------
     factors_ : list of ndarray (n_m, rank)
+        A mode left out of ``factor_modes`` holds ones (a constant factor: no interaction).
     core_ : ndarray (rank,) * order or None
     intercept_ : float
     biases_ : list of ndarray (n_m,)
@@ -375,7 +379,10 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         try:
             modes = [operator.index(m) for m in self.factor_modes]
         except TypeError:
-            raise TypeError(f"factor_modes must be a sequence of mode indices, got {self.factor_modes!r}")
+            modes = None
+        # a bool is an int to Python, but (True, False) is no list of modes
+        if modes is None or any(isinstance(m, (bool, np.bool_)) for m in self.factor_modes):
+            raise TypeError(f"factor_modes must be a sequence of integer mode indices, got {self.factor_modes!r}")
         if len(set(modes)) != len(modes) or len(modes) < 2 or not all(0 <= m < order for m in modes):
             raise ValueError(f"factor_modes must hold at least two distinct modes in [0, {order}), "
                              f"got {self.factor_modes!r}")
@@ -665,9 +672,9 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         p = self._check_params()
         p["fixed"] = self._check_factor_modes(order)
         pert = p["perturbation"]
-        private = pert is not None and math.isfinite(self.epsilon)
         gaussian = pert in ("gradient", "statistics") or (pert == "output" and self.fit_intercept)
-        epsilon, delta = self._privacy_target(gaussian=gaussian)
+        epsilon, delta = self._privacy_target(gaussian=gaussian)  # validated before it is read
+        private = pert is not None and math.isfinite(epsilon)
         self._check_value_range(private)
         plan, event = self._plan_spend(p, epsilon, delta, order, private)
         return self._preview(event, delta=delta, noise_multiplier=plan["z"] if plan else 0.0,
