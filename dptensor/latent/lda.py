@@ -239,14 +239,18 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         The Dirichlet concentration ``sum(alpha)``, assumed known (scikit-learn's default
         ``doc_topic_prior = 1/k`` per topic is ``alpha0 = 1``).
     epsilon : float, default=np.inf
+        Privacy target; ``np.inf`` is the exact (non-private) method of moments, which costs
+        epsilon = infinity. A private fit needs no bound on the documents (see the notes).
     delta : float or None, default=None
+        ``None`` takes the accountant's delta (1e-5 without an accountant); keep it well below
+        1 / the number of documents.
     doc_clip : float or None, default=1.0
         Each document's moment terms are clipped to ``doc_clip`` times their typical size
         (released privately, see above); a private fit only. ``None``: no clipping. Clipping
         trades noise for bias (documents concentrated on one topic weigh less): 1 gave the least
         error at epsilon <= 4 on the benchmark's corpora, but at 100 words it left a bias floor
-        (l1 topic error 0.069 at any epsilon, 10^5 documents) that 1.5 (0.013) or 2 (none)
-        avoid when ``n epsilon`` is large.
+        (l1 topic error 0.069 from epsilon = 16 up, 10^5 documents) that 1.5 (0.013) or 2 (none)
+        avoid when ``n epsilon`` is large (docs/derivations/latent.rst).
     method : {"auto", "perturb", "power"}, default="auto"
         How the whitened third moment is released (see the derivation page).
     whitening : {"auto", "dense", "power"}, default="auto"
@@ -263,10 +267,16 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         Without privacy only (``epsilon=np.inf``): EM steps from the spectral topics (E-step
         :meth:`transform`'s fixed point, M-step the expected topic-word counts plus the pseudo
         count ``1/k``, scikit-learn's default topic-word prior). They read the documents without
-        noise, so a private fit refuses them.
+        noise, so a private fit refuses them. Each step raises the likelihood that :meth:`score`
+        measures, which is not the same as bringing the topics closer to the truth: they helped
+        at 2000 words (benchmarks/results/latent.md), but on a small vocabulary with many
+        documents, where the spectral topics are already close, they can move them away.
     accountant : PrivacyAccountant or None, default=None
+        The budget the fit spends from (checked and recorded before any noisy release).
     random_state : None, int or Generator, default=None
+        ``None`` (fresh entropy) is the only choice fit for a real release.
     verbose : int, default=0
+        Progress of the tensor power method.
 
     Attributes
     ----------
