@@ -220,6 +220,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         and ``"gradient"`` for Tucker (decided from public parameters only). ``None`` is the
         non-private fit; a finite ``epsilon`` needs one of the others.
     epsilon : float, default=np.inf
+        Privacy target; ``np.inf`` is the non-private fit, which costs epsilon = infinity.
     delta : float or None, default=None
         ``None`` takes the accountant's delta, else 1e-5. Unused by ``"input"``.
     learning_rate : float or None, default=None
@@ -269,6 +270,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         at epsilon = 2 and 0.5 keeps 0.25.
         Choose it from public knowledge of the data, or with :mod:`dptensor.model_selection`.
     accountant : PrivacyAccountant or None, default=None
+        Records every fit's spend before its first noisy release; refuses fits over budget.
     random_state : None, int or Generator, default=None
         Seeds the initialisation and the noise. ``None`` (OS entropy) for any real release.
     verbose : int, default=0

@@ -261,6 +261,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         of at most 2000 words (``dptensor.pca.MAX_DENSE_FEATURES``), where one Analyze Gauss
         release measured less noisy for the same budget.
     n_restarts, n_iter : int, default=10, 20
+        Restarts and steps of the tensor power method on the k x k x k tensor.
     max_transform_iter : int, default=50
         Fixed-point steps of :meth:`transform`.
     refine_iter : int, default=0
@@ -272,7 +273,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         at 2000 words (benchmarks/results/latent.md), but on a small vocabulary with many
         documents, where the spectral topics are already close, they can move them away.
     accountant : PrivacyAccountant or None, default=None
-        The budget the fit spends from (checked and recorded before any noisy release).
+        Records every fit's spend before its first noisy release; refuses fits over budget.
     random_state : None, int or Generator, default=None
         ``None`` (fresh entropy) is the only choice fit for a real release.
     verbose : int, default=0
