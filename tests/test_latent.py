@@ -504,6 +504,37 @@ def test_lda_refuses_what_is_not_a_word_count(corpus):
         PrivateLatentDirichletAllocation(3, alpha0=0).fit(C)
 
 
+def _split_into_unit_entries(C):
+    """The same counts as a non-canonical CSR matrix: a count c stored as c duplicate entries of 1."""
+    C = sp.csr_matrix(C)
+    rows = np.repeat(np.repeat(np.arange(C.shape[0]), np.diff(C.indptr)), C.data.astype(int))
+    cols = np.repeat(C.indices, C.data.astype(int))
+    indptr = np.r_[0, np.cumsum(np.bincount(rows, minlength=C.shape[0]))]
+    split = sp.csr_matrix((np.ones(len(cols)), cols, indptr), shape=C.shape)
+    assert not split.has_canonical_format and (split.toarray() == C.toarray()).all()
+    return split
+
+
+def test_lda_counts_split_over_duplicate_entries_are_clipped_as_their_sums(corpus):
+    """A CSR matrix may store one count as several duplicate entries. The per-document norms that
+    set the clipping are sums of powers of the stored entries: before, a document [2, 1] stored as
+    three entries of 1 had ||E2(c)||_F 0.41 instead of 0.58, so its clipped terms could exceed the
+    bound the sensitivity assumes. Now the counts are summed first: the norms and every released
+    value are those of the canonical matrix, and the caller's matrix is left as it was."""
+    doc = _split_into_unit_entries(np.array([[2.0, 1.0, 0.0]]))
+    np.testing.assert_allclose(document_norms(doc)[2], document_norms(np.array([[2.0, 1.0, 0.0]]))[2])
+    assert np.sqrt(np.sum(document_moments(np.array([[2.0, 1.0, 0.0]]))[1] ** 2)) == pytest.approx(
+        document_norms(doc)[2][0])
+    C = corpus[0][:600]
+    split = _split_into_unit_entries(C)
+    for whitening in ("dense", "power"):
+        kw = dict(epsilon=2.0, delta=1e-6, whitening=whitening, random_state=3)
+        canonical = PrivateLatentDirichletAllocation(3, **kw).fit(C)
+        duplicated = PrivateLatentDirichletAllocation(3, **kw).fit(split)
+        np.testing.assert_allclose(duplicated.components_, canonical.components_, rtol=1e-10, atol=1e-12)
+    assert not split.has_canonical_format
+
+
 def test_reuters_loader_and_topics():
     pytest.importorskip("lda")
     from dptensor.datasets import load_reuters

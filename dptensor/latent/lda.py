@@ -32,10 +32,19 @@ DOCUMENT_SENSITIVITY = float(np.sqrt(2.0))
 
 
 def _counts(chunk):
-    """One chunk of documents as CSR float64 counts (a Dask chunk arrives as a dense array)."""
-    if sp.issparse(chunk) and chunk.format == "csr" and chunk.dtype == np.float64:
-        return chunk
-    return sp.csr_matrix(chunk, dtype=np.float64)
+    """One chunk of documents as canonical CSR float64 counts (a Dask chunk arrives as a dense array).
+
+    Canonical: one stored entry per (document, word). A CSR matrix may hold a count split over
+    duplicate entries; products sum them, but the per-document norms that set the clipping
+    (:func:`document_norms`, sums of powers of the stored entries) would come out too small, and
+    a clipped term could exceed the bound its sensitivity assumes.
+    """
+    if not (sp.issparse(chunk) and chunk.format == "csr" and chunk.dtype == np.float64):
+        chunk = sp.csr_matrix(chunk, dtype=np.float64)
+    if not chunk.has_canonical_format:
+        chunk = chunk.copy()  # the caller's matrix is left as it was
+        chunk.sum_duplicates()
+    return chunk
 
 
 def document_norms(C):
