@@ -18,8 +18,8 @@ from dptensor._operators import moment_tensor
 from dptensor.accounting import epsilon_of
 from dptensor.datasets import gaussian_mixture_norm_bound, make_gaussian_mixture, make_lda_corpus
 from dptensor.latent import PrivateGaussianMixture, PrivateLatentDirichletAllocation, match_rows
-from dptensor.latent._pipeline import (PROJECTION_SHARE, SHARES, plan_noise, power_subspace, release,
-                                       release_second, sym3, whiten)
+from dptensor.latent._pipeline import (PROJECTION_SHARE, SHARES, ImplicitMatrix, plan_noise, power_subspace,
+                                       release, release_second, sym3, top_eigenpairs, whiten)
 from dptensor.latent.gaussian_mixture import spherical_variance, whitened_bound
 from dptensor.latent.lda import (DOCUMENT_SENSITIVITY, _clip_scale, _pair_products, _triple_sums,
                                  document_moments, document_norms)
@@ -422,6 +422,26 @@ def test_lda_third_sensitivity_and_triple_bound_brute_force(bound):
     cube_sum, Z, s = _triple_sums(C, W, cube)
     data = cube_sum - sym3(np.einsum("ia,ib,ic->abc", W, W, Z)) + 2 * np.einsum("i,ia,ib,ic->abc", s, W, W, W)
     np.testing.assert_allclose(data, clipped.sum(axis=0), atol=1e-10)
+
+
+@pytest.mark.parametrize("k", [5, 6])
+def test_top_eigenpairs_of_an_implicit_matrix_asking_for_every_eigenpair(k):
+    """Lanczos needs k < d: n_components = n_features (allowed) crashed every non-private fit with
+    the power whitening, in scipy ("Cannot use scipy.linalg.eigh for LinearOperator A with k >= N")."""
+    rng = np.random.default_rng(0)
+    B = rng.standard_normal((6, 6))
+    A = B @ B.T
+    values, vectors = top_eigenpairs(ImplicitMatrix(6, lambda Q: A @ Q), k, np.random.default_rng(1))
+    expected = np.sort(np.linalg.eigvalsh(A))[::-1][:k]
+    np.testing.assert_allclose(values, expected, rtol=1e-10)
+    np.testing.assert_allclose(A @ vectors, vectors * values, atol=1e-9)
+    X, _, _, _ = make_gaussian_mixture(2000, 4, 2, random_state=0)
+    C = make_lda_corpus(500, 6, 2, doc_length=(5, 10), random_state=0)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # epsilon = inf
+        gmm = PrivateGaussianMixture(4, whitening="power", random_state=0).fit(X)
+        lda = PrivateLatentDirichletAllocation(6, whitening="power", random_state=0).fit(C)
+    assert np.isfinite(gmm.means_).all() and np.allclose(lda.components_.sum(axis=1), 1.0)
 
 
 @pytest.mark.parametrize("epsilon", [np.inf, 30.0])
