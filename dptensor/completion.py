@@ -182,7 +182,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     bias, is solved for all rows of a mode at once. ``"statistics"`` runs DP-ALS (``dp_als``).
     Gradient and output perturbation use full-batch gradient descent with a public Gauss-Newton
     preconditioner (see ``gradient_descent``). An index never seen in training (at or past
-    ``shape_``) is predicted from the offsets only (cold start).
+    ``shape_``) is a cold start: its mode adds no offset, and no interaction unless it is a mode
+    without a factor (``factor_modes``), along which the interaction does not vary.
 
     Privacy unit: **the value of one observed entry** (replace-one), with Omega (which positions
     are observed), ``shape`` and ``value_range`` public; they must be chosen without looking at the
@@ -634,7 +635,9 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
 
         An index at or past ``shape_[m]`` in mode ``m`` (a row never seen in training, e.g. a new
         user) is a cold start: that mode contributes no bias and no interaction, so the
-        prediction is the intercept plus the other modes' biases (offsets only).
+        prediction is the intercept plus the other modes' biases (offsets only). A mode without a
+        factor (left out of ``factor_modes``, e.g. a future day) keeps the interaction of the
+        other modes, which does not vary along it: only its own offset is missing.
         """
         check_is_fitted(self, "factors_")
         # reset=False checks the number of columns against the fit's (scikit-learn's message).
@@ -643,9 +646,12 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         model = self._model()
         unseen = X >= np.asarray(self.shape_)
         if unseen.any():
-            # One appended zero row per mode stands for every unseen index.
+            # One appended row per mode stands for every unseen index: zeros (no interaction), or
+            # ones for a mode without a factor, whose factor is all ones.
+            fixed = self._check_factor_modes(len(self.shape_)) if self.core_ is None else ()
             X = np.where(unseen, np.asarray(self.shape_), X)
-            model = Model(factors=[np.vstack([U, np.zeros((1, U.shape[1]))]) for U in model.factors],
+            model = Model(factors=[np.vstack([U, np.full((1, U.shape[1]), float(m in fixed))])
+                                   for m, U in enumerate(model.factors)],
                           core=model.core, intercept=model.intercept,
                           biases=[np.append(b, 0.0) for b in model.biases])
         return predict(model, X)

@@ -524,6 +524,26 @@ def test_dp_als_right_hand_sides_have_sensitivity_d_c(clip, rng):
         assert worst > 0.3 * min(1.0, 2 * clip) * bound  # not vacuous
 
 
+def test_an_unseen_index_of_a_mode_without_a_factor_keeps_the_interaction():
+    """A future day (past shape_ in the time mode of the ratings recipe) was predicted from the
+    offsets alone, dropping the whole user x item interaction, which does not vary with the day:
+    on a temporal split the recipe predicted no better than the offsets. Now such an index loses
+    only its own offset; an unseen user still gets the offsets only."""
+    X, y, Xt, truth = _ratings_like(3)
+    model = PrivateTensorCompletion(rank=2, factor_modes=(0, 1), random_state=0).fit(X, y)
+    seen = Xt.copy()
+    future = Xt.copy()
+    future[:, 2] = model.shape_[2] + 5
+    np.testing.assert_allclose(model.predict(future),
+                               model.predict(seen) - model.biases_[2][seen[:, 2]], atol=1e-12)
+    offsets = model.intercept_ + model.biases_[0][Xt[:, 0]] + model.biases_[1][Xt[:, 1]]
+    assert rmse(model.predict(future), offsets) > 0.1  # the interaction is kept
+    new_user = Xt.copy()
+    new_user[:, 0] = model.shape_[0]
+    np.testing.assert_allclose(model.predict(new_user),
+                               model.intercept_ + model.biases_[1][Xt[:, 1]] + model.biases_[2][Xt[:, 2]])
+
+
 def test_bad_factor_modes_and_epsilon_are_refused_by_name_before_any_spend():
     """Bools are ints to Python: ``(True, False)`` used to fit as modes ``(1, 0)``. And
     ``privacy_cost`` read ``epsilon`` before validating it: ``epsilon="1"`` gave Python's bare
