@@ -512,9 +512,18 @@ def test_lda_private_fit_is_accounted(corpus):
 
 
 def test_lda_refuses_what_is_not_a_word_count(corpus):
+    """Negative counts are refused in scikit-learn's words ("Negative values in data", as its own
+    LatentDirichletAllocation and the positive-only tag's check expect), fractional ones saying
+    so; both before any spend."""
     C = corpus[0]
-    with pytest.raises(ValueError, match="word counts"):
-        PrivateLatentDirichletAllocation(3).fit(C * 0.5)
+    budget = PrivacyAccountant(epsilon=10.0, delta=1e-6)
+    with pytest.raises(ValueError, match="word counts .*not whole numbers"):
+        PrivateLatentDirichletAllocation(3, epsilon=1.0, accountant=budget).fit(C * 0.5)
+    negative = C.toarray()
+    negative[0, 0] = -1
+    with pytest.raises(ValueError, match="Negative values in data: X must hold word counts"):
+        PrivateLatentDirichletAllocation(3, epsilon=1.0, accountant=budget).fit(negative)
+    assert budget.history() == []
     short = C[:5].toarray()
     short[0] = 0
     short[0, 0] = 2

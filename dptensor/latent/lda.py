@@ -147,10 +147,10 @@ def _triple_sums(chunk, W, bound):
 
 
 def _count_checks(chunk, min_length):
-    """How many entries are not counts (negative or fractional), how many documents are too short."""
+    """How many entries are negative, how many fractional, how many documents are too short."""
     C = _counts(chunk)
-    bad = int(np.sum((C.data < 0) | (C.data != np.round(C.data))))
-    return bad, int(np.sum(_row_sums(C, C.data) < min_length))
+    return (int(np.sum(C.data < 0)), int(np.sum(C.data != np.round(C.data))),
+            int(np.sum(_row_sums(C, C.data) < min_length)))
 
 
 #: The floor of a topic-word probability when words are scored (a clipped topic has exact zeros).
@@ -327,13 +327,16 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
     def _validate(self, X, reset, min_length=3):
         if is_dask_array(X):  # checked by one reduction over the chunks, never pulled here
             C = check_dask_array(self, X, reset=reset)
-            bad, short = self._reduce({"rows": C}, _count_checks, min_length)
+            negative, fractional, short = self._reduce({"rows": C}, _count_checks, min_length)
         else:
             X = validate_data(self, X, reset=reset, accept_sparse="csr", dtype=[np.float64, np.float32])
             C = _counts(X)
-            bad, short = _count_checks(C, min_length)
-        if bad:
-            raise ValueError("X must hold word counts: non-negative integers")
+            negative, fractional, short = _count_checks(C, min_length)
+        if negative:  # scikit-learn's words for it, as its own LatentDirichletAllocation says
+            raise ValueError("Negative values in data: X must hold word counts (non-negative integers)")
+        if fractional:
+            raise ValueError("X must hold word counts (non-negative integers), and some entries are not "
+                             "whole numbers: normalised or tf-idf rows are not counts")
         if min_length and short:
             raise ValueError(f"every document needs at least {min_length} words (the third moment is "
                              f"estimated from distinct word triples); {short} have fewer: drop them first")
