@@ -49,7 +49,9 @@ def run(quick: bool = False) -> list[dict]:
         try:
             data = load_movielens_100k(download=False, split=split)
         except FileNotFoundError as err:
-            print(f"MovieLens-100K not found locally, skipping (committed results kept): {err}")
+            # the benchmark never downloads (a run must not depend on the network): say how to
+            print(f"MovieLens-100K not found locally, skipping (committed results kept): {err}. To fetch "
+                  "it once: python -c 'from dptensor.datasets import load_movielens_100k as f; f()'")
             return records
         mean = _rmse(np.full(len(data["test_values"]), data["values"].mean()), data["test_values"])
         records.append({"split": split, "setting": "training mean", "epsilon": np.inf, "rmse": mean,

@@ -60,13 +60,23 @@ def main(argv=None) -> int:
 
 
 def write_summary(status: dict, quick: bool) -> Path:
+    """SUMMARY.md and SUMMARY.json for the benchmarks run now, beside those of earlier runs.
+
+    ``--only`` runs a few benchmarks: the other sections of the summary are kept from the previous
+    SUMMARY.json (their results files are untouched), so a one-benchmark run does not shrink it.
+    """
     RESULTS = _common.RESULTS
     RESULTS.mkdir(parents=True, exist_ok=True)
     info = machine_info()
+    earlier = _earlier_status(RESULTS, exclude=status)
+    status = dict(sorted({**earlier, **status}.items()))
     parts = ["# Benchmark summary", "",
              f"Run {'--quick' if quick else 'full'} on {info['date']}: Python {info['python']}, "
              f"{info['cpus']} CPUs, NumPy {info['numpy']}, scikit-learn {info['sklearn']}.",
              "Regenerate with `python -m dptensor bench` (or `make bench`).", ""]
+    if earlier:
+        parts[3:3] = [f"This run: {', '.join(n for n in status if n not in earlier)}; the other sections "
+                      "are from earlier runs."]
     for name, st in status.items():
         md = RESULTS / f"{name.removeprefix('bench_')}.md"
         parts.append(f"## {name} ({'ok' if st['ok'] else 'FAILED'}, {st['seconds']} s)\n")
@@ -77,6 +87,16 @@ def write_summary(status: dict, quick: bool) -> Path:
     (RESULTS / "SUMMARY.json").write_text(json.dumps({"machine": info, "status": status}, indent=2))
     print(f"wrote {path}")
     return path
+
+
+def _earlier_status(results: Path, exclude) -> dict:
+    """The previous summary's status of the benchmarks not run now that still exist."""
+    try:
+        previous = json.loads((results / "SUMMARY.json").read_text())["status"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    names = set(discover())
+    return {n: st for n, st in previous.items() if n in names and n not in exclude}
 
 
 def _progress(items):

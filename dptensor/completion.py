@@ -183,7 +183,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     bias, is solved for all rows of a mode at once. ``"statistics"`` runs DP-ALS (``dp_als``).
     Gradient and output perturbation use full-batch gradient descent with a public Gauss-Newton
     preconditioner (see ``gradient_descent``). An index never seen in training (at or past
-    ``shape_``) is predicted from the offsets only (cold start).
+    ``shape_``) is a cold start: its mode adds no offset, and no interaction unless it is a mode
+    without a factor (``factor_modes``), along which the interaction does not vary.
 
     Privacy unit: **the value of one observed entry** (replace-one), with Omega (which positions
     are observed), ``shape`` and ``value_range`` public; they must be chosen without looking at the
@@ -221,6 +222,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         and ``"gradient"`` for Tucker (decided from public parameters only). ``None`` is the
         non-private fit; a finite ``epsilon`` needs one of the others.
     epsilon : float, default=np.inf
+        Privacy target; ``np.inf`` is the non-private fit, which costs epsilon = infinity.
     delta : float or None, default=None
         ``None`` takes the accountant's delta, else 1e-5. Unused by ``"input"``.
     learning_rate : float or None, default=None
@@ -258,7 +260,10 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         effect (on MovieLens-100K a CP time factor made the fit worse; see the completion guide).
     offset_share : float in (0, 1) or None, default=None
         The share of the privacy budget (of ``mu^2`` in Gaussian DP; of ``epsilon`` for
-        ``"output"``) spent on the offsets (global mean and row effects) when ``fit_intercept``.
+        ``"output"``) spent on the offsets (global mean and row effects) when ``fit_intercept``;
+        for ``"statistics"`` the share also pays for the released residual scale (all of it
+        without ``fit_intercept``). Unused by ``"input"`` (one Laplace release of every value),
+        by ``"gradient"`` and ``"output"`` without ``fit_intercept``, and without privacy.
         ``None``: ``STATS_OFFSET_SHARE`` (0.1) for ``"statistics"``, ``OFFSET_SHARE`` (0.5)
         for ``"gradient"`` and ``"output"``. Data whose row effects carry most of the signal
         (ratings: user and item means) want most of the budget there (MovieLens-100K at
@@ -267,6 +272,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         at epsilon = 2 and 0.5 keeps 0.25.
         Choose it from public knowledge of the data, or with :mod:`dptensor.model_selection`.
     accountant : PrivacyAccountant or None, default=None
+        Records every fit's spend before its first noisy release; refuses fits over budget.
     random_state : None, int or Generator, default=None
         Seeds the initialisation and the noise. ``None`` (OS entropy) for any real release.
     verbose : int, default=0
@@ -277,6 +283,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     Attributes
     ----------
     factors_ : list of ndarray (n_m, rank)
+        A mode left out of ``factor_modes`` holds ones (a constant factor: no interaction).
     core_ : ndarray (rank,) * order or None
     intercept_ : float
     biases_ : list of ndarray (n_m,)
@@ -376,7 +383,10 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         try:
             modes = [operator.index(m) for m in self.factor_modes]
         except TypeError:
-            raise TypeError(f"factor_modes must be a sequence of mode indices, got {self.factor_modes!r}")
+            modes = None
+        # a bool is an int to Python, but (True, False) is no list of modes
+        if modes is None or any(isinstance(m, (bool, np.bool_)) for m in self.factor_modes):
+            raise TypeError(f"factor_modes must be a sequence of integer mode indices, got {self.factor_modes!r}")
         if len(set(modes)) != len(modes) or len(modes) < 2 or not all(0 <= m < order for m in modes):
             raise ValueError(f"factor_modes must hold at least two distinct modes in [0, {order}), "
                              f"got {self.factor_modes!r}")
@@ -630,7 +640,9 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
 
         An index at or past ``shape_[m]`` in mode ``m`` (a row never seen in training, e.g. a new
         user) is a cold start: that mode contributes no bias and no interaction, so the
-        prediction is the intercept plus the other modes' biases (offsets only).
+        prediction is the intercept plus the other modes' biases (offsets only). A mode without a
+        factor (left out of ``factor_modes``, e.g. a future day) keeps the interaction of the
+        other modes, which does not vary along it: only its own offset is missing.
         """
         check_is_fitted(self, "factors_")
         # reset=False checks the number of columns against the fit's (scikit-learn's message).
@@ -639,9 +651,12 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         model = self._model()
         unseen = X >= np.asarray(self.shape_)
         if unseen.any():
-            # One appended zero row per mode stands for every unseen index.
+            # One appended row per mode stands for every unseen index: zeros (no interaction), or
+            # ones for a mode without a factor, whose factor is all ones.
+            fixed = self._check_factor_modes(len(self.shape_)) if self.core_ is None else ()
             X = np.where(unseen, np.asarray(self.shape_), X)
-            model = Model(factors=[np.vstack([U, np.zeros((1, U.shape[1]))]) for U in model.factors],
+            model = Model(factors=[np.vstack([U, np.full((1, U.shape[1]), float(m in fixed))])
+                                   for m, U in enumerate(model.factors)],
                           core=model.core, intercept=model.intercept,
                           biases=[np.append(b, 0.0) for b in model.biases])
         return predict(model, X)
@@ -670,9 +685,9 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         p = self._check_params()
         p["fixed"] = self._check_factor_modes(order)
         pert = p["perturbation"]
-        private = pert is not None and math.isfinite(self.epsilon)
         gaussian = pert in ("gradient", "statistics") or (pert == "output" and self.fit_intercept)
-        epsilon, delta = self._privacy_target(gaussian=gaussian)
+        epsilon, delta = self._privacy_target(gaussian=gaussian)  # validated before it is read
+        private = pert is not None and math.isfinite(epsilon)
         self._check_value_range(private)
         plan, event = self._plan_spend(p, epsilon, delta, order, private)
         return self._preview(event, delta=delta, noise_multiplier=plan["z"] if plan else 0.0,

@@ -276,7 +276,8 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         Number of components k; ``None`` means d. The noise of a private fit grows like
         ``sqrt(k)``: choose k.
     epsilon : float, default=np.inf
-        Privacy target; ``np.inf`` runs the non-private Alg. 1 and spends nothing.
+        Privacy target; ``np.inf`` runs the non-private Alg. 1, which costs epsilon = infinity
+        (an accountant with a finite budget refuses it).
     delta : float or None, default=None
         ``None`` takes the accountant's delta (1e-5 without an accountant). A private fit on rows
         warns (``PrivacyWarning``) when delta is not below ``1/n_samples``.
@@ -287,6 +288,9 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
     method : {"power", "input_perturbation"}, default="power"
         Alg. 3, or the baseline that perturbs the tensor once (forms the dense d^3 tensor).
     calibration : {"exact", "paper"}, default="exact"
+        How the noise multiplier is chosen for ``(epsilon, delta)``: exact Gaussian-DP composition,
+        or the paper's advanced-composition formula (several times more noise for the same
+        guarantee; for comparison only, see the privacy model).
     data_norm : float or None, default=None
         Public bound B on the rows' l2 norm (2-D X); rows are clipped to it. Required when epsilon
         is finite; ignored for a 3-D X.
@@ -300,6 +304,7 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         entry of X by at most 1 changes the symmetric part by ``sym(e_i⊗e_j⊗e_k)/6``, a sixth of a
         Def. 4.2 step, so the guarantee still holds for that unit.
     accountant : PrivacyAccountant or None, default=None
+        Records every fit's spend before its first noisy release; refuses fits over budget.
     random_state : None, int or Generator, default=None
         ``None`` (fresh entropy) is the only choice fit for a real release: a known seed lets
         anyone subtract the noise.

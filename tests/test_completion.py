@@ -524,6 +524,47 @@ def test_dp_als_right_hand_sides_have_sensitivity_d_c(clip, rng):
         assert worst > 0.3 * min(1.0, 2 * clip) * bound  # not vacuous
 
 
+def test_an_unseen_index_of_a_mode_without_a_factor_keeps_the_interaction():
+    """A future day (past shape_ in the time mode of the ratings recipe) was predicted from the
+    offsets alone, dropping the whole user x item interaction, which does not vary with the day:
+    on a temporal split the recipe predicted no better than the offsets. Now such an index loses
+    only its own offset; an unseen user still gets the offsets only."""
+    X, y, Xt, truth = _ratings_like(3)
+    model = PrivateTensorCompletion(rank=2, factor_modes=(0, 1), random_state=0).fit(X, y)
+    seen = Xt.copy()
+    future = Xt.copy()
+    future[:, 2] = model.shape_[2] + 5
+    np.testing.assert_allclose(model.predict(future),
+                               model.predict(seen) - model.biases_[2][seen[:, 2]], atol=1e-12)
+    offsets = model.intercept_ + model.biases_[0][Xt[:, 0]] + model.biases_[1][Xt[:, 1]]
+    assert rmse(model.predict(future), offsets) > 0.1  # the interaction is kept
+    new_user = Xt.copy()
+    new_user[:, 0] = model.shape_[0]
+    np.testing.assert_allclose(model.predict(new_user),
+                               model.intercept_ + model.biases_[1][Xt[:, 1]] + model.biases_[2][Xt[:, 2]])
+
+
+def test_bad_factor_modes_and_epsilon_are_refused_by_name_before_any_spend():
+    """Bools are ints to Python: ``(True, False)`` used to fit as modes ``(1, 0)``. And
+    ``privacy_cost`` read ``epsilon`` before validating it: ``epsilon="1"`` gave Python's bare
+    "must be real number, not str" instead of the message naming epsilon."""
+    X, y, _, _ = _ratings_like(2)
+    for bad in [(True, False), (np.bool_(True), 0), (0.0, 1.0)]:
+        budget = PrivacyAccountant(epsilon=10.0, delta=1e-6)
+        est = PrivateTensorCompletion(factor_modes=bad, epsilon=1.0, value_range=(-3, 3), accountant=budget)
+        with pytest.raises(TypeError, match="factor_modes must be a sequence of integer mode indices"):
+            est.fit(X, y)
+        with pytest.raises(TypeError, match="factor_modes"):
+            est.privacy_cost(len(y), 3)
+        assert budget.history() == []
+    for bad in ("1", None):
+        with pytest.raises(TypeError, match="epsilon must be a real number"):
+            PrivateTensorCompletion(epsilon=bad, value_range=(-3, 3)).privacy_cost(len(y), 3)
+    # the ratings recipe's modes, as any integer sequence, are accepted
+    for good in [(0, 1), [1, 0], np.array([0, 1])]:
+        assert PrivateTensorCompletion(factor_modes=good)._check_factor_modes(3) == (2,)
+
+
 @pytest.mark.parametrize("cap", [None, 3])
 def test_spectral_gram_and_residual_scale_sensitivities(cap, rng):
     """Brute force on the warm start's releases: the released (upper, off-diagonal) unfolding Gram

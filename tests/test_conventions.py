@@ -130,3 +130,21 @@ def test_verbose_is_checked_by_every_estimator_before_any_spend(bad, error):
         with pytest.raises(error, match="verbose"):
             est.fit(*args)
         assert acc.history() == [], type(est).__name__
+
+
+#: Parameters a reader needs explained to know what a fit promises and spends.
+PRIVACY_PARAMETERS = ("epsilon", "delta", "accountant", "random_state", "data_norm", "value_range",
+                      "calibration", "offset_share", "doc_clip", "refine_iter", "factor_modes")
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS)
+def test_every_parameter_is_documented_and_the_privacy_ones_are_explained(cls):
+    """Before: help(PrivateLatentDirichletAllocation) listed epsilon, delta and accountant with no
+    word on what they do, as did completion's epsilon and three estimators' accountant."""
+    ClassDoc = pytest.importorskip("numpydoc.docscrape").ClassDoc
+    documented = {name.strip(): "".join(p.desc).strip()
+                  for p in ClassDoc(cls, config={"show_class_members": False})["Parameters"]
+                  for name in p.name.split(",")}
+    params = list(inspect.signature(cls.__init__).parameters)[1:]
+    assert [p for p in params if p not in documented] == [], cls
+    assert [p for p in params if p in PRIVACY_PARAMETERS and not documented[p]] == [], cls

@@ -295,6 +295,19 @@ def test_movielens_missing_files_without_download(tmp_path):
         load_movielens_100k(data_home=tmp_path, split="uc")
 
 
+def test_movielens_benchmark_without_the_data_says_how_to_get_it_and_writes_nothing(tmp_path, monkeypatch,
+                                                                                   capsys):
+    bench = pytest.importorskip("benchmarks.bench_movielens")
+    import benchmarks._common as common
+
+    monkeypatch.setenv("DPTENSOR_DATA", str(tmp_path / "nowhere"))
+    monkeypatch.setattr(common, "RESULTS", tmp_path / "results")
+    assert bench.run(quick=True) == []
+    out = capsys.readouterr().out
+    assert "skipping" in out and "load_movielens_100k" in out and "ua.base" in out
+    assert not (tmp_path / "results").exists() and not (tmp_path / "nowhere").exists()
+
+
 def _fake_archive(rows):
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:

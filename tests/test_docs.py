@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,6 +99,9 @@ def _check_quickstart(ns):
 
     budget = ns["budget"]
     assert len(budget.history()) == 6  # every fit of the page is private and in the ledger
+    # the page teaches delta well below 1/n: none of its fits may warn that it is not
+    from dptensor import PrivacyWarning
+    assert not [m for m in ns["__warnings__"] if isinstance(m, PrivacyWarning) and "1/n" in str(m)]
     assert 0 < budget.spent()[0] <= budget.epsilon
     # the bound comes from the generator's parameters and holds for every row: nothing clipped
     assert np.linalg.norm(ns["X"], axis=1).max() <= ns["bound"] + 1e-12
@@ -195,7 +199,10 @@ def test_documented_code_runs_and_prints_what_the_text_says(doc, tmp_path, monke
     monkeypatch.chdir(tmp_path)  # the pages write files (a ledger, data on disk) where they run
     namespace = {"__name__": "__doc_example__"}
     try:
-        run_doc(doc, namespace)
+        with warnings.catch_warnings(record=True) as caught:  # a page's checks may read them
+            warnings.simplefilter("always")
+            run_doc(doc, namespace)
+        namespace["__warnings__"] = [w.message for w in caught]
         CHECKS.get(doc, lambda ns: None)(namespace)
     finally:
         for name in ("client", "cluster"):  # a page's Dask cluster is shut down with it

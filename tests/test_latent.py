@@ -18,8 +18,8 @@ from dptensor._operators import moment_tensor
 from dptensor.accounting import epsilon_of
 from dptensor.datasets import gaussian_mixture_norm_bound, make_gaussian_mixture, make_lda_corpus
 from dptensor.latent import PrivateGaussianMixture, PrivateLatentDirichletAllocation, match_rows
-from dptensor.latent._pipeline import (PROJECTION_SHARE, SHARES, plan_noise, power_subspace, release,
-                                       release_second, sym3, whiten)
+from dptensor.latent._pipeline import (PROJECTION_SHARE, SHARES, ImplicitMatrix, plan_noise, power_subspace,
+                                       release, release_second, sym3, top_eigenpairs, whiten)
 from dptensor.latent.gaussian_mixture import spherical_variance, whitened_bound
 from dptensor.latent.lda import (DOCUMENT_SENSITIVITY, _clip_scale, _pair_products, _triple_sums,
                                  document_moments, document_norms)
@@ -424,6 +424,26 @@ def test_lda_third_sensitivity_and_triple_bound_brute_force(bound):
     np.testing.assert_allclose(data, clipped.sum(axis=0), atol=1e-10)
 
 
+@pytest.mark.parametrize("k", [5, 6])
+def test_top_eigenpairs_of_an_implicit_matrix_asking_for_every_eigenpair(k):
+    """Lanczos needs k < d: n_components = n_features (allowed) crashed every non-private fit with
+    the power whitening, in scipy ("Cannot use scipy.linalg.eigh for LinearOperator A with k >= N")."""
+    rng = np.random.default_rng(0)
+    B = rng.standard_normal((6, 6))
+    A = B @ B.T
+    values, vectors = top_eigenpairs(ImplicitMatrix(6, lambda Q: A @ Q), k, np.random.default_rng(1))
+    expected = np.sort(np.linalg.eigvalsh(A))[::-1][:k]
+    np.testing.assert_allclose(values, expected, rtol=1e-10)
+    np.testing.assert_allclose(A @ vectors, vectors * values, atol=1e-9)
+    X, _, _, _ = make_gaussian_mixture(2000, 4, 2, random_state=0)
+    C = make_lda_corpus(500, 6, 2, doc_length=(5, 10), random_state=0)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # epsilon = inf
+        gmm = PrivateGaussianMixture(4, whitening="power", random_state=0).fit(X)
+        lda = PrivateLatentDirichletAllocation(6, whitening="power", random_state=0).fit(C)
+    assert np.isfinite(gmm.means_).all() and np.allclose(lda.components_.sum(axis=1), 1.0)
+
+
 @pytest.mark.parametrize("epsilon", [np.inf, 30.0])
 def test_lda_power_whitening_matches_dense(corpus, epsilon):
     C, topics, _ = corpus
@@ -492,9 +512,18 @@ def test_lda_private_fit_is_accounted(corpus):
 
 
 def test_lda_refuses_what_is_not_a_word_count(corpus):
+    """Negative counts are refused in scikit-learn's words ("Negative values in data", as its own
+    LatentDirichletAllocation and the positive-only tag's check expect), fractional ones saying
+    so; both before any spend."""
     C = corpus[0]
-    with pytest.raises(ValueError, match="word counts"):
-        PrivateLatentDirichletAllocation(3).fit(C * 0.5)
+    budget = PrivacyAccountant(epsilon=10.0, delta=1e-6)
+    with pytest.raises(ValueError, match="word counts .*not whole numbers"):
+        PrivateLatentDirichletAllocation(3, epsilon=1.0, accountant=budget).fit(C * 0.5)
+    negative = C.toarray()
+    negative[0, 0] = -1
+    with pytest.raises(ValueError, match="Negative values in data: X must hold word counts"):
+        PrivateLatentDirichletAllocation(3, epsilon=1.0, accountant=budget).fit(negative)
+    assert budget.history() == []
     short = C[:5].toarray()
     short[0] = 0
     short[0, 0] = 2
@@ -502,6 +531,37 @@ def test_lda_refuses_what_is_not_a_word_count(corpus):
         PrivateLatentDirichletAllocation(3).fit(short)
     with pytest.raises(ValueError, match="alpha0"):
         PrivateLatentDirichletAllocation(3, alpha0=0).fit(C)
+
+
+def _split_into_unit_entries(C):
+    """The same counts as a non-canonical CSR matrix: a count c stored as c duplicate entries of 1."""
+    C = sp.csr_matrix(C)
+    rows = np.repeat(np.repeat(np.arange(C.shape[0]), np.diff(C.indptr)), C.data.astype(int))
+    cols = np.repeat(C.indices, C.data.astype(int))
+    indptr = np.r_[0, np.cumsum(np.bincount(rows, minlength=C.shape[0]))]
+    split = sp.csr_matrix((np.ones(len(cols)), cols, indptr), shape=C.shape)
+    assert not split.has_canonical_format and (split.toarray() == C.toarray()).all()
+    return split
+
+
+def test_lda_counts_split_over_duplicate_entries_are_clipped_as_their_sums(corpus):
+    """A CSR matrix may store one count as several duplicate entries. The per-document norms that
+    set the clipping are sums of powers of the stored entries: before, a document [2, 1] stored as
+    three entries of 1 had ||E2(c)||_F 0.41 instead of 0.58, so its clipped terms could exceed the
+    bound the sensitivity assumes. Now the counts are summed first: the norms and every released
+    value are those of the canonical matrix, and the caller's matrix is left as it was."""
+    doc = _split_into_unit_entries(np.array([[2.0, 1.0, 0.0]]))
+    np.testing.assert_allclose(document_norms(doc)[2], document_norms(np.array([[2.0, 1.0, 0.0]]))[2])
+    assert np.sqrt(np.sum(document_moments(np.array([[2.0, 1.0, 0.0]]))[1] ** 2)) == pytest.approx(
+        document_norms(doc)[2][0])
+    C = corpus[0][:600]
+    split = _split_into_unit_entries(C)
+    for whitening in ("dense", "power"):
+        kw = dict(epsilon=2.0, delta=1e-6, whitening=whitening, random_state=3)
+        canonical = PrivateLatentDirichletAllocation(3, **kw).fit(C)
+        duplicated = PrivateLatentDirichletAllocation(3, **kw).fit(split)
+        np.testing.assert_allclose(duplicated.components_, canonical.components_, rtol=1e-10, atol=1e-12)
+    assert not split.has_canonical_format
 
 
 def test_reuters_loader_and_topics():

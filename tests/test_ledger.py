@@ -1,6 +1,7 @@
 """The SQLite ledger: races between processes, crashes, foreign files, persistence, files that
 cannot be used, opening an existing ledger, and the ``dptensor ledger`` command."""
 import gc
+import json
 import multiprocessing
 import os
 import pickle
@@ -420,6 +421,31 @@ def test_bench_only_passes_through_to_the_suite(monkeypatch, capsys):
     assert calls == [["--quick", "--only", "pca", "completion"]]
     assert cli(["bench", "--only", "nonsense"]) == 2
     assert "choose from" in capsys.readouterr().err and len(calls) == 1
+
+
+def test_bench_only_keeps_the_other_benchmarks_in_the_summary(monkeypatch, tmp_path):
+    """``dptensor bench --only movielens`` rewrote SUMMARY.md with the movielens section alone
+    (even when it skipped for want of data): every other benchmark's section was lost."""
+    run_all = pytest.importorskip("benchmarks.run_all")
+    import benchmarks._common as common
+
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    for name in ("pca", "movielens"):
+        (tmp_path / f"{name}.md").write_text(f"# {name}\n\n{name} table\n")
+    run_all.write_summary({"bench_pca": {"ok": True, "seconds": 1.0}}, quick=False)
+    run_all.write_summary({"bench_movielens": {"ok": True, "seconds": 2.0}}, quick=False)
+    text = (tmp_path / "SUMMARY.md").read_text()
+    assert "## bench_pca (ok, 1.0 s)" in text and "pca table" in text
+    assert "## bench_movielens (ok, 2.0 s)" in text and "movielens table" in text
+    assert "This run: bench_movielens" in text
+    status = json.loads((tmp_path / "SUMMARY.json").read_text())["status"]
+    assert set(status) == {"bench_pca", "bench_movielens"}
+    # a benchmark that no longer exists is dropped; one run again replaces its old status
+    status["bench_gone"] = {"ok": True, "seconds": 0.0}
+    (tmp_path / "SUMMARY.json").write_text(json.dumps({"status": status}))
+    run_all.write_summary({"bench_pca": {"ok": False, "seconds": 3.0}}, quick=False)
+    status = json.loads((tmp_path / "SUMMARY.json").read_text())["status"]
+    assert status == {"bench_movielens": {"ok": True, "seconds": 2.0}, "bench_pca": {"ok": False, "seconds": 3.0}}
 
 
 @pytest.mark.parametrize("ledger", [5, 1.5, ["budget.sqlite"]])

@@ -139,6 +139,7 @@ class PrivateGaussianMixture(SpectralLatentModel):
     n_restarts, n_iter : int, default=10, 20
         Restarts and steps of the tensor power method on the k x k x k tensor.
     accountant : PrivacyAccountant or None, default=None
+        Records every fit's spend before its first noisy release; refuses fits over budget.
     random_state : None, int or Generator, default=None
         ``None`` (fresh entropy) is the only choice fit for a real release.
     verbose : int, default=0

@@ -32,10 +32,19 @@ DOCUMENT_SENSITIVITY = float(np.sqrt(2.0))
 
 
 def _counts(chunk):
-    """One chunk of documents as CSR float64 counts (a Dask chunk arrives as a dense array)."""
-    if sp.issparse(chunk) and chunk.format == "csr" and chunk.dtype == np.float64:
-        return chunk
-    return sp.csr_matrix(chunk, dtype=np.float64)
+    """One chunk of documents as canonical CSR float64 counts (a Dask chunk arrives as a dense array).
+
+    Canonical: one stored entry per (document, word). A CSR matrix may hold a count split over
+    duplicate entries; products sum them, but the per-document norms that set the clipping
+    (:func:`document_norms`, sums of powers of the stored entries) would come out too small, and
+    a clipped term could exceed the bound its sensitivity assumes.
+    """
+    if not (sp.issparse(chunk) and chunk.format == "csr" and chunk.dtype == np.float64):
+        chunk = sp.csr_matrix(chunk, dtype=np.float64)
+    if not chunk.has_canonical_format:
+        chunk = chunk.copy()  # the caller's matrix is left as it was
+        chunk.sum_duplicates()
+    return chunk
 
 
 def document_norms(C):
@@ -138,10 +147,10 @@ def _triple_sums(chunk, W, bound):
 
 
 def _count_checks(chunk, min_length):
-    """How many entries are not counts (negative or fractional), how many documents are too short."""
+    """How many entries are negative, how many fractional, how many documents are too short."""
     C = _counts(chunk)
-    bad = int(np.sum((C.data < 0) | (C.data != np.round(C.data))))
-    return bad, int(np.sum(_row_sums(C, C.data) < min_length))
+    return (int(np.sum(C.data < 0)), int(np.sum(C.data != np.round(C.data))),
+            int(np.sum(_row_sums(C, C.data) < min_length)))
 
 
 #: The floor of a topic-word probability when words are scored (a clipped topic has exact zeros).
@@ -239,14 +248,18 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         The Dirichlet concentration ``sum(alpha)``, assumed known (scikit-learn's default
         ``doc_topic_prior = 1/k`` per topic is ``alpha0 = 1``).
     epsilon : float, default=np.inf
+        Privacy target; ``np.inf`` is the exact (non-private) method of moments, which costs
+        epsilon = infinity. A private fit needs no bound on the documents (see the notes).
     delta : float or None, default=None
+        ``None`` takes the accountant's delta (1e-5 without an accountant); keep it well below
+        1 / the number of documents.
     doc_clip : float or None, default=1.0
         Each document's moment terms are clipped to ``doc_clip`` times their typical size
         (released privately, see above); a private fit only. ``None``: no clipping. Clipping
         trades noise for bias (documents concentrated on one topic weigh less): 1 gave the least
         error at epsilon <= 4 on the benchmark's corpora, but at 100 words it left a bias floor
-        (l1 topic error 0.069 at any epsilon, 10^5 documents) that 1.5 (0.013) or 2 (none)
-        avoid when ``n epsilon`` is large.
+        (l1 topic error 0.069 from epsilon = 16 up, 10^5 documents) that 1.5 (0.013) or 2 (none)
+        avoid when ``n epsilon`` is large (docs/derivations/latent.rst).
     method : {"auto", "perturb", "power"}, default="auto"
         How the whitened third moment is released (see the derivation page).
     whitening : {"auto", "dense", "power"}, default="auto"
@@ -257,16 +270,23 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         of at most 2000 words (``dptensor.pca.MAX_DENSE_FEATURES``), where one Analyze Gauss
         release measured less noisy for the same budget.
     n_restarts, n_iter : int, default=10, 20
+        Restarts and steps of the tensor power method on the k x k x k tensor.
     max_transform_iter : int, default=50
         Fixed-point steps of :meth:`transform`.
     refine_iter : int, default=0
         Without privacy only (``epsilon=np.inf``): EM steps from the spectral topics (E-step
         :meth:`transform`'s fixed point, M-step the expected topic-word counts plus the pseudo
         count ``1/k``, scikit-learn's default topic-word prior). They read the documents without
-        noise, so a private fit refuses them.
+        noise, so a private fit refuses them. Each step raises the likelihood that :meth:`score`
+        measures, which is not the same as bringing the topics closer to the truth: they helped
+        at 2000 words (benchmarks/results/latent.md), but on a small vocabulary with many
+        documents, where the spectral topics are already close, they can move them away.
     accountant : PrivacyAccountant or None, default=None
+        Records every fit's spend before its first noisy release; refuses fits over budget.
     random_state : None, int or Generator, default=None
+        ``None`` (fresh entropy) is the only choice fit for a real release.
     verbose : int, default=0
+        Progress of the tensor power method.
 
     Attributes
     ----------
@@ -307,13 +327,16 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
     def _validate(self, X, reset, min_length=3):
         if is_dask_array(X):  # checked by one reduction over the chunks, never pulled here
             C = check_dask_array(self, X, reset=reset)
-            bad, short = self._reduce({"rows": C}, _count_checks, min_length)
+            negative, fractional, short = self._reduce({"rows": C}, _count_checks, min_length)
         else:
             X = validate_data(self, X, reset=reset, accept_sparse="csr", dtype=[np.float64, np.float32])
             C = _counts(X)
-            bad, short = _count_checks(C, min_length)
-        if bad:
-            raise ValueError("X must hold word counts: non-negative integers")
+            negative, fractional, short = _count_checks(C, min_length)
+        if negative:  # scikit-learn's words for it, as its own LatentDirichletAllocation says
+            raise ValueError("Negative values in data: X must hold word counts (non-negative integers)")
+        if fractional:
+            raise ValueError("X must hold word counts (non-negative integers), and some entries are not "
+                             "whole numbers: normalised or tf-idf rows are not counts")
         if min_length and short:
             raise ValueError(f"every document needs at least {min_length} words (the third moment is "
                              f"estimated from distinct word triples); {short} have fewer: drop them first")
