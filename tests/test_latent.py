@@ -670,3 +670,17 @@ def test_privacy_cost_previews_what_the_fit_records_without_data(make, whitening
 def test_privacy_cost_refuses_a_private_preview_without_a_bound():
     with pytest.raises(ValueError, match="data_norm is required"):
         PrivateGaussianMixture(2, epsilon=1.0).privacy_cost(100, 6)
+
+
+def test_short_document_error_releases_no_count():
+    """An error is released too: refusing short documents must not say how many there are."""
+    from dptensor.datasets import make_lda_corpus
+
+    C, _, _ = make_lda_corpus(50, 20, 3, random_state=0)
+    C = C.tolil()
+    for i in range(7):  # seven documents of one word
+        C[i, :] = 0
+        C[i, 0] = 1
+    with pytest.raises(ValueError, match="at least 3 words") as err:
+        PrivateLatentDirichletAllocation(3).fit(C.tocsr())
+    assert "7" not in str(err.value)

@@ -338,8 +338,9 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
             raise ValueError("X must hold word counts (non-negative integers), and some entries are not "
                              "whole numbers: normalised or tf-idf rows are not counts")
         if min_length and short:
+            # No count of them: an error is released too, and how many rows fail is a statistic.
             raise ValueError(f"every document needs at least {min_length} words (the third moment is "
-                             f"estimated from distinct word triples); {short} have fewer: drop them first")
+                             "estimated from distinct word triples); some have fewer: drop them first")
         return C
 
     def _dense_max(self, private):
