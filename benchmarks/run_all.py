@@ -79,7 +79,8 @@ def write_summary(status: dict, quick: bool) -> Path:
                       "are from earlier runs."]
     for name, st in status.items():
         md = RESULTS / f"{name.removeprefix('bench_')}.md"
-        parts.append(f"## {name} ({'ok' if st['ok'] else 'FAILED'}, {st['seconds']} s)\n")
+        seconds = "" if st.get("seconds") is None else f", {st['seconds']} s"
+        parts.append(f"## {name} ({'ok' if st['ok'] else 'FAILED'}{seconds})\n")
         if md.exists():
             parts.append(md.read_text().split("\n", 1)[1].strip() + "\n")
     path = RESULTS / "SUMMARY.md"
