@@ -520,10 +520,10 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         if pert == "input":
             return {"event": LaplaceEvent(epsilon), "z": 0.0, "n_queries": 1, "laplace_eps": epsilon}
         if pert == "statistics":
-            # Sums over many entries (offsets: order + 1, residual scale: 1) at multiplier z_o
-            # with the share offset_share of mu^2; of the rest, GRAM_SHARE goes to the
-            # spectral start's order - 1 Grams (z_g) and the remainder to its projected step and
-            # the sweeps (1 + n_iter * order releases at z). mu^2 = n_o/z_o^2 + n_g/z_g^2 + n_f/z^2.
+            # Sums over many entries (offsets: order + 1, residual scale: 1) priced at multiplier
+            # z_o with the share offset_share of mu^2; of the rest, GRAM_SHARE goes to the spectral
+            # start's n_free - 1 Grams (z_g) and the remainder to its projected step and the sweeps
+            # (1 + n_iter * n_free releases at z). mu^2 = n_o/z_o^2 + n_g/z_g^2 + n_f/z^2.
             mu = gdp_mu(epsilon, delta)
             n_o = (n_off if self.fit_intercept else 0) + 1
             n_g = n_free - 1
