@@ -616,11 +616,14 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         z, z_o = plan["z"], plan["z_offsets"]
         model = init_model(obs.shape, p["rank"], "cp", rng, scale=0.1, fixed=p["fixed"])
         if self.fit_intercept:
-            # The offsets share (order + 1) / z_o^2 by public counts; the residual scale keeps its
-            # 1 / z_o^2 (a variance sets the clipping: it needs the precision, not the mean).
-            z_rel = offset_multipliers(obs, z_o) if z_o > 0 else 0.0
-            model.intercept, model.biases = row_offsets(obs, ys, shrink=1.0, noise_multiplier=z_rel, rng=rng)
-        rms = residual_scale(obs, ys, model, noise_multiplier=z_o, rng=rng)
+            # The offsets and the residual scale share (order + 2) / z_o^2: the two sums over every
+            # entry a small share each, the row releases the rest by public counts.
+            z_rel = offset_multipliers(obs, z_o, n_global=2) if z_o > 0 else np.zeros(obs.order + 2)
+            model.intercept, model.biases = row_offsets(obs, ys, shrink=1.0, noise_multiplier=z_rel[:-1], rng=rng)
+            z_scale = z_rel[-1]
+        else:
+            z_scale = z_o  # the residual scale is the group's only release
+        rms = residual_scale(obs, ys, model, noise_multiplier=z_scale, rng=rng)
         clip = min(0.5, max(CLIP_RMS * rms, 1e-3))
         # The released residual scale (clipped) stands for the per-entry residual variance of the
         # empirical-Bayes solves: an upper bound, since it still holds the interactions.

@@ -255,10 +255,12 @@ def test_offsets_group_matches_an_independent_pld_accountant():
 
     rng = np.random.default_rng(0)
     X = np.stack([rng.integers(0, 50, 3000), rng.zipf(1.6, 3000) % 400, rng.integers(0, 20, 3000)], axis=1)
-    zs = offset_multipliers(Observations(X, (50, 400, 20)), 3.0)
-    assert np.ptp(zs) > 10  # the multipliers really differ
-    for delta in (1e-5, 1e-8):
-        assert pld_epsilon(zs, delta) == pytest.approx(epsilon_of(GaussianEvent(3.0, 4), delta), rel=1e-3)
+    for n_global in (1, 2):
+        zs = offset_multipliers(Observations(X, (50, 400, 20)), 3.0, n_global=n_global)
+        assert np.ptp(zs) > 10  # the multipliers really differ
+        for delta in (1e-5, 1e-8):
+            assert pld_epsilon(zs, delta) == pytest.approx(
+                epsilon_of(GaussianEvent(3.0, 3 + n_global), delta), rel=1e-3)
     for kw in ({}, {"factor_modes": (0, 1), "offset_share": 0.9}, {"perturbation": "gradient"}):
         cost = PrivateTensorCompletion(epsilon=1.0, delta=1e-6, value_range=(1, 5), **kw).privacy_cost(3000, 3)
         zs = [leaf.noise_multiplier for leaf in cost.event.leaves() for _ in range(leaf.count)]

@@ -642,10 +642,12 @@ def test_statistics_mode_records_exact_target_and_release_count(monkeypatch):
     assert cost.noise_multiplier == pytest.approx(z)
     # ... and what was released is exactly that: in order, the offsets (sensitivity 1 in scaled
     # units) and the residual scale (bound^2 = 1/4), whose multipliers share mu_o^2 = 5 / z_o^2
-    # (in proportion to their public counts), two Grams at z_g, then 7 releases at z.
-    offsets_z = np.array([m for _, m in calls[:4]])
-    assert np.sum(offsets_z**-2.0) == pytest.approx(4 / z_o**2, rel=1e-12)
-    assert offsets_z[0] == pytest.approx(z_o) and calls[4][1] == pytest.approx(z_o)  # total, residual scale
+    # (the two sums over every entry GLOBAL_SHARE each, the rows by their public counts), two
+    # Grams at z_g, then 7 releases at z.
+    offsets_z = np.array([m for _, m in calls[:5]])
+    assert np.sum(offsets_z**-2.0) == pytest.approx(5 / z_o**2, rel=1e-12)
+    z_global = 1 / math.sqrt(cm.GLOBAL_SHARE * 5 / z_o**2)
+    assert offsets_z[[0, 4]] == pytest.approx([z_global] * 2)  # total, residual scale
     assert [m for _, m in calls[5:]] == pytest.approx([z_g] * 2 + [z] * 7)
     assert [s for s, _ in calls[:5]] == [TOTAL_SENSITIVITY] + [1.0] * 3 + [0.25] and all(s > 0 for s, _ in calls[5:])
 
@@ -921,12 +923,18 @@ def test_offsets_group_is_priced_as_its_releases(rng):
     X = np.stack([rng.integers(0, 50, 3000), rng.zipf(1.6, 3000) % 400, rng.integers(0, 20, 3000)], axis=1)
     obs = Observations(X, (50, 400, 20))
     z_o = 3.0
-    zs = offset_multipliers(obs, z_o)
-    assert len(zs) == 4 and np.sum(zs**-2.0) == pytest.approx(4 / z_o**2, rel=1e-12) and zs[0] == z_o
-    assert zs[2] == zs[1:].min()  # the sparsest mode gets the least noise
-    for delta in (1e-5, 1e-8):
-        listed = epsilon_of(ComposedEvent([GaussianEvent(float(z), 1) for z in zs]), delta)
-        assert listed == pytest.approx(epsilon_of(GaussianEvent(z_o, 4), delta), rel=1e-9)
+    from dptensor._completion_models import GLOBAL_SHARE
+
+    for n_global in (1, 2):  # the total (and the statistics mode's residual scale) first and last
+        n_o = 3 + n_global
+        zs = offset_multipliers(obs, z_o, n_global=n_global)
+        assert len(zs) == n_o and np.sum(zs**-2.0) == pytest.approx(n_o / z_o**2, rel=1e-12)
+        # each sum over every entry gets GLOBAL_SHARE of the group's mu^2
+        assert zs[0] ** -2 == pytest.approx(GLOBAL_SHARE * n_o / z_o**2, rel=1e-12) and (n_global == 1 or zs[-1] == zs[0])
+        assert zs[2] == zs[1:4].min()  # the sparsest mode gets the least noise
+        for delta in (1e-5, 1e-8):
+            listed = epsilon_of(ComposedEvent([GaussianEvent(float(z), 1) for z in zs]), delta)
+            assert listed == pytest.approx(epsilon_of(GaussianEvent(z_o, n_o), delta), rel=1e-9)
 
 
 # ----------------------------------------------------------------------------- dense layout
