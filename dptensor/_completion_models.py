@@ -32,10 +32,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from .mechanisms import gaussian_release, joint_gaussian_release
+from .mechanisms import gaussian_release, joint_gaussian_release, laplace_release
 
 __all__ = ["Observations", "Model", "predict", "interaction_design", "clipped_gradient", "als",
-           "gradient_descent", "row_offsets", "init_model", "dp_als", "residual_scale", "spectral_start",
+           "gradient_descent", "row_offsets", "offset_noise", "OffsetNoise", "init_model", "dp_als",
+           "residual_scale", "spectral_start",
            "ModeLayout"]
 
 _CHUNK = 1 << 21  # floats per block when a Khatri-Rao product over entries would be large
@@ -411,18 +412,21 @@ def predict(model: Model, X: np.ndarray) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- offsets
-def release_rows(values, seen, sensitivity, noise_multiplier, rng):
-    """One Gaussian release of the rows of ``values`` that hold an entry (``seen``, a function of
-    Omega: public), of l2 sensitivity ``sensitivity`` together. The other rows are sums over no
-    entry, 0 whatever the data: they are no part of the query and are returned as they are."""
+def release_rows(values, seen, release):
+    """The rows of ``values`` that hold an entry (``seen``, a function of Omega: public) released by
+    ``release`` (a mechanism on those rows together). The other rows are sums over no entry, 0
+    whatever the data: they are no part of the query and are returned as they are."""
     out = np.array(values, dtype=np.float64, copy=True)
-    out[seen] = gaussian_release(out[seen], sensitivity, noise_multiplier, rng)
+    out[seen] = release(out[seen])
     return out
 
 
-#: l2 sensitivity of :func:`total_statistics` for values in ``[-1/2, 1/2]``: the sum moves by at
-#: most 1 and the clipped sum of squares by at most 1/4.
-TOTAL_SENSITIVITY = math.sqrt(1.0 + 1.0 / 16.0)
+#: Sensitivity, in l1 and in l2 alike, of :func:`total_statistics` for values in ``[-1/2, 1/2]``
+#: (where the clip of the squares is inactive): a value moving from ``y`` to ``y'`` by
+#: ``d = |y - y'| <= 1`` moves the pair by ``d (1 + |y + y'|)`` in l1 and ``d sqrt(1 + (y + y')^2)``
+#: in l2, and ``|y + y'| <= 1 - d``, so by at most ``d (2 - d) <= 1`` and
+#: ``d sqrt(1 + (1 - d)^2) <= 1``.
+TOTAL_SENSITIVITY = 1.0
 
 
 def total_statistics(y: np.ndarray) -> np.ndarray:
@@ -430,36 +434,88 @@ def total_statistics(y: np.ndarray) -> np.ndarray:
     return np.array([y.sum(), np.minimum(y * y, 0.25).sum()])
 
 
-def row_offsets(obs: Observations, y: np.ndarray, *, shrink=1.0, noise_multiplier=0.0, sensitivity=1.0,
-                rng=None, empirical_bayes=False, spread=None):
-    """Global mean and per-mode row effects by one backfitting sweep, optionally noised.
+#: Share of the offsets' budget given to each of their sums over every entry (the total with its
+#: spread, the statistics mode's residual scale) by :func:`offset_noise`. Their noise is divided by
+#: all ``n`` entries, so a small share keeps it far below any row's: on MovieLens-100K at
+#: epsilon = 1 moving the total from a fifth of the offsets' budget to 0.02 took the private
+#: offsets' test RMSE from 1.034 to 1.025 (0.005 gave 1.0245: no more to win).
+GLOBAL_SHARE = 0.02
 
-    With ``sigma = noise_multiplier * sensitivity``: ``intercept = (sum y + N(0, sigma^2)) / n``,
-    released jointly with the clipped sum of squares (:func:`total_statistics`, l2 sensitivity
+
+@dataclass(frozen=True)
+class OffsetNoise:
+    """The noise of the offsets' releases (the total first, one per mode, then the other sums over
+    every entry): ``"laplace"`` with one epsilon per release (pure DP, epsilons add up), or
+    ``"gaussian"`` with one noise multiplier per release (``sum 1/z_k^2`` is the group's ``mu^2``).
+    Each release touches one coordinate per entry, with the same sensitivity in l1 and l2."""
+
+    mechanism: str
+    levels: np.ndarray
+
+    def release(self, k, values, sensitivity, rng):
+        """Release ``k``: ``values`` (sensitivity ``sensitivity``) plus its noise."""
+        level = float(self.levels[k])
+        if self.mechanism == "laplace":
+            return laplace_release(values, sensitivity, level, rng)
+        return gaussian_release(values, sensitivity, level, rng)
+
+    def variance(self, k, sensitivity=1.0):
+        """The noise variance of release ``k`` (``Lap(b)``: ``2 b^2``)."""
+        level = float(self.levels[k])
+        return 2.0 * (sensitivity / level) ** 2 if self.mechanism == "laplace" else (level * sensitivity) ** 2
+
+
+def offset_noise(obs: Observations, mechanism: str, budget: float, n_global: int = 1) -> OffsetNoise:
+    """The offsets' releases for a group's ``budget`` (Laplace: its epsilon; Gaussian: its noise
+    multiplier as ``n_global + order`` releases, ``mu^2 = (n_global + order) / budget^2``).
+
+    Each sum over every entry gets ``GLOBAL_SHARE`` of the budget (of epsilon, or of ``mu^2``). The
+    modes share the rest by their public counts so that the noise on a typical row mean is the same
+    fraction of its sampling error (``s / sqrt(c_m)``, ``c_m`` the median number of entries in a row
+    of mode ``m``) in every mode: Laplace ``eps_m`` proportional to ``c_m^(-1/2)``, Gaussian
+    ``z_m^2`` to ``c_m``. The sparsest mode (items of a ratings matrix) gets the least noise. Counts
+    are functions of Omega: public.
+    """
+    typical = np.asarray([float(np.median(c[c > 0])) if np.any(c > 0) else 1.0 for c in obs.counts])
+    rows_share = 1.0 - n_global * GLOBAL_SHARE
+    if mechanism == "laplace":
+        weights = typical ** -0.5
+        glob, rows = GLOBAL_SHARE * budget, rows_share * budget * weights / weights.sum()
+    else:
+        mu2 = (n_global + obs.order) / budget**2
+        glob = 1.0 / math.sqrt(GLOBAL_SHARE * mu2)
+        rows = np.sqrt(typical * np.sum(1.0 / typical) / (rows_share * mu2))
+    return OffsetNoise(mechanism, np.concatenate([[glob], rows, np.full(n_global - 1, glob)]))
+
+
+def row_offsets(obs: Observations, y: np.ndarray, *, shrink=1.0, noise: OffsetNoise | None = None, rng=None,
+                empirical_bayes=False, spread=None):
+    """Global mean and per-mode row effects by one backfitting sweep, optionally released privately.
+
+    With ``noise`` (:func:`offset_noise`; releases 0 to ``order``), ``intercept = (sum y + noise) /
+    n``, released jointly with the clipped sum of squares (:func:`total_statistics`, sensitivity
     ``TOTAL_SENSITIVITY`` for values in ``[-1/2, 1/2]``, which the noisy path assumes) whose spread
     is the per-entry variance of the shrinkage; then for each mode in turn
-    ``b_m[i] = (S_i + N(0, sigma_m^2)) / (n_i + kappa_i)`` where ``S_i`` sums, over row ``i``'s
-    entries, ``y`` minus the offsets released so far (``noise_multiplier`` may give one multiplier
-    per release, the total first: :func:`offset_multipliers`). Without noise
-    ``kappa_i = shrink``; with noise it is the empirical-Bayes shrinkage of :func:`eb_shrinkage`, computed from the noisy
-    sums and public counts only. Returns ``(intercept, biases)``.
+    ``b_m[i] = (S_i + noise) / (n_i + kappa_i)`` where ``S_i`` sums, over row ``i``'s entries, ``y``
+    minus the offsets released so far. Without noise ``kappa_i = shrink``; with noise it is the
+    empirical-Bayes shrinkage of :func:`eb_shrinkage`, computed from the noisy sums and public
+    counts only. Returns ``(intercept, biases)``.
 
-    Privacy (used by the estimator): with ``y`` in an interval of width ``w``, changing one entry's
-    value moves the total by at most ``w``, and moves one row sum of each mode by at most ``w``
-    (the offsets subtracted were released before, so they are constants), so each of the
-    ``order + 1`` releases has l2 sensitivity ``w`` (``sensitivity``), each a Gaussian release
-    with multiplier ``noise_multiplier``. Rows with no entry sum to 0 whatever the data: no noise
-    there (:func:`release_rows`).
+    Privacy (used by the estimator): changing one entry's value (in an interval of width 1) moves
+    the total by at most 1, and one row sum of each mode by at most 1 (the offsets subtracted were
+    released before, so they are constants): the release of mode ``m`` has sensitivity 1 in l1 and
+    l2, and the ``order + 1`` releases compose (Laplace: their epsilons add; Gaussian: their
+    ``1/z^2`` add). Rows with no entry sum to 0 whatever the data: no noise there
+    (:func:`release_rows`).
     """
-    z = np.broadcast_to(np.asarray(noise_multiplier, dtype=float), (obs.order + 1,))
-    noisy = bool(np.all(z > 0))
+    noisy = noise is not None
     n = max(len(y), 1)
     s2 = None
     if noisy:
-        # Private values lie in [-1/2, 1/2] (sensitivity 1): the total and the clipped sum of
-        # squares are one joint release, whose spread stands for the per-entry variance of the
-        # empirical-Bayes shrinkage below (an upper bound: it still holds the row effects).
-        total, squares = gaussian_release(total_statistics(y), TOTAL_SENSITIVITY * sensitivity, z[0], rng)
+        # Private values lie in [-1/2, 1/2]: the total and the clipped sum of squares are one joint
+        # release, whose spread stands for the per-entry variance of the empirical-Bayes shrinkage
+        # below (an upper bound: it still holds the row effects).
+        total, squares = noise.release(0, total_statistics(y), TOTAL_SENSITIVITY, rng)
         # Clamping (post-processing) can only bring the mean closer: it lies in [-1/2, 1/2].
         intercept = float(np.clip(total / n, -0.5, 0.5))
         s2 = float(np.clip(squares / n - intercept**2, 1e-4, 0.25))
@@ -470,16 +526,14 @@ def row_offsets(obs: Observations, y: np.ndarray, *, shrink=1.0, noise_multiplie
     for m in range(obs.order):
         sums = obs.scatter(m, resid)
         counts = obs.counts[m]
-        noise_std = float(z[m + 1]) * float(sensitivity)
+        noise_var = 0.0
         if noisy:
-            sums = release_rows(sums, counts > 0, sensitivity, z[m + 1], rng)
+            sums = release_rows(sums, counts > 0, lambda v: noise.release(m + 1, v, 1.0, rng))
+            noise_var = noise.variance(m + 1)
         if noisy or empirical_bayes:
             # Values that carry their own noise: their spread is measured directly (post-processing).
-            # With released (noisy) sums the per-entry variance is not identifiable (counts vary
-            # too little to tell s^2 / n from tau^2), so its public bound is used: values span 1
-            # in scaled units, so their variance is at most 1/4.
             s2_m = float(np.var(resid)) if (empirical_bayes and not noisy) else s2
-            kappa, s2_fit = eb_shrinkage(sums, counts, noise_std**2, s2=s2_m, return_s2=True)
+            kappa, s2_fit = eb_shrinkage(sums, counts, noise_var, s2=s2_m, return_s2=True)
             if spread is not None:
                 spread.append(s2_fit)
         else:
@@ -492,35 +546,6 @@ def row_offsets(obs: Observations, y: np.ndarray, *, shrink=1.0, noise_multiplie
         biases.append(b)
         resid = resid - b[obs.X[:, m]]
     return float(intercept), biases
-
-
-#: Share of a group's ``mu^2`` (Gaussian DP) given to each of its sums over every entry (the
-#: total with its spread, the statistics mode's residual scale) by :func:`offset_multipliers`.
-#: Their noise is divided by all ``n`` entries, so a small share keeps it far below any row's: on
-#: MovieLens-100K at epsilon = 1 moving the total from a fifth of the offsets' budget to 0.02 took
-#: the private offsets' test RMSE from 1.034 to 1.025 (0.005 gave 1.0245: no more to win).
-GLOBAL_SHARE = 0.02
-
-
-def offset_multipliers(obs: Observations, z: float, n_global: int = 1) -> np.ndarray:
-    """Multipliers of the offsets' releases for a group priced as ``n_global + order`` releases at
-    multiplier ``z`` (``sum_k 1 / z_k^2 = (n_global + order) / z^2``): the total first, then one
-    per mode, then the other ``n_global - 1`` sums over every entry (the residual scale).
-
-    Each sum over every entry gets the share ``GLOBAL_SHARE`` of ``mu2 = (n_global + order) / z^2``:
-    its noise is divided by all ``n`` entries. The modes share the rest by their public counts:
-    with ``c_m`` the median number of entries in a row of mode ``m``, ``z_m^2 = c_m S / mu2_rows``,
-    ``S = sum_m 1 / c_m``, so the noise on a typical row mean (``z_m / c_m``) is the same fraction
-    of its sampling error (``s / sqrt(c_m)``) in every mode: the sparsest mode (items of a ratings
-    matrix) gets the least noise. Counts are functions of Omega: public.
-    """
-    order = obs.order
-    mu2 = (n_global + order) / z**2
-    z_global = 1.0 / math.sqrt(GLOBAL_SHARE * mu2)
-    mu2_rows = mu2 * (1.0 - n_global * GLOBAL_SHARE)
-    typical = np.asarray([float(np.median(c[c > 0])) if np.any(c > 0) else 1.0 for c in obs.counts])
-    modes = np.sqrt(typical * np.sum(1.0 / typical) / mu2_rows)
-    return np.concatenate([[z_global], modes, np.full(n_global - 1, z_global)])
 
 
 def eb_shrinkage(sums, counts, noise_var, s2=None, return_s2=False, n_se=2.0):
@@ -1073,7 +1098,8 @@ def dp_als(obs: Observations, y: np.ndarray, model: Model, *, n_iter, noise_mult
             sens = bound * min(1.0, 2.0 * clip)
             std = noise_multiplier * sens
             if std > 0:
-                rhs = release_rows(rhs, obs.counts[m] > 0, sens, noise_multiplier, rng)
+                rhs = release_rows(rhs, obs.counts[m] > 0,
+                                   lambda v: gaussian_release(v, sens, noise_multiplier, rng))
             last = sweep == n_iter - 1 and m == free[-1]
             model.factors[m] = wiener_solve(gram, rhs, std**2, obs.counts[m], s2, floor=not last)
         if callback is not None:
@@ -1081,17 +1107,19 @@ def dp_als(obs: Observations, y: np.ndarray, model: Model, *, n_iter, noise_mult
     return model
 
 
-def residual_scale(obs: Observations, y: np.ndarray, model: Model, *, noise_multiplier, rng, bound=0.5):
+def residual_scale(obs: Observations, y: np.ndarray, model: Model, *, noise: OffsetNoise | None, rng,
+                   index=-1, bound=0.5):
     """A released root-mean-square of the residuals after the offsets, to set the clipping level.
 
     Releases ``sum_e min(t_e^2, bound^2)`` with ``t_e = y_e - offsets_e`` (offsets released, so
-    constants) plus ``N(0, (z bound^2)^2)``: each term lies in ``[0, bound^2]``, so one value moves
-    the sum by at most ``bound^2``. Returns ``sqrt(max(noisy sum, 0) / n)``.
+    constants) as release ``index`` of ``noise`` (``None``: no noise): each term lies in
+    ``[0, bound^2]``, so one value moves the sum by at most ``bound^2``, in l1 and l2. Returns
+    ``sqrt(max(noisy sum, 0) / n)``.
     """
     t = np.minimum((y - offsets(model, obs.X)) ** 2, bound**2)
     total = float(t.sum())
-    if noise_multiplier > 0:
-        total = float(gaussian_release(total, bound**2, noise_multiplier, rng))
+    if noise is not None:
+        total = float(noise.release(index, total, bound**2, rng))
     return math.sqrt(max(total, 0.0) / len(y))
 
 
@@ -1215,7 +1243,7 @@ def spectral_start(obs: Observations, y: np.ndarray, model: Model, *, noise_mult
     std = noise_multiplier * D * bound
     counts = obs.counts[lead]
     if std > 0:
-        rhs = release_rows(rhs, counts > 0, D * bound, noise_multiplier, rng)
+        rhs = release_rows(rhs, counts > 0, lambda v: gaussian_release(v, D * bound, noise_multiplier, rng))
     used.append(D * bound)
     W = wiener_solve(gram, rhs, std**2, counts, s2, floor=True)
     small_shape = (obs.shape[lead],) + tuple(bases[k].shape[1] for k in others)

@@ -15,10 +15,10 @@ value range ``[lo, hi]`` are public):
 * ``"input"``: every observed value is clipped to ``[lo, hi]`` and gets ``Lap((hi - lo)/eps)``
   noise; each entry is touched by one release, so the fit is pure ``eps``-DP by parallel
   composition, and everything after is post-processing.
-* ``"gradient"``: private offsets (global mean and per-mode row effects, Gaussian), then full-batch
+* ``"gradient"``: private offsets (global mean and per-mode row effects), then full-batch
   DP gradient descent over **all** factors (and the core): per-entry gradients clipped jointly to
   ``clip_norm``, ``N(0, (2 z clip_norm)^2)`` noise on every coordinate of every summed gradient,
-  every step accounted; the whole fit is exactly ``(eps, delta)`` by Gaussian-DP composition.
+  every step accounted; the whole fit is exactly ``(eps, delta)``.
   This replaces the paper's gradient perturbation, whose budget claim does not hold (SPEC §6).
 * ``"output"``: the paper's bolt-on Laplace noise on the released last factor, with the paper's
   sensitivity ``2 n_iter L lr``. That bound assumes a convex, Lipschitz, smooth loss, which CP and
@@ -26,8 +26,11 @@ value range ``[lo, hi]`` are public):
   (refused under a finite budget; otherwise recorded as not private and warned about with
   :class:`~dptensor.PrivacyWarning`). For comparison only.
 
-The derivations are in ``docs/derivations/completion.rst``; the algorithms (ALS, DP gradient
-descent, offsets) are in :mod:`dptensor._completion_models`.
+The offsets are released with Gaussian noise when they hold a small share of the budget and with
+Laplace noise when they hold most of it (each entry touches one coordinate of each of their
+releases, where Laplace noise is smaller), whichever adds less noise for the plan, decided from
+public parameters. The derivations are in ``docs/derivations/completion.rst``; the algorithms (ALS,
+DP gradient descent, offsets) are in :mod:`dptensor._completion_models`.
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ import operator
 import warnings
 
 import numpy as np
+from scipy.optimize import brentq
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -46,17 +50,17 @@ from threadpoolctl import ThreadpoolController
 from ._base import PrivateEstimatorMixin
 from ._randomness import public_digest
 from ._completion_models import (Model, Observations, als, dp_als, gradient_descent, init_model, predict,
-                                 offset_multipliers, residual_scale, row_offsets, spectral_start)
+                                 OffsetNoise, offset_noise, residual_scale, row_offsets, spectral_start)
 from ._validation import check_positive_int, check_verbose
-from .accounting import ComposedEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent, calibrate, gdp_mu
+from .accounting import ComposedEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent, epsilon_of, gdp_mu
 from .mechanisms import laplace_release
 
 __all__ = ["PrivateTensorCompletion", "to_observations", "complete", "check_indices",
            "OFFSET_SHARE"]
 
 #: Share of the budget spent on the private offsets when ``fit_intercept=True`` (gradient and output
-#: perturbation): ``mu_offsets^2 = OFFSET_SHARE mu^2`` in Gaussian DP for ``"gradient"``, and
-#: ``OFFSET_SHARE eps`` against the Laplace factor noise for ``"output"``.
+#: perturbation): the gradient steps get ``(1 - OFFSET_SHARE) mu^2`` in Gaussian DP, the offsets
+#: the rest; ``OFFSET_SHARE eps`` against the Laplace factor noise for ``"output"``.
 OFFSET_SHARE = 0.5
 
 _PERTURBATIONS = (None, "auto", "input", "gradient", "output", "statistics")
@@ -193,16 +197,16 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
 
     Guarantees:
 
-    * ``perturbation="statistics"``: ``(epsilon, delta)``-DP, exactly, by Gaussian-DP composition of
-      ``order + 2`` releases of sums over many entries (offsets, residual scale; ``order + 1``
-      fewer without ``fit_intercept``) with the share ``offset_share`` of ``mu^2``, the
-      spectral start's ``n_f - 1`` Grams with the share ``GRAM_SHARE`` of the rest, and
-      ``1 + n_iter n_f`` right-hand-side releases, ``n_f`` the number of modes with a factor
-      (``factor_modes``). CP only.
+    * ``perturbation="statistics"``: ``(epsilon, delta)``-DP, exactly: Gaussian releases of the
+      spectral start's ``n_f - 1`` Grams (share ``GRAM_SHARE`` of theirs) and ``1 + n_iter n_f``
+      right-hand sides, ``n_f`` the number of modes with a factor (``factor_modes``), with
+      ``(1 - offset_share)`` of ``mu^2`` (Gaussian DP), and ``order + 2`` releases of sums over
+      many entries (offsets, residual scale; ``order + 1`` fewer without ``fit_intercept``) with
+      the rest of the budget, Gaussian or Laplace. CP only.
     * ``perturbation="input"``: pure ``epsilon``-DP (Laplace, parallel composition), ``delta`` unused.
-    * ``perturbation="gradient"``: ``(epsilon, delta)``-DP, exactly, by Gaussian-DP composition of
-      ``order + 1`` offset releases (share ``offset_share`` of ``mu^2`` when ``fit_intercept``) and
-      ``n_iter`` gradient releases of l2 sensitivity ``2 clip_norm``.
+    * ``perturbation="gradient"``: ``(epsilon, delta)``-DP, exactly: ``n_iter`` gradient releases of
+      l2 sensitivity ``2 clip_norm`` with ``(1 - offset_share)`` of ``mu^2``, and (when
+      ``fit_intercept``) ``order + 1`` offset releases with the rest, Gaussian or Laplace.
     * ``perturbation="output"``: none formally. The paper's Laplace noise with sensitivity
       ``2 n_iter clip_norm learning_rate`` on the last factor assumes a convex, Lipschitz, smooth
       loss; CP and Tucker losses are not convex, the other factors and the core are released
@@ -259,17 +263,18 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         (user, item, time) use ``factor_modes=(0, 1)``: a user x item low-rank model with a time
         effect (on MovieLens-100K a CP time factor made the fit worse; see the completion guide).
     offset_share : float in (0, 1) or None, default=None
-        The share of the privacy budget (of ``mu^2`` in Gaussian DP; of ``epsilon`` for
-        ``"output"``) spent on the offsets (global mean and row effects) when ``fit_intercept``;
+        The share of the privacy budget spent on the offsets (global mean and row effects) when
+        ``fit_intercept``: the factors' Gaussian releases get ``1 - offset_share`` of ``mu^2``
+        (Gaussian DP) and the offsets the rest, by Gaussian noise or, when that is less noisy
+        (large shares), Laplace noise; for ``"output"``, ``offset_share`` of ``epsilon``;
         for ``"statistics"`` the share also pays for the released residual scale (all of it
         without ``fit_intercept``). Unused by ``"input"`` (one Laplace release of every value),
         by ``"gradient"`` and ``"output"`` without ``fit_intercept``, and without privacy.
         ``None``: ``STATS_OFFSET_SHARE`` (0.1) for ``"statistics"``, ``OFFSET_SHARE`` (0.5)
         for ``"gradient"`` and ``"output"``. Data whose row effects carry most of the signal
-        (ratings: user and item means) want most of the budget there (MovieLens-100K at
-        epsilon = 1, ``factor_modes=(0, 1)``: test RMSE 1.020-1.024 with ``"gradient"``, 0.7 and
-        ``rank=2``, 1.07 with the defaults); on a synthetic study without row effects 0.1 keeps 0.6 of the non-private gain
-        at epsilon = 2 and 0.5 keeps 0.25.
+        (ratings: user and item means) want most of the budget there (see the completion guide
+        for MovieLens-100K); on a synthetic study without row effects 0.1 keeps 0.6 of the
+        non-private gain at epsilon = 2 and 0.5 keeps 0.25.
         Choose it from public knowledge of the data, or with :mod:`dptensor.model_selection`.
     accountant : PrivacyAccountant or None, default=None
         Records every fit's spend before its first noisy release; refuses fits over budget.
@@ -454,7 +459,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         X, y, shape = self._check_data(X, y)
         p["fixed"] = self._check_factor_modes(len(shape))
         pert = p["perturbation"]
-        gaussian = pert in ("gradient", "statistics") or (pert == "output" and self.fit_intercept)
+        gaussian = pert in ("gradient", "statistics")
         epsilon, delta = self._privacy_target(gaussian=gaussian)
         private = pert is not None and math.isfinite(epsilon)
         if pert is None and math.isfinite(epsilon):
@@ -513,45 +518,38 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         return self
 
     def _plan(self, p, epsilon, delta, order):
-        """The noise of a private fit: multipliers and the event recorded with the accountant."""
-        n_off = order + 1
+        """The noise of a private fit: the offsets' mechanism and budget, the Gaussian multipliers of
+        the factors' releases and the event recorded with the accountant.
+
+        ``"gradient"`` and ``"statistics"``: the factors' releases get ``(1 - offset_share)`` of
+        ``mu^2`` (Gaussian DP); the offsets (and the statistics mode's residual scale) the rest of
+        the budget, by the mechanism that adds less noise to them (:func:`_offsets_plan`).
+        """
         n_free = order - len(p["fixed"])  # modes with a factor: each is one release per sweep
         pert = p["perturbation"]
         if pert == "input":
             return {"event": LaplaceEvent(epsilon), "z": 0.0, "n_queries": 1, "laplace_eps": epsilon}
-        if pert == "statistics":
-            # Sums over many entries (offsets: order + 1, residual scale: 1) priced at multiplier
-            # z_o with the share offset_share of mu^2; of the rest, GRAM_SHARE goes to the spectral
-            # start's n_free - 1 Grams (z_g) and the remainder to its projected step and the sweeps
-            # (1 + n_iter * n_free releases at z). mu^2 = n_o/z_o^2 + n_g/z_g^2 + n_f/z^2.
-            mu = gdp_mu(epsilon, delta)
-            n_o = (n_off if self.fit_intercept else 0) + 1
-            n_g = n_free - 1
-            n_f = 1 + p["n_iter"] * n_free
-            z_o = math.sqrt(n_o) / (mu * math.sqrt(p["offset_share"]))
-            rest = 1.0 - p["offset_share"]
-            z_g = math.sqrt(n_g) / (mu * math.sqrt(rest * GRAM_SHARE))
-            z = math.sqrt(n_f) / (mu * math.sqrt(rest * (1.0 - GRAM_SHARE)))
-            event = ComposedEvent([GaussianEvent(z_o, n_o), GaussianEvent(z_g, n_g), GaussianEvent(z, n_f)])
-            return {"event": event, "z": z, "z_offsets": z_o, "z_gram": z_g, "n_queries": n_o + n_g + n_f}
-        if pert == "gradient":
-            mu = gdp_mu(epsilon, delta)
-            share = p["offset_share"] if self.fit_intercept else 0.0
-            z = math.sqrt(p["n_iter"]) / (mu * math.sqrt(1.0 - share))
-            events = [GaussianEvent(z, p["n_iter"])]
-            z_off = 0.0
-            if self.fit_intercept:
-                z_off = math.sqrt(n_off) / (mu * math.sqrt(share))
-                events.insert(0, GaussianEvent(z_off, n_off))
-            return {"event": ComposedEvent(events), "z": z, "z_offsets": z_off, "n_queries": p["n_iter"]}
-        # output: Laplace on the last factor (the paper's claim) + Gaussian offsets
-        if not self.fit_intercept:
-            return {"event": LaplaceEvent(epsilon), "z": 0.0, "n_queries": 1, "laplace_eps": epsilon}
-        eps_f = (1.0 - p["offset_share"]) * epsilon
-        z_off = calibrate(epsilon, delta, lambda z: ComposedEvent(
-            [GaussianEvent(z, n_off), LaplaceEvent(eps_f)]))
-        return {"event": ComposedEvent([GaussianEvent(z_off, n_off), LaplaceEvent(eps_f)]), "z": z_off,
-                "z_offsets": z_off, "n_queries": 1, "laplace_eps": eps_f}
+        if pert == "output":  # the paper's Laplace on the last factor, after Laplace offsets
+            eps_o = p["offset_share"] * epsilon if self.fit_intercept else 0.0
+            lead = [LaplaceEvent(eps_o)] if eps_o > 0 else []
+            return {"event": ComposedEvent(lead + [LaplaceEvent(epsilon - eps_o)]), "z": 0.0, "n_queries": 1,
+                    "offsets": ("laplace", eps_o) if eps_o > 0 else None, "laplace_eps": epsilon - eps_o}
+        statistics = pert == "statistics"
+        n_o = (order + 1 if self.fit_intercept else 0) + statistics  # + the residual scale
+        mu = gdp_mu(epsilon, delta)
+        mu_f = mu * math.sqrt(1.0 - p["offset_share"]) if n_o else mu
+        offsets, lead = _offsets_plan(n_o, mu, mu_f, epsilon, delta)
+        if statistics:
+            # GRAM_SHARE of mu_f^2 goes to the spectral start's n_free - 1 Grams (z_g), the rest to
+            # its projected step and the sweeps (1 + n_iter n_free releases at z).
+            n_g, n_f = n_free - 1, 1 + p["n_iter"] * n_free
+            z_g = math.sqrt(n_g) / (mu_f * math.sqrt(GRAM_SHARE))
+            z = math.sqrt(n_f) / (mu_f * math.sqrt(1.0 - GRAM_SHARE))
+            event = ComposedEvent(lead + [GaussianEvent(z_g, n_g), GaussianEvent(z, n_f)])
+            return {"event": event, "z": z, "z_gram": z_g, "offsets": offsets, "n_queries": n_o + n_g + n_f}
+        z = math.sqrt(p["n_iter"]) / mu_f
+        return {"event": ComposedEvent(lead + [GaussianEvent(z, p["n_iter"])]), "z": z, "offsets": offsets,
+                "n_queries": p["n_iter"]}
 
     def _progress(self, private, scale):
         """Per-sweep/step progress for ``verbose``: the training RMSE only when the fit is not private."""
@@ -573,7 +571,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         progress = self._progress(private, scale)
         if pert == "statistics":
             # epsilon=inf runs the same path without noise (for comparison).
-            return self._fit_dp_als(obs, ys, p, plan or {"z": 0.0, "z_offsets": 0.0}, rng, progress)
+            return self._fit_dp_als(obs, ys, p, plan or {"z": 0.0}, rng, progress)
         if pert == "input" and private:
             # Sensitivity of each value: hi - lo, which is 1 in scaled units.
             # Not clamped back into the range afterwards: that would bias every mean toward the
@@ -594,10 +592,10 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
                        callback=progress)
         # Gradient descent: data-independent start, private offsets, then (noisy) steps.
         model = init_model(shape, p["rank"], kind, rng, scale=0.1, offset_like=True, fixed=p["fixed"])
-        z_off = plan.get("z_offsets", 0.0) if plan else 0.0
         if self.fit_intercept:
-            z_rel = offset_multipliers(obs, z_off) if z_off > 0 else 0.0
-            model.intercept, model.biases = row_offsets(obs, ys, shrink=1.0, noise_multiplier=z_rel, rng=rng)
+            offsets = plan.get("offsets") if plan else None
+            noise = offset_noise(obs, *offsets) if offsets else None
+            model.intercept, model.biases = row_offsets(obs, ys, shrink=1.0, noise=noise, rng=rng)
         z = plan["z"] if (plan and pert == "gradient") else 0.0
         gradient_descent(obs, ys, model, learning_rate=p["lr"], n_iter=p["n_iter"], reg=p["reg"],
                          reg_core=p["reg_core"], clip_norm=p["clip"], noise_multiplier=z,
@@ -613,17 +611,17 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
 
     def _fit_dp_als(self, obs, ys, p, plan, rng, progress):
         """DP-ALS: private offsets, a released residual scale, then noisy-statistics sweeps."""
-        z, z_o = plan["z"], plan["z_offsets"]
+        z, offsets = plan["z"], plan.get("offsets")
         model = init_model(obs.shape, p["rank"], "cp", rng, scale=0.1, fixed=p["fixed"])
+        # The offsets and the residual scale share one budget (the two sums over every entry a small
+        # share each, the rows the rest by public counts); without intercept the scale is all of it.
+        noise = None
         if self.fit_intercept:
-            # The offsets and the residual scale share (order + 2) / z_o^2: the two sums over every
-            # entry a small share each, the row releases the rest by public counts.
-            z_rel = offset_multipliers(obs, z_o, n_global=2) if z_o > 0 else np.zeros(obs.order + 2)
-            model.intercept, model.biases = row_offsets(obs, ys, shrink=1.0, noise_multiplier=z_rel[:-1], rng=rng)
-            z_scale = z_rel[-1]
-        else:
-            z_scale = z_o  # the residual scale is the group's only release
-        rms = residual_scale(obs, ys, model, noise_multiplier=z_scale, rng=rng)
+            noise = offset_noise(obs, *offsets, n_global=2) if offsets else None
+            model.intercept, model.biases = row_offsets(obs, ys, shrink=1.0, rng=rng, noise=noise)
+        elif offsets:
+            noise = OffsetNoise(offsets[0], np.array([offsets[1]]))
+        rms = residual_scale(obs, ys, model, noise=noise, rng=rng)
         clip = min(0.5, max(CLIP_RMS * rms, 1e-3))
         # The released residual scale (clipped) stands for the per-entry residual variance of the
         # empirical-Bayes solves: an upper bound, since it still holds the interactions.
@@ -688,7 +686,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         p = self._check_params()
         p["fixed"] = self._check_factor_modes(order)
         pert = p["perturbation"]
-        gaussian = pert in ("gradient", "statistics") or (pert == "output" and self.fit_intercept)
+        gaussian = pert in ("gradient", "statistics")
         epsilon, delta = self._privacy_target(gaussian=gaussian)  # validated before it is read
         private = pert is not None and math.isfinite(epsilon)
         self._check_value_range(private)
@@ -732,6 +730,35 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         # score is a bounded negative squared error (see score), not R^2: its "good" is not > 0.5.
         tags.regressor_tags.poor_score = True
         return tags
+
+
+def _offsets_plan(n_o, mu, mu_f, epsilon, delta):
+    """``(offsets, events)`` for the ``n_o`` releases of the offsets when the factors' Gaussian
+    releases take ``mu_f`` of a fit's ``(epsilon, delta)`` (``mu`` in Gaussian DP): ``offsets`` is
+    ``(mechanism, budget)`` for :func:`offset_noise`, or ``None`` when there are none.
+
+    Gaussian: the rest of ``mu^2``, ``n_o / z_o^2 = mu^2 - mu_f^2``: the whole fit is then exactly
+    ``mu``-GDP. Laplace: the largest ``eps_o`` whose pure release composes with ``mu_f`` within
+    ``(epsilon, delta)`` by the accountant's own pricing. Each offsets' release touches one
+    coordinate per entry, where Laplace noise is smaller than Gaussian noise for the same budget,
+    but its budget composes with a Gaussian one less tightly than Gaussian shares do: the mechanism
+    is the one with the smaller noise variance per release when the ``n_o`` releases share the
+    budget equally (``2 (n_o / eps_o)^2`` against ``z_o^2``), decided from public parameters only.
+    """
+    if n_o == 0:
+        return None, []
+    z_o = math.sqrt(n_o / (mu**2 - mu_f**2))
+    factors = GaussianEvent(1.0 / mu_f, 1)  # prices as the factors' releases: same mu
+
+    def excess(eps_o):
+        return epsilon_of(ComposedEvent([LaplaceEvent(eps_o), factors]), delta) - epsilon
+
+    eps_o = brentq(excess, 1e-12 * epsilon, epsilon, xtol=1e-14 * epsilon)
+    while excess(eps_o) > 0:  # brentq may land a hair above the root
+        eps_o *= 1.0 - 1e-12
+    if 2.0 * (n_o / eps_o) ** 2 < z_o**2:
+        return ("laplace", eps_o), [LaplaceEvent(eps_o)]
+    return ("gaussian", z_o), [GaussianEvent(z_o, n_o)]
 
 
 @functools.lru_cache(maxsize=1)

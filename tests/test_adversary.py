@@ -125,8 +125,9 @@ class _Releases:
             "gauss", np.array(v, float).ravel(), s, z, gauss(v, s, z, rng, dtype)))
         monkeypatch.setattr(cm, "joint_gaussian_release", lambda parts, s, z, rng: record(
             "joint", np.concatenate([np.asarray(p, float).ravel() for p in parts]), s, z, joint(parts, s, z, rng)))
-        monkeypatch.setattr(completion_module, "laplace_release", lambda v, s, eps, rng, dtype=None: record(
-            "laplace", np.array(v, float).ravel(), s, eps, lap(v, s, eps, rng, dtype)))
+        for module in (cm, completion_module):  # the offsets' releases, and input perturbation's
+            monkeypatch.setattr(module, "laplace_release", lambda v, s, eps, rng, dtype=None: record(
+                "laplace", np.array(v, float).ravel(), s, eps, lap(v, s, eps, rng, dtype)))
 
 
 def _completion_fit(monkeypatch, X, y, layout, params, replay=None):
@@ -187,6 +188,9 @@ _COMPLETION_AUDITS = [
     ("sparse", {"shape": (6, 5, 5)}, {}), ("dense", {"shape": (5, 4, 5)}, {}),  # rows without entries
     ("sparse", {}, {"repeats": 6}), ("sparse", {"factor_modes": (0, 1)}, {"repeats": 6}),  # repeated positions
     ("sparse", {"perturbation": "gradient"}, {"repeats": 6}),
+    # offsets as Laplace releases (a large offset_share), with and without the residual scale
+    ("sparse", {"offset_share": 0.99}, {}), ("dense", {"perturbation": "gradient", "offset_share": 0.99}, {}),
+    ("sparse", {"fit_intercept": False, "offset_share": 0.99}, {}),
 ]
 
 
@@ -196,7 +200,9 @@ def test_completion_releases_stay_within_their_sensitivity_and_price_the_recorde
     """Every release of a private completion fit, on both layouts, with factor_modes, offset_share,
     rows without entries and repeated positions: replace-one brute force under a replayed history
     (each query within its stated sensitivity, everything else fitted identical), and the
-    releases' multipliers add up to exactly the event recorded (sum 1/z_k^2 = mu^2 in GDP)."""
+    releases add up to exactly the event recorded (the Gaussian ones: sum 1/z_k^2 = mu^2 in GDP;
+    the Laplace ones, offsets when they are the better mechanism: their epsilons add up to the
+    recorded pure epsilon)."""
     from dptensor.accounting import GaussianEvent, LaplaceEvent
 
     X, y = _tiny_completion(0, **data)
@@ -208,12 +214,14 @@ def test_completion_releases_stay_within_their_sensitivity_and_price_the_recorde
         "factors_", "core_", "intercept_", "biases_", "shape_", "n_features_in_", "n_iter_", "value_range_",
         "perturbation_", "privacy_cost_"}
     assert worst.max() > 0.6  # not vacuous: some release comes near its bound
-    leaves = est.privacy_cost_.event.leaves()
+    leaves = list(est.privacy_cost_.event.leaves())
     if params.get("perturbation") == "input":
         assert [a[3] for a in log] == [leaf.epsilon for leaf in leaves if isinstance(leaf, LaplaceEvent)]
         return
     recorded = sum(leaf.count / leaf.noise_multiplier**2 for leaf in leaves if isinstance(leaf, GaussianEvent))
-    assert sum(a[3] ** -2.0 for a in log) == pytest.approx(recorded, rel=1e-12)
+    assert sum(a[3] ** -2.0 for a in log if a[0] != "laplace") == pytest.approx(recorded, rel=1e-12)
+    pure = sum(leaf.count * leaf.epsilon for leaf in leaves if isinstance(leaf, LaplaceEvent))
+    assert sum(a[3] for a in log if a[0] == "laplace") == pytest.approx(pure, rel=1e-12)
     assert est.privacy_cost(len(y), X.shape[1]) == est.privacy_cost_
 
 
@@ -239,32 +247,55 @@ def test_spectral_gram_keeps_one_value_per_cell_when_a_position_repeats(monkeypa
 
 
 def test_offsets_group_matches_an_independent_pld_accountant():
-    """The offsets' releases at their different multipliers (public counts) cost exactly what the
-    recorded GaussianEvent(z_o, order + 1) costs, by Google's PLD accountant (an independent
-    implementation), as does a whole fit's event."""
+    """Gaussian offsets: the releases at their different multipliers (public counts) cost exactly
+    what the recorded GaussianEvent(z_o, order + 1) costs. Laplace offsets: their different
+    epsilons are recorded as one LaplaceEvent of their sum, which costs no less than the listed
+    releases (Renyi DP of Laplace is convex in epsilon, so superadditive). Both by Google's PLD
+    accountant (an independent implementation) and by ours; and a whole fit's recorded cost is an
+    upper bound of its PLD price, not far above it (exact when every release is Gaussian)."""
     dp_accounting = pytest.importorskip("dp_accounting")
     from dp_accounting.pld import pld_privacy_accountant
 
-    from dptensor._completion_models import Observations, offset_multipliers
-    from dptensor.accounting import GaussianEvent, epsilon_of
+    from dptensor._completion_models import Observations, offset_noise
+    from dptensor.accounting import ComposedEvent, GaussianEvent, LaplaceEvent, epsilon_of
 
-    def pld_epsilon(multipliers, delta):
+    def pld_epsilon(leaves, delta):
         acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
-        acc.compose(dp_accounting.ComposedDpEvent([dp_accounting.GaussianDpEvent(float(z)) for z in multipliers]))
+        events = []
+        for leaf in leaves:
+            if isinstance(leaf, GaussianEvent):
+                events += [dp_accounting.GaussianDpEvent(leaf.noise_multiplier)] * leaf.count
+            else:
+                events += [dp_accounting.LaplaceDpEvent(1.0 / leaf.epsilon)] * leaf.count
+        acc.compose(dp_accounting.ComposedDpEvent(events))
         return acc.get_epsilon(delta)
 
     rng = np.random.default_rng(0)
     X = np.stack([rng.integers(0, 50, 3000), rng.zipf(1.6, 3000) % 400, rng.integers(0, 20, 3000)], axis=1)
+    obs = Observations(X, (50, 400, 20))
     for n_global in (1, 2):
-        zs = offset_multipliers(Observations(X, (50, 400, 20)), 3.0, n_global=n_global)
+        zs = offset_noise(obs, "gaussian", 3.0, n_global=n_global).levels
         assert np.ptp(zs) > 10  # the multipliers really differ
+        listed = [GaussianEvent(float(z), 1) for z in zs]
         for delta in (1e-5, 1e-8):
-            assert pld_epsilon(zs, delta) == pytest.approx(
+            assert pld_epsilon(listed, delta) == pytest.approx(
                 epsilon_of(GaussianEvent(3.0, 3 + n_global), delta), rel=1e-3)
-    for kw in ({}, {"factor_modes": (0, 1), "offset_share": 0.9}, {"perturbation": "gradient"}):
+        eps = offset_noise(obs, "laplace", 0.8, n_global=n_global).levels
+        assert np.ptp(eps) > 0.1 and eps.sum() == pytest.approx(0.8, rel=1e-12)
+        listed = [LaplaceEvent(float(e)) for e in eps] + [GaussianEvent(3.0, 4)]
+        recorded = [LaplaceEvent(0.8), GaussianEvent(3.0, 4)]
+        for delta in (1e-5, 1e-8):
+            assert epsilon_of(ComposedEvent(listed), delta) <= epsilon_of(ComposedEvent(recorded), delta) + 1e-12
+            assert pld_epsilon(listed, delta) <= pld_epsilon(recorded, delta) + 1e-3
+    for kw in ({}, {"factor_modes": (0, 1), "offset_share": 0.9}, {"perturbation": "gradient"},
+               {"offset_share": 0.99}, {"perturbation": "gradient", "offset_share": 0.99}):
         cost = PrivateTensorCompletion(epsilon=1.0, delta=1e-6, value_range=(1, 5), **kw).privacy_cost(3000, 3)
-        zs = [leaf.noise_multiplier for leaf in cost.event.leaves() for _ in range(leaf.count)]
-        assert pld_epsilon(zs, 1e-6) == pytest.approx(cost.epsilon, rel=1e-3)
+        leaves = list(cost.event.leaves())
+        exact = pld_epsilon(leaves, 1e-6)
+        if all(isinstance(leaf, GaussianEvent) for leaf in leaves):
+            assert exact == pytest.approx(cost.epsilon, rel=1e-3)
+        else:
+            assert exact <= cost.epsilon * (1 + 1e-3) and exact >= 0.7 * cost.epsilon
 
 
 def test_output_perturbation_noises_the_last_mode_with_a_factor(monkeypatch):
@@ -275,7 +306,8 @@ def test_output_perturbation_noises_the_last_mode_with_a_factor(monkeypatch):
     params = {"perturbation": "output", "epsilon": 1.0, "value_range": (1, 5), "rank": 2, "factor_modes": (0, 1)}
     est, _, log = _completion_fit(monkeypatch, X, y, "sparse", params)
     assert np.array_equal(est.factors_[2], np.ones((4, 2)))
-    assert [a[0] for a in log].count("laplace") == 1 and log[-1][1].shape == (5 * 2,)
+    # the offsets' four Laplace releases (total, three modes), then the last factor's
+    assert [a[0] for a in log].count("laplace") == 5 and log[-1][1].shape == (5 * 2,)
 
 
 def test_cross_validation_folds_do_not_share_noise(monkeypatch):

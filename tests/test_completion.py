@@ -171,7 +171,8 @@ def test_clipping_bounds_each_entry_and_the_replace_one_sensitivity(kind, rng):
 
 
 def test_offset_sums_have_sensitivity_one_range_width(rng):
-    """Replace-one brute force on the noise-free offset releases (total and every row sum, in order)."""
+    """Replace-one brute force on the noise-free offset releases (total and every row sum, in order):
+    sensitivity 1 in l1 and l2 alike, the total's pair included (TOTAL_SENSITIVITY)."""
     shape = (4, 5, 3)
     X = np.stack(np.unravel_index(rng.choice(60, 30, replace=False), shape), axis=1)
     obs = Observations(X, shape)
@@ -199,8 +200,8 @@ def test_offset_sums_have_sensitivity_one_range_width(rng):
             for m in range(3):
                 sums.append(obs.scatter(m, resid))
                 resid = resid - biases[m][X[:, m]]
-            for a, b in zip(base, sums):
-                assert np.linalg.norm(a - b) <= 1.0 + 1e-12
+            for a, b in zip(base, sums):  # in l2 (Gaussian offsets) and l1 (Laplace offsets)
+                assert np.linalg.norm(a - b) <= 1.0 + 1e-12 and np.abs(a - b).sum() <= 1.0 + 1e-12
             worst = max(worst, np.linalg.norm(base[0] - sums[0]))
     assert worst > 0.95  # the joint bound is nearly reached (a value moved across the range)
 
@@ -638,7 +639,9 @@ def test_statistics_mode_records_exact_target_and_release_count(monkeypatch):
     z_o = math.sqrt(5) / (mu * math.sqrt(share))
     z_g = math.sqrt(2) / (mu * math.sqrt((1 - share) * gram))
     z = math.sqrt(7) / (mu * math.sqrt((1 - share) * (1 - gram)))
-    assert cost.event == ComposedEvent([GaussianEvent(z_o, 5), GaussianEvent(z_g, 2), GaussianEvent(z, 7)])
+    leaves = list(cost.event.leaves())  # at the default share the offsets are Gaussian releases
+    assert [type(leaf) for leaf in leaves] == [GaussianEvent] * 3 and [leaf.count for leaf in leaves] == [5, 2, 7]
+    assert [leaf.noise_multiplier for leaf in leaves] == pytest.approx([z_o, z_g, z], rel=1e-12)
     assert cost.noise_multiplier == pytest.approx(z)
     # ... and what was released is exactly that: in order, the offsets (sensitivity 1 in scaled
     # units) and the residual scale (bound^2 = 1/4), whose multipliers share mu_o^2 = 5 / z_o^2
@@ -901,13 +904,13 @@ def test_statistics_path_with_factor_modes_recovers_the_interaction_without_nois
 def test_spectral_start_with_a_fixed_mode_stays_on_the_scale_of_the_data(rng):
     """A mode without a factor enters the projected step as one public constant direction: the
     released start keeps that factor all ones and is on the data's scale."""
-    from dptensor._completion_models import init_model, offsets, row_offsets, spectral_start
+    from dptensor._completion_models import OffsetNoise, init_model, offsets, row_offsets, spectral_start
 
     X, y, _, _ = _ratings_like(4, observed=0.5)
     ys = np.clip(y, -3, 3) / 6
     obs = Observations(X, (60, 80, 6))
     model = init_model(obs.shape, 3, "cp", rng, fixed=(2,))
-    model.intercept, model.biases = row_offsets(obs, ys, noise_multiplier=1.0, rng=rng)
+    model.intercept, model.biases = row_offsets(obs, ys, noise=OffsetNoise("gaussian", np.ones(4)), rng=rng)
     spectral_start(obs, ys, model, noise_multiplier=1.0, rng=rng, clip=0.3, s2=0.01)
     f = np.einsum("er,er->e", model.factors[0][X[:, 0]], model.factors[1][X[:, 1]])
     assert np.array_equal(model.factors[2], np.ones((6, 3)))
@@ -915,26 +918,60 @@ def test_spectral_start_with_a_fixed_mode_stays_on_the_scale_of_the_data(rng):
 
 
 def test_offsets_group_is_priced_as_its_releases(rng):
-    """The offsets' releases get different multipliers (public counts) with sum 1/z_k^2 =
+    """Gaussian offsets: the releases get different multipliers (public counts) with sum 1/z_k^2 =
     n_o / z_o^2; the recorded GaussianEvent(z_o, n_o) prices exactly the same: Gaussian
-    mechanisms compose into one Gaussian mechanism of that mu, under every accounting."""
-    from dptensor._completion_models import offset_multipliers
+    mechanisms compose into one Gaussian mechanism of that mu, under every accounting. Laplace
+    offsets: different epsilons summing to the group's (pure-DP composition adds them). Either
+    way the noise on a typical row mean is the same fraction of its sampling error in every mode."""
+    from dptensor._completion_models import GLOBAL_SHARE, offset_noise
 
     X = np.stack([rng.integers(0, 50, 3000), rng.zipf(1.6, 3000) % 400, rng.integers(0, 20, 3000)], axis=1)
     obs = Observations(X, (50, 400, 20))
+    typical = np.array([np.median(c[c > 0]) for c in obs.counts])
     z_o = 3.0
-    from dptensor._completion_models import GLOBAL_SHARE
-
     for n_global in (1, 2):  # the total (and the statistics mode's residual scale) first and last
         n_o = 3 + n_global
-        zs = offset_multipliers(obs, z_o, n_global=n_global)
+        gauss = offset_noise(obs, "gaussian", z_o, n_global=n_global)
+        zs = gauss.levels
         assert len(zs) == n_o and np.sum(zs**-2.0) == pytest.approx(n_o / z_o**2, rel=1e-12)
         # each sum over every entry gets GLOBAL_SHARE of the group's mu^2
-        assert zs[0] ** -2 == pytest.approx(GLOBAL_SHARE * n_o / z_o**2, rel=1e-12) and (n_global == 1 or zs[-1] == zs[0])
-        assert zs[2] == zs[1:4].min()  # the sparsest mode gets the least noise
+        assert zs[0] ** -2 == pytest.approx(GLOBAL_SHARE * n_o / z_o**2, rel=1e-12)
+        assert n_global == 1 or zs[-1] == zs[0]
         for delta in (1e-5, 1e-8):
             listed = epsilon_of(ComposedEvent([GaussianEvent(float(z), 1) for z in zs]), delta)
             assert listed == pytest.approx(epsilon_of(GaussianEvent(z_o, n_o), delta), rel=1e-9)
+        laplace = offset_noise(obs, "laplace", 0.7, n_global=n_global)
+        eps = laplace.levels
+        assert len(eps) == n_o and eps.sum() == pytest.approx(0.7, rel=1e-12)
+        assert eps[0] == pytest.approx(GLOBAL_SHARE * 0.7) and (n_global == 1 or eps[-1] == eps[0])
+        for noise in (gauss, laplace):
+            # noise std on a typical row mean over its sampling error (s / sqrt(c_m)): equal
+            ratio = np.sqrt([noise.variance(m + 1) for m in range(3)]) / typical / typical ** -0.5
+            assert np.ptp(ratio) == pytest.approx(0.0, abs=1e-9 * ratio.max())
+            assert noise.variance(2) == min(noise.variance(m + 1) for m in range(3))  # sparsest: least
+
+
+def test_offsets_mechanism_is_the_less_noisy_for_the_plan():
+    """The offsets are Gaussian when they hold a small share of the budget (Gaussian shares
+    compose exactly) and Laplace when they hold most of it (each entry touches one coordinate of
+    each release, where Laplace noise is smaller): both at the target exactly, the factors'
+    Gaussian releases at (1 - offset_share) of mu^2 either way."""
+    for pert in ("gradient", "statistics"):
+        costs = {share: PrivateTensorCompletion(perturbation=pert, epsilon=1.0, delta=1e-6, value_range=(1, 5),
+                                                offset_share=share).privacy_cost(5000, 3)
+                 for share in (0.1, 0.5, 0.99)}
+        first = {share: list(c.event.leaves())[0] for share, c in costs.items()}
+        assert isinstance(first[0.1], GaussianEvent) and isinstance(first[0.5], GaussianEvent)
+        assert isinstance(first[0.99], LaplaceEvent) and 0.8 < first[0.99].epsilon < 1.0
+        for share, cost in costs.items():
+            assert cost.epsilon == pytest.approx(1.0, rel=1e-9) and cost.epsilon <= 1.0 + 1e-12
+            factors = [leaf for leaf in list(cost.event.leaves())[1:]]
+            mu_f2 = sum(leaf.count / leaf.noise_multiplier**2 for leaf in factors)
+            assert mu_f2 == pytest.approx((1 - share) * gdp_mu(1.0, 1e-6) ** 2, rel=1e-9)
+        # the Laplace offsets are less noisy than Gaussian ones with the same factors' budget
+        n_o = 4 + (pert == "statistics")
+        lap_var = 2 * (n_o / first[0.99].epsilon) ** 2
+        assert lap_var < n_o / (0.99 * gdp_mu(1.0, 1e-6) ** 2)
 
 
 # ----------------------------------------------------------------------------- dense layout
