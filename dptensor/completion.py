@@ -12,6 +12,11 @@ value range ``[lo, hi]`` are public):
   and sweep, by parallel composition across rows; the Gram matrices depend only on Omega and
   released factors) and solved with empirical-Bayes shrinkage. Exactly ``(eps, delta)``.
 
+* ``"implicit"`` (CP with two modes with a factor): private offsets and residual scale, then the
+  interaction ``f(e) = z_i^T Y q_j`` learned through Omega (``z_i``: the unit-norm indicator of
+  the partner rows observed with lead row ``i``; ``q_j``: a spectral embedding of the partner
+  rows; both public), from one Gaussian release of its sufficient statistic, solved with an
+  empirical-Bayes (Wiener) filter (:mod:`dptensor._implicit`). Exactly ``(eps, delta)``.
 * ``"input"``: every observed value is clipped to ``[lo, hi]`` and gets ``Lap((hi - lo)/eps)``
   noise; each entry is touched by one release, so the fit is pure ``eps``-DP by parallel
   composition, and everything after is post-processing.
@@ -48,12 +53,14 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import ThreadpoolController
 
 from ._base import PrivateEstimatorMixin
+from ._implicit import ImplicitDesign, wiener_fit
 from ._randomness import public_digest
 from ._completion_models import (Model, Observations, als, dp_als, gradient_descent, init_model, predict,
                                  OffsetNoise, offset_noise, residual_scale, row_offsets, spectral_start)
+from ._completion_models import offsets as offsets_of
 from ._validation import check_positive_int, check_verbose
 from .accounting import ComposedEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent, epsilon_of, gdp_mu
-from .mechanisms import laplace_release
+from .mechanisms import gaussian_release, laplace_release
 
 __all__ = ["PrivateTensorCompletion", "to_observations", "complete", "check_indices",
            "OFFSET_SHARE"]
@@ -63,7 +70,7 @@ __all__ = ["PrivateTensorCompletion", "to_observations", "complete", "check_indi
 #: the rest; ``OFFSET_SHARE eps`` against the Laplace factor noise for ``"output"``.
 OFFSET_SHARE = 0.5
 
-_PERTURBATIONS = (None, "auto", "input", "gradient", "output", "statistics")
+_PERTURBATIONS = (None, "auto", "input", "gradient", "output", "statistics", "implicit")
 _DEFAULT_GD = {"learning_rate": 0.35, "n_iter": 5, "clip_norm": 0.1, "reg": 0.01}
 
 #: ``reg="auto"`` with ALS: after ``warmup`` sweeps at the floor ``AUTO_REG_FLOOR``, each sweep uses
@@ -104,6 +111,11 @@ COLUMN_CAP = 1.2
 #: truth is the one that decides whether the fit learns at all; on the 100^3 study 0.4 (against
 #: 2/9 for equal multipliers) kept about 0.6 of the non-private gain at epsilon = 2 instead of 0.35.
 GRAM_SHARE = 0.4
+#: ``perturbation="implicit"``: share of the budget spent on the offsets and the residual scale
+#: (the rest: one release of the interaction's sufficient statistic). Chosen on a validation split
+#: of MovieLens-100K's training ratings (``benchmarks/results/movielens_choice.md``): within 0.003
+#: of the best share at epsilon 1 and 10.
+IMPLICIT_OFFSET_SHARE = 0.8
 
 
 def to_observations(array):
@@ -203,6 +215,9 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
       ``(1 - offset_share)`` of ``mu^2`` (Gaussian DP), and ``order + 2`` releases of sums over
       many entries (offsets, residual scale; ``order + 1`` fewer without ``fit_intercept``) with
       the rest of the budget, Gaussian or Laplace. CP only.
+    * ``perturbation="implicit"``: ``(epsilon, delta)``-DP, exactly: one Gaussian release of the
+      interaction's statistic (l2 sensitivity ``min(1, 2 clip)``) with ``(1 - offset_share)`` of
+      ``mu^2``, and the offsets and residual scale with the rest, Gaussian or Laplace.
     * ``perturbation="input"``: pure ``epsilon``-DP (Laplace, parallel composition), ``delta`` unused.
     * ``perturbation="gradient"``: ``(epsilon, delta)``-DP, exactly: ``n_iter`` gradient releases of
       l2 sensitivity ``2 clip_norm`` with ``(1 - offset_share)`` of ``mu^2``, and (when
@@ -219,9 +234,10 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     Parameters
     ----------
     rank : int, default=3
-        CP rank, or the size of every side of the Tucker core.
+        CP rank, or the size of every side of the Tucker core (``"implicit"``: the columns of the
+        partner rows' spectral embedding).
     decomposition : {"cp", "tucker"}, default="cp"
-    perturbation : {"auto", None, "statistics", "input", "gradient", "output"}, default="auto"
+    perturbation : {"auto", None, "statistics", "implicit", "input", "gradient", "output"}, default="auto"
         ``"auto"``: the non-private fit at ``epsilon=np.inf``, otherwise ``"statistics"`` for CP
         and ``"gradient"`` for Tucker (decided from public parameters only). ``None`` is the
         non-private fit; a finite ``epsilon`` needs one of the others.
@@ -234,7 +250,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     n_iter : int or None, default=None
         Sweeps (ALS, default 100, stops early at ``tol``; DP-ALS, default 2) or gradient steps
         (default 5: every step of DP gradient descent costs budget, and a few well-preconditioned
-        steps go furthest).
+        steps go furthest). Unused by ``"implicit"`` (one release, one solve).
     reg : float, default=0.01
         Ridge penalty on the factors (and the biases during ALS), in scaled units.
     reg_core : float or None, default=None
@@ -270,8 +286,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         for ``"statistics"`` the share also pays for the released residual scale (all of it
         without ``fit_intercept``). Unused by ``"input"`` (one Laplace release of every value),
         by ``"gradient"`` and ``"output"`` without ``fit_intercept``, and without privacy.
-        ``None``: ``STATS_OFFSET_SHARE`` (0.1) for ``"statistics"``, ``OFFSET_SHARE`` (0.5)
-        for ``"gradient"`` and ``"output"``. Data whose row effects carry most of the signal
+        ``None``: ``STATS_OFFSET_SHARE`` (0.1) for ``"statistics"``, ``IMPLICIT_OFFSET_SHARE``
+        (0.8) for ``"implicit"``, ``OFFSET_SHARE`` (0.5) for ``"gradient"`` and ``"output"``. Data whose row effects carry most of the signal
         (ratings: user and item means) want most of the budget there (see the completion guide
         for MovieLens-100K); on a synthetic study without row effects 0.1 keeps 0.6 of the
         non-private gain at epsilon = 2 and 0.5 keeps 0.25.
@@ -345,11 +361,11 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         if self.decomposition not in ("cp", "tucker"):
             raise ValueError(f'decomposition must be "cp" or "tucker", got {self.decomposition!r}')
         if self.perturbation not in _PERTURBATIONS:
-            raise ValueError(f'perturbation must be None, "auto", "input", "gradient", "output" or '
-                             f'"statistics", got {self.perturbation!r}')
+            raise ValueError(f'perturbation must be None, "auto", "input", "gradient", "output", '
+                             f'"statistics" or "implicit", got {self.perturbation!r}')
         perturbation = self._resolved_perturbation()
-        if perturbation == "statistics" and self.decomposition != "cp":
-            raise ValueError('perturbation="statistics" (DP-ALS) fits CP models; use "gradient" for Tucker')
+        if perturbation in ("statistics", "implicit") and self.decomposition != "cp":
+            raise ValueError(f'perturbation="{perturbation}" fits CP models; use "gradient" for Tucker')
         if self.solver not in ("auto", "als", "gd"):
             raise ValueError(f'solver must be "auto", "als" or "gd", got {self.solver!r}')
         if self.batch_size is not None:
@@ -360,12 +376,12 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             solver = "gd" if perturbation in ("gradient", "output") else "als"
         if perturbation in ("gradient", "output") and solver != "gd":
             raise ValueError(f'perturbation="{perturbation}" needs solver="gd" (or "auto")')
-        if perturbation == "statistics" and solver != "als":
-            raise ValueError('perturbation="statistics" needs solver="als" (or "auto")')
+        if perturbation in ("statistics", "implicit") and solver != "als":
+            raise ValueError(f'perturbation="{perturbation}" needs solver="als" (or "auto")')
         gd = solver == "gd"
         lr = _positive(self.learning_rate, "learning_rate", _DEFAULT_GD["learning_rate"])
-        default_iter = (_DEFAULT_GD["n_iter"] if gd else
-                        DP_ALS_SWEEPS if perturbation == "statistics" else _DEFAULT_ALS_ITER)
+        default_iter = (_DEFAULT_GD["n_iter"] if gd else DP_ALS_SWEEPS if perturbation == "statistics" else
+                        1 if perturbation == "implicit" else _DEFAULT_ALS_ITER)
         n_iter = check_positive_int(self.n_iter, "n_iter") if self.n_iter is not None else default_iter
         clip = _positive(self.clip_norm, "clip_norm", _DEFAULT_GD["clip_norm"])
         auto = isinstance(self.reg, str) and self.reg == "auto"
@@ -376,13 +392,20 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         if share is not None and not (isinstance(share, numbers.Real) and 0.0 < share < 1.0):
             raise ValueError(f"offset_share must be a number in (0, 1) or None, got {share!r}")
         if share is None:
-            share = STATS_OFFSET_SHARE if perturbation == "statistics" else OFFSET_SHARE
+            share = {"statistics": STATS_OFFSET_SHARE, "implicit": IMPLICIT_OFFSET_SHARE}.get(perturbation,
+                                                                                           OFFSET_SHARE)
         return dict(offset_share=float(share), perturbation=perturbation, rank=rank, solver=solver, lr=lr,
                     n_iter=n_iter, clip=clip, reg=reg, reg_core=reg_core, tol=tol,
                     prior_var=AUTO_PRIOR_VAR if (auto and not gd) else None)
 
     def _check_factor_modes(self, order):
         """The fixed modes (sorted tuple) from ``factor_modes`` and the tensor's order."""
+        fixed = self._fixed_modes(order)
+        if self._resolved_perturbation() == "implicit":
+            self._check_implicit_modes(order, fixed)
+        return fixed
+
+    def _fixed_modes(self, order):
         if self.factor_modes is None:
             return ()
         try:
@@ -399,6 +422,16 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             raise ValueError('factor_modes is for decomposition="cp": '
                              'a Tucker model has a factor on every mode')
         return tuple(m for m in range(order) if m not in modes)
+
+    def _check_implicit_modes(self, order, fixed):
+        """``(lead, partner)``: the two modes with a factor of ``perturbation="implicit"``."""
+        free = [m for m in range(order) if m not in fixed]
+        if len(free) != 2:
+            raise ValueError('perturbation="implicit" learns a two-mode interaction: pass factor_modes with two '
+                             'modes (e.g. (0, 1) for users and items), or fit a matrix (two columns of X)')
+        if self.factor_modes is not None:
+            free = [int(m) for m in self.factor_modes]
+        return free[0], free[1]
 
     def _resolved_perturbation(self):
         """``perturbation="auto"``: non-private at ``epsilon=inf``, else the best private mode for the
@@ -459,7 +492,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         X, y, shape = self._check_data(X, y)
         p["fixed"] = self._check_factor_modes(len(shape))
         pert = p["perturbation"]
-        gaussian = pert in ("gradient", "statistics")
+        gaussian = pert in ("gradient", "statistics", "implicit")
         epsilon, delta = self._privacy_target(gaussian=gaussian)
         private = pert is not None and math.isfinite(epsilon)
         if pert is None and math.isfinite(epsilon):
@@ -534,11 +567,15 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             lead = [LaplaceEvent(eps_o)] if eps_o > 0 else []
             return {"event": ComposedEvent(lead + [LaplaceEvent(epsilon - eps_o)]), "z": 0.0, "n_queries": 1,
                     "offsets": ("laplace", eps_o) if eps_o > 0 else None, "laplace_eps": epsilon - eps_o}
-        statistics = pert == "statistics"
+        statistics = pert in ("statistics", "implicit")
         n_o = (order + 1 if self.fit_intercept else 0) + statistics  # + the residual scale
         mu = gdp_mu(epsilon, delta)
         mu_f = mu * math.sqrt(1.0 - p["offset_share"]) if n_o else mu
         offsets, lead = _offsets_plan(n_o, mu, mu_f, epsilon, delta)
+        if pert == "implicit":  # one release of the interaction's sufficient statistic
+            z = 1.0 / mu_f
+            return {"event": ComposedEvent(lead + [GaussianEvent(z, 1)]), "z": z, "offsets": offsets,
+                    "n_queries": n_o + 1}
         if statistics:
             # GRAM_SHARE of mu_f^2 goes to the spectral start's n_free - 1 Grams (z_g), the rest to
             # its projected step and the sweeps (1 + n_iter n_free releases at z).
@@ -569,9 +606,10 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         kind = self.decomposition
         pert = p["perturbation"]
         progress = self._progress(private, scale)
-        if pert == "statistics":
+        if pert in ("statistics", "implicit"):
             # epsilon=inf runs the same path without noise (for comparison).
-            return self._fit_dp_als(obs, ys, p, plan or {"z": 0.0}, rng, progress)
+            fit = self._fit_dp_als if pert == "statistics" else self._fit_implicit
+            return fit(obs, ys, p, plan or {"z": 0.0}, rng, progress)
         if pert == "input" and private:
             # Sensitivity of each value: hi - lo, which is 1 in scaled units.
             # Not clamped back into the range afterwards: that would bias every mean toward the
@@ -609,13 +647,13 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             model.factors[last] = laplace_release(model.factors[last], sens, plan["laplace_eps"], rng)
         return model
 
-    def _fit_dp_als(self, obs, ys, p, plan, rng, progress):
-        """DP-ALS: private offsets, a released residual scale, then noisy-statistics sweeps."""
-        z, offsets = plan["z"], plan.get("offsets")
-        model = init_model(obs.shape, p["rank"], "cp", rng, scale=0.1, fixed=p["fixed"])
-        # The offsets and the residual scale share one budget (the two sums over every entry a small
-        # share each, the rows the rest by public counts); without intercept the scale is all of it.
-        noise = None
+    def _offsets_and_scale(self, obs, ys, model, plan, rng):
+        """Private offsets (into ``model``) and the released residual scale after them: one budget
+        (the two sums over every entry a small share each, the rows the rest by public counts);
+        without intercept the scale is all of it. Returns ``(rms, clip, s2)``: the released scale,
+        the residuals' clipping level and the per-entry variance that stands for them in the
+        empirical-Bayes solves (an upper bound: the scale still holds the interactions)."""
+        offsets, noise = plan.get("offsets"), None
         if self.fit_intercept:
             noise = offset_noise(obs, *offsets, n_global=2) if offsets else None
             model.intercept, model.biases = row_offsets(obs, ys, shrink=1.0, rng=rng, noise=noise)
@@ -623,14 +661,37 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             noise = OffsetNoise(offsets[0], np.array([offsets[1]]))
         rms = residual_scale(obs, ys, model, noise=noise, rng=rng)
         clip = min(0.5, max(CLIP_RMS * rms, 1e-3))
-        # The released residual scale (clipped) stands for the per-entry residual variance of the
-        # empirical-Bayes solves: an upper bound, since it still holds the interactions.
-        s2 = min(rms, clip) ** 2
+        return rms, clip, min(rms, clip) ** 2
+
+    def _fit_dp_als(self, obs, ys, p, plan, rng, progress):
+        """DP-ALS: private offsets, a released residual scale, then noisy-statistics sweeps."""
+        z = plan["z"]
+        model = init_model(obs.shape, p["rank"], "cp", rng, scale=0.1, fixed=p["fixed"])
+        rms, clip, s2 = self._offsets_and_scale(obs, ys, model, plan, rng)
         spectral_start(obs, ys, model, noise_multiplier=z, rng=rng, clip=clip, s2=s2,
                        gram_clip=min(0.5, max(GRAM_CLIP_RMS * rms, 1e-3)), column_cap=COLUMN_CAP,
                        gram_noise_multiplier=plan.get("z_gram", z))
         return dp_als(obs, ys, model, n_iter=p["n_iter"], noise_multiplier=z, rng=rng, clip=clip, s2=s2,
                       callback=progress)
+
+    def _fit_implicit(self, obs, ys, p, plan, rng, progress):
+        """Implicit-feedback statistics: private offsets, a released residual scale, then one
+        Gaussian release of the two-mode interaction's sufficient statistic (:mod:`dptensor._implicit`)."""
+        lead, partner = self._check_implicit_modes(obs.order, p["fixed"])
+        model = init_model(obs.shape, p["rank"], "cp", rng, scale=0.1, fixed=p["fixed"])
+        _, clip, s2 = self._offsets_and_scale(obs, ys, model, plan, rng)
+        design = ImplicitDesign(obs, lead, partner, p["rank"])
+        # One value moves its clipped residual by at most min(1, 2 clip), and |z| |q| <= 1.
+        resid = np.clip(ys - offsets_of(model, obs.X), -clip, clip)
+        sens = min(1.0, 2.0 * clip)
+        B = design.adjoint(resid)
+        if plan["z"] > 0:
+            B = gaussian_release(B, sens, plan["z"], rng)
+        Y = wiener_fit(design, B, s2=s2, noise_var=(plan["z"] * sens) ** 2)
+        model.factors[lead], model.factors[partner] = design.lead_factor(Y), design.Q.copy()
+        if progress is not None:
+            progress(0)
+        return model
 
     # ------------------------------------------------------------------ predict
     def _model(self):
@@ -686,7 +747,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         p = self._check_params()
         p["fixed"] = self._check_factor_modes(order)
         pert = p["perturbation"]
-        gaussian = pert in ("gradient", "statistics")
+        gaussian = pert in ("gradient", "statistics", "implicit")
         epsilon, delta = self._privacy_target(gaussian=gaussian)  # validated before it is read
         private = pert is not None and math.isfinite(epsilon)
         self._check_value_range(private)

@@ -121,8 +121,9 @@ class _Releases:
             self.log.append((kind, query, float(sensitivity), float(multiplier), out))
             return out
 
-        monkeypatch.setattr(cm, "gaussian_release", lambda v, s, z, rng, dtype=None: record(
-            "gauss", np.array(v, float).ravel(), s, z, gauss(v, s, z, rng, dtype)))
+        for module in (cm, completion_module):  # the offsets' and DP-ALS's, and the implicit statistic's
+            monkeypatch.setattr(module, "gaussian_release", lambda v, s, z, rng, dtype=None: record(
+                "gauss", np.array(v, float).ravel(), s, z, gauss(v, s, z, rng, dtype)))
         monkeypatch.setattr(cm, "joint_gaussian_release", lambda parts, s, z, rng: record(
             "joint", np.concatenate([np.asarray(p, float).ravel() for p in parts]), s, z, joint(parts, s, z, rng)))
         for module in (cm, completion_module):  # the offsets' releases, and input perturbation's
@@ -191,6 +192,10 @@ _COMPLETION_AUDITS = [
     # offsets as Laplace releases (a large offset_share), with and without the residual scale
     ("sparse", {"offset_share": 0.99}, {}), ("dense", {"perturbation": "gradient", "offset_share": 0.99}, {}),
     ("sparse", {"fit_intercept": False, "offset_share": 0.99}, {}),
+    # the implicit-feedback statistic, with a mode without a factor, repeated positions, no intercept
+    ("sparse", {"perturbation": "implicit", "factor_modes": (0, 1)}, {}),
+    ("sparse", {"perturbation": "implicit", "factor_modes": (2, 0), "offset_share": 0.5}, {"repeats": 6}),
+    ("sparse", {"perturbation": "implicit", "factor_modes": (0, 1), "fit_intercept": False}, {}),
 ]
 
 
