@@ -54,10 +54,13 @@ def test_design_is_public_and_its_adjoint_is_exact(rng):
     # Omega alone: the same positions give the same design (no values enter)
     again = ImplicitDesign(Observations(X.copy(), (32, 25, 3)), 0, 1, 4)
     assert np.array_equal(again.Q, design.Q) and (again.Z != design.Z).nnz == 0
-    tr1, tr2 = design.traces()
     dense = np.stack([design.gram(E.reshape(design.shape)).ravel() for E in np.eye(design.Q.size)])
-    assert tr1 == pytest.approx(np.trace(dense), rel=1e-10)
-    assert tr2 == pytest.approx(np.sum(dense**2), rel=0.3)  # a Hutchinson estimate
+    V, g, tr1, tr2 = design.bulk(5)  # the five leading directions, and the traces of the rest
+    assert np.allclose(dense @ V, V * g, atol=1e-8 * g.max()) and np.allclose(V.T @ V, np.eye(5), atol=1e-10)
+    exact = np.sort(np.linalg.eigvalsh(dense))[::-1]
+    assert np.allclose(np.sort(g)[::-1], exact[:5], rtol=1e-8)
+    assert tr1 == pytest.approx(exact[5:].sum(), rel=1e-8)
+    assert tr2 == pytest.approx(np.sum(exact[5:] ** 2), rel=0.3)  # a Hutchinson estimate
 
 
 def test_wiener_fit_is_the_ridge_without_noise_and_zero_under_pure_noise(rng):
