@@ -522,6 +522,10 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         if not self.fit_intercept:
             center = 0.0
         ys = (y - center) / scale
+        if vrange is not None and self.fit_intercept:
+            # The offsets' releases rest on values in [-1/2, 1/2] (the total's sensitivity 1 needs them
+            # centred), but a range a few ulps wide has a midpoint rounded up to half its width off.
+            ys = np.clip(ys, -0.5, 0.5)
         obs = Observations(X, shape)
         # The training loss is an unnoised statistic of the private values: it is kept (and
         # printed) only for a fit that is not private.

@@ -251,6 +251,21 @@ def test_spectral_gram_keeps_one_value_per_cell_when_a_position_repeats(monkeypa
     assert np.all(worst <= 1 + 1e-9), worst
 
 
+@pytest.mark.parametrize("params", [{"offset_share": 0.99}, {"epsilon": 3.0, "offset_share": 0.3},
+                                    {"perturbation": "implicit", "factor_modes": (0, 1)}])
+def test_offsets_stay_within_their_sensitivity_when_the_range_midpoint_rounds_to_an_end(params, monkeypatch):
+    """Before: with a value range one ulp wide, (lo + hi) / 2 rounded to lo, so the centred values
+    lay in [0, 1] instead of [-1/2, 1/2] and the total (sum, clipped sum of squares) moved by 1.25
+    in l1 (Laplace offsets) and sqrt(17)/4 in l2 (Gaussian offsets) against its stated 1."""
+    lo = 1.0
+    hi = float(np.nextafter(lo, 2.0))
+    X, _ = _tiny_completion(0)
+    y = np.random.default_rng(0).choice([lo, hi], len(X))
+    params = {"epsilon": 30.0, "value_range": (lo, hi), "rank": 2, **params}
+    _, worst, _ = _audit_completion(monkeypatch, X, y, "sparse", params, lo=lo, hi=hi)
+    assert np.all(worst <= 1 + 1e-9), worst
+
+
 def test_offsets_group_matches_an_independent_pld_accountant():
     """Gaussian offsets: the releases at their different multipliers (public counts) cost exactly
     what the recorded GaussianEvent(z_o, order + 1) costs. Laplace offsets: their different
