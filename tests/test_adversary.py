@@ -266,6 +266,20 @@ def test_offsets_stay_within_their_sensitivity_when_the_range_midpoint_rounds_to
     assert np.all(worst <= 1 + 1e-9), worst
 
 
+@pytest.mark.parametrize("perturbation", ["statistics", "implicit", "gradient"])
+def test_offsets_plan_when_a_pure_budget_prices_below_itself(perturbation):
+    """Before: at a small epsilon and a large delta, Renyi DP prices LaplaceEvent(epsilon) with the
+    factors' share below epsilon, so the root search for the offsets' Laplace budget had no sign
+    change in (0, epsilon] and every such fit failed with scipy's "f(a) and f(b) must have
+    different signs". The plan now exists, within the target."""
+    X, y = _tiny_completion(0, shape=(8, 9, 5), n=100)
+    est = PrivateTensorCompletion(perturbation=perturbation, epsilon=0.01, delta=1e-3, value_range=(1, 5),
+                                  offset_share=0.99, factor_modes=(0, 1), random_state=0)
+    preview = est.privacy_cost(len(y), 3)
+    assert est.fit(X, y).privacy_cost_ == preview
+    assert preview.epsilon == pytest.approx(0.01, rel=1e-9)
+
+
 def test_offsets_group_matches_an_independent_pld_accountant():
     """Gaussian offsets: the releases at their different multipliers (public counts) cost exactly
     what the recorded GaussianEvent(z_o, order + 1) costs. Laplace offsets: their different
