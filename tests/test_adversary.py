@@ -196,6 +196,9 @@ _COMPLETION_AUDITS = [
     ("sparse", {"perturbation": "implicit", "factor_modes": (0, 1)}, {}),
     ("sparse", {"perturbation": "implicit", "factor_modes": (2, 0), "offset_share": 0.5}, {"repeats": 6}),
     ("sparse", {"perturbation": "implicit", "factor_modes": (0, 1), "fit_intercept": False}, {}),
+    # ... with Gaussian offsets (every case above has Laplace ones at epsilon 30), and on a matrix
+    ("sparse", {"perturbation": "implicit", "factor_modes": (0, 1), "epsilon": 3.0, "offset_share": 0.5}, {}),
+    ("dense", {"perturbation": "implicit"}, {"shape": (4, 5), "n": 14}),
 ]
 
 
