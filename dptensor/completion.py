@@ -522,6 +522,10 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         if not self.fit_intercept:
             center = 0.0
         ys = (y - center) / scale
+        if vrange is not None and self.fit_intercept:
+            # The offsets' releases rest on values in [-1/2, 1/2] (the total's sensitivity 1 needs them
+            # centred), but a range a few ulps wide has a midpoint rounded up to half its width off.
+            ys = np.clip(ys, -0.5, 0.5)
         obs = Observations(X, shape)
         # The training loss is an unnoised statistic of the private values: it is kept (and
         # printed) only for a fit that is not private.
@@ -814,7 +818,10 @@ def _offsets_plan(n_o, mu, mu_f, epsilon, delta):
     def excess(eps_o):
         return epsilon_of(ComposedEvent([LaplaceEvent(eps_o), factors]), delta) - epsilon
 
-    eps_o = brentq(excess, 1e-12 * epsilon, epsilon, xtol=1e-14 * epsilon)
+    hi = epsilon
+    while excess(hi) <= 0:  # at a large delta Renyi DP prices a pure budget below itself
+        hi *= 2.0
+    eps_o = brentq(excess, 1e-12 * epsilon, hi, xtol=1e-14 * epsilon)
     while excess(eps_o) > 0:  # brentq may land a hair above the root
         eps_o *= 1.0 - 1e-12
     if 2.0 * (n_o / eps_o) ** 2 < z_o**2:

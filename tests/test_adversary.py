@@ -196,6 +196,9 @@ _COMPLETION_AUDITS = [
     ("sparse", {"perturbation": "implicit", "factor_modes": (0, 1)}, {}),
     ("sparse", {"perturbation": "implicit", "factor_modes": (2, 0), "offset_share": 0.5}, {"repeats": 6}),
     ("sparse", {"perturbation": "implicit", "factor_modes": (0, 1), "fit_intercept": False}, {}),
+    # ... with Gaussian offsets (every case above has Laplace ones at epsilon 30), and on a matrix
+    ("sparse", {"perturbation": "implicit", "factor_modes": (0, 1), "epsilon": 3.0, "offset_share": 0.5}, {}),
+    ("dense", {"perturbation": "implicit"}, {"shape": (4, 5), "n": 14}),
 ]
 
 
@@ -249,6 +252,35 @@ def test_spectral_gram_keeps_one_value_per_cell_when_a_position_repeats(monkeypa
     y = np.tile(np.random.default_rng(2).choice([1.0, 5.0], 6), 2)
     _, worst, _ = _audit_completion(monkeypatch, X, y, "sparse", {"epsilon": 20.0, "value_range": (1, 5), "rank": 1})
     assert np.all(worst <= 1 + 1e-9), worst
+
+
+@pytest.mark.parametrize("params", [{"offset_share": 0.99}, {"epsilon": 3.0, "offset_share": 0.3},
+                                    {"perturbation": "implicit", "factor_modes": (0, 1)}])
+def test_offsets_stay_within_their_sensitivity_when_the_range_midpoint_rounds_to_an_end(params, monkeypatch):
+    """Before: with a value range one ulp wide, (lo + hi) / 2 rounded to lo, so the centred values
+    lay in [0, 1] instead of [-1/2, 1/2] and the total (sum, clipped sum of squares) moved by 1.25
+    in l1 (Laplace offsets) and sqrt(17)/4 in l2 (Gaussian offsets) against its stated 1."""
+    lo = 1.0
+    hi = float(np.nextafter(lo, 2.0))
+    X, _ = _tiny_completion(0)
+    y = np.random.default_rng(0).choice([lo, hi], len(X))
+    params = {"epsilon": 30.0, "value_range": (lo, hi), "rank": 2, **params}
+    _, worst, _ = _audit_completion(monkeypatch, X, y, "sparse", params, lo=lo, hi=hi)
+    assert np.all(worst <= 1 + 1e-9), worst
+
+
+@pytest.mark.parametrize("perturbation", ["statistics", "implicit", "gradient"])
+def test_offsets_plan_when_a_pure_budget_prices_below_itself(perturbation):
+    """Before: at a small epsilon and a large delta, Renyi DP prices LaplaceEvent(epsilon) with the
+    factors' share below epsilon, so the root search for the offsets' Laplace budget had no sign
+    change in (0, epsilon] and every such fit failed with scipy's "f(a) and f(b) must have
+    different signs". The plan now exists, within the target."""
+    X, y = _tiny_completion(0, shape=(8, 9, 5), n=100)
+    est = PrivateTensorCompletion(perturbation=perturbation, epsilon=0.01, delta=1e-3, value_range=(1, 5),
+                                  offset_share=0.99, factor_modes=(0, 1), random_state=0)
+    preview = est.privacy_cost(len(y), 3)
+    assert est.fit(X, y).privacy_cost_ == preview
+    assert preview.epsilon == pytest.approx(0.01, rel=1e-9)
 
 
 def test_offsets_group_matches_an_independent_pld_accountant():
