@@ -60,6 +60,20 @@ def test_design_is_public_and_its_adjoint_is_exact(rng):
     assert tr2 == pytest.approx(np.sum(dense**2), rel=0.3)  # a Hutchinson estimate
 
 
+@pytest.mark.parametrize("n_entries", [400, 60])  # with and without the per-row Gram blocks
+def test_gram_is_the_adjoint_of_the_design_applied(rng, n_entries):
+    X = np.stack([rng.integers(0, 30, n_entries), rng.integers(0, 25, n_entries),
+                  rng.integers(0, 3, n_entries)], axis=1)
+    X = np.vstack([X, X[:20]])  # a position observed twice counts twice in the Gram
+    design = ImplicitDesign(Observations(X, (32, 25, 3)), 0, 1, 4)
+    assert (design._M is not None) == (32 * 4 < len(X))
+    Y = rng.normal(size=design.shape)
+    # the reference: the design's rows z_i q_j^T, formed densely one entry at a time
+    Z = design.Z.toarray()
+    rows = np.stack([np.outer(Z[i], design.Q[j]).ravel() for i, j in X[:, :2]])
+    assert np.allclose(design.gram(Y).ravel(), rows.T @ (rows @ Y.ravel()), rtol=1e-10, atol=1e-12)
+
+
 def test_wiener_fit_is_the_ridge_without_noise_and_zero_under_pure_noise(rng):
     X = np.stack([rng.integers(0, 40, 800), rng.integers(0, 30, 800)], axis=1)
     design = ImplicitDesign(Observations(X, (40, 30)), 0, 1, 3)
