@@ -146,3 +146,16 @@ def test_implicit_needs_two_factor_modes_and_cp():
     # a matrix needs no factor_modes
     M = PrivateTensorCompletion(perturbation="implicit", rank=2).fit(X[:, :2], y)
     assert math.isfinite(M.intercept_)
+
+
+def test_implicit_ignores_n_iter():
+    # one release and one solve: n_iter has nothing to set, and n_iter_ says so. Compared without
+    # noise: a private fit's noise stream is keyed by every parameter, n_iter included.
+    X, y, X_test, _ = _informative(3, users=60, items=50, per_user=20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        fits = [PrivateTensorCompletion(perturbation="implicit", factor_modes=(0, 1), rank=3, n_iter=n,
+                                        value_range=(1, 5), random_state=0).fit(X, y)
+                for n in (None, 7)]
+    assert [f.n_iter_ for f in fits] == [1, 1]
+    assert np.array_equal(fits[0].predict(X_test), fits[1].predict(X_test))
