@@ -58,6 +58,14 @@ class ImplicitDesign:
         # per lead row, the sum over its entries: one sparse product
         self._by_lead = sp.csr_matrix((np.ones(n), (self.i, np.arange(n))), shape=(n_lead, n))
         self._Qj = self.Q[self.j]
+        # The Gram is Z^T diag_i(M_i) Z with M_i = sum over lead row i's entries of q_j q_j^T:
+        # formed once (rank columns at a time, never an (n, rank^2) array) when the lead rows
+        # hold more than rank entries on average, its products then skip the per-entry work
+        # that dominates the conjugate-gradient solve.
+        self._M = None
+        if n_lead * rank < n:
+            self._M = np.stack([self._by_lead @ (self._Qj[:, a:a + 1] * self._Qj) for a in range(rank)],
+                               axis=1)
 
     @property
     def shape(self):
@@ -73,7 +81,10 @@ class ImplicitDesign:
         return self.Z.T @ (self._by_lead @ (w[:, None] * self._Qj))
 
     def gram(self, Y):
-        return self.adjoint(self.apply(Y))
+        """``adjoint(apply(Y))``: the Gram of the design applied to ``Y``."""
+        if self._M is None:
+            return self.adjoint(self.apply(Y))
+        return self.Z.T @ np.einsum("ikl,il->ik", self._M, self.Z @ Y)
 
     def lead_factor(self, Y):
         """The lead mode's CP factor ``Z Y`` (a row without entries: 0)."""

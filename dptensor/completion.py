@@ -2,7 +2,7 @@ r"""Private tensor completion: CP and Tucker models fitted on observed entries (
 
 :class:`PrivateTensorCompletion` is a scikit-learn regressor whose samples are index tuples:
 ``X`` (n_obs, order) integer positions in a tensor, ``y`` the values observed there. It predicts
-the value at any position. Four ways to make the fit private, all with one privacy unit, **the
+the value at any position. Five ways to make the fit private, all with one privacy unit, **the
 value of one observed entry** (the set of observed positions Omega, the tensor's shape and a
 value range ``[lo, hi]`` are public):
 
@@ -186,7 +186,8 @@ def check_indices(X, shape=None, name="X"):
 
 
 class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimator):
-    r"""CP or Tucker tensor completion with optional input, gradient or output perturbation.
+    r"""CP or Tucker tensor completion, private by noisy statistics, implicit feedback, input, gradient
+    or (comparison only) output perturbation.
 
     The model is ``y_hat(i_1..i_d) = intercept_ + sum_m biases_[m][i_m] + f(i_1..i_d)`` with
     ``f = sum_r prod_m factors_[m][i_m, r]`` (CP) or the Tucker product of ``core_`` with the rows
@@ -250,7 +251,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     n_iter : int or None, default=None
         Sweeps (ALS, default 100, stops early at ``tol``; DP-ALS, default 2) or gradient steps
         (default 5: every step of DP gradient descent costs budget, and a few well-preconditioned
-        steps go furthest). Unused by ``"implicit"`` (one release, one solve).
+        steps go furthest). Ignored by ``"implicit"`` (one release, one solve: ``n_iter_`` is 1).
     reg : float, default=0.01
         Ridge penalty on the factors (and the biases during ALS), in scaled units.
     reg_core : float or None, default=None
@@ -268,7 +269,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     fit_intercept : bool, default=True
         Fit the global mean and per-mode row effects (released privately when private).
     solver : {"auto", "als", "gd"}, default="auto"
-        ``"auto"``: ALS for ``None``, ``"input"`` and ``"statistics"``, gradient descent for
+        ``"auto"``: ALS for ``None``, ``"input"``, ``"statistics"`` and ``"implicit"``, gradient descent for
         ``"gradient"`` and ``"output"`` (which require it).
     tol : float, default=1e-8
         ALS stops when the objective's relative decrease falls below ``tol``.
@@ -278,12 +279,15 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         no release for them (fewer releases, less noise in each). For ratings-like data
         (user, item, time) use ``factor_modes=(0, 1)``: a user x item low-rank model with a time
         effect (on MovieLens-100K a CP time factor made the fit worse; see the completion guide).
+        With ``"implicit"`` the order matters: the first mode is the lead (users: each row's factor
+        is the normalised sum of learned vectors over the partner rows it was observed with), the
+        second the partner (items: a spectral embedding of who rated what).
     offset_share : float in (0, 1) or None, default=None
         The share of the privacy budget spent on the offsets (global mean and row effects) when
         ``fit_intercept``: the factors' Gaussian releases get ``1 - offset_share`` of ``mu^2``
         (Gaussian DP) and the offsets the rest, by Gaussian noise or, when that is less noisy
         (large shares), Laplace noise; for ``"output"``, ``offset_share`` of ``epsilon``;
-        for ``"statistics"`` the share also pays for the released residual scale (all of it
+        for ``"statistics"`` and ``"implicit"`` the share also pays for the released residual scale (all of it
         without ``fit_intercept``). Unused by ``"input"`` (one Laplace release of every value),
         by ``"gradient"`` and ``"output"`` without ``fit_intercept``, and without privacy.
         ``None``: ``STATS_OFFSET_SHARE`` (0.1) for ``"statistics"``, ``IMPLICIT_OFFSET_SHARE``
@@ -383,6 +387,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         default_iter = (_DEFAULT_GD["n_iter"] if gd else DP_ALS_SWEEPS if perturbation == "statistics" else
                         1 if perturbation == "implicit" else _DEFAULT_ALS_ITER)
         n_iter = check_positive_int(self.n_iter, "n_iter") if self.n_iter is not None else default_iter
+        if perturbation == "implicit":  # one release, one solve: there are no sweeps to set
+            n_iter = 1
         clip = _positive(self.clip_norm, "clip_norm", _DEFAULT_GD["clip_norm"])
         auto = isinstance(self.reg, str) and self.reg == "auto"
         reg = (AUTO_REG_FLOOR if not gd else _DEFAULT_GD["reg"]) if auto else _nonnegative(self.reg, "reg")
@@ -497,8 +503,9 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         private = pert is not None and math.isfinite(epsilon)
         if pert is None and math.isfinite(epsilon):
             raise ValueError(f"epsilon={self.epsilon!r} needs a perturbation (\"auto\", \"statistics\", "
-                             "\"input\", \"gradient\" or \"output\"); perturbation=None is the non-private "
-                             "fit (epsilon=np.inf)")
+                             "\"implicit\", \"input\", \"gradient\" or \"output\"); perturbation=None is the "
+                             "non-private fit "
+                             "(epsilon=np.inf)")
         vrange = self._check_value_range(private)
         if private:  # the unit is one observed value, and their number is public
             self._check_delta_for(len(y), epsilon, delta, unit="observed value")

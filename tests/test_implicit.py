@@ -63,6 +63,20 @@ def test_design_is_public_and_its_adjoint_is_exact(rng):
     assert tr2 == pytest.approx(np.sum(exact[5:] ** 2), rel=0.3)  # a Hutchinson estimate
 
 
+@pytest.mark.parametrize("n_entries", [400, 60])  # with and without the per-row Gram blocks
+def test_gram_is_the_adjoint_of_the_design_applied(rng, n_entries):
+    X = np.stack([rng.integers(0, 30, n_entries), rng.integers(0, 25, n_entries),
+                  rng.integers(0, 3, n_entries)], axis=1)
+    X = np.vstack([X, X[:20]])  # a position observed twice counts twice in the Gram
+    design = ImplicitDesign(Observations(X, (32, 25, 3)), 0, 1, 4)
+    assert (design._M is not None) == (32 * 4 < len(X))
+    Y = rng.normal(size=design.shape)
+    # the reference: the design's rows z_i q_j^T, formed densely one entry at a time
+    Z = design.Z.toarray()
+    rows = np.stack([np.outer(Z[i], design.Q[j]).ravel() for i, j in X[:, :2]])
+    assert np.allclose(design.gram(Y).ravel(), rows.T @ (rows @ Y.ravel()), rtol=1e-10, atol=1e-12)
+
+
 def test_wiener_fit_is_the_ridge_without_noise_and_zero_under_pure_noise(rng):
     X = np.stack([rng.integers(0, 40, 800), rng.integers(0, 30, 800)], axis=1)
     design = ImplicitDesign(Observations(X, (40, 30)), 0, 1, 3)
@@ -135,3 +149,16 @@ def test_implicit_needs_two_factor_modes_and_cp():
     # a matrix needs no factor_modes
     M = PrivateTensorCompletion(perturbation="implicit", rank=2).fit(X[:, :2], y)
     assert math.isfinite(M.intercept_)
+
+
+def test_implicit_ignores_n_iter():
+    # one release and one solve: n_iter has nothing to set, and n_iter_ says so. Compared without
+    # noise: a private fit's noise stream is keyed by every parameter, n_iter included.
+    X, y, X_test, _ = _informative(3, users=60, items=50, per_user=20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        fits = [PrivateTensorCompletion(perturbation="implicit", factor_modes=(0, 1), rank=3, n_iter=n,
+                                        value_range=(1, 5), random_state=0).fit(X, y)
+                for n in (None, 7)]
+    assert [f.n_iter_ for f in fits] == [1, 1]
+    assert np.array_equal(fits[0].predict(X_test), fits[1].predict(X_test))
