@@ -1079,3 +1079,16 @@ def test_dense_and_sparse_layouts_release_the_same_values(kind, perturbation, mo
         np.testing.assert_allclose(a.core_, b.core_, rtol=0, atol=1e-10)
     assert a.privacy_cost_ == b.privacy_cost_
     assert np.ptp(a.predict(data["test_indices"])) > 1e-3  # not a constant fit: the comparison has content
+
+
+def test_predictions_are_clipped_to_the_value_range():
+    """A noisy fit can predict outside the public range; clipping there is post-processing and can
+    only bring a prediction closer to a value, which lies in the range."""
+    X, y, Xt, yt = _ratings_like(5)
+    model = PrivateTensorCompletion(perturbation="statistics", offset_share=1e-6, epsilon=1.0, value_range=(-3, 3),
+                                    random_state=0).fit(X, y)
+    raw = completion_module.predict(model._model(), Xt)
+    pred = model.predict(Xt)
+    assert np.array_equal(pred, np.clip(raw, -3, 3))
+    assert raw.min() < -3 or raw.max() > 3  # the clip was needed
+    assert rmse(pred, np.clip(yt, -3, 3)) <= rmse(raw, np.clip(yt, -3, 3))
