@@ -47,7 +47,8 @@ __all__ = ["SHARES", "PROJECTION_SHARE", "NoisePlan", "plan_noise", "release", "
            "Whitening", "whiten", "CorrectedTensor", "sym3", "whitened_rows_operator", "decompose_whitened",
            "n_third_queries", "match_rows"]
 
-#: Shares of the squared Gaussian-DP budget ``mu^2`` given to the three groups of releases. The
+#: Shares of the squared Gaussian-DP budget ``mu^2`` given to the three groups of releases, unless
+#: the model gives its own (the topic model does, see ``SpectralLatentModel._shares``). The
 #: first moments enter the second and third moments only through low-rank corrections (or set a
 #: clipping scale), so they get a small share; the second moment (its noise moves the whitening,
 #: which every later step inherits) and the whitened third moment split the rest evenly.
