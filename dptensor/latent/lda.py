@@ -50,6 +50,18 @@ def topic_noise_std(components, scale, whitening):
     return scale * whitening.noise * np.sqrt((np.asarray(components) ** 2) @ (1.0 / whitening.values))
 
 
+def _normalise(moment):
+    """A released weighted sum of per-document terms that each sum to 1, divided by its sum.
+
+    ``sum_c s_c E1(c)`` (or ``E2(c)``) sums to ``sum_c s_c``, since every ``E1(c)`` and ``E2(c)``
+    sums to 1: its own sum is the total weight, and dividing by it turns the sum into the weighted
+    average of the documents' terms (post-processing of the release). A sum that is not positive
+    (noise far above the signal) is left as it is.
+    """
+    total = float(np.sum(moment))
+    return moment / total if total > 0 else moment
+
+
 def _counts(chunk):
     """One chunk of documents as canonical CSR float64 counts (a Dask chunk arrives as a dense array).
 
@@ -109,15 +121,21 @@ def _mean_sums(chunk, bound):
     return (np.asarray(C.T @ (_clip_scale(e1, bound) / length)).ravel(),)
 
 
-def _pair_weights(C, bound):
+def _pair_weights(C, bound, to_bound=False):
+    """``s_c / (l (l-1))`` with ``s_c`` clipping ``||E2(c)||_F`` to ``bound`` (``to_bound``: scaling
+    it to exactly ``bound``, up or down; 1 without a bound)."""
     length, _, e2 = document_norms(C)
-    return _clip_scale(e2, bound) / (length * (length - 1.0))
+    if to_bound and bound is not None:
+        scale = bound / np.maximum(e2, np.finfo(float).tiny)
+    else:
+        scale = _clip_scale(e2, bound)
+    return scale / (length * (length - 1.0))
 
 
 def _pair_sums(chunk, bound):
-    """``sum_c s_c E2(c)`` (d x d, dense) with ``s_c`` clipping ``||E2(c)||_F`` to ``bound``."""
+    """``sum_c s_c E2(c)`` (d x d, dense) with ``s_c`` scaling ``||E2(c)||_F`` to ``bound``."""
     C = _counts(chunk)
-    D = _pair_weights(C, bound)
+    D = _pair_weights(C, bound, to_bound=True)
     second = (C.T @ sp.diags(D) @ C).toarray()
     second[np.diag_indices_from(second)] -= np.asarray(C.T @ D).ravel()
     return (second,)
@@ -243,9 +261,13 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
     pair term; each document's terms are then clipped to ``doc_clip`` times their typical size
     (``c / l`` to ``doc_clip sqrt(nu)``, its pair term to ``doc_clip^2 nu``, its whitened triple
     term to ``(doc_clip rho)^3`` with ``rho^2 = k + alpha0/(alpha0+1) ||W^T M1||^2`` the whitened
-    documents' mean square under the model). Then the mean of the clipped ``c / l`` (sensitivity
-    ``sqrt(2) tau_1 / n``); the whitening, from the clipped pair moment (sensitivity
-    ``sqrt(2) tau_2 / n``) by Analyze Gauss on its upper triangle (``whitening="dense"``) or by the
+    documents' mean square under the model; for Analyze Gauss the pair term is scaled to exactly
+    ``doc_clip^2 nu``, up or down, which weighs long documents, whose terms carry less sampling
+    noise, more). Then the mean of the clipped ``c / l`` (sensitivity ``sqrt(2) tau_1 / n``);
+    the whitening, from the clipped pair moment (sensitivity ``sqrt(2) tau_2 / n``; each
+    document's ``c / l`` and pair term sum to 1, so the released mean and Analyze Gauss's matrix
+    are divided by their own sums, the total weight, into weighted averages) by Analyze Gauss on
+    its upper triangle (``whitening="dense"``) or by the
     private power method (``"power"``: d x p products, then the p x p projection, never a d x d
     noise); and the whitened data part of M3, of sensitivity ``2 min(tau_3, r^3) / n`` (``r`` the
     largest row norm of W), released once with symmetric Gaussian noise (``method="perturb"``) or
@@ -432,7 +454,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         total, pairs = self._reduce(ctx, _moment_sums, tau1, tau2, not ctx["power"])
         if not ctx["power"]:  # computed in the same pass; released next, by Analyze Gauss
             ctx["second"] = pairs / n
-        return release(total / n, DOCUMENT_SENSITIVITY * (tau1 or 1.0) / n, plan.z_first[-1], rng)
+        mean = release(total / n, DOCUMENT_SENSITIVITY * (tau1 or 1.0) / n, plan.z_first[-1], rng)
+        return _normalise(mean) if clip else mean
 
     def _release_whitening(self, ctx, mean, plan, rng):
         """From the clipped pair moment: Analyze Gauss (d x d), or the power method (d x 2k, then 2k x 2k)."""
@@ -441,6 +464,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         sensitivity = DOCUMENT_SENSITIVITY * (tau2 or 1.0) / n
         if not ctx["power"]:
             second = release_second(ctx.pop("second"), sensitivity, plan, rng, frobenius=True)
+            if ctx["clip"]:  # a weighted average of the E2(c): divided by the total weight
+                second = _normalise(second)
             # off the diagonal the noise has std z s / sqrt(2), and so has each entry of E u
             return whiten(second - c * np.outer(mean, mean), k, rng,
                           noise=plan.z_second[0] * sensitivity / np.sqrt(2.0))
