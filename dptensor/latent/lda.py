@@ -121,21 +121,15 @@ def _mean_sums(chunk, bound):
     return (np.asarray(C.T @ (_clip_scale(e1, bound) / length)).ravel(),)
 
 
-def _pair_weights(C, bound, to_bound=False):
-    """``s_c / (l (l-1))`` with ``s_c`` clipping ``||E2(c)||_F`` to ``bound`` (``to_bound``: scaling
-    it to exactly ``bound``, up or down; 1 without a bound)."""
+def _pair_weights(C, bound):
     length, _, e2 = document_norms(C)
-    if to_bound and bound is not None:
-        scale = bound / np.maximum(e2, np.finfo(float).tiny)
-    else:
-        scale = _clip_scale(e2, bound)
-    return scale / (length * (length - 1.0))
+    return _clip_scale(e2, bound) / (length * (length - 1.0))
 
 
 def _pair_sums(chunk, bound):
-    """``sum_c s_c E2(c)`` (d x d, dense) with ``s_c`` scaling ``||E2(c)||_F`` to ``bound``."""
+    """``sum_c s_c E2(c)`` (d x d, dense) with ``s_c`` clipping ``||E2(c)||_F`` to ``bound``."""
     C = _counts(chunk)
-    D = _pair_weights(C, bound, to_bound=True)
+    D = _pair_weights(C, bound)
     second = (C.T @ sp.diags(D) @ C).toarray()
     second[np.diag_indices_from(second)] -= np.asarray(C.T @ D).ravel()
     return (second,)
@@ -261,9 +255,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
     pair term; each document's terms are then clipped to ``doc_clip`` times their typical size
     (``c / l`` to ``doc_clip sqrt(nu)``, its pair term to ``doc_clip^2 nu``, its whitened triple
     term to ``(doc_clip rho)^3`` with ``rho^2 = k + alpha0/(alpha0+1) ||W^T M1||^2`` the whitened
-    documents' mean square under the model; for Analyze Gauss the pair term is scaled to exactly
-    ``doc_clip^2 nu``, up or down, which weighs long documents, whose terms carry less sampling
-    noise, more). Then the mean of the clipped ``c / l`` (sensitivity ``sqrt(2) tau_1 / n``);
+    documents' mean square under the model). Then the mean of the clipped ``c / l`` (sensitivity ``sqrt(2) tau_1 / n``);
     the whitening, from the clipped pair moment (sensitivity ``sqrt(2) tau_2 / n``; each
     document's ``c / l`` and pair term sum to 1, so the released mean and Analyze Gauss's matrix
     are divided by their own sums, the total weight, into weighted averages) by Analyze Gauss on
