@@ -21,8 +21,8 @@ from dptensor.latent import PrivateGaussianMixture, PrivateLatentDirichletAlloca
 from dptensor.latent._pipeline import (PROJECTION_SHARE, SHARES, ImplicitMatrix, plan_noise, power_subspace,
                                        release, release_second, sym3, top_eigenpairs, whiten)
 from dptensor.latent.gaussian_mixture import spherical_variance, whitened_bound
-from dptensor.latent.lda import (DOCUMENT_SENSITIVITY, LDA_FIRST_SHARE, _clip_scale, _normalise, _pair_products,
-                                 _pair_sums, _pair_weights, _triple_sums, document_moments, document_norms,
+from dptensor.latent.lda import (DOCUMENT_SENSITIVITY, LDA_FIRST_SHARE, _clip_scale, _normalise,
+                                 _pair_products, _pair_sums, _triple_sums, document_moments, document_norms,
                                  topic_noise_std)
 from dptensor.mechanisms import clip_rows, symmetric_gaussian_release
 from dptensor.pca import auto_n_iter, covariance_sensitivity, power_schedule, row_power_sensitivity
@@ -118,7 +118,8 @@ def test_topic_noise_std_is_the_first_order_noise_of_the_topics(rng):
     scale = 1.0 / np.sqrt(w)
     draws = []
     for _ in range(200):
-        noisy = whiten(symmetric_gaussian_release(M2, s, 1.0, rng, frobenius=True), k, rng, noise=s / np.sqrt(2))
+        released = symmetric_gaussian_release(M2, s, 1.0, rng, frobenius=True)
+        noisy = whiten(released, k, rng, noise=s / np.sqrt(2))
         U = noisy.vectors * np.sign(np.sum(noisy.vectors * clean.vectors, axis=0))  # align signs
         draws.append((scale[:, None] * V) @ (U * np.sqrt(noisy.values)).T)
     observed = np.std(np.array(draws), axis=0).mean(axis=1)
@@ -587,7 +588,8 @@ def test_lda_topic_threshold_lowers_the_private_error(corpus):
 
     kw = dict(epsilon=3.0, delta=1e-5)
     on = [PrivateLatentDirichletAllocation(3, random_state=s, **kw).fit(C) for s in range(3)]
-    off = [PrivateLatentDirichletAllocation(3, topic_threshold=None, random_state=s, **kw).fit(C) for s in range(3)]
+    off = [PrivateLatentDirichletAllocation(3, topic_threshold=None, random_state=s, **kw).fit(C)
+           for s in range(3)]
     assert np.mean([error(m) for m in on]) < 0.85 * np.mean([error(m) for m in off])
     assert on[0].privacy_cost_.event == off[0].privacy_cost_.event
     np.testing.assert_allclose(PrivateLatentDirichletAllocation(3, random_state=0).fit(C).components_,

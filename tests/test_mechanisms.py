@@ -116,7 +116,8 @@ def test_frobenius_symmetric_release_is_one_release_of_an_isometric_query(rng, m
     A = sum(A.transpose(p) for p in itertools.permutations(range(order)))  # symmetric
     queries = []
     original = mech.gaussian_release
-    monkeypatch.setattr(mech, "gaussian_release", lambda q, *a, **k: queries.append(q) or original(q, *a, **k))
+    monkeypatch.setattr(mech, "gaussian_release",
+                        lambda q, *a, **k: queries.append(q) or original(q, *a, **k))
     mech.symmetric_gaussian_release(A, sens, z, rng, frobenius=True)
     assert np.linalg.norm(queries[0]) == pytest.approx(np.linalg.norm(A))
     monkeypatch.undo()

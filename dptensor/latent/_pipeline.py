@@ -158,7 +158,8 @@ def power_subspace(operator, k: int, plan: NoisePlan, rng, *, step_sensitivity: 
     (:func:`~dptensor.pca.noisy_power_method`, ``p = min(2k, d)``: k oversampled columns), each
     one Gaussian release of ``M2 Q`` at ``step_sensitivity``; V spans the last one. Then one
     symmetric Gaussian release of the p x p ``V^T M2 V`` (upper triangle at
-    ``projection_sensitivity``, a Frobenius-norm bound when ``frobenius``). The noise is d x p per step and p x p at the end: nothing of size
+    ``projection_sensitivity``, a Frobenius-norm bound when ``frobenius``). The noise is d x p per
+    step and p x p at the end: nothing of size
     d x d is formed or noised. Every product is one pass over the data.
 
     Without privacy the exact top-k eigenpairs: ``V`` the eigenvectors and ``V^T M2 V`` their
@@ -296,7 +297,8 @@ def decompose_whitened(data, correction, k: int, *, sensitivity: float, plan: No
     """
     if plan.private and method == "perturb":
         dense = data if isinstance(data, np.ndarray) else _dense(data)
-        operator = SymmetricTensor(perturb_tensor(dense, sensitivity, plan.z_third, rng, frobenius) + correction)
+        noisy = perturb_tensor(dense, sensitivity, plan.z_third, rng, frobenius)
+        operator = SymmetricTensor(noisy + correction)
         noise = None
     else:
         base = SymmetricTensor(data) if isinstance(data, np.ndarray) else data

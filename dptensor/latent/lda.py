@@ -255,13 +255,13 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
     pair term; each document's terms are then clipped to ``doc_clip`` times their typical size
     (``c / l`` to ``doc_clip sqrt(nu)``, its pair term to ``doc_clip^2 nu``, its whitened triple
     term to ``(doc_clip rho)^3`` with ``rho^2 = k + alpha0/(alpha0+1) ||W^T M1||^2`` the whitened
-    documents' mean square under the model). Then the mean of the clipped ``c / l`` (sensitivity ``sqrt(2) tau_1 / n``);
-    the whitening, from the clipped pair moment (sensitivity ``sqrt(2) tau_2 / n``; each
-    document's ``c / l`` and pair term sum to 1, so the released mean and Analyze Gauss's matrix
-    are divided by their own sums, the total weight, into weighted averages) by Analyze Gauss on
-    its upper triangle (``whitening="dense"``) or by the
+    documents' mean square under the model). Then the mean of the clipped ``c / l``
+    (sensitivity ``sqrt(2) tau_1 / n``); the whitening, from the clipped pair moment (sensitivity
+    ``sqrt(2) tau_2 / n``) by Analyze Gauss on its upper triangle (``whitening="dense"``) or by the
     private power method (``"power"``: d x p products, then the p x p projection, never a d x d
-    noise); and the whitened data part of M3, of sensitivity ``2 min(tau_3, r^3) / n`` (``r`` the
+    noise); each document's ``c / l`` and pair term sum to 1, so the released mean and Analyze
+    Gauss's matrix are divided by their own sums (the total weight) into weighted averages; and
+    the whitened data part of M3, of sensitivity ``2 min(tau_3, r^3) / n`` (``r`` the
     largest row norm of W), released once with symmetric Gaussian noise (``method="perturb"``) or
     through the private tensor power method (``"power"``). Each of these sensitivities bounds the
     Frobenius norm of the whole symmetric array's change, so the symmetric releases use that
@@ -356,8 +356,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
     """
 
     def __init__(self, n_components=10, *, alpha0=1.0, epsilon=np.inf, delta=None, doc_clip=1.0,
-                 topic_threshold=2.0, method="auto", whitening="auto", n_restarts=10, n_iter=20, max_transform_iter=50,
-                 refine_iter=0, accountant=None, random_state=None, verbose=0):
+                 topic_threshold=2.0, method="auto", whitening="auto", n_restarts=10, n_iter=20,
+                 max_transform_iter=50, refine_iter=0, accountant=None, random_state=None, verbose=0):
         self.n_components = n_components
         self.alpha0 = alpha0
         self.epsilon = epsilon
@@ -403,7 +403,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         # and a_j ~ sqrt(dof_j), s_j ~ a_j^(2/3) ~ dof_j^(1/3) minimises their sum
         ratio = (max(ctx["d"] - k, 1) / k) ** (1.0 / 3.0)
         rest = 1.0 - LDA_FIRST_SHARE
-        return {"first": LDA_FIRST_SHARE, "second": rest * ratio / (1.0 + ratio), "third": rest / (1.0 + ratio)}
+        return {"first": LDA_FIRST_SHARE, "second": rest * ratio / (1.0 + ratio),
+                "third": rest / (1.0 + ratio)}
 
     def _dense_max(self, private):
         # without privacy the implicit path gives the same whitening, faster (Lanczos on sparse
@@ -421,7 +422,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         if self.topic_threshold is not None and (
                 isinstance(self.topic_threshold, bool) or not isinstance(self.topic_threshold, numbers.Real)
                 or not 0 <= self.topic_threshold < np.inf):
-            raise ValueError(f"topic_threshold must be None or a finite number >= 0, got {self.topic_threshold!r}")
+            raise ValueError("topic_threshold must be None or a finite number >= 0, "
+                             f"got {self.topic_threshold!r}")
         if self.refine_iter and np.isfinite(epsilon):
             raise ValueError("refine_iter needs epsilon=np.inf: EM steps read the documents without "
                              "noise, which no private fit may do")
