@@ -21,9 +21,8 @@ from dptensor.latent import PrivateGaussianMixture, PrivateLatentDirichletAlloca
 from dptensor.latent._pipeline import (PROJECTION_SHARE, SHARES, ImplicitMatrix, plan_noise, power_subspace,
                                        release, release_second, sym3, top_eigenpairs, whiten)
 from dptensor.latent.gaussian_mixture import spherical_variance, whitened_bound
-from dptensor.latent.lda import (DOCUMENT_SENSITIVITY, LDA_FIRST_SHARE, _clip_scale, _normalise,
-                                 _pair_products, _pair_sums, _triple_sums, document_moments, document_norms,
-                                 topic_noise_std)
+from dptensor.latent.lda import (DOCUMENT_SENSITIVITY, LDA_FIRST_SHARE, _clip_scale, _pair_products,
+                                 _triple_sums, document_moments, document_norms, topic_noise_std)
 from dptensor.mechanisms import clip_rows, symmetric_gaussian_release
 from dptensor.pca import auto_n_iter, covariance_sensitivity, power_schedule, row_power_sensitivity
 from dptensor.tensor_decomposition import row_sensitivity
@@ -558,22 +557,6 @@ def test_lda_private_fit_is_accounted(corpus):
         loose = PrivateLatentDirichletAllocation(3, epsilon=1e5, doc_clip=clip, random_state=0).fit(C)
         perm, _ = match_rows(loose.components_, exact.components_)
         assert np.abs(loose.components_[perm] - exact.components_).sum(axis=1).max() < limit
-
-
-def test_lda_weighted_pair_moment_divided_by_its_sum_is_the_weighted_average(corpus):
-    """Every E2(c) sums to 1, so the clipped sum's own sum is the total weight: ``_normalise`` of
-    it is the weighted average of the documents' pair terms (weights ``min(1, tau / ||E2||_F)``),
-    and a sum that is not positive is left alone."""
-    C, _, _ = corpus
-    C = C[:200]
-    _, _, e2 = document_norms(C)
-    tau = float(np.median(e2[:40]))
-    weights = _clip_scale(e2, tau)
-    assert 0 < np.mean(weights[:40] < 1) < 1  # some documents are clipped, some not
-    terms = [brute_pair_and_triple(np.asarray(c.todense()).ravel())[0] for c in C[:40]]
-    average = np.einsum("n,nab->ab", weights[:40], np.array(terms)) / weights[:40].sum()
-    np.testing.assert_allclose(_normalise(_pair_sums(C[:40], tau)[0]), average, atol=1e-12)
-    np.testing.assert_array_equal(_normalise(-np.ones(3)), -np.ones(3))
 
 
 def test_lda_topic_threshold_lowers_the_private_error(corpus):

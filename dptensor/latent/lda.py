@@ -50,18 +50,6 @@ def topic_noise_std(components, scale, whitening):
     return scale * whitening.noise * np.sqrt((np.asarray(components) ** 2) @ (1.0 / whitening.values))
 
 
-def _normalise(moment):
-    """A released weighted sum of per-document terms that each sum to 1, divided by its sum.
-
-    ``sum_c s_c E1(c)`` (or ``E2(c)``) sums to ``sum_c s_c``, since every ``E1(c)`` and ``E2(c)``
-    sums to 1: its own sum is the total weight, and dividing by it turns the sum into the weighted
-    average of the documents' terms (post-processing of the release). A sum that is not positive
-    (noise far above the signal) is left as it is.
-    """
-    total = float(np.sum(moment))
-    return moment / total if total > 0 else moment
-
-
 def _counts(chunk):
     """One chunk of documents as canonical CSR float64 counts (a Dask chunk arrives as a dense array).
 
@@ -259,9 +247,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
     (sensitivity ``sqrt(2) tau_1 / n``); the whitening, from the clipped pair moment (sensitivity
     ``sqrt(2) tau_2 / n``) by Analyze Gauss on its upper triangle (``whitening="dense"``) or by the
     private power method (``"power"``: d x p products, then the p x p projection, never a d x d
-    noise); each document's ``c / l`` and pair term sum to 1, so the released mean and Analyze
-    Gauss's matrix are divided by their own sums (the total weight) into weighted averages; and
-    the whitened data part of M3, of sensitivity ``2 min(tau_3, r^3) / n`` (``r`` the
+    noise); and the whitened data part of M3, of sensitivity ``2 min(tau_3, r^3) / n`` (``r`` the
     largest row norm of W), released once with symmetric Gaussian noise (``method="perturb"``) or
     through the private tensor power method (``"power"``). Each of these sensitivities bounds the
     Frobenius norm of the whole symmetric array's change, so the symmetric releases use that
@@ -448,8 +434,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         total, pairs = self._reduce(ctx, _moment_sums, tau1, tau2, not ctx["power"])
         if not ctx["power"]:  # computed in the same pass; released next, by Analyze Gauss
             ctx["second"] = pairs / n
-        mean = release(total / n, DOCUMENT_SENSITIVITY * (tau1 or 1.0) / n, plan.z_first[-1], rng)
-        return _normalise(mean) if clip else mean
+        return release(total / n, DOCUMENT_SENSITIVITY * (tau1 or 1.0) / n, plan.z_first[-1], rng)
 
     def _release_whitening(self, ctx, mean, plan, rng):
         """From the clipped pair moment: Analyze Gauss (d x d), or the power method (d x 2k, then 2k x 2k)."""
@@ -458,8 +443,6 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         sensitivity = DOCUMENT_SENSITIVITY * (tau2 or 1.0) / n
         if not ctx["power"]:
             second = release_second(ctx.pop("second"), sensitivity, plan, rng, frobenius=True)
-            if ctx["clip"]:  # a weighted average of the E2(c): divided by the total weight
-                second = _normalise(second)
             # off the diagonal the noise has std z s / sqrt(2), and so has each entry of E u
             return whiten(second - c * np.outer(mean, mean), k, rng,
                           noise=plan.z_second[0] * sensitivity / np.sqrt(2.0))
