@@ -107,12 +107,20 @@ def laplace_release(value, sensitivity, epsilon, rng: np.random.Generator, dtype
     return out if dtype is None else out.astype(dtype, copy=False)
 
 
-def symmetric_gaussian_release(T, sensitivity, noise_multiplier, rng: np.random.Generator, dtype=None):
+def symmetric_gaussian_release(T, sensitivity, noise_multiplier, rng: np.random.Generator, dtype=None,
+                               frobenius: bool = False):
     """A symmetric matrix or order-3 tensor ``T`` released with Gaussian noise on its distinct entries.
 
     The entries ``T[i, j]`` with ``i <= j`` (``T[i, j, k]`` with ``i <= j <= k``) are the query,
     ``sensitivity`` their l2 sensitivity; they go through :func:`gaussian_release` and are copied
     to their permutations, so the result is exactly symmetric and one Gaussian release.
+
+    ``frobenius=True``: ``sensitivity`` bounds the Frobenius norm of the change of the whole
+    symmetric ``T`` instead. The query is then each distinct entry times the square root of its
+    number of positions m (1 or 2 for a matrix; 1, 3 or 6 for a tensor): a vector whose l2 norm is
+    the Frobenius norm of ``T``, so ``sensitivity`` is its l2 sensitivity; dividing back (post-
+    processing) leaves each distinct entry with noise of std ``noise_multiplier * sensitivity /
+    sqrt(m)`` -- less than the plain release's wherever ``m > 1``, at the same privacy cost.
     """
     T = np.asarray(T)
     d, order = T.shape[0], T.ndim
@@ -123,10 +131,16 @@ def symmetric_gaussian_release(T, sensitivity, noise_multiplier, rng: np.random.
         idx = np.nonzero(upper[:, :, None] & upper[None, :, :])
     else:
         raise ValueError(f"T must be a symmetric matrix or order-3 tensor, got ndim={order}")
-    released = gaussian_release(T[idx], sensitivity, noise_multiplier, rng)
-    out = np.empty(T.shape, dtype=T.dtype if dtype is None else dtype)
     from itertools import permutations
-    for perm in set(permutations(range(order))):
+    perms = set(permutations(range(order)))
+    if frobenius:  # sorted indices: the number of distinct values fixes the number of positions
+        distinct = 1 + sum(np.asarray(idx[a] != idx[a + 1], dtype=int) for a in range(order - 1))
+        root = np.sqrt(np.array([1.0, 2.0] if order == 2 else [1.0, 3.0, 6.0])[distinct - 1])
+        released = gaussian_release(T[idx] * root, sensitivity, noise_multiplier, rng) / root
+    else:
+        released = gaussian_release(T[idx], sensitivity, noise_multiplier, rng)
+    out = np.empty(T.shape, dtype=T.dtype if dtype is None else dtype)
+    for perm in perms:
         out[tuple(idx[p] for p in perm)] = released
     return out
 

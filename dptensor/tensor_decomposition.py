@@ -227,11 +227,13 @@ def choose_moment(n_samples: int, n_features: int, n_column_steps: int, itemsize
     return "dense" if dense < 4 * n * d * S else "implicit"
 
 
-def perturb_tensor(T, sensitivity: float, noise_multiplier: float, rng):
+def perturb_tensor(T, sensitivity: float, noise_multiplier: float, rng, frobenius: bool = False):
     """Input perturbation: ``T + E`` with E symmetric Gaussian, each distinct entry of std
     ``noise_multiplier * sensitivity`` (one Gaussian release of the distinct entries, through
-    :func:`~dptensor.mechanisms.symmetric_gaussian_release`)."""
-    return symmetric_gaussian_release(T, sensitivity, noise_multiplier, rng)
+    :func:`~dptensor.mechanisms.symmetric_gaussian_release`); with ``frobenius``, ``sensitivity``
+    bounds the Frobenius norm of the whole tensor's change and an entry with m positions gets
+    ``1 / sqrt(m)`` of that std."""
+    return symmetric_gaussian_release(T, sensitivity, noise_multiplier, rng, frobenius=frobenius)
 
 
 # ----------------------------------------------------------------------------------------------

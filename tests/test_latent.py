@@ -21,9 +21,9 @@ from dptensor.latent import PrivateGaussianMixture, PrivateLatentDirichletAlloca
 from dptensor.latent._pipeline import (PROJECTION_SHARE, SHARES, ImplicitMatrix, plan_noise, power_subspace,
                                        release, release_second, sym3, top_eigenpairs, whiten)
 from dptensor.latent.gaussian_mixture import spherical_variance, whitened_bound
-from dptensor.latent.lda import (DOCUMENT_SENSITIVITY, _clip_scale, _pair_products, _triple_sums,
-                                 document_moments, document_norms)
-from dptensor.mechanisms import clip_rows
+from dptensor.latent.lda import (DOCUMENT_SENSITIVITY, LDA_FIRST_SHARE, _clip_scale, _pair_products,
+                                 _triple_sums, document_moments, document_norms, topic_noise_std)
+from dptensor.mechanisms import clip_rows, symmetric_gaussian_release
 from dptensor.pca import auto_n_iter, covariance_sensitivity, power_schedule, row_power_sensitivity
 from dptensor.tensor_decomposition import row_sensitivity
 
@@ -80,6 +80,49 @@ def test_plan_spends_exactly_the_target(queries, n_power, n_first):
         np.testing.assert_allclose(plan.z_second[:-1], power_schedule(
             np.sqrt(second * (1 - PROJECTION_SHARE)), n_power))
     assert not plan_noise(np.inf, 1e-5, queries, n_power, n_first).private
+
+
+@pytest.mark.parametrize("n_power", [0, 5])
+def test_plan_with_given_shares_spends_exactly_the_target(n_power):
+    shares = {"first": 0.05, "second": 0.8, "third": 0.15}
+    plan = plan_noise(1.0, 1e-5, 30, n_power, 2, shares)
+    assert epsilon_of(plan.event, 1e-5) == pytest.approx(1.0, rel=1e-9)
+    parts = [sum(1 / z**2 for z in plan.z_first), sum(1 / z**2 for z in plan.z_second), 30 / plan.z_third**2]
+    np.testing.assert_allclose(np.array(parts) / sum(parts), [0.05, 0.8, 0.15])
+    with pytest.raises(ValueError, match="sum to 1"):
+        plan_noise(1.0, 1e-5, 1, shares={"first": 0.1, "second": 0.5, "third": 0.5})
+
+
+@pytest.mark.parametrize("d, k", [(60, 3), (2000, 10), (11, 10)])
+def test_lda_shares_follow_the_degrees_of_freedom(d, k):
+    """The topic model splits the budget s_j ~ dof_j^(1/3): k (d - k) for the pair moment's
+    subspace, k^2 for the whitened third moment; the fit costs exactly its target."""
+    model = PrivateLatentDirichletAllocation(k, epsilon=1.0, delta=1e-5)
+    shares = model._shares({"d": d}, k)
+    assert sum(shares.values()) == pytest.approx(1.0) and shares["first"] == LDA_FIRST_SHARE
+    assert shares["second"] / shares["third"] == pytest.approx((max(d - k, 1) / k) ** (1 / 3))
+    assert model.privacy_cost(1000, d).epsilon == pytest.approx(1.0, rel=1e-9)
+
+
+def test_topic_noise_std_is_the_first_order_noise_of_the_topics(rng):
+    """Topics mu_i = U Lambda^(1/2) v_i / sqrt(w_i) from a second moment released in the Frobenius
+    geometry (off-diagonal noise z s / sqrt(2)): over 200 draws their entries move with the std
+    that ``topic_noise_std`` predicts from ``noise = z s / sqrt(2)``."""
+    d, k, s = 80, 3, 2e-5
+    mu = rng.dirichlet(np.full(d, 0.3), size=k)
+    w = np.array([0.2, 0.3, 0.5])
+    M2 = (mu.T * w) @ mu
+    clean = whiten(M2, k, rng)
+    V = np.sqrt(w)[:, None] * (clean.W.T @ mu.T).T  # rows v_i, orthonormal
+    scale = 1.0 / np.sqrt(w)
+    draws = []
+    for _ in range(200):
+        released = symmetric_gaussian_release(M2, s, 1.0, rng, frobenius=True)
+        noisy = whiten(released, k, rng, noise=s / np.sqrt(2))
+        U = noisy.vectors * np.sign(np.sum(noisy.vectors * clean.vectors, axis=0))  # align signs
+        draws.append((scale[:, None] * V) @ (U * np.sqrt(noisy.values)).T)
+    observed = np.std(np.array(draws), axis=0).mean(axis=1)
+    np.testing.assert_allclose(observed, topic_noise_std(V, scale, noisy), rtol=0.1)
 
 
 def test_releases_add_noise_at_multiplier_times_sensitivity(rng):
@@ -367,6 +410,9 @@ def test_lda_clipped_first_and_second_sensitivities_brute_force(bound):
     tau = bound or 1.0
     assert spread(means) == pytest.approx(DOCUMENT_SENSITIVITY * tau)
     assert spread(pairs) == pytest.approx(DOCUMENT_SENSITIVITY * tau)
+    # the whole matrices (the Frobenius geometry of the release): the same bound, reached
+    whole = [brute_pair_and_triple(c)[0] * s for c, s in zip(docs, _clip_scale(e2, bound))]
+    assert spread(whole) == pytest.approx(DOCUMENT_SENSITIVITY * tau)
 
 
 @pytest.mark.parametrize("bound", [None, 0.5])
@@ -387,6 +433,8 @@ def test_lda_power_step_and_projection_sensitivity_brute_force(bound):
         projections = np.einsum("ap,nab,bq->npq", Q, pairs, Q)[:, iu[0], iu[1]]
         assert spread(steps) <= DOCUMENT_SENSITIVITY * tau + 1e-12
         assert spread(projections) <= DOCUMENT_SENSITIVITY * tau + 1e-12
+        whole = np.einsum("ap,nab,bq->npq", Q, pairs, Q)  # the projection's Frobenius geometry
+        assert spread(whole) <= DOCUMENT_SENSITIVITY * tau + 1e-12
     assert spread(steps) == pytest.approx(DOCUMENT_SENSITIVITY * tau)  # Q spans e_0, e_1
     # the chunk sums apply exactly sum_c s_c E2(c) Q, implicitly
     Q = np.linalg.qr(rng.standard_normal((4, 3)))[0]
@@ -509,6 +557,30 @@ def test_lda_private_fit_is_accounted(corpus):
         loose = PrivateLatentDirichletAllocation(3, epsilon=1e5, doc_clip=clip, random_state=0).fit(C)
         perm, _ = match_rows(loose.components_, exact.components_)
         assert np.abs(loose.components_[perm] - exact.components_).sum(axis=1).max() < limit
+
+
+def test_lda_topic_threshold_lowers_the_private_error(corpus):
+    """Zeroing the entries within ``topic_threshold`` noise deviations of 0 (post-processing of
+    released values) lowers the private topic error on sparse topics, spends the same, and does
+    nothing without privacy."""
+    C, topics, _ = corpus
+
+    def error(model):
+        perm, _ = match_rows(model.components_, topics)
+        return np.abs(model.components_[perm] - topics).sum(axis=1).mean()
+
+    kw = dict(epsilon=3.0, delta=1e-5)
+    on = [PrivateLatentDirichletAllocation(3, random_state=s, **kw).fit(C) for s in range(3)]
+    off = [PrivateLatentDirichletAllocation(3, topic_threshold=None, random_state=s, **kw).fit(C)
+           for s in range(3)]
+    assert np.mean([error(m) for m in on]) < 0.85 * np.mean([error(m) for m in off])
+    assert on[0].privacy_cost_.event == off[0].privacy_cost_.event
+    np.testing.assert_allclose(PrivateLatentDirichletAllocation(3, random_state=0).fit(C).components_,
+                               PrivateLatentDirichletAllocation(3, topic_threshold=None, random_state=0)
+                               .fit(C).components_, rtol=1e-9, atol=1e-15)
+    for bad in (-1.0, np.inf, "2", True):
+        with pytest.raises(ValueError, match="topic_threshold"):
+            PrivateLatentDirichletAllocation(3, topic_threshold=bad, **kw).fit(C)
 
 
 def test_lda_refuses_what_is_not_a_word_count(corpus):

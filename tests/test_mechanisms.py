@@ -104,6 +104,35 @@ def test_symmetric_gaussian_tensor_release_float32(rng):
     np.testing.assert_array_equal(E, E.transpose(2, 0, 1))
 
 
+@pytest.mark.parametrize("order", [2, 3])
+def test_frobenius_symmetric_release_is_one_release_of_an_isometric_query(rng, monkeypatch, order):
+    """``frobenius=True``: the query handed to the Gaussian release is each distinct entry times
+    sqrt(its number of positions), whose l2 norm is the Frobenius norm of the whole array (so a
+    Frobenius sensitivity is that query's l2 sensitivity); each distinct entry then carries noise
+    of std z s / sqrt(m), and the result is exactly symmetric."""
+    import dptensor.mechanisms as mech
+    d, sens, z = 7, 0.5, 3.0
+    A = rng.standard_normal((d,) * order)
+    A = sum(A.transpose(p) for p in itertools.permutations(range(order)))  # symmetric
+    queries = []
+    original = mech.gaussian_release
+    monkeypatch.setattr(mech, "gaussian_release",
+                        lambda q, *a, **k: queries.append(q) or original(q, *a, **k))
+    mech.symmetric_gaussian_release(A, sens, z, rng, frobenius=True)
+    assert np.linalg.norm(queries[0]) == pytest.approx(np.linalg.norm(A))
+    monkeypatch.undo()
+    draws = np.stack([symmetric_gaussian_release(np.zeros((d,) * order), sens, z, rng, frobenius=True)
+                      for _ in range(60)])
+    for axes in itertools.permutations(range(order)):
+        np.testing.assert_array_equal(draws[0], draws[0].transpose(axes))
+    idx = list(itertools.combinations_with_replacement(range(d), order))
+    mult = np.array([len(set(itertools.permutations(t))) for t in idx])
+    distinct = draws[(slice(None), *np.array(idx).T)]
+    for m in set(mult.tolist()):
+        values = distinct[:, mult == m].ravel()
+        assert stats.kstest(values, stats.norm(scale=sens * z / np.sqrt(m)).cdf).pvalue > P_MIN, m
+
+
 # ---------------------------------------------------------------- AboveThreshold
 @pytest.mark.parametrize("epsilon,sensitivity", [(1.0, 1.0), (0.25, 3.0)])
 def test_above_threshold_noise_scales(rng, monkeypatch, epsilon, sensitivity):

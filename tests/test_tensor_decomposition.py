@@ -250,9 +250,10 @@ def test_every_release_has_the_planned_sensitivity_and_multiplier(monkeypatch):
     def spying(name):
         real = getattr(td, name)
 
-        def spy(value, sensitivity, z, rng, dtype=None):
+        def spy(value, sensitivity, z, rng, dtype=None, **geometry):
+            assert not geometry.get("frobenius")  # the estimator's releases use the plain geometry
             calls.append((name, np.shape(value), np.broadcast_to(sensitivity, np.shape(value)[-1:]), z))
-            return real(value, sensitivity, z, rng, dtype)
+            return real(value, sensitivity, z, rng, dtype, **geometry)
         monkeypatch.setattr(td, name, spy)
     spying("gaussian_release")
     spying("symmetric_gaussian_release")

@@ -36,6 +36,9 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
     """
 
     _unit = "row"  # the privacy unit, as named in warnings
+    # whether the second moment's and the third moment's sensitivities are Frobenius-norm bounds
+    # of the whole symmetric array's change, so that its releases may use that geometry
+    _frobenius = False
 
     def _check_common(self, d: int) -> int:
         k = check_positive_int(self.n_components, "n_components")
@@ -76,7 +79,12 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         method = "perturb" if self.method == "auto" else self.method
         n_power = auto_n_iter(ctx["d"], True) if ctx["power"] and np.isfinite(epsilon) else 0
         return method, plan_noise(epsilon, delta, n_third_queries(method, k, self.n_restarts, self.n_iter),
-                                  n_power, ctx["n_first"])
+                                  n_power, ctx["n_first"], self._shares(ctx, k))
+
+    def _shares(self, ctx, k):
+        """How the fit splits its Gaussian-DP budget (public: the shape and the parameters only);
+        ``None`` takes :data:`~._pipeline.SHARES`."""
+        return None
 
     def privacy_cost(self, n_samples, n_features):
         """The cost and noise multiplier a ``fit`` on ``n_samples`` x ``n_features`` data would record.
@@ -118,7 +126,8 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         rows = ctx.pop("rows")  # no release reads the data after this one
         components, eigenvalues = decompose_whitened(
             data, correction, k, sensitivity=sensitivity, plan=plan, method=method,
-            n_restarts=self.n_restarts, n_iter=self.n_iter, rng=rng, verbose=self.verbose)
+            n_restarts=self.n_restarts, n_iter=self.n_iter, rng=rng, verbose=self.verbose,
+            frobenius=self._frobenius)
         self.method_ = method if plan.private else "exact"
         self.whitening_ = "power" if ctx["power"] else "dense"
         self.n_samples_ = n

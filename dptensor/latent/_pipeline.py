@@ -47,7 +47,8 @@ __all__ = ["SHARES", "PROJECTION_SHARE", "NoisePlan", "plan_noise", "release", "
            "Whitening", "whiten", "CorrectedTensor", "sym3", "whitened_rows_operator", "decompose_whitened",
            "n_third_queries", "match_rows"]
 
-#: Shares of the squared Gaussian-DP budget ``mu^2`` given to the three groups of releases. The
+#: Shares of the squared Gaussian-DP budget ``mu^2`` given to the three groups of releases, unless
+#: the model gives its own (the topic model does, see ``SpectralLatentModel._shares``). The
 #: first moments enter the second and third moments only through low-rank corrections (or set a
 #: clipping scale), so they get a small share; the second moment (its noise moves the whitening,
 #: which every later step inherits) and the whitened third moment split the rest evenly.
@@ -90,28 +91,32 @@ class NoisePlan:
 
 
 def plan_noise(epsilon: float, delta: float, n_third_queries: int, n_power: int = 0,
-               n_first: int = 1) -> NoisePlan:
+               n_first: int = 1, shares=None) -> NoisePlan:
     """Multipliers with ``sum_j 1 / z_j^2 = mu^2`` over every release: exactly ``(epsilon, delta)``.
 
     The first moments are ``n_first`` releases sharing ``SHARES["first"]`` evenly; the second
     moment one release (Analyze Gauss, ``n_power=0``) or ``n_power`` power steps scheduled by
     :func:`~dptensor.pca.power_schedule` and one projection with :data:`PROJECTION_SHARE` of
     ``SHARES["second"]``; the third moment one release (perturbation) or ``n_third_queries``
-    adaptive ones (the private power method). Under Gaussian-DP they compose to
+    adaptive ones (the private power method). ``shares`` (default :data:`SHARES`) splits ``mu^2``
+    between the three groups; they must sum to 1. Under Gaussian-DP the releases compose to
     ``mu = sqrt(sum_j 1 / z_j^2)``, so the whole fit is exactly ``mu``-GDP.
     """
+    shares = SHARES if shares is None else shares
+    if not math.isclose(sum(shares.values()), 1.0) or min(shares.values()) <= 0:
+        raise ValueError(f"the budget shares must be positive and sum to 1, got {shares}")
     n_third_queries = int(n_third_queries)
     if math.isinf(epsilon):
         return NoisePlan((0.0,) * n_first, (0.0,) * (n_power + 1 if n_power else 1), 0.0, 0, int(n_power), None)
     mu = gdp_mu(epsilon, delta)
-    z_first = (math.sqrt(n_first) / (mu * math.sqrt(SHARES["first"])),) * n_first
-    second = mu * math.sqrt(SHARES["second"])
+    z_first = (math.sqrt(n_first) / (mu * math.sqrt(shares["first"])),) * n_first
+    second = mu * math.sqrt(shares["second"])
     if n_power:
         z_second = (*(float(z) for z in power_schedule(second * math.sqrt(1.0 - PROJECTION_SHARE), n_power)),
                     1.0 / (second * math.sqrt(PROJECTION_SHARE)))
     else:
         z_second = (1.0 / second,)
-    z_third = math.sqrt(n_third_queries) / (mu * math.sqrt(SHARES["third"]))
+    z_third = math.sqrt(n_third_queries) / (mu * math.sqrt(shares["third"]))
     counts = Counter((*z_first, *z_second))
     event = ComposedEvent((*(GaussianEvent(z, c) for z, c in counts.items()),
                            GaussianEvent(z_third, n_third_queries)))
@@ -126,12 +131,14 @@ def release(value, sensitivity: float, noise_multiplier: float, rng):
     return gaussian_release(value, sensitivity, noise_multiplier, rng)
 
 
-def release_second(second, sensitivity, plan: NoisePlan, rng):
+def release_second(second, sensitivity, plan: NoisePlan, rng, frobenius: bool = False):
     """The symmetric second moment with Gaussian noise on its upper triangle, diagonal included
-    (Analyze Gauss: one release at ``z sensitivity``)."""
+    (Analyze Gauss: one release at ``z sensitivity``). ``frobenius``: ``sensitivity`` bounds the
+    Frobenius norm of the matrix's change, and the off-diagonal noise is ``1 / sqrt(2)`` of the
+    diagonal's (:func:`~dptensor.mechanisms.symmetric_gaussian_release`)."""
     if not plan.private:
         return second
-    return symmetric_gaussian_release(second, sensitivity, plan.z_second[0], rng)
+    return symmetric_gaussian_release(second, sensitivity, plan.z_second[0], rng, frobenius=frobenius)
 
 
 class ImplicitMatrix:
@@ -143,7 +150,7 @@ class ImplicitMatrix:
 
 
 def power_subspace(operator, k: int, plan: NoisePlan, rng, *, step_sensitivity: float,
-                   projection_sensitivity: float, few_passes: bool = False):
+                   projection_sensitivity: float, few_passes: bool = False, frobenius: bool = False):
     """An orthonormal basis V (d x p) of M2's top subspace and the released projection ``V^T M2 V``.
 
     ``operator`` applies the symmetric d x d ``M2`` to a d x p block (``matmat``), never forming
@@ -151,7 +158,8 @@ def power_subspace(operator, k: int, plan: NoisePlan, rng, *, step_sensitivity: 
     (:func:`~dptensor.pca.noisy_power_method`, ``p = min(2k, d)``: k oversampled columns), each
     one Gaussian release of ``M2 Q`` at ``step_sensitivity``; V spans the last one. Then one
     symmetric Gaussian release of the p x p ``V^T M2 V`` (upper triangle at
-    ``projection_sensitivity``). The noise is d x p per step and p x p at the end: nothing of size
+    ``projection_sensitivity``, a Frobenius-norm bound when ``frobenius``). The noise is d x p per
+    step and p x p at the end: nothing of size
     d x d is formed or noised. Every product is one pass over the data.
 
     Without privacy the exact top-k eigenpairs: ``V`` the eigenvectors and ``V^T M2 V`` their
@@ -173,7 +181,7 @@ def power_subspace(operator, k: int, plan: NoisePlan, rng, *, step_sensitivity: 
     P = V.T @ operator.matmat(V)
     P = (P + P.T) / 2.0
     if plan.private:
-        P = symmetric_gaussian_release(P, projection_sensitivity, plan.z_second[-1], rng)
+        P = symmetric_gaussian_release(P, projection_sensitivity, plan.z_second[-1], rng, frobenius=frobenius)
     return V, P
 
 
@@ -205,10 +213,16 @@ def top_eigenpairs(A, k: int, rng, *, dense_below: int = 600):
 
 @dataclass(frozen=True)
 class Whitening:
-    """``W = U diag(values)^(-1/2)`` (d x k) and its left inverse ``(W^T)^+ = U diag(values)^(1/2)``."""
+    """``W = U diag(values)^(-1/2)`` (d x k) and its left inverse ``(W^T)^+ = U diag(values)^(1/2)``.
+
+    ``noise`` is the standard deviation of the Gaussian noise on each entry of the released
+    ``M2 u`` (``u`` a unit vector): public (a noise multiplier times a sensitivity), 0 without
+    privacy. To first order it moves each eigenvector by ``noise / value`` per coordinate.
+    """
 
     vectors: np.ndarray
     values: np.ndarray
+    noise: float = 0.0
 
     @property
     def W(self) -> np.ndarray:
@@ -219,17 +233,17 @@ class Whitening:
         return self.vectors * np.sqrt(self.values)
 
 
-def whiten(M2, k: int, rng, basis=None) -> Whitening:
+def whiten(M2, k: int, rng, basis=None, noise: float = 0.0) -> Whitening:
     """Whitening from the top-k eigenpairs of ``M2``, or of ``V^T M2 V`` given ``basis=V``.
 
     With a basis (d x p, orthonormal columns) ``M2`` is the p x p projection and the eigenvectors
     are mapped back by V: ``W = V U_k Lambda_k^(-1/2)``. A noisy (or finite-sample) ``M2`` can
     have non-positive eigenvalues among its top k; they are floored at ``1e-6`` times the largest
-    so the whitening stays finite (post-processing).
+    so the whitening stays finite (post-processing). ``noise`` is recorded (see :class:`Whitening`).
     """
     values, vectors = top_eigenpairs(M2, k, rng)
     floor = 1e-6 * max(float(values[0]), np.finfo(float).tiny)
-    return Whitening(vectors if basis is None else basis @ vectors, np.maximum(values, floor))
+    return Whitening(vectors if basis is None else basis @ vectors, np.maximum(values, floor), float(noise))
 
 
 def sym3(A) -> np.ndarray:
@@ -268,20 +282,23 @@ def whitened_rows_operator(Y, n_queries: int):
 
 
 def decompose_whitened(data, correction, k: int, *, sensitivity: float, plan: NoisePlan, method: str,
-                       n_restarts: int, n_iter: int, rng, verbose: int = 0):
+                       n_restarts: int, n_iter: int, rng, verbose: int = 0, frobenius: bool = False):
     """Release and decompose the whitened third moment ``data + correction``.
 
     ``data`` is the data-dependent part (a dense k x k x k array, or a tensor operator), of
     row-level l2 sensitivity ``sensitivity``; ``correction`` is public. Without privacy: the robust
     tensor power method on the sum. ``method="perturb"``: one Gaussian release of the distinct
-    entries of ``data`` (then the power method is post-processing). ``method="power"``: the
+    entries of ``data`` (then the power method is post-processing; ``frobenius``: ``sensitivity``
+    bounds the Frobenius norm of the tensor's change, see
+    :func:`~dptensor.mechanisms.symmetric_gaussian_release`). ``method="power"``: the
     private tensor power method (``k L (R + 1)`` Gaussian queries of the sum).
 
     Returns ``(components (k, k), eigenvalues (k,))``.
     """
     if plan.private and method == "perturb":
         dense = data if isinstance(data, np.ndarray) else _dense(data)
-        operator = SymmetricTensor(perturb_tensor(dense, sensitivity, plan.z_third, rng) + correction)
+        noisy = perturb_tensor(dense, sensitivity, plan.z_third, rng, frobenius)
+        operator = SymmetricTensor(noisy + correction)
         noise = None
     else:
         base = SymmetricTensor(data) if isinstance(data, np.ndarray) else data
