@@ -605,6 +605,27 @@ def test_lda_refuses_what_is_not_a_word_count(corpus):
         PrivateLatentDirichletAllocation(3, alpha0=0).fit(C)
 
 
+def test_lda_a_huge_document_cannot_decide_the_fit(corpus):
+    """Counts whose powers overflow made the clipping scale NaN (``inf - inf``), so one document
+    of 10^103 words made a private fit fail after its spend: such documents are refused before it,
+    and the longest admitted one leaves the fit finite."""
+    C = corpus[0].toarray()
+    budget = PrivacyAccountant(epsilon=10.0, delta=1e-6)
+    for words in (2.0**53, 1e103):
+        huge = C.copy()
+        huge[0] = 0
+        huge[0, 1] = words
+        with pytest.raises(ValueError, match="fewer than 2\\*\\*53 words"):
+            PrivateLatentDirichletAllocation(3, epsilon=1.0, accountant=budget, random_state=0).fit(huge)
+    assert budget.history() == []
+    longest = C.copy()
+    longest[0] = 0
+    longest[0, 1] = 2.0**53 - 1
+    for clip in (1.0, None):
+        model = PrivateLatentDirichletAllocation(3, epsilon=1.0, doc_clip=clip, random_state=0).fit(longest)
+        assert np.all(np.isfinite(model.components_)) and np.all(np.isfinite(model.alpha_))
+
+
 def _split_into_unit_entries(C):
     """The same counts as a non-canonical CSR matrix: a count c stored as c duplicate entries of 1."""
     C = sp.csr_matrix(C)

@@ -23,7 +23,7 @@ from ._base import SpectralLatentModel
 from ._pipeline import ImplicitMatrix, power_subspace, release, release_second, sym3, whiten
 
 __all__ = ["PrivateLatentDirichletAllocation", "document_moments", "document_norms", "topic_noise_std",
-           "DOCUMENT_SENSITIVITY", "LDA_FIRST_SHARE"]
+           "DOCUMENT_SENSITIVITY", "LDA_FIRST_SHARE", "MAX_DOCUMENT_LENGTH"]
 
 #: l2 sensitivity, times ``n / tau``, of the mean and of the upper triangle of the pair moment when
 #: each document's term is clipped to norm ``tau <= 1`` (``tau = 1``: unclipped): each term is a
@@ -35,6 +35,12 @@ DOCUMENT_SENSITIVITY = float(np.sqrt(2.0))
 #: removing their noise altogether changed the topic error by under 1% (2000 words, 10^5
 #: documents, epsilon 1), so they get half of the default :data:`~._pipeline.SHARES` one.
 LDA_FIRST_SHARE = 0.05
+
+#: A fitted document has fewer words than this. Below it float64 counts are exact whole numbers and
+#: the sums of their powers that set the clipping (up to ``l^4``, and ``l^3 max ||w_i||^3`` for the
+#: whitened triple term) stay finite; above it they overflow to ``inf - inf``, a NaN clipping
+#: scale, and one document would decide whether the fit's releases fail.
+MAX_DOCUMENT_LENGTH = 2.0**53
 
 
 def topic_noise_std(components, scale, whitening):
@@ -166,10 +172,12 @@ def _triple_sums(chunk, W, bound):
 
 
 def _count_checks(chunk, min_length):
-    """How many entries are negative, how many fractional, how many documents are too short."""
+    """How many entries are negative, how many fractional, how many documents are too short or too
+    long (:data:`MAX_DOCUMENT_LENGTH`)."""
     C = _counts(chunk)
+    length = _row_sums(C, C.data)
     return (int(np.sum(C.data < 0)), int(np.sum(C.data != np.round(C.data))),
-            int(np.sum(_row_sums(C, C.data) < min_length)))
+            int(np.sum(length < min_length)), int(np.sum(length >= MAX_DOCUMENT_LENGTH)))
 
 
 #: The floor of a topic-word probability when words are scored (a clipped topic has exact zeros).
@@ -236,7 +244,9 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
     Notes
     -----
     *Privacy unit.* One document (a row of counts), n public. No bound on document length is
-    needed: each document's moment terms are averages over its word positions.
+    needed: each document's moment terms are averages over its word positions (a fit refuses
+    documents of 2**53 words or more, where float64 counts stop being exact and their powers
+    overflow: :data:`MAX_DOCUMENT_LENGTH`).
 
     *What is released.* With ``doc_clip`` set (the default): first the mean of ``||E2(c)||_F``
     over documents (sensitivity ``1 / n``), which fixes the typical norm ``nu`` of a document's
@@ -367,11 +377,11 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
     def _validate(self, X, reset, min_length=3):
         if is_dask_array(X):  # checked by one reduction over the chunks, never pulled here
             C = check_dask_array(self, X, reset=reset)
-            negative, fractional, short = self._reduce({"rows": C}, _count_checks, min_length)
+            negative, fractional, short, long = self._reduce({"rows": C}, _count_checks, min_length)
         else:
             X = validate_data(self, X, reset=reset, accept_sparse="csr", dtype=[np.float64, np.float32])
             C = _counts(X)
-            negative, fractional, short = _count_checks(C, min_length)
+            negative, fractional, short, long = _count_checks(C, min_length)
         if negative:  # scikit-learn's words for it, as its own LatentDirichletAllocation says
             raise ValueError("Negative values in data: X must hold word counts (non-negative integers)")
         if fractional:
@@ -381,6 +391,9 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
             # No count of them: an error is released too, and how many rows fail is a statistic.
             raise ValueError(f"every document needs at least {min_length} words (the third moment is "
                              "estimated from distinct word triples); some have fewer: drop them first")
+        if min_length and long:  # a fit only: transform reads no private data
+            raise ValueError("every document needs fewer than 2**53 words (counts beyond are not exact "
+                             "in float64, and their powers overflow); some have more: drop them first")
         return C
 
     def _shares(self, ctx, k):
