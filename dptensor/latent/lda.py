@@ -25,10 +25,11 @@ from ._pipeline import ImplicitMatrix, power_subspace, release, release_second, 
 __all__ = ["PrivateLatentDirichletAllocation", "document_moments", "document_norms", "topic_noise_std",
            "DOCUMENT_SENSITIVITY", "LDA_FIRST_SHARE", "MAX_DOCUMENT_LENGTH"]
 
-#: l2 sensitivity, times ``n / tau``, of the mean and of the upper triangle of the pair moment when
-#: each document's term is clipped to norm ``tau <= 1`` (``tau = 1``: unclipped): each term is a
-#: non-negative vector of norm at most ``tau`` (a convex combination of word indicators, or of
-#: their pair products, scaled down), so two of them differ by at most ``sqrt(2) tau``.
+#: l2 sensitivity, times ``n / tau``, of the mean and (in Frobenius norm, over the whole matrix) of
+#: the pair moment when each document's term is clipped to norm ``tau <= 1`` (``tau = 1``:
+#: unclipped): each term is a non-negative vector (matrix) of norm at most ``tau`` (a convex
+#: combination of word indicators, or of their pair products, scaled down), so two of them differ
+#: by at most ``sqrt(2) tau``.
 DOCUMENT_SENSITIVITY = float(np.sqrt(2.0))
 
 #: The first moments' share of the Gaussian-DP budget ``mu^2`` (the clipping scale and the mean):
