@@ -4,17 +4,20 @@ Which positions are observed (Omega) is public, and on ratings it says much abou
 rated which items. :class:`ImplicitDesign` builds, from Omega alone, for two modes with a factor
 (the *lead* mode, e.g. users, and its *partner*, e.g. items)
 
-* ``z_i``: the unit-norm indicator of the partner rows observed with lead row ``i``, and
-* ``q_j``: a spectral embedding of the partner rows (``rank`` columns, rows of norm at most 1),
+* ``z_i``: the unit-norm indicator of the partner rows observed with lead row ``i`` (and ``z'_j``
+  of the lead rows observed with partner row ``j``), and
+* ``p_i``, ``q_j``: the two modes' spectral embeddings of Omega (``rank`` columns, rows of norm at
+  most 1),
 
-and models the interaction as ``f(e) = z_{i(e)}^T Y q_{j(e)}`` with one learned matrix ``Y``
-(partner rows x rank): a user's factor is the normalised sum of learned vectors over the items
-they rated. Every entry then informs ``Y`` through all the rows its lead row observed, so the
-sufficient statistic ``B = sum_e t_e z_{i(e)} q_{j(e)}^T`` of a least-squares fit is one release
-of sensitivity ``2 clip`` (``|z| = 1``, ``|q| <= 1``) whose signal adds up over many entries, where
-per-row factor releases drown in their noise. Its Gram is public; :func:`wiener_fit` solves the
-noisy normal equations with an empirical-Bayes (Wiener) filter. Derivation:
-``docs/derivations/completion.rst``.
+and models the interaction as ``f(e) = z_i^T Y q_j + p_i^T W z'_j`` with learned ``Y`` (partner rows
+x rank) and ``W`` (lead rows x rank): a user's factor is the normalised sum of learned vectors over
+the items they rated, and an item's over the users who rated it. Every entry then informs the
+parameters through all the rows its lead and partner rows observed, so the sufficient statistic
+``B = sum_e t_e x_e`` of a least-squares fit (``x_e`` the entry's design, of norm at most
+``sqrt(2)``) is one release of sensitivity ``sqrt(2) min(1, 2 clip)`` whose signal adds up over
+many entries, where per-row factor releases drown in their noise. Its Gram is public;
+:func:`wiener_fit` solves the noisy normal equations with an empirical-Bayes (Wiener) filter.
+Derivation: ``docs/derivations/completion.rst``.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as sla
 
-__all__ = ["ImplicitDesign", "wiener_fit"]
+__all__ = ["ImplicitDesign", "wiener_fit", "DESIGN_NORM"]
 
 #: Rademacher probes of the Hutchinson estimate of ``tr(G^2)`` (a public quantity, estimated with a
 #: fixed seed so that the fit is a deterministic function of the releases and Omega).
@@ -36,76 +39,121 @@ CG_MAXITER = 200
 CG_RTOL = 1e-4
 
 
-class ImplicitDesign:
-    """The design of ``f(e) = z_{i(e)}^T Y q_{j(e)}`` on the observed entries of ``obs``.
+class _Side:
+    """One side of the interaction: each row ``r`` of one mode represented through the rows of the
+    other mode it was observed with, ``f_side(e) = z_{r(e)}^T Y q_{c(e)}`` (``z_r``: the unit-norm
+    indicator of those rows; ``q_c``: the other mode's public embedding). Products with the design
+    and its adjoint are two sparse products each: no per-entry Python loop, no dense design."""
 
-    ``lead`` and ``partner`` are the two modes with a factor; ``rank`` the embedding's columns. All
-    of it is a function of Omega (public). Products with the design and its adjoint are two sparse
-    products each: no per-entry Python loop, no dense design.
-    """
-
-    def __init__(self, obs, lead: int, partner: int, rank: int):
-        self.lead, self.partner, self.rank = lead, partner, rank
-        self.i, self.j = obs.X[:, lead], obs.X[:, partner]
-        n_lead, n_partner, n = obs.shape[lead], obs.shape[partner], len(obs.X)
-        incidence = sp.csr_matrix((np.ones(n), (self.i, self.j)), shape=(n_lead, n_partner))
-        incidence.sum_duplicates()
-        incidence.data[:] = 1.0  # a position observed on several days counts once
-        lead_degree = np.asarray(incidence.sum(axis=1)).ravel()
-        partner_degree = np.asarray(incidence.sum(axis=0)).ravel()
-        self.Z = sp.diags(1.0 / np.sqrt(np.maximum(lead_degree, 1.0))) @ incidence  # unit-norm rows
-        self.Q = spectral_embedding(self.Z @ sp.diags(1.0 / np.sqrt(np.maximum(partner_degree, 1.0))), rank)
-        # per lead row, the sum over its entries: one sparse product
-        self._by_lead = sp.csr_matrix((np.ones(n), (self.i, np.arange(n))), shape=(n_lead, n))
-        self._Qj = self.Q[self.j]
-        # The Gram is Z^T diag_i(M_i) Z with M_i = sum over lead row i's entries of q_j q_j^T:
-        # formed once (rank columns at a time, never an (n, rank^2) array) when the lead rows
-        # hold more than rank entries on average, its products then skip the per-entry work
-        # that dominates the conjugate-gradient solve.
+    def __init__(self, Z, Q, rows, cols):
+        self.Z, self.Q, self.rows = Z, Q, rows
+        n_rows, n = Z.shape[0], len(rows)
+        self._by_row = sp.csr_matrix((np.ones(n), (rows, np.arange(n))), shape=(n_rows, n))
+        self._Qc = Q[cols]
+        # Its Gram is Z^T diag_r(M_r) Z with M_r = sum over row r's entries of q_c q_c^T: formed once
+        # (rank columns at a time, never an (n, rank^2) array) when the rows hold more than rank
+        # entries on average; its products then skip the per-entry work that dominates the
+        # conjugate-gradient solve.
+        rank = Q.shape[1]
         self._M = None
-        if n_lead * rank < n:
-            self._M = np.stack([self._by_lead @ (self._Qj[:, a:a + 1] * self._Qj) for a in range(rank)],
-                               axis=1)
+        if n_rows * rank < n:
+            self._M = np.stack([self._by_row @ (self._Qc[:, a:a + 1] * self._Qc) for a in range(rank)], axis=1)
 
     @property
     def shape(self):
-        """The shape of ``Y``: (partner rows, rank)."""
         return self.Q.shape
 
     def apply(self, Y):
-        """``f(e)`` at every observed entry."""
-        return np.einsum("ek,ek->e", (self.Z @ Y)[self.i], self._Qj)
+        return np.einsum("ek,ek->e", (self.Z @ Y)[self.rows], self._Qc)
 
     def adjoint(self, w):
-        """``sum_e w_e z_{i(e)} q_{j(e)}^T``: (partner rows, rank)."""
-        return self.Z.T @ (self._by_lead @ (w[:, None] * self._Qj))
+        return self.Z.T @ (self._by_row @ (w[:, None] * self._Qc))
 
     def gram(self, Y):
-        """``adjoint(apply(Y))``: the Gram of the design applied to ``Y``."""
         if self._M is None:
             return self.adjoint(self.apply(Y))
         return self.Z.T @ np.einsum("ikl,il->ik", self._M, self.Z @ Y)
 
-    def lead_factor(self, Y):
-        """The lead mode's CP factor ``Z Y`` (a row without entries: 0)."""
-        return np.asarray(self.Z @ Y)
+
+class ImplicitDesign:
+    """The design of ``f(e) = z_{i(e)}^T Y q_{j(e)} + p_{i(e)}^T W z'_{j(e)}`` on the observed entries.
+
+    ``lead`` (``i``, e.g. users) and ``partner`` (``j``, e.g. items) are the two modes with a factor.
+    A lead row's factor is the normalised sum of learned vectors (``Y``) over the partner rows it was
+    observed with (``z_i``), and symmetrically a partner row's factor sums ``W`` over its lead rows
+    (``z'_j``); ``q_j`` and ``p_i`` are the two modes' spectral embeddings of Omega (``rank``
+    columns, rows of norm at most 1). All of it is a function of Omega (public). The parameters are
+    one flat vector ``(vec Y, vec W)``; each entry's design has norm
+    ``sqrt(|z_i|^2 |q_j|^2 + |z'_j|^2 |p_i|^2) <= sqrt(2)``: ``DESIGN_NORM``.
+    """
+
+    def __init__(self, obs, lead: int, partner: int, rank: int):
+        self.lead, self.partner, self.rank = lead, partner, rank
+        i, j = obs.X[:, lead], obs.X[:, partner]
+        n_lead, n_partner, n = obs.shape[lead], obs.shape[partner], len(obs.X)
+        incidence = sp.csr_matrix((np.ones(n), (i, j)), shape=(n_lead, n_partner))
+        incidence.sum_duplicates()
+        incidence.data[:] = 1.0  # a position observed on several days counts once
+        lead_degree = np.asarray(incidence.sum(axis=1)).ravel()
+        partner_degree = np.asarray(incidence.sum(axis=0)).ravel()
+        lead_scale = sp.diags(1.0 / np.sqrt(np.maximum(lead_degree, 1.0)))
+        partner_scale = sp.diags(1.0 / np.sqrt(np.maximum(partner_degree, 1.0)))
+        P, Q = spectral_embeddings(lead_scale @ incidence @ partner_scale, rank)
+        # unit-norm rows of the incidence, from each side (0 for a row without entries)
+        self.lead_side = _Side(sp.csr_matrix(lead_scale @ incidence), Q, i, j)
+        self.partner_side = _Side(sp.csr_matrix(partner_scale @ incidence.T), P, j, i)
+        self.P, self.Q = P, Q
+        self._split = Q.size
+
+    @property
+    def shape(self):
+        """The parameters' shape: one flat vector ``(vec Y, vec W)``."""
+        return (self.Q.size + self.P.size,)
+
+    def _parts(self, theta):
+        theta = np.asarray(theta).ravel()
+        return theta[:self._split].reshape(self.Q.shape), theta[self._split:].reshape(self.P.shape)
+
+    def apply(self, theta):
+        """``f(e)`` at every observed entry."""
+        Y, W = self._parts(theta)
+        return self.lead_side.apply(Y) + self.partner_side.apply(W)
+
+    def adjoint(self, w):
+        """The sum over entries of ``w_e`` times the entry's design: a flat vector."""
+        return np.concatenate([self.lead_side.adjoint(w).ravel(), self.partner_side.adjoint(w).ravel()])
+
+    def gram(self, theta):
+        """``adjoint(apply(theta))``: the diagonal blocks from the sides' per-row blocks, the cross
+        terms through the entries."""
+        Y, W = self._parts(theta)
+        a, b = self.lead_side, self.partner_side
+        return np.concatenate([(a.gram(Y) + a.adjoint(b.apply(W))).ravel(),
+                               (b.gram(W) + b.adjoint(a.apply(Y))).ravel()])
+
+    def factors(self, theta):
+        """The CP factors (lead, partner), ``2 rank`` columns each: ``[Z Y, P]`` and ``[Q, Z' W]``."""
+        Y, W = self._parts(theta)
+        return (np.hstack([np.asarray(self.lead_side.Z @ Y), self.P]),
+                np.hstack([self.Q, np.asarray(self.partner_side.Z @ W)]))
 
     def bulk(self, n_top):
         """The Gram ``G`` without its ``n_top`` leading directions: ``(V, g, tr1, tr2)`` with ``V``
         ``(dim, n_top)`` the leading eigenvectors and ``g`` their eigenvalues (Lanczos from a fixed
         start), and ``tr1``, ``tr2`` the traces of ``G`` and ``G^2`` on the rest: the first exactly
-        (``tr G = sum_e |z|^2 |q|^2``), the second by a Hutchinson estimate on the deflated Gram
-        with a fixed seed (its variance is small once the dominant directions are out). All of it
-        public: functions of Omega."""
-        dim = self.Q.size
-        op = sla.LinearOperator((dim, dim), matvec=lambda v: self.gram(v.reshape(self.shape)).ravel())
+        (``tr G = sum_e |z|^2 |q|^2 + |z'|^2 |p|^2``), the second by a Hutchinson estimate on the
+        deflated Gram with a fixed seed (its variance is small once the dominant directions are
+        out). All of it public: functions of Omega."""
+        dim = self.shape[0]
+        op = sla.LinearOperator((dim, dim), matvec=self.gram)
         n_top = min(n_top, dim - 2)
         if n_top > 0:
             g, V = sla.eigsh(op, k=n_top, which="LA", v0=np.ones(dim) / math.sqrt(dim))
             g = np.maximum(g, 0.0)
         else:
             g, V = np.zeros(0), np.zeros((dim, 0))
-        tr1 = float(np.sum(self._Qj**2) if len(self.i) else 0.0) - float(g.sum())
+        total = sum(float(np.sum(side._Qc**2)) for side in (self.lead_side, self.partner_side))
+        tr1 = total - float(g.sum())
         probes = np.random.default_rng(0)
 
         def deflated(v):
@@ -116,22 +164,30 @@ class ImplicitDesign:
         return V, g, max(tr1, 0.0), float(tr2)
 
 
-def spectral_embedding(normalized, rank):
-    """The partner rows' spectral embedding from the degree-normalised incidence matrix: its right
-    singular vectors 2 to ``rank + 1`` (the first is the degrees' square roots, which the offsets
-    already carry), scaled to unit root-mean-square and clipped to rows of norm at most 1. Columns
-    past the matrix's rank are 0."""
+#: Bound on the norm of one entry's design in :class:`ImplicitDesign` (two unit terms).
+DESIGN_NORM = math.sqrt(2.0)
+
+
+def spectral_embeddings(normalized, rank):
+    """Both modes' spectral embeddings from the degree-normalised incidence matrix: its left and right
+    singular vectors 2 to ``rank + 1`` (the first pair is the degrees' square roots, which the
+    offsets already carry), scaled to unit root-mean-square and clipped to rows of norm at most 1.
+    Columns past the matrix's rank are 0."""
     n_rows, n_cols = normalized.shape
     k = min(rank + 1, min(n_rows, n_cols))
     if min(n_rows, n_cols) <= 2 * (rank + 1) or n_rows * n_cols <= 250_000:
-        _, s, vt = np.linalg.svd(normalized.toarray(), full_matrices=False)
+        u, s, vt = np.linalg.svd(normalized.toarray(), full_matrices=False)
     else:
         # ARPACK from a fixed start: a deterministic function of Omega
-        _, s, vt = sla.svds(normalized, k=k, v0=np.ones(min(n_rows, n_cols)) / math.sqrt(min(n_rows, n_cols)))
+        u, s, vt = sla.svds(normalized, k=k, v0=np.ones(min(n_rows, n_cols)) / math.sqrt(min(n_rows, n_cols)))
     order = np.argsort(-s)[1:k]
-    Q = np.zeros((n_cols, rank))
-    Q[:, :len(order)] = vt[order].T * math.sqrt(n_cols)
-    return Q / np.maximum(np.linalg.norm(Q, axis=1, keepdims=True), 1.0)
+
+    def embed(vectors, n):
+        E = np.zeros((n, rank))
+        E[:, :len(order)] = vectors * math.sqrt(n)
+        return E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1.0)
+
+    return embed(u[:, order], n_rows), embed(vt[order].T, n_cols)
 
 
 def _prior_variance(g, c2, rest, tr1, tr2, bulk2, s2, noise_var):

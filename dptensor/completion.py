@@ -13,10 +13,11 @@ value range ``[lo, hi]`` are public):
   released factors) and solved with empirical-Bayes shrinkage. Exactly ``(eps, delta)``.
 
 * ``"implicit"`` (CP with two modes with a factor): private offsets and residual scale, then the
-  interaction ``f(e) = z_i^T Y q_j`` learned through Omega (``z_i``: the unit-norm indicator of
-  the partner rows observed with lead row ``i``; ``q_j``: a spectral embedding of the partner
-  rows; both public), from one Gaussian release of its sufficient statistic, solved with an
-  empirical-Bayes (Wiener) filter (:mod:`dptensor._implicit`). Exactly ``(eps, delta)``.
+  interaction ``f(e) = z_i^T Y q_j + p_i^T W z'_j`` learned through Omega (``z_i``: the unit-norm
+  indicator of the partner rows observed with lead row ``i``, ``z'_j`` of the lead rows observed
+  with partner row ``j``; ``p``, ``q``: the modes' spectral embeddings; all public), from one
+  Gaussian release of its sufficient statistic, solved with an empirical-Bayes (Wiener) filter
+  (:mod:`dptensor._implicit`). Exactly ``(eps, delta)``.
 * ``"input"``: every observed value is clipped to ``[lo, hi]`` and gets ``Lap((hi - lo)/eps)``
   noise; each entry is touched by one release, so the fit is pure ``eps``-DP by parallel
   composition, and everything after is post-processing.
@@ -53,7 +54,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import ThreadpoolController
 
 from ._base import PrivateEstimatorMixin
-from ._implicit import ImplicitDesign, wiener_fit
+from ._implicit import DESIGN_NORM, ImplicitDesign, wiener_fit
 from ._randomness import public_digest
 from ._completion_models import (Model, Observations, als, dp_als, gradient_descent, init_model, predict,
                                  OffsetNoise, offset_noise, residual_scale, row_offsets, spectral_start)
@@ -219,7 +220,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
       many entries (offsets, residual scale; ``order + 1`` fewer without ``fit_intercept``) with
       the rest of the budget, Gaussian or Laplace. CP only.
     * ``perturbation="implicit"``: ``(epsilon, delta)``-DP, exactly: one Gaussian release of the
-      interaction's statistic (l2 sensitivity ``min(1, 2 clip)``) with ``(1 - offset_share)`` of
+      interaction's statistic (l2 sensitivity ``sqrt(2) min(1, 2 clip)``) with ``(1 - offset_share)`` of
       ``mu^2``, and the offsets and residual scale with the rest, Gaussian or Laplace.
     * ``perturbation="input"``: pure ``epsilon``-DP (Laplace, parallel composition), ``delta`` unused.
     * ``perturbation="gradient"``: ``(epsilon, delta)``-DP, exactly: ``n_iter`` gradient releases of
@@ -237,8 +238,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     Parameters
     ----------
     rank : int, default=3
-        CP rank, or the size of every side of the Tucker core (``"implicit"``: the columns of the
-        partner rows' spectral embedding).
+        CP rank, or the size of every side of the Tucker core (``"implicit"``: the columns of each
+        mode's spectral embedding; the released CP factors have ``2 rank`` columns).
     decomposition : {"cp", "tucker"}, default="cp"
     perturbation : {"auto", None, "statistics", "implicit", "input", "gradient", "output"}, default="auto"
         ``"auto"``: the non-private fit at ``epsilon=np.inf``, otherwise ``"statistics"`` for CP
@@ -693,17 +694,19 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         """Implicit-feedback statistics: private offsets, a released residual scale, then one
         Gaussian release of the two-mode interaction's sufficient statistic (:mod:`dptensor._implicit`)."""
         lead, partner = self._check_implicit_modes(obs.order, p["fixed"])
-        model = init_model(obs.shape, p["rank"], "cp", rng, scale=0.1, fixed=p["fixed"])
+        # The released CP model has 2 rank columns: [Z Y, P] and [Q, Z' W].
+        model = init_model(obs.shape, 2 * p["rank"], "cp", rng, scale=0.1, fixed=p["fixed"])
         _, clip, s2 = self._offsets_and_scale(obs, ys, model, plan, rng)
         design = ImplicitDesign(obs, lead, partner, p["rank"])
-        # One value moves its clipped residual by at most min(1, 2 clip), and |z| |q| <= 1.
+        # One value moves its clipped residual by at most min(1, 2 clip); each entry's design has
+        # norm at most DESIGN_NORM.
         resid = np.clip(ys - offsets_of(model, obs.X), -clip, clip)
-        sens = min(1.0, 2.0 * clip)
+        sens = DESIGN_NORM * min(1.0, 2.0 * clip)
         B = design.adjoint(resid)
         if plan["z"] > 0:
             B = gaussian_release(B, sens, plan["z"], rng)
-        Y = wiener_fit(design, B, s2=s2, noise_var=(plan["z"] * sens) ** 2)
-        model.factors[lead], model.factors[partner] = design.lead_factor(Y), design.Q.copy()
+        theta = wiener_fit(design, B, s2=s2, noise_var=(plan["z"] * sens) ** 2)
+        model.factors[lead], model.factors[partner] = design.factors(theta)
         if progress is not None:
             progress(0)
         return model

@@ -37,44 +37,39 @@ def _rmse(a, b):
 
 
 def test_design_is_public_and_its_adjoint_is_exact(rng):
+    from dptensor._implicit import DESIGN_NORM
+
     X = np.stack([rng.integers(0, 30, 400), rng.integers(0, 25, 400), rng.integers(0, 3, 400)], axis=1)
     obs = Observations(X, (32, 25, 3))  # two users without entries
     design = ImplicitDesign(obs, 0, 1, 4)
-    norms = np.sqrt(np.asarray(design.Z.multiply(design.Z).sum(axis=1)).ravel())
-    seen = np.bincount(X[:, 0], minlength=32) > 0
-    assert np.allclose(norms[seen], 1.0) and np.all(norms[~seen] == 0)
-    assert np.all(np.linalg.norm(design.Q, axis=1) <= 1 + 1e-12) and np.linalg.matrix_rank(design.Q) == 4
-    Y, w = rng.normal(size=design.shape), rng.normal(size=len(X))
-    assert np.vdot(design.apply(Y), w) == pytest.approx(np.vdot(Y, design.adjoint(w)), rel=1e-10)
-    # the design at entry e is z_i q_j^T, of norm |q_j| <= 1: the sensitivity of the adjoint
-    e = 7
-    one = np.zeros(len(X))
-    one[e] = 1.0
-    assert np.linalg.norm(design.adjoint(one)) == pytest.approx(np.linalg.norm(design.Q[X[e, 1]]), rel=1e-10)
+    for side, mode, n in ((design.lead_side, 0, 32), (design.partner_side, 1, 25)):
+        norms = np.sqrt(np.asarray(side.Z.multiply(side.Z).sum(axis=1)).ravel())
+        seen = np.bincount(X[:, mode], minlength=n) > 0
+        assert np.allclose(norms[seen], 1.0) and np.all(norms[~seen] == 0)
+    for E in (design.P, design.Q):
+        assert np.all(np.linalg.norm(E, axis=1) <= 1 + 1e-12) and np.linalg.matrix_rank(E) == 4
+    theta, w = rng.normal(size=design.shape), rng.normal(size=len(X))
+    assert np.vdot(design.apply(theta), w) == pytest.approx(np.vdot(theta, design.adjoint(w)), rel=1e-10)
+    # the design at entry e has norm sqrt(|q_j|^2 + |p_i|^2) <= DESIGN_NORM: the adjoint's sensitivity
+    for e in range(len(X)):
+        one = np.zeros(len(X))
+        one[e] = 1.0
+        norm = np.linalg.norm(design.adjoint(one))
+        assert norm == pytest.approx(math.hypot(np.linalg.norm(design.Q[X[e, 1]]), np.linalg.norm(design.P[X[e, 0]])),
+                                     rel=1e-10)
+        assert norm <= DESIGN_NORM + 1e-12
     # Omega alone: the same positions give the same design (no values enter)
     again = ImplicitDesign(Observations(X.copy(), (32, 25, 3)), 0, 1, 4)
-    assert np.array_equal(again.Q, design.Q) and (again.Z != design.Z).nnz == 0
-    dense = np.stack([design.gram(E.reshape(design.shape)).ravel() for E in np.eye(design.Q.size)])
+    assert np.array_equal(again.Q, design.Q) and np.array_equal(again.P, design.P)
+    dense = np.stack([design.gram(E) for E in np.eye(design.shape[0])])
+    A = np.stack([design.adjoint(E) for E in np.eye(len(X))])  # the design, entry by entry
+    assert np.allclose(dense, A.T @ A, atol=1e-10)  # the fast Gram is the design's
     V, g, tr1, tr2 = design.bulk(5)  # the five leading directions, and the traces of the rest
     assert np.allclose(dense @ V, V * g, atol=1e-8 * g.max()) and np.allclose(V.T @ V, np.eye(5), atol=1e-10)
     exact = np.sort(np.linalg.eigvalsh(dense))[::-1]
     assert np.allclose(np.sort(g)[::-1], exact[:5], rtol=1e-8)
     assert tr1 == pytest.approx(exact[5:].sum(), rel=1e-8)
     assert tr2 == pytest.approx(np.sum(exact[5:] ** 2), rel=0.3)  # a Hutchinson estimate
-
-
-@pytest.mark.parametrize("n_entries", [400, 60])  # with and without the per-row Gram blocks
-def test_gram_is_the_adjoint_of_the_design_applied(rng, n_entries):
-    X = np.stack([rng.integers(0, 30, n_entries), rng.integers(0, 25, n_entries),
-                  rng.integers(0, 3, n_entries)], axis=1)
-    X = np.vstack([X, X[:20]])  # a position observed twice counts twice in the Gram
-    design = ImplicitDesign(Observations(X, (32, 25, 3)), 0, 1, 4)
-    assert (design._M is not None) == (32 * 4 < len(X))
-    Y = rng.normal(size=design.shape)
-    # the reference: the design's rows z_i q_j^T, formed densely one entry at a time
-    Z = design.Z.toarray()
-    rows = np.stack([np.outer(Z[i], design.Q[j]).ravel() for i, j in X[:, :2]])
-    assert np.allclose(design.gram(Y).ravel(), rows.T @ (rows @ Y.ravel()), rtol=1e-10, atol=1e-12)
 
 
 def test_wiener_fit_is_the_ridge_without_noise_and_zero_under_pure_noise(rng):
@@ -130,12 +125,12 @@ def test_implicit_plan_records_exact_target_and_one_release(monkeypatch):
     leaves = list(cost.event.leaves())
     assert leaves[-1] == GaussianEvent(cost.noise_multiplier, 1)
     assert epsilon_of(ComposedEvent(leaves), 1e-6) == pytest.approx(2.0, rel=1e-9)
-    # one release of the (items x rank) statistic, at sensitivity min(1, 2 clip)
-    assert len(calls) == 1 and calls[0][0] == (120, 3) and 0 < calls[0][1] <= 1.0
+    # one release of the (items + users) x rank statistic, at sensitivity sqrt(2) min(1, 2 clip)
+    assert len(calls) == 1 and calls[0][0] == ((120 + 150) * 3,) and 0 < calls[0][1] <= math.sqrt(2)
     assert calls[0][2] == pytest.approx(cost.noise_multiplier)
     assert model.privacy_cost(len(y), 3) == cost
-    # the released model is a CP model: a user's factor is Z Y, the items' the public embedding
-    assert model.factors_[2].tolist() == np.ones((4, 3)).tolist()
+    # the released model is a CP model of 2 rank columns: [Z Y, P] and [Q, Z' W]
+    assert model.factors_[2].tolist() == np.ones((4, 6)).tolist() and model.factors_[0].shape == (150, 6)
     assert np.all(np.isfinite(model.predict(X)))
 
 
