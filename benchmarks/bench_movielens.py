@@ -8,7 +8,7 @@ Every setting is fixed in advance, never chosen on a test split: the defaults, a
 recipe for ratings-like data (``factor_modes=(0, 1)``: a user x item low-rank model with a day
 offset; ``offset_share=0.97``: nearly all of the budget on the user, item and day effects, which
 carry most of the signal of ratings (they are then Laplace releases); ``rank=2`` for DP gradient
-descent; ``perturbation="implicit"``, ``rank=40``, ``offset_share=0.5``: the user x item
+descent; ``perturbation="implicit"``, ``rank=20``, ``offset_share=0.5``: the user x item
 interaction learned through who rated what). The private recipes were chosen on a validation
 split of ua's training ratings (10 random ratings of every user with more than 20; ``--choose``
 reruns the grids and writes ``movielens_choice``), never on a test split: one setting per recipe
@@ -34,7 +34,7 @@ SETTINGS = [  # (name, parameters): each run non-privately and at every epsilon 
     ("defaults", {}),
     ("recipe, DP-ALS", {**RECIPE, "perturbation": "statistics", "offset_share": 0.97}),
     ("recipe, DP gradient", {**RECIPE, "perturbation": "gradient", "offset_share": 0.97, "rank": 2}),
-    ("recipe, implicit", {**RECIPE, "perturbation": "implicit", "rank": 40, "offset_share": 0.5}),
+    ("recipe, implicit", {**RECIPE, "perturbation": "implicit", "rank": 20, "offset_share": 0.5}),
 ]
 #: The grids searched on the validation split for the private recipes (``--choose``).
 CHOICE_GRIDS = {
