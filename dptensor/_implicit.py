@@ -242,9 +242,21 @@ def wiener_fit(design: ImplicitDesign, B, *, s2, noise_var, n_se=2.0):
     def gram(v):
         return design.gram(v.reshape(shape))
 
+    # Deflation preconditioner: the solve's operator is f(G); on the leading directions (known
+    # exactly) it is inverted exactly, on the rest scaled by f at the rest's mean eigenvalue. The
+    # leading directions are what makes f(G) ill-conditioned: without this the solve needed
+    # hundreds of products with G and stopped short of its tolerance.
+    def preconditioner(f):
+        top, scale = f(g), f(tr1 / max(rest, 1))
+
+        def apply(v):
+            c = V.T @ v
+            return V @ (c / top) + (v - V @ c) / scale
+        return sla.LinearOperator((dim, dim), matvec=apply)
+
     if noise_var == 0.0:
         op = sla.LinearOperator((dim, dim), matvec=lambda v: (gram(v) + s2 / tau2 * v.reshape(shape)).ravel())
-        x, _ = sla.cg(op, b, rtol=CG_RTOL, maxiter=CG_MAXITER)
+        x, _ = sla.cg(op, b, rtol=CG_RTOL, maxiter=CG_MAXITER, M=preconditioner(lambda e: e + s2 / tau2))
         return x.reshape(shape)
 
     def wiener(v):
@@ -252,5 +264,6 @@ def wiener_fit(design: ImplicitDesign, B, *, s2, noise_var, n_se=2.0):
         return (tau2 * design.gram(g1) + s2 * g1 + noise_var * v.reshape(shape)).ravel()
 
     op = sla.LinearOperator((dim, dim), matvec=wiener)
-    x, _ = sla.cg(op, gram(b).ravel(), rtol=CG_RTOL, maxiter=CG_MAXITER)
+    x, _ = sla.cg(op, gram(b).ravel(), rtol=CG_RTOL, maxiter=CG_MAXITER,
+                  M=preconditioner(lambda e: tau2 * e**2 + s2 * e + noise_var))
     return tau2 * x.reshape(shape)
