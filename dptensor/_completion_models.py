@@ -728,7 +728,8 @@ def _project(T, mats):
     return T
 
 
-def _grid_core_normal_equations(model: Model, grid: DenseGrid, base, col_offset=None, row_offset=None):
+def _grid_core_normal_equations(model: Model, grid: DenseGrid, base, col_offset=None, row_offset=None,
+                                masked_row_offset=None):
     """The core's normal equations on the dense layout: ``sum_e kr_e kr_e^T`` and ``sum_e kr_e t_e``
     over the observed cells, ``kr_e`` the Kronecker product of the entry's rows and ``t_e =
     base[e] - col_offset[c] - row_offset[i]`` (mode-0 unfolding, as :meth:`DenseGrid.normal_equations`).
@@ -738,19 +739,25 @@ def _grid_core_normal_equations(model: Model, grid: DenseGrid, base, col_offset=
     sum_i u_i t_ic``; the Gram ``sum_c T_c (x) q_c q_c^T`` and right-hand side ``sum_c r_c (x) q_c``
     (``q_c`` the Kronecker product of the other rows) are then products with one mode's factor at a
     time (:func:`_project`): ``O(prod(shape) rank^2)`` flops, no Kronecker product formed.
+    ``masked_row_offset`` (a list): receives ``sum_i mask[i, c] row_offset[i]`` per column, one
+    more row of the same product (for the residuals' sum of squares, :func:`_grid_core_step`).
     """
     d, r = len(model.factors), model.rank
     U0, others = model.factors[0], model.factors[1:]
     n0, ns = len(U0), [len(U) for U in others]
     ia, ib, where = _pair_index(r)
-    W = [U0[:, ia] * U0[:, ib], U0] + ([U0 * row_offset[:, None]] if row_offset is not None else [])
-    MW = np.vstack([x.T for x in W]) @ grid.mask.reshape(n0, -1)  # (pairs + r (+ r), n_cols)
+    W = [U0[:, ia] * U0[:, ib], U0]
+    if row_offset is not None:
+        W += [U0 * row_offset[:, None], row_offset[:, None]]
+    MW = np.vstack([x.T for x in W]) @ grid.mask.reshape(n0, -1)  # (pairs + r (+ r + 1), n_cols)
     n_up = len(ia)
     R = U0.T @ base.reshape(n0, -1)
     if col_offset is not None:
         R -= MW[n_up:n_up + r] * col_offset
     if row_offset is not None:
-        R -= MW[n_up + r:]
+        R -= MW[n_up + r:n_up + 2 * r]
+        if masked_row_offset is not None:
+            masked_row_offset.append(MW[-1])
     outer = [(U[:, :, None] * U[:, None, :]).reshape(len(U), r * r) for U in others]
     G = _project(MW[:n_up].reshape(n_up, *ns), outer).reshape((n_up,) + (r, r) * (d - 1))
     # G[pair(a, b), p_1, q_1, ..., p_L, q_L] -> gram[(a, p_1..p_L), (b, q_1..q_L)]
@@ -759,11 +766,33 @@ def _grid_core_normal_equations(model: Model, grid: DenseGrid, base, col_offset=
     return gram, _project(R.reshape(r, *ns), others).ravel()
 
 
-def _grid_core_step(model: Model, grid: DenseGrid, Yg, reg_core):
-    """:func:`_tucker_core_step` on the dense layout (:func:`_grid_core_normal_equations`)."""
-    _set_core(model, *_grid_core_normal_equations(model, grid, Yg, _grid_offsets(model, 0), _row_bias(model, 0)),
-              reg_core)
-    return _grid_ssr(grid, Yg, model, grid_design(model, 0))
+def _grid_core_step(model: Model, grid: DenseGrid, Yg, reg_core, value_sums):
+    """:func:`_tucker_core_step` on the dense layout (:func:`_grid_core_normal_equations`).
+
+    The sum of squared residuals comes from the core's normal equations, ``|t|^2 - 2 c.rhs +
+    c^T G c`` with ``t`` the values less the offsets on the observed cells, instead of another
+    pass that forms the model at every cell: ``|t|^2`` from the values' sums (``value_sums``, fixed
+    for the fit: ``sum y^2`` and the mode-0 unfolding's column and row sums) and one product of the
+    mask with the column offsets."""
+    col_offset, row_bias = _grid_offsets(model, 0), _row_bias(model, 0)
+    masked = []
+    gram, rhs = _grid_core_normal_equations(model, grid, Yg, col_offset, row_bias, masked_row_offset=masked)
+    _set_core(model, gram, rhs, reg_core)
+    c = model.core.ravel()
+    # _set_core added reg_core + 1e-12 to the Gram's diagonal: c^T G c without it
+    fit = float(c @ gram @ c) - (reg_core + 1e-12) * float(c @ c)
+    yy, col_sums, row_sums, row_counts = value_sums
+    tt = yy - 2.0 * float(col_offset @ col_sums) + float(col_offset**2 @ grid.column_counts(0))
+    if row_bias is not None:
+        tt += (-2.0 * float(row_bias @ row_sums) + float(row_bias**2 @ row_counts)
+               + 2.0 * float(masked[0] @ col_offset))
+    return max(tt - 2.0 * float(c @ rhs) + fit, 0.0)
+
+
+def grid_value_sums(grid: DenseGrid, Yg, row_counts):
+    """``(sum y^2, column sums, row sums, row counts)`` of the values in the grid's mode-0 unfolding."""
+    Y0 = Yg.reshape(grid.shape[0], -1)
+    return float(np.vdot(Y0, Y0)), Y0.sum(axis=0), Y0.sum(axis=1), row_counts
 
 
 def _grid_gradient_statistics(model: Model, grid: DenseGrid, Yg, counts, clip_norm):
@@ -827,6 +856,7 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
         ys = [y[L.perm] for L in layouts]
     else:
         Yg = grid.scatter(y)
+        value_sums = grid_value_sums(grid, Yg, obs.counts[0]) if model.core is not None else None
     prev, mse = np.inf, None
     reg0, reg_core0 = reg, reg_core
     for sweep in range(n_iter):
@@ -858,7 +888,7 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
                 model.biases[m] = sol[:, r]
         if model.core is not None:
             ssr = (_tucker_core_step(model, layouts[0], ys[0], reg_core) if grid is None
-                   else _grid_core_step(model, grid, Yg, reg_core))
+                   else _grid_core_step(model, grid, Yg, reg_core, value_sums))
         elif grid is None:
             L = layouts[d - 1]
             resid = ys[-1] - _offsets_sorted(model, L) - _interaction_sorted(model, L, d - 1)

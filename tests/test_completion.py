@@ -1092,3 +1092,22 @@ def test_predictions_are_clipped_to_the_value_range():
     assert np.array_equal(pred, np.clip(raw, -3, 3))
     assert raw.min() < -3 or raw.max() > 3  # the clip was needed
     assert rmse(pred, np.clip(yt, -3, 3)) <= rmse(raw, np.clip(yt, -3, 3))
+
+
+@pytest.mark.parametrize("fit_biases", [True, False])
+def test_dense_tucker_sum_of_squares_from_the_core_equations(fit_biases, rng):
+    """The Tucker core step's sum of squared residuals from the normal equations (no pass forming
+    the model at every cell) equals the direct sum over the observed cells."""
+    from dptensor._completion_models import (_grid_core_step, _grid_ssr, grid_design, grid_value_sums,
+                                             init_model)
+
+    shape = (7, 6, 5)
+    X, y = _sample(rng, shape, 0.6)
+    obs = Observations(X, shape)
+    grid = obs.grid()
+    model = init_model(shape, 2, "tucker", rng, scale=0.5)
+    model.intercept = 0.1
+    model.biases = [rng.normal(0, 0.2, n) if fit_biases else np.zeros(n) for n in shape]
+    Yg = grid.scatter(y)
+    ssr = _grid_core_step(model, grid, Yg, 0.01, grid_value_sums(grid, Yg, obs.counts[0]))
+    assert ssr == pytest.approx(_grid_ssr(grid, Yg, model, grid_design(model, 0)), rel=1e-9)
