@@ -57,7 +57,8 @@ class _Side:
         rank = Q.shape[1]
         self._M = None
         if n_rows * rank < n:
-            self._M = np.stack([self._by_row @ (self._Qc[:, a:a + 1] * self._Qc) for a in range(rank)], axis=1)
+            self._M = np.stack([self._by_row @ (self._Qc[:, a:a + 1] * self._Qc) for a in range(rank)],
+                               axis=1)
 
     @property
     def shape(self):
@@ -209,10 +210,10 @@ def _prior_variance(g, c2, rest, tr1, tr2, bulk2, s2, noise_var):
 
 
 def wiener_fit(design: ImplicitDesign, B, *, s2, noise_var, n_se=2.0):
-    """``Y`` from the released statistic ``B = G vec(Y) + X^T eps + xi`` (``G`` public, residual noise
-    ``eps ~ (0, s2)`` per entry, release noise ``xi ~ N(0, noise_var I)``).
+    """The parameters ``theta`` from the released statistic ``B = G theta + X^T eps + xi`` (``G``
+    public, residual noise ``eps ~ (0, s2)`` per entry, release noise ``xi ~ N(0, noise_var I)``).
 
-    With the prior ``Y ~ (0, tau^2 I)``, in the eigenbasis of ``G`` each coordinate of ``B`` has
+    With the prior ``theta ~ (0, tau^2 I)``, in the eigenbasis of ``G`` each coordinate of ``B`` has
     second moment ``tau^2 g^2 + s2 g + noise_var`` and the posterior mean is
     ``tau^2 (tau^2 G^2 + s2 G + noise_var I)^{-1} G B`` (without release noise: the ridge
     ``(G + s2 / tau^2 I)^{-1} B``), solved by conjugate gradients on products with ``G``.
@@ -222,7 +223,7 @@ def wiener_fit(design: ImplicitDesign, B, *, s2, noise_var, n_se=2.0):
     vary most and count least, where one moment over all directions let them set ``tau^2`` (on
     MovieLens-100K, a ridge five times too strong). Lowered by ``n_se`` standard errors of the
     noise's share (``sqrt(2 (dim - m)) noise_var / tr_P G^2``, ``P`` the projection off the
-    leading directions), so that a release swamped by noise gives ``Y = 0`` (offsets only).
+    leading directions), so that a release swamped by noise gives ``theta = 0`` (offsets only).
     Released ``B`` and public quantities only: post-processing.
     """
     dim = B.size

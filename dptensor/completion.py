@@ -221,8 +221,9 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
       many entries (offsets, residual scale; ``order + 1`` fewer without ``fit_intercept``) with
       the rest of the budget, Gaussian or Laplace. CP only.
     * ``perturbation="implicit"``: ``(epsilon, delta)``-DP, exactly: one Gaussian release of the
-      interaction's statistic (l2 sensitivity ``sqrt(2) min(1, 2 clip)``) with ``(1 - offset_share)`` of
-      ``mu^2``, and the offsets and residual scale with the rest, Gaussian or Laplace.
+      interaction's statistic (l2 sensitivity ``sqrt(2) min(1, 2 clip)``) with
+      ``(1 - offset_share)`` of ``mu^2``, and the offsets and residual scale with the rest,
+      Gaussian or Laplace.
     * ``perturbation="input"``: pure ``epsilon``-DP (Laplace, parallel composition), ``delta`` unused.
     * ``perturbation="gradient"``: ``(epsilon, delta)``-DP, exactly: ``n_iter`` gradient releases of
       l2 sensitivity ``2 clip_norm`` with ``(1 - offset_share)`` of ``mu^2``, and (when
@@ -293,12 +294,12 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         ``fit_intercept``: the factors' Gaussian releases get ``1 - offset_share`` of ``mu^2``
         (Gaussian DP) and the offsets the rest, by Gaussian noise or, when that is less noisy
         (large shares), Laplace noise; for ``"output"``, ``offset_share`` of ``epsilon``;
-        for ``"statistics"`` and ``"implicit"`` the share also pays for the released residual scale (all of it
-        without ``fit_intercept``). Unused by ``"input"`` (one Laplace release of every value),
+        for ``"statistics"`` and ``"implicit"`` the share also pays for the released residual
+        scale (all of it without ``fit_intercept``). Unused by ``"input"`` (one Laplace release of every value),
         by ``"gradient"`` and ``"output"`` without ``fit_intercept``, and without privacy.
         ``None``: ``STATS_OFFSET_SHARE`` (0.1) for ``"statistics"``, ``IMPLICIT_OFFSET_SHARE``
-        (0.97) for ``"implicit"``, ``OFFSET_SHARE`` (0.5) for ``"gradient"`` and ``"output"``. Data whose row effects carry most of the signal
-        (ratings: user and item means) want most of the budget there (see the completion guide
+        (0.97) for ``"implicit"``, ``OFFSET_SHARE`` (0.5) for ``"gradient"`` and ``"output"``.
+        Data whose row effects carry most of the signal (ratings: user and item means) want most of the budget there (see the completion guide
         for MovieLens-100K); on a synthetic study without row effects 0.1 keeps 0.6 of the
         non-private gain at epsilon = 2 and 0.5 keeps 0.25.
         Choose it from public knowledge of the data, or with :mod:`dptensor.model_selection`.
@@ -439,8 +440,9 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         """``(lead, partner)``: the two modes with a factor of ``perturbation="implicit"``."""
         free = [m for m in range(order) if m not in fixed]
         if len(free) != 2:
-            raise ValueError('perturbation="implicit" learns a two-mode interaction: pass factor_modes with two '
-                             'modes (e.g. (0, 1) for users and items), or fit a matrix (two columns of X)')
+            raise ValueError('perturbation="implicit" learns a two-mode interaction: pass factor_modes '
+                             'with two modes (e.g. (0, 1) for users and items), or fit a matrix (two '
+                             'columns of X)')
         if self.factor_modes is not None:
             free = [int(m) for m in self.factor_modes]
         return free[0], free[1]
@@ -510,8 +512,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         if pert is None and math.isfinite(epsilon):
             raise ValueError(f"epsilon={self.epsilon!r} needs a perturbation (\"auto\", \"statistics\", "
                              "\"implicit\", \"input\", \"gradient\" or \"output\"); perturbation=None is the "
-                             "non-private fit "
-                             "(epsilon=np.inf)")
+                             "non-private fit (epsilon=np.inf)")
         vrange = self._check_value_range(private)
         if private:  # the unit is one observed value, and their number is public
             self._check_delta_for(len(y), epsilon, delta, unit="observed value")
@@ -571,9 +572,10 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         """The noise of a private fit: the offsets' mechanism and budget, the Gaussian multipliers of
         the factors' releases and the event recorded with the accountant.
 
-        ``"gradient"`` and ``"statistics"``: the factors' releases get ``(1 - offset_share)`` of
-        ``mu^2`` (Gaussian DP); the offsets (and the statistics mode's residual scale) the rest of
-        the budget, by the mechanism that adds less noise to them (:func:`_offsets_plan`).
+        ``"gradient"``, ``"statistics"`` and ``"implicit"``: the factors' releases get
+        ``(1 - offset_share)`` of ``mu^2`` (Gaussian DP); the offsets (and, for the last two, the
+        residual scale) the rest of the budget, by the mechanism that adds less noise to them
+        (:func:`_offsets_plan`).
         """
         n_free = order - len(p["fixed"])  # modes with a factor: each is one release per sweep
         pert = p["perturbation"]
