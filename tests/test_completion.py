@@ -1111,3 +1111,41 @@ def test_dense_tucker_sum_of_squares_from_the_core_equations(fit_biases, rng):
     Yg = grid.scatter(y)
     ssr = _grid_core_step(model, grid, Yg, 0.01, grid_value_sums(grid, Yg, obs.counts[0]))
     assert ssr == pytest.approx(_grid_ssr(grid, Yg, model, grid_design(model, 0)), rel=1e-9)
+
+
+@pytest.mark.parametrize("rank", [1, 2, 4])
+@pytest.mark.parametrize("biases", ["fitted", "fixed", "none"])
+def test_order3_tucker_sweep_matches_the_general_dense_equations(rank, biases, rng):
+    """The order-3 Tucker sweep (two updates per pass over the grid) gives every mode's normal
+    equations, the core's solution and the sum of squared residuals of the general dense layout."""
+    import copy
+
+    from dptensor._completion_models import (TuckerSweep3, _grid_core_step, _grid_offsets, _row_bias,
+                                             grid_design, grid_value_sums, init_model)
+
+    shape = (7, 6, 5)
+    X, y = _sample(rng, shape, 0.6)
+    obs = Observations(X, shape, layout="dense")
+    grid = obs.grid()
+    Yg = grid.scatter(y)
+    model = init_model(shape, rank, "tucker", rng, scale=0.5)
+    model.intercept = 0.1
+    model.biases = [] if biases == "none" else [rng.normal(0, 0.2, n) for n in shape]
+    fit = biases == "fitted"
+    sweep = TuckerSweep3(grid, Yg, obs.counts)
+    for m in range(3):
+        # each mode's equations at the factors the previous updates left (as in a sweep)
+        gram, rhs = sweep.normal_equations(model, m, fit)
+        ref_gram, ref_rhs = grid.normal_equations(m, grid_design(model, m), Yg, obs.counts[m],
+                                                  _grid_offsets(model, m), None if fit else _row_bias(model, m),
+                                                  bias=fit)
+        np.testing.assert_allclose(gram, ref_gram, rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(rhs, ref_rhs, rtol=1e-10, atol=1e-10)
+        model.factors[m] = rng.standard_normal(model.factors[m].shape)
+        if fit:
+            model.biases[m] = rng.normal(0, 0.2, shape[m])
+    ref = copy.deepcopy(model)
+    ssr = sweep.core_step(model, 0.01)
+    ref_ssr = _grid_core_step(ref, grid, Yg, 0.01, grid_value_sums(grid, Yg, obs.counts[0]))
+    np.testing.assert_allclose(model.core, ref.core, rtol=1e-9, atol=1e-10)
+    assert ssr == pytest.approx(ref_ssr, rel=1e-9)
