@@ -523,8 +523,9 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             event, entropy=entropy, delta=delta, noise_multiplier=plan["z"] if plan else 0.0,
             n_queries=plan["n_queries"] if plan else 0, calibration="exact",
             # The positions are public: keyed by them, folds and subsets of one data set never
-            # share noise, even with one int seed and no accountant.
-            data_shape=(len(y), *shape, public_digest(X)))
+            # share noise, even with one int seed and no accountant. (A fit without noise draws
+            # only its start: hashing the positions would cost it more than a few sweeps.)
+            data_shape=(len(y), *shape, public_digest(X)) if private else (len(y), *shape))
 
         # Public affine rescaling: values clipped to the range, centred, divided by its width.
         if vrange is not None:
