@@ -27,53 +27,18 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as sla
 
-__all__ = ["ImplicitDesign", "wiener_fit", "DESIGN_NORM"]
+__all__ = ["ImplicitDesign", "wiener_fit", "lanczos_function", "DESIGN_NORM"]
 
 #: Rademacher probes of the Hutchinson estimate of ``tr(G^2)`` (a public quantity, estimated with a
 #: fixed seed so that the fit is a deterministic function of the releases and Omega).
 TRACE_PROBES = 16
 #: Leading directions of the Gram fitted one by one in the prior's variance (``wiener_fit``).
 TOP_DIRECTIONS = 20
-#: Conjugate-gradient iterations of the Wiener solve, and its relative tolerance.
-CG_MAXITER = 200
-CG_RTOL = 1e-4
-
-
-class _Side:
-    """One side of the interaction: each row ``r`` of one mode represented through the rows of the
-    other mode it was observed with, ``f_side(e) = z_{r(e)}^T Y q_{c(e)}`` (``z_r``: the unit-norm
-    indicator of those rows; ``q_c``: the other mode's public embedding). Products with the design
-    and its adjoint are two sparse products each: no per-entry Python loop, no dense design."""
-
-    def __init__(self, Z, Q, rows, cols):
-        self.Z, self.Q, self.rows = Z, Q, rows
-        n_rows, n = Z.shape[0], len(rows)
-        self._by_row = sp.csr_matrix((np.ones(n), (rows, np.arange(n))), shape=(n_rows, n))
-        self._Qc = Q[cols]
-        # Its Gram is Z^T diag_r(M_r) Z with M_r = sum over row r's entries of q_c q_c^T: formed once
-        # (rank columns at a time, never an (n, rank^2) array) when the rows hold more than rank
-        # entries on average; its products then skip the per-entry work that dominates the
-        # conjugate-gradient solve.
-        rank = Q.shape[1]
-        self._M = None
-        if n_rows * rank < n:
-            self._M = np.stack([self._by_row @ (self._Qc[:, a:a + 1] * self._Qc) for a in range(rank)],
-                               axis=1)
-
-    @property
-    def shape(self):
-        return self.Q.shape
-
-    def apply(self, Y):
-        return np.einsum("ek,ek->e", (self.Z @ Y)[self.rows], self._Qc)
-
-    def adjoint(self, w):
-        return self.Z.T @ (self._by_row @ (w[:, None] * self._Qc))
-
-    def gram(self, Y):
-        if self._M is None:
-            return self.adjoint(self.apply(Y))
-        return self.Z.T @ np.einsum("ikl,il->ik", self._M, self.Z @ Y)
+#: Lanczos steps of the Wiener solve at most, and its relative tolerance (checked every
+#: ``LANCZOS_CHECK`` steps on the change of the solution).
+LANCZOS_MAXITER = 300
+LANCZOS_RTOL = 1e-4
+LANCZOS_CHECK = 10
 
 
 class ImplicitDesign:
@@ -81,30 +46,44 @@ class ImplicitDesign:
 
     ``lead`` (``i``, e.g. users) and ``partner`` (``j``, e.g. items) are the two modes with a factor.
     A lead row's factor is the normalised sum of learned vectors (``Y``) over the partner rows it was
-    observed with (``z_i``), and symmetrically a partner row's factor sums ``W`` over its lead rows
-    (``z'_j``); ``q_j`` and ``p_i`` are the two modes' spectral embeddings of Omega (``rank``
-    columns, rows of norm at most 1). All of it is a function of Omega (public). The parameters are
-    one flat vector ``(vec Y, vec W)``; each entry's design has norm
-    ``sqrt(|z_i|^2 |q_j|^2 + |z'_j|^2 |p_i|^2) <= sqrt(2)``: ``DESIGN_NORM``.
+    observed with (``z_i``, the rows of ``lead_z``), and symmetrically a partner row's factor sums
+    ``W`` over its lead rows (``z'_j``, the rows of ``partner_z``); ``q_j`` and ``p_i`` are the two
+    modes' spectral embeddings of Omega (``rank`` columns, rows of norm at most 1). All of it is a
+    function of Omega (public). The parameters are one flat vector ``(vec Y, vec W)``; each
+    entry's design has norm ``sqrt(|z_i|^2 |q_j|^2 + |z'_j|^2 |p_i|^2) <= sqrt(2)``: ``DESIGN_NORM``.
+
+    An entry's design depends only on its pair ``(i, j)``, so every product runs over the observed
+    pairs (entries on several days of one pair are one pair, weighted by their count): ``f`` at
+    every pair from two gathers of the small ``Z Y`` and ``Z' W`` against the pairs' embedding rows
+    (kept transposed, so each pass is contiguous), and a weighted sum of designs as one sparse
+    matrix with the pairs' weights times the embeddings (``S = N_w Q``, ``T = N_w^T P``), then
+    ``Z^T S`` and ``Z'^T T``: no per-entry temporary of ``rank`` columns.
     """
 
     def __init__(self, obs, lead: int, partner: int, rank: int):
         self.lead, self.partner, self.rank = lead, partner, rank
-        i, j = obs.X[:, lead], obs.X[:, partner]
-        n_lead, n_partner, n = obs.shape[lead], obs.shape[partner], len(obs.X)
-        incidence = sp.csr_matrix((np.ones(n), (i, j)), shape=(n_lead, n_partner))
-        incidence.sum_duplicates()
-        incidence.data[:] = 1.0  # a position observed on several days counts once
-        lead_degree = np.asarray(incidence.sum(axis=1)).ravel()
-        partner_degree = np.asarray(incidence.sum(axis=0)).ravel()
-        lead_scale = sp.diags(1.0 / np.sqrt(np.maximum(lead_degree, 1.0)))
-        partner_scale = sp.diags(1.0 / np.sqrt(np.maximum(partner_degree, 1.0)))
-        P, Q = spectral_embeddings(lead_scale @ incidence @ partner_scale, rank)
-        # unit-norm rows of the incidence, from each side (0 for a row without entries)
-        self.lead_side = _Side(sp.csr_matrix(lead_scale @ incidence), Q, i, j)
-        self.partner_side = _Side(sp.csr_matrix(partner_scale @ incidence.T), P, j, i)
-        self.P, self.Q = P, Q
-        self._split = Q.size
+        n_lead, n_partner = obs.shape[lead], obs.shape[partner]
+        keys, self._pair_of_entry, counts = np.unique(
+            obs.X[:, lead].astype(np.int64) * n_partner + obs.X[:, partner], return_inverse=True,
+            return_counts=True)
+        pi, pj = keys // n_partner, keys % n_partner  # sorted by lead row: CSR order
+        self._indptr = np.concatenate([[0], np.cumsum(np.bincount(pi, minlength=n_lead))])
+        self._pi, self._pj, self.counts = pi, pj, counts.astype(float)
+        self._pairs_shape = (n_lead, n_partner)
+        lead_scale = 1.0 / np.sqrt(np.maximum(np.bincount(pi, minlength=n_lead), 1.0))
+        partner_scale = 1.0 / np.sqrt(np.maximum(np.bincount(pj, minlength=n_partner), 1.0))
+        # unit-norm rows of the incidence (a position observed on several days counts once), from
+        # each side; 0 for a row without entries
+        self.lead_z = self._pairs_matrix(lead_scale[pi])
+        self.partner_z = self._pairs_matrix(partner_scale[pj]).T.tocsr()
+        self.P, self.Q = spectral_embeddings(self._pairs_matrix(lead_scale[pi] * partner_scale[pj]), rank)
+        self._Qt = np.ascontiguousarray(self.Q[pj].T)  # (rank, n_pairs)
+        self._Pt = np.ascontiguousarray(self.P[pi].T)
+        self._split = self.Q.size
+
+    def _pairs_matrix(self, data):
+        """The ``(lead rows, partner rows)`` sparse matrix with ``data`` at the observed pairs."""
+        return sp.csr_matrix((data, self._pj, self._indptr), shape=self._pairs_shape)
 
     @property
     def shape(self):
@@ -115,28 +94,36 @@ class ImplicitDesign:
         theta = np.asarray(theta).ravel()
         return theta[:self._split].reshape(self.Q.shape), theta[self._split:].reshape(self.P.shape)
 
+    def _pair_values(self, theta):
+        """``f`` at every observed pair."""
+        Y, W = self._parts(theta)
+        out = np.take(np.ascontiguousarray((self.lead_z @ Y).T), self._pi, axis=1)
+        out *= self._Qt
+        other = np.take(np.ascontiguousarray((self.partner_z @ W).T), self._pj, axis=1)
+        other *= self._Pt
+        return out.sum(axis=0) + other.sum(axis=0)
+
+    def _pairs_adjoint(self, weights):
+        """``sum_pairs weights x_pair``: a flat vector."""
+        N = self._pairs_matrix(weights)
+        return np.concatenate([(self.lead_z.T @ (N @ self.Q)).ravel(), (self.partner_z.T @ (N.T @ self.P)).ravel()])
+
     def apply(self, theta):
         """``f(e)`` at every observed entry."""
-        Y, W = self._parts(theta)
-        return self.lead_side.apply(Y) + self.partner_side.apply(W)
+        return self._pair_values(theta)[self._pair_of_entry]
 
     def adjoint(self, w):
         """The sum over entries of ``w_e`` times the entry's design: a flat vector."""
-        return np.concatenate([self.lead_side.adjoint(w).ravel(), self.partner_side.adjoint(w).ravel()])
+        return self._pairs_adjoint(np.bincount(self._pair_of_entry, weights=w, minlength=len(self.counts)))
 
     def gram(self, theta):
-        """``adjoint(apply(theta))``: the diagonal blocks from the sides' per-row blocks, the cross
-        terms through the entries."""
-        Y, W = self._parts(theta)
-        a, b = self.lead_side, self.partner_side
-        return np.concatenate([(a.gram(Y) + a.adjoint(b.apply(W))).ravel(),
-                               (b.gram(W) + b.adjoint(a.apply(Y))).ravel()])
+        """``adjoint(apply(theta))``, over the pairs."""
+        return self._pairs_adjoint(self.counts * self._pair_values(theta))
 
     def factors(self, theta):
         """The CP factors (lead, partner), ``2 rank`` columns each: ``[Z Y, P]`` and ``[Q, Z' W]``."""
         Y, W = self._parts(theta)
-        return (np.hstack([np.asarray(self.lead_side.Z @ Y), self.P]),
-                np.hstack([self.Q, np.asarray(self.partner_side.Z @ W)]))
+        return np.hstack([self.lead_z @ Y, self.P]), np.hstack([self.Q, self.partner_z @ W])
 
     def bulk(self, n_top):
         """The Gram ``G`` without its ``n_top`` leading directions: ``(V, g, tr1, tr2)`` with ``V``
@@ -153,7 +140,8 @@ class ImplicitDesign:
             g = np.maximum(g, 0.0)
         else:
             g, V = np.zeros(0), np.zeros((dim, 0))
-        total = sum(float(np.sum(side._Qc**2)) for side in (self.lead_side, self.partner_side))
+        # every pair's rows have entries, so |z_i| = |z'_j| = 1 there
+        total = float(self.counts @ (np.sum(self._Qt**2, axis=0) + np.sum(self._Pt**2, axis=0)))
         tr1 = total - float(g.sum())
         probes = np.random.default_rng(0)
 
@@ -216,7 +204,8 @@ def wiener_fit(design: ImplicitDesign, B, *, s2, noise_var, n_se=2.0):
     With the prior ``theta ~ (0, tau^2 I)``, in the eigenbasis of ``G`` each coordinate of ``B`` has
     second moment ``tau^2 g^2 + s2 g + noise_var`` and the posterior mean is
     ``tau^2 (tau^2 G^2 + s2 G + noise_var I)^{-1} G B`` (without release noise: the ridge
-    ``(G + s2 / tau^2 I)^{-1} B``), solved by conjugate gradients on products with ``G``.
+    ``(G + s2 / tau^2 I)^{-1} B``): exactly on the leading directions below, on the rest by the
+    Lanczos method on products with ``G`` (:func:`lanczos_function`).
     ``tau^2`` is fitted (:func:`_prior_variance`) on the ``TOP_DIRECTIONS`` leading directions of
     ``G`` one by one and on the rest as one group, each weighted by the inverse of its squared
     second moment: the leading directions (popular rows, whose signal the offsets already hold)
@@ -239,32 +228,49 @@ def wiener_fit(design: ImplicitDesign, B, *, s2, noise_var, n_se=2.0):
     if not tau2 > 0.0:
         return np.zeros(design.shape)
     shape = design.shape
-
-    def gram(v):
-        return design.gram(v.reshape(shape))
-
-    # Deflation preconditioner: the solve's operator is f(G); on the leading directions (known
-    # exactly) it is inverted exactly, on the rest scaled by f at the rest's mean eigenvalue. The
-    # leading directions are what makes f(G) ill-conditioned: without this the solve needed
-    # hundreds of products with G and stopped short of its tolerance.
-    def preconditioner(f):
-        top, scale = f(g), f(tr1 / max(rest, 1))
-
-        def apply(v):
-            c = V.T @ v
-            return V @ (c / top) + (v - V @ c) / scale
-        return sla.LinearOperator((dim, dim), matvec=apply)
-
     if noise_var == 0.0:
-        op = sla.LinearOperator((dim, dim), matvec=lambda v: (gram(v) + s2 / tau2 * v.reshape(shape)).ravel())
-        x, _ = sla.cg(op, b, rtol=CG_RTOL, maxiter=CG_MAXITER, M=preconditioner(lambda e: e + s2 / tau2))
-        return x.reshape(shape)
+        def h(e):
+            return 1.0 / (e + s2 / tau2)
+    else:
+        def h(e):
+            return tau2 * e / (tau2 * e**2 + s2 * e + noise_var)
 
-    def wiener(v):
-        g1 = gram(v)
-        return (tau2 * design.gram(g1) + s2 * g1 + noise_var * v.reshape(shape)).ravel()
+    def off_top(v):
+        return v - V @ (V.T @ v)
 
-    op = sla.LinearOperator((dim, dim), matvec=wiener)
-    x, _ = sla.cg(op, gram(b).ravel(), rtol=CG_RTOL, maxiter=CG_MAXITER,
-                  M=preconditioner(lambda e: tau2 * e**2 + s2 * e + noise_var))
-    return tau2 * x.reshape(shape)
+    # On the leading directions (known) the filter is applied exactly; on the rest by the Lanczos
+    # method on the deflated Gram, one product with G a step (the filter's own operator, a
+    # quadratic in G, would take two products a step and square the condition number).
+    rest_part = lanczos_function(lambda v: off_top(design.gram(off_top(v).reshape(shape))), bulk, h)
+    return (V @ (h(g) * top) + rest_part).reshape(shape)
+
+
+def lanczos_function(op, b, h, *, rtol=LANCZOS_RTOL, maxiter=LANCZOS_MAXITER, check=LANCZOS_CHECK):
+    """``h(A) b`` for a symmetric positive semi-definite ``A`` (``op``: its products) by the Lanczos
+    method: ``|b| Q_m h(T_m) e_1`` on the Krylov basis ``Q_m`` (fully reorthogonalised) with the
+    tridiagonal ``T_m``; every ``check`` steps the estimate is formed and the method stops once it
+    moves by at most ``rtol`` of its norm (or the Krylov space is exhausted). Like conjugate
+    gradients for a ridge ``h``, for any ``h`` continuous on the spectrum."""
+    dim = b.size
+    beta0 = float(np.linalg.norm(b))
+    if beta0 == 0.0:
+        return np.zeros(dim)
+    basis = np.empty((min(maxiter, dim) + 1, dim))
+    basis[0] = b / beta0
+    alpha, beta = [], []
+    estimate = None
+    for j in range(len(basis) - 1):
+        w = op(basis[j])
+        alpha.append(float(basis[j] @ w))
+        w -= basis[:j + 1].T @ (basis[:j + 1] @ w)  # reorthogonalised against the whole basis
+        beta.append(float(np.linalg.norm(w)))
+        exhausted = beta[-1] <= 1e-12 * max(abs(alpha[0]), 1e-300)
+        if exhausted or (j + 1) % check == 0 or j == len(basis) - 2:
+            T = np.diag(alpha) + np.diag(beta[:-1], 1) + np.diag(beta[:-1], -1)
+            theta, S = np.linalg.eigh(T)
+            new = basis[:j + 1].T @ (S @ (h(np.maximum(theta, 0.0)) * S[0])) * beta0
+            if exhausted or (estimate is not None and np.linalg.norm(new - estimate) <= rtol * np.linalg.norm(new)):
+                return new
+            estimate = new
+        basis[j + 1] = w / beta[-1]
+    return estimate

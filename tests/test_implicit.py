@@ -42,8 +42,8 @@ def test_design_is_public_and_its_adjoint_is_exact(rng):
     X = np.stack([rng.integers(0, 30, 400), rng.integers(0, 25, 400), rng.integers(0, 3, 400)], axis=1)
     obs = Observations(X, (32, 25, 3))  # two users without entries
     design = ImplicitDesign(obs, 0, 1, 4)
-    for side, mode, n in ((design.lead_side, 0, 32), (design.partner_side, 1, 25)):
-        norms = np.sqrt(np.asarray(side.Z.multiply(side.Z).sum(axis=1)).ravel())
+    for Z, mode, n in ((design.lead_z, 0, 32), (design.partner_z, 1, 25)):
+        norms = np.sqrt(np.asarray(Z.multiply(Z).sum(axis=1)).ravel())
         seen = np.bincount(X[:, mode], minlength=n) > 0
         assert np.allclose(norms[seen], 1.0) and np.all(norms[~seen] == 0)
     for E in (design.P, design.Q):
@@ -158,3 +158,19 @@ def test_implicit_ignores_n_iter():
                 for n in (None, 7)]
     assert [f.n_iter_ for f in fits] == [1, 1]
     assert np.array_equal(fits[0].predict(X_test), fits[1].predict(X_test))
+
+
+@pytest.mark.parametrize("rank", [40, 3])  # full rank, and a Krylov space exhausted after 4 steps
+def test_lanczos_function_matches_the_eigendecomposition(rank, rng):
+    from dptensor._implicit import lanczos_function
+
+    F = rng.normal(size=(40, rank)) * np.geomspace(1, 30, rank)
+    A = F @ F.T
+    b = rng.normal(size=40)
+    g, V = np.linalg.eigh(A)
+    g = np.maximum(g, 0.0)
+    for h in (lambda e: 1.0 / (e + 0.5), lambda e: 2.0 * e / (2.0 * e**2 + 0.3 * e + 4.0)):
+        exact = V @ (h(g) * (V.T @ b))
+        approx = lanczos_function(lambda v: A @ v, b, h, rtol=1e-10)
+        np.testing.assert_allclose(approx, exact, rtol=0, atol=1e-8 * np.linalg.norm(exact))
+    assert np.all(lanczos_function(lambda v: A @ v, np.zeros(40), np.exp) == 0)
