@@ -819,7 +819,7 @@ class TuckerSweep3:
 
     def __init__(self, grid: DenseGrid, Yg, counts):
         M, n = grid.mask, grid.shape
-        self.mask, self.values, self.counts = M, Yg, counts
+        self.mask, self.counts = M, counts
         self.pair_counts = {(0, 1): M.sum(axis=2), (0, 2): M.sum(axis=1), (1, 2): M.sum(axis=0)}
         self.row_sums = [Yg.sum(axis=(1, 2)), Yg.sum(axis=(0, 2)), Yg.sum(axis=(0, 1))]
         self.yy = float(np.vdot(Yg, Yg))
@@ -828,15 +828,15 @@ class TuckerSweep3:
         self._pivot = self._value = self._last = None
 
     @staticmethod
-    def _features(model: Model, k: int):
-        U = model.factors[k]
-        b = _row_bias(model, k)
-        ia, ib, _ = _pair_index(U.shape[1])
-        return np.hstack([U, (b if b is not None else np.zeros(len(U)))[:, None] * U, U[:, ia] * U[:, ib]])
-
-    def _bias(self, model, k):
+    def _bias(model, k):
         b = _row_bias(model, k)
         return np.zeros(len(model.factors[k])) if b is None else b
+
+    def _features(self, model: Model, k: int):
+        """``F_k = [u, b u, u u^T]`` (upper-triangle pairs) for every row of mode ``k``."""
+        U = model.factors[k]
+        ia, ib, _ = _pair_index(U.shape[1])
+        return np.hstack([U, self._bias(model, k)[:, None] * U, U[:, ia] * U[:, ib]])
 
     def _others_offsets(self, model, m):
         """``sum_c mask[i, c] o_c`` per row ``i`` of mode ``m``: the intercept and the other modes' biases."""
