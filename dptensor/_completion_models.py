@@ -42,11 +42,14 @@ __all__ = ["Observations", "Model", "predict", "interaction_design", "clipped_gr
 _CHUNK = 1 << 21  # floats per block when a Khatri-Rao product over entries would be large
 _SSR_BLOCK = 1 << 15  # grid cells per block of the residual sum of squares (256 KiB: stays in cache)
 #: The dense layout (:class:`DenseGrid`) is used up to this many grid cells per observed entry
-#: (CP; Tucker: ``DENSE_RATIO_TUCKER``). Measured at 100^3 rank 3 (one thread), one ALS sweep
-#: on the grid costs about 0.010 s (CP) and 0.011 s (Tucker) whatever the number of entries, the
-#: sparse layout's sweep as much at about 1.2e5 (CP) and 5e4 (Tucker) entries.
+#: (CP; Tucker: ``DENSE_RATIO_TUCKER``, its ALS ``DENSE_RATIO_TUCKER_ALS``). Measured at 100^3
+#: rank 3 (one thread), one ALS sweep on the grid costs about 0.010 s (CP) and 0.0054 s (Tucker,
+#: :class:`TuckerSweep3`) whatever the number of entries, the sparse layout's sweep as much at
+#: about 1.2e5 (CP) and 2.5e4 (Tucker) entries (at 32^4, 0.021 s and 3e4); a Tucker gradient
+#: step (0.032 s on the grid) as much at about 6e4.
 DENSE_RATIO = 8
 DENSE_RATIO_TUCKER = 16
+DENSE_RATIO_TUCKER_ALS = 32
 #: ... and up to this many cells (a few float64 arrays of this size are held).
 DENSE_MAX_CELLS = 1 << 23
 #: Restarts of the small CP in :func:`spectral_start` (post-processing of released values, so
@@ -73,7 +76,7 @@ class Observations:
         self._layout = layout
         self._grid = None
 
-    def grid(self, model: "Model | None" = None) -> "DenseGrid | None":
+    def grid(self, model: "Model | None" = None, als=False) -> "DenseGrid | None":
         """The dense layout (:class:`DenseGrid`) when it is the faster one for ``model``, else ``None``.
 
         Chosen from public quantities only (the shape, the number of observed entries and the kind
@@ -81,7 +84,8 @@ class Observations:
         (``DENSE_RATIO_TUCKER`` for Tucker, whose sparse sweeps cost more per entry), at most
         ``DENSE_MAX_CELLS`` cells, and no position is observed twice (the grid holds one value per
         cell). ``layout="dense"`` or ``"sparse"`` forces the choice. A model with modes without a
-        factor (``Model.fixed``) runs on the sparse layout.
+        factor (``Model.fixed``) runs on the sparse layout. ``als``: the choice for Tucker ALS
+        sweeps (``DENSE_RATIO_TUCKER_ALS``), cheaper on the grid than gradient steps.
         """
         if self._layout == "sparse":
             return None
@@ -90,7 +94,8 @@ class Observations:
                 raise ValueError("layout='dense' fits models with a factor on every mode")
             return None
         if self._layout == "auto":
-            ratio = DENSE_RATIO_TUCKER if model is not None and model.core is not None else DENSE_RATIO
+            tucker = model is not None and model.core is not None
+            ratio = (DENSE_RATIO_TUCKER_ALS if als else DENSE_RATIO_TUCKER) if tucker else DENSE_RATIO
             cells = math.prod(self.shape)
             if cells > ratio * len(self.X) or cells > DENSE_MAX_CELLS:
                 return None
@@ -991,7 +996,7 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
     ``history`` when given; ``callback(sweep, rmse)`` is called after each sweep.
     """
     d, r = obs.order, model.rank
-    grid = obs.grid(model)
+    grid = obs.grid(model, als=True)
     if grid is None:
         layouts = [obs.layout(m) for m in range(d)]
         ys = [y[L.perm] for L in layouts]
