@@ -1,4 +1,6 @@
 """Attacks on what dptensor releases, each kept as a regression test once fixed."""
+import math
+
 import numpy as np
 import pytest
 
@@ -376,3 +378,36 @@ def test_cross_validation_folds_do_not_share_noise(monkeypatch):
                                                 random_state=0), X, y, cv=KFold(5))
     assert len(noises) == 5
     assert not np.allclose(noises[0], noises[1])
+
+
+_ZERO_GRAM_DATA = {  # data whose implicit design has no spectral embedding: its Gram is 0
+    "all entries on one pair": (np.array([[0, 0, k] for k in range(6)]), (0, 1)),
+    "one partner row, days leading": (np.array([[0, 0, k] for k in range(6)]), (2, 0)),
+    "one user": (np.array([[0, j] for j in range(5)]), None),
+    "one item": (np.array([[i, 0] for i in range(7)]), None),
+    "one entry": (np.array([[0, 0]]), None),
+}
+
+
+@pytest.mark.parametrize("case", list(_ZERO_GRAM_DATA))
+@pytest.mark.parametrize("epsilon", [3.0, np.inf])
+def test_implicit_fit_on_a_zero_gram_returns_the_offsets_after_its_spend(case, epsilon):
+    """Before: ``ImplicitDesign.bulk`` ran ARPACK on the Gram, which is 0 when the positions have
+    one lead or partner row (or one pair), and ARPACK raised "starting vector is zero" AFTER the
+    spend: the budget was gone and the caller got an error. The release (noise alone) carries no
+    signal there: the fit is the offsets, with the interaction 0."""
+    import warnings
+
+    from dptensor import PrivacyWarning
+
+    X, modes = _ZERO_GRAM_DATA[case]
+    y = np.random.default_rng(0).uniform(1, 5, len(X))
+    acc = PrivacyAccountant(10.0) if math.isfinite(epsilon) else None
+    est = PrivateTensorCompletion(perturbation="implicit", rank=3, epsilon=epsilon, value_range=(1, 5),
+                                  factor_modes=modes, accountant=acc, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        est.fit(X, y)
+    offsets = est.intercept_ + sum(b[X[:, m]] for m, b in enumerate(est.biases_))
+    np.testing.assert_allclose(est.predict(X), np.clip(offsets, 1, 5), rtol=0, atol=1e-12)
+    assert acc is None or len(acc.history()) == 1
