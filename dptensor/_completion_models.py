@@ -891,8 +891,7 @@ class TuckerSweep3:
         Q, V = self._last
         C = np.tensordot(Q, self._features(model, 2), axes=([0], [0]))  # (f0, f1, f2)
         value = np.tensordot(V, model.factors[2], axes=([0], [0])).ravel()  # (p0, p1, p2)
-        idx = _kron_index(r, 3)
-        gram = C[idx]
+        gram = C[_kron_index(r, 3)].reshape(r**3, r**3)
         u = slice(0, r)
         bu = slice(r, 2 * r)
         a = C[u, u, u].ravel()
@@ -919,10 +918,13 @@ class TuckerSweep3:
 @functools.lru_cache(maxsize=16)
 def _kron_index(r, order):
     """Index into the features' product (:class:`TuckerSweep3`) giving the Kronecker Gram
-    ``sum (u u^T) (x) (v v^T) (x) ...`` of ``order`` modes: rows and columns ``(p, q, ...)`` in C order."""
+    ``sum (u u^T) (x) (v v^T) (x) ...`` of ``order`` modes: rows and columns ``(p, q, ...)`` in C order,
+    indexed as ``C[..., *idx]`` and reshaped to ``(r^order, r^order)``. Mode ``k``'s index is ``(r, r)``
+    on axes ``k`` and ``order + k`` and 1 on the others: broadcast by the indexing, where full index
+    arrays (``r^(2 order)`` entries each, 400 MB cached at rank 16) cost more than the Gram itself."""
     _, _, where = _pair_index(r)
-    grids = np.indices((r,) * (2 * order)).reshape(2 * order, r**order, r**order)
-    return tuple(2 * r + where[grids[k], grids[order + k]] for k in range(order))
+    return tuple((2 * r + where).reshape([r if a in (k, order + k) else 1 for a in range(2 * order)])
+                 for k in range(order))
 
 
 def _kron_terms(Q, r):
@@ -930,7 +932,7 @@ def _kron_terms(Q, r):
     design sums ``sum (u (x) v)`` and the offsets' ``sum (b_u + b_v) (u (x) v)`` per row."""
     rows = len(Q)
     i0, i1 = _kron_index(r, 2)
-    K = Q[:, i0, i1]
+    K = Q[:, i0, i1].reshape(rows, r * r, r * r)
     a = Q[:, :r, :r].reshape(rows, r * r)
     off = (Q[:, r:2 * r, :r] + Q[:, :r, r:2 * r]).reshape(rows, r * r)
     return K, a, off
