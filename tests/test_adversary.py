@@ -411,3 +411,22 @@ def test_implicit_fit_on_a_zero_gram_returns_the_offsets_after_its_spend(case, e
     offsets = est.intercept_ + sum(b[X[:, m]] for m, b in enumerate(est.biases_))
     np.testing.assert_allclose(est.predict(X), np.clip(offsets, 1, 5), rtol=0, atol=1e-12)
     assert acc is None or len(acc.history()) == 1
+
+
+def test_completion_positions_are_indexed_before_the_spend(monkeypatch):
+    """Before: the observed positions' per-row counts (``Observations``, a bincount over each mode's
+    public size) were built after the spend, so a public ``shape`` too large for memory (e.g.
+    ``(10**12, 5)``: 7 TiB) raised MemoryError with the budget already recorded. They depend on
+    the positions and the shape alone: built first, a failure there spends nothing."""
+    from dptensor import completion as completion_module
+
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError("Unable to allocate 7.28 TiB")
+
+    monkeypatch.setattr(completion_module, "Observations", out_of_memory)
+    acc = PrivacyAccountant(10.0)
+    X = np.array([[0, 0], [1, 1], [2, 0], [0, 2]])
+    est = PrivateTensorCompletion(epsilon=1.0, value_range=(1, 5), shape=(10**12, 5), accountant=acc)
+    with pytest.raises(MemoryError):
+        est.fit(X, np.array([1.0, 2.0, 3.0, 4.0]))
+    assert acc.history() == [] and not hasattr(est, "privacy_cost_")
