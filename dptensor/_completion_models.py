@@ -640,10 +640,20 @@ def _core_normal_equations(model: Model, L: ModeLayout, base):
     return gram, rhs
 
 
+def _ridge_solve(gram, rhs):
+    """``gram^{-1} rhs`` for (stacked) ridge normal equations; the least-norm solution where the
+    ridge is lost in the Gram's rounding and leaves it singular (values under heavy input noise
+    grow the factors to ~1e15 while the ridge stays ~1e-3), where ``solve`` raised after the spend."""
+    try:
+        return np.linalg.solve(gram, rhs)
+    except np.linalg.LinAlgError:
+        return np.linalg.pinv(gram, hermitian=True) @ rhs
+
+
 def _set_core(model: Model, gram, rhs, reg_core):
     """The core's ridge solution from its normal equations (``gram`` is modified)."""
     gram[np.diag_indices_from(gram)] += reg_core + 1e-12
-    model.core = np.linalg.solve(gram, rhs).reshape(model.core.shape)
+    model.core = _ridge_solve(gram, rhs).reshape(model.core.shape)
 
 
 def _tucker_core_step(model: Model, L: ModeLayout, y_sorted, reg_core):
@@ -1028,7 +1038,7 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
                                                   None if fit_biases else _row_bias(model, m), bias=fit_biases)
             p = gram.shape[1]
             gram[:, np.arange(p), np.arange(p)] += reg + 1e-12
-            sol = np.linalg.solve(gram, rhs[:, :, None])[:, :, 0]
+            sol = _ridge_solve(gram, rhs[:, :, None])[:, :, 0]
             model.factors[m] = sol[:, :r]
             if fit_biases:
                 model.biases[m] = sol[:, r]

@@ -430,3 +430,26 @@ def test_completion_positions_are_indexed_before_the_spend(monkeypatch):
     with pytest.raises(MemoryError):
         est.fit(X, np.array([1.0, 2.0, 3.0, 4.0]))
     assert acc.history() == [] and not hasattr(est, "privacy_cost_")
+
+
+def test_input_perturbation_tucker_survives_a_ridge_lost_in_rounding():
+    """Before: under heavy Laplace input noise (epsilon=1e-3: noise ~1e3 range widths) the ALS
+    factors grew until the ridge (~1e-3) vanished in the Gram's rounding; a Tucker rank above the
+    mode sizes left the Gram singular and ``np.linalg.solve`` raised LinAlgError after the spend.
+    The solves fall back to the least-norm solution: the fit completes within the range."""
+    import itertools
+
+    X = np.array(list(itertools.product(range(3), range(3), range(3))))[::2]
+    y = 1 + (np.arange(len(X)) % 5).astype(float)
+    est = PrivateTensorCompletion(decomposition="tucker", perturbation="input", epsilon=1e-3, value_range=(1, 5),
+                                  rank=5, random_state=7).fit(X, y)  # (the seed that made it singular)
+    pred = est.predict(X)
+    assert np.all(np.isfinite(est.core_)) and np.all((pred >= 1) & (pred <= 5))
+    # the fallback itself, on Grams singular in floating point: the least-norm solution
+    from dptensor._completion_models import _ridge_solve
+
+    u = np.array([1.0, 2.0, 2.0])
+    gram = np.stack([np.outer(u, u) * 1e15 + 1e-3 * np.eye(3), np.eye(3)])
+    rhs = np.stack([u, u])[:, :, None] * 3e15
+    sol = _ridge_solve(gram, rhs)[:, :, 0]
+    np.testing.assert_allclose(sol, [u / 3, 3e15 * u], rtol=1e-9)
