@@ -645,10 +645,20 @@ def _core_normal_equations(model: Model, L: ModeLayout, base):
     return gram, rhs
 
 
+def _ridge_solve(gram, rhs):
+    """``gram^{-1} rhs`` for (stacked) ridge normal equations; the least-norm solution where the
+    ridge is lost in the Gram's rounding and leaves it singular (values under heavy input noise
+    grow the factors to ~1e15 while the ridge stays ~1e-3), where ``solve`` raised after the spend."""
+    try:
+        return np.linalg.solve(gram, rhs)
+    except np.linalg.LinAlgError:
+        return np.linalg.pinv(gram, hermitian=True) @ rhs
+
+
 def _set_core(model: Model, gram, rhs, reg_core):
     """The core's ridge solution from its normal equations (``gram`` is modified)."""
     gram[np.diag_indices_from(gram)] += reg_core + 1e-12
-    model.core = np.linalg.solve(gram, rhs).reshape(model.core.shape)
+    model.core = _ridge_solve(gram, rhs).reshape(model.core.shape)
 
 
 def _tucker_core_step(model: Model, L: ModeLayout, y_sorted, reg_core):
@@ -896,8 +906,7 @@ class TuckerSweep3:
         Q, V = self._last
         C = np.tensordot(Q, self._features(model, 2), axes=([0], [0]))  # (f0, f1, f2)
         value = np.tensordot(V, model.factors[2], axes=([0], [0])).ravel()  # (p0, p1, p2)
-        idx = _kron_index(r, 3)
-        gram = C[idx]
+        gram = C[_kron_index(r, 3)].reshape(r**3, r**3)
         u = slice(0, r)
         bu = slice(r, 2 * r)
         a = C[u, u, u].ravel()
@@ -924,10 +933,13 @@ class TuckerSweep3:
 @functools.lru_cache(maxsize=16)
 def _kron_index(r, order):
     """Index into the features' product (:class:`TuckerSweep3`) giving the Kronecker Gram
-    ``sum (u u^T) (x) (v v^T) (x) ...`` of ``order`` modes: rows and columns ``(p, q, ...)`` in C order."""
+    ``sum (u u^T) (x) (v v^T) (x) ...`` of ``order`` modes: rows and columns ``(p, q, ...)`` in C order,
+    indexed as ``C[..., *idx]`` and reshaped to ``(r^order, r^order)``. Mode ``k``'s index is ``(r, r)``
+    on axes ``k`` and ``order + k`` and 1 on the others: broadcast by the indexing, where full index
+    arrays (``r^(2 order)`` entries each, 400 MB cached at rank 16) cost more than the Gram itself."""
     _, _, where = _pair_index(r)
-    grids = np.indices((r,) * (2 * order)).reshape(2 * order, r**order, r**order)
-    return tuple(2 * r + where[grids[k], grids[order + k]] for k in range(order))
+    return tuple((2 * r + where).reshape([r if a in (k, order + k) else 1 for a in range(2 * order)])
+                 for k in range(order))
 
 
 def _kron_terms(Q, r):
@@ -935,7 +947,7 @@ def _kron_terms(Q, r):
     design sums ``sum (u (x) v)`` and the offsets' ``sum (b_u + b_v) (u (x) v)`` per row."""
     rows = len(Q)
     i0, i1 = _kron_index(r, 2)
-    K = Q[:, i0, i1]
+    K = Q[:, i0, i1].reshape(rows, r * r, r * r)
     a = Q[:, :r, :r].reshape(rows, r * r)
     off = (Q[:, r:2 * r, :r] + Q[:, :r, r:2 * r]).reshape(rows, r * r)
     return K, a, off
@@ -1031,7 +1043,7 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
                                                   None if fit_biases else _row_bias(model, m), bias=fit_biases)
             p = gram.shape[1]
             gram[:, np.arange(p), np.arange(p)] += reg + 1e-12
-            sol = np.linalg.solve(gram, rhs[:, :, None])[:, :, 0]
+            sol = _ridge_solve(gram, rhs[:, :, None])[:, :, 0]
             model.factors[m] = sol[:, :r]
             if fit_biases:
                 model.biases[m] = sol[:, r]

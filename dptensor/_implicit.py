@@ -134,14 +134,17 @@ class ImplicitDesign:
         out). All of it public: functions of Omega."""
         dim = self.shape[0]
         op = sla.LinearOperator((dim, dim), matvec=self.gram)
+        # every pair's rows have entries, so |z_i| = |z'_j| = 1 there
+        total = float(self.counts @ (np.sum(self._Qt**2, axis=0) + np.sum(self._Pt**2, axis=0)))
+        if total == 0.0:  # G = 0 (positive semi-definite, no trace): embeddings all 0, e.g. one
+            # lead or partner row, or a single pair; ARPACK fails on it ("starting vector is zero")
+            return np.zeros((dim, 0)), np.zeros(0), 0.0, 0.0
         n_top = min(n_top, dim - 2)
         if n_top > 0:
             g, V = sla.eigsh(op, k=n_top, which="LA", v0=np.ones(dim) / math.sqrt(dim))
             g = np.maximum(g, 0.0)
         else:
             g, V = np.zeros(0), np.zeros((dim, 0))
-        # every pair's rows have entries, so |z_i| = |z'_j| = 1 there
-        total = float(self.counts @ (np.sum(self._Qt**2, axis=0) + np.sum(self._Pt**2, axis=0)))
         tr1 = total - float(g.sum())
         probes = np.random.default_rng(0)
 

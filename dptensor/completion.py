@@ -518,6 +518,9 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             self._check_delta_for(len(y), epsilon, delta, unit="observed value")
         entropy = self._entropy()
         plan, event = self._plan_spend(p, epsilon, delta, len(shape), private)
+        # The positions' per-row counts (public), before the spend: a shape too large for memory
+        # fails here, not after the budget is gone.
+        obs = Observations(X, shape)
         # Recorded before anything is computed from the values: a refused fit touches none of them.
         self.privacy_cost_, rng = self._spend(
             event, entropy=entropy, delta=delta, noise_multiplier=plan["z"] if plan else 0.0,
@@ -541,7 +544,6 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             # The offsets' releases rest on values in [-1/2, 1/2] (the total's sensitivity 1 needs them
             # centred), but a range a few ulps wide has a midpoint rounded up to half its width off.
             ys = np.clip(ys, -0.5, 0.5)
-        obs = Observations(X, shape)
         # The training loss is an unnoised statistic of the private values: it is kept (and
         # printed) only for a fit that is not private.
         history = [] if self.verbose and not private else None

@@ -1,4 +1,6 @@
 """Attacks on what dptensor releases, each kept as a regression test once fixed."""
+import math
+
 import numpy as np
 import pytest
 
@@ -376,3 +378,78 @@ def test_cross_validation_folds_do_not_share_noise(monkeypatch):
                                                 random_state=0), X, y, cv=KFold(5))
     assert len(noises) == 5
     assert not np.allclose(noises[0], noises[1])
+
+
+_ZERO_GRAM_DATA = {  # data whose implicit design has no spectral embedding: its Gram is 0
+    "all entries on one pair": (np.array([[0, 0, k] for k in range(6)]), (0, 1)),
+    "one partner row, days leading": (np.array([[0, 0, k] for k in range(6)]), (2, 0)),
+    "one user": (np.array([[0, j] for j in range(5)]), None),
+    "one item": (np.array([[i, 0] for i in range(7)]), None),
+    "one entry": (np.array([[0, 0]]), None),
+}
+
+
+@pytest.mark.parametrize("case", list(_ZERO_GRAM_DATA))
+@pytest.mark.parametrize("epsilon", [3.0, np.inf])
+def test_implicit_fit_on_a_zero_gram_returns_the_offsets_after_its_spend(case, epsilon):
+    """Before: ``ImplicitDesign.bulk`` ran ARPACK on the Gram, which is 0 when the positions have
+    one lead or partner row (or one pair), and ARPACK raised "starting vector is zero" AFTER the
+    spend: the budget was gone and the caller got an error. The release (noise alone) carries no
+    signal there: the fit is the offsets, with the interaction 0."""
+    import warnings
+
+    from dptensor import PrivacyWarning
+
+    X, modes = _ZERO_GRAM_DATA[case]
+    y = np.random.default_rng(0).uniform(1, 5, len(X))
+    acc = PrivacyAccountant(10.0) if math.isfinite(epsilon) else None
+    est = PrivateTensorCompletion(perturbation="implicit", rank=3, epsilon=epsilon, value_range=(1, 5),
+                                  factor_modes=modes, accountant=acc, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        est.fit(X, y)
+    offsets = est.intercept_ + sum(b[X[:, m]] for m, b in enumerate(est.biases_))
+    np.testing.assert_allclose(est.predict(X), np.clip(offsets, 1, 5), rtol=0, atol=1e-12)
+    assert acc is None or len(acc.history()) == 1
+
+
+def test_completion_positions_are_indexed_before_the_spend(monkeypatch):
+    """Before: the observed positions' per-row counts (``Observations``, a bincount over each mode's
+    public size) were built after the spend, so a public ``shape`` too large for memory (e.g.
+    ``(10**12, 5)``: 7 TiB) raised MemoryError with the budget already recorded. They depend on
+    the positions and the shape alone: built first, a failure there spends nothing."""
+    from dptensor import completion as completion_module
+
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError("Unable to allocate 7.28 TiB")
+
+    monkeypatch.setattr(completion_module, "Observations", out_of_memory)
+    acc = PrivacyAccountant(10.0)
+    X = np.array([[0, 0], [1, 1], [2, 0], [0, 2]])
+    est = PrivateTensorCompletion(epsilon=1.0, value_range=(1, 5), shape=(10**12, 5), accountant=acc)
+    with pytest.raises(MemoryError):
+        est.fit(X, np.array([1.0, 2.0, 3.0, 4.0]))
+    assert acc.history() == [] and not hasattr(est, "privacy_cost_")
+
+
+def test_input_perturbation_tucker_survives_a_ridge_lost_in_rounding():
+    """Before: under heavy Laplace input noise (epsilon=1e-3: noise ~1e3 range widths) the ALS
+    factors grew until the ridge (~1e-3) vanished in the Gram's rounding; a Tucker rank above the
+    mode sizes left the Gram singular and ``np.linalg.solve`` raised LinAlgError after the spend.
+    The solves fall back to the least-norm solution: the fit completes within the range."""
+    import itertools
+
+    X = np.array(list(itertools.product(range(3), range(3), range(3))))[::2]
+    y = 1 + (np.arange(len(X)) % 5).astype(float)
+    est = PrivateTensorCompletion(decomposition="tucker", perturbation="input", epsilon=1e-3, value_range=(1, 5),
+                                  rank=5, random_state=7).fit(X, y)  # (the seed that made it singular)
+    pred = est.predict(X)
+    assert np.all(np.isfinite(est.core_)) and np.all((pred >= 1) & (pred <= 5))
+    # the fallback itself, on Grams singular in floating point: the least-norm solution
+    from dptensor._completion_models import _ridge_solve
+
+    u = np.array([1.0, 2.0, 2.0])
+    gram = np.stack([np.outer(u, u) * 1e15 + 1e-3 * np.eye(3), np.eye(3)])
+    rhs = np.stack([u, u])[:, :, None] * 3e15
+    sol = _ridge_solve(gram, rhs)[:, :, 0]
+    np.testing.assert_allclose(sol, [u / 3, 3e15 * u], rtol=1e-9)

@@ -1120,8 +1120,8 @@ def test_order3_tucker_sweep_matches_the_general_dense_equations(rank, biases, r
     equations, the core's solution and the sum of squared residuals of the general dense layout."""
     import copy
 
-    from dptensor._completion_models import (TuckerSweep3, _grid_core_step, _grid_offsets, _row_bias,
-                                             grid_design, grid_value_sums, init_model)
+    from dptensor._completion_models import (TuckerSweep3, _grid_core_step, _grid_offsets, _kron_index,
+                                             _row_bias, grid_design, grid_value_sums, init_model)
 
     shape = (7, 6, 5)
     X, y = _sample(rng, shape, 0.6)
@@ -1149,3 +1149,5 @@ def test_order3_tucker_sweep_matches_the_general_dense_equations(rank, biases, r
     ref_ssr = _grid_core_step(ref, grid, Yg, 0.01, grid_value_sums(grid, Yg, obs.counts[0]))
     np.testing.assert_allclose(model.core, ref.core, rtol=1e-9, atol=1e-10)
     assert ssr == pytest.approx(ref_ssr, rel=1e-9)
+    # the cached Kronecker index holds a (rank, rank) map per mode, never rank^6 entries (400 MB at 16)
+    assert [i.size for i in _kron_index(rank, 3)] == [rank**2] * 3
