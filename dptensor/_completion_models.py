@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
+from ._implicit import ImplicitDesign
 from .mechanisms import gaussian_release, joint_gaussian_release, laplace_release
 
 __all__ = ["Observations", "Model", "predict", "interaction_design", "clipped_gradient", "als",
@@ -112,6 +113,14 @@ class Observations:
         if m not in self._layouts:
             self._layouts[m] = ModeLayout(self.X, m, self.shape[m])
         return self._layouts[m]
+
+    def implicit_design(self, lead: int, partner: int, rank: int) -> ImplicitDesign:
+        """The implicit-feedback design of two modes (:class:`~dptensor._implicit.ImplicitDesign`),
+        built once: a function of Omega, so a fit can build it before its spend."""
+        key = ("implicit", lead, partner, rank)
+        if key not in self._layouts:
+            self._layouts[key] = ImplicitDesign(self, lead, partner, rank)
+        return self._layouts[key]
 
     @property
     def order(self) -> int:

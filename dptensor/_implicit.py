@@ -63,9 +63,10 @@ class ImplicitDesign:
     def __init__(self, obs, lead: int, partner: int, rank: int):
         self.lead, self.partner, self.rank = lead, partner, rank
         n_lead, n_partner = obs.shape[lead], obs.shape[partner]
+        # (ravel_multi_index refuses a grid of more than 2**63 pairs rather than wrap around)
         keys, self._pair_of_entry, counts = np.unique(
-            obs.X[:, lead].astype(np.int64) * n_partner + obs.X[:, partner], return_inverse=True,
-            return_counts=True)
+            np.ravel_multi_index((obs.X[:, lead], obs.X[:, partner]), (n_lead, n_partner)),
+            return_inverse=True, return_counts=True)
         pi, pj = keys // n_partner, keys % n_partner  # sorted by lead row: CSR order
         self._indptr = np.concatenate([[0], np.cumsum(np.bincount(pi, minlength=n_lead))])
         self._pi, self._pj, self.counts = pi, pj, counts.astype(float)
@@ -167,8 +168,16 @@ def spectral_embeddings(normalized, rank):
     Columns past the matrix's rank are 0."""
     n_rows, n_cols = normalized.shape
     k = min(rank + 1, min(n_rows, n_cols))
-    if min(n_rows, n_cols) <= 2 * (rank + 1) or n_rows * n_cols <= 250_000:
+    if n_rows * n_cols <= 250_000:
         u, s, vt = np.linalg.svd(normalized.toarray(), full_matrices=False)
+    elif min(n_rows, n_cols) <= 2 * (rank + 1):
+        # one side too small for ARPACK: the eigenvectors of its (small) Gram, the other side's
+        # vectors from them, never the dense matrix
+        A = normalized.T if n_cols <= n_rows else normalized
+        e, small = np.linalg.eigh((A @ A.T).toarray())
+        s = np.sqrt(np.maximum(e, 0.0))
+        big = (A.T @ small) / np.where(s > 0, s, 1.0)
+        u, vt = (big, small.T) if n_cols <= n_rows else (small, big.T)
     else:
         # ARPACK from a fixed start: a deterministic function of Omega
         u, s, vt = sla.svds(normalized, k=k, v0=np.ones(min(n_rows, n_cols)) / math.sqrt(min(n_rows, n_cols)))
@@ -261,13 +270,14 @@ def lanczos_function(op, b, h, *, rtol=LANCZOS_RTOL, maxiter=LANCZOS_MAXITER, ch
     basis = np.empty((min(maxiter, dim) + 1, dim))
     basis[0] = b / beta0
     alpha, beta = [], []
-    estimate = None
+    estimate, scale = None, 0.0
     for j in range(len(basis) - 1):
         w = op(basis[j])
         alpha.append(float(basis[j] @ w))
+        scale = max(scale, float(np.linalg.norm(w)))  # |A q| over the steps: A's scale, from below
         w -= basis[:j + 1].T @ (basis[:j + 1] @ w)  # reorthogonalised against the whole basis
         beta.append(float(np.linalg.norm(w)))
-        exhausted = beta[-1] <= 1e-12 * max(abs(alpha[0]), 1e-300)
+        exhausted = beta[-1] <= 1e-12 * max(scale, 1e-300)
         if exhausted or (j + 1) % check == 0 or j == len(basis) - 2:
             T = np.diag(alpha) + np.diag(beta[:-1], 1) + np.diag(beta[:-1], -1)
             theta, S = np.linalg.eigh(T)

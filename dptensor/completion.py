@@ -54,7 +54,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import ThreadpoolController
 
 from ._base import PrivateEstimatorMixin
-from ._implicit import DESIGN_NORM, ImplicitDesign, wiener_fit
+from ._implicit import DESIGN_NORM, wiener_fit
 from ._randomness import public_digest
 from ._completion_models import (Model, Observations, als, dp_als, gradient_descent, init_model, predict,
                                  OffsetNoise, offset_noise, residual_scale, row_offsets, spectral_start)
@@ -518,9 +518,11 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             self._check_delta_for(len(y), epsilon, delta, unit="observed value")
         entropy = self._entropy()
         plan, event = self._plan_spend(p, epsilon, delta, len(shape), private)
-        # The positions' per-row counts (public), before the spend: a shape too large for memory
-        # fails here, not after the budget is gone.
+        # What the public positions give (their per-row counts; the implicit design), before the
+        # spend: a shape too large for memory fails here, not after the budget is gone.
         obs = Observations(X, shape)
+        if pert == "implicit":
+            obs.implicit_design(*self._check_implicit_modes(len(shape), p["fixed"]), p["rank"])
         # Recorded before anything is computed from the values: a refused fit touches none of them.
         self.privacy_cost_, rng = self._spend(
             event, entropy=entropy, delta=delta, noise_multiplier=plan["z"] if plan else 0.0,
@@ -703,7 +705,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         # The released CP model has 2 rank columns: [Z Y, P] and [Q, Z' W].
         model = init_model(obs.shape, 2 * p["rank"], "cp", rng, scale=0.1, fixed=p["fixed"])
         _, clip, s2 = self._offsets_and_scale(obs, ys, model, plan, rng)
-        design = ImplicitDesign(obs, lead, partner, p["rank"])
+        design = obs.implicit_design(lead, partner, p["rank"])
         # One value moves its clipped residual by at most min(1, 2 clip); each entry's design has
         # norm at most DESIGN_NORM.
         resid = np.clip(ys - offsets_of(model, obs.X), -clip, clip)

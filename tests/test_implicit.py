@@ -174,3 +174,21 @@ def test_lanczos_function_matches_the_eigendecomposition(rank, rng):
         approx = lanczos_function(lambda v: A @ v, b, h, rtol=1e-10)
         np.testing.assert_allclose(approx, exact, rtol=0, atol=1e-8 * np.linalg.norm(exact))
     assert np.all(lanczos_function(lambda v: A @ v, np.zeros(40), np.exp) == 0)
+
+
+@pytest.mark.parametrize("shape", [(60_000, 5), (5, 60_000)])
+def test_spectral_embeddings_of_a_thin_incidence_never_form_it_densely(shape):
+    """One side too small for ARPACK and too many cells for a dense SVD: the small side's Gram gives
+    the same embeddings (up to each column's sign) as the dense SVD."""
+    import scipy.sparse as sp
+
+    from dptensor._implicit import spectral_embeddings
+
+    M = sp.random(*shape, density=0.3, random_state=1, format="csr")
+    P, Q = spectral_embeddings(M, 2)
+    u, s, vt = np.linalg.svd(M.toarray(), full_matrices=False)
+    order = np.argsort(-s)[1:3]
+    for E, vectors in ((P, u[:, order]), (Q, vt[order].T)):
+        ref = vectors * math.sqrt(len(vectors))
+        ref /= np.maximum(np.linalg.norm(ref, axis=1, keepdims=True), 1.0)
+        np.testing.assert_allclose(np.abs(E), np.abs(ref), atol=1e-9)
