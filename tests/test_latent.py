@@ -104,25 +104,39 @@ def test_lda_shares_follow_the_degrees_of_freedom(d, k):
     assert model.privacy_cost(1000, d).epsilon == pytest.approx(1.0, rel=1e-9)
 
 
-def test_topic_noise_std_is_the_first_order_noise_of_the_topics(rng):
+@pytest.mark.parametrize("inside_e2", [False, True])
+def test_topic_noise_std_is_the_first_order_noise_of_the_topics(rng, inside_e2):
     """Topics mu_i = U Lambda^(1/2) v_i / sqrt(w_i) from a second moment released in the Frobenius
     geometry (off-diagonal noise z s / sqrt(2)): over 200 draws their entries move with the std
-    that ``topic_noise_std`` predicts from ``noise = z s / sqrt(2)``."""
-    d, k, s = 80, 3, 2e-5
+    that ``topic_noise_std`` predicts from ``noise = z s / sqrt(2)``. ``inside_e2``: as the private
+    topic model whitens, the released matrix is ``E2 = M2 + c m m^T`` and M2 is whitened inside
+    E2's top-k subspace (``basis_values``), exactly: ``W^T (E2 - c m m^T) W = I``."""
+    d, k, s, c = 80, 3, 2e-5, 0.5
     mu = rng.dirichlet(np.full(d, 0.3), size=k)
     w = np.array([0.2, 0.3, 0.5])
     M2 = (mu.T * w) @ mu
+    m = mu.T @ np.array([0.3, 0.3, 0.4])
     clean = whiten(M2, k, rng)
     V = np.sqrt(w)[:, None] * (clean.W.T @ mu.T).T  # rows v_i, orthonormal
     scale = 1.0 / np.sqrt(w)
-    draws = []
+    draws, predicted = [], []
     for _ in range(200):
-        released = symmetric_gaussian_release(M2, s, 1.0, rng, frobenius=True)
-        noisy = whiten(released, k, rng, noise=s / np.sqrt(2))
-        U = noisy.vectors * np.sign(np.sum(noisy.vectors * clean.vectors, axis=0))  # align signs
-        draws.append((scale[:, None] * V) @ (U * np.sqrt(noisy.values)).T)
+        if inside_e2:
+            released = symmetric_gaussian_release(M2 + c * np.outer(m, m), s, 1.0, rng, frobenius=True)
+            values, basis = top_eigenpairs(released, k, rng)
+            bm = basis.T @ m
+            noisy = whiten(basis.T @ released @ basis - c * np.outer(bm, bm), k, rng, basis=basis,
+                           noise=s / np.sqrt(2), basis_values=values)
+            np.testing.assert_allclose(noisy.W.T @ (released - c * np.outer(m, m)) @ noisy.W, np.eye(k),
+                                       atol=1e-9)
+        else:
+            released = symmetric_gaussian_release(M2, s, 1.0, rng, frobenius=True)
+            noisy = whiten(released, k, rng, noise=s / np.sqrt(2))
+        signs = np.sign(np.sum(noisy.vectors * clean.vectors, axis=0))  # align to the clean whitening
+        draws.append((scale[:, None] * V) @ (noisy.vectors * signs * np.sqrt(noisy.values)).T)
+        predicted.append(topic_noise_std(V * signs, scale, noisy))  # V in the noisy whitening's signs
     observed = np.std(np.array(draws), axis=0).mean(axis=1)
-    np.testing.assert_allclose(observed, topic_noise_std(V, scale, noisy), rtol=0.1)
+    np.testing.assert_allclose(observed, np.mean(predicted, axis=0), rtol=0.1)
 
 
 def test_releases_add_noise_at_multiplier_times_sensitivity(rng):

@@ -218,11 +218,22 @@ class Whitening:
     ``noise`` is the standard deviation of the Gaussian noise on each entry of the released
     ``M2 u`` (``u`` a unit vector): public (a noise multiplier times a sensitivity), 0 without
     privacy. To first order it moves each eigenvector by ``noise / value`` per coordinate.
+    ``spread`` (k x k, see :attr:`noise_map`) is set when the vectors are mixtures of the noisy
+    eigenvectors of another released matrix (:func:`whiten` with ``basis_values``).
     """
 
     vectors: np.ndarray
     values: np.ndarray
     noise: float = 0.0
+    spread: np.ndarray | None = None
+
+    @property
+    def noise_map(self) -> np.ndarray:
+        """A (k x k) with ``noise * ||A v||`` the first-order noise std, per coordinate, of
+        ``unwhiten @ v``: ``diag(values)^(-1/2)`` when the vectors are the noisy eigenvectors
+        themselves (``u_j`` moves by ``noise / value_j``, carrying the coefficient
+        ``value_j^(1/2) v_j``)."""
+        return np.diag(self.values**-0.5) if self.spread is None else self.spread
 
     @property
     def W(self) -> np.ndarray:
@@ -233,17 +244,24 @@ class Whitening:
         return self.vectors * np.sqrt(self.values)
 
 
-def whiten(M2, k: int, rng, basis=None, noise: float = 0.0) -> Whitening:
+def whiten(M2, k: int, rng, basis=None, noise: float = 0.0, basis_values=None) -> Whitening:
     """Whitening from the top-k eigenpairs of ``M2``, or of ``V^T M2 V`` given ``basis=V``.
 
     With a basis (d x p, orthonormal columns) ``M2`` is the p x p projection and the eigenvectors
     are mapped back by V: ``W = V U_k Lambda_k^(-1/2)``. A noisy (or finite-sample) ``M2`` can
     have non-positive eigenvalues among its top k; they are floored at ``1e-6`` times the largest
-    so the whitening stays finite (post-processing). ``noise`` is recorded (see :class:`Whitening`).
+    so the whitening stays finite (post-processing). ``noise`` is recorded (see :class:`Whitening`);
+    ``basis_values``: V's columns are the noisy eigenvectors, with these eigenvalues, of the
+    released matrix whose noise ``noise`` describes, so the whitening's vectors ``V U_k`` move by
+    their mixtures of ``noise / basis_values`` (recorded as :attr:`Whitening.spread`).
     """
     values, vectors = top_eigenpairs(M2, k, rng)
     floor = 1e-6 * max(float(values[0]), np.finfo(float).tiny)
-    return Whitening(vectors if basis is None else basis @ vectors, np.maximum(values, floor), float(noise))
+    values = np.maximum(values, floor)
+    spread = None
+    if basis_values is not None:  # U_k's coefficient (Lambda^(1/2) v) on V's column l moves it by noise / value_l
+        spread = vectors * np.sqrt(values) / np.asarray(basis_values, dtype=float)[:, None]
+    return Whitening(vectors if basis is None else basis @ vectors, values, float(noise), spread)
 
 
 def sym3(A) -> np.ndarray:

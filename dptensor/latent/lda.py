@@ -20,7 +20,7 @@ from .._validation import check_data_norm
 from ..pca import MAX_DENSE_FEATURES
 from ..tensor_decomposition import row_sensitivity
 from ._base import SpectralLatentModel
-from ._pipeline import ImplicitMatrix, power_subspace, release, release_second, sym3, whiten
+from ._pipeline import ImplicitMatrix, power_subspace, release, release_second, sym3, top_eigenpairs, whiten
 
 __all__ = ["PrivateLatentDirichletAllocation", "document_moments", "document_norms", "topic_noise_std",
            "DOCUMENT_SENSITIVITY", "LDA_FIRST_SHARE", "MAX_DOCUMENT_LENGTH"]
@@ -54,7 +54,7 @@ def topic_noise_std(components, scale, whitening):
     outside the top subspace moves with std ``scale_i noise ||Lambda^(-1/2) v_i||``. All of it is
     public (released values and the plan), so using it is post-processing.
     """
-    return scale * whitening.noise * np.sqrt((np.asarray(components) ** 2) @ (1.0 / whitening.values))
+    return scale * whitening.noise * np.linalg.norm(np.asarray(components) @ whitening.noise_map.T, axis=1)
 
 
 def _counts(chunk):
@@ -458,8 +458,15 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         if not ctx["power"]:
             second = release_second(ctx.pop("second"), sensitivity, plan, rng, frobenius=True)
             # off the diagonal the noise has std z s / sqrt(2), and so has each entry of E u
-            return whiten(second - c * np.outer(mean, mean), k, rng,
-                          noise=plan.z_second[0] * sensitivity / np.sqrt(2.0))
+            noise = plan.z_second[0] * sensitivity / np.sqrt(2.0)
+            if not plan.private:
+                return whiten(second - c * np.outer(mean, mean), k, rng)
+            # the subspace from the released E2 alone (it spans the topics too: E2 = M2 + c M1 M1^T),
+            # so the mean's noise, on every word, never moves it; M2 is whitened inside it
+            values, V = top_eigenpairs(second, k, rng)
+            Vm = V.T @ mean
+            return whiten(V.T @ second @ V - c * np.outer(Vm, Vm), k, rng, basis=V, noise=noise,
+                          basis_values=values)
         # M2 Q = E2 Q - c m (m^T Q): the mean is released, so only E2 Q depends on the documents
         if is_dask_array(ctx["rows"]):  # each product: one reduction over the chunks
             def pair(Q):
