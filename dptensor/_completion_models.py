@@ -71,7 +71,7 @@ class Observations:
         self.X = np.asfortranarray(X)
         self.shape = tuple(int(n) for n in shape)
         self.counts = [np.bincount(self.X[:, m], minlength=n).astype(float) for m, n in enumerate(self.shape)]
-        self._layouts = {}
+        self._layouts, self._designs = {}, {}
         if layout not in ("auto", "dense", "sparse"):
             raise ValueError(f"layout must be 'auto', 'dense' or 'sparse', got {layout!r}")
         self._layout = layout
@@ -117,10 +117,10 @@ class Observations:
     def implicit_design(self, lead: int, partner: int, rank: int) -> ImplicitDesign:
         """The implicit-feedback design of two modes (:class:`~dptensor._implicit.ImplicitDesign`),
         built once: a function of Omega, so a fit can build it before its spend."""
-        key = ("implicit", lead, partner, rank)
-        if key not in self._layouts:
-            self._layouts[key] = ImplicitDesign(self, lead, partner, rank)
-        return self._layouts[key]
+        key = (lead, partner, rank)
+        if key not in self._designs:
+            self._designs[key] = ImplicitDesign(self, lead, partner, rank)
+        return self._designs[key]
 
     @property
     def order(self) -> int:
