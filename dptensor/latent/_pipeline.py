@@ -260,7 +260,10 @@ def whiten(M2, k: int, rng, basis=None, noise: float = 0.0, basis_values=None) -
     values = np.maximum(values, floor)
     spread = None
     if basis_values is not None:  # U_k's coefficient (Lambda^(1/2) v) on V's column l moves it by noise / value_l
-        spread = vectors * np.sqrt(values) / np.asarray(basis_values, dtype=float)[:, None]
+        # (floored as the values are: a noise-dominated release can have non-positive ones)
+        basis_values = np.asarray(basis_values, dtype=float)
+        basis_values = np.maximum(basis_values, 1e-6 * max(float(basis_values.max()), np.finfo(float).tiny))
+        spread = vectors * np.sqrt(values) / basis_values[:, None]
     return Whitening(vectors if basis is None else basis @ vectors, values, float(noise), spread)
 
 
