@@ -22,7 +22,8 @@ from dptensor.latent._pipeline import (PROJECTION_SHARE, SHARES, ImplicitMatrix,
                                        release, release_second, sym3, top_eigenpairs, whiten)
 from dptensor.latent.gaussian_mixture import spherical_variance, whitened_bound
 from dptensor.latent.lda import (DOCUMENT_SENSITIVITY, LDA_FIRST_SHARE, _clip_scale, _pair_products,
-                                 _triple_sums, document_moments, document_norms, topic_noise_std)
+                                 _triple_sums, document_moments, document_norms, document_weights,
+                                 topic_noise_std)
 from dptensor.mechanisms import clip_rows, symmetric_gaussian_release
 from dptensor.pca import auto_n_iter, covariance_sensitivity, power_schedule, row_power_sensitivity
 from dptensor.tensor_decomposition import row_sensitivity
@@ -411,26 +412,35 @@ def test_document_norms_and_clip_scales_brute_force():
     assert np.all(_clip_scale(e2, 0.4) * e2 <= 0.4 + 1e-12)
 
 
-@pytest.mark.parametrize("bound", [None, 0.8, 0.45])
-def test_lda_clipped_first_and_second_sensitivities_brute_force(bound):
-    """Every document of length 3..6 over 3 words: the clipped per-document terms of the mean and
-    of the pair moment's upper triangle differ by at most sqrt(2) tau (tau = 1 unclipped), reached
-    by two one-word documents."""
+@pytest.mark.parametrize("tau", [(None, None), (0.8, 0.6), (0.9, 0.45), (0.5, 0.9)])
+def test_lda_clipped_first_and_second_sensitivities_brute_force(tau):
+    """Every document of length 3..6 over 3 words, each scaled by its one weight
+    s_c = min(1, tau_1 / ||E1(c)||, tau_2 / ||E2(c)||_F): the terms of the mean differ by at most
+    sqrt(2) tau_1 and those of the pair moment's upper triangle (and whole matrix) by at most
+    sqrt(2) tau_2 (1 unclipped), each reached by two one-word documents."""
     iu = np.triu_indices(3)
     docs = np.array(list(docs_up_to(3, 6)))
+    length, weight = document_weights(sp.csr_matrix(docs), tau)
     _, e1, e2 = document_norms(sp.csr_matrix(docs))
-    means = (docs / docs.sum(axis=1, keepdims=True)) * _clip_scale(e1, bound)[:, None]
-    pairs = [brute_pair_and_triple(c)[0][iu] * s for c, s in zip(docs, _clip_scale(e2, bound))]
-    tau = bound or 1.0
-    assert spread(means) == pytest.approx(DOCUMENT_SENSITIVITY * tau)
-    assert spread(pairs) == pytest.approx(DOCUMENT_SENSITIVITY * tau)
-    # the whole matrices (the Frobenius geometry of the release): the same bound, reached
-    whole = [brute_pair_and_triple(c)[0] * s for c, s in zip(docs, _clip_scale(e2, bound))]
-    assert spread(whole) == pytest.approx(DOCUMENT_SENSITIVITY * tau)
+    np.testing.assert_allclose(weight, np.minimum(_clip_scale(e1, tau[0]), _clip_scale(e2, tau[1])))
+    means = (docs / length[:, None]) * weight[:, None]
+    pairs = [brute_pair_and_triple(c)[0][iu] * s for c, s in zip(docs, weight)]
+    tau1, tau2 = tau[0] or 1.0, tau[1] or 1.0
+    assert spread(means) <= DOCUMENT_SENSITIVITY * tau1 + 1e-12
+    assert spread(pairs) <= DOCUMENT_SENSITIVITY * tau2 + 1e-12
+    one_word = weight[np.isclose(e1, 1.0)][0]  # a one-word document: ||E1|| = ||E2||_F = 1
+    assert spread(means) >= DOCUMENT_SENSITIVITY * one_word - 1e-12  # two one-word documents
+    assert spread(pairs) >= DOCUMENT_SENSITIVITY * one_word - 1e-12
+    if tau[0] is None:  # unclipped: reached
+        assert spread(means) == pytest.approx(DOCUMENT_SENSITIVITY)
+    # the whole matrices (the Frobenius geometry of the release): the same bound
+    whole = [brute_pair_and_triple(c)[0] * s for c, s in zip(docs, weight)]
+    assert spread(whole) <= DOCUMENT_SENSITIVITY * tau2 + 1e-12
 
 
 @pytest.mark.parametrize("bound", [None, 0.5])
 def test_lda_power_step_and_projection_sensitivity_brute_force(bound):
+    tau = (None, bound)
     """A power step releases M2 Q for orthonormal Q (d x p), the projection the upper triangle of
     V^T M2 V: over every pair of documents of length 3..5 on 4 words, the clipped terms
     s_c E2(c) Q and s_c V^T E2(c) V differ by at most sqrt(2) tau, reached when the span holds the
@@ -438,7 +448,7 @@ def test_lda_power_step_and_projection_sensitivity_brute_force(bound):
     rng = np.random.default_rng(8)
     docs = np.array(list(docs_up_to(4, 5)))
     C = sp.csr_matrix(docs)
-    scale = _clip_scale(document_norms(C)[2], bound)
+    scale = document_weights(C, tau)[1]
     pairs = np.array([brute_pair_and_triple(c)[0] for c in docs]) * scale[:, None, None]
     iu = np.triu_indices(2)
     tau = bound or 1.0
@@ -452,15 +462,16 @@ def test_lda_power_step_and_projection_sensitivity_brute_force(bound):
     assert spread(steps) == pytest.approx(DOCUMENT_SENSITIVITY * tau)  # Q spans e_0, e_1
     # the chunk sums apply exactly sum_c s_c E2(c) Q, implicitly
     Q = np.linalg.qr(rng.standard_normal((4, 3)))[0]
-    np.testing.assert_allclose(_pair_products(C, Q, bound)[0], pairs.sum(axis=0) @ Q, atol=1e-12)
+    np.testing.assert_allclose(_pair_products(C, Q, (None, bound))[0], pairs.sum(axis=0) @ Q, atol=1e-12)
 
 
-@pytest.mark.parametrize("bound", [None, 0.6])
-def test_lda_third_sensitivity_and_triple_bound_brute_force(bound):
+@pytest.mark.parametrize("bound, tau", [(None, None), (0.6, None), (0.6, (0.7, 0.5)), (2.0, (0.8, 0.4))])
+def test_lda_third_sensitivity_and_triple_bound_brute_force(bound, tau):
     """Every document of length 3..6 over 3 words: ||E3(c)(W, W, W)|| is at most the per-document
     bound beta_c = a (S1^3 - 3 S1 S2 + 2 S3) (the sum of ||w_a|| ||w_b|| ||w_c|| over distinct
-    triples); clipped to bound^3 through it, two terms differ by at most 2 bound^3 (2 r^3 unclipped);
-    the chunk sums equal the brute-force clipped average."""
+    triples); with the document's weight s_c (the same as in the mean and the pair moment) lowered
+    to bound^3 / beta_c where needed, two terms differ by at most 2 bound^3 (2 r^3 unclipped); the
+    chunk sums equal the brute-force weighted average."""
     rng = np.random.default_rng(7)
     W = rng.standard_normal((3, 2))
     rho = np.linalg.norm(W, axis=1)
@@ -474,14 +485,15 @@ def test_lda_third_sensitivity_and_triple_bound_brute_force(bound):
     terms, betas = np.array(terms), np.array(betas)
     assert np.all(np.linalg.norm(terms.reshape(len(docs), -1), axis=1) <= betas + 1e-12)
     cube = None if bound is None else bound**3
-    scale = _clip_scale(betas, cube)
-    clipped = terms * scale[:, None, None, None]
-    limit = row_sensitivity(r if bound is None else bound, 1)
-    assert spread(clipped) <= limit + 1e-12
-    assert spread(clipped) >= 0.5 * limit  # the bound is not loose by much here
-    # the chunk sums: whitened cube, Z and s give the clipped average
     C = sp.csr_matrix(docs)
-    cube_sum, Z, s = _triple_sums(C, W, cube)
+    scale = np.minimum(document_weights(C, tau)[1], _clip_scale(betas, cube))
+    clipped = terms * scale[:, None, None, None]
+    limit = row_sensitivity(r if bound is None else min(bound, r), 1)
+    assert spread(clipped) <= limit + 1e-12
+    if tau is None:
+        assert spread(clipped) >= 0.5 * limit  # the bound is not loose by much here
+    # the chunk sums: whitened cube, Z and s give the weighted average
+    cube_sum, Z, s = _triple_sums(C, W, tau, cube)
     data = cube_sum - sym3(np.einsum("ia,ib,ic->abc", W, W, Z)) + 2 * np.einsum("i,ia,ib,ic->abc", s, W, W, W)
     np.testing.assert_allclose(data, clipped.sum(axis=0), atol=1e-10)
 

@@ -109,36 +109,51 @@ def _scale_sums(chunk):
     return (float(np.sum(document_norms(chunk)[2])),)
 
 
-def _mean_sums(chunk, bound):
-    """``sum_c s_c c / l`` with ``s_c`` clipping ``||c / l||`` to ``bound``."""
+def document_weights(C, tau):
+    r"""Each document's one weight ``s_c = min(1, tau_1 / ||E1(c)||, tau_2 / ||E2(c)||_F)``.
+
+    ``tau = (tau_1, tau_2)`` (``None`` entries clip nothing). The same weight scales the document's
+    term in every moment (the mean, the pair moment and, clipped further if needed, the whitened
+    triple term), so the clipped moments are those of one reweighted corpus: divided by the total
+    weight they keep the relations between the moments that the method relies on. Each term's norm
+    is still at most its own ``tau``, so the sensitivities are those of separate clips.
+    Returns ``(length, s)``.
+    """
+    length, e1, e2 = document_norms(C)
+    tau1, tau2 = tau if tau is not None else (None, None)
+    return length, np.minimum(_clip_scale(e1, tau1), _clip_scale(e2, tau2))
+
+
+def _mean_sums(chunk, tau):
+    """``sum_c s_c c / l`` (:func:`document_weights`)."""
     C = _counts(chunk)
-    length, e1, _ = document_norms(C)
-    return (np.asarray(C.T @ (_clip_scale(e1, bound) / length)).ravel(),)
+    length, s = document_weights(C, tau)
+    return (np.asarray(C.T @ (s / length)).ravel(),)
 
 
-def _pair_weights(C, bound):
-    length, _, e2 = document_norms(C)
-    return _clip_scale(e2, bound) / (length * (length - 1.0))
+def _pair_weights(C, tau):
+    length, s = document_weights(C, tau)
+    return s / (length * (length - 1.0))
 
 
-def _pair_sums(chunk, bound):
-    """``sum_c s_c E2(c)`` (d x d, dense) with ``s_c`` clipping ``||E2(c)||_F`` to ``bound``."""
+def _pair_sums(chunk, tau):
+    """``sum_c s_c E2(c)`` (d x d, dense; :func:`document_weights`)."""
     C = _counts(chunk)
-    D = _pair_weights(C, bound)
+    D = _pair_weights(C, tau)
     second = (C.T @ sp.diags(D) @ C).toarray()
     second[np.diag_indices_from(second)] -= np.asarray(C.T @ D).ravel()
     return (second,)
 
 
-def _moment_sums(chunk, tau1, tau2, dense):
-    """The clipped mean's sum and, for the dense whitening, the clipped pair moment's: one pass."""
-    return _mean_sums(chunk, tau1)[0], _pair_sums(chunk, tau2)[0] if dense else 0.0
+def _moment_sums(chunk, tau, dense):
+    """The weighted mean's sum and, for the dense whitening, the weighted pair moment's: one pass."""
+    return _mean_sums(chunk, tau)[0], _pair_sums(chunk, tau)[0] if dense else 0.0
 
 
-def _pair_parts(chunk, bound):
+def _pair_parts(chunk, tau):
     """What ``E2 Q`` needs of a chunk, computed once: its counts, ``D = s / (l (l-1))`` and ``C^T D``."""
     C = _counts(chunk)
-    D = _pair_weights(C, bound)
+    D = _pair_weights(C, tau)
     return C, D, np.asarray(C.T @ D).ravel()
 
 
@@ -148,21 +163,23 @@ def _pair_apply(parts, Q):
     return np.asarray(C.T @ (D[:, None] * np.asarray(C @ Q))) - diag[:, None] * Q
 
 
-def _pair_products(chunk, Q, bound):
-    return (_pair_apply(_pair_parts(chunk, bound), Q),)
+def _pair_products(chunk, Q, tau):
+    return (_pair_apply(_pair_parts(chunk, tau), Q),)
 
 
-def _triple_sums(chunk, W, bound):
+def _triple_sums(chunk, W, tau, bound):
     r"""The partial sums of the whitened third moment's data part over one chunk.
 
     With ``y = W^T c`` and ``a = s_c / (l (l-1) (l-2))``: ``sum a y^(x)3`` (k^3), ``Z = C^T (a y)``
-    (d x k) and ``C^T a`` (d). ``s_c`` clips the document's term to ``bound`` through its upper
-    bound ``a (S1^3 - 3 S1 S2 + 2 S3)``, ``S_j = sum_i c_i ||w_i||^j`` (the sum of
-    ``||w_a|| ||w_b|| ||w_c||`` over the document's distinct position triples).
+    (d x k) and ``C^T a`` (d). ``s_c`` is the document's weight (:func:`document_weights` of
+    ``tau``), lowered further where needed so that the term's upper bound
+    ``s_c (S1^3 - 3 S1 S2 + 2 S3) / (l (l-1) (l-2))`` is at most ``bound``;
+    ``S_j = sum_i c_i ||w_i||^j`` (the sum of ``||w_a|| ||w_b|| ||w_c||`` over the document's
+    distinct position triples).
     """
     C = _counts(chunk)
-    length = _row_sums(C, C.data)
-    a = 1.0 / (length * (length - 1.0) * (length - 2.0))
+    length, s = document_weights(C, tau)
+    a = s / (length * (length - 1.0) * (length - 2.0))
     if bound is not None:
         rho = np.linalg.norm(W, axis=1)
         S1, S2, S3 = (np.asarray(C @ rho**j).ravel() for j in (1, 2, 3))
@@ -444,19 +461,25 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
             # every ||E2(c)||_F >= 1/d (its d^2 entries sum to 1): a public floor for a noisy scale
             nu = max(float(release(np.float64(total / n), 1.0 / n, plan.z_first[0], rng)), 1.0 / d)
             tau1, tau2 = min(1.0, clip * np.sqrt(nu)), min(1.0, clip**2 * nu)
-        ctx["tau"] = (tau1, tau2)
-        total, pairs = self._reduce(ctx, _moment_sums, tau1, tau2, not ctx["power"])
+        ctx["tau"] = tau = (tau1, tau2)
+        total, pairs = self._reduce(ctx, _moment_sums, tau, not ctx["power"])
         if not ctx["power"]:  # computed in the same pass; released next, by Analyze Gauss
             ctx["second"] = pairs / n
-        return release(total / n, DOCUMENT_SENSITIVITY * (tau1 or 1.0) / n, plan.z_first[-1], rng)
+        mean = release(total / n, DOCUMENT_SENSITIVITY * (tau1 or 1.0) / n, plan.z_first[-1], rng)
+        # The weighted mean's entries sum to the mean weight S (every c / l sums to 1): read off
+        # the release, floored at the least weight a document can have (||E1||, ||E2||_F <= 1).
+        # Every moment is divided by S, so all are moments of the same reweighted corpus.
+        ctx["weight"] = 1.0 if not clip else float(np.clip(np.sum(mean), min(tau1, tau2), 1.0))
+        return mean / ctx["weight"]
 
     def _release_whitening(self, ctx, mean, plan, rng):
         """From the clipped pair moment: Analyze Gauss (d x d), or the power method (d x 2k, then 2k x 2k)."""
         n, d, k, c = ctx["n"], ctx["d"], self.n_components, ctx["c"]
-        tau2 = ctx["tau"][1]
-        sensitivity = DOCUMENT_SENSITIVITY * (tau2 or 1.0) / n
-        if not ctx["power"]:
-            second = release_second(ctx.pop("second"), sensitivity, plan, rng, frobenius=True)
+        tau, weight = ctx["tau"], ctx["weight"]
+        sensitivity = DOCUMENT_SENSITIVITY * (tau[1] or 1.0) / n
+        if not ctx["power"]:  # released, then divided by the public weight: sensitivity / weight
+            sensitivity /= weight
+            second = release_second(ctx.pop("second"), sensitivity * weight, plan, rng, frobenius=True) / weight
             # off the diagonal the noise has std z s / sqrt(2), and so has each entry of E u
             noise = plan.z_second[0] * sensitivity / np.sqrt(2.0)
             if not plan.private:
@@ -470,13 +493,14 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         # M2 Q = E2 Q - c m (m^T Q): the mean is released, so only E2 Q depends on the documents
         if is_dask_array(ctx["rows"]):  # each product: one reduction over the chunks
             def pair(Q):
-                return self._reduce(ctx, _pair_products, Q, tau2)[0]
+                return self._reduce(ctx, _pair_products, Q, tau)[0]
         else:  # in memory the per-document weights are computed once
-            parts = _pair_parts(ctx["rows"], tau2)
+            parts = _pair_parts(ctx["rows"], tau)
 
             def pair(Q):
                 return _pair_apply(parts, Q)
-        operator = ImplicitMatrix(d, lambda Q: pair(Q) / n - c * np.outer(mean, mean @ Q))
+        sensitivity /= weight
+        operator = ImplicitMatrix(d, lambda Q: pair(Q) / (n * weight) - c * np.outer(mean, mean @ Q))
         V, P = power_subspace(operator, k, plan, rng, step_sensitivity=sensitivity,
                               projection_sensitivity=sensitivity, few_passes=is_dask_array(ctx["rows"]),
                               frobenius=True)
@@ -493,15 +517,16 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         bound = float(np.max(rho))
         if ctx["clip"]:
             bound = min(ctx["clip"] * max(float(mean @ rho), float(np.min(rho))), bound)
-        cube, Z, s = self._reduce(ctx, _triple_sums, W, bound**3 if ctx["clip"] else None)
+        cube, Z, s = self._reduce(ctx, _triple_sums, W, ctx["tau"], bound**3 if ctx["clip"] else None)
+        total = n * ctx["weight"]  # the weight is public: the sensitivity is divided by it too
         data = (cube - sym3(np.einsum("ia,ib,ic->abc", W, W, Z, optimize=True))
-                + 2.0 * np.einsum("i,ia,ib,ic->abc", s, W, W, W, optimize=True)) / n
+                + 2.0 * np.einsum("i,ia,ib,ic->abc", s, W, W, W, optimize=True)) / total
         a0 = float(self.alpha0)
         # W^T E2 W = I + c u u^T: W whitens the released M2 = E2 - c m m^T
         Q = np.eye(k) + c * np.outer(u, u)
         correction = (-a0 / (a0 + 2.0) * sym3(Q[:, :, None] * u[None, None, :])
                       + 2.0 * a0**2 / ((a0 + 1.0) * (a0 + 2.0)) * np.einsum("a,b,c->abc", u, u, u))
-        sensitivity = row_sensitivity(bound, n) if ctx["private"] else 0.0
+        sensitivity = row_sensitivity(bound, n) / ctx["weight"] if ctx["private"] else 0.0
         return data, correction, sensitivity
 
     def _recover(self, ctx, components, eigenvalues, whitening, mean):
