@@ -438,6 +438,32 @@ def test_lda_clipped_first_and_second_sensitivities_brute_force(tau):
     assert spread(whole) <= DOCUMENT_SENSITIVITY * tau2 + 1e-12
 
 
+@pytest.mark.parametrize("whitening", ["dense", "power"])
+def test_lda_clipped_moments_are_one_reweighted_corpus(whitening):
+    """With the noise switched off, a clipped fit's mean and pair moment are the weighted averages
+    of the documents' E1(c) and E2(c) under one weight per document (document_weights), divided by
+    the mean weight read off the released mean: the relations between the moments (M2 = E2 -
+    c M1 M1^T) then hold for the reweighted corpus. Some documents are clipped, with unequal
+    weights, so a wrong normaliser or a weight of its own per moment would fail this."""
+    import dataclasses
+
+    C, _, _ = make_lda_corpus(300, 12, 3, doc_length=(3, 12), random_state=2)
+    C = sp.csr_matrix(C)
+    model = PrivateLatentDirichletAllocation(3, epsilon=1.0, delta=1e-5, whitening=whitening)
+    ctx = model._prepare(C, 1.0)
+    _, plan = model._plan(ctx, 3, 1.0, 1e-5)
+    quiet = dataclasses.replace(plan, z_first=(0.0,) * len(plan.z_first), z_second=(0.0,) * len(plan.z_second))
+    mean = model._release_first(ctx, quiet, np.random.default_rng(0))
+    length, weight = document_weights(C, ctx["tau"])
+    assert 0.2 < np.mean(weight < 1) < 0.9 and np.ptp(weight) > 0.1  # clipped, unequally
+    assert ctx["weight"] == pytest.approx(weight.mean())
+    docs = C.toarray()
+    np.testing.assert_allclose(mean, (weight / length) @ docs / weight.sum(), rtol=1e-10)
+    pairs = np.einsum("n,nab->ab", weight, np.array([brute_pair_and_triple(c)[0] for c in docs])) / weight.sum()
+    if whitening == "dense":
+        np.testing.assert_allclose(ctx["second"] / ctx["weight"], pairs, rtol=1e-9, atol=1e-15)
+
+
 @pytest.mark.parametrize("bound", [None, 0.5])
 def test_lda_power_step_and_projection_sensitivity_brute_force(bound):
     tau = (None, bound)

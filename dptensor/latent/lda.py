@@ -268,10 +268,13 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
 
     *What is released.* With ``doc_clip`` set (the default): first the mean of ``||E2(c)||_F``
     over documents (sensitivity ``1 / n``), which fixes the typical norm ``nu`` of a document's
-    pair term; each document's terms are then clipped to ``doc_clip`` times their typical size
-    (``c / l`` to ``doc_clip sqrt(nu)``, its pair term to ``doc_clip^2 nu``, its whitened triple
-    term to ``(doc_clip rho)^3`` with ``rho^2 = k + alpha0/(alpha0+1) ||W^T M1||^2`` the whitened
-    documents' mean square under the model). Then the mean of the clipped ``c / l``
+    pair term; each document's terms are then scaled by one weight, the same in every moment,
+    that clips them to ``doc_clip`` times their typical size (``c / l`` to ``doc_clip sqrt(nu)``,
+    its pair term to ``doc_clip^2 nu``, and lowered further where needed, its whitened triple
+    term to ``(doc_clip rho)^3`` with ``rho`` the mean over words of the whitening's row norms:
+    :func:`document_weights`). Every moment is divided by the mean weight, read off the released
+    mean (post-processing), so the clipped moments are those of one reweighted corpus and keep the
+    relations the method needs. Then the mean of the weighted ``c / l``
     (sensitivity ``sqrt(2) tau_1 / n``); the whitening, from the clipped pair moment (sensitivity
     ``sqrt(2) tau_2 / n``) by Analyze Gauss on its upper triangle (``whitening="dense"``) or by the
     private power method (``"power"``: d x p products, then the p x p projection, never a d x d
