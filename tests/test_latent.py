@@ -524,6 +524,43 @@ def test_lda_third_sensitivity_and_triple_bound_brute_force(bound, tau):
     np.testing.assert_allclose(data, clipped.sum(axis=0), atol=1e-10)
 
 
+@pytest.mark.parametrize("light", [1e-6, 1e-9, 1e-10])
+def test_lda_triple_bound_holds_where_its_formula_cancels(light):
+    """One word with a large whitened row (norm 1) and two with tiny ones: beta_c = 6 light^2 / 6,
+    but S1^3 - 3 S1 S2 + 2 S3 is computed as 0 for rows 10^9 apart (S1^3 = 1 + 6e-9 cancels), which
+    left the term unclipped, 10^4 times over a bound set below beta_c. With the rounding margin the
+    computed term stays within the bound (the margin only clips more)."""
+    W = np.array([[1.0, 0.0], [0.0, light], [light, 0.0]])
+    C = sp.csr_matrix(np.array([[1.0, 1.0, 1.0]]))
+    bound = 1e-3 * light**2  # beta_c = light^2 for this document: it must be clipped 1000-fold
+    cube, Z, s = _triple_sums(C, W, None, bound)
+    term = cube - sym3(np.einsum("ia,ib,ic->abc", W, W, Z)) + 2 * np.einsum("i,ia,ib,ic->abc", s, W, W, W)
+    assert np.linalg.norm(term) <= bound
+    if light == 1e-6:  # no cancellation: the margin leaves the clip as it was, nearly
+        assert np.linalg.norm(term) >= 0.5 * bound
+
+
+def test_lda_doc_clip_range_refused_before_the_spend():
+    """The mean weight is floored at tau_2 >= doc_clip^2 / d and divided by after the spend: a
+    doc_clip whose square underflows (a zero floor: a ZeroDivisionError after the spend, whenever
+    the noise made the released mean's sum negative) is refused before it, and nothing is spent;
+    a huge one (doc_clip**2 overflowed: OverflowError after the spend) clips nothing."""
+    C, _, _ = make_lda_corpus(200, 30, 3, doc_length=(3, 20), random_state=0)
+    budget = PrivacyAccountant(epsilon=10.0, delta=1e-5)
+    tiny = PrivateLatentDirichletAllocation(3, epsilon=1.0, delta=1e-5, doc_clip=1e-170, accountant=budget,
+                                            random_state=0)
+    with pytest.raises(ValueError, match="doc_clip must be at least"):
+        tiny.fit(C)
+    with pytest.raises(ValueError, match="doc_clip must be at least"):
+        tiny.privacy_cost(200, 30)
+    assert budget.history() == []
+    for whitening in ("dense", "power"):
+        # nearly no noise: clipping nothing, it is the unclipped fit
+        huge, none = (PrivateLatentDirichletAllocation(3, epsilon=1e9, delta=1e-5, doc_clip=clip, whitening=whitening,
+                                                       random_state=0).fit(C) for clip in (1e200, None))
+        np.testing.assert_allclose(huge.components_, none.components_, atol=1e-4)
+
+
 @pytest.mark.parametrize("k", [5, 6])
 def test_top_eigenpairs_of_an_implicit_matrix_asking_for_every_eigenpair(k):
     """Lanczos needs k < d: n_components = n_features (allowed) crashed every non-private fit with

@@ -183,7 +183,14 @@ def _triple_sums(chunk, W, tau, bound):
     if bound is not None:
         rho = np.linalg.norm(W, axis=1)
         S1, S2, S3 = (np.asarray(C @ rho**j).ravel() for j in (1, 2, 3))
-        a = a * _clip_scale(a * np.maximum(S1**3 - 3.0 * S1 * S2 + 2.0 * S3, 0.0), bound)
+        # S1^3 - 3 S1 S2 + 2 S3 cancels where one heavy word (large ||w_i||, once) fills S1: its
+        # rounding error, and the term's own, are a few (d + k) ulps of the sum of the parts'
+        # magnitudes, which can exceed the true value (0 for rows 10^9 apart, leaving the term
+        # unclipped); added, the bound stays an upper bound (typically a 1e-12 relative change)
+        parts = S1**3 + 3.0 * S1 * S2 + 2.0 * S3
+        rounding = 4.0 * (W.shape[0] + W.shape[1] + 8) * np.finfo(float).eps
+        beta = np.maximum(S1**3 - 3.0 * S1 * S2 + 2.0 * S3, 0.0) + rounding * parts
+        a = a * _clip_scale(a * beta, bound)
     Y = np.asarray(C @ W)
     cube = moment_tensor(np.cbrt(a)[:, None] * Y) * Y.shape[0] if len(Y) else np.zeros((W.shape[1],) * 3)
     return cube, np.asarray(C.T @ (a[:, None] * Y)), np.asarray(C.T @ a).ravel()
@@ -450,6 +457,11 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         clip = None
         if self.doc_clip is not None:
             clip = check_data_norm(self.doc_clip, epsilon, name="doc_clip")
+            # tau_2 >= doc_clip^2 / d (nu >= 1 / d) is the mean weight's floor, divided by after the
+            # spend: refused here, before it, where it would underflow to 0
+            if clip * clip / X.shape[1] < np.finfo(float).tiny:
+                raise ValueError(f"doc_clip must be at least sqrt(n_features * {np.finfo(float).tiny:.3g}) "
+                                 f"(the clipping bound doc_clip**2 / n_features underflows), got {clip!r}")
         clip = clip if np.isfinite(epsilon) else None
         # a clipped fit releases the clipping scale before the mean; M2 = E2 - c M1 M1^T
         return self._context(X, X, epsilon, clip=clip, n_first=2 if clip else 1,
@@ -463,7 +475,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
             (total,) = self._reduce(ctx, _scale_sums)
             # every ||E2(c)||_F >= 1/d (its d^2 entries sum to 1): a public floor for a noisy scale
             nu = max(float(release(np.float64(total / n), 1.0 / n, plan.z_first[0], rng)), 1.0 / d)
-            tau1, tau2 = min(1.0, clip * np.sqrt(nu)), min(1.0, clip**2 * nu)
+            tau1, tau2 = min(1.0, clip * np.sqrt(nu)), min(1.0, clip * clip * nu)  # a product: inf, never OverflowError
         ctx["tau"] = tau = (tau1, tau2)
         total, pairs = self._reduce(ctx, _moment_sums, tau, not ctx["power"])
         if not ctx["power"]:  # computed in the same pass; released next, by Analyze Gauss
