@@ -452,14 +452,16 @@ def test_lda_clipped_moments_are_one_reweighted_corpus(whitening):
     model = PrivateLatentDirichletAllocation(3, epsilon=1.0, delta=1e-5, whitening=whitening)
     ctx = model._prepare(C, 1.0)
     _, plan = model._plan(ctx, 3, 1.0, 1e-5)
-    quiet = dataclasses.replace(plan, z_first=(0.0,) * len(plan.z_first), z_second=(0.0,) * len(plan.z_second))
+    quiet = dataclasses.replace(plan, z_first=(0.0,) * len(plan.z_first),
+                                z_second=(0.0,) * len(plan.z_second))
     mean = model._release_first(ctx, quiet, np.random.default_rng(0))
     length, weight = document_weights(C, ctx["tau"])
     assert 0.2 < np.mean(weight < 1) < 0.9 and np.ptp(weight) > 0.1  # clipped, unequally
     assert ctx["weight"] == pytest.approx(weight.mean())
     docs = C.toarray()
     np.testing.assert_allclose(mean, (weight / length) @ docs / weight.sum(), rtol=1e-10)
-    pairs = np.einsum("n,nab->ab", weight, np.array([brute_pair_and_triple(c)[0] for c in docs])) / weight.sum()
+    brute = np.array([brute_pair_and_triple(c)[0] for c in docs])
+    pairs = np.einsum("n,nab->ab", weight, brute) / weight.sum()
     if whitening == "dense":
         np.testing.assert_allclose(ctx["second"] / ctx["weight"], pairs, rtol=1e-9, atol=1e-15)
 
@@ -556,8 +558,9 @@ def test_lda_doc_clip_range_refused_before_the_spend():
     assert budget.history() == []
     for whitening in ("dense", "power"):
         # nearly no noise: clipping nothing, it is the unclipped fit
-        huge, none = (PrivateLatentDirichletAllocation(3, epsilon=1e9, delta=1e-5, doc_clip=clip, whitening=whitening,
-                                                       random_state=0).fit(C) for clip in (1e200, None))
+        huge, none = (PrivateLatentDirichletAllocation(3, epsilon=1e9, delta=1e-5, doc_clip=clip,
+                                                       whitening=whitening, random_state=0).fit(C)
+                      for clip in (1e200, None))
         np.testing.assert_allclose(huge.components_, none.components_, atol=1e-4)
 
 

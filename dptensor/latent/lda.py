@@ -475,7 +475,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
             (total,) = self._reduce(ctx, _scale_sums)
             # every ||E2(c)||_F >= 1/d (its d^2 entries sum to 1): a public floor for a noisy scale
             nu = max(float(release(np.float64(total / n), 1.0 / n, plan.z_first[0], rng)), 1.0 / d)
-            tau1, tau2 = min(1.0, clip * np.sqrt(nu)), min(1.0, clip * clip * nu)  # a product: inf, never OverflowError
+            # clip * clip, not clip**2: a huge doc_clip gives inf (nothing clipped), never OverflowError
+            tau1, tau2 = min(1.0, clip * np.sqrt(nu)), min(1.0, clip * clip * nu)
         ctx["tau"] = tau = (tau1, tau2)
         total, pairs = self._reduce(ctx, _moment_sums, tau, not ctx["power"])
         if not ctx["power"]:  # computed in the same pass; released next, by Analyze Gauss
@@ -494,7 +495,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         sensitivity = DOCUMENT_SENSITIVITY * (tau[1] or 1.0) / n
         if not ctx["power"]:  # released, then divided by the public weight: sensitivity / weight
             sensitivity /= weight
-            second = release_second(ctx.pop("second"), sensitivity * weight, plan, rng, frobenius=True) / weight
+            second = release_second(ctx.pop("second"), sensitivity * weight, plan, rng, frobenius=True)
+            second = second / weight
             # off the diagonal the noise has std z s / sqrt(2), and so has each entry of E u
             noise = plan.z_second[0] * sensitivity / np.sqrt(2.0)
             if not plan.private:
