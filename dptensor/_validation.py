@@ -5,9 +5,11 @@ import math
 import numbers
 
 import numpy as np
+import scipy.sparse as sp
 
 __all__ = ["check_epsilon", "check_delta", "check_privacy", "check_positive_int", "check_data_norm",
-           "check_symmetric_tensor", "check_random_generator", "check_finite", "check_delta_for_n"]
+           "check_symmetric_tensor", "check_random_generator", "check_finite", "check_delta_for_n",
+           "check_numeric_2d"]
 
 
 def check_epsilon(epsilon, name="epsilon") -> float:
@@ -95,6 +97,36 @@ def check_data_norm(data_norm, epsilon, name="data_norm"):
             data_norm > 0 and math.isfinite(data_norm)):
         raise ValueError(f"{name} must be a finite number > 0, got {data_norm!r}")
     return float(data_norm)
+
+
+def check_numeric_2d(X, name="X"):
+    """Refuse X unless it is a 2-D array of numbers, in words that quote none of its values.
+
+    An error is released too, and scikit-learn's own checks echo the data: a 1-D array or a
+    scalar is printed in full, a string quoted ("could not convert string to float: '...'"), a
+    complex array printed. Call this before ``validate_data``; X is returned unchanged (a
+    DataFrame keeps its column names), only its shape (public) is named.
+    """
+    if sp.issparse(X):
+        A = X
+    else:
+        try:
+            A = np.asarray(X)
+        except (ValueError, TypeError):
+            raise ValueError(f"{name} must be a 2-D array of numbers (rows of equal length)") from None
+    kind = A.dtype.kind
+    if kind == "O":  # an object array of numbers converts, as scikit-learn's would
+        try:
+            kind = A.astype(np.float64).dtype.kind
+        except (ValueError, TypeError):
+            pass
+    if kind not in "biuf":
+        raise ValueError(f"{name} must hold real numbers, and some entries are not (dtype {A.dtype}); "
+                         "raw text goes through a vectorizer first")
+    if A.ndim != 2:
+        raise ValueError(f"{name} must be 2-D (one row per sample), got shape {A.shape}: a single "
+                         f"sample is {name}.reshape(1, -1)")
+    return X
 
 
 def check_finite(X, name="X"):

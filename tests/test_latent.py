@@ -697,6 +697,33 @@ def test_lda_refuses_what_is_not_a_word_count(corpus):
         PrivateLatentDirichletAllocation(3, alpha0=0).fit(C)
 
 
+def test_lda_input_errors_quote_no_document(corpus):
+    """An error is released too: scikit-learn's checks print a 1-D array in full, quote a string
+    it cannot convert and print a complex array. Raw text, one document as a 1-D row, a scalar,
+    complex counts: refused before the spend, naming only the shape or the dtype."""
+    C = corpus[0]
+    row = C[0].toarray().ravel()
+    secret = "patient 4711 has a rare condition"
+    budget = PrivacyAccountant(epsilon=10.0, delta=1e-6)
+    for bad, words in [(row, "2-D"), (np.float64(row.sum()), "2-D"), ([secret, "a b c"] * 5, "vectorizer"),
+                       (np.array([["3", secret]] * 5, dtype=object), "vectorizer"),
+                       (C.toarray() + 1j, "real numbers"), (sp.csr_matrix(C, dtype=complex), "real numbers")]:
+        for fit in (True, False):
+            model = PrivateLatentDirichletAllocation(3, epsilon=1.0, accountant=budget, random_state=0)
+            if not fit:  # transform, score and perplexity validate the same way
+                model.fit(C)
+            with pytest.raises(ValueError, match=words) as err:
+                model.fit(bad) if fit else model.transform(bad)
+            text = str(err.value)
+            assert secret not in text and "4711" not in text and "array=" not in text
+            assert err.value.__cause__ is None and (err.value.__suppress_context__ or err.value.__context__ is None)
+    assert len(budget.history()) == 6  # the six fits on C only
+    # what scikit-learn accepts still fits: an object array of numbers, a list of lists
+    as_objects = PrivateLatentDirichletAllocation(3, random_state=0).fit(C.toarray().astype(object))
+    as_lists = PrivateLatentDirichletAllocation(3, random_state=0).fit(C.toarray().tolist())
+    np.testing.assert_allclose(as_objects.components_, as_lists.components_)
+
+
 def test_lda_a_huge_document_cannot_decide_the_fit(corpus):
     """Counts whose powers overflow made the clipping scale NaN (``inf - inf``), so one document
     of 10^103 words made a private fit fail after its spend: such documents are refused before it,

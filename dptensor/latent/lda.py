@@ -16,7 +16,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._dask import check_dask_array, is_dask_array
 from .._operators import moment_tensor
-from .._validation import check_data_norm
+from .._validation import check_data_norm, check_numeric_2d
 from ..pca import MAX_DENSE_FEATURES
 from ..tensor_decomposition import row_sensitivity
 from ._base import SpectralLatentModel
@@ -407,7 +407,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
             C = check_dask_array(self, X, reset=reset)
             negative, fractional, short, long = self._reduce({"rows": C}, _count_checks, min_length)
         else:
-            X = validate_data(self, X, reset=reset, accept_sparse="csr", dtype=[np.float64, np.float32])
+            X = validate_data(self, check_numeric_2d(X), reset=reset, accept_sparse="csr",
+                              dtype=[np.float64, np.float32])
             C = _counts(X)
             negative, fractional, short, long = _count_checks(C, min_length)
         if negative:  # scikit-learn's words for it, as its own LatentDirichletAllocation says
