@@ -695,6 +695,10 @@ def test_lda_refuses_what_is_not_a_word_count(corpus):
         PrivateLatentDirichletAllocation(3).fit(short)
     with pytest.raises(ValueError, match="alpha0"):
         PrivateLatentDirichletAllocation(3, alpha0=0).fit(C)
+    for clip in (0, -1.0, np.inf, np.nan, "1", True):  # None is the way to clip nothing: said so
+        with pytest.raises(ValueError, match="doc_clip must be a finite number > 0, or None to clip nothing"):
+            PrivateLatentDirichletAllocation(3, epsilon=1.0, doc_clip=clip, accountant=budget).fit(C)
+    assert budget.history() == []
 
 
 def test_lda_input_errors_quote_no_document(corpus):

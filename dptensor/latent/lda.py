@@ -16,7 +16,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._dask import check_dask_array, is_dask_array
 from .._operators import moment_tensor
-from .._validation import check_data_norm, check_numeric_2d
+from .._validation import check_numeric_2d
 from ..pca import MAX_DENSE_FEATURES
 from ..tensor_decomposition import row_sensitivity
 from ._base import SpectralLatentModel
@@ -455,9 +455,11 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         if self.refine_iter and np.isfinite(epsilon):
             raise ValueError("refine_iter needs epsilon=np.inf: EM steps read the documents without "
                              "noise, which no private fit may do")
-        clip = None
-        if self.doc_clip is not None:
-            clip = check_data_norm(self.doc_clip, epsilon, name="doc_clip")
+        clip = self.doc_clip
+        if clip is not None:  # None is the way to clip nothing, so the error names it
+            if isinstance(clip, bool) or not isinstance(clip, numbers.Real) or not 0 < clip < np.inf:
+                raise ValueError(f"doc_clip must be a finite number > 0, or None to clip nothing, got {clip!r}")
+            clip = float(clip)
             # tau_2 >= doc_clip^2 / d (nu >= 1 / d) is the mean weight's floor, divided by after the
             # spend: refused here, before it, where it would underflow to 0
             if clip * clip / X.shape[1] < np.finfo(float).tiny:
