@@ -273,26 +273,28 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
     documents of 2**53 words or more, where float64 counts stop being exact and their powers
     overflow: :data:`MAX_DOCUMENT_LENGTH`).
 
-    *What is released.* With ``doc_clip`` set (the default): first the mean of ``||E2(c)||_F``
-    over documents (sensitivity ``1 / n``), which fixes the typical norm ``nu`` of a document's
-    pair term; each document's terms are then scaled by one weight, the same in every moment,
-    that clips them to ``doc_clip`` times their typical size (``c / l`` to ``doc_clip sqrt(nu)``,
-    its pair term to ``doc_clip^2 nu``, and lowered further where needed, its whitened triple
-    term to ``(doc_clip rho)^3`` with ``rho`` the mean over words of the whitening's row norms:
-    :func:`document_weights`). Every moment is divided by the mean weight, read off the released
-    mean (post-processing), so the clipped moments are those of one reweighted corpus and keep the
-    relations the method needs. Then the mean of the weighted ``c / l``
-    (sensitivity ``sqrt(2) tau_1 / n``); the whitening, from the clipped pair moment (sensitivity
+    *What is released.* With ``doc_clip`` set (the default): first the mean of ``||E2(c)||_F`` over
+    documents (sensitivity ``1 / n``), which fixes the typical norm ``nu`` of a document's pair
+    term. Each document's terms are then scaled by one weight, the same in every moment
+    (:func:`document_weights`), that clips them to ``doc_clip`` times their typical size:
+    ``c / l`` to ``tau_1 = min(1, doc_clip sqrt(nu))``, its pair term to
+    ``tau_2 = min(1, doc_clip^2 nu)`` and, the weight lowered further where needed, its whitened
+    triple term to ``tau_3 = b^3``, ``b = min(doc_clip M1 . rho, r)``: ``rho`` the row norms of the
+    whitening W, ``M1 . rho`` their mean under the released word frequencies (floored at the least
+    of them), ``r`` the largest. Then the mean of the weighted ``c / l`` (sensitivity
+    ``sqrt(2) tau_1 / n``). Every moment is divided by the mean weight, read off that release
+    (post-processing), so the clipped moments are those of one reweighted corpus and keep the
+    relations the method needs. Then the whitening, from the clipped pair moment (sensitivity
     ``sqrt(2) tau_2 / n``) by Analyze Gauss on its upper triangle (``whitening="dense"``) or by the
     private power method (``"power"``: d x p products, then the p x p projection, never a d x d
-    noise); and the whitened data part of M3, of sensitivity ``2 min(tau_3, r^3) / n`` (``r`` the
-    largest row norm of W), released once with symmetric Gaussian noise (``method="perturb"``) or
-    through the private tensor power method (``"power"``). Each of these sensitivities bounds the
-    Frobenius norm of the whole symmetric array's change, so the symmetric releases use that
-    geometry: an entry with m mirror positions gets ``1 / sqrt(m)`` of the noise (off the diagonal
-    ``1 / sqrt(2)`` for the pair moment, mostly ``1 / sqrt(6)`` for M3) at the same cost. Topics
-    and ``alpha_`` are post-processing, including the threshold below. ``doc_clip=None`` clips
-    nothing and uses the worst-case sensitivities (``tau_1 = tau_2 = 1``, ``tau_3 = r^3``).
+    noise); and the whitened data part of M3, of sensitivity ``2 tau_3 / n``, released once with
+    symmetric Gaussian noise (``method="perturb"``) or through the private tensor power method
+    (``"power"``). Each of these sensitivities bounds the Frobenius norm of the whole symmetric
+    array's change, so the symmetric releases use that geometry: an entry with m mirror positions
+    gets ``1 / sqrt(m)`` of the noise (off the diagonal ``1 / sqrt(2)`` for the pair moment, mostly
+    ``1 / sqrt(6)`` for M3) at the same cost. Topics and ``alpha_`` are post-processing, including
+    the threshold below. ``doc_clip=None`` clips nothing and uses the worst-case sensitivities
+    (``tau_1 = tau_2 = 1``, ``tau_3 = r^3``).
 
     *Denoising the topics* (``topic_threshold``, a private fit only). The pair moment's noise
     moves the whitening's eigenvectors in every coordinate, so each topic carries noise spread
@@ -324,12 +326,15 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         ``None`` takes the accountant's delta (1e-5 without an accountant); keep it well below
         1 / the number of documents.
     doc_clip : float or None, default=1.0
-        Each document's moment terms are clipped to ``doc_clip`` times their typical size
-        (released privately, see above); a private fit only. ``None``: no clipping. Clipping
-        trades noise for bias (documents concentrated on one topic weigh less): 1 gave the least
-        error at epsilon <= 4 on the benchmark's corpora, but at 100 words it left a bias floor
-        (l1 topic error 0.069 from epsilon = 16 up, 10^5 documents) that 1.5 (0.013) or 2 (none)
-        avoid when ``n epsilon`` is large (docs/derivations/latent.rst).
+        Each document's moment terms are clipped, by one weight per document, to ``doc_clip``
+        times their typical size (released privately, see above); a private fit only. ``None``:
+        no clipping, the worst-case sensitivities (20 times the error at 2000 words, 10^5
+        documents, epsilon = 1). Clipping trades noise for bias (documents concentrated on one
+        topic weigh less): 1 gave the least error, or close to it, at epsilon <= 4 on the
+        benchmark's corpora, but at 100 words it leaves a bias floor (l1 topic error 0.063 from
+        epsilon = 16 up, 10^5 documents, non-private 0.0066) that 2 avoids when ``n epsilon`` is
+        large (0.019 at epsilon = 16, 0.010 at 64): benchmarks/results/latent.md,
+        docs/derivations/latent.rst.
     topic_threshold : float or None, default=2.0
         A private fit zeroes each topic entry below this many standard deviations of the noise
         the whitening put on it (post-processing; see the notes). ``None`` keeps every positive
