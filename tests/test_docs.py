@@ -98,7 +98,7 @@ def _check_quickstart(ns):
     from dptensor.metrics import recovery_error, sin_theta_distance
 
     budget = ns["budget"]
-    assert len(budget.history()) == 6  # every fit of the page is private and in the ledger
+    assert len(budget.history()) == 7  # every fit of the page is private and in the ledger
     # the page teaches delta well below 1/n: none of its fits may warn that it is not
     from dptensor import PrivacyWarning
     assert not [m for m in ns["__warnings__"] if isinstance(m, PrivacyWarning) and "1/n" in str(m)]
@@ -118,6 +118,10 @@ def _check_quickstart(ns):
     assert np.sum(np.linalg.norm(ns["Xg"], axis=1) > ns["gbound"]) < 20
     assert max(ns["dist"] / np.linalg.norm(ns["means"], axis=1)) < 0.08  # "within a few percent"
     assert np.abs(ns["gmm"].weights_[ns["perm"]] - ns["weights"]).max() < 0.02
+    # "within about 0.04" (l1 over 100 words), and proportions that are distributions
+    lda = ns["lda"]
+    assert np.abs(lda.components_[ns["tperm"]] - ns["topics"]).sum(axis=1).mean() < 0.06
+    np.testing.assert_allclose(lda.transform(ns["counts"][:3]).sum(axis=1), 1.0)
 
 
 def _check_privacy(ns):
