@@ -7,9 +7,15 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 
+try:  # scikit-learn >= 1.6
+    from sklearn.utils.validation import validate_data as _sklearn_validate_data
+except ImportError:  # pragma: no cover - older scikit-learn
+    def _sklearn_validate_data(estimator, X, **kwargs):
+        return estimator._validate_data(X, **kwargs)
+
 __all__ = ["check_epsilon", "check_delta", "check_privacy", "check_positive_int", "check_data_norm",
            "check_symmetric_tensor", "check_random_generator", "check_finite", "check_delta_for_n",
-           "check_numeric_2d"]
+           "check_numeric_array", "validate_private_data"]
 
 
 def check_epsilon(epsilon, name="epsilon") -> float:
@@ -99,13 +105,15 @@ def check_data_norm(data_norm, epsilon, name="data_norm"):
     return float(data_norm)
 
 
-def check_numeric_2d(X, name="X"):
-    """Refuse X unless it is a 2-D array of numbers, in words that quote none of its values.
+def check_numeric_array(X, name="X", allow_nd=False):
+    """Refuse X unless it is a 2-D (``allow_nd``: at least 2-D) array of real numbers, in words that
+    quote none of its values.
 
     An error is released too, and scikit-learn's own checks echo the data: a 1-D array or a
     scalar is printed in full, a string quoted ("could not convert string to float: '...'"), a
-    complex array printed. Call this before ``validate_data``; X is returned unchanged (a
-    DataFrame keeps its column names), only its shape (public) is named.
+    complex array printed. Run before scikit-learn's checks (:func:`validate_private_data`); X is
+    returned unchanged (a DataFrame keeps its column names), only its shape and dtype (public)
+    are named.
     """
     if sp.issparse(X):
         A = X
@@ -118,15 +126,28 @@ def check_numeric_2d(X, name="X"):
     if kind == "O":  # an object array of numbers converts, as scikit-learn's would
         try:
             kind = A.astype(np.float64).dtype.kind
-        except (ValueError, TypeError):
+        except TypeError:  # an entry that is no number at all (numpy's words, none of its values)
+            raise TypeError(f"{name} must hold real numbers: float() argument must be a string or a "
+                            "real number, and some entry is neither") from None
+        except ValueError:
             pass
+    if kind == "c":  # scikit-learn's words, without its print of the array
+        raise ValueError(f"Complex data not supported: {name} must hold real numbers (dtype {A.dtype})")
     if kind not in "biuf":
         raise ValueError(f"{name} must hold real numbers, and some entries are not (dtype {A.dtype}); "
                          "raw text goes through a vectorizer first")
-    if A.ndim != 2:
-        raise ValueError(f"{name} must be 2-D (one row per sample), got shape {A.shape}: a single "
-                         f"sample is {name}.reshape(1, -1)")
+    if A.ndim != 2 and not (allow_nd and A.ndim > 2):
+        raise ValueError(f"{name} must be 2-D (one row per sample), got shape {A.shape}. Reshape your "
+                         f"data: a single sample is {name}.reshape(1, -1), a single feature "
+                         f"{name}.reshape(-1, 1)")
     return X
+
+
+def validate_private_data(estimator, X, **kwargs):
+    """scikit-learn's ``validate_data(estimator, X, **kwargs)`` after :func:`check_numeric_array`,
+    so that no error quotes a value of X (every estimator's entry point for in-memory data)."""
+    check_numeric_array(X, allow_nd=kwargs.get("allow_nd", False))
+    return _sklearn_validate_data(estimator, X, **kwargs)
 
 
 def check_finite(X, name="X"):

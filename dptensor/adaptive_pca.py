@@ -14,11 +14,11 @@ import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from ._base import PrivateEstimatorMixin
 from ._power import flip_signs
-from ._validation import check_data_norm, check_positive_int, check_verbose
+from ._validation import check_data_norm, check_positive_int, check_verbose, validate_private_data
 from .accounting import AboveThresholdEvent, ComposedEvent, GaussianEvent, NonPrivateEvent, calibrate
 from .mechanisms import above_threshold, clip_rows, gaussian_release
 from .pca import row_power_sensitivity
@@ -390,7 +390,7 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
     def fit(self, X, y=None):
         """Fit on rows ``X`` (n, d); ``y`` is ignored."""
         epsilon, delta = self._privacy_target()
-        X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=1)
+        X = validate_private_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=1)
         n, d = X.shape
         k = check_positive_int(self.n_components, "n_components")
         if k > d:
@@ -437,7 +437,7 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
     def transform(self, X):
         """Project ``X`` onto the released components: ``X @ components_.T`` (no centering)."""
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        X = validate_private_data(self, X, dtype=[np.float64, np.float32], reset=False)
         return X @ self.components_.T.astype(X.dtype, copy=False)
 
     def inverse_transform(self, X):
@@ -487,7 +487,7 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
     def _score_units(self, X, y=None):
         """Per-row captured variance and its public range ``(0, 1)`` (``None`` without ``data_norm``)."""
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        X = validate_private_data(self, X, dtype=[np.float64, np.float32], reset=False)
         if self.data_norm is None:
             P = X @ self.components_.T
             return np.einsum("ij,ij->i", P, P), None

@@ -50,7 +50,7 @@ import numpy as np
 from scipy.optimize import brentq
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import DataConversionWarning
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 from threadpoolctl import ThreadpoolController
 
 from ._base import PrivateEstimatorMixin
@@ -59,7 +59,7 @@ from ._randomness import public_digest
 from ._completion_models import (Model, Observations, als, dp_als, gradient_descent, init_model, predict,
                                  OffsetNoise, offset_noise, residual_scale, row_offsets, spectral_start)
 from ._completion_models import offsets as offsets_of
-from ._validation import check_positive_int, check_verbose
+from ._validation import check_positive_int, check_verbose, validate_private_data
 from .accounting import ComposedEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent, epsilon_of, gdp_mu
 from .mechanisms import gaussian_release, laplace_release
 
@@ -477,7 +477,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
         # scikit-learn's own checks first (sparse, complex, NaN/inf, empty, n_features_in_), then
         # the index-specific ones.
-        X = validate_data(self, X, reset=True, dtype=None, ensure_min_features=2)
+        X = validate_private_data(self, X, reset=True, dtype=None, ensure_min_features=2)
         X, shape = check_indices(X, self.shape)
         y = np.asarray(y)
         if y.ndim == 2 and y.shape[1] == 1:
@@ -737,7 +737,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         """
         check_is_fitted(self, "factors_")
         # reset=False checks the number of columns against the fit's (scikit-learn's message).
-        X = validate_data(self, X, reset=False, dtype=None)
+        X = validate_private_data(self, X, reset=False, dtype=None)
         X, _ = check_indices(X, None)
         model = self._model()
         unseen = X >= np.asarray(self.shape_)

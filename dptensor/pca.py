@@ -27,13 +27,13 @@ from typing import NamedTuple
 import numpy as np
 import scipy.linalg
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from ._base import PrivacyWarning, PrivateEstimatorMixin
 from ._dask import DaskGramMatrix, RowChunks, check_dask_array, clip_chunks, dask_gram, is_dask_array
 from ._operators import DenseMatrix, GramMatrix
 from ._power import flip_signs
-from ._validation import check_data_norm, check_positive_int, check_verbose
+from ._validation import check_data_norm, check_positive_int, check_verbose, validate_private_data
 from .accounting import ComposedEvent, GaussianEvent, NonPrivateEvent, calibrate_gaussian, epsilon_of, gdp_mu
 from .accounting.calibration import paper_noisy_power_sigma
 from .mechanisms import clip_rows, gaussian_release, symmetric_gaussian_release
@@ -669,7 +669,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
                 raise TypeError("input='precomputed' takes a d x d NumPy matrix, not a dask array; "
                                 "pass the rows themselves (input='data') to run on Dask")
             return check_dask_array(self, X, reset=reset)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=reset)
+        X = validate_private_data(self, X, dtype=[np.float64, np.float32], reset=reset)
         if self.input == "precomputed":
             if X.shape[0] != X.shape[1]:
                 raise ValueError(f"input='precomputed' needs a square symmetric matrix, got shape {X.shape}")
@@ -894,7 +894,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         if is_dask_array(X):  # a lazy dask projection, computed where the rows are
             X = check_dask_array(self, X, reset=False, check_finite=False)
         else:
-            X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+            X = validate_private_data(self, X, dtype=[np.float64, np.float32], reset=False)
         Z = (X - self.mean_) @ self.components_.T
         if self.whiten:
             Z = Z / self._whitening_scale()
@@ -942,7 +942,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         check_is_fitted(self, "components_")
         if self.input == "precomputed":
             raise ValueError("score needs rows (input='data'); a precomputed matrix has no per-row score")
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        X = validate_private_data(self, X, dtype=[np.float64, np.float32], reset=False)
         V = self.components_
         if self.data_norm is None:
             R = X - self.mean_

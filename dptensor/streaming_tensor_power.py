@@ -32,15 +32,9 @@ from ._base import PrivateEstimatorMixin
 from ._dask import RowChunks, check_dask_array, is_dask_array
 from ._operators import DeflatedTensor, ThirdMoment
 from ._power import normalize_columns, random_unit_columns, select_restart
-from ._validation import check_data_norm, check_positive_int, check_verbose
+from ._validation import check_data_norm, check_positive_int, check_verbose, validate_private_data
 from .accounting import GaussianEvent, NonPrivateEvent, calibrate_gaussian
 from .mechanisms import clip_rows, joint_gaussian_release
-
-try:  # scikit-learn >= 1.6
-    from sklearn.utils.validation import validate_data as _validate_data
-except ImportError:  # pragma: no cover - older scikit-learn
-    def _validate_data(estimator, X, **kwargs):
-        return estimator._validate_data(X, **kwargs)
 
 __all__ = ["StreamingTensorPower", "block_statistics", "block_sensitivity"]
 
@@ -351,7 +345,7 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
                              "guarantee needs every row in at most one block")
         if not _is_batch_iterable(X):  # one array: its length is known before anything is spent
             if not is_dask_array(X):
-                X = _validate_data(self, X, reset=True, dtype=_FLOAT_DTYPES, order="C")
+                X = validate_private_data(self, X, reset=True, dtype=_FLOAT_DTYPES, order="C")
             self._check_enough_rows(X.shape, passes)
         if is_dask_array(X):  # Dask rows: a re-iterable of row chunks, pulled here one at a time
             X = RowChunks(X)
@@ -395,7 +389,7 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
             return self
         self._check_stream_attached()
         stream = getattr(self, "_stream", None)
-        X = _validate_data(self, X, reset=stream is None, dtype=_FLOAT_DTYPES, order="C")
+        X = validate_private_data(self, X, reset=stream is None, dtype=_FLOAT_DTYPES, order="C")
         if stream is None:
             stream = self._start(X.shape[1], X.dtype)
         else:
@@ -492,7 +486,7 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         if is_dask_array(X):  # a lazy dask projection, computed where the rows are
             X = check_dask_array(self, X, reset=False, check_finite=False)
         else:
-            X = _validate_data(self, X, reset=False, dtype=_FLOAT_DTYPES)
+            X = validate_private_data(self, X, reset=False, dtype=_FLOAT_DTYPES)
         return X @ self.components_.T.astype(X.dtype, copy=False)
 
     @property
@@ -531,7 +525,7 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         from .tensor_decomposition import moment_fit_scores
 
         check_is_fitted(self, "components_")
-        X = _validate_data(self, X, reset=False, dtype=_FLOAT_DTYPES)
+        X = validate_private_data(self, X, reset=False, dtype=_FLOAT_DTYPES)
         return moment_fit_scores(X, self.components_, self.eigenvalues_, self.data_norm)
 
     def score(self, X, y=None):

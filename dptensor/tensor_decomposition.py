@@ -21,13 +21,14 @@ from dataclasses import dataclass
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from ._base import PrivateEstimatorMixin
 from ._dask import DaskThirdMoment, check_dask_array, clip_chunks, dask_moment_tensor, is_dask_array
 from ._operators import DeflatedTensor, SymmetricTensor, ThirdMoment, moment_tensor
 from ._power import normalize_columns, random_unit_columns, select_restart
-from ._validation import check_data_norm, check_positive_int, check_symmetric_tensor, check_verbose
+from ._validation import (check_data_norm, check_positive_int, check_symmetric_tensor, check_verbose,
+                          validate_private_data)
 from .accounting.calibration import calibrate_gaussian, paper_tensor_power_noise
 from .accounting.events import GaussianEvent, NonPrivateEvent
 from .mechanisms import clip_rows, gaussian_release, symmetric_gaussian_release
@@ -364,7 +365,7 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         if dask:  # Dask data: never materialised here (np.asarray would pull all of it)
             X = check_dask_array(self, X)
         else:
-            X = validate_data(self, X, allow_nd=True, dtype=[np.float64, np.float32])
+            X = validate_private_data(self, X, allow_nd=True, dtype=[np.float64, np.float32])
         if X.ndim not in (2, 3):
             raise ValueError(f"X must be 2-D data (n_samples, n_features) or a 3-D symmetric tensor, "
                              f"got {X.ndim} dimensions")
@@ -445,7 +446,7 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         if is_dask_array(X):  # a lazy dask projection, computed where the rows are
             X = check_dask_array(self, X, reset=False, check_finite=False)
         else:
-            X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+            X = validate_private_data(self, X, reset=False, dtype=[np.float64, np.float32])
         return X @ self.components_.T.astype(X.dtype, copy=False)
 
     @property
@@ -485,7 +486,7 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
     def _score_units(self, X, y=None):
         """Per-row moment-fit scores and their public range (see :func:`moment_fit_scores`)."""
         check_is_fitted(self)
-        X = validate_data(self, X, allow_nd=True, dtype=[np.float64, np.float32], reset=False)
+        X = validate_private_data(self, X, allow_nd=True, dtype=[np.float64, np.float32], reset=False)
         if X.ndim == 3:
             raise ValueError("score takes rows (2-D X); for a tensor use -||T - T_hat||^2 directly")
         return moment_fit_scores(X, self.components_, self.eigenvalues_, self.data_norm)

@@ -200,3 +200,35 @@ def test_mixin_target_names_bad_parameters():
         _Est(delta=1.0)._privacy_target()
     with pytest.raises(ValueError, match="delta must be > 0"):
         _Est(delta=0.0)._privacy_target()
+
+
+def _estimators_for_bad_input():
+    from dptensor import (AdaptivePrivatePCA, PrivatePCA, PrivateTensorCompletion, PrivateTensorDecomposition,
+                          StreamingTensorPower)
+    from dptensor.latent import PrivateGaussianMixture, PrivateLatentDirichletAllocation
+
+    return [PrivatePCA(1, epsilon=1.0, data_norm=1.0), AdaptivePrivatePCA(1, epsilon=1.0, data_norm=1.0),
+            PrivateTensorDecomposition(1, epsilon=1.0, data_norm=1.0),
+            StreamingTensorPower(1, epsilon=1.0, data_norm=1.0),
+            PrivateGaussianMixture(1, epsilon=1.0, data_norm=1.0),
+            PrivateLatentDirichletAllocation(1, epsilon=1.0),
+            PrivateTensorCompletion(rank=1, value_range=(0, 1), epsilon=1.0)]
+
+
+@pytest.mark.parametrize("estimator", _estimators_for_bad_input(), ids=lambda e: type(e).__name__)
+def test_no_input_error_quotes_the_data(estimator):
+    """An error is released too: scikit-learn's checks print a 1-D array in full, quote a string
+    they cannot convert and print complex data. Every estimator refuses these, before any spend,
+    in words that name only the shape or dtype."""
+    secret = 0.987654321
+    text = "the patient's diagnosis"
+    bad = [np.full(7, secret), np.array([[secret, 1.0], [text, 2.0]], dtype=object),
+           np.array([[text, "b"], ["c", "d"]]), np.full((4, 3), secret + 1j)]
+    for X in bad:
+        budget = PrivacyAccountant(epsilon=10.0, delta=1e-5)
+        estimator.set_params(accountant=budget)
+        with pytest.raises((ValueError, TypeError)) as error:
+            estimator.fit(X, np.ones(len(X)))
+        message = str(error.value)
+        assert "98765" not in message and "patient" not in message and "array=" not in message, message
+        assert budget.history() == []

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.special import logsumexp
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from .._dask import check_dask_array, clip_chunks, is_dask_array, reduce_row_chunks
 from .._operators import SymmetricTensor, moment_tensor
-from .._validation import check_data_norm
+from .._validation import check_data_norm, validate_private_data
 from ..mechanisms import clip_rows
 from ..pca import covariance_sensitivity, row_power_sensitivity, total_variance_sensitivity
 from ..tensor_decomposition import n_power_queries, row_sensitivity
@@ -191,7 +191,7 @@ class PrivateGaussianMixture(SpectralLatentModel):
     def _validate(self, X, reset):
         if is_dask_array(X):  # rows on a Dask cluster: checked lazily, never pulled here
             return check_dask_array(self, X, reset=reset)
-        return validate_data(self, X, reset=reset, dtype=[np.float64, np.float32])
+        return validate_private_data(self, X, reset=reset, dtype=[np.float64, np.float32])
 
     def _prepare(self, X, epsilon):
         bound = check_data_norm(self.data_norm, epsilon)
@@ -265,7 +265,7 @@ class PrivateGaussianMixture(SpectralLatentModel):
     # -- scikit-learn's mixture interface ----------------------------------------------------
     def _estimate_weighted_log_prob(self, X):
         check_is_fitted(self, "means_")
-        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        X = validate_private_data(self, X, reset=False, dtype=[np.float64, np.float32])
         var = np.maximum(self.covariances_, np.finfo(float).tiny)
         sq = (np.einsum("ij,ij->i", X, X)[:, None] - 2.0 * X @ self.means_.T
               + np.einsum("ij,ij->i", self.means_, self.means_)[None, :])

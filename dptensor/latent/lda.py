@@ -12,11 +12,11 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from .._dask import check_dask_array, is_dask_array
 from .._operators import moment_tensor
-from .._validation import check_numeric_2d
+from .._validation import validate_private_data
 from ..pca import MAX_DENSE_FEATURES
 from ..tensor_decomposition import row_sensitivity
 from ._base import SpectralLatentModel
@@ -412,7 +412,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
             C = check_dask_array(self, X, reset=reset)
             negative, fractional, short, long = self._reduce({"rows": C}, _count_checks, min_length)
         else:
-            X = validate_data(self, check_numeric_2d(X), reset=reset, accept_sparse="csr",
+            X = validate_private_data(self, X, reset=reset, accept_sparse="csr",
                               dtype=[np.float64, np.float32])
             C = _counts(X)
             negative, fractional, short, long = _count_checks(C, min_length)

@@ -17,6 +17,7 @@ from sklearn.utils.validation import check_array, check_is_fitted
 from .._base import PrivateEstimatorMixin
 from ..completion import check_indices
 from ..mechanisms import gaussian_release
+from .._validation import check_numeric_array
 from ._selection import calibrate_search, check_distribution, draw_n_runs
 
 __all__ = ["PrivateGridSearchCV", "PrivateRandomizedSearchCV", "MAX_SCORE_NOISE"]
@@ -468,8 +469,8 @@ def _as_units(X, y, *, alone: bool):
     if X.ndim != 2:
         raise ValueError(f"a private search splits units (rows of X); X must be 2-D, got {X.ndim} "
                          f"dimension(s): reshape a single feature with X.reshape(-1, 1)")
-    if alone:
-        X = check_array(X, dtype="numeric", ensure_min_samples=0)  # refuses NaN, inf, strings
+    if alone:  # refuses strings, complex numbers (in words that quote none of X), NaN, inf
+        X = check_array(check_numeric_array(X), dtype="numeric", ensure_min_samples=0)
     if y is not None:
         y = np.asarray(y)
         if alone and not (np.issubdtype(y.dtype, np.number) and np.all(np.isfinite(y))):
