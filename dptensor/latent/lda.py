@@ -22,8 +22,9 @@ from ..tensor_decomposition import row_sensitivity
 from ._base import SpectralLatentModel
 from ._pipeline import ImplicitMatrix, power_subspace, release, release_second, sym3, top_eigenpairs, whiten
 
-__all__ = ["PrivateLatentDirichletAllocation", "document_moments", "document_norms", "topic_noise_std",
-           "DOCUMENT_SENSITIVITY", "LDA_FIRST_SHARE", "MAX_DOCUMENT_LENGTH"]
+__all__ = ["PrivateLatentDirichletAllocation", "document_moments", "document_norms", "document_weights",
+           "topic_noise_std", "DOCUMENT_SENSITIVITY", "LDA_FIRST_SHARE", "MAX_DOCUMENT_LENGTH",
+           "MIN_DOCUMENT_LENGTH"]
 
 #: l2 sensitivity, times ``n / tau``, of the mean and (in Frobenius norm, over the whole matrix) of
 #: the pair moment when each document's term is clipped to norm ``tau <= 1`` (``tau = 1``:
@@ -73,18 +74,31 @@ def _counts(chunk):
     return chunk
 
 
+#: A document's terms need distinct word positions: three for the third moment. Shorter documents
+#: weigh nothing in a fit (weight 0 in every moment, :func:`document_weights`), so a corpus needs
+#: no filtering that would make its number of documents depend on the data.
+MIN_DOCUMENT_LENGTH = 3
+
+
+def _per_document(values, length, positions):
+    """``values / positions`` where the document has at least ``MIN_DOCUMENT_LENGTH`` words, else 0."""
+    ok = length >= MIN_DOCUMENT_LENGTH
+    return np.divide(values, positions, out=np.zeros(len(length)), where=ok)
+
+
 def document_norms(C):
     r"""Per document: its length l, ``||E1(c)||`` and ``||E2(c)||_F`` (see :func:`document_moments`).
 
     ``||c / l|| = sqrt(sum c^2) / l`` and ``||c c^T - diag c||_F^2 = (sum c^2)^2 - 2 sum c^3 +
-    sum c^2``, so both come from three sums over each document's counts.
+    sum c^2``, so both come from three sums over each document's counts. A document of fewer
+    than :data:`MIN_DOCUMENT_LENGTH` words has no terms: both norms are 0.
     """
     C = _counts(C)
     x = C.data
     sq = x * x
     length, s2, s3 = _row_sums(C, x), _row_sums(C, sq), _row_sums(C, sq * x)
-    e1 = np.sqrt(s2) / length
-    e2 = np.sqrt(np.maximum(s2 * s2 - 2.0 * s3 + s2, 0.0)) / (length * (length - 1.0))
+    e1 = _per_document(np.sqrt(s2), length, length)
+    e2 = _per_document(np.sqrt(np.maximum(s2 * s2 - 2.0 * s3 + s2, 0.0)), length, length * (length - 1.0))
     return length, e1, e2
 
 
@@ -99,9 +113,10 @@ def _row_sums(C, values):
 
 def _clip_scale(norms, bound):
     """``min(1, bound / norm)`` per document (1 everywhere without a bound)."""
-    if bound is None:
-        return np.ones_like(norms)
-    return np.minimum(1.0, bound / np.maximum(norms, np.finfo(float).tiny))
+    scale = np.ones_like(norms, dtype=float)
+    if bound is not None:  # divided only where it clips: a zero norm (no terms) never overflows
+        np.divide(bound, norms, out=scale, where=norms > bound)
+    return scale
 
 
 def _scale_sums(chunk):
@@ -116,24 +131,26 @@ def document_weights(C, tau):
     term in every moment (the mean, the pair moment and, clipped further if needed, the whitened
     triple term), so the clipped moments are those of one reweighted corpus: divided by the total
     weight they keep the relations between the moments that the method relies on. Each term's norm
-    is still at most its own ``tau``, so the sensitivities are those of separate clips.
+    is still at most its own ``tau``, so the sensitivities are those of separate clips. A document
+    of fewer than :data:`MIN_DOCUMENT_LENGTH` words weighs 0 (its terms are not defined).
     Returns ``(length, s)``.
     """
     length, e1, e2 = document_norms(C)
     tau1, tau2 = tau if tau is not None else (None, None)
-    return length, np.minimum(_clip_scale(e1, tau1), _clip_scale(e2, tau2))
+    weight = np.minimum(_clip_scale(e1, tau1), _clip_scale(e2, tau2))
+    return length, np.where(length >= MIN_DOCUMENT_LENGTH, weight, 0.0)
 
 
 def _mean_sums(chunk, tau):
     """``sum_c s_c c / l`` (:func:`document_weights`)."""
     C = _counts(chunk)
     length, s = document_weights(C, tau)
-    return (np.asarray(C.T @ (s / length)).ravel(),)
+    return (np.asarray(C.T @ _per_document(s, length, length)).ravel(),)
 
 
 def _pair_weights(C, tau):
     length, s = document_weights(C, tau)
-    return s / (length * (length - 1.0))
+    return _per_document(s, length, length * (length - 1.0))
 
 
 def _pair_sums(chunk, tau):
@@ -179,7 +196,7 @@ def _triple_sums(chunk, W, tau, bound):
     """
     C = _counts(chunk)
     length, s = document_weights(C, tau)
-    a = s / (length * (length - 1.0) * (length - 2.0))
+    a = _per_document(s, length, length * (length - 1.0) * (length - 2.0))
     if bound is not None:
         rho = np.linalg.norm(W, axis=1)
         S1, S2, S3 = (np.asarray(C @ rho**j).ravel() for j in (1, 2, 3))
@@ -196,13 +213,13 @@ def _triple_sums(chunk, W, tau, bound):
     return cube, np.asarray(C.T @ (a[:, None] * Y)), np.asarray(C.T @ a).ravel()
 
 
-def _count_checks(chunk, min_length):
-    """How many entries are negative, how many fractional, how many documents are too short or too
-    long (:data:`MAX_DOCUMENT_LENGTH`)."""
+def _count_checks(chunk):
+    """How many entries are negative, how many fractional, how many documents too long
+    (:data:`MAX_DOCUMENT_LENGTH`): input outside the data's domain."""
     C = _counts(chunk)
     length = _row_sums(C, C.data)
     return (int(np.sum(C.data < 0)), int(np.sum(C.data != np.round(C.data))),
-            int(np.sum(length < min_length)), int(np.sum(length >= MAX_DOCUMENT_LENGTH)))
+            int(np.sum(length >= MAX_DOCUMENT_LENGTH)))
 
 
 #: The floor of a topic-word probability when words are scored (a clipped topic has exact zeros).
@@ -239,12 +256,14 @@ def _em_sums(chunk, Phi, alpha, n_steps):
 def document_moments(C):
     r"""The per-document unbiased first and second moment estimates, averaged over documents.
 
-    For a document with counts c and length l = sum(c) >= 2, ``c / l`` estimates E[x_1] and
+    For a document with counts c and length l = sum(c), ``c / l`` estimates E[x_1] and
     ``(c c^T - diag(c)) / (l (l - 1))`` estimates E[x_1 (x) x_2] (word indicators at two distinct
-    positions). Returns ``(mean (d,), second (d, d) dense)``.
+    positions); the averages are over the documents of at least :data:`MIN_DOCUMENT_LENGTH` words,
+    those a fit uses. Returns ``(mean (d,), second (d, d) dense)``.
     """
-    n = C.shape[0]
-    return _mean_sums(C, None)[0] / n, _pair_sums(C, None)[0] / n
+    C = _counts(C)
+    used = max(int(np.sum(document_weights(C, None)[1])), 1)
+    return _mean_sums(C, None)[0] / used, _pair_sums(C, None)[0] / used
 
 
 class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
@@ -271,7 +290,9 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
     *Privacy unit.* One document (a row of counts), n public. No bound on document length is
     needed: each document's moment terms are averages over its word positions (a fit refuses
     documents of 2**53 words or more, where float64 counts stop being exact and their powers
-    overflow: :data:`MAX_DOCUMENT_LENGTH`).
+    overflow: :data:`MAX_DOCUMENT_LENGTH`). A document of fewer than 3 words has no third-moment
+    term and weighs nothing in any moment: keep such rows (filtering them out would make the
+    number of documents, which is public, depend on the data).
 
     *What is released.* With ``doc_clip`` set (the default): first the mean of ``||E2(c)||_F`` over
     documents (sensitivity ``1 / n``), which fixes the typical norm ``nu`` of a document's pair
@@ -407,25 +428,22 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
     _unit = "document"
     _frobenius = True  # every sensitivity below bounds the Frobenius norm of the change
 
-    def _validate(self, X, reset, min_length=3):
+    def _validate(self, X, reset, fit=True):
         if is_dask_array(X):  # checked by one reduction over the chunks, never pulled here
             C = check_dask_array(self, X, reset=reset)
-            negative, fractional, short, long = self._reduce({"rows": C}, _count_checks, min_length)
+            negative, fractional, long = self._reduce({"rows": C}, _count_checks)
         else:
             X = validate_private_data(self, X, reset=reset, accept_sparse="csr",
-                              dtype=[np.float64, np.float32])
+                                      dtype=[np.float64, np.float32])
             C = _counts(X)
-            negative, fractional, short, long = _count_checks(C, min_length)
+            negative, fractional, long = _count_checks(C)
         if negative:  # scikit-learn's words for it, as its own LatentDirichletAllocation says
             raise ValueError("Negative values in data: X must hold word counts (non-negative integers)")
         if fractional:
             raise ValueError("X must hold word counts (non-negative integers), and some entries are not "
                              "whole numbers: normalised or tf-idf rows are not counts")
-        if min_length and short:
-            # No count of them: an error is released too, and how many rows fail is a statistic.
-            raise ValueError(f"every document needs at least {min_length} words (the third moment is "
-                             "estimated from distinct word triples); some have fewer: drop them first")
-        if min_length and long:  # a fit only: transform reads no private data
+        # documents of fewer than 3 words are not refused: they weigh nothing (document_weights)
+        if fit and long:  # a fit only: transform reads no private data
             raise ValueError("every document needs fewer than 2**53 words (counts beyond are not exact "
                              "in float64, and their powers overflow); some have more: drop them first")
         return C
@@ -463,7 +481,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         clip = self.doc_clip
         if clip is not None:  # None is the way to clip nothing, so the error names it
             if isinstance(clip, bool) or not isinstance(clip, numbers.Real) or not 0 < clip < np.inf:
-                raise ValueError(f"doc_clip must be a finite number > 0, or None to clip nothing, got {clip!r}")
+                raise ValueError("doc_clip must be a finite number > 0, or None to clip nothing, "
+                                 f"got {clip!r}")
             clip = float(clip)
             # tau_2 >= doc_clip^2 / d (nu >= 1 / d) is the mean weight's floor, divided by after the
             # spend: refused here, before it, where it would underflow to 0
@@ -490,10 +509,12 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         if not ctx["power"]:  # computed in the same pass; released next, by Analyze Gauss
             ctx["second"] = pairs / n
         mean = release(total / n, DOCUMENT_SENSITIVITY * (tau1 or 1.0) / n, plan.z_first[-1], rng)
-        # The weighted mean's entries sum to the mean weight S (every c / l sums to 1): read off
-        # the release, floored at the least weight a document can have (||E1||, ||E2||_F <= 1).
-        # Every moment is divided by S, so all are moments of the same reweighted corpus.
-        ctx["weight"] = 1.0 if not clip else float(np.clip(np.sum(mean), min(tau1, tau2), 1.0))
+        # The weighted mean's entries sum to the mean weight S (every c / l sums to 1; documents
+        # too short to have terms weigh 0): read off the release (exact without privacy), floored
+        # (post-processing) at the least weight a document of 3 words can have (||E1||,
+        # ||E2||_F <= 1), or at 1 / n. Every moment is divided by S: moments of one reweighted corpus.
+        floor = min(tau1, tau2) if clip else 1.0 / n
+        ctx["weight"] = float(np.clip(np.sum(mean), floor, 1.0))
         return mean / ctx["weight"]
 
     def _release_whitening(self, ctx, mean, plan, rng):
@@ -599,20 +620,20 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         counts (a MAP-like update). It reads only the released topics and the given documents.
         """
         check_is_fitted(self, "components_")
-        C = _counts(self._validate(X, reset=False, min_length=0))
+        C = _counts(self._validate(X, reset=False, fit=False))
         return _fold_in(C, self.components_, np.maximum(self.alpha_, 0.0), self.max_transform_iter)[0]
 
     def score(self, X, y=None):
         """Log-likelihood of the words of X given the topics and each document's proportions from
         :meth:`transform` (higher is better)."""
         check_is_fitted(self, "components_")
-        C = _counts(self._validate(X, reset=False, min_length=0))
+        C = _counts(self._validate(X, reset=False, fit=False))
         p = _fold_in(C, self.components_, np.maximum(self.alpha_, 0.0), self.max_transform_iter)[1]
         return float(np.sum(C.data * np.log(p)))
 
     def perplexity(self, X):
         """``exp(-score(X) / number of words)``, as scikit-learn's ``perplexity`` (lower is better)."""
-        C = sp.csr_matrix(self._validate(X, reset=False, min_length=0))
+        C = sp.csr_matrix(self._validate(X, reset=False, fit=False))
         return float(np.exp(-self.score(C) / C.sum()))
 
     @property
