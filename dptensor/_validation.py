@@ -105,9 +105,9 @@ def check_data_norm(data_norm, epsilon, name="data_norm"):
     return float(data_norm)
 
 
-def check_numeric_array(X, name="X", allow_nd=False):
-    """Refuse X unless it is a 2-D (``allow_nd``: at least 2-D) array of real numbers, in words that
-    quote none of its values.
+def check_numeric_array(X, name="X", allow_nd=False, ensure_2d=True):
+    """Refuse X unless it is a 2-D (``allow_nd``: at least 2-D; ``ensure_2d=False``: any shape, as
+    a target ``y``) array of real numbers, in words that quote none of its values.
 
     An error is released too, and scikit-learn's own checks echo the data: a 1-D array or a
     scalar is printed in full, a string quoted ("could not convert string to float: '...'"), a
@@ -136,7 +136,7 @@ def check_numeric_array(X, name="X", allow_nd=False):
     if kind not in "biuf":
         raise ValueError(f"{name} must hold real numbers, and some entries are not (dtype {A.dtype}); "
                          "raw text goes through a vectorizer first")
-    if A.ndim != 2 and not (allow_nd and A.ndim > 2):
+    if ensure_2d and A.ndim != 2 and not (allow_nd and A.ndim > 2):
         raise ValueError(f"{name} must be 2-D (one row per sample), got shape {A.shape}. Reshape your "
                          f"data: a single sample is {name}.reshape(1, -1), a single feature "
                          f"{name}.reshape(-1, 1)")

@@ -488,8 +488,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             raise ValueError(f"y must be 1-D (one value per index tuple), got shape {y.shape}")
         if y.shape[0] != X.shape[0]:
             raise ValueError(f"y has {y.shape[0]} values but X has {X.shape[0]} index tuples")
-        if not (np.issubdtype(y.dtype, np.number) or y.dtype == bool):
-            raise TypeError(f"y must be numeric, got dtype {y.dtype}")
+        if y.dtype.kind not in "biuf":  # complex too: casting would drop the imaginary parts
+            raise TypeError(f"y must be real numbers, got dtype {y.dtype}")
         y = y.astype(np.float64)
         if not np.all(np.isfinite(y)):
             raise ValueError("y contains NaN or infinity: pass only the observed entries "

@@ -398,6 +398,7 @@ def test_grid_search_over_epsilon_records_every_fit():
     ([[0, 0], [0.5, 1]], [1.0, 2.0], {}, ValueError, "integer"),
     ([[0, 0], [1, 1]], [1.0, np.nan], {}, ValueError, "NaN"),
     ([[0, 0], [1, 1]], [1.0, 2.0, 3.0], {}, ValueError, "3 values but X has 2"),
+    ([[0, 0], [1, 1]], [1.0 + 1j, 2.0], {}, TypeError, "real numbers"),  # not cast to its real part
     ([[0, 0], [1, 1]], [1.0, 2.0], {"perturbation": "gradient", "epsilon": 1.0}, ValueError, "value_range"),
     ([[0, 0], [1, 1]], [1.0, 2.0], {"epsilon": 1.0, "perturbation": None}, ValueError, "needs a perturbation"),
     ([[0, 0], [1, 1]], [1.0, 2.0], {"epsilon": 1.0}, ValueError, "value_range"),

@@ -432,6 +432,30 @@ def test_bad_data_is_refused_before_the_search_spends(kind, match):
     assert "abc" not in str(error.value) and f"{X[0, 0]:.4f}"[:6] not in str(error.value)  # no value quoted
 
 
+def test_a_pipeline_search_and_targets_are_refused_in_words_that_quote_no_value():
+    """Checks made once before the spend: scikit-learn's would print complex data and quote a string
+    (an error is released too), for a pipeline's X and for any y."""
+    secret = 0.987654321
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((600, 5)) / 4
+    pipe = make_pipeline(Normalizer(), PrivatePCA(data_norm=1.0))
+    text = X.astype(object)
+    text[5, 2] = "the patient's diagnosis"
+    Xi, yi = rng.integers(0, 40, (2000, 2)), rng.uniform(0, 1, 2000)
+    cases = [(pipe, {"privatepca__n_components": [1]}, X + secret * 1j, None),
+             (pipe, {"privatepca__n_components": [1]}, text, None),
+             (pipe, {"privatepca__n_components": [1]}, X, np.full(600, secret + 1j)),
+             (pipe, {"privatepca__n_components": [1]}, X, np.array(["the patient's diagnosis"] * 600, object)),
+             (PrivateTensorCompletion(value_range=(0, 1)), {"rank": [1]}, Xi, yi + secret * 1j)]
+    for estimator, grid, data, y in cases:
+        budget = PrivacyAccountant(epsilon=5.0, delta=1e-5)
+        search = PrivateGridSearchCV(estimator, grid, epsilon=1.0, accountant=budget)
+        with pytest.raises(ValueError, match="real numbers|finite numbers") as error:
+            search.fit(data, y)
+        assert "98765" not in str(error.value) and "patient" not in str(error.value), str(error.value)
+        assert budget.history() == []
+
+
 def test_non_finite_completion_values_are_refused_before_the_search_spends():
     rng = np.random.default_rng(1)
     X, y = rng.integers(0, 5, (500, 3)), rng.standard_normal(500)

@@ -473,7 +473,8 @@ def _as_units(X, y, *, alone: bool):
         X = check_array(check_numeric_array(X), dtype="numeric", ensure_min_samples=0)
     if y is not None:
         y = np.asarray(y)
-        if alone and not (np.issubdtype(y.dtype, np.number) and np.all(np.isfinite(y))):
+        # kind, not np.number: complex numbers are numbers, and scikit-learn's check prints them
+        if alone and not (y.dtype.kind in "biuf" and np.all(np.isfinite(y))):
             raise ValueError("y must hold finite numbers (no NaN or infinity): pass only the observed "
                              "entries")
     return X, y
@@ -485,9 +486,12 @@ def _check_units(learner, X, y):
     if hasattr(learner, "shape") and "value_range" in learner.get_params():
         check_indices(X, learner.shape)  # completion: X holds index tuples
     else:
-        check_array(X, dtype="numeric", ensure_all_finite=True, ensure_2d=False, input_name="X")
+        # check_numeric_array first: scikit-learn's check quotes a string and prints complex data
+        check_array(check_numeric_array(X), dtype="numeric", ensure_all_finite=True, ensure_2d=False,
+                    input_name="X")
     if y is not None:
-        check_array(y, dtype="numeric", ensure_all_finite=True, ensure_2d=False, input_name="y")
+        check_array(check_numeric_array(y, "y", ensure_2d=False), dtype="numeric", ensure_all_finite=True,
+                    ensure_2d=False, input_name="y")
 
 
 def _public_overrides(prefix, learner, X) -> dict:
