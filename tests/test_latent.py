@@ -910,3 +910,27 @@ def test_short_documents_weigh_nothing(whitening):
     mean, second = document_moments(padded)
     np.testing.assert_allclose(mean, document_moments(C)[0])
     np.testing.assert_allclose(second, document_moments(C)[1])
+
+
+@pytest.mark.parametrize("whitening", ["dense", "power"])
+@pytest.mark.parametrize("doc_clip", [1.0, None])
+@pytest.mark.parametrize("method", ["perturb", "power"])
+def test_a_corpus_of_short_documents_only(whitening, doc_clip, method):
+    """No document of 3 words: a private fit releases noise, finite, at the previewed cost, with no
+    warning and no error (either would depend on the data); a fit without privacy, which has
+    nothing to learn from, says so (not an eigensolver's failure or an infinite alpha_)."""
+    da = pytest.importorskip("dask.array")
+    one = np.eye(8)
+    X = np.array([np.zeros(8), one[1], 2 * one[3], one[2] + one[5]] * 10)
+    kw = dict(whitening=whitening, doc_clip=doc_clip, method=method, n_restarts=2, n_iter=5, random_state=0)
+    for data in (sp.csr_matrix(X), da.from_array(X, chunks=(15, -1))):
+        budget = PrivacyAccountant(epsilon=10.0, delta=1e-4)
+        private = PrivateLatentDirichletAllocation(2, epsilon=1.0, delta=1e-4, accountant=budget, **kw)
+        preview = private.privacy_cost(*X.shape)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            private.fit(data)
+        assert private.privacy_cost_ == preview and len(budget.history()) == 1
+        assert np.all(np.isfinite(private.components_)) and np.all(np.isfinite(private.alpha_))
+        with pytest.raises(ValueError, match="no document has 3 words"):
+            PrivateLatentDirichletAllocation(2, **{**kw, "method": "auto"}).fit(data)

@@ -513,6 +513,9 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         # too short to have terms weigh 0): read off the release (exact without privacy), floored
         # (post-processing) at the least weight a document of 3 words can have (||E1||,
         # ||E2||_F <= 1), or at 1 / n. Every moment is divided by S: moments of one reweighted corpus.
+        if not plan.private and not np.sum(mean) > 0:  # exact without noise: no document has terms
+            raise ValueError(f"no document has {MIN_DOCUMENT_LENGTH} words or more: a fit without privacy "
+                             "has no moments to learn from (a private fit releases noise)")
         floor = min(tau1, tau2) if clip else 1.0 / n
         ctx["weight"] = float(np.clip(np.sum(mean), floor, 1.0))
         return mean / ctx["weight"]
