@@ -115,8 +115,9 @@ def check_numeric_array(X, name="X", allow_nd=False, ensure_2d=True):
     returned unchanged (a DataFrame keeps its column names), only its shape and dtype (public)
     are named.
     """
-    if sp.issparse(X):
-        A = X
+    if sp.issparse(X) or (isinstance(getattr(X, "dtype", None), np.dtype) and hasattr(X, "ndim")
+                          and X.dtype.kind != "O"):
+        A = X  # its dtype and shape suffice: np.asarray would compute a Dask array, copy a GPU one
     else:
         try:
             A = np.asarray(X)

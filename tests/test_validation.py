@@ -232,3 +232,25 @@ def test_no_input_error_quotes_the_data(estimator):
         message = str(error.value)
         assert "98765" not in message and "patient" not in message and "array=" not in message, message
         assert budget.history() == []
+
+
+def test_the_data_check_reads_no_value_of_an_array_with_a_dtype():
+    """check_numeric_array decides from the dtype and the shape: a lazy (Dask) array is not computed
+    by it (an estimator that takes Dask rows computes them once, where it needs them)."""
+    da = pytest.importorskip("dask.array")
+    from dptensor._validation import check_numeric_array
+
+    computed = []
+
+    def spy(block):
+        if block.size:  # (dask calls it once on an empty block to learn the result type)
+            computed.append(block.shape)
+        return block
+
+    X = da.from_array(np.ones((6, 3)), chunks=(2, 3)).map_blocks(spy, dtype=float)
+    assert check_numeric_array(X) is X and computed == []
+    with pytest.raises(ValueError, match="Complex data not supported"):
+        check_numeric_array(X.astype(complex))
+    with pytest.raises(ValueError, match="must be 2-D"):
+        check_numeric_array(X[:, 0])
+    assert computed == []
