@@ -344,7 +344,9 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
             raise ValueError(f"max_passes must be 1 when epsilon is finite, got {passes}: the privacy "
                              "guarantee needs every row in at most one block")
         if not _is_batch_iterable(X):  # one array: its length is known before anything is spent
-            if not is_dask_array(X):
+            if is_dask_array(X):  # NaN or inf refused by one pass before the spend, not mid-stream
+                X = check_dask_array(self, X, reset=True)
+            else:
                 X = validate_private_data(self, X, reset=True, dtype=_FLOAT_DTYPES, order="C")
             self._check_enough_rows(X.shape, passes)
         if is_dask_array(X):  # Dask rows: a re-iterable of row chunks, pulled here one at a time

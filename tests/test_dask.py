@@ -269,6 +269,20 @@ def test_streaming_tensor_power_dask_matches_numpy(client, epsilon):
     assert is_dask_array(projected) and _close(projected.compute(), numpy_fit.transform(X))
 
 
+def test_streaming_tensor_power_dask_refuses_nan_before_the_spend(client):
+    """A NaN deep in a Dask X was found by the chunk that held it, mid-stream, after the spend: an
+    error that depended on the data, and a budget lost. One pass refuses it before anything."""
+    from dptensor import PrivacyAccountant, StreamingTensorPower
+
+    X, _ = _moment_data(n=3200)
+    X[2900, 1] = np.nan
+    budget = PrivacyAccountant(epsilon=10.0, delta=1e-5)
+    with pytest.raises(ValueError, match="NaN"):
+        StreamingTensorPower(1, epsilon=1.0, data_norm=3.0, batch_size=500, n_iter=3,
+                             accountant=budget).fit(da.from_array(X, chunks=(700, 10)))
+    assert budget.history() == []
+
+
 @pytest.mark.parametrize("method, epsilon", [("power", np.inf), ("power", 5.0), ("analyze_gauss", 5.0)])
 def test_pca_dask_matches_numpy(client, method, epsilon):
     from dptensor import PrivatePCA
