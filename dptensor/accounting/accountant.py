@@ -225,8 +225,10 @@ class PrivacyAccountant:
         eps, _ = self.spent()
         lines = [f"{self!r}: spent epsilon={eps:.4g} of {self.epsilon:.4g} at delta={self.delta:g}, "
                  f"{len(self.history())} spends"]
-        for e in self.history():
-            lines.append(f"  {e.label or '-':<40s} {e.mechanism:<16s} eps={e.epsilon:.4g} delta={e.delta:g}")
+        history = self.history()
+        width = max([40] + [len(e.label or "-") for e in history])  # one column, however long a label
+        for e in history:
+            lines.append(f"  {e.label or '-':<{width}s} {e.mechanism:<16s} eps={e.epsilon:.4g} delta={e.delta:g}")
         return "\n".join(lines)
 
 
