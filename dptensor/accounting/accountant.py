@@ -228,7 +228,8 @@ class PrivacyAccountant:
         history = self.history()
         width = max([40] + [len(e.label or "-") for e in history])  # one column, however long a label
         for e in history:
-            lines.append(f"  {e.label or '-':<{width}s} {e.mechanism:<16s} eps={e.epsilon:.4g} delta={e.delta:g}")
+            lines.append(f"  {e.label or '-':<{width}s} {e.mechanism:<16s} "
+                         f"eps={e.epsilon:.4g} delta={e.delta:g}")
         return "\n".join(lines)
 
 
