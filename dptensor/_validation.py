@@ -124,7 +124,7 @@ def check_numeric_array(X, name="X", allow_nd=False, ensure_2d=True):
         except (ValueError, TypeError):
             raise ValueError(f"{name} must be a 2-D array of numbers (rows of equal length)") from None
     kind = A.dtype.kind
-    if kind == "O":  # an object array of numbers converts, as scikit-learn's would
+    if kind in "OUS":  # numbers held as objects or as text convert, as scikit-learn's would
         try:
             kind = A.astype(np.float64).dtype.kind
         except TypeError:  # an entry that is no number at all (numpy's words, none of its values)

@@ -254,3 +254,19 @@ def test_the_data_check_reads_no_value_of_an_array_with_a_dtype():
     with pytest.raises(ValueError, match="must be 2-D"):
         check_numeric_array(X[:, 0])
     assert computed == []
+
+
+def test_numbers_as_text_or_objects_still_fit_and_text_is_refused_quietly():
+    """What scikit-learn accepted before the quiet checks still fits (numbers held as objects or as
+    text convert); text that is not a number is refused without being quoted."""
+    from dptensor import PrivatePCA
+
+    rows = [["1.5", "2"], ["3", "4"], ["5", "6.5"], ["7", "8"]]
+    as_text = PrivatePCA(1, random_state=0).fit(np.array(rows)).components_
+    as_objects = PrivatePCA(1, random_state=0).fit(np.array(rows, dtype=object)).components_
+    as_floats = PrivatePCA(1, random_state=0).fit(np.array(rows, dtype=float)).components_
+    np.testing.assert_allclose(as_text, as_floats)
+    np.testing.assert_allclose(as_objects, as_floats)
+    with pytest.raises(ValueError, match="must hold real numbers") as error:
+        PrivatePCA(1).fit(np.array([["1.5", "secret"], ["3", "4"]]))
+    assert "secret" not in str(error.value)
