@@ -28,7 +28,7 @@ import numpy as np
 
 from ._samplers import rounded_gaussian, rounded_laplace
 
-__all__ = ["above_threshold", "clip_rows", "gaussian_release", "joint_gaussian_release", "laplace_release",
+__all__ = ["above_threshold", "clip_factors", "clip_rows", "gaussian_release", "joint_gaussian_release", "laplace_release",
            "symmetric_gaussian_release", "grid_step", "GRID_BITS"]
 
 #: The grid step is the largest power of two at most ``2**-GRID_BITS`` times the noise scale.
@@ -191,6 +191,34 @@ def above_threshold(queries, threshold, epsilon, rng: np.random.Generator, sensi
     return int(hits[0]) if hits.size else None
 
 
+# Below this squared norm a row's squares may have underflowed (entries below ~1e-154).
+_SQUARE_SAFE_MIN = 1e-280
+
+
+def clip_factors(X, data_norm) -> np.ndarray:
+    """Per-row factors ``min(1, data_norm / ||x||)`` (float64), exact for any finite ``X``, silently.
+
+    Clipping runs after the spend, so it must neither warn nor fail on any data: a warning that a
+    square overflowed (a row beyond ~1e154) or that ``data_norm / 0`` did (a zero row) would tell
+    that such a row exists. Rows whose squared norm under- or overflows are measured rescaled by
+    their largest entry. (A factor that is not finite, only possible for rows centred on a
+    non-finite released mean, is 0.)
+    """
+    X = np.asarray(X)
+    with np.errstate(all="ignore"):
+        sq = np.einsum("ij,ij->i", X, X, dtype=np.float64)
+        factor = np.minimum(1.0, data_norm / np.sqrt(sq))
+        hard = ~((sq >= _SQUARE_SAFE_MIN) & (sq < np.inf))
+        if hard.any():  # zero, tiny or huge rows (rare): measured rescaled by their largest entry
+            rows = X[hard].astype(np.float64)
+            peak = np.max(np.abs(rows), axis=1, initial=0.0)
+            unit = rows / np.where(peak > 0, peak, 1.0)[:, None]
+            ratio = data_norm / peak / np.sqrt(np.einsum("ij,ij->i", unit, unit))
+            factor[hard] = np.where(peak == 0, 1.0, np.minimum(1.0, ratio))
+        factor[~np.isfinite(factor)] = 0.0
+    return factor
+
+
 def clip_rows(X, data_norm):
     """Scale down every row of ``X`` whose l2 norm exceeds ``data_norm``; returns a new array.
 
@@ -203,6 +231,5 @@ def clip_rows(X, data_norm):
     """
     if data_norm is None:
         return X
-    norms = np.linalg.norm(X, axis=1)
-    factor = np.minimum(1.0, data_norm / np.maximum(norms, np.finfo(float).tiny))
-    return X * factor[:, None].astype(X.dtype, copy=False)
+    with np.errstate(all="ignore"):  # a factor below float32's range underflows to 0: still clipped
+        return X * clip_factors(X, data_norm)[:, None].astype(X.dtype, copy=False)

@@ -36,7 +36,7 @@ from ._power import flip_signs
 from ._validation import check_data_norm, check_positive_int, check_verbose, validate_private_data
 from .accounting import ComposedEvent, GaussianEvent, NonPrivateEvent, calibrate_gaussian, epsilon_of, gdp_mu
 from .accounting.calibration import paper_noisy_power_sigma
-from .mechanisms import clip_rows, gaussian_release, symmetric_gaussian_release
+from .mechanisms import clip_factors, clip_rows, gaussian_release, symmetric_gaussian_release
 
 __all__ = ["PrivatePCA", "PCAResult", "orthonormalize", "rayleigh_ritz", "noisy_power_method",
            "analyze_gauss", "private_mean", "center_and_clip",
@@ -333,8 +333,8 @@ def center_and_clip(X: np.ndarray, mean, data_norm, *, copy: bool = True) -> np.
     if mean is not None:
         X -= mean
     if data_norm is not None:
-        norms = np.sqrt(np.einsum("ij,ij->i", X, X))
-        X *= np.minimum(1.0, data_norm / np.maximum(norms, np.finfo(X.dtype).tiny))[:, None].astype(X.dtype)
+        with np.errstate(all="ignore"):  # silent whatever the rows hold (see clip_factors)
+            X *= clip_factors(X, data_norm)[:, None].astype(X.dtype)
     return X
 
 

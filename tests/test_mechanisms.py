@@ -1,12 +1,15 @@
 """Goodness-of-fit of every sampler against its target distribution, and AboveThreshold's behaviour."""
 import itertools
+import warnings
 
 import numpy as np
 import pytest
 from scipy import integrate, stats
 
+from dptensor import PrivatePCA
 from dptensor.mechanisms import (GRID_BITS, above_threshold, clip_rows, gaussian_release,
                                  joint_gaussian_release, laplace_release, symmetric_gaussian_release)
+from dptensor.pca import center_and_clip
 
 P_MIN = 1e-3  # seeded draws: a fixed p-value; below this the sampler is wrong, not unlucky
 
@@ -230,3 +233,35 @@ def test_clip_rows(rng, dtype):
 def test_clip_rows_keeps_zero_rows(rng):
     X = np.zeros((3, 4))
     np.testing.assert_array_equal(clip_rows(X, 1.0), X)
+
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_clip_rows_silent_and_exact_on_extreme_rows(dtype):
+    # Clipping runs after the spend: a warning for a zero row (data_norm / 0 overflowing) or a huge
+    # one (its square overflowing) would tell that such a row exists, so neither may warn, and a
+    # huge row is clipped along its direction (it was zeroed by its infinite norm).
+    big = np.finfo(dtype).max / 4
+    X = np.array([[0.0, 0.0], [big, big], [3.0, 4.0], [1e-30, 0.0]], dtype=dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = clip_rows(X, 100.0)
+        inplace = center_and_clip(X.copy(), np.zeros(2, dtype=dtype), 100.0, copy=False)
+        tiny = clip_rows(np.array([[1e-200, 1e-200]]), 1e-300)  # squares underflow: still clipped
+    expected = np.array([[0.0, 0.0], [100 / np.sqrt(2)] * 2, [3.0, 4.0], [1e-30, 0.0]])
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+    np.testing.assert_allclose(inplace, expected, rtol=1e-6)
+    assert out.dtype == dtype
+    np.testing.assert_allclose(tiny, [[1e-300 / np.sqrt(2)] * 2], rtol=1e-12)
+
+
+def test_private_pca_fit_silent_whether_or_not_a_row_is_zero_or_huge():
+    # Neighbouring data sets (one row replaced by 0 or by 1e200): the fit after the spend is silent
+    # for both, not only for one.
+    X = np.random.default_rng(0).standard_normal((50, 3))
+    for row in (0.0, 1e200):
+        Y = X.copy()
+        Y[0] = row
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            PrivatePCA(1, epsilon=1.0, delta=1e-6, data_norm=100.0, random_state=0).fit(Y)
