@@ -91,6 +91,10 @@ def check_verbose(verbose) -> int:
     return int(verbose)
 
 
+# data_norm^3 (a third moment's sensitivity) stays a normal float64, with room for the noise multiplier.
+DATA_NORM_RANGE = (1e-90, 1e90)
+
+
 def check_data_norm(data_norm, epsilon, name="data_norm"):
     """Row-level privacy needs a public bound on row norms; ``None`` is allowed only without privacy."""
     if data_norm is None:
@@ -102,6 +106,11 @@ def check_data_norm(data_norm, epsilon, name="data_norm"):
     if isinstance(data_norm, bool) or not isinstance(data_norm, numbers.Real) or not (
             data_norm > 0 and math.isfinite(data_norm)):
         raise ValueError(f"{name} must be a finite number > 0, got {data_norm!r}")
+    if not DATA_NORM_RANGE[0] <= data_norm <= DATA_NORM_RANGE[1]:
+        # Checked here, before the spend: the sensitivities are powers of it (up to the cube), and
+        # one that over- or underflows would fail the fit after the spend, losing its budget.
+        raise ValueError(f"{name} must lie in [{DATA_NORM_RANGE[0]:g}, {DATA_NORM_RANGE[1]:g}] (its "
+                         f"powers enter the noise scales); rescale the data, got {data_norm!r}")
     return float(data_norm)
 
 

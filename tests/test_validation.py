@@ -270,3 +270,19 @@ def test_numbers_as_text_or_objects_still_fit_and_text_is_refused_quietly():
     with pytest.raises(ValueError, match="must hold real numbers") as error:
         PrivatePCA(1).fit(np.array([["1.5", "secret"], ["3", "4"]]))
     assert "secret" not in str(error.value)
+
+
+@pytest.mark.parametrize("data_norm", [1e-300, 1e300])
+@pytest.mark.parametrize("name", ["PrivatePCA", "AdaptivePrivatePCA", "PrivateTensorDecomposition",
+                                  "StreamingTensorPower", "PrivateGaussianMixture"])
+def test_data_norm_out_of_float_range_refused_before_the_spend(name, data_norm):
+    # Its square or cube over/underflowed after the spend (OverflowError, ZeroDivisionError): the
+    # budget was lost for a fit that released nothing. Now refused with the ledger unchanged.
+    import dptensor
+    accountant = PrivacyAccountant(epsilon=10.0, delta=1e-6)
+    est = getattr(dptensor, name)(epsilon=1.0, delta=1e-6, data_norm=data_norm, accountant=accountant,
+                                  random_state=0)
+    X = np.random.default_rng(0).standard_normal((20, 3))
+    with pytest.raises(ValueError, match="data_norm must lie in"):
+        est.fit(X)
+    assert accountant.spent() == (0.0, 0.0)
