@@ -934,3 +934,23 @@ def test_a_corpus_of_short_documents_only(whitening, doc_clip, method):
         assert np.all(np.isfinite(private.components_)) and np.all(np.isfinite(private.alpha_))
         with pytest.raises(ValueError, match="no document has 3 words"):
             PrivateLatentDirichletAllocation(2, **{**kw, "method": "auto"}).fit(data)
+
+
+def test_whitening_of_a_noise_dominated_release_stays_on_its_scale(rng):
+    # Noise can make every top eigenvalue of the released M2 negative; the floor was then 1e-6 times
+    # the smallest float, a whitening near 1e157, and the data products after the spend overflowed
+    # (warnings, or a release refused as not finite) depending on the data.
+    M2 = -np.diag([0.02, 0.05, 0.1])
+    w = whiten(M2, 2, rng)
+    assert np.all(np.isfinite(w.W)) and np.max(np.abs(w.W)) <= 1.0 / np.sqrt(1e-6 * 0.05) * (1 + 1e-12)
+
+
+def test_lda_noise_dominated_fit_is_silent_after_the_spend():
+    # With 30 short documents at epsilon=1 the released M2 of this seed has a negative top eigenvalue.
+    X = np.random.default_rng(0).poisson(2, (30, 8)).astype(float)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        lda = PrivateLatentDirichletAllocation(n_components=1, epsilon=1.0, delta=1e-6, doc_clip=0.5,
+                                               accountant=PrivacyAccountant(epsilon=10, delta=1e-6),
+                                               random_state=0).fit(X)
+    assert np.all(np.isfinite(lda.components_))

@@ -250,13 +250,16 @@ def whiten(M2, k: int, rng, basis=None, noise: float = 0.0, basis_values=None) -
     With a basis (d x p, orthonormal columns) ``M2`` is the p x p projection and the eigenvectors
     are mapped back by V: ``W = V U_k Lambda_k^(-1/2)``. A noisy (or finite-sample) ``M2`` can
     have non-positive eigenvalues among its top k; they are floored at ``1e-6`` times the largest
-    so the whitening stays finite (post-processing). ``noise`` is recorded (see :class:`Whitening`);
+    magnitude so the whitening stays finite and on the data's scale (post-processing). ``noise`` is recorded (see :class:`Whitening`);
     ``basis_values``: V's columns are the noisy eigenvectors, with these eigenvalues, of the
     released matrix whose noise ``noise`` describes, so the whitening's vectors ``V U_k`` move by
     their mixtures of ``noise / basis_values`` (recorded as :attr:`Whitening.spread`).
     """
     values, vectors = top_eigenpairs(M2, k, rng)
-    floor = 1e-6 * max(float(values[0]), np.finfo(float).tiny)
+    # relative to the largest magnitude: when noise makes every top value negative, a floor at
+    # 1e-6 * tiny gave a whitening near 1e157, and the data products after the spend overflowed
+    # (warnings, a refused release) or not, depending on the data
+    floor = 1e-6 * max(float(np.max(np.abs(values))), np.finfo(float).tiny)
     values = np.maximum(values, floor)
     spread = None
     if basis_values is not None:  # U_k's coefficient (Lambda^(1/2) v) on V's column l moves it by noise / value_l
