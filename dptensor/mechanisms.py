@@ -28,8 +28,8 @@ import numpy as np
 
 from ._samplers import rounded_gaussian, rounded_laplace
 
-__all__ = ["above_threshold", "clip_factors", "clip_rows", "gaussian_release", "joint_gaussian_release", "laplace_release",
-           "symmetric_gaussian_release", "grid_step", "GRID_BITS"]
+__all__ = ["above_threshold", "clip_factors", "clip_rows", "gaussian_release", "joint_gaussian_release",
+           "laplace_release", "symmetric_gaussian_release", "grid_step", "GRID_BITS"]
 
 #: The grid step is the largest power of two at most ``2**-GRID_BITS`` times the noise scale.
 GRID_BITS = 30

@@ -250,7 +250,8 @@ def whiten(M2, k: int, rng, basis=None, noise: float = 0.0, basis_values=None) -
     With a basis (d x p, orthonormal columns) ``M2`` is the p x p projection and the eigenvectors
     are mapped back by V: ``W = V U_k Lambda_k^(-1/2)``. A noisy (or finite-sample) ``M2`` can
     have non-positive eigenvalues among its top k; they are floored at ``1e-6`` times the largest
-    magnitude so the whitening stays finite and on the data's scale (post-processing). ``noise`` is recorded (see :class:`Whitening`);
+    magnitude so the whitening stays finite and on the data's scale (post-processing). ``noise`` is
+    recorded (see :class:`Whitening`);
     ``basis_values``: V's columns are the noisy eigenvectors, with these eigenvalues, of the
     released matrix whose noise ``noise`` describes, so the whitening's vectors ``V U_k`` move by
     their mixtures of ``noise / basis_values`` (recorded as :attr:`Whitening.spread`).
