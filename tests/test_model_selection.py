@@ -477,3 +477,25 @@ def test_a_latent_model_is_refused_by_name_and_reason_before_any_spend():
     with pytest.raises(TypeError, match="PrivateGaussianMixture cannot be searched privately: its score"):
         search.fit(np.random.default_rng(0).standard_normal((500, 4)))
     assert budget.history() == []
+
+
+class _PCAScoringNaN(PrivatePCA):
+    """A learner whose per-unit scores hold a NaN for some unit (as a model's score might)."""
+
+    def _score_units(self, X, y=None):
+        values, bounds = super()._score_units(X, y)
+        values = np.array(values, dtype=float)
+        values[::7] = np.nan
+        return values, bounds
+
+
+def test_a_nan_unit_score_counts_as_the_low_end_and_never_stops_the_search():
+    """The score release runs after the spend: a NaN among a run's per-unit scores made it refuse a
+    non-finite value there (an error that depended on the data). It counts as the low end of the
+    bound instead, a per-unit map that keeps the sensitivity."""
+    X = np.random.default_rng(4).standard_normal((800, 5)) / 4
+    budget = PrivacyAccountant(epsilon=5.0, delta=1e-5)
+    search = PrivateGridSearchCV(_PCAScoringNaN(data_norm=2.0), {"n_components": [1, 2]}, epsilon=1.0,
+                                 accountant=budget, random_state=0)
+    search.fit(X)
+    assert len(budget.history()) == 1 and search.best_params_["n_components"] in (1, 2)

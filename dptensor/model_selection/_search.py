@@ -257,6 +257,9 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                 raise ValueError(f"{type(learner).__name__}'s score has no per-unit bound (set data_norm "
                                  "or value_range): it cannot be released privately")
             lo, hi = bounds
+            # a unit's score clipped into [lo, hi], NaN counted as lo: a per-unit map, so the
+            # sensitivity holds, and a NaN cannot make the release refuse a non-finite value
+            values = np.nan_to_num(np.asarray(values, dtype=float), nan=lo, posinf=hi, neginf=lo)
             score = float(gaussian_release(np.mean(np.clip(values, lo, hi)), (hi - lo) / len(val),
                                            event.score.noise_multiplier, rng))
             if score > best_score:
