@@ -172,7 +172,8 @@ def lda(quick):
         # at the largest setting: both ways of releasing the whitening, and no clipping; at 100
         # words (wider-spread document norms) a larger clip, whose bias is smaller
         modes = {largest: [("auto", 1.0), ("power", 1.0), ("auto", None)],
-                 (100, 10_000 if quick else 100_000): [("auto", 1.0), ("auto", 2.0)]}.get((n_words, n), [("auto", 1.0)])
+                 (100, 10_000 if quick else 100_000): [("auto", 1.0), ("auto", 2.0)]}.get(
+                     (n_words, n), [("auto", 1.0)])
         for eps in ((1.0, 16.0) if quick else (1.0, 4.0) if n >= 1_000_000 else (1.0, 4.0, 16.0, 64.0)):
             for whitening, clip in modes:
                 model = PrivateLatentDirichletAllocation(K, epsilon=eps, delta=DELTA, whitening=whitening,
@@ -348,8 +349,9 @@ def write_report(records, topics_text: str, seconds: float):
                     f" at epsilon = 1, {lda_at(rs, 16.0, doc_clip=1.0, whitening=rs[0]['whitening'])} at 16 "
                     f"(non-private {rs[0]['non_private_error']:.3g})"
                     for (w, n), rs in _groups(lp, "n_words", "n_docs"))
-        + "".join(f". At {r['n_docs']:.0e} documents and {r['n_words']} words, epsilon = 1: error {r['error']:.3g}, "
-                  f"{r['error'] / r['non_private_error']:.2f}x the non-private fit's (goal: within 2x)"
+        + "".join(f". At {r['n_docs']:.0e} documents and {r['n_words']} words, epsilon = 1: "
+                  f"error {r['error']:.3g}, {r['error'] / r['non_private_error']:.2f}x the non-private "
+                  "fit's (goal: within 2x)"
                   for r in lp if r["n_docs"] >= 1_000_000 and r["epsilon"] == 1.0)
         + ". At 10^5 documents and 2000 words, the power-method whitening (d x 2k noise, never d x d) and "
         "the unclipped worst-case sensitivities (doc_clip=None, the previous release) are in the table; at "

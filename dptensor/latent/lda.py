@@ -525,10 +525,9 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         n, d, k, c = ctx["n"], ctx["d"], self.n_components, ctx["c"]
         tau, weight = ctx["tau"], ctx["weight"]
         sensitivity = DOCUMENT_SENSITIVITY * (tau[1] or 1.0) / n
-        if not ctx["power"]:  # released, then divided by the public weight: sensitivity / weight
-            sensitivity /= weight
-            second = release_second(ctx.pop("second"), sensitivity * weight, plan, rng, frobenius=True)
-            second = second / weight
+        if not ctx["power"]:  # released, then divided by the public weight (post-processing)
+            second = release_second(ctx.pop("second"), sensitivity, plan, rng, frobenius=True) / weight
+            sensitivity /= weight  # the divided matrix's, which the noise map below describes
             # off the diagonal the noise has std z s / sqrt(2), and so has each entry of E u
             noise = plan.z_second[0] * sensitivity / np.sqrt(2.0)
             if not plan.private:
