@@ -15,6 +15,14 @@ from two things:
 same seed replays the same spends in the same order, so it reproduces its results; two spends of
 one ledger always differ in their position, and two fits with different public parameters always
 differ in their fingerprint, so their noise is independent even without an accountant.
+
+Two fits can still start from one stream: clones of one seed or one ``Generator`` (``clone``
+deep-copies it) fitted on the folds of a cross-validation, without an accountant, in one process
+or in joblib's workers. So no release draws its noise from the fit's stream directly: each
+release takes 128 bits from it and hashes them with the values it releases
+(:func:`dptensor.mechanisms.release_stream`), and fits whose data differ draw independent noise
+wherever their released values differ. That is safe to key by: whoever knows a seed knows the
+noise already, and whoever does not learns nothing from a stream they cannot reproduce.
 """
 from __future__ import annotations
 
@@ -57,17 +65,6 @@ def fingerprint(*parts) -> tuple[int, ...]:
     """Four 32-bit words hashing a public description (names, parameters, shapes) of a spend."""
     digest = hashlib.sha256(_describe(parts).encode()).digest()
     return tuple(int.from_bytes(digest[i:i + 4], "little") for i in range(0, 16, 4))
-
-
-def public_digest(array) -> int:
-    """A 64-bit hash of a PUBLIC array (e.g. completion's observed positions), for a spend's key.
-
-    Never pass private data: with a known seed, noise keyed by the data would let anyone test
-    which of two data sets produced a release.
-    """
-    data = np.ascontiguousarray(array)
-    digest = hashlib.sha256(str((data.dtype.str, data.shape)).encode() + data.tobytes()).digest()
-    return int.from_bytes(digest[:8], "little")
 
 
 def spend_generator(entropy: int, *, spend_index: int, key: tuple[int, ...] = ()) -> np.random.Generator:

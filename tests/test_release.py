@@ -891,11 +891,10 @@ def test_a_fixed_seed_outside_one_ledger_repeats_noise_only_for_one_public_descr
     """Without an accountant a spend has no ledger position: its stream is keyed by the seed and the
     fit's public description. Different estimators, parameters or data shapes never share a stream.
 
-    What a fixed int seed means (documented, not a guarantee): two fits with the same seed and the
-    same public description draw the same noise *even on different data* of the same shape, without
-    an accountant or under two fresh accountants (same ledger position). Releasing both cancels the
-    noise in their difference (say two disjoint groups, or two folds). Use ``random_state=None``
-    for releases, and one accountant per data set.
+    Two fits with the same seed and the same public description start from the same stream,
+    without an accountant or under two fresh accountants (same ledger position); their releases
+    still draw independent noise on different data, since each release keys its own generator by
+    the values it releases (tested in ``test_workflow_privacy``).
     """
     starts = _spy(monkeypatch)
     pca = dict(method="analyze_gauss", random_state=5, **PRIVATE)
