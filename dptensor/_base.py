@@ -11,6 +11,7 @@ from sklearn import get_config
 
 from .accounting import epsilon_of
 from .accounting.events import NonPrivateEvent, PrivacyEvent
+from ._guards import fixed_floating_point
 from ._randomness import fingerprint, seed_entropy, spend_generator
 from ._validation import check_delta_for_n, check_privacy
 
@@ -54,11 +55,26 @@ _GENERATORS = (np.random.Generator, np.random.RandomState, np.random.BitGenerato
 _NOT_PUBLIC_DESCRIPTION = ("accountant", "random_state", "verbose")
 
 
+#: Entry points that may spend: each runs under the library's floating-point settings.
+_SPENDING_METHODS = ("fit", "partial_fit", "fit_transform", "fit_predict", "privacy_cost")
+
+
 class PrivateEstimatorMixin:
     """Helpers for the fit prelude of a private estimator.
 
     Subclasses keep ``epsilon``, ``delta``, ``accountant`` and ``random_state`` as parameters.
+    Every entry point that may spend (:data:`_SPENDING_METHODS`) a subclass defines runs under
+    floating-point settings the library fixes (:func:`dptensor._guards.fixed_floating_point`):
+    under the caller's ``np.errstate(all="raise")`` an underflow that one tiny row causes would
+    otherwise raise after the spend where its neighbour fits.
     """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name in _SPENDING_METHODS:
+            method = cls.__dict__.get(name)
+            if callable(method) and not getattr(method, "fixed_floating_point", False):
+                setattr(cls, name, fixed_floating_point(method))
 
     def _privacy_target(self, *, gaussian: bool = True) -> tuple[float, float]:
         """Validated ``(epsilon, delta)``; ``delta=None`` means the accountant's delta."""

@@ -38,6 +38,7 @@ def fixed_floating_point(func):
     def wrapper(*args, **kwargs):
         with np.errstate(**FLOATING_POINT_SETTINGS):
             return func(*args, **kwargs)
+    wrapper.fixed_floating_point = True
     return wrapper
 
 
