@@ -12,7 +12,7 @@ from sklearn import get_config
 from .accounting import epsilon_of
 from .accounting.events import NonPrivateEvent, PrivacyEvent
 from ._guards import fixed_floating_point
-from ._randomness import fingerprint, seed_entropy, spend_generator
+from ._randomness import data_digest, fingerprint, seed_entropy, spend_generator
 from ._validation import check_delta_for_n, check_privacy
 
 __all__ = ["PrivacyCost", "PrivacyWarning", "PrivateEstimatorMixin", "NO_PRIVACY_COST"]
@@ -99,7 +99,7 @@ class PrivateEstimatorMixin:
         return seed_entropy(self.random_state)
 
     def _spend(self, event: PrivacyEvent, *, entropy: int, delta: float, noise_multiplier: float = 0.0,
-               n_queries: int = 0, calibration: str = "none", data_shape=()):
+               n_queries: int = 0, calibration: str = "none", data_shape=(), data=()):
         """Check and record ``event`` with the accountant (if any); return the cost record and the
         fit's noise generator.
 
@@ -109,8 +109,10 @@ class PrivateEstimatorMixin:
         epsilon = infinity: a finite budget refuses it; otherwise it is recorded and warned about.
 
         The generator is keyed by ``entropy`` (from :meth:`_entropy`), the spend's ledger position
-        and the fit's public description (see :mod:`dptensor._randomness`), so no two spends draw
-        the same noise. It is the caller's local: never store it on the estimator.
+        and the fit's public description, and, for a seeded fit, by a digest of ``data`` (every
+        array the fit reads: see :mod:`dptensor._randomness`), so no two spends draw the same
+        noise unless they are the same seeded fit of the same data. It is the caller's local:
+        never store it on the estimator.
         """
         name = type(self).__name__
         label = f"{name}(epsilon={self.epsilon:g})"
@@ -131,6 +133,8 @@ class PrivateEstimatorMixin:
                           PrivacyWarning, stacklevel=3)
         params = {k: v for k, v in self.get_params(deep=False).items() if k not in _NOT_PUBLIC_DESCRIPTION}
         key = fingerprint(name, params, tuple(int(n) for n in data_shape))
+        if self.random_state is not None:  # clones share a seed: their data tells them apart
+            key += data_digest(*data)
         cost = PrivacyCost(epsilon=own, delta=delta, noise_multiplier=float(noise_multiplier),
                            n_queries=int(n_queries), calibration=calibration if private else "none",
                            event=event)

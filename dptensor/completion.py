@@ -526,7 +526,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         self.privacy_cost_, rng = self._spend(
             event, entropy=entropy, delta=delta, noise_multiplier=plan["z"] if plan else 0.0,
             n_queries=plan["n_queries"] if plan else 0, calibration="exact",
-            data_shape=(len(y), *shape))
+            data_shape=(len(y), *shape), data=(X, y))
 
         # Public affine rescaling: values clipped to the range, centred, divided by its width.
         if vrange is not None:

@@ -19,18 +19,9 @@ as before. Derivation: ``docs/derivations/sampling.rst``.
 Every noisy release of the library goes through these functions: none adds NumPy's continuous
 noise to a value, since a value plus such noise can betray the value through the set of doubles
 it can reach.
-
-Each release draws its noise from its own generator, keyed by what it releases: 128 bits taken
-from the fit's stream, hashed with the release's grid values and scales (:func:`release_stream`).
-Two fits whose streams start alike (clones of one seed or one ``Generator``, folds of a
-cross-validation, worker processes) therefore draw independent noise wherever their values
-differ, and identical noise only where they release the same values anyway (a difference of zero,
-which tells nothing). A known seed gives this no weaker: whoever knows the seed knows the noise
-already. The fit's stream itself advances by the same fixed amount whatever the data.
 """
 from __future__ import annotations
 
-import hashlib
 import math
 
 import numpy as np
@@ -38,7 +29,7 @@ import numpy as np
 from ._samplers import rounded_gaussian, rounded_laplace
 
 __all__ = ["above_threshold", "clip_factors", "clip_rows", "gaussian_release", "joint_gaussian_release",
-           "laplace_release", "release_stream", "symmetric_gaussian_release", "grid_step", "GRID_BITS"]
+           "laplace_release", "symmetric_gaussian_release", "grid_step", "GRID_BITS"]
 
 #: The grid step is the largest power of two at most ``2**-GRID_BITS`` times the noise scale.
 GRID_BITS = 30
@@ -49,25 +40,6 @@ def grid_step(scale):
     """The public grid of a noise scale: the largest power of two ``<= scale * 2**-GRID_BITS`` (exact)."""
     _, exponent = np.frexp(np.asarray(scale, dtype=np.float64))  # scale = m 2**e, m in [0.5, 1)
     return np.ldexp(1.0, exponent - 1 - GRID_BITS)
-
-
-def release_stream(rng: np.random.Generator, *parts) -> np.random.Generator:
-    """The generator of one release: 128 bits of ``rng`` hashed with what the release covers.
-
-    ``parts`` are arrays: the release's values on its grid (integers held as floats), its noise
-    scales in grid steps and its grid steps. ``rng`` always advances by exactly two words, so the
-    rest of the fit's stream never depends on the data.
-    """
-    words = rng.integers(0, 2**63, size=2, dtype=np.uint64)
-    digest = hashlib.sha256()
-    for part in parts:
-        part = np.ascontiguousarray(part, dtype=np.float64)
-        digest.update(repr(part.shape).encode())
-        digest.update(memoryview(part).cast("B"))
-    key = digest.digest()
-    seq = np.random.SeedSequence([int(w) for w in words],
-                                 spawn_key=[int.from_bytes(key[i:i + 4], "little") for i in range(0, 32, 4)])
-    return np.random.Generator(np.random.PCG64(seq))
 
 
 def _on_grid(value, gamma, name="value"):
@@ -100,16 +72,14 @@ def gaussian_release(value, sensitivity, noise_multiplier, rng: np.random.Genera
     if np.all(scale > 0):
         gamma = grid_step(scale)
         S = scale / gamma * (1.0 + zeta) * _UP
-        n = _on_grid(value, gamma)
-        out = (n + rounded_gaussian(S, release_stream(rng, n, S, gamma), size=value.shape)) * gamma
+        out = (_on_grid(value, gamma) + rounded_gaussian(S, rng, size=value.shape)) * gamma
     else:  # coordinates with a zero scale are released as they are
         scale = np.broadcast_to(scale, value.shape)
         out, noisy = value.copy(), scale > 0
         if noisy.any():
             gamma = grid_step(scale[noisy])
             S = scale[noisy] / gamma * (1.0 + zeta) * _UP
-            n = _on_grid(value[noisy], gamma)
-            out[noisy] = (n + rounded_gaussian(S, release_stream(rng, n, S, gamma))) * gamma
+            out[noisy] = (_on_grid(value[noisy], gamma) + rounded_gaussian(S, rng)) * gamma
     return out if dtype is None else out.astype(dtype, copy=False)
 
 
@@ -133,8 +103,7 @@ def laplace_release(value, sensitivity, epsilon, rng: np.random.Generator, dtype
     zeta = value.size * 2.0 ** -GRID_BITS / float(epsilon) * _UP
     gamma = float(grid_step(scale))
     S = scale / gamma * (1.0 + zeta) * _UP
-    n = _on_grid(value, gamma)
-    out = (n + rounded_laplace(S, release_stream(rng, n, S, gamma), size=value.shape)) * gamma
+    out = (_on_grid(value, gamma) + rounded_laplace(S, rng, size=value.shape)) * gamma
     return out if dtype is None else out.astype(dtype, copy=False)
 
 
@@ -217,8 +186,7 @@ def above_threshold(queries, threshold, epsilon, rng: np.random.Generator, sensi
         raise ValueError("queries and threshold must be below 2**32 times their noise scale")
     scales = np.full(n.size, 4.0 * lattice_sensitivity / epsilon * _UP)
     scales[0] = 2.0 * lattice_sensitivity / epsilon * _UP
-    noise = rounded_laplace(scales, release_stream(rng, n, scales, gamma))
-    noisy = n.astype(np.int64) + noise.astype(np.int64)
+    noisy = n.astype(np.int64) + rounded_laplace(scales, rng).astype(np.int64)
     hits = (noisy[1:] >= noisy[0]).nonzero()[0]
     return int(hits[0]) if hits.size else None
 

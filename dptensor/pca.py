@@ -33,6 +33,7 @@ from ._base import PrivacyWarning, PrivateEstimatorMixin
 from ._dask import DaskGramMatrix, RowChunks, check_dask_array, clip_chunks, dask_gram, is_dask_array
 from ._operators import DenseMatrix, GramMatrix
 from ._power import flip_signs
+from ._randomness import RowDigest, rekeyed
 from ._validation import check_data_norm, check_positive_int, check_verbose, validate_private_data
 from .accounting import ComposedEvent, GaussianEvent, NonPrivateEvent, calibrate_gaussian, epsilon_of, gdp_mu
 from .accounting.calibration import paper_noisy_power_sigma
@@ -393,8 +394,9 @@ class StreamingPowerMethod:
 
     def __init__(self, n_features: int, n_components: int, block_size: int, rng: np.random.Generator, *,
                  n_oversamples: int = 0, data_norm=None, noise_multiplier: float = 0.0,
-                 centered: bool = False, dtype=np.float64):
+                 centered: bool = False, dtype=np.float64, digest: RowDigest | None = None):
         self.n_components, self.block_size = int(n_components), int(block_size)
+        self.digest = digest  # a seeded stream keys each block's noise by the rows read so far
         self.data_norm, self.noise_multiplier = data_norm, float(noise_multiplier)
         self.rng = rng
         self.dtype = np.dtype(dtype)
@@ -413,6 +415,8 @@ class StreamingPowerMethod:
         start, n = 0, X.shape[0]
         while start < n:
             take = min(n - start, self.block_size - self._count)
+            if self.digest is not None:
+                self.digest.update(X[start:start + take])
             chunk = clip_rows(X[start:start + take], self.data_norm)
             if self.mean is None:
                 self._sum += chunk.sum(axis=0)
@@ -429,17 +433,18 @@ class StreamingPowerMethod:
 
     def _close_block(self):
         T, z = self.block_size, self.noise_multiplier
+        rng = self.rng if self.digest is None else rekeyed(self.rng, self.digest.words())
         if self.mean is None:
             self.mean = self._sum / T
             self._sum = None  # the unnoised sum is needed no longer than this release
             if z > 0:
-                self.mean = gaussian_release(self.mean, 2.0 * self.data_norm / T, z, self.rng,
+                self.mean = gaussian_release(self.mean, 2.0 * self.data_norm / T, z, rng,
                                              dtype=self.dtype)
         else:
             Y = self._acc / T
             if z > 0:
                 s = row_power_sensitivity(self.data_norm, self.basis.shape[1]) / T
-                Y = gaussian_release(Y, s, z, self.rng, dtype=self.dtype)
+                Y = gaussian_release(Y, s, z, rng, dtype=self.dtype)
             self.components, self.eigenvalues = rayleigh_ritz(self.basis, Y, self.n_components)
             self.basis = orthonormalize(Y)
             self.n_blocks += 1
@@ -721,11 +726,12 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
                               PrivacyWarning, stacklevel=3)
         return dict(z=z, z_mean=z_mean, z_total=z_total, event=event, n_queries=queries)
 
-    def _record(self, s, plan, entropy, data_shape):
+    def _record(self, s, plan, entropy, data_shape, data=()):
         """Record the fit's spend (epsilon = inf when not private); return its cost and generator."""
         event = NonPrivateEvent("epsilon=inf") if plan["event"] is None else plan["event"]
         return self._spend(event, entropy=entropy, delta=s["delta"], noise_multiplier=_last(plan["z"]),
-                           n_queries=plan["n_queries"], calibration=self.calibration, data_shape=data_shape)
+                           n_queries=plan["n_queries"], calibration=self.calibration, data_shape=data_shape,
+                           data=data)
 
     # ------------------------------------------------------------------ fitting
     def fit(self, X, y=None):
@@ -741,7 +747,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             self._check_delta_for(X.shape[0], s["epsilon"], s["delta"])
         plan = self._plan(s)
         entropy = self._entropy()
-        self.privacy_cost_, rng = self._record(s, plan, entropy, X.shape)  # before any noisy release
+        self.privacy_cost_, rng = self._record(s, plan, entropy, X.shape, (X,))  # before any noisy release
         if s["precomputed"]:
             result = self._fit_matrix(X, s, plan, rng)
             mean, scale = np.zeros(X.shape[1], dtype=X.dtype), 1.0
@@ -863,7 +869,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             self.privacy_cost_, rng = self._record(s, plan, entropy, (d, T))
             self._stream = StreamingPowerMethod(
                 d, s["k"], T, rng, n_oversamples=s["p"] - s["k"], data_norm=s["bound"],
-                noise_multiplier=plan["z"], centered=not s["center"], dtype=X.dtype)
+                noise_multiplier=plan["z"], centered=not s["center"], dtype=X.dtype,
+                digest=None if self.random_state is None else RowDigest())
             self.method_ = "streaming_power"
             std = (_last(plan["z"]) * row_power_sensitivity(s["bound"], s["p"]) / T) if s["private"] else 0.0
             self._stream_noise = eigenvalue_noise_level(std, s["p"], "power")

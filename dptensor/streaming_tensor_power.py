@@ -32,6 +32,7 @@ from ._base import PrivateEstimatorMixin
 from ._dask import RowChunks, check_dask_array, is_dask_array
 from ._operators import DeflatedTensor, ThirdMoment
 from ._power import normalize_columns, random_unit_columns, select_restart
+from ._randomness import RowDigest, rekeyed
 from ._validation import check_data_norm, check_positive_int, check_verbose, validate_private_data
 from .accounting import GaussianEvent, NonPrivateEvent, calibrate_gaussian
 from .mechanisms import clip_rows, joint_gaussian_release
@@ -97,8 +98,9 @@ class _Stream:
     """
 
     def __init__(self, *, d, dtype, n_components, n_restarts, n_iter, batch_size, data_norm,
-                 sensitivity, noise_multiplier, rng, verbose=0):
+                 sensitivity, noise_multiplier, rng, verbose=0, digest: RowDigest | None = None):
         self.verbose = verbose
+        self.digest = digest  # a seeded stream keys each block's noise by the rows read so far
         self.d, self.dtype, self.k, self.L = d, np.dtype(dtype), n_components, n_restarts
         self.R, self.n, self.data_norm = n_iter, batch_size, data_norm
         self.sensitivity, self.noise_multiplier, self.rng = sensitivity, noise_multiplier, rng
@@ -147,6 +149,8 @@ class _Stream:
     def _accumulate(self, Xm):
         # The block's moment is the size-weighted mean of its micro-blocks' moments, and the
         # deflation is affine with weights summing to one, so deflating each piece is exact.
+        if self.digest is not None:
+            self.digest.update(Xm)
         Xm = clip_rows(Xm, self.data_norm)
         TU, tu = block_statistics(Xm, self.U, self.eigenvalues[:self.i], self.components[:self.i])
         weight = Xm.shape[0] / self.n
@@ -157,16 +161,17 @@ class _Stream:
             self._end_block()
 
     def close(self):
-        """Drop the working state: the generator, the row buffer and the unnoised accumulators."""
+        """Drop the working state: the generator, the row buffer and digest, the unnoised accumulators."""
         self.closed = True
-        self.rng = self.buffer = self.acc_u = self.acc_l = None
+        self.rng = self.buffer = self.acc_u = self.acc_l = self.digest = None
 
     def _release(self):
         """The block's release: its statistics plus Gaussian noise calibrated to the block sensitivity."""
         if self.noise_multiplier == 0:
             return self.acc_u, self.acc_l
+        rng = self.rng if self.digest is None else rekeyed(self.rng, self.digest.words())
         return joint_gaussian_release((self.acc_u, self.acc_l), self.sensitivity, self.noise_multiplier,
-                                      self.rng)
+                                      rng)
 
     def _end_block(self):
         u_tilde, lam = self._release()
@@ -430,7 +435,8 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         self._stream_key = self._key()
         self._stream = _Stream(d=d, dtype=dtype, n_components=k, n_restarts=L, n_iter=R, batch_size=n,
                                data_norm=data_norm, sensitivity=sensitivity, noise_multiplier=z, rng=rng,
-                               verbose=self.verbose)
+                               verbose=self.verbose,
+                               digest=None if self.random_state is None else RowDigest())
         return self._stream
 
     def _check_enough_rows(self, shape, passes):

@@ -211,7 +211,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         self.privacy_cost_, rng = self._spend(plan["event"], entropy=entropy, delta=plan["delta"],
                                               noise_multiplier=plan["cost"].noise_multiplier,
                                               n_queries=len(plan["candidates"]), calibration="exact",
-                                              data_shape=X.shape)
+                                              data_shape=X.shape, data=(X, y))
         best_index, best_score = self._run(X, y, plan, overrides, rng)
         best_params = plan["candidates"][best_index]
         if self.refit:
