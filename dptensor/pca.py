@@ -33,7 +33,8 @@ from ._base import PrivacyWarning, PrivateEstimatorMixin
 from ._dask import DaskGramMatrix, RowChunks, check_dask_array, clip_chunks, dask_gram, is_dask_array
 from ._operators import DenseMatrix, GramMatrix
 from ._power import flip_signs
-from ._validation import check_data_norm, check_positive_int, check_verbose, validate_private_data
+from ._validation import (check_data_norm, check_positive_int, check_verbose, validate_private_data,
+                          validate_stream_chunk)
 from .accounting import ComposedEvent, GaussianEvent, NonPrivateEvent, calibrate_gaussian, epsilon_of, gdp_mu
 from .accounting.calibration import paper_noisy_power_sigma
 from .mechanisms import clip_factors, clip_rows, gaussian_release, symmetric_gaussian_release
@@ -852,7 +853,9 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             return self
         self._check_stream_attached()
         first = getattr(self, "_stream", None) is None
-        X = self._validate_input(X, reset=first)
+        # The stream's own privacy, not the parameter's now: a later chunk follows the first's rule.
+        private = math.isfinite(self._privacy_target()[0]) if first else self.privacy_cost_.private
+        X = validate_stream_chunk(self, X, private=private, reset=first, dtype=[np.float64, np.float32])
         if first:
             d = X.shape[1]
             s = self._check_params(d, streaming=True)

@@ -32,7 +32,8 @@ from ._base import PrivateEstimatorMixin
 from ._dask import RowChunks, check_dask_array, is_dask_array
 from ._operators import DeflatedTensor, ThirdMoment
 from ._power import normalize_columns, random_unit_columns, select_restart
-from ._validation import check_data_norm, check_positive_int, check_verbose, validate_private_data
+from ._validation import (check_data_norm, check_positive_int, check_verbose, validate_private_data,
+                          validate_stream_chunk)
 from .accounting import GaussianEvent, NonPrivateEvent, calibrate_gaussian
 from .mechanisms import clip_rows, joint_gaussian_release
 
@@ -391,7 +392,10 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
             return self
         self._check_stream_attached()
         stream = getattr(self, "_stream", None)
-        X = validate_private_data(self, X, reset=stream is None, dtype=_FLOAT_DTYPES, order="C")
+        # The stream's own privacy, not the parameter's now: a later chunk follows the first's rule.
+        private = math.isfinite(self._privacy_target()[0]) if stream is None else self.privacy_cost_.private
+        X = validate_stream_chunk(self, X, private=private, reset=stream is None, dtype=_FLOAT_DTYPES,
+                                  order="C")
         if stream is None:
             stream = self._start(X.shape[1], X.dtype)
         else:
