@@ -161,17 +161,22 @@ def validate_private_data(estimator, X, **kwargs):
     return _sklearn_validate_data(estimator, X, **kwargs)
 
 
-def validate_stream_chunk(estimator, X, *, private: bool, **kwargs):
-    """:func:`validate_private_data` for one chunk of a row stream (``partial_fit``, an iterable).
+def validate_stream_chunk(estimator, X, *, reset: bool, **kwargs):
+    """:func:`validate_private_data` for one chunk of a row stream; ``reset`` when it starts one.
 
     A private stream spends when it starts, before its later chunks exist, so a NaN or infinity
-    found in one cannot be refused without an error that depends on the data after the spend.
-    It takes every row, in every chunk (the first too, so that the result does not depend on
-    where the stream is cut), through the public map :func:`zero_nonfinite_rows`, which leaves the
-    guarantee as it was (``docs/derivations/pca.rst``, ``streaming_tensor_power.rst``). A non-private stream has no
-    guarantee to keep and refuses such a chunk, which is the more useful answer there.
+    in one cannot be refused without an error after the spend that depends on the data. It
+    takes every row, in every chunk (the first too, so that the result does not depend on where
+    the stream is cut), through the public map :func:`zero_nonfinite_rows`, which leaves the
+    guarantee as it was (``docs/derivations/pca.rst``). A non-private stream has no guarantee to
+    keep and refuses such a chunk, the more useful answer there. Whether the stream is private
+    is its recorded cost's answer once it runs: a parameter changed mid-stream does not count.
     """
-    X = validate_private_data(estimator, X, ensure_all_finite=not private, **kwargs)
+    if reset:
+        private = math.isfinite(estimator._privacy_target()[0])
+    else:
+        private = estimator.privacy_cost_.private
+    X = validate_private_data(estimator, X, reset=reset, ensure_all_finite=not private, **kwargs)
     return zero_nonfinite_rows(X) if private else X
 
 
