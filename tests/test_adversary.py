@@ -91,6 +91,22 @@ def test_a_non_finite_row_in_a_private_stream_is_a_zero_row(kind, row, bad):
         _stream(kind, X, np.inf, None)
 
 
+def test_a_private_stream_keeps_mapping_when_epsilon_is_changed_mid_stream():
+    # Whether a chunk's non-finite row is mapped or refused follows the stream's recorded cost, not
+    # the parameter's value now: epsilon=inf set mid-stream must not bring back a refusal after the
+    # spend.
+    X = _rows(1500, 4)
+    zero = X.copy()
+    zero[900] = 0.0
+    X[900, 1] = np.nan
+    fits = []
+    for rows in (X, zero):
+        est = PrivatePCA(2, epsilon=1.0, data_norm=2.0, block_size=300, random_state=0)
+        est.partial_fit(rows[:500]).set_params(epsilon=np.inf)
+        fits.append(est.partial_fit(rows[500:]))
+    assert np.array_equal(fits[0].components_, fits[1].components_)
+
+
 def test_searches_over_differently_configured_estimators_do_not_share_noise(monkeypatch):
     # Without an accountant, a spend's noise is keyed by the seed and the fit's public description.
     # The search's estimator used to be described by its class name only: two searches with one
