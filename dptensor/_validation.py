@@ -193,8 +193,10 @@ def zero_nonfinite_rows(X):
            [2., 3.],
            [0., 0.]])
     """
-    bad = ~np.isfinite(X).all(axis=1)
-    if not bad.any():
+    with np.errstate(all="ignore"):  # a finite row's sum may overflow: it is only checked again
+        suspect = np.flatnonzero(~np.isfinite(np.einsum("ij->i", X)))
+    bad = suspect[~np.isfinite(X[suspect]).all(axis=1)]
+    if not bad.size:
         return X
     X = np.array(X, copy=True)
     X[bad] = 0
