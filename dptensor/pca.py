@@ -34,7 +34,8 @@ from ._dask import DaskGramMatrix, RowChunks, check_dask_array, clip_chunks, das
 from ._operators import DenseMatrix, GramMatrix
 from ._power import flip_signs
 from ._randomness import RowDigest, rekeyed
-from ._validation import check_data_norm, check_positive_int, check_verbose, validate_private_data
+from ._validation import (check_data_norm, check_positive_int, check_verbose, validate_private_data,
+                          validate_stream_chunk)
 from .accounting import ComposedEvent, GaussianEvent, NonPrivateEvent, calibrate_gaussian, epsilon_of, gdp_mu
 from .accounting.calibration import paper_noisy_power_sigma
 from .mechanisms import clip_factors, clip_rows, gaussian_release, symmetric_gaussian_release
@@ -737,7 +738,9 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     def fit(self, X, y=None):
         """Fit on data X (n_samples, n_features) or a precomputed symmetric matrix; one release plan.
 
-        ``X`` is never modified. Returns self.
+        ``X`` is never modified. A NaN or an infinity anywhere in ``X`` is refused with
+        ``ValueError`` before anything is spent (every row is in hand then); a stream through
+        :meth:`partial_fit`, which spends first, maps such rows instead. Returns self.
         """
         X = self._validate_input(X, reset=True)
         s = self._check_params(X.shape[1])
@@ -851,6 +854,29 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
 
         The first call plans and records the whole stream's cost (one Gaussian event, whatever its
         length). Components exist once the first power block has closed. ``fit`` starts over.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_rows, n_features), or a dask array (fed chunk by chunk)
+            The next rows of the stream, any number. Not modified. In a private stream a row that
+            holds a NaN or an infinity is used as a zero row (see Notes); a non-private stream
+            refuses it with ``ValueError``.
+        y : ignored
+
+        Returns
+        -------
+        self
+
+        Notes
+        -----
+        A private stream spends at its first call, before its later chunks exist, so it cannot
+        refuse a non-finite value in one without an error after the spend that depends on the
+        data. It therefore takes every row, in every chunk (the first too, so that the result does
+        not depend on where the stream is cut), through one public map: a row with a NaN or an
+        infinity becomes the zero row. The row keeps its place in its block and is counted in
+        ``n_samples_seen_``; the map acts on each row alone, so the stream's guarantee and
+        sensitivities are unchanged (``docs/derivations/pca.rst``). Nothing warns or reports how
+        many rows were mapped: check the rows first if that matters to you.
         """
         if is_dask_array(X):  # Dask rows: pulled one chunk at a time, in order (the cut does not matter)
             for chunk in RowChunks(X):
@@ -858,7 +884,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             return self
         self._check_stream_attached()
         first = getattr(self, "_stream", None) is None
-        X = self._validate_input(X, reset=first)
+        X = validate_stream_chunk(self, X, reset=first, dtype=[np.float64, np.float32])
         if first:
             d = X.shape[1]
             s = self._check_params(d, streaming=True)

@@ -33,7 +33,8 @@ from ._dask import RowChunks, check_dask_array, is_dask_array
 from ._operators import DeflatedTensor, ThirdMoment
 from ._power import normalize_columns, random_unit_columns, select_restart
 from ._randomness import RowDigest, rekeyed
-from ._validation import check_data_norm, check_positive_int, check_verbose, validate_private_data
+from ._validation import (check_data_norm, check_positive_int, check_verbose, validate_private_data,
+                          validate_stream_chunk)
 from .accounting import GaussianEvent, NonPrivateEvent, calibrate_gaussian
 from .mechanisms import clip_rows, joint_gaussian_release
 
@@ -338,6 +339,15 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         ``max_passes`` times until every component is found (non-private only). Reading stops as
         soon as the last component is found.
 
+        Parameters
+        ----------
+        X : array-like or dask array of shape (n_samples, n_features), or an iterable of batches
+            An array (NumPy or dask) is checked whole before anything is spent: a NaN or an
+            infinity in it is refused with ``ValueError``. An iterable of batches is a stream, as
+            with :meth:`partial_fit`: when private, a row with a NaN or an infinity, in any batch,
+            is used as a zero row (see :meth:`partial_fit`); when not, it is refused.
+        y : ignored
+
         Returns
         -------
         self
@@ -384,9 +394,28 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         The result for a given sequence of rows does not depend on how it is cut into chunks.
         When private, the first call records the whole stream's cost with the accountant.
 
+        Parameters
+        ----------
+        X : array-like of shape (n_rows, n_features), or a dask array (fed chunk by chunk)
+            The next rows, not modified. In a private stream a row that holds a NaN or an infinity
+            is used as a zero row (see Notes); a non-private stream refuses it with ``ValueError``.
+        y : ignored
+
         Returns
         -------
         self
+
+        Notes
+        -----
+        A private stream spends at its first call, before its later chunks exist, so it cannot
+        refuse a non-finite value in one without an error after the spend that depends on the
+        data. It takes every row, in every chunk (the first too, so that cutting the stream
+        elsewhere changes nothing), through one public map: a row with a NaN or an infinity
+        becomes the zero row, which contributes nothing to a block's statistics but keeps its
+        place among the block's ``batch_size`` rows and is counted in ``n_samples_seen_``. The map
+        acts on each row alone, so the block sensitivity and the stream's guarantee are unchanged
+        (``docs/derivations/streaming_tensor_power.rst``). Nothing warns or reports how many rows
+        were mapped: check the rows first if that matters to you.
         """
         if is_dask_array(X):  # Dask rows: fed chunk by chunk (the cut does not change the result)
             for chunk in RowChunks(X):
@@ -396,7 +425,7 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
             return self
         self._check_stream_attached()
         stream = getattr(self, "_stream", None)
-        X = validate_private_data(self, X, reset=stream is None, dtype=_FLOAT_DTYPES, order="C")
+        X = validate_stream_chunk(self, X, reset=stream is None, dtype=_FLOAT_DTYPES, order="C")
         if stream is None:
             stream = self._start(X.shape[1], X.dtype)
         else:
