@@ -15,6 +15,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from .._base import PrivateEstimatorMixin
+from ..accounting import PrivacyAccountant
 from ..completion import check_indices
 from ..mechanisms import gaussian_release
 from .._validation import check_numeric_array
@@ -134,10 +135,34 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         return n_samples - n_val, n_val
 
     def _candidate(self, prefix, params, epsilon, delta, seed, overrides=()):
-        est = clone(self.estimator).set_params(**params)
-        est.set_params(**{prefix + "epsilon": epsilon, prefix + "delta": delta, prefix + "accountant": None,
+        # the grid's values cloned too (as GridSearchCV does): setting a candidate's epsilon
+        # must not change an estimator the user put in the grid
+        est = clone(self.estimator).set_params(**clone(params, safe=False))
+        est.set_params(**{prefix + "epsilon": epsilon, prefix + "delta": delta,
                           prefix + "random_state": seed, **dict(overrides)})
-        return est
+        return _without_accountants(est)
+
+    def _charged_accountant(self):
+        """The one accountant the search charges: its own, or the one held anywhere in what it
+        searches (the estimator, a step, an estimator held as a parameter, a grid value). Two
+        different ones are refused, before any spend."""
+        found = {}
+        for where, accountant in self._held_accountants():
+            found.setdefault(id(accountant), (where, accountant))
+        own = self.accountant
+        others = [where for where, accountant in found.values() if accountant is not own]
+        if len(others) > (own is None):
+            first = "the search's accountant" if own is not None else others.pop(0)
+            raise ValueError(f"{first} and {others[0]} are different accountants: a search is one "
+                             "spend, recorded with one accountant. Give the same PrivacyAccountant "
+                             "everywhere, or one to the search (accountant=...) and none elsewhere")
+        return own if own is not None else next((a for _, a in found.values()), None)
+
+    def _held_accountants(self):
+        yield from _accountants(self.estimator, "estimator")
+        for params in self._candidates():
+            for key, value in params.items():
+                yield from _accountants(value, f"the grid's {key!r}")
 
     def _plan(self, n_samples, n_features):
         """Everything priced before the first fit: ``dict(prefix, candidates, n_train, n_val, epsilon
@@ -220,7 +245,9 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
             self.best_estimator_ = est.fit(X, y) if y is not None else est.fit(X)
             # The refit's seed was drawn from the search's own stream: with it (and the public
             # description) anyone regenerates the refit's noise, so it never stays on the model.
-            self.best_estimator_.set_params(**{plan["prefix"] + "random_state": None})
+            # The accountants taken off for the search go back: a later fit is charged to them.
+            taken = _accountant_keys(clone(self.estimator).set_params(**best_params))
+            self.best_estimator_.set_params(**{plan["prefix"] + "random_state": None, **taken})
         self.best_index_ = best_index
         self.best_params_ = dict(best_params)
         self.best_score_ = best_score
@@ -449,6 +476,46 @@ class PrivateRandomizedSearchCV(_PrivateSearch):
             self._sampled = list(ParameterSampler(self.param_distributions, self.n_iter, random_state=seed))
             self._sampled_key = key
         return self._sampled
+
+
+def _accountants(obj, where, seen=None):
+    """``(where, accountant)`` for every :class:`~dptensor.PrivacyAccountant` in ``obj``, at any
+    depth: an estimator's parameters (pipeline steps, estimators held as parameters), lists,
+    tuples, sets, dicts and other objects' attributes, as ``clone`` copies them."""
+    if isinstance(obj, PrivacyAccountant):
+        yield where, obj
+        return
+    seen = set() if seen is None else seen
+    if id(obj) in seen or isinstance(obj, (str, bytes, numbers.Number, np.ndarray, type)):
+        return
+    seen.add(id(obj))
+    if hasattr(obj, "get_params"):
+        items = ((f"{where}.{k}", v) for k, v in obj.get_params(deep=False).items())
+    elif isinstance(obj, dict):
+        items = ((f"{where}[{k!r}]", v) for k, v in obj.items())
+    elif isinstance(obj, (list, tuple, set, frozenset)):
+        items = ((f"{where}[{i}]", v) for i, v in enumerate(obj))
+    else:
+        items = ((f"{where}.{k}", v) for k, v in getattr(obj, "__dict__", {}).items())
+    for place, value in items:
+        yield from _accountants(value, place, seen)
+
+
+def _accountant_keys(est) -> dict:
+    """``{parameter: accountant}`` for the accountants ``est.set_params`` can reach."""
+    return {k: v for k, v in est.get_params(deep=True).items() if isinstance(v, PrivacyAccountant)}
+
+
+def _without_accountants(est):
+    """``est`` with every accountant taken off, or a refusal (before any spend) naming one that
+    cannot be: a run that kept one would record itself there, and the number of runs is secret."""
+    est.set_params(**dict.fromkeys(_accountant_keys(est)))
+    for where, _ in _accountants(est, "estimator"):
+        raise ValueError(f"{where} is an accountant the search cannot take off its runs (not a "
+                         "parameter that set_params reaches): each run would record itself there, "
+                         "and the number of runs is secret. Give the accountant to the search "
+                         "(accountant=...) and none inside the estimator")
+    return est
 
 
 def _public_seed(random_state):
