@@ -13,6 +13,7 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import Normalizer, StandardScaler
 
+from chatty_steps import Chatty, Records
 from dptensor import (AdaptivePrivatePCA, BudgetExceededError, PrivacyAccountant, PrivacyWarning, PrivatePCA,
                       PrivateTensorCompletion, PrivateTensorDecomposition, StreamingTensorPower)
 from dptensor._base import PrivateEstimatorMixin
@@ -597,3 +598,33 @@ def test_two_accountants_or_one_out_of_reach_are_refused_before_any_spend(monkey
                         grid, epsilon=1.0, accountant=a, random_state=0).fit(X)
     assert len(a.history()) == 1 and b.history() == []
 
+
+# --------------------------------------------------------------------------------------------
+# Output: nothing a run (or the refit) does reaches the user, in this process or a worker's
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_runs_print_nothing_so_the_output_does_not_count_them(capfd, n_jobs):
+    """Before: a Pipeline(verbose=True) printed one block per run, and a chatty step its lines,
+    which counted the secret number of runs. Searches in cross_validate, in this process
+    (n_jobs=1) or in joblib's worker processes (n_jobs=2): all that shows is each search's two
+    data-independent lines (its price, and its choice, a released value)."""
+    from joblib.externals.loky import get_reusable_executor
+    from sklearn.model_selection import cross_validate
+    from sklearn.pipeline import Pipeline
+
+    get_reusable_executor().shutdown(wait=True)  # workers started here write where capfd reads
+    Records.records.clear()
+    pca = PrivatePCA(data_norm=1.0, method="power", verbose=2)  # its own progress lines too
+    pipe = Pipeline([("chatty", Chatty()), ("pca", pca)], verbose=True)
+    search = PrivateGridSearchCV(pipe, {"pca__n_components": [1, 2, 3]}, epsilon=1.0, n_runs=4,
+                                 verbose=1, random_state=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cross_validate(search, _spiked(1500), cv=3, n_jobs=n_jobs, scoring=lambda *a: 0.0)
+    out, err = capfd.readouterr()
+    lines = out.splitlines()
+    assert len(lines) == 6 and all(line.startswith("[PrivateGridSearchCV] ") for line in lines), out
+    prices = [line for line in lines if "expected runs" in line]  # the same for the same shape
+    assert len(prices) == 3 and len(set(prices)) == 1 and err == "", err
+    assert not [w for w in caught if "chatty" in str(w.message)] and Records.records == []
