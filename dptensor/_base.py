@@ -78,7 +78,13 @@ class PrivateEstimatorMixin:
 
     def _privacy_target(self, *, gaussian: bool = True) -> tuple[float, float]:
         """Validated ``(epsilon, delta)``; ``delta=None`` means the accountant's delta."""
-        return check_privacy(self.epsilon, self.delta, self.accountant, gaussian=gaussian)
+        accountant = self._charged_accountant()
+        return check_privacy(self.epsilon, self.delta, accountant, gaussian=gaussian)
+
+    def _charged_accountant(self):
+        """The accountant a fit is priced at and charged to: ``accountant`` (a meta-estimator
+        may find it elsewhere, say on the estimator it searches)."""
+        return self.accountant
 
     def _check_delta_for(self, n_samples: int, epsilon: float, delta: float, unit: str = "row") -> None:
         """Warn when ``delta >= 1/n`` for a private fit on ``n`` records (before the spend)."""
@@ -116,8 +122,9 @@ class PrivateEstimatorMixin:
         """
         name = type(self).__name__
         label = f"{name}(epsilon={self.epsilon:g})"
-        if self.accountant is not None:
-            entry = self.accountant.spend(event, label=label)
+        accountant = self._charged_accountant()
+        if accountant is not None:
+            entry = accountant.spend(event, label=label)
             own, delta, index = entry.epsilon, entry.delta, entry.index
             if self.delta is not None and float(self.delta) != delta:
                 warnings.warn(f"{name} targets delta={self.delta:g} but its accountant enforces "
@@ -149,7 +156,8 @@ class PrivateEstimatorMixin:
         """
         event = NonPrivateEvent("epsilon=inf") if event is None else event
         private = not isinstance(event, NonPrivateEvent)
-        delta = self.accountant.delta if self.accountant is not None else delta
+        accountant = self._charged_accountant()
+        delta = accountant.delta if accountant is not None else delta
         return PrivacyCost(epsilon=epsilon_of(event, delta), delta=delta,
                            noise_multiplier=float(noise_multiplier) if private else 0.0,
                            n_queries=int(n_queries) if private else 0,
