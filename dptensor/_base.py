@@ -72,8 +72,11 @@ class PrivateEstimatorMixin:
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         for name in _SPENDING_METHODS:
-            method = cls.__dict__.get(name)
-            if callable(method) and not getattr(method, "fixed_floating_point", False):
+            # Inherited ones too (scikit-learn's fit_transform, which a Pipeline calls): the first
+            # definition along the MRO, if it is a plain function (a descriptor such as
+            # available_if decides itself whether the method exists, and is left alone).
+            method = next((k.__dict__[name] for k in cls.__mro__ if name in k.__dict__), None)
+            if inspect.isfunction(method) and not getattr(method, "fixed_floating_point", False):
                 setattr(cls, name, fixed_floating_point(method))
 
     def _privacy_target(self, *, gaussian: bool = True) -> tuple[float, float]:
@@ -122,6 +125,8 @@ class PrivateEstimatorMixin:
         """
         name = type(self).__name__
         label = f"{name}(epsilon={self.epsilon:g})"
+        # Before the spend: digesting reads the data (a Dask pass) and must not fail after it.
+        digest = data_digest(*data) if self.random_state is not None else ()
         accountant = self._charged_accountant()
         if accountant is not None:
             entry = accountant.spend(event, label=label)
@@ -139,9 +144,10 @@ class PrivateEstimatorMixin:
                           "it costs epsilon=inf. Set a finite epsilon for a private fit.",
                           PrivacyWarning, stacklevel=3)
         params = {k: v for k, v in self.get_params(deep=False).items() if k not in _NOT_PUBLIC_DESCRIPTION}
-        key = fingerprint(name, params, tuple(int(n) for n in data_shape))
-        if self.random_state is not None:  # clones share a seed: their data tells them apart
-            key += data_digest(*data)
+        # The event holds every noise multiplier, the delta the accountant's: two fits whose noise
+        # differs only in scale (one seed, two accountants' deltas) would cancel it in a ratio.
+        # Clones share a seed: their data tells them apart.
+        key = fingerprint(name, params, tuple(int(n) for n in data_shape), repr(event), delta) + digest
         cost = PrivacyCost(epsilon=own, delta=delta, noise_multiplier=float(noise_multiplier),
                            n_queries=int(n_queries), calibration=calibration if private else "none",
                            event=event)

@@ -176,8 +176,31 @@ def validate_stream_chunk(estimator, X, *, reset: bool, **kwargs):
         private = math.isfinite(estimator._privacy_target()[0])
     else:
         private = estimator.privacy_cost_.private
+    if private:
+        X = _numbers_or_nan(X)
     X = validate_private_data(estimator, X, reset=reset, ensure_all_finite=not private, **kwargs)
     return zero_nonfinite_rows(X) if private else X
+
+
+def _numbers_or_nan(X):
+    """Text or objects as float64, every entry that is no real number (``"n/a"``, ``None``, a
+    complex value) as NaN, so that a private stream maps its row to a zero row: refusing it
+    would be an error after the spend that depends on one cell. Other input is returned as it is."""
+    if hasattr(X, "dtypes") or hasattr(X, "tocsr"):  # data frames and sparse: their own checks
+        return X
+    try:
+        A = np.asarray(X)
+    except ValueError:  # ragged rows: the checks name the shape
+        return X
+    if A.dtype.kind not in "OUS":
+        return X
+
+    def number(value):
+        try:
+            return float(value) if not isinstance(value, complex) else math.nan
+        except (TypeError, ValueError, OverflowError):
+            return math.nan
+    return np.vectorize(number, otypes=[np.float64])(A) if A.size else A.astype(np.float64)
 
 
 def zero_nonfinite_rows(X):

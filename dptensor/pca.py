@@ -896,7 +896,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             self._stream = StreamingPowerMethod(
                 d, s["k"], T, rng, n_oversamples=s["p"] - s["k"], data_norm=s["bound"],
                 noise_multiplier=plan["z"], centered=not s["center"], dtype=X.dtype,
-                digest=None if self.random_state is None else RowDigest())
+                digest=None if self.random_state is None else RowDigest(X.dtype, d))
             self.method_ = "streaming_power"
             std = (_last(plan["z"]) * row_power_sensitivity(s["bound"], s["p"]) / T) if s["private"] else 0.0
             self._stream_noise = eigenvalue_noise_level(std, s["p"], "power")
@@ -904,7 +904,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
                          "n_samples_", "explained_variance_noise_"):
                 self.__dict__.pop(attr, None)
         before = self._stream.n_blocks
-        stream = self._stream.update(X)
+        # the stream computes in its own dtype: a float64 chunk of a float32 stream is cast first
+        stream = self._stream.update(np.asarray(X, dtype=self._stream.dtype))
         self.n_samples_seen_ = stream.n_samples_seen
         self.n_iter_ = stream.n_blocks
         if self.verbose and stream.n_blocks > before:  # progress: counts only, all public

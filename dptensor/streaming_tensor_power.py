@@ -465,7 +465,7 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         self._stream = _Stream(d=d, dtype=dtype, n_components=k, n_restarts=L, n_iter=R, batch_size=n,
                                data_norm=data_norm, sensitivity=sensitivity, noise_multiplier=z, rng=rng,
                                verbose=self.verbose,
-                               digest=None if self.random_state is None else RowDigest())
+                               digest=None if self.random_state is None else RowDigest(dtype, d))
         return self._stream
 
     def _check_enough_rows(self, shape, passes):
