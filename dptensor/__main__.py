@@ -37,9 +37,11 @@ def _ledger(args) -> int:
     import math
 
     from .accounting import LedgerError, epsilon_of
-    from .accounting.ledger import read_ledger, resolve
+    from .accounting.ledger import read_ledger, resolve, upgrade
 
-    try:  # read only: inspecting a ledger never writes to it, and works on a read-only copy
+    try:  # read only (unless upgrading): inspecting never writes, and works on a read-only copy
+        if args.upgrade:
+            print(f"upgraded   {upgrade(args.path)} spends now carry the hash chain")
         (total, delta), entries = read_ledger(args.path)
     except LedgerError as exc:  # a BaseException: say it plainly, without a traceback
         print(f"dptensor ledger: {exc}", file=sys.stderr)
@@ -100,6 +102,9 @@ def main(argv=None) -> int:
     bench.set_defaults(func=_bench)
     ledger = sub.add_parser("ledger", help="print a ledger file: budget, spent, remaining and every spend")
     ledger.add_argument("path", help="the SQLite file of a PrivacyAccountant(..., ledger=PATH)")
+    ledger.add_argument("--upgrade", action="store_true",
+                        help="first give a ledger of an older dptensor the hash chain that detects "
+                             "edits, adopting its spends as they are now")
     ledger.set_defaults(func=_ledger)
     info = sub.add_parser("info", help="print versions, BLAS and thread settings")
     info.set_defaults(func=_info)
