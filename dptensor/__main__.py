@@ -42,7 +42,7 @@ def _ledger(args) -> int:
     try:  # read only (unless upgrading): inspecting never writes, and works on a read-only copy
         if args.upgrade:
             print(f"upgraded   {upgrade(args.path)} spends now carry the hash chain")
-        (total, delta), entries = read_ledger(args.path)
+        (total, delta), entries, hashes = read_ledger(args.path)
     except LedgerError as exc:  # a BaseException: say it plainly, without a traceback
         print(f"dptensor ledger: {exc}", file=sys.stderr)
         return 2
@@ -52,11 +52,12 @@ def _ledger(args) -> int:
     print(f"budget     epsilon={'unlimited' if unlimited else f'{total:.6g}'} at delta={delta:g}")
     print(f"spent      epsilon={spent:.6g} ({len(entries)} spends, composed)")
     print(f"remaining  epsilon={'unlimited' if unlimited else f'{max(0.0, total - spent):.6g}'}")
+    print(f"chain      {hashes[-1]} (after the last spend; see 'The ledger file' in the guide)")
     for e in entries:
         when = datetime.datetime.fromtimestamp(e.time, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
         params = ", ".join(f"{k}={v}" for k, v in e.parameters.items())
         print(f"{e.index:>4d}  {when} UTC  pid={e.pid:<7d} {e.label or '-'}  {e.mechanism}({params})  "
-              f"eps={e.epsilon:.4g} delta={e.delta:g}")
+              f"eps={e.epsilon:.4g} delta={e.delta:g}  chain={hashes[e.index + 1][:16]}")
     return 0
 
 

@@ -348,23 +348,25 @@ def stored_budget(path) -> tuple[float, float]:
     return read_ledger(path)[0]
 
 
-def read_ledger(path) -> tuple[tuple[float, float], list[LedgerEntry]]:
-    """The budget and every entry of the existing ledger file at ``path``, read without writing
-    (so a read-only file or mount can be inspected) and checked; refuses a missing, foreign or
-    edited file."""
+def read_ledger(path) -> tuple[tuple[float, float], list[LedgerEntry], list[str]]:
+    """The budget, every entry and the chain's hashes (``hashes[i]`` after ``i`` spends) of the
+    existing ledger file at ``path``, read without writing (so a read-only file or mount can be
+    inspected) and checked; refuses a missing, foreign or edited file. A hash kept elsewhere tells
+    later whether the file still holds those spends (the file alone cannot show spends cut from
+    its end and renumbered)."""
     path = _existing(path)
     try:
         conn = sqlite3.connect(_uri(path, "ro"), uri=True, isolation_level=None)
         try:
             conn.execute("BEGIN")  # one snapshot of the file
-            budget, rows, _ = _verified(conn, path)
+            budget, rows, hashes = _verified(conn, path)
         finally:
             conn.close()
     except sqlite3.OperationalError as exc:
         raise _access_error(path, exc) from exc
     except sqlite3.DatabaseError as exc:
         raise LedgerError(f"{path!r} is not a readable dptensor ledger ({exc})") from exc
-    return budget, _entries(rows)
+    return budget, _entries(rows), hashes
 
 
 def upgrade(path) -> int:
