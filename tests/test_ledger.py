@@ -19,7 +19,7 @@ import dptensor
 from dptensor import BudgetExceededError, PrivacyAccountant, PrivacyAccountingError
 from dptensor.__main__ import main as cli
 from dptensor.accounting import GaussianEvent, LaplaceEvent, LedgerError, epsilon_of
-from dptensor.accounting.ledger import APPLICATION_ID, read_ledger
+from dptensor.accounting.ledger import _COLUMNS, _GENESIS, APPLICATION_ID, _digest, read_ledger
 
 EVENT = GaussianEvent(noise_multiplier=12.0)
 DELTA = 1e-5
@@ -276,6 +276,28 @@ def test_an_edit_with_the_triggers_dropped_is_noticed_before_the_next_spend(tmp_
         assert path in str(info.value)
     assert cli(["ledger", path]) == 2 and "edited outside dptensor" in capsys.readouterr().err
     assert Path(path).read_bytes() == edited  # nothing was spent from it
+
+
+@pytest.mark.parametrize("record", ["budget", "spend 2"])
+def test_an_edit_that_rehashes_its_own_record_breaks_the_next_link(tmp_path, record):
+    path, acc = _ledger_with_spends(tmp_path)
+    _edit(path, drop_triggers=True)
+    conn = sqlite3.connect(path)
+    if record == "budget":
+        text = ("1000.0", repr(DELTA))
+        conn.execute("UPDATE budget SET epsilon = ?, hash = ?", (text[0], _digest(_GENESIS, text)))
+    else:
+        row = conn.execute(f"SELECT id, {_COLUMNS} FROM spends WHERE id = 2").fetchone()
+        previous = conn.execute("SELECT hash FROM spends WHERE id = 1").fetchone()[0]
+        weak = (*row[:3], _WEAK, *row[4:])
+        conn.execute("UPDATE spends SET event = ?, hash = ? WHERE id = 2",
+                     (_WEAK, _digest(previous, weak)))
+    conn.commit()
+    conn.close()
+    broken = "spend 1 was changed" if record == "budget" else "spend 3 was changed"
+    for use in (lambda: acc.spend(EVENT), lambda: PrivacyAccountant.open(path)):
+        with pytest.raises(LedgerError, match=broken):
+            use()
 
 
 def test_spends_cut_from_the_end_are_noticed(tmp_path):

@@ -118,6 +118,7 @@ class SQLiteLedger:
         # extend it, so a file cut short, or an older copy put in its place, is noticed.
         self._seen = None
         self._seen_lock = threading.Lock()
+        self._checked = None  # the rows and hashes of the last read, not rehashed when unchanged
         _check_location(self.path)
         self._initialise()
 
@@ -159,9 +160,10 @@ class SQLiteLedger:
                 if app_id == 0 and not tables:
                     _create_schema(conn, self._budget)
                 self._read(conn)
-                # A write now, not at the first fit: a read-only file, directory or mount is
-                # reported here, where the path was given. It changes nothing (rows cannot be).
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                # A write statement now, not at the first fit: a read-only file or mount is
+                # reported here, where the path was given. It matches no row, so it neither
+                # writes nor fires the append-only triggers.
+                conn.execute("UPDATE budget SET epsilon = epsilon WHERE 0")
                 conn.execute("COMMIT")
             except BaseException:
                 _rollback(conn)
@@ -184,9 +186,10 @@ class SQLiteLedger:
     def _read(self, conn) -> tuple[list[tuple], list[str]]:
         """The checked spends (as stored) and chain hashes of the file; run inside a transaction,
         so that every statement sees the same state of the file."""
-        budget, rows, hashes = _verified(conn, self.path)
+        budget, rows, hashes = _verified(conn, self.path, self._checked)
         self._check_budget(budget)
         self._check_seen(hashes)
+        self._checked = (rows, hashes)
         return rows, hashes
 
     def _check_seen(self, hashes):
@@ -247,7 +250,7 @@ class SQLiteLedger:
 
     def __setstate__(self, state):
         self.__dict__.update({"_seen": None, **state})
-        self._local = threading.local()
+        self._local, self._checked = threading.local(), None
         self._seen_lock = threading.Lock()
 
 
@@ -307,17 +310,20 @@ def _append(conn, previous: str, row) -> str:
     return digest
 
 
-def _verified(conn, path) -> tuple[tuple[float, float], list[tuple], list[str]]:
+def _verified(conn, path, checked=None) -> tuple[tuple[float, float], list[tuple], list[str]]:
     """The budget, spends (as stored, for :func:`_entries`) and chain hashes (``hashes[i]`` after
     ``i`` spends) of the ledger on ``conn``, after checking every link: a record changed, missing
-    or out of place is refused."""
+    or out of place is refused. ``checked``, the rows and hashes an earlier call returned, spares
+    rehashing a record equal to the one checked then, after the same hash."""
     budget, head = _check_ledger(conn, path)
     rows = conn.execute(f"SELECT id, {_COLUMNS}, hash FROM spends ORDER BY id").fetchall()
+    old_rows, old_hashes = checked or ((), ())
     hashes = [head]
     for i, row in enumerate(rows):
         if row[0] != i + 1:
             raise _tampered(path, f"spend {i + 1} is missing or out of place")
-        if row[-1] != _digest(hashes[-1], row[:-1]):
+        same = i < len(old_rows) and row == old_rows[i] and hashes[i] == old_hashes[i]
+        if not same and row[-1] != _digest(hashes[-1], row[:-1]):
             raise _tampered(path, f"spend {i + 1} was changed")
         hashes.append(row[-1])
     # AUTOINCREMENT keeps the highest id ever used: spends deleted from the end leave it higher.
@@ -325,11 +331,11 @@ def _verified(conn, path) -> tuple[tuple[float, float], list[tuple], list[str]]:
     if (seq[0] if seq else 0) != len(rows):
         raise _tampered(path, f"it holds {len(rows)} spends but numbered {seq[0] if seq else 0}: "
                               "spends were deleted from its end")
-    return budget, [r[1:-1] for r in rows], hashes
+    return budget, rows, hashes
 
 
 def _entries(rows) -> list[LedgerEntry]:
-    return [_entry_from_row(r, i) for i, r in enumerate(rows)]
+    return [_entry_from_row(r[1:-1], i) for i, r in enumerate(rows)]
 
 
 def _tampered(path, what) -> LedgerError:
