@@ -8,7 +8,7 @@ Estimators are imported lazily so that ``import dptensor`` stays cheap.
 from importlib import import_module
 
 from ._base import PrivacyCost, PrivacyWarning
-from .accounting import (BudgetExceededError, LedgerNotSharedError, PrivacyAccountant,
+from .accounting import (BudgetExceededError, LedgerError, LedgerNotSharedError, PrivacyAccountant,
                          PrivacyAccountingError)
 
 __version__ = "0.1.0"
@@ -24,7 +24,8 @@ _ESTIMATORS = {
     "PrivateLatentDirichletAllocation": "latent",
 }
 
-__all__ = ["PrivacyAccountant", "BudgetExceededError", "LedgerNotSharedError", "PrivacyAccountingError",
+__all__ = ["PrivacyAccountant", "BudgetExceededError", "LedgerError", "LedgerNotSharedError",
+           "PrivacyAccountingError",
            "PrivacyCost", "PrivacyWarning", "__version__", *_ESTIMATORS]
 
 

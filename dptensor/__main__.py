@@ -37,10 +37,12 @@ def _ledger(args) -> int:
     import math
 
     from .accounting import LedgerError, epsilon_of
-    from .accounting.ledger import read_ledger, resolve
+    from .accounting.ledger import read_ledger, resolve, upgrade
 
-    try:  # read only: inspecting a ledger never writes to it, and works on a read-only copy
-        (total, delta), entries = read_ledger(args.path)
+    try:  # read only (unless upgrading): inspecting never writes, and works on a read-only copy
+        if args.upgrade:
+            print(f"upgraded   {upgrade(args.path)} spends now carry the hash chain")
+        (total, delta), entries, hashes = read_ledger(args.path)
     except LedgerError as exc:  # a BaseException: say it plainly, without a traceback
         print(f"dptensor ledger: {exc}", file=sys.stderr)
         return 2
@@ -50,11 +52,12 @@ def _ledger(args) -> int:
     print(f"budget     epsilon={'unlimited' if unlimited else f'{total:.6g}'} at delta={delta:g}")
     print(f"spent      epsilon={spent:.6g} ({len(entries)} spends, composed)")
     print(f"remaining  epsilon={'unlimited' if unlimited else f'{max(0.0, total - spent):.6g}'}")
+    print(f"chain      {hashes[-1]} (after the last spend; see 'The ledger file' in the guide)")
     for e in entries:
         when = datetime.datetime.fromtimestamp(e.time, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
         params = ", ".join(f"{k}={v}" for k, v in e.parameters.items())
         print(f"{e.index:>4d}  {when} UTC  pid={e.pid:<7d} {e.label or '-'}  {e.mechanism}({params})  "
-              f"eps={e.epsilon:.4g} delta={e.delta:g}")
+              f"eps={e.epsilon:.4g} delta={e.delta:g}  chain={hashes[e.index + 1][:16]}")
     return 0
 
 
@@ -100,6 +103,9 @@ def main(argv=None) -> int:
     bench.set_defaults(func=_bench)
     ledger = sub.add_parser("ledger", help="print a ledger file: budget, spent, remaining and every spend")
     ledger.add_argument("path", help="the SQLite file of a PrivacyAccountant(..., ledger=PATH)")
+    ledger.add_argument("--upgrade", action="store_true",
+                        help="first give a ledger of an older dptensor the hash chain that detects "
+                             "edits, adopting its spends as they are now")
     ledger.set_defaults(func=_ledger)
     info = sub.add_parser("info", help="print versions, BLAS and thread settings")
     info.set_defaults(func=_info)

@@ -1,20 +1,25 @@
-"""The SQLite ledger: races between processes, crashes, foreign files, persistence, files that
-cannot be used, opening an existing ledger, and the ``dptensor ledger`` command."""
+"""The SQLite ledger: races between processes, crashes, foreign files, persistence, edits made
+outside dptensor, files that cannot be used, opening an existing ledger, and the ``dptensor
+ledger`` command."""
 import gc
 import json
 import multiprocessing
 import os
 import pickle
+import re
 import signal
 import sqlite3
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+import dptensor
 from dptensor import BudgetExceededError, PrivacyAccountant, PrivacyAccountingError
 from dptensor.__main__ import main as cli
 from dptensor.accounting import GaussianEvent, LaplaceEvent, LedgerError, epsilon_of
+from dptensor.accounting.ledger import _COLUMNS, _GENESIS, APPLICATION_ID, _digest, read_ledger
 
 EVENT = GaussianEvent(noise_multiplier=12.0)
 DELTA = 1e-5
@@ -205,6 +210,159 @@ def test_a_refused_spend_leaves_the_file_unchanged(tmp_path):
     assert path.read_bytes() == before
 
 
+# ---------------------------------------------------------------- edits outside dptensor
+def _ledger_with_spends(tmp_path, n=3):
+    path = str(tmp_path / "budget.sqlite")
+    acc = PrivacyAccountant(_budget_for(n + 2), DELTA, ledger=path)
+    for i in range(n):
+        acc.spend(EVENT, label=f"spend {i}")
+    return path, acc
+
+
+def _edit(path, *statements, drop_triggers=False):
+    """Run SQL on the file as anyone with the sqlite3 shell could, outside dptensor."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        if drop_triggers:
+            triggers = conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+            for (name,) in triggers.fetchall():
+                conn.execute(f"DROP TRIGGER {name}")
+        for sql in statements:
+            conn.execute(sql)
+    finally:
+        conn.close()
+
+
+_WEAK = json.dumps(GaussianEvent(noise_multiplier=1e6).to_dict())  # a spend made to cost ~0
+EDITS = {  # the three of the issue, then a middle spend deleted, and spends reordered
+    "delete every spend": ["DELETE FROM spends"],
+    "raise a noise multiplier": [f"UPDATE spends SET event = '{_WEAK}' WHERE id = 2"],
+    "edit the budget": ["UPDATE budget SET epsilon = '1000'"],
+    "delete a spend": ["DELETE FROM spends WHERE id = 2"],
+    "reorder spends": ["UPDATE spends SET id = 10 WHERE id = 1",
+                       "UPDATE spends SET id = 1 WHERE id = 3",
+                       "UPDATE spends SET id = 3 WHERE id = 10"],
+}
+REPLACEMENTS = {  # INSERT OR REPLACE deletes a row without firing DELETE triggers
+    "replace the budget": ["INSERT OR REPLACE INTO budget (id, epsilon, delta) "
+                           "VALUES (1, '1000', '1e-05')"],
+    "replace a spend": ["INSERT OR REPLACE INTO spends (id, time, label, event, epsilon, delta, "
+                        f"pid) VALUES (2, 0, 'x', '{_WEAK}', 0, 0, 0)"],
+}
+
+
+@pytest.mark.parametrize("edit", [*EDITS, *REPLACEMENTS])
+def test_the_file_refuses_to_change_or_lose_a_row(tmp_path, edit):
+    path, acc = _ledger_with_spends(tmp_path)
+    spent, before = acc.spent(), Path(path).read_bytes()
+    with pytest.raises(sqlite3.IntegrityError, match="ledger is append-only"):
+        _edit(path, *{**EDITS, **REPLACEMENTS}[edit])
+    assert Path(path).read_bytes() == before and acc.spent() == spent
+    acc.spend(EVENT, label="after")  # dptensor's own writes are inserts: they still work
+    assert len(PrivacyAccountant.open(path).history()) == 4
+
+
+@pytest.mark.parametrize("edit", EDITS)
+def test_an_edit_with_the_triggers_dropped_is_noticed_before_the_next_spend(tmp_path, edit, capsys):
+    path, acc = _ledger_with_spends(tmp_path)
+    _edit(path, *EDITS[edit], drop_triggers=True)
+    edited = Path(path).read_bytes()
+    uses = {"the live accountant's spend": lambda: acc.spend(EVENT), "its spent()": acc.spent,
+            "open": lambda: PrivacyAccountant.open(path),
+            "a new accountant": lambda: PrivacyAccountant(acc.epsilon, DELTA, ledger=path)}
+    for use in uses.values():
+        with pytest.raises(LedgerError, match="was edited outside dptensor") as info:
+            use()
+        assert path in str(info.value)
+    assert cli(["ledger", path]) == 2 and "edited outside dptensor" in capsys.readouterr().err
+    assert Path(path).read_bytes() == edited  # nothing was spent from it
+
+
+@pytest.mark.parametrize("record", ["budget", "spend 2"])
+def test_an_edit_that_rehashes_its_own_record_breaks_the_next_link(tmp_path, record):
+    path, acc = _ledger_with_spends(tmp_path)
+    _edit(path, drop_triggers=True)
+    conn = sqlite3.connect(path)
+    if record == "budget":
+        text = ("1000.0", repr(DELTA))
+        conn.execute("UPDATE budget SET epsilon = ?, hash = ?", (text[0], _digest(_GENESIS, text)))
+    else:
+        row = conn.execute(f"SELECT id, {_COLUMNS} FROM spends WHERE id = 2").fetchone()
+        previous = conn.execute("SELECT hash FROM spends WHERE id = 1").fetchone()[0]
+        weak = (*row[:3], _WEAK, *row[4:])
+        conn.execute("UPDATE spends SET event = ?, hash = ? WHERE id = 2",
+                     (_WEAK, _digest(previous, weak)))
+    conn.commit()
+    conn.close()
+    broken = "spend 1 was changed" if record == "budget" else "spend 3 was changed"
+    for use in (lambda: acc.spend(EVENT), lambda: PrivacyAccountant.open(path)):
+        with pytest.raises(LedgerError, match=broken):
+            use()
+
+
+def test_spends_cut_from_the_end_are_noticed(tmp_path):
+    path, acc = _ledger_with_spends(tmp_path)
+    payload, head = pickle.dumps(acc), read_ledger(path)[2][-1]  # the chain's hash, kept elsewhere
+    _edit(path, "DELETE FROM spends WHERE id = 3", drop_triggers=True)
+    with pytest.raises(LedgerError, match="spends were deleted from its end"):
+        PrivacyAccountant.open(path)
+    # With SQLite's own numbering put back too, the file alone is a consistent ledger of two
+    # spends (the privacy guide says so); an accountant that has seen the third still notices.
+    _edit(path, "UPDATE sqlite_sequence SET seq = 2 WHERE name = 'spends'")
+    assert len(PrivacyAccountant.open(path).history()) == 2 and head not in read_ledger(path)[2]
+    with pytest.raises(LedgerError, match="no longer holds the 3 spends"):
+        acc.spend(EVENT)
+    del acc
+    gc.collect()  # the pickle alone, as in another process, remembers what it saw
+    with pytest.raises(LedgerError, match="no longer holds the 3 spends"):
+        pickle.loads(payload).spent()
+
+
+def test_an_older_copy_written_over_the_file_is_noticed(tmp_path):
+    path, acc = _ledger_with_spends(tmp_path, n=1)
+    older = Path(path).read_bytes()
+    acc.spend(EVENT, label="second")
+    with open(path, "r+b") as file:  # the same file, its content put back: no delete, no rename
+        file.write(older)
+        file.truncate()
+    assert len(read_ledger(path)[1]) == 1  # a consistent ledger of one spend, read without writing
+    with pytest.raises(LedgerError, match="no longer holds the 2 spends"):
+        acc.spend(EVENT)
+
+
+_SCHEMA_1 = [f"PRAGMA application_id = {APPLICATION_ID}", "PRAGMA user_version = 1",
+             "CREATE TABLE budget (id INTEGER PRIMARY KEY CHECK (id = 1), epsilon TEXT NOT NULL, "
+             "delta TEXT NOT NULL)",
+             "CREATE TABLE spends (id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, "
+             "label TEXT NOT NULL, event TEXT NOT NULL, epsilon REAL NOT NULL, "
+             "delta REAL NOT NULL, pid INTEGER NOT NULL)",
+             "INSERT INTO budget VALUES (1, '2.0', '1e-05')"]
+
+
+def test_a_ledger_without_the_chain_is_refused_until_upgraded(tmp_path, capsys):
+    path = str(tmp_path / "old.sqlite")
+    spend = ("INSERT INTO spends (time, label, event, epsilon, delta, pid) "
+             "VALUES (1.5, '{}', '{}', 0.5, 1e-05, 7)")
+    _edit(path, *_SCHEMA_1, *(spend.format(label, json.dumps(EVENT.to_dict())) for label in "ab"))
+    before = Path(path).read_bytes()
+    how = re.escape(f"upgrade it once with: dptensor ledger --upgrade {path}")
+    for use in (PrivacyAccountant.open, lambda p: PrivacyAccountant(2.0, DELTA, ledger=p)):
+        with pytest.raises(LedgerError, match=how):
+            use(path)
+    assert Path(path).read_bytes() == before
+    assert cli(["ledger", "--upgrade", path]) == 0
+    assert "upgraded   2 spends now carry the hash chain" in capsys.readouterr().out
+    acc = PrivacyAccountant.open(path)
+    assert (acc.epsilon, acc.delta) == (2.0, DELTA)
+    kept = [(e.label, e.event, e.time, e.pid) for e in acc.history()]
+    assert kept == [("a", EVENT, 1.5, 7), ("b", EVENT, 1.5, 7)]
+    acc.spend(EVENT, label="c")
+    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+        _edit(path, "DELETE FROM spends")
+    assert cli(["ledger", "--upgrade", path]) == 2  # only once
+    assert "only a ledger of schema 1 is upgraded" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------- where the file is
 def test_a_relative_path_is_fixed_once_and_a_reloaded_accountant_keeps_the_file(tmp_path, monkeypatch):
     (tmp_path / "here").mkdir()
@@ -334,6 +492,7 @@ def test_a_file_deleted_or_replaced_after_construction_is_reported_not_recreated
 def test_ledger_errors_stop_a_search():
     # scikit-learn turns every Exception raised in fit into a NaN score.
     assert issubclass(LedgerError, PrivacyAccountingError) and not issubclass(LedgerError, Exception)
+    assert dptensor.LedgerError is LedgerError
 
 
 # ---------------------------------------------------------------- opening an existing ledger

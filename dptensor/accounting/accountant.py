@@ -77,7 +77,10 @@ class PrivacyAccountant:
         one transaction). The file remembers its budget and refuses to be opened with another
         (:meth:`open` reads it from the file). The path is made absolute here, and checked: a
         missing directory, a directory, or a file that cannot be read and written raises
-        :class:`~dptensor.accounting.LedgerError` naming the file.
+        :class:`~dptensor.accounting.LedgerError` naming the file. The file is append-only and
+        carries a hash chain, checked at every read and spend: a file edited outside dptensor is
+        refused with :class:`~dptensor.accounting.LedgerError` (see the privacy guide, "The
+        ledger file", for what that protects against and what it cannot).
 
     Notes
     -----

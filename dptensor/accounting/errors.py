@@ -17,7 +17,9 @@ class PrivacyAccountingError(BaseException):
 
 class LedgerError(PrivacyAccountingError):
     """A ledger file that cannot be used: missing, unreadable or read-only, not a dptensor ledger,
-    damaged, or holding another budget. The message names the file and what to do.
+    damaged, edited outside dptensor (its hash chain does not hold, or it lost spends an
+    accountant had seen), of an older schema, or holding another budget. The message names the
+    file and what to do.
 
     A :class:`PrivacyAccountingError`, so a search stops on it instead of scoring the fit NaN: a
     spend that cannot be recorded must not look like a poor candidate.

@@ -2,9 +2,15 @@
 
 A ledger stores entries and runs one function atomically over them (read every entry, decide,
 maybe append). It knows nothing of pricing: the accountant passes the decision in.
+
+A file ledger is append-only and tamper-evident: triggers refuse every UPDATE and DELETE (and an
+INSERT that would replace a row), and each record carries a SHA-256 hash of its content and of the
+record before it, from the budget row on, checked whenever the file is read. What that does and
+does not protect against is in the privacy guide (docs/privacy.rst, "The ledger file").
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pathlib
@@ -20,7 +26,9 @@ __all__ = ["LedgerEntry", "MemoryLedger", "SQLiteLedger", "LedgerError"]
 
 # "DPTS" in ASCII: marks a SQLite file as a dptensor ledger, so a foreign database is refused.
 APPLICATION_ID = 0x44505453
-SCHEMA_VERSION = 1
+#: 2 adds the hash chain and the append-only triggers; a file of schema 1 is refused until
+#: :func:`upgrade` gives it the chain (``dptensor ledger --upgrade PATH``).
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,11 @@ class SQLiteLedger:
     The file remembers the budget it was created with. Opening it with another budget, opening a
     database of another application, or a file that is not SQLite raises :class:`LedgerError`: a
     budget is never silently restarted.
+
+    Every read (here, at each spend, and for :meth:`entries`) checks the whole hash chain, and
+    that the file still holds every spend this object has read or recorded before, unchanged: a
+    record edited, removed or reordered, or spends cut from the end (which the file alone may not
+    show), raise :class:`LedgerError` before anything is spent.
     """
 
     def __init__(self, path, epsilon: float, delta: float, *, timeout: float = 60.0):
@@ -101,6 +114,11 @@ class SQLiteLedger:
         self.timeout = timeout
         self._budget = (float(epsilon), float(delta))
         self._local = threading.local()
+        # (number of spends, chain hash after them) last read or written: every later read must
+        # extend it, so a file cut short, or an older copy put in its place, is noticed.
+        self._seen = None
+        self._seen_lock = threading.Lock()
+        self._checked = None  # the rows and hashes of the last read, not rehashed when unchanged
         _check_location(self.path)
         self._initialise()
 
@@ -111,7 +129,7 @@ class SQLiteLedger:
             file = _file_id(self.path)
             conn = self._open("rw")  # never creates: a missing file is an error, not a new budget
             try:
-                self._check_budget(_check_ledger(conn, self.path))
+                self._check_budget(_check_ledger(conn, self.path)[0])
             except sqlite3.Error as exc:
                 conn.close()
                 raise _access_error(self.path, exc) from exc
@@ -140,11 +158,12 @@ class SQLiteLedger:
                 app_id = conn.execute("PRAGMA application_id").fetchone()[0]
                 tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
                 if app_id == 0 and not tables:
-                    self._create_schema(conn)
-                self._check_budget(_check_ledger(conn, self.path))
-                # A write now, not at the first fit: a read-only file, directory or mount is
-                # reported here, where the path was given.
-                conn.execute("UPDATE budget SET epsilon = epsilon WHERE id = 1")
+                    _create_schema(conn, self._budget)
+                self._read(conn)
+                # A write statement now, not at the first fit: a read-only file or mount is
+                # reported here, where the path was given. It matches no row, so it neither
+                # writes nor fires the append-only triggers.
+                conn.execute("UPDATE budget SET epsilon = epsilon WHERE 0")
                 conn.execute("COMMIT")
             except BaseException:
                 _rollback(conn)
@@ -157,16 +176,6 @@ class SQLiteLedger:
         finally:
             conn.close()
 
-    def _create_schema(self, conn):
-        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        conn.execute("CREATE TABLE budget (id INTEGER PRIMARY KEY CHECK (id = 1), "
-                     "epsilon TEXT NOT NULL, delta TEXT NOT NULL)")
-        conn.execute("CREATE TABLE spends (id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, "
-                     "label TEXT NOT NULL, event TEXT NOT NULL, epsilon REAL NOT NULL, "
-                     "delta REAL NOT NULL, pid INTEGER NOT NULL)")
-        conn.execute("INSERT INTO budget VALUES (1, ?, ?)", tuple(repr(v) for v in self._budget))
-
     def _check_budget(self, stored):
         if stored != self._budget:
             raise LedgerError(f"{self.path!r} holds a budget of (epsilon={stored[0]}, delta={stored[1]}), "
@@ -174,42 +183,165 @@ class SQLiteLedger:
                               "the same budget (PrivacyAccountant.open reads it from the file), or start "
                               "a new file")
 
+    def _read(self, conn) -> tuple[list[tuple], list[str]]:
+        """The checked spends (as stored) and chain hashes of the file; run inside a transaction,
+        so that every statement sees the same state of the file."""
+        budget, rows, hashes = _verified(conn, self.path, self._checked)
+        self._check_budget(budget)
+        self._check_seen(hashes)
+        self._checked = (rows, hashes)
+        return rows, hashes
+
+    def _check_seen(self, hashes):
+        """Refuse a chain that does not hold, unchanged, the spends seen before. Read inside a
+        transaction, the chain holds every spend committed when it began, and this object only
+        remembers committed spends (a writer waits for readers, in SQLite's rollback journal)."""
+        with self._seen_lock:
+            if self._seen is not None:
+                count, digest = self._seen
+                if count >= len(hashes) or hashes[count] != digest:
+                    raise LedgerError(
+                        f"the ledger file {self.path!r} no longer holds the {count} spends this "
+                        "accountant has read or recorded (it holds "
+                        f"{len(hashes) - 1}, not the same): spends were removed from its end, or "
+                        "it was rewritten or replaced by an older copy. Nothing more is spent "
+                        "from it; restore the file, or start a new budget in a new file")
+        self._remember(hashes)
+
+    def _remember(self, hashes):
+        with self._seen_lock:  # only ever longer: another thread may have seen more meanwhile
+            if self._seen is None or len(hashes) - 1 > self._seen[0]:
+                self._seen = (len(hashes) - 1, hashes[-1])
+
     def entries(self) -> list[LedgerEntry]:
         try:
-            rows = self._connect().execute(f"SELECT {_COLUMNS} FROM spends ORDER BY id").fetchall()
+            conn = self._connect()
+            conn.execute("BEGIN")  # one snapshot: no other process's spend lands between the reads
+            try:
+                rows = self._read(conn)[0]
+            finally:
+                _rollback(conn)  # it only read
         except sqlite3.Error as exc:
             raise _access_error(self.path, exc) from exc
-        return [_entry_from_row(r, i) for i, r in enumerate(rows)]
+        return _entries(rows)
 
     def transact(self, decide):
         try:
             conn = self._connect()
             conn.execute("BEGIN IMMEDIATE")  # takes the write lock: no other process can interleave
             try:
-                rows = conn.execute(f"SELECT {_COLUMNS} FROM spends ORDER BY id").fetchall()
-                entry = decide([_entry_from_row(r, i) for i, r in enumerate(rows)])
-                if entry is not None:
-                    conn.execute("INSERT INTO spends (time, label, event, epsilon, delta, pid) "
-                                 "VALUES (?, ?, ?, ?, ?, ?)",
-                                 (entry.time, entry.label, json.dumps(entry.event.to_dict()),
-                                  entry.epsilon, entry.delta, entry.pid))
+                rows, hashes = self._read(conn)
+                entries = _entries(rows)
+                entry = decide(entries)
+                if entry is not None:  # the chain grows in the transaction that checked it
+                    hashes = hashes + [_append(conn, hashes[-1], _row(len(entries), entry))]
                 conn.execute("COMMIT")
-                return entry
             except BaseException:
                 _rollback(conn)
                 raise
         except sqlite3.Error as exc:  # nothing was recorded: the transaction rolled back
             raise _access_error(self.path, exc) from exc
+        self._remember(hashes)  # once committed, never before
+        return entry
 
     def __getstate__(self):
-        return {"path": self.path, "timeout": self.timeout, "_budget": self._budget}
+        return {"path": self.path, "timeout": self.timeout, "_budget": self._budget,
+                "_seen": self._seen}
 
     def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._local = threading.local()
+        self.__dict__.update({"_seen": None, **state})
+        self._local, self._checked = threading.local(), None
+        self._seen_lock = threading.Lock()
 
 
 _COLUMNS = "time, label, event, epsilon, delta, pid"
+
+# The first link of every chain: the budget row's hash covers this and the budget.
+_GENESIS = "dptensor ledger, schema 2"
+
+# Rows are never changed, deleted or replaced (INSERT OR REPLACE deletes without firing DELETE
+# triggers, so a spend's INSERT must come with the next id, and the budget row is the only one).
+_APPEND_ONLY = [
+    f"CREATE TRIGGER {table}_append_only_{op.lower()} BEFORE {op} ON {table} {when}"
+    f"BEGIN SELECT RAISE(ABORT, 'a dptensor ledger is append-only: rows of its {table} table "
+    "cannot be changed, deleted or replaced'); END"
+    for table, op, when in [
+        ("budget", "UPDATE", ""), ("budget", "DELETE", ""),
+        ("budget", "INSERT", "WHEN EXISTS (SELECT 1 FROM budget) "),
+        ("spends", "UPDATE", ""), ("spends", "DELETE", ""),
+        ("spends", "INSERT", "WHEN NEW.id IS NOT (SELECT IFNULL(MAX(id), 0) + 1 FROM spends) ")]]
+
+
+def _create_schema(conn, budget) -> str:
+    """Create the tables, their triggers and the budget row; return the budget row's hash."""
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    conn.execute("CREATE TABLE budget (id INTEGER PRIMARY KEY CHECK (id = 1), "
+                 "epsilon TEXT NOT NULL, delta TEXT NOT NULL, hash TEXT NOT NULL)")
+    conn.execute("CREATE TABLE spends (id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, "
+                 "label TEXT NOT NULL, event TEXT NOT NULL, epsilon REAL NOT NULL, "
+                 "delta REAL NOT NULL, pid INTEGER NOT NULL, hash TEXT NOT NULL)")
+    for sql in _APPEND_ONLY:
+        conn.execute(sql)
+    text = tuple(repr(float(v)) for v in budget)
+    digest = _digest(_GENESIS, text)
+    conn.execute("INSERT INTO budget VALUES (1, ?, ?, ?)", (*text, digest))
+    return digest
+
+
+def _digest(previous: str, fields) -> str:
+    """The chain's hash after a record: SHA-256 of the previous hash and the record's fields as
+    stored (str, int and float, whose repr is exact: the shortest text that reads back the same)."""
+    return hashlib.sha256(repr((previous, *fields)).encode()).hexdigest()
+
+
+def _row(index, entry) -> tuple:
+    """A spend's stored fields (its id is its position + 1), as SQLite gives them back (it stores
+    -0.0 as 0.0: adding 0.0 does the same)."""
+    return (index + 1, float(entry.time) + 0.0, str(entry.label), json.dumps(entry.event.to_dict()),
+            float(entry.epsilon) + 0.0, float(entry.delta) + 0.0, int(entry.pid))
+
+
+def _append(conn, previous: str, row) -> str:
+    """Insert a spend after the record whose chain hash is ``previous``; return its own hash."""
+    digest = _digest(previous, row)
+    conn.execute(f"INSERT INTO spends (id, {_COLUMNS}, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                 (*row, digest))
+    return digest
+
+
+def _verified(conn, path, checked=None) -> tuple[tuple[float, float], list[tuple], list[str]]:
+    """The budget, spends (as stored, for :func:`_entries`) and chain hashes (``hashes[i]`` after
+    ``i`` spends) of the ledger on ``conn``, after checking every link: a record changed, missing
+    or out of place is refused. ``checked``, the rows and hashes an earlier call returned, spares
+    rehashing a record equal to the one checked then, after the same hash."""
+    budget, head = _check_ledger(conn, path)
+    rows = conn.execute(f"SELECT id, {_COLUMNS}, hash FROM spends ORDER BY id").fetchall()
+    old_rows, old_hashes = checked or ((), ())
+    hashes = [head]
+    for i, row in enumerate(rows):
+        if row[0] != i + 1:
+            raise _tampered(path, f"spend {i + 1} is missing or out of place")
+        same = i < len(old_rows) and row == old_rows[i] and hashes[i] == old_hashes[i]
+        if not same and row[-1] != _digest(hashes[-1], row[:-1]):
+            raise _tampered(path, f"spend {i + 1} was changed")
+        hashes.append(row[-1])
+    # AUTOINCREMENT keeps the highest id ever used: spends deleted from the end leave it higher.
+    seq = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'spends'").fetchone()
+    if (seq[0] if seq else 0) != len(rows):
+        raise _tampered(path, f"it holds {len(rows)} spends but numbered {seq[0] if seq else 0}: "
+                              "spends were deleted from its end")
+    return budget, rows, hashes
+
+
+def _entries(rows) -> list[LedgerEntry]:
+    return [_entry_from_row(r[1:-1], i) for i, r in enumerate(rows)]
+
+
+def _tampered(path, what) -> LedgerError:
+    return LedgerError(f"the ledger file {path!r} was edited outside dptensor ({what}); its record "
+                       "of spends can no longer be trusted, so nothing more is spent from it. "
+                       "Restore the file from a copy, or start a new budget in a new file")
 
 
 def resolve(path) -> str:
@@ -222,40 +354,105 @@ def stored_budget(path) -> tuple[float, float]:
     return read_ledger(path)[0]
 
 
-def read_ledger(path) -> tuple[tuple[float, float], list[LedgerEntry]]:
-    """The budget and every entry of the existing ledger file at ``path``, read without writing
-    (so a read-only file or mount can be inspected); refuses a missing or foreign file."""
-    path = resolve(path)
-    if not os.path.isfile(path):
-        raise LedgerError(f"there is no ledger file at {path!r}: opening reads the budget of an existing "
-                          "ledger; start a new one with PrivacyAccountant(epsilon, delta, "
-                          f"ledger={path!r})")
+def read_ledger(path) -> tuple[tuple[float, float], list[LedgerEntry], list[str]]:
+    """The budget, every entry and the chain's hashes (``hashes[i]`` after ``i`` spends) of the
+    existing ledger file at ``path``, read without writing (so a read-only file or mount can be
+    inspected) and checked; refuses a missing, foreign or edited file. A hash kept elsewhere tells
+    later whether the file still holds those spends (the file alone cannot show spends cut from
+    its end and renumbered)."""
+    path = _existing(path)
     try:
         conn = sqlite3.connect(_uri(path, "ro"), uri=True, isolation_level=None)
         try:
-            budget = _check_ledger(conn, path)
-            rows = conn.execute(f"SELECT {_COLUMNS} FROM spends ORDER BY id").fetchall()
+            conn.execute("BEGIN")  # one snapshot of the file
+            budget, rows, hashes = _verified(conn, path)
         finally:
             conn.close()
     except sqlite3.OperationalError as exc:
         raise _access_error(path, exc) from exc
     except sqlite3.DatabaseError as exc:
         raise LedgerError(f"{path!r} is not a readable dptensor ledger ({exc})") from exc
-    return budget, [_entry_from_row(r, i) for i, r in enumerate(rows)]
+    return budget, _entries(rows), hashes
 
 
-def _check_ledger(conn, path) -> tuple[float, float]:
-    """Check that ``conn`` holds a dptensor ledger of this schema; return its budget."""
+def upgrade(path) -> int:
+    """Give the ledger file at ``path``, of schema 1 (before the hash chain), the chain and the
+    append-only triggers, in place and in one transaction; return how many spends it holds.
+
+    The chain adopts the spends as they are now: an edit made to the file before the upgrade
+    cannot be detected afterwards. A file that is not a ledger of schema 1 is refused, unchanged.
+    """
+    path = _existing(path)
+    _check_location(path)
+    try:
+        conn = sqlite3.connect(_uri(path, "rw"), uri=True, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                count = _upgrade(conn, path)
+                conn.execute("COMMIT")
+            except BaseException:
+                _rollback(conn)
+                raise
+        finally:
+            conn.close()
+    except sqlite3.OperationalError as exc:
+        raise _access_error(path, exc) from exc
+    except sqlite3.DatabaseError as exc:
+        raise LedgerError(f"{path!r} is not a readable dptensor ledger ({exc})") from exc
+    return count
+
+
+def _upgrade(conn, path) -> int:
+    version = _schema_version(conn, path)
+    if version != 1:
+        raise LedgerError(f"{path!r} has ledger schema {version}; only a ledger of schema 1 is "
+                          "upgraded")
+    budget = conn.execute("SELECT epsilon, delta FROM budget WHERE id = 1").fetchone()
+    if budget is None:
+        raise LedgerError(f"{path!r} has no budget row: the ledger is damaged")
+    rows = conn.execute(f"SELECT {_COLUMNS} FROM spends ORDER BY id").fetchall()
+    conn.execute("DROP TABLE budget")
+    conn.execute("DROP TABLE spends")
+    digest = _create_schema(conn, tuple(float(v) for v in budget))
+    for i, row in enumerate(rows):
+        digest = _append(conn, digest, (i + 1, *row))
+    return len(rows)
+
+
+def _existing(path) -> str:
+    path = resolve(path)
+    if not os.path.isfile(path):
+        raise LedgerError(f"there is no ledger file at {path!r}: opening reads the budget of an existing "
+                          "ledger; start a new one with PrivacyAccountant(epsilon, delta, "
+                          f"ledger={path!r})")
+    return path
+
+
+def _schema_version(conn, path) -> int:
     if conn.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
         raise LedgerError(f"{path!r} is a SQLite database of another application, not a dptensor "
                           "ledger; refusing to use it")
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    return conn.execute("PRAGMA user_version").fetchone()[0]
+
+
+def _check_ledger(conn, path) -> tuple[tuple[float, float], str]:
+    """Check that ``conn`` holds a dptensor ledger of this schema with its budget row as written;
+    return the budget and the row's hash (the chain's first link)."""
+    version = _schema_version(conn, path)
+    if version == 1:
+        raise LedgerError(f"{path!r} is a ledger of an older dptensor, without the hash chain that "
+                          f"detects edits; upgrade it once with: dptensor ledger --upgrade {path} "
+                          "(the chain then starts from its spends as they are now), or start a new "
+                          "file")
     if version != SCHEMA_VERSION:
         raise LedgerError(f"{path!r} has ledger schema {version}, expected {SCHEMA_VERSION}")
-    row = conn.execute("SELECT epsilon, delta FROM budget WHERE id = 1").fetchone()
+    row = conn.execute("SELECT epsilon, delta, hash FROM budget WHERE id = 1").fetchone()
     if row is None:
         raise LedgerError(f"{path!r} has no budget row: the ledger is damaged")
-    return (float(row[0]), float(row[1]))
+    if row[2] != _digest(_GENESIS, row[:2]):
+        raise _tampered(path, "its budget row was changed")
+    return (float(row[0]), float(row[1])), row[2]
 
 
 def _check_location(path):
