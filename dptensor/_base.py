@@ -11,6 +11,7 @@ from sklearn import get_config
 
 from .accounting import epsilon_of
 from .accounting.events import NonPrivateEvent, PrivacyEvent
+from ._memory import check_fits
 from ._randomness import fingerprint, seed_entropy, spend_generator
 from ._validation import check_delta_for_n, check_privacy
 
@@ -82,8 +83,9 @@ class PrivateEstimatorMixin:
         """Validate ``random_state`` and take its entropy; call it before the spend."""
         return seed_entropy(self.random_state)
 
-    def _spend(self, event: PrivacyEvent, *, entropy: int, delta: float, noise_multiplier: float = 0.0,
-               n_queries: int = 0, calibration: str = "none", data_shape=()):
+    def _spend(self, event: PrivacyEvent, *, entropy: int, delta: float, memory: tuple[float, str],
+               noise_multiplier: float = 0.0, n_queries: int = 0, calibration: str = "none",
+               data_shape=()):
         """Check and record ``event`` with the accountant (if any); return the cost record and the
         fit's noise generator.
 
@@ -95,8 +97,14 @@ class PrivateEstimatorMixin:
         The generator is keyed by ``entropy`` (from :meth:`_entropy`), the spend's ledger position
         and the fit's public description (see :mod:`dptensor._randomness`), so no two spends draw
         the same noise. It is the caller's local: never store it on the estimator.
+
+        ``memory`` is ``(bytes, advice)``: the fit's peak allocation, an upper bound from public
+        quantities, and the parameter to change when it does not fit. It is checked first
+        (:func:`~dptensor._memory.check_fits`): a fit that would run out of memory after its spend
+        is refused here, with the ledger unchanged.
         """
         name = type(self).__name__
+        check_fits(memory[0], f"{name}.fit", memory[1])
         label = f"{name}(epsilon={self.epsilon:g})"
         if self.accountant is not None:
             entry = self.accountant.spend(event, label=label)

@@ -33,6 +33,7 @@ from ._base import PrivacyWarning, PrivateEstimatorMixin
 from ._dask import DaskGramMatrix, RowChunks, check_dask_array, clip_chunks, dask_gram, is_dask_array
 from ._operators import DenseMatrix, GramMatrix
 from ._power import flip_signs
+from ._memory import FLOAT, check_fits
 from ._validation import check_data_norm, check_positive_int, check_verbose, validate_private_data
 from .accounting import ComposedEvent, GaussianEvent, NonPrivateEvent, calibrate_gaussian, epsilon_of, gdp_mu
 from .accounting.calibration import paper_noisy_power_sigma
@@ -721,11 +722,36 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
                               PrivacyWarning, stacklevel=3)
         return dict(z=z, z_mean=z_mean, z_total=z_total, event=event, n_queries=queries)
 
-    def _record(self, s, plan, entropy, data_shape):
-        """Record the fit's spend (epsilon = inf when not private); return its cost and generator."""
+    def _record(self, s, plan, entropy, data_shape, n_rows):
+        """Record the fit's spend (epsilon = inf when not private); return its cost and generator.
+        ``n_rows``: the rows held in memory at once (``None``: on Dask workers)."""
         event = NonPrivateEvent("epsilon=inf") if plan["event"] is None else plan["event"]
-        return self._spend(event, entropy=entropy, delta=s["delta"], noise_multiplier=_last(plan["z"]),
+        return self._spend(event, entropy=entropy, delta=s["delta"], memory=self._fit_memory(s, n_rows, data_shape),
+                           noise_multiplier=_last(plan["z"]),
                            n_queries=plan["n_queries"], calibration=self.calibration, data_shape=data_shape)
+
+    @staticmethod
+    def _fit_memory(s, n_rows, data_shape):
+        """``(bytes, advice)``: the fit's peak allocation from its shape, an upper bound in float64.
+
+        The rows' clipped and centred copies (``n_rows`` at once: all of them, one chunk of a
+        stream, none for Dask), then the d x d matrix of Analyze Gauss with its noise and
+        eigendecomposition, or the power method's n x p and d x p products.
+        """
+        d = data_shape[-1] if s["method"] != "streaming_power" else data_shape[0]
+        rows = 2 * (n_rows or 0) * d
+        if s["method"] == "analyze_gauss" or (s["precomputed"] and s["method"] != "power"):
+            peak = rows + 6 * d * d
+            advice = "Use method='power' (O(d p) memory), or fewer features"
+        else:
+            peak = rows + (n_rows or 0) * s["p"] * 2 + 8 * d * s["p"]
+            advice = "Use fewer components or rows at once (partial_fit in chunks, or a Dask array)"
+        return peak * FLOAT, advice
+
+    def _memory_estimate(self, n_samples, n_features):
+        """``(bytes, advice)`` of a ``fit`` on ``n_samples`` x ``n_features`` data (no data read)."""
+        s = self._check_params(n_features)
+        return self._fit_memory(s, n_samples, (n_samples, n_features))
 
     # ------------------------------------------------------------------ fitting
     def fit(self, X, y=None):
@@ -741,7 +767,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             self._check_delta_for(X.shape[0], s["epsilon"], s["delta"])
         plan = self._plan(s)
         entropy = self._entropy()
-        self.privacy_cost_, rng = self._record(s, plan, entropy, X.shape)  # before any noisy release
+        n_rows = None if is_dask_array(X) or s["precomputed"] else X.shape[0]
+        self.privacy_cost_, rng = self._record(s, plan, entropy, X.shape, n_rows)  # before any noisy release
         if s["precomputed"]:
             result = self._fit_matrix(X, s, plan, rng)
             mean, scale = np.zeros(X.shape[1], dtype=X.dtype), 1.0
@@ -860,7 +887,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
                  else check_positive_int(self.block_size, "block_size"))
             plan = self._plan(s)
             entropy = self._entropy()
-            self.privacy_cost_, rng = self._record(s, plan, entropy, (d, T))
+            # the stream holds one chunk and its block's sums at a time: this chunk stands for it
+            self.privacy_cost_, rng = self._record(s, plan, entropy, (d, T), X.shape[0])
             self._stream = StreamingPowerMethod(
                 d, s["k"], T, rng, n_oversamples=s["p"] - s["k"], data_norm=s["bound"],
                 noise_multiplier=plan["z"], centered=not s["center"], dtype=X.dtype)
@@ -870,6 +898,9 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             for attr in ("components_", "explained_variance_", "explained_variance_ratio_", "mean_",
                          "n_samples_", "explained_variance_noise_"):
                 self.__dict__.pop(attr, None)
+        else:  # a later chunk, larger maybe: refused by its shape alone, and the stream goes on
+            check_fits(2 * X.size * FLOAT, "PrivatePCA.partial_fit",
+                       "Pass the rows in smaller chunks (the result does not depend on the cut)")
         before = self._stream.n_blocks
         stream = self._stream.update(X)
         self.n_samples_seen_ = stream.n_samples_seen

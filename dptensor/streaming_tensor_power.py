@@ -32,6 +32,7 @@ from ._base import PrivateEstimatorMixin
 from ._dask import RowChunks, check_dask_array, is_dask_array
 from ._operators import DeflatedTensor, ThirdMoment
 from ._power import normalize_columns, random_unit_columns, select_restart
+from ._memory import FLOAT, check_fits
 from ._validation import check_data_norm, check_positive_int, check_verbose, validate_private_data
 from .accounting import GaussianEvent, NonPrivateEvent, calibrate_gaussian
 from .mechanisms import clip_rows, joint_gaussian_release
@@ -393,9 +394,12 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         stream = getattr(self, "_stream", None)
         X = validate_private_data(self, X, reset=stream is None, dtype=_FLOAT_DTYPES, order="C")
         if stream is None:
-            stream = self._start(X.shape[1], X.dtype)
+            stream = self._start(X.shape[1], X.dtype, X.shape[0])
         else:
             self._check_continuation(stream)
+            # a later chunk, larger maybe: refused by its shape alone, and the stream goes on
+            check_fits(2 * X.size * FLOAT, "StreamingTensorPower.partial_fit",
+                       "Pass the rows in smaller chunks (the result does not depend on the cut)")
         before = stream.i
         stream.feed(np.ascontiguousarray(X, dtype=stream.dtype))
         if self.verbose:
@@ -417,8 +421,18 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         epsilon, delta = self._privacy_target()
         return k, L, R, n, epsilon, delta, check_data_norm(self.data_norm, epsilon)
 
-    def _start(self, d, dtype) -> _Stream:
-        """Validate the parameters, record the privacy cost, and open a stream of d features."""
+    def _memory_estimate(self, n_rows, d):
+        """``(bytes, advice)``: the peak allocation while ``n_rows`` rows of ``d`` features are fed
+        at once, in float64: their copy and one micro-block's clipped rows and products (the
+        stream's state is a few d x L arrays, whatever its length)."""
+        k, L = self._check_params(d)[:2]
+        micro = max(1, min(int(self.batch_size), _MICRO_BLOCK_BYTES // (d * FLOAT)))
+        peak = 2 * n_rows * d + 3 * micro * (d + 2 * L) + 8 * d * L + k * d
+        return peak * FLOAT, "Pass the rows in smaller chunks (partial_fit, or an iterable of batches)"
+
+    def _start(self, d, dtype, n_rows) -> _Stream:
+        """Validate the parameters, record the privacy cost, and open a stream of d features
+        (``n_rows``: the rows of the first chunk, held at once)."""
         k, L, R, n, epsilon, delta, data_norm = self._check_params(d)
         entropy = self._entropy()
         event, z = self._plan_spend(epsilon, delta)
@@ -426,7 +440,8 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         event = event or NonPrivateEvent("epsilon=inf")
         # Recorded before the first block is released; a refused budget leaves no stream.
         self.privacy_cost_, rng = self._spend(event, entropy=entropy, delta=delta, noise_multiplier=z,
-                                              n_queries=1, calibration="exact", data_shape=(d,))
+                                              n_queries=1, calibration="exact", data_shape=(d,),
+                                              memory=self._memory_estimate(n_rows, d))
         self._stream_key = self._key()
         self._stream = _Stream(d=d, dtype=dtype, n_components=k, n_restarts=L, n_iter=R, batch_size=n,
                                data_norm=data_norm, sensitivity=sensitivity, noise_multiplier=z, rng=rng,

@@ -5,6 +5,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from .._base import PrivateEstimatorMixin
+from .._memory import FLOAT
 from .._validation import check_positive_int, check_verbose
 from ..accounting.events import NonPrivateEvent
 from .._dask import is_dask_array, reduce_row_chunks
@@ -12,6 +13,14 @@ from ..pca import MAX_DENSE_FEATURES, auto_n_iter
 from ._pipeline import decompose_whitened, n_third_queries, plan_noise
 
 __all__ = ["SpectralLatentModel"]
+
+
+def _stored_floats(X) -> int:
+    """The numbers ``X`` holds: every entry of a dense array; a sparse matrix's stored entries
+    and their indices."""
+    if hasattr(X, "nnz"):
+        return int(X.nnz) * 2 + X.shape[0] + 1
+    return int(np.prod(X.shape))
 
 
 class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
@@ -113,13 +122,14 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         self._check_delta_for(n, epsilon, delta, unit=self._unit)
         entropy = self._entropy()
         method, plan = self._plan(ctx, k, epsilon, delta)
+        memory = self._fit_memory(n, d, k, ctx["power"], None if is_dask_array(X) else _stored_floats(X))
         if plan.private:
             self.privacy_cost_, rng = self._spend(plan.event, entropy=entropy, delta=delta,
                                                   noise_multiplier=plan.z_third, n_queries=plan.n_queries,
-                                                  calibration="exact", data_shape=X.shape)
+                                                  calibration="exact", data_shape=X.shape, memory=memory)
         else:
             self.privacy_cost_, rng = self._spend(NonPrivateEvent("epsilon=inf"), entropy=entropy,
-                                                  delta=delta, data_shape=X.shape)
+                                                  delta=delta, data_shape=X.shape, memory=memory)
         mean = self._release_first(ctx, plan, rng)
         whitening = self._release_whitening(ctx, mean, plan, rng)
         data, correction, sensitivity = self._whitened_third(ctx, whitening, mean)
@@ -135,6 +145,24 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         if not plan.private:  # a non-private fit (epsilon = inf) may refine its estimate on the data
             self._refine(ctx, rows)
         return self
+
+    def _fit_memory(self, n, d, k, power, stored):
+        """``(bytes, advice)``: the fit's peak allocation, in float64. ``stored``: the numbers the
+        rows take as given (``n d`` dense; a sparse matrix's stored entries with their indices;
+        ``None`` on Dask workers), of which the fit holds a few prepared copies. Then the d x d
+        second moment with its noise and eigendecomposition (or the power method's n x 2k and
+        d x 2k products), the whitened rows (n x k) and the k^3 tensor with its noise."""
+        p = 2 * k
+        rows = 4 * stored if stored is not None else 0
+        n_local = n if stored is not None else 0
+        second = (4 * n_local * p + 10 * d * p) if power else 7 * d * d
+        peak = rows + second + 4 * n_local * k + 8 * k**3 + 8 * d * k
+        return peak * FLOAT, "Use whitening='power' (no d x d matrix), fewer features or components"
+
+    def _memory_estimate(self, n_samples, n_features):
+        """``(bytes, advice)`` of a ``fit`` on ``n_samples`` dense rows of ``n_features`` (no data read)."""
+        n, d = int(n_samples), int(n_features)
+        return self._fit_memory(n, d, self._check_common(d), self._use_power(d, bool(np.isfinite(self.epsilon))), n * d)
 
     def _refine(self, ctx, rows):
         """Non-private refinement of the fitted parameters (a model may define one); none here."""
