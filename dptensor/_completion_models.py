@@ -1380,15 +1380,16 @@ def unfolding_gram(obs: Observations, t: np.ndarray, m: int, clip, cap=None, oth
     return M, sens
 
 
-def projected_statistics(obs: Observations, t: np.ndarray, bases, design_quantile=0.9, lead=0, model=None,
-                         kron=True):
+def projected_statistics(obs: Observations, t: np.ndarray, bases, design_quantile=0.9, lead=0,
+                         model=None, kron=True):
     """Mode-``lead`` normal equations on the designs ``kron(V_k[e_k], k != lead)`` (the released
     bases; with ``kron=False`` their elementwise product, a CP design of ``rank`` columns), clipped
     to their public bound ``C``: ``(grams, rhs, C)``.
     One value of ``t`` moves one row's right-hand side by at most its change times ``C``."""
     grid = obs.grid(model) if lead == 0 else None
     if grid is not None:
-        Kt, bound = clip_designs(_grid_rows(bases[1:], kron=kron).T, design_quantile, grid.column_counts(0))
+        Kt, bound = clip_designs(_grid_rows(bases[1:], kron=kron).T, design_quantile,
+                                 grid.column_counts(0))
         gram, rhs = grid.normal_equations(0, Kt.T, grid.scatter(t), obs.counts[0])
         return gram, rhs, bound
     L = obs.layout(lead)
@@ -1559,18 +1560,19 @@ def fit_floats(n_obs, shape, rank, *, tucker, mode, fixed=()):
     solve = rows * (r + 1) * (r + 1) * 6  # the rows' Grams, their copies and solves
     if mode == "implicit":
         dim = sum(shape[m] for m in free) * r
-        return total + n * (4 * r + 16) + dim * (min(LANCZOS_MAXITER, dim) + 3 * TOP_DIRECTIONS + 32)
+        return total + n * (2 * r + 8) + dim * (min(LANCZOS_MAXITER, dim) + 3 * TOP_DIRECTIONS + 32)
     if tucker:  # the designs of every mode, the core's Kronecker rows (in blocks) and Gram
         width = r ** d
-        total += 3 * d * n * r + _CHUNK + 3 * width * width + n * terms
+        total += 3 * d * n * r + 2 * min(_CHUNK, n * width) + 3 * width * width + n * terms
     elif mode == "gd":  # every mode's gathered rows and designs, and the clipped gradients
-        total += 4 * d * n * r + 4 * n
+        total += 5 * d * n * r + 8 * n
     else:
         total += n * terms
     total += solve
     cells = _grid_cells(n, shape, tucker, mode != "gd")
     if cells:  # the mask, the values, a residual grid, and one product's columns of a mode
-        total += 6 * cells + max(cells // shape[m] for m in range(d)) * (terms + (r**d if tucker else 0))
+        columns = max(cells // shape[m] for m in range(d))
+        total += 6 * cells + columns * (terms + (r**d if tucker else 0))
     if mode == "statistics":
         lead = free[0]
         grams = max((shape[m] ** 2 * 7 for m in free if m != lead), default=0)  # with eigh's copy

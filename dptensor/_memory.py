@@ -24,15 +24,16 @@ HEADROOM = 64 << 20
 
 
 class MemoryRefusedError(MemoryError):
-    """A fit would allocate more than this process can: refused before its spend, nothing recorded."""
+    """A fit would allocate more than this process can: refused before its spend, nothing
+    recorded."""
 
     def __init__(self, what: str, estimate: int, limit: int, advice: str):
         self.what, self.estimate, self.limit, self.advice = what, int(estimate), int(limit), advice
         super().__init__(
-            f"{what} would allocate up to {_gib(estimate)} at its peak (an upper bound from its shapes "
-            f"and parameters), but this process can allocate about {_gib(limit)} more (its address-space "
-            f"limit or the free memory, less {_gib(HEADROOM)} of headroom); the fit was refused before "
-            f"touching the data and nothing was recorded. {advice}")
+            f"{what} would allocate up to {_gib(estimate)} at its peak (an upper bound from its "
+            f"shapes and parameters), but this process can allocate about {_gib(limit)} more (its "
+            f"address-space limit or the free memory, less {_gib(HEADROOM)} of headroom); the fit "
+            f"was refused before touching the data and nothing was recorded. {advice}")
 
     def __reduce__(self):  # survives the trip back from a process worker
         return (type(self), (self.what, self.estimate, self.limit, self.advice))
@@ -43,7 +44,8 @@ def _gib(nbytes) -> str:
 
 
 def _meminfo_available():
-    """Physical memory available (``MemAvailable`` of ``/proc/meminfo``, else free pages), or None."""
+    """Physical memory available (``MemAvailable`` of ``/proc/meminfo``, else free pages), or
+    None."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
@@ -70,7 +72,8 @@ def _virtual_size():
 
 
 def available_bytes():
-    """Bytes this process can still allocate, or ``None`` where nothing says (no limit, no ``/proc``).
+    """Bytes this process can still allocate, or ``None`` where nothing says (no limit, no
+    ``/proc``).
 
     The smaller of the address-space limit (``RLIMIT_AS``) less the current virtual size, and the
     physical memory available.

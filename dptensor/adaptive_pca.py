@@ -409,8 +409,8 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         memory = self._memory_estimate(n, d)
         if event is not None:  # checked and recorded before anything noisy is computed
             self.privacy_cost_, rng = self._spend(event, entropy=entropy, delta=delta, noise_multiplier=z,
-                                                  n_queries=rounds, calibration="exact", data_shape=X.shape,
-                                                  memory=memory)
+                                                  n_queries=rounds, calibration="exact",
+                                                  data_shape=X.shape, memory=memory)
         else:
             self.privacy_cost_, rng = self._spend(NonPrivateEvent("epsilon=inf"), entropy=entropy,
                                                   delta=delta, data_shape=X.shape, memory=memory)

@@ -57,8 +57,9 @@ from ._base import PrivateEstimatorMixin
 from ._implicit import DESIGN_NORM, wiener_fit
 from ._memory import FLOAT
 from ._randomness import public_digest
-from ._completion_models import (Model, Observations, als, dp_als, fit_floats, gradient_descent, init_model,
-                                 predict, OffsetNoise, offset_noise, residual_scale, row_offsets, spectral_start)
+from ._completion_models import (Model, Observations, als, dp_als, fit_floats, gradient_descent,
+                                 init_model, predict, OffsetNoise, offset_noise, residual_scale,
+                                 row_offsets, spectral_start)
 from ._completion_models import offsets as offsets_of
 from ._validation import check_positive_int, check_verbose, validate_private_data
 from .accounting import ComposedEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent, epsilon_of, gdp_mu
@@ -576,14 +577,15 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         return self
 
     def _fit_memory(self, p, n_obs, shape):
-        """``(bytes, advice)``: the fit's peak allocation (:func:`fit_floats`, public quantities)."""
+        """``(bytes, advice)``: the fit's peak allocation (:func:`fit_floats`, public
+        quantities)."""
         mode = p["perturbation"] if p["perturbation"] in ("statistics", "implicit") else p["solver"]
         tucker = self.decomposition == "tucker"
         floats = fit_floats(n_obs, shape, p["rank"], tucker=tucker, mode=mode, fixed=p["fixed"])
-        advice = ("Lower rank (a Tucker core holds rank^order numbers, its Gram their square), or fit "
-                  "decomposition='cp'" if tucker else
-                  "Lower rank, leave modes out of factor_modes, or split the data (a mode with many "
-                  "rows costs n_m^2 for the spectral start of perturbation='statistics')")
+        advice = ("Lower rank (a Tucker core holds rank^order numbers, its Gram their square), "
+                  "or fit decomposition='cp'" if tucker else
+                  "Lower rank, leave modes out of factor_modes, or split the data (a mode with "
+                  "many rows costs n_m^2 for the spectral start of perturbation='statistics')")
         return floats * FLOAT, advice
 
     def _memory_estimate(self, n_samples, n_features):

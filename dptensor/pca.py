@@ -726,7 +726,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         """Record the fit's spend (epsilon = inf when not private); return its cost and generator.
         ``n_rows``: the rows held in memory at once (``None``: on Dask workers)."""
         event = NonPrivateEvent("epsilon=inf") if plan["event"] is None else plan["event"]
-        return self._spend(event, entropy=entropy, delta=s["delta"], memory=self._fit_memory(s, n_rows, data_shape),
+        return self._spend(event, entropy=entropy, delta=s["delta"],
+                           memory=self._fit_memory(s, n_rows, data_shape),
                            noise_multiplier=_last(plan["z"]),
                            n_queries=plan["n_queries"], calibration=self.calibration, data_shape=data_shape)
 
@@ -734,22 +735,24 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     def _fit_memory(s, n_rows, data_shape):
         """``(bytes, advice)``: the fit's peak allocation from its shape, an upper bound in float64.
 
-        The rows' clipped and centred copies (``n_rows`` at once: all of them, one chunk of a
-        stream, none for Dask), then the d x d matrix of Analyze Gauss with its noise and
-        eigendecomposition, or the power method's n x p and d x p products.
+        The rows' clipped and centred copy (``n_rows`` at once: all of them, one chunk of a
+        stream, none for Dask or a precomputed matrix), then the d x d matrix of Analyze Gauss
+        with its noise and eigendecomposition, or the power method's n x p and d x p products.
         """
         d = data_shape[-1] if s["method"] != "streaming_power" else data_shape[0]
-        rows = 2 * (n_rows or 0) * d
-        if s["method"] == "analyze_gauss" or (s["precomputed"] and s["method"] != "power"):
+        n = n_rows or 0
+        rows = n * d + 4 * n
+        if s["method"] == "analyze_gauss":
             peak = rows + 6 * d * d
             advice = "Use method='power' (O(d p) memory), or fewer features"
         else:
-            peak = rows + (n_rows or 0) * s["p"] * 2 + 8 * d * s["p"]
+            peak = rows + n * s["p"] * 2 + 12 * d * s["p"] + 4 * d
             advice = "Use fewer components or rows at once (partial_fit in chunks, or a Dask array)"
         return peak * FLOAT, advice
 
     def _memory_estimate(self, n_samples, n_features):
-        """``(bytes, advice)`` of a ``fit`` on ``n_samples`` x ``n_features`` data (no data read)."""
+        """``(bytes, advice)`` of a ``fit`` on ``n_samples`` x ``n_features`` data (no data
+        read)."""
         s = self._check_params(n_features)
         return self._fit_memory(s, n_samples, (n_samples, n_features))
 
@@ -768,7 +771,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         plan = self._plan(s)
         entropy = self._entropy()
         n_rows = None if is_dask_array(X) or s["precomputed"] else X.shape[0]
-        self.privacy_cost_, rng = self._record(s, plan, entropy, X.shape, n_rows)  # before any noisy release
+        # before any noisy release
+        self.privacy_cost_, rng = self._record(s, plan, entropy, X.shape, n_rows)
         if s["precomputed"]:
             result = self._fit_matrix(X, s, plan, rng)
             mean, scale = np.zeros(X.shape[1], dtype=X.dtype), 1.0

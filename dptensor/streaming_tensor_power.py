@@ -398,7 +398,7 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         else:
             self._check_continuation(stream)
             # a later chunk, larger maybe: refused by its shape alone, and the stream goes on
-            check_fits(2 * X.size * FLOAT, "StreamingTensorPower.partial_fit",
+            check_fits(X.size * FLOAT, "StreamingTensorPower.partial_fit",
                        "Pass the rows in smaller chunks (the result does not depend on the cut)")
         before = stream.i
         stream.feed(np.ascontiguousarray(X, dtype=stream.dtype))
@@ -422,13 +422,15 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         return k, L, R, n, epsilon, delta, check_data_norm(self.data_norm, epsilon)
 
     def _memory_estimate(self, n_rows, d):
-        """``(bytes, advice)``: the peak allocation while ``n_rows`` rows of ``d`` features are fed
-        at once, in float64: their copy and one micro-block's clipped rows and products (the
-        stream's state is a few d x L arrays, whatever its length)."""
+        """``(bytes, advice)``: the peak allocation of a stream of ``d`` features fed ``n_rows``
+        validated rows at once, in float64: one micro-block's buffer, clipped rows and products,
+        and the stream's state, a few d x L arrays whatever its length (``n_rows`` is for a
+        search, which passes the rows of the whole fit)."""
         k, L = self._check_params(d)[:2]
-        micro = max(1, min(int(self.batch_size), _MICRO_BLOCK_BYTES // (d * FLOAT)))
-        peak = 2 * n_rows * d + 3 * micro * (d + 2 * L) + 8 * d * L + k * d
-        return peak * FLOAT, "Pass the rows in smaller chunks (partial_fit, or an iterable of batches)"
+        micro = max(1, min(int(self.batch_size), _MICRO_BLOCK_BYTES // (d * FLOAT), int(n_rows)))
+        peak = 3 * micro * (d + 2 * L) + 8 * d * L + k * d
+        return peak * FLOAT, ("Pass the rows in smaller chunks (partial_fit, or an iterable of "
+                              "batches)")
 
     def _start(self, d, dtype, n_rows) -> _Stream:
         """Validate the parameters, record the privacy cost, and open a stream of d features

@@ -387,10 +387,10 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
 
         # The spend, from public values only: a refused fit computes nothing from the data.
         event, z, K = self._plan_spend(epsilon, delta, k)
+        memory = self._fit_memory(X.shape, k, X.dtype.itemsize, dask)
         self.privacy_cost_, rng = self._spend(event or NonPrivateEvent("epsilon=inf"), entropy=entropy, delta=delta, noise_multiplier=z,
-                                              n_queries=K, calibration=self.calibration, data_shape=X.shape,
-                                              memory=self._fit_memory(X.shape, k, X.dtype.itemsize,
-                                                                      is_dask_array(X)))
+                                              n_queries=K, calibration=self.calibration,
+                                              data_shape=X.shape, memory=memory)
 
         if X.ndim == 3:
             base, self.moment_ = SymmetricTensor(T), "tensor"
@@ -416,8 +416,8 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         return self
 
     def _fit_memory(self, shape, k, itemsize=8, dask=False):
-        """``(bytes, advice)``: the fit's peak allocation from the shape of ``X`` (rows, or a tensor)
-        and the parameters, in float64. A tensor: its packed half and the symmetric noise of input
+        """``(bytes, advice)``: the fit's peak allocation from the shape of ``X`` (rows, or a
+        tensor) and the parameters, in float64. A tensor: its packed half and the symmetric noise of input
         perturbation (a few d^3). Rows: the clipped copy (none on Dask) and the moment chosen: the
         dense d^3 one with its packed half and one block of its Khatri-Rao product, or the implicit
         one's n x L products per step."""
@@ -427,9 +427,10 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
                   "method='power' (input perturbation forms the d^3 tensor)")
         if len(shape) == 3:
             return (4 * d**3 + small) * FLOAT, advice
-        rows = 0 if dask else n * d
+        rows = 0 if dask else 2 * n * d  # the clipped copy, and a chunk's slice of it
         if self._moment_for(shape, itemsize, dask, k) == "dense":
-            noise = 2 * d**3 if math.isfinite(self.epsilon) and self.method == "input_perturbation" else 0
+            perturbed = math.isfinite(self.epsilon) and self.method == "input_perturbation"
+            noise = 2 * d**3 if perturbed else 0
             block = 0 if dask else min(n * d * d, 2**26)
             peak = rows + 3 * d**3 + noise + block
         else:
@@ -437,7 +438,8 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         return (peak + small) * FLOAT, advice
 
     def _memory_estimate(self, n_samples, n_features):
-        """``(bytes, advice)`` of a ``fit`` on ``n_samples`` x ``n_features`` rows (no data read)."""
+        """``(bytes, advice)`` of a ``fit`` on ``n_samples`` x ``n_features`` rows (no data
+        read)."""
         k = self._check_params(n_features)
         return self._fit_memory((int(n_samples), int(n_features)), k)
 

@@ -186,7 +186,8 @@ def test_mixin_spend_records_and_returns_the_cost():
     assert not NO_PRIVACY_COST.private
 
     def draw(est):
-        return est._spend(event, entropy=est._entropy(), delta=1e-5, memory=(0, ""))[1].normal(size=2)
+        cost, rng = est._spend(event, entropy=est._entropy(), delta=1e-5, memory=(0, ""))
+        return rng.normal(size=2)
     # Without an accountant the same seed and public parameters give the same stream; another
     # epsilon (another public description) gives another.
     np.testing.assert_array_equal(draw(_Est(random_state=3)), draw(_Est(random_state=3)))

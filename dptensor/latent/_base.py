@@ -122,11 +122,13 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         self._check_delta_for(n, epsilon, delta, unit=self._unit)
         entropy = self._entropy()
         method, plan = self._plan(ctx, k, epsilon, delta)
-        memory = self._fit_memory(n, d, k, ctx["power"], None if is_dask_array(X) else _stored_floats(X))
+        stored = None if is_dask_array(X) else _stored_floats(X)
+        memory = self._fit_memory(n, d, k, ctx["power"], stored)
         if plan.private:
             self.privacy_cost_, rng = self._spend(plan.event, entropy=entropy, delta=delta,
                                                   noise_multiplier=plan.z_third, n_queries=plan.n_queries,
-                                                  calibration="exact", data_shape=X.shape, memory=memory)
+                                                  calibration="exact", data_shape=X.shape,
+                                                  memory=memory)
         else:
             self.privacy_cost_, rng = self._spend(NonPrivateEvent("epsilon=inf"), entropy=entropy,
                                                   delta=delta, data_shape=X.shape, memory=memory)
@@ -146,23 +148,28 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
             self._refine(ctx, rows)
         return self
 
+    #: Copies of the rows a fit makes after its spend (the prepared rows are made before it).
+    _row_copies = 0
+
     def _fit_memory(self, n, d, k, power, stored):
         """``(bytes, advice)``: the fit's peak allocation, in float64. ``stored``: the numbers the
         rows take as given (``n d`` dense; a sparse matrix's stored entries with their indices;
-        ``None`` on Dask workers), of which the fit holds a few prepared copies. Then the d x d
-        second moment with its noise and eigendecomposition (or the power method's n x 2k and
+        ``None`` on Dask workers), of which the fit makes ``_row_copies`` after its spend. Then
+        the d x d second moment with its noise and eigendecomposition (or the power method's n x 2k and
         d x 2k products), the whitened rows (n x k) and the k^3 tensor with its noise."""
         p = 2 * k
-        rows = 4 * stored if stored is not None else 0
+        rows = self._row_copies * stored if stored is not None else 0
         n_local = n if stored is not None else 0
         second = (4 * n_local * p + 10 * d * p) if power else 7 * d * d
-        peak = rows + second + 4 * n_local * k + 8 * k**3 + 8 * d * k
+        peak = rows + second + 6 * n_local * k + 8 * k**3 + 8 * d * k
         return peak * FLOAT, "Use whitening='power' (no d x d matrix), fewer features or components"
 
     def _memory_estimate(self, n_samples, n_features):
-        """``(bytes, advice)`` of a ``fit`` on ``n_samples`` dense rows of ``n_features`` (no data read)."""
+        """``(bytes, advice)`` of a ``fit`` on ``n_samples`` dense rows of ``n_features`` (no data
+        read)."""
         n, d = int(n_samples), int(n_features)
-        return self._fit_memory(n, d, self._check_common(d), self._use_power(d, bool(np.isfinite(self.epsilon))), n * d)
+        power = self._use_power(d, bool(np.isfinite(self.epsilon)))
+        return self._fit_memory(n, d, self._check_common(d), power, n * d)
 
     def _refine(self, ctx, rows):
         """Non-private refinement of the fitted parameters (a model may define one); none here."""

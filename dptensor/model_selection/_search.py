@@ -234,15 +234,17 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         return self
 
     def _memory(self, plan, X, overrides):
-        """``(bytes, advice)``: the largest peak of any candidate's fit (on the training part, and on
-        all the units for the refit), each estimated by the learner from public quantities, plus
-        the search's own copies of the parts."""
+        """``(bytes, advice)``: the largest peak of any candidate's fit (on the training part, and
+        on all the units for the refit), each estimated by the learner from public quantities,
+        plus the search's own copies of the parts."""
         sizes = (plan["n_train"], X.shape[0]) if self.refit else (plan["n_train"],)
         worst, advice = 0, ""
         for params in plan["candidates"]:
-            est = self._candidate(plan["prefix"], params, plan["epsilon"], plan["delta"], 0, overrides)
+            est = self._candidate(plan["prefix"], params, plan["epsilon"], plan["delta"], 0,
+                                  overrides)
             learner = est[-1] if isinstance(est, Pipeline) else est
-            estimate = getattr(learner, "_memory_estimate", None)  # a learner of the user's may have none
+            # a learner of the user's may have no estimate
+            estimate = getattr(learner, "_memory_estimate", None)
             for n in sizes if estimate is not None else ():
                 nbytes, why = estimate(n, X.shape[1])
                 if nbytes > worst:
