@@ -417,10 +417,10 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
 
     def _fit_memory(self, shape, k, itemsize=8, dask=False):
         """``(bytes, advice)``: the fit's peak allocation from the shape of ``X`` (rows, or a
-        tensor) and the parameters, in float64. A tensor: its packed half and the symmetric noise of input
-        perturbation (a few d^3). Rows: the clipped copy (none on Dask) and the moment chosen: the
-        dense d^3 one with its packed half and one block of its Khatri-Rao product, or the implicit
-        one's n x L products per step."""
+        tensor) and the parameters, in float64. A tensor: its packed half and the symmetric noise
+        of input perturbation (a few d^3). Rows: the clipped copy (none on Dask) and the moment
+        chosen: the dense d^3 one with its packed half and one block of its Khatri-Rao product,
+        or the implicit one's n x L products per step."""
         n, d, L = shape[0], shape[1], self.n_restarts
         small = 8 * d * (k + L) + 4 * L * L
         advice = ("Use moment='implicit' (O(n L) per step instead of d^3), fewer features, or "

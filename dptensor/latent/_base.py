@@ -155,8 +155,9 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         """``(bytes, advice)``: the fit's peak allocation, in float64. ``stored``: the numbers the
         rows take as given (``n d`` dense; a sparse matrix's stored entries with their indices;
         ``None`` on Dask workers), of which the fit makes ``_row_copies`` after its spend. Then
-        the d x d second moment with its noise and eigendecomposition (or the power method's n x 2k and
-        d x 2k products), the whitened rows (n x k) and the k^3 tensor with its noise."""
+        the d x d second moment with its noise and eigendecomposition (or the power method's
+        n x 2k and d x 2k products), the whitened rows (n x k) and the k^3 tensor with its
+        noise."""
         p = 2 * k
         rows = self._row_copies * stored if stored is not None else 0
         n_local = n if stored is not None else 0
