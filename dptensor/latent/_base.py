@@ -17,7 +17,7 @@ __all__ = ["SpectralLatentModel"]
 
 def _stored_floats(X) -> int:
     """The numbers ``X`` holds: every entry of a dense array; a sparse matrix's stored entries
-    and their indices."""
+    and their indices (a count the data set: see the privacy guide, "Memory")."""
     if hasattr(X, "nnz"):
         return int(X.nnz) * 2 + X.shape[0] + 1
     return int(np.prod(X.shape))
@@ -153,9 +153,8 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
 
     def _fit_memory(self, n, d, k, power, stored):
         """``(bytes, advice)``: the fit's peak allocation, in float64. ``stored``: the numbers the
-        rows take as given (``n d`` dense; a sparse matrix's stored entries with their indices;
-        ``None`` on Dask workers), of which the fit makes ``_row_copies`` after its spend. Then
-        the d x d second moment with its noise and eigendecomposition (or the power method's
+        rows hold (``n d``; a sparse matrix's stored entries with their indices; ``None`` for
+        rows on Dask workers), of which the fit makes ``_row_copies`` after its spend. Then the d x d second moment with its noise and eigendecomposition (or the power method's
         n x 2k and d x 2k products), the whitened rows (n x k) and the k^3 tensor with its
         noise."""
         p = 2 * k

@@ -426,7 +426,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
 
     # -- the model's moments -----------------------------------------------------------------
     _unit = "document"
-    _row_copies = 1  # the documents' pair sums scale a copy of the counts
+    _row_copies = 2  # the documents' pair sums scale copies of the (sparse) counts
     _frobenius = True  # every sensitivity below bounds the Frobenius norm of the change
 
     def _validate(self, X, reset, fit=True):
