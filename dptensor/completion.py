@@ -243,7 +243,12 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     ----------
     rank : int, default=3
         CP rank, or the size of every side of the Tucker core (``"implicit"``: the columns of each
-        mode's spectral embedding; the released CP factors have ``2 rank`` columns).
+        mode's spectral embedding; the released CP factors have ``2 rank`` columns). With the
+        number of entries, the shape and the model it sets the fit's memory
+        (:func:`~dptensor._completion_models.fit_floats`): a Tucker core holds ``rank^order``
+        numbers and its Gram their square, the spectral start of ``"statistics"`` an
+        ``n_m x n_m`` Gram per mode with a factor. A fit whose bound exceeds what the process can
+        allocate is refused before its spend (:class:`~dptensor._memory.MemoryRefusedError`).
     decomposition : {"cp", "tucker"}, default="cp"
     perturbation : {"auto", None, "statistics", "implicit", "input", "gradient", "output"}, default="auto"
         ``"auto"``: the non-private fit at ``epsilon=np.inf``, otherwise ``"statistics"`` for CP

@@ -230,7 +230,10 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
     batch_size : int, default=1000
         The block size ``n``: how many rows one power update averages over (all L candidates share
         them). Not the chunk size: ``partial_fit`` takes chunks of any size, and a block may span
-        several chunks or a chunk several blocks. It is public, as is the stream's length.
+        several chunks or a chunk several blocks. It is public, as is the stream's length. Memory
+        does not grow with it (micro-blocks of at most 4 MiB of rows) but with the chunks given:
+        a chunk too large for the memory left is refused, by its shape, before it is read
+        (:class:`~dptensor._memory.MemoryRefusedError`), and the stream goes on.
     epsilon : float, default=np.inf
         Privacy target; ``np.inf`` is the non-private method.
     delta : float or None, default=None

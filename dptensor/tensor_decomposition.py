@@ -302,7 +302,9 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         How the third moment of 2-D data is held for ``method="power"``. ``"implicit"`` costs
         O(ndL) per step and O(nd + dL) memory; ``"dense"`` forms T in O(nd^3) time and O(d^3) memory,
         then costs O(d^3 L) per step; ``"auto"`` picks by :func:`choose_moment` (``"implicit"``
-        for a Dask X, whose d^3 tensor would be summed on the client).
+        for a Dask X, whose d^3 tensor would be summed on the client). A fit whose memory bound
+        (these sizes, from the shape) exceeds what the process can allocate is refused before its
+        spend (:class:`~dptensor._memory.MemoryRefusedError`).
     symmetrize : bool, default=False
         For a 3-D X that is not symmetric: use its symmetric part instead of raising. Changing one
         entry of X by at most 1 changes the symmetric part by ``sym(e_i⊗e_j⊗e_k)/6``, a sixth of a
