@@ -8,6 +8,7 @@ Estimators are imported lazily so that ``import dptensor`` stays cheap.
 from importlib import import_module
 
 from ._base import PrivacyCost, PrivacyWarning
+from ._memory import MemoryRefusedError
 from .accounting import (BudgetExceededError, LedgerNotSharedError, PrivacyAccountant,
                          PrivacyAccountingError)
 
@@ -25,7 +26,7 @@ _ESTIMATORS = {
 }
 
 __all__ = ["PrivacyAccountant", "BudgetExceededError", "LedgerNotSharedError", "PrivacyAccountingError",
-           "PrivacyCost", "PrivacyWarning", "__version__", *_ESTIMATORS]
+           "MemoryRefusedError", "PrivacyCost", "PrivacyWarning", "__version__", *_ESTIMATORS]
 
 
 def __getattr__(name):

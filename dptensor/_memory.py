@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import math
 import os
-import resource
+
+try:
+    import resource
+except ImportError:  # pragma: no cover - not on Windows: no address-space limit to read
+    resource = None
 
 __all__ = ["MemoryRefusedError", "available_bytes", "check_fits", "FLOAT", "HEADROOM"]
 
@@ -79,8 +83,8 @@ def available_bytes():
     physical memory available.
     """
     bounds = []
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    if soft != resource.RLIM_INFINITY:
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS) if resource else (None, None)
+    if resource and soft != resource.RLIM_INFINITY:
         used = _virtual_size()
         if used is not None:
             bounds.append(soft - used)

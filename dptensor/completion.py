@@ -248,7 +248,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         (:func:`~dptensor._completion_models.fit_floats`): a Tucker core holds ``rank^order``
         numbers and its Gram their square, the spectral start of ``"statistics"`` an
         ``n_m x n_m`` Gram per mode with a factor. A fit whose bound exceeds what the process can
-        allocate is refused before its spend (:class:`~dptensor._memory.MemoryRefusedError`).
+        allocate is refused before its spend (:class:`~dptensor.MemoryRefusedError`).
     decomposition : {"cp", "tucker"}, default="cp"
     perturbation : {"auto", None, "statistics", "implicit", "input", "gradient", "output"}, default="auto"
         ``"auto"``: the non-private fit at ``epsilon=np.inf``, otherwise ``"statistics"`` for CP

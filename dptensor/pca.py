@@ -487,7 +487,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         always for ``partial_fit``). See Notes. Memory: Analyze Gauss holds a few d x d arrays,
         the power method n x p and d x p ones, beside the rows' clipped copy; a fit whose bound
         exceeds what the process can allocate is refused before its spend
-        (:class:`~dptensor._memory.MemoryRefusedError`, naming what to change).
+        (:class:`~dptensor.MemoryRefusedError`, naming what to change).
     input : {"data", "precomputed"}, default="data"
         ``"data"``: X is (n_samples, n_features). ``"precomputed"``: X is a symmetric d x d matrix ``A``
         whose top-k eigenvectors (by magnitude) are wanted; ``transform`` then takes d-dimensional rows.

@@ -233,7 +233,7 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         several chunks or a chunk several blocks. It is public, as is the stream's length. Memory
         does not grow with it (micro-blocks of at most 4 MiB of rows) but with the chunks given:
         a chunk too large for the memory left is refused, by its shape, before it is read
-        (:class:`~dptensor._memory.MemoryRefusedError`), and the stream goes on.
+        (:class:`~dptensor.MemoryRefusedError`), and the stream goes on.
     epsilon : float, default=np.inf
         Privacy target; ``np.inf`` is the non-private method.
     delta : float or None, default=None

@@ -304,7 +304,7 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         then costs O(d^3 L) per step; ``"auto"`` picks by :func:`choose_moment` (``"implicit"``
         for a Dask X, whose d^3 tensor would be summed on the client). A fit whose memory bound
         (these sizes, from the shape) exceeds what the process can allocate is refused before its
-        spend (:class:`~dptensor._memory.MemoryRefusedError`).
+        spend (:class:`~dptensor.MemoryRefusedError`).
     symmetrize : bool, default=False
         For a 3-D X that is not symmetric: use its symmetric part instead of raising. Changing one
         entry of X by at most 1 changes the symmetric part by ``sym(e_i⊗e_j⊗e_k)/6``, a sixth of a

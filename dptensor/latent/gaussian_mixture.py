@@ -137,7 +137,7 @@ class PrivateGaussianMixture(SpectralLatentModel):
         features, where it is the less noisy of the two for the same budget; the power method
         beyond. The d x d matrix sets the fit's memory (a few of them); a fit whose bound exceeds
         what the process can allocate is refused before its spend
-        (:class:`~dptensor._memory.MemoryRefusedError`): choose ``"power"`` then.
+        (:class:`~dptensor.MemoryRefusedError`): choose ``"power"`` then.
     n_restarts, n_iter : int, default=10, 20
         Restarts and steps of the tensor power method on the k x k x k tensor.
     accountant : PrivacyAccountant or None, default=None

@@ -373,7 +373,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         release measured less noisy for the same budget. The d x d matrix (a few of them) and
         copies of the counts' stored entries set the fit's memory; a fit whose bound exceeds what
         the process can allocate is refused before its spend
-        (:class:`~dptensor._memory.MemoryRefusedError`): choose ``"power"`` then.
+        (:class:`~dptensor.MemoryRefusedError`): choose ``"power"`` then.
     n_restarts, n_iter : int, default=10, 20
         Restarts and steps of the tensor power method on the k x k x k tensor.
     max_transform_iter : int, default=50
