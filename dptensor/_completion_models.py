@@ -1397,7 +1397,7 @@ def projected_statistics(obs: Observations, t: np.ndarray, bases, design_quantil
     if kron:
         Kt = _khatri_rao_rows(rows).T
     else:  # a fixed mode's basis has one column: it broadcasts
-        Kt = functools.reduce(np.multiply, rows, np.ones((len(t), model.rank))).T
+        Kt = functools.reduce(np.multiply, rows).T
     Kt, bound = clip_designs(np.ascontiguousarray(Kt), design_quantile)
     gram, rhs = L.normal_equations(Kt, t[L.perm])
     return gram, rhs, bound

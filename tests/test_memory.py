@@ -225,3 +225,24 @@ def test_a_refused_fit_names_what_to_change_and_leaves_the_accountant_unspent(mo
         PrivateTensorCompletion(rank=12, decomposition="tucker", epsilon=1.0, value_range=(0, 1),
                                 accountant=acc).fit(*_positions((8,) * 4, 500))
     assert acc.spent() == (0.0, 0.0) and acc.history() == []
+
+
+def test_many_modes_take_the_per_mode_start_chosen_from_public_quantities():
+    from dptensor._completion_models import fit_floats, kronecker_start, spectral_floats
+    # scikit-learn's checks: 200 entries of a 10-mode space. The Kronecker designs would have
+    # 3^9 columns; the per-mode ones have 3, and the whole fit a few hundred kilobytes.
+    assert not kronecker_start(200, (5,) * 10, 3, 0)
+    assert spectral_floats(200, (5,) * 10, 3, 0, kron=True) * 8 > 100 * 2**30
+    assert fit_floats(200, (5,) * 10, 3, tucker=False, mode="statistics") * 8 < 2**20
+    # the completion study's sizes keep the Kronecker start
+    assert kronecker_start(10**5, (100,) * 3, 3, 0) and kronecker_start(5 * 10**4, (30,) * 4, 3, 0)
+
+
+def test_a_completion_whose_unfolding_columns_outnumber_int64_fits(rng):
+    # 200^9 columns in every unfolding: numbering them as one int64 failed after the spend
+    from dptensor import PrivacyAccountant
+    acc = PrivacyAccountant(5.0)
+    X, y = rng.integers(0, 200, (500, 10)), rng.uniform(-1, 1, 500)
+    model = PrivateTensorCompletion(epsilon=1.0, value_range=(-1, 1), shape=(200,) * 10,
+                                    accountant=acc, random_state=0).fit(X, y)
+    assert np.all(np.isfinite(model.predict(X))) and acc.spent()[0] == pytest.approx(1.0)
