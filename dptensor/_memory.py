@@ -63,6 +63,40 @@ def _meminfo_available():
         return None
 
 
+def _read_int(path):
+    try:
+        with open(path) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _stat(path, key):
+    try:
+        with open(path) as f:
+            for line in f:
+                name, _, value = line.partition(" ")
+                if name == key:
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _cgroup_available():
+    """Room left under this process's cgroup memory limit (a container's), or None: the limit
+    less the usage, the inactive file cache counted as free (the kernel reclaims it first)."""
+    for limit, usage, stat, cache in (
+            ("memory.max", "memory.current", "memory.stat", "inactive_file"),  # cgroup v2
+            ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes", "memory/memory.stat",
+             "total_inactive_file")):  # cgroup v1
+        cap = _read_int("/sys/fs/cgroup/" + limit)  # v2 writes "max" when there is none
+        used = _read_int("/sys/fs/cgroup/" + usage)
+        if cap is not None and used is not None and cap < 1 << 60:
+            return cap - used + _stat("/sys/fs/cgroup/" + stat, cache)
+    return None
+
+
 def _virtual_size():
     """This process's virtual size (``VmSize`` of ``/proc/self/status``), or None."""
     try:
@@ -79,8 +113,8 @@ def available_bytes():
     """Bytes this process can still allocate, or ``None`` where nothing says (no limit, no
     ``/proc``).
 
-    The smaller of the address-space limit (``RLIMIT_AS``) less the current virtual size, and the
-    physical memory available.
+    The smallest of the address-space limit (``RLIMIT_AS``) less the current virtual size, the
+    physical memory available, and the room under a cgroup (container) memory limit.
     """
     bounds = []
     soft, _ = resource.getrlimit(resource.RLIMIT_AS) if resource else (None, None)
@@ -88,9 +122,9 @@ def available_bytes():
         used = _virtual_size()
         if used is not None:
             bounds.append(soft - used)
-    physical = _meminfo_available()
-    if physical is not None:
-        bounds.append(physical)
+    for room in (_meminfo_available(), _cgroup_available()):
+        if room is not None:
+            bounds.append(room)
     return max(min(bounds), 0) if bounds else None
 
 

@@ -246,3 +246,14 @@ def test_a_completion_whose_unfolding_columns_outnumber_int64_fits(rng):
     model = PrivateTensorCompletion(epsilon=1.0, value_range=(-1, 1), shape=(200,) * 10,
                                     accountant=acc, random_state=0).fit(X, y)
     assert np.all(np.isfinite(model.predict(X))) and acc.spent()[0] == pytest.approx(1.0)
+
+
+def test_the_room_is_the_smallest_of_the_limits(monkeypatch):
+    import dptensor._memory as memory
+    monkeypatch.setattr(memory, "_meminfo_available", lambda: 5 << 30)
+    monkeypatch.setattr(memory, "_cgroup_available", lambda: 3 << 30)
+    assert memory.available_bytes() == 3 << 30  # a container's limit below the free memory
+    monkeypatch.setattr(memory, "_cgroup_available", lambda: None)
+    assert memory.available_bytes() == 5 << 30
+    monkeypatch.setattr(memory, "_meminfo_available", lambda: None)
+    assert memory.available_bytes() is None or memory.available_bytes() >= 0  # RLIMIT_AS alone
