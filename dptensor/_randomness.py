@@ -15,6 +15,18 @@ from two things:
 same seed replays the same spends in the same order, so it reproduces its results; two spends of
 one ledger always differ in their position, and two fits with different public parameters always
 differ in their fingerprint, so their noise is independent even without an accountant.
+
+Two fits can still start alike: without an accountant the ledger position is the same for
+every fit, and ``clone`` deep-copies a ``Generator`` (even one made from fresh entropy), so the
+folds of ``cross_validate``, in one process or in joblib's workers, had one stream, and two
+folds' releases differed by exactly their data's difference. So a seeded fit (any
+``random_state`` but ``None``) also keys its stream by a digest of the data it reads
+(:func:`data_digest`): fits on different data draw independent noise, and only a fit on the very
+same data, with the same seed, draws the same noise (which is what reproducing means). Keying by
+the data gives nothing away: whoever knows the seed regenerates the noise anyway, and whoever
+does not cannot reproduce the stream the digest is hashed with. A stream (``partial_fit``)
+keys each block's noise by the digest of every row up to that block (:class:`RowDigest`).
+``random_state=None`` needs none of it: each fit draws fresh entropy.
 """
 from __future__ import annotations
 
@@ -25,7 +37,7 @@ import secrets
 
 import numpy as np
 
-__all__ = ["seed_entropy", "spend_generator", "fingerprint"]
+__all__ = ["seed_entropy", "spend_generator", "fingerprint", "data_digest", "RowDigest", "rekeyed"]
 
 #: Bits of entropy drawn from the operating system (or from a given generator) per fit.
 ENTROPY_BITS = 128
@@ -59,15 +71,66 @@ def fingerprint(*parts) -> tuple[int, ...]:
     return tuple(int.from_bytes(digest[i:i + 4], "little") for i in range(0, 16, 4))
 
 
-def public_digest(array) -> int:
-    """A 64-bit hash of a PUBLIC array (e.g. completion's observed positions), for a spend's key.
+def _update(digest, array) -> None:
+    if hasattr(array, "tocsr") and hasattr(array, "nnz"):  # a SciPy sparse matrix or array
+        csr = array.tocsr()
+        digest.update(f"sparse{csr.shape}".encode())
+        for part in (csr.data, csr.indices, csr.indptr):
+            _update(digest, part)
+        return
+    name = getattr(array, "name", None)
+    if name is not None and not isinstance(array, np.ndarray):  # a Dask array: its token
+        digest.update(f"dask:{name}".encode())
+        return
+    array = np.ascontiguousarray(array)
+    if array.dtype == object:
+        raise TypeError("cannot digest an object array")  # pragma: no cover - validated before
+    digest.update(str((array.dtype.str, array.shape)).encode())
+    digest.update(memoryview(array.reshape(-1)).cast("B"))
 
-    Never pass private data: with a known seed, noise keyed by the data would let anyone test
-    which of two data sets produced a release.
+
+def data_digest(*arrays) -> tuple[int, ...]:
+    """Eight 32-bit words hashing the data a fit reads (its arrays' dtypes, shapes and bytes).
+
+    Part of a seeded spend's key, so that fits with one seed on different data never share noise.
+    A Dask array is digested by its name, Dask's token of its data or graph (read without
+    computing it). ``None`` entries are skipped.
     """
-    data = np.ascontiguousarray(array)
-    digest = hashlib.sha256(str((data.dtype.str, data.shape)).encode() + data.tobytes()).digest()
-    return int.from_bytes(digest[:8], "little")
+    digest = hashlib.sha256()
+    for array in arrays:
+        if array is not None:
+            _update(digest, array)
+    raw = digest.digest()
+    return tuple(int.from_bytes(raw[i:i + 4], "little") for i in range(0, 32, 4))
+
+
+class RowDigest:
+    """A running digest of the rows a stream has read, in order, however they were chunked.
+
+    ``update(rows)`` hashes C-ordered rows as they are consumed, so the digest after a block is
+    the same whatever the chunks were. Working state of an open stream: never pickled.
+    """
+
+    def __init__(self):
+        self._hash = hashlib.sha256()
+
+    def update(self, rows) -> None:
+        rows = np.ascontiguousarray(rows)
+        self._hash.update(memoryview(rows.reshape(-1)).cast("B"))
+
+    def words(self) -> tuple[int, ...]:
+        raw = self._hash.copy().digest()
+        return tuple(int.from_bytes(raw[i:i + 4], "little") for i in range(0, 32, 4))
+
+
+def rekeyed(rng: np.random.Generator, key: tuple[int, ...]) -> np.random.Generator:
+    """A generator from 128 bits of ``rng`` hashed with ``key`` (say a :class:`RowDigest`'s words).
+
+    ``rng`` advances by exactly two words, whatever the key.
+    """
+    words = rng.integers(0, 2**63, size=2, dtype=np.uint64)
+    seq = np.random.SeedSequence([int(w) for w in words], spawn_key=tuple(key))
+    return np.random.Generator(np.random.PCG64(seq))
 
 
 def spend_generator(entropy: int, *, spend_index: int, key: tuple[int, ...] = ()) -> np.random.Generator:

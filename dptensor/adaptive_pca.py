@@ -410,10 +410,11 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         if event is not None:  # checked and recorded before anything noisy is computed
             self.privacy_cost_, rng = self._spend(event, entropy=entropy, delta=delta, noise_multiplier=z,
                                                   n_queries=rounds, calibration="exact",
-                                                  data_shape=X.shape, memory=memory)
+                                                  data_shape=X.shape, memory=memory, data=(X,))
         else:
             self.privacy_cost_, rng = self._spend(NonPrivateEvent("epsilon=inf"), entropy=entropy,
-                                                  delta=delta, data_shape=X.shape, memory=memory)
+                                                  delta=delta, data_shape=X.shape, memory=memory,
+                                                  data=(X,))
 
         # Clipped only now: a refused fit computes nothing from the data.
         X = clip_rows(X, data_norm) if data_norm is not None else X

@@ -34,7 +34,9 @@ from ._dask import DaskGramMatrix, RowChunks, check_dask_array, clip_chunks, das
 from ._operators import DenseMatrix, GramMatrix
 from ._power import flip_signs
 from ._memory import FLOAT, check_fits
-from ._validation import check_data_norm, check_positive_int, check_verbose, validate_private_data
+from ._randomness import RowDigest, rekeyed
+from ._validation import (check_data_norm, check_positive_int, check_verbose, validate_private_data,
+                          validate_stream_chunk)
 from .accounting import ComposedEvent, GaussianEvent, NonPrivateEvent, calibrate_gaussian, epsilon_of, gdp_mu
 from .accounting.calibration import paper_noisy_power_sigma
 from .mechanisms import clip_factors, clip_rows, gaussian_release, symmetric_gaussian_release
@@ -394,8 +396,9 @@ class StreamingPowerMethod:
 
     def __init__(self, n_features: int, n_components: int, block_size: int, rng: np.random.Generator, *,
                  n_oversamples: int = 0, data_norm=None, noise_multiplier: float = 0.0,
-                 centered: bool = False, dtype=np.float64):
+                 centered: bool = False, dtype=np.float64, digest: RowDigest | None = None):
         self.n_components, self.block_size = int(n_components), int(block_size)
+        self.digest = digest  # a seeded stream keys each block's noise by the rows read so far
         self.data_norm, self.noise_multiplier = data_norm, float(noise_multiplier)
         self.rng = rng
         self.dtype = np.dtype(dtype)
@@ -414,6 +417,8 @@ class StreamingPowerMethod:
         start, n = 0, X.shape[0]
         while start < n:
             take = min(n - start, self.block_size - self._count)
+            if self.digest is not None:
+                self.digest.update(X[start:start + take])
             chunk = clip_rows(X[start:start + take], self.data_norm)
             if self.mean is None:
                 self._sum += chunk.sum(axis=0)
@@ -430,17 +435,18 @@ class StreamingPowerMethod:
 
     def _close_block(self):
         T, z = self.block_size, self.noise_multiplier
+        rng = self.rng if self.digest is None else rekeyed(self.rng, self.digest.words())
         if self.mean is None:
             self.mean = self._sum / T
             self._sum = None  # the unnoised sum is needed no longer than this release
             if z > 0:
-                self.mean = gaussian_release(self.mean, 2.0 * self.data_norm / T, z, self.rng,
+                self.mean = gaussian_release(self.mean, 2.0 * self.data_norm / T, z, rng,
                                              dtype=self.dtype)
         else:
             Y = self._acc / T
             if z > 0:
                 s = row_power_sensitivity(self.data_norm, self.basis.shape[1]) / T
-                Y = gaussian_release(Y, s, z, self.rng, dtype=self.dtype)
+                Y = gaussian_release(Y, s, z, rng, dtype=self.dtype)
             self.components, self.eigenvalues = rayleigh_ritz(self.basis, Y, self.n_components)
             self.basis = orthonormalize(Y)
             self.n_blocks += 1
@@ -725,14 +731,14 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
                               PrivacyWarning, stacklevel=3)
         return dict(z=z, z_mean=z_mean, z_total=z_total, event=event, n_queries=queries)
 
-    def _record(self, s, plan, entropy, data_shape, n_rows):
+    def _record(self, s, plan, entropy, data_shape, n_rows, data=()):
         """Record the fit's spend (epsilon = inf when not private); return its cost and generator.
         ``n_rows``: the rows held in memory at once (``None``: on Dask workers)."""
         event = NonPrivateEvent("epsilon=inf") if plan["event"] is None else plan["event"]
         return self._spend(event, entropy=entropy, delta=s["delta"],
                            memory=self._fit_memory(s, n_rows, data_shape),
-                           noise_multiplier=_last(plan["z"]),
-                           n_queries=plan["n_queries"], calibration=self.calibration, data_shape=data_shape)
+                           noise_multiplier=_last(plan["z"]), n_queries=plan["n_queries"],
+                           calibration=self.calibration, data_shape=data_shape, data=data)
 
     @staticmethod
     def _fit_memory(s, n_rows, data_shape):
@@ -763,7 +769,9 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     def fit(self, X, y=None):
         """Fit on data X (n_samples, n_features) or a precomputed symmetric matrix; one release plan.
 
-        ``X`` is never modified. Returns self.
+        ``X`` is never modified. A NaN or an infinity anywhere in ``X`` is refused with
+        ``ValueError`` before anything is spent (every row is in hand then); a stream through
+        :meth:`partial_fit`, which spends first, maps such rows instead. Returns self.
         """
         X = self._validate_input(X, reset=True)
         s = self._check_params(X.shape[1])
@@ -775,7 +783,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         entropy = self._entropy()
         n_rows = None if is_dask_array(X) or s["precomputed"] else X.shape[0]
         # before any noisy release
-        self.privacy_cost_, rng = self._record(s, plan, entropy, X.shape, n_rows)
+        self.privacy_cost_, rng = self._record(s, plan, entropy, X.shape, n_rows, (X,))
         if s["precomputed"]:
             result = self._fit_matrix(X, s, plan, rng)
             mean, scale = np.zeros(X.shape[1], dtype=X.dtype), 1.0
@@ -879,6 +887,29 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
 
         The first call plans and records the whole stream's cost (one Gaussian event, whatever its
         length). Components exist once the first power block has closed. ``fit`` starts over.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_rows, n_features), or a dask array (fed chunk by chunk)
+            The next rows of the stream, any number. Not modified. In a private stream a row that
+            holds a NaN or an infinity is used as a zero row (see Notes); a non-private stream
+            refuses it with ``ValueError``.
+        y : ignored
+
+        Returns
+        -------
+        self
+
+        Notes
+        -----
+        A private stream spends at its first call, before its later chunks exist, so it cannot
+        refuse a non-finite value in one without an error after the spend that depends on the
+        data. It therefore takes every row, in every chunk (the first too, so that the result does
+        not depend on where the stream is cut), through one public map: a row with a NaN or an
+        infinity becomes the zero row. The row keeps its place in its block and is counted in
+        ``n_samples_seen_``; the map acts on each row alone, so the stream's guarantee and
+        sensitivities are unchanged (``docs/derivations/pca.rst``). Nothing warns or reports how
+        many rows were mapped: check the rows first if that matters to you.
         """
         if is_dask_array(X):  # Dask rows: pulled one chunk at a time, in order (the cut does not matter)
             for chunk in RowChunks(X):
@@ -886,7 +917,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             return self
         self._check_stream_attached()
         first = getattr(self, "_stream", None) is None
-        X = self._validate_input(X, reset=first)
+        X = validate_stream_chunk(self, X, reset=first, dtype=[np.float64, np.float32])
         if first:
             d = X.shape[1]
             s = self._check_params(d, streaming=True)
@@ -898,7 +929,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             self.privacy_cost_, rng = self._record(s, plan, entropy, (d, T), X.shape[0])
             self._stream = StreamingPowerMethod(
                 d, s["k"], T, rng, n_oversamples=s["p"] - s["k"], data_norm=s["bound"],
-                noise_multiplier=plan["z"], centered=not s["center"], dtype=X.dtype)
+                noise_multiplier=plan["z"], centered=not s["center"], dtype=X.dtype,
+                digest=None if self.random_state is None else RowDigest())
             self.method_ = "streaming_power"
             std = (_last(plan["z"]) * row_power_sensitivity(s["bound"], s["p"]) / T) if s["private"] else 0.0
             self._stream_noise = eigenvalue_noise_level(std, s["p"], "power")

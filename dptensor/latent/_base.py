@@ -128,10 +128,11 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
             self.privacy_cost_, rng = self._spend(plan.event, entropy=entropy, delta=delta,
                                                   noise_multiplier=plan.z_third, n_queries=plan.n_queries,
                                                   calibration="exact", data_shape=X.shape,
-                                                  memory=memory)
+                                                  memory=memory, data=(X,))
         else:
             self.privacy_cost_, rng = self._spend(NonPrivateEvent("epsilon=inf"), entropy=entropy,
-                                                  delta=delta, data_shape=X.shape, memory=memory)
+                                                  delta=delta, data_shape=X.shape, memory=memory,
+                                                  data=(X,))
         mean = self._release_first(ctx, plan, rng)
         whitening = self._release_whitening(ctx, mean, plan, rng)
         data, correction, sensitivity = self._whitened_third(ctx, whitening, mean)
