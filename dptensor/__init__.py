@@ -8,6 +8,7 @@ Estimators are imported lazily so that ``import dptensor`` stays cheap.
 from importlib import import_module
 
 from ._base import PrivacyCost, PrivacyWarning
+from ._memory import MemoryRefusedError
 from .accounting import (BudgetExceededError, LedgerError, LedgerNotSharedError, PrivacyAccountant,
                          PrivacyAccountingError)
 
@@ -25,8 +26,8 @@ _ESTIMATORS = {
 }
 
 __all__ = ["PrivacyAccountant", "BudgetExceededError", "LedgerError", "LedgerNotSharedError",
-           "PrivacyAccountingError",
-           "PrivacyCost", "PrivacyWarning", "__version__", *_ESTIMATORS]
+           "MemoryRefusedError", "PrivacyAccountingError", "PrivacyCost", "PrivacyWarning",
+           "__version__", *_ESTIMATORS]
 
 
 def __getattr__(name):

@@ -12,7 +12,8 @@ from sklearn import get_config
 from .accounting import epsilon_of
 from .accounting.events import NonPrivateEvent, PrivacyEvent
 from ._guards import fixed_floating_point
-from ._randomness import data_digest, fingerprint, seed_entropy, spend_generator
+from ._memory import check_fits
+from ._randomness import data_digest, digest_bytes, fingerprint, seed_entropy, spend_generator
 from ._validation import check_delta_for_n, check_privacy
 
 __all__ = ["PrivacyCost", "PrivacyWarning", "PrivateEstimatorMixin", "NO_PRIVACY_COST"]
@@ -107,8 +108,9 @@ class PrivateEstimatorMixin:
         """Validate ``random_state`` and take its entropy; call it before the spend."""
         return seed_entropy(self.random_state)
 
-    def _spend(self, event: PrivacyEvent, *, entropy: int, delta: float, noise_multiplier: float = 0.0,
-               n_queries: int = 0, calibration: str = "none", data_shape=(), data=()):
+    def _spend(self, event: PrivacyEvent, *, entropy: int, delta: float, memory: tuple[float, str],
+               noise_multiplier: float = 0.0, n_queries: int = 0, calibration: str = "none",
+               data_shape=(), data=()):
         """Check and record ``event`` with the accountant (if any); return the cost record and the
         fit's noise generator.
 
@@ -122,11 +124,20 @@ class PrivateEstimatorMixin:
         array the fit reads: see :mod:`dptensor._randomness`), so no two spends draw the same
         noise unless they are the same seeded fit of the same data. It is the caller's local:
         never store it on the estimator.
+
+        ``memory`` is ``(bytes, advice)``: the fit's peak allocation, an upper bound from public
+        quantities, and the parameter to change when it does not fit. It is checked first
+        (:func:`~dptensor._memory.check_fits`): a fit that would run out of memory after its spend
+        is refused here, with the ledger unchanged.
         """
         name = type(self).__name__
+        # A seeded fit that draws noise keys it by its data (a fit without noise draws only its
+        # start, and the same seed then starts it alike on any data)
+        seeded = self.random_state is not None and not isinstance(event, NonPrivateEvent)
+        check_fits(memory[0] + (digest_bytes(*data) if seeded else 0), f"{name}.fit", memory[1])
         label = f"{name}(epsilon={self.epsilon:g})"
         # Before the spend: digesting reads the data (a Dask pass) and must not fail after it.
-        digest = data_digest(*data) if self.random_state is not None else ()
+        digest = data_digest(*data) if seeded else ()
         accountant = self._charged_accountant()
         if accountant is not None:
             entry = accountant.spend(event, label=label)

@@ -32,12 +32,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from ._implicit import ImplicitDesign
+from ._implicit import LANCZOS_MAXITER, TOP_DIRECTIONS, ImplicitDesign
 from .mechanisms import gaussian_release, joint_gaussian_release, laplace_release
 
 __all__ = ["Observations", "Model", "predict", "interaction_design", "clipped_gradient", "als",
            "gradient_descent", "row_offsets", "offset_noise", "OffsetNoise", "init_model", "dp_als",
-           "residual_scale", "spectral_start",
+           "residual_scale", "spectral_start", "fit_floats",
            "ModeLayout"]
 
 _CHUNK = 1 << 21  # floats per block when a Khatri-Rao product over entries would be large
@@ -1332,8 +1332,12 @@ def unfolding_columns(obs: Observations, m: int, others=None):
     numbered) and the number of entries in each column: both public (functions of Omega).
     ``others``: the modes that index the columns (default: every mode but ``m``)."""
     others = [k for k in range(obs.order) if k != m] if others is None else list(others)
-    cols = np.ravel_multi_index(tuple(obs.X[:, k] for k in others), [obs.shape[k] for k in others])
-    _, col_id, col_counts = np.unique(cols, return_inverse=True, return_counts=True)
+    dims = [obs.shape[k] for k in others]
+    if math.prod(dims) < 2**62:  # one integer per column: the fast way
+        cols = np.ravel_multi_index(tuple(obs.X[:, k] for k in others), dims)
+    else:  # more columns than an int64 numbers (many modes): the index tuples themselves
+        cols = obs.X[:, others]
+    _, col_id, col_counts = np.unique(cols, axis=0, return_inverse=True, return_counts=True)
     return col_id.ravel(), col_counts
 
 
@@ -1376,20 +1380,59 @@ def unfolding_gram(obs: Observations, t: np.ndarray, m: int, clip, cap=None, oth
     return M, sens
 
 
-def projected_statistics(obs: Observations, t: np.ndarray, bases, design_quantile=0.9, lead=0, model=None):
+def projected_statistics(obs: Observations, t: np.ndarray, bases, design_quantile=0.9, lead=0,
+                         model=None, kron=True):
     """Mode-``lead`` normal equations on the designs ``kron(V_k[e_k], k != lead)`` (the released
-    bases), clipped to their public bound ``C``: ``(grams, rhs, C)``.
+    bases; with ``kron=False`` their elementwise product, a CP design of ``rank`` columns), clipped
+    to their public bound ``C``: ``(grams, rhs, C)``.
     One value of ``t`` moves one row's right-hand side by at most its change times ``C``."""
     grid = obs.grid(model) if lead == 0 else None
     if grid is not None:
-        Kt, bound = clip_designs(_grid_rows(bases[1:], kron=True).T, design_quantile, grid.column_counts(0))
+        Kt, bound = clip_designs(_grid_rows(bases[1:], kron=kron).T, design_quantile,
+                                 grid.column_counts(0))
         gram, rhs = grid.normal_equations(0, Kt.T, grid.scatter(t), obs.counts[0])
         return gram, rhs, bound
     L = obs.layout(lead)
-    Kt = _khatri_rao_rows([np.take(bases[k], L.index[k], axis=0) for k in range(obs.order) if k != lead]).T
+    rows = [np.take(bases[k], L.index[k], axis=0) for k in range(obs.order) if k != lead]
+    if kron:
+        Kt = _khatri_rao_rows(rows).T
+    else:  # a fixed mode's basis has one column: it broadcasts
+        Kt = functools.reduce(np.multiply, rows).T
     Kt, bound = clip_designs(np.ascontiguousarray(Kt), design_quantile)
     gram, rhs = L.normal_equations(Kt, t[L.perm])
     return gram, rhs, bound
+
+
+#: The Kronecker designs of :func:`spectral_start` (and the small CP after them) are used while
+#: their largest arrays hold at most this many floats (1 GiB); past it, with many modes, the CP
+#: design of ``rank`` columns (see :func:`kronecker_start`).
+SPECTRAL_MAX_FLOATS = 1 << 27
+
+
+def _kron_widths(shape, rank, lead, fixed):
+    """The columns of each other mode's basis in :func:`spectral_start` (a fixed mode: one)."""
+    return [1 if k in fixed else rank for k in range(len(shape)) if k != lead]
+
+
+def kronecker_start(n_obs, shape, rank, lead, fixed=()):
+    """Whether :func:`spectral_start` projects on Kronecker designs: their per-entry terms
+    (``p (p + 1) / 2 + p`` for ``p = prod`` of the bases' widths), the lead's Grams and the small
+    CP's cells fit in ``SPECTRAL_MAX_FLOATS``. Public: the number of entries, shape, rank, modes."""
+    return spectral_floats(n_obs, shape, rank, lead, fixed, kron=True) <= SPECTRAL_MAX_FLOATS
+
+
+def spectral_floats(n_obs, shape, rank, lead, fixed=(), kron=True):
+    """Floats held at the peak of :func:`spectral_start`'s projected step and small CP (an upper
+    bound, from public quantities)."""
+    d = len(shape)
+    p = math.prod(_kron_widths(shape, rank, lead, fixed)) if kron else rank
+    terms = p * (p + 1) // 2 + 3 * p + 2
+    n_lead = shape[lead]
+    step = (terms + p + 4) * n_obs + n_lead * (terms + 5 * p * p + 4 * p)
+    if not kron:
+        return step
+    cells = n_lead * p  # the small CP: ALS on every cell of W, order d
+    return step + cells * ((d + 3) * d + rank * (rank + 1) // 2 + 4 * rank + 8)
 
 
 def spectral_start(obs: Observations, y: np.ndarray, model: Model, *, noise_multiplier, rng, clip, s2,
@@ -1410,6 +1453,12 @@ def spectral_start(obs: Observations, y: np.ndarray, model: Model, *, noise_mult
        :func:`wiener_solve` into ``W`` (n_0 x rank^(d-1)): the tensor in the bases V.
     3. Post-processing: a CP of the small dense ``W`` (non-private ALS on released values, the best
        fit of ``N_RESTARTS`` random starts) gives ``U_0`` and ``B_m``; ``U_m = V_m B_m``.
+
+    With many modes the designs of step 2 have ``rank^(d-1)`` columns and ``W`` as many per row:
+    when :func:`kronecker_start` says they would not fit in ``SPECTRAL_MAX_FLOATS`` (public
+    quantities only), step 2 uses the elementwise products of the bases instead (a CP design of
+    ``rank`` columns: the same release, the same sensitivity) and step 3 is skipped: ``U_0`` is
+    the solve and ``U_m = V_m``, left to the sweeps to align.
 
     That is one Gaussian release per mode with a factor. Returns the sensitivities (for tests).
     """
@@ -1443,13 +1492,22 @@ def spectral_start(obs: Observations, y: np.ndarray, model: Model, *, noise_mult
         # a mode with fewer rows than the rank: the missing directions are 0
         bases[m] = np.hstack([top, np.zeros((top.shape[0], r - top.shape[1]))])
         used.append(sens)
-    gram, rhs, bound = projected_statistics(obs, t, bases, design_quantile, lead, model)
+    kron = kronecker_start(len(y), obs.shape, r, lead, model.fixed)
+    gram, rhs, bound = projected_statistics(obs, t, bases, design_quantile, lead, model, kron=kron)
     std = noise_multiplier * D * bound
     counts = obs.counts[lead]
     if std > 0:
         rhs = release_rows(rhs, counts > 0, lambda v: gaussian_release(v, D * bound, noise_multiplier, rng))
     used.append(D * bound)
     W = wiener_solve(gram, rhs, std**2, counts, s2, floor=True)
+    if not kron:  # W holds the lead's factor in the bases' columns (post-processing from here)
+        model.factors[lead] = W
+        for k in others:
+            if k in model.fixed:  # its constant basis 1/sqrt(n_k): the scale moves into the lead
+                model.factors[lead] = model.factors[lead] * bases[k][0, 0]
+            else:
+                model.factors[k] = bases[k]
+        return used
     small_shape = (obs.shape[lead],) + tuple(bases[k].shape[1] for k in others)
     cells = Observations(np.stack(np.unravel_index(np.arange(W.size), small_shape), axis=1), small_shape)
     small, best = None, np.inf
@@ -1474,3 +1532,50 @@ def spectral_start(obs: Observations, y: np.ndarray, model: Model, *, noise_mult
         else:
             model.factors[k] = B
     return used
+
+
+def _grid_cells(n_obs, shape, tucker, als):
+    """The cells of the dense layout when :meth:`Observations.grid` may choose it, else 0."""
+    ratio = (DENSE_RATIO_TUCKER_ALS if als else DENSE_RATIO_TUCKER) if tucker else DENSE_RATIO
+    cells = math.prod(shape)
+    return cells if cells <= min(ratio * n_obs, DENSE_MAX_CELLS) else 0
+
+
+def fit_floats(n_obs, shape, rank, *, tucker, mode, fixed=()):
+    """Floats (8 bytes each) a completion fit holds at its peak: an upper bound from public
+    quantities only (the number of entries, the shape, the rank, the model and the solver).
+
+    ``mode``: ``"als"``, ``"gd"``, ``"statistics"`` (DP-ALS with its spectral start) or
+    ``"implicit"``. Every term is the size of an array the path forms, with the largest of its
+    temporaries: the entries sorted by each mode, the per-entry terms of one mode's normal
+    equations (``rank (rank + 1) / 2`` products and the design), the rows' Grams and solves, a
+    few grid arrays when the dense layout may be chosen, the Tucker core's Gram, the spectral
+    start's unfolding Grams (``n_m^2`` per mode) and its projected step.
+    """
+    d, n, r = len(shape), n_obs, rank
+    free = [m for m in range(d) if m not in fixed]
+    rows = max(shape)
+    total = 8 * n + 2 * sum(shape) + d * (d + 3) * n  # values, counts, the sorted layouts
+    terms = r * (r + 1) // 2 + 4 * r + 4  # one mode's per-entry terms, its design and residuals
+    solve = rows * (r + 1) * (r + 1) * 6  # the rows' Grams, their copies and solves
+    if mode == "implicit":
+        dim = sum(shape[m] for m in free) * r
+        return total + n * (2 * r + 8) + dim * (min(LANCZOS_MAXITER, dim) + 3 * TOP_DIRECTIONS + 32)
+    if tucker:  # the designs of every mode, the core's Kronecker rows (in blocks) and Gram
+        width = r ** d
+        total += 3 * d * n * r + 2 * min(_CHUNK, n * width) + 3 * width * width + n * terms
+    elif mode == "gd":  # every mode's gathered rows and designs, and the clipped gradients
+        total += 5 * d * n * r + 8 * n
+    else:
+        total += n * terms
+    total += solve
+    cells = _grid_cells(n, shape, tucker, mode != "gd")
+    if cells:  # the mask, the values, a residual grid, and one product's columns of a mode
+        columns = max(cells // shape[m] for m in range(d))
+        total += 6 * cells + columns * (terms + (r**d if tucker else 0))
+    if mode == "statistics":
+        lead = free[0]
+        grams = max((shape[m] ** 2 * 7 for m in free if m != lead), default=0)  # with eigh's copy
+        kron = kronecker_start(n, shape, r, lead, fixed)
+        total += grams + spectral_floats(n, shape, r, lead, fixed, kron=kron)
+    return total

@@ -73,13 +73,13 @@ def fingerprint(*parts) -> tuple[int, ...]:
 
 
 #: About how many bytes of rows one leaf of a data digest hashes.
-_LEAF_BYTES = 1 << 23
+LEAF_BYTES = 1 << 23
 
 
 def _leaf_rows(shape, dtype) -> int:
     """Rows per leaf: public (the row's size only), so NumPy and Dask cut the same leaves."""
     row = int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
-    return max(1, _LEAF_BYTES // max(1, row))
+    return max(1, LEAF_BYTES // max(1, row))
 
 
 def _leaf(block) -> bytes:
@@ -121,6 +121,24 @@ def _dask_leaves(array):
     step = _leaf_rows(array.shape, array.dtype)
     leaves = array.rechunk({0: step, **{axis: -1 for axis in range(1, array.ndim)}})
     return dask.compute(*[dask.delayed(_leaf)(b) for b in leaves.to_delayed().ravel()])
+
+
+def digest_bytes(*arrays) -> int:
+    """An upper bound of what :func:`data_digest` of ``arrays`` allocates (from shapes and types)."""
+    total = 0
+    for array in arrays:
+        if array is None or (hasattr(array, "dask") and hasattr(array, "to_delayed")):
+            continue  # a Dask array's leaves are hashed on the workers
+        if hasattr(array, "tocsr") and hasattr(array, "nnz"):
+            total += 2 * (array.nnz * (array.dtype.itemsize + 8) + 8 * (array.shape[0] + 1))
+            continue
+        array = np.asarray(array)
+        if array.dtype.hasobject:  # its numbers as Python objects, and their pickle
+            total += 64 * array.size
+        elif array.ndim and not array.flags.c_contiguous:  # one leaf copied to C order
+            rows = _leaf_rows(array.shape, array.dtype)
+            total += min(array.nbytes, rows * array[:1].nbytes)
+    return total
 
 
 def data_digest(*arrays) -> tuple[int, ...]:

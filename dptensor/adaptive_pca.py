@@ -18,6 +18,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._base import PrivateEstimatorMixin
 from ._power import flip_signs
+from ._memory import FLOAT
 from ._validation import check_data_norm, check_positive_int, check_verbose, validate_private_data
 from .accounting import AboveThresholdEvent, ComposedEvent, GaussianEvent, NonPrivateEvent, calibrate
 from .mechanisms import above_threshold, clip_rows, gaussian_release
@@ -405,13 +406,15 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         rounds = k * n_iter
 
         event, eps1, z, z_var = self._plan_spend(epsilon, delta, rounds)
+        memory = self._memory_estimate(n, d)
         if event is not None:  # checked and recorded before anything noisy is computed
             self.privacy_cost_, rng = self._spend(event, entropy=entropy, delta=delta, noise_multiplier=z,
-                                                  n_queries=rounds, calibration="exact", data_shape=X.shape,
-                                                  data=(X,))
+                                                  n_queries=rounds, calibration="exact",
+                                                  data_shape=X.shape, memory=memory, data=(X,))
         else:
             self.privacy_cost_, rng = self._spend(NonPrivateEvent("epsilon=inf"), entropy=entropy,
-                                                  delta=delta, data_shape=X.shape, data=(X,))
+                                                  delta=delta, data_shape=X.shape, memory=memory,
+                                                  data=(X,))
 
         # Clipped only now: a refused fit computes nothing from the data.
         X = clip_rows(X, data_norm) if data_norm is not None else X
@@ -448,6 +451,15 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         if Z.ndim != 2 or Z.shape[1] != self.components_.shape[0]:
             raise ValueError(f"X must have shape (n_samples, {self.components_.shape[0]}), got {Z.shape}")
         return Z @ self.components_
+
+    def _memory_estimate(self, n_samples, n_features):
+        """``(bytes, advice)``: the fit's peak allocation, in float64: the clipped copy of the rows,
+        the per-row projections and weights of a round (a few n-vectors), the n x k products of
+        the variances' release, and the d x k components."""
+        n, d = int(n_samples), int(n_features)
+        k = min(check_positive_int(self.n_components, "n_components"), d)
+        peak = n * d + n * (2 * k + 8) + 4 * d * (k + 2)
+        return peak * FLOAT, "Pass fewer rows or features"
 
     # ------------------------------------------------------------------ pricing and scoring
     def _plan_spend(self, epsilon, delta, rounds):

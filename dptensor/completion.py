@@ -55,8 +55,10 @@ from threadpoolctl import ThreadpoolController
 
 from ._base import PrivateEstimatorMixin
 from ._implicit import DESIGN_NORM, wiener_fit
-from ._completion_models import (Model, Observations, als, dp_als, gradient_descent, init_model, predict,
-                                 OffsetNoise, offset_noise, residual_scale, row_offsets, spectral_start)
+from ._memory import FLOAT
+from ._completion_models import (Model, Observations, als, dp_als, fit_floats, gradient_descent,
+                                 init_model, predict, OffsetNoise, offset_noise, residual_scale,
+                                 row_offsets, spectral_start)
 from ._completion_models import offsets as offsets_of
 from ._validation import check_positive_int, check_verbose, validate_private_data
 from .accounting import ComposedEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent, epsilon_of, gdp_mu
@@ -240,7 +242,12 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     ----------
     rank : int, default=3
         CP rank, or the size of every side of the Tucker core (``"implicit"``: the columns of each
-        mode's spectral embedding; the released CP factors have ``2 rank`` columns).
+        mode's spectral embedding; the released CP factors have ``2 rank`` columns). With the
+        number of entries, the shape and the model it sets the fit's memory
+        (:func:`~dptensor._completion_models.fit_floats`): a Tucker core holds ``rank^order``
+        numbers and its Gram their square, the spectral start of ``"statistics"`` an
+        ``n_m x n_m`` Gram per mode with a factor. A fit whose bound exceeds what the process can
+        allocate is refused before its spend (:class:`~dptensor.MemoryRefusedError`).
     decomposition : {"cp", "tucker"}, default="cp"
     perturbation : {"auto", None, "statistics", "implicit", "input", "gradient", "output"}, default="auto"
         ``"auto"``: the non-private fit at ``epsilon=np.inf``, otherwise ``"statistics"`` for CP
@@ -524,7 +531,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             obs.implicit_design(*self._check_implicit_modes(len(shape), p["fixed"]), p["rank"])
         # Recorded before anything is computed from the values: a refused fit touches none of them.
         self.privacy_cost_, rng = self._spend(
-            event, entropy=entropy, delta=delta, noise_multiplier=plan["z"] if plan else 0.0,
+            event, entropy=entropy, delta=delta, memory=self._fit_memory(p, len(y), shape),
+            noise_multiplier=plan["z"] if plan else 0.0,
             n_queries=plan["n_queries"] if plan else 0, calibration="exact",
             data_shape=(len(y), *shape), data=(X, y))
 
@@ -568,6 +576,27 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         if history is not None:
             self.train_rmse_ = [h * scale for h in history]
         return self
+
+    def _fit_memory(self, p, n_obs, shape):
+        """``(bytes, advice)``: the fit's peak allocation (:func:`fit_floats`, public
+        quantities)."""
+        mode = p["perturbation"] if p["perturbation"] in ("statistics", "implicit") else p["solver"]
+        tucker = self.decomposition == "tucker"
+        floats = fit_floats(n_obs, shape, p["rank"], tucker=tucker, mode=mode, fixed=p["fixed"])
+        advice = ("Lower rank (a Tucker core holds rank^order numbers, its Gram their square), "
+                  "or fit decomposition='cp'" if tucker else
+                  "Lower rank, leave modes out of factor_modes, or split the data (a mode with "
+                  "many rows costs n_m^2 for the spectral start of perturbation='statistics')")
+        return floats * FLOAT, advice
+
+    def _memory_estimate(self, n_samples, n_features):
+        """``(bytes, advice)`` of a ``fit`` on ``n_samples`` entries of an order-``n_features``
+        tensor of the public ``shape`` (set it: the estimate needs every mode's size)."""
+        if self.shape is None:
+            raise ValueError("the memory estimate needs the tensor's shape: set shape")
+        p = self._check_params()
+        p["fixed"] = self._check_factor_modes(int(n_features))
+        return self._fit_memory(p, int(n_samples), tuple(int(v) for v in self.shape))
 
     def _plan(self, p, epsilon, delta, order):
         """The noise of a private fit: the offsets' mechanism and budget, the Gaussian multipliers of

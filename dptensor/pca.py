@@ -33,6 +33,7 @@ from ._base import PrivacyWarning, PrivateEstimatorMixin
 from ._dask import DaskGramMatrix, RowChunks, check_dask_array, clip_chunks, dask_gram, is_dask_array
 from ._operators import DenseMatrix, GramMatrix
 from ._power import flip_signs
+from ._memory import FLOAT, check_fits
 from ._randomness import RowDigest, rekeyed
 from ._validation import (check_data_norm, check_positive_int, check_verbose, validate_private_data,
                           validate_stream_chunk)
@@ -489,7 +490,10 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     method : {"auto", "power", "analyze_gauss"}, default="auto"
         ``"auto"``: Analyze Gauss for row-level data with at most :data:`MAX_DENSE_FEATURES`
         features, the power method otherwise (more features, a precomputed entry-level matrix, and
-        always for ``partial_fit``). See Notes.
+        always for ``partial_fit``). See Notes. Memory: Analyze Gauss holds a few d x d arrays,
+        the power method n x p and d x p ones, beside the rows' clipped copy; a fit whose bound
+        exceeds what the process can allocate is refused before its spend
+        (:class:`~dptensor.MemoryRefusedError`, naming what to change).
     input : {"data", "precomputed"}, default="data"
         ``"data"``: X is (n_samples, n_features). ``"precomputed"``: X is a symmetric d x d matrix ``A``
         whose top-k eigenvectors (by magnitude) are wanted; ``transform`` then takes d-dimensional rows.
@@ -727,12 +731,39 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
                               PrivacyWarning, stacklevel=3)
         return dict(z=z, z_mean=z_mean, z_total=z_total, event=event, n_queries=queries)
 
-    def _record(self, s, plan, entropy, data_shape, data=()):
-        """Record the fit's spend (epsilon = inf when not private); return its cost and generator."""
+    def _record(self, s, plan, entropy, data_shape, n_rows, data=()):
+        """Record the fit's spend (epsilon = inf when not private); return its cost and generator.
+        ``n_rows``: the rows held in memory at once (``None``: on Dask workers)."""
         event = NonPrivateEvent("epsilon=inf") if plan["event"] is None else plan["event"]
-        return self._spend(event, entropy=entropy, delta=s["delta"], noise_multiplier=_last(plan["z"]),
-                           n_queries=plan["n_queries"], calibration=self.calibration, data_shape=data_shape,
-                           data=data)
+        return self._spend(event, entropy=entropy, delta=s["delta"],
+                           memory=self._fit_memory(s, n_rows, data_shape),
+                           noise_multiplier=_last(plan["z"]), n_queries=plan["n_queries"],
+                           calibration=self.calibration, data_shape=data_shape, data=data)
+
+    @staticmethod
+    def _fit_memory(s, n_rows, data_shape):
+        """``(bytes, advice)``: the fit's peak allocation from its shape, an upper bound in float64.
+
+        The rows' clipped and centred copy (``n_rows`` at once: all of them, one chunk of a
+        stream, none for Dask or a precomputed matrix), then the d x d matrix of Analyze Gauss
+        with its noise and eigendecomposition, or the power method's n x p and d x p products.
+        """
+        d = data_shape[-1] if s["method"] != "streaming_power" else data_shape[0]
+        n = n_rows or 0
+        rows = n * d + 4 * n
+        if s["method"] == "analyze_gauss":
+            peak = rows + 6 * d * d
+            advice = "Use method='power' (O(d p) memory), or fewer features"
+        else:
+            peak = rows + n * s["p"] * 2 + 12 * d * s["p"] + 4 * d
+            advice = "Use fewer components or rows at once (partial_fit in chunks, or a Dask array)"
+        return peak * FLOAT, advice
+
+    def _memory_estimate(self, n_samples, n_features):
+        """``(bytes, advice)`` of a ``fit`` on ``n_samples`` x ``n_features`` data (no data
+        read)."""
+        s = self._check_params(n_features)
+        return self._fit_memory(s, n_samples, (n_samples, n_features))
 
     # ------------------------------------------------------------------ fitting
     def fit(self, X, y=None):
@@ -750,7 +781,9 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             self._check_delta_for(X.shape[0], s["epsilon"], s["delta"])
         plan = self._plan(s)
         entropy = self._entropy()
-        self.privacy_cost_, rng = self._record(s, plan, entropy, X.shape, (X,))  # before any noisy release
+        n_rows = None if is_dask_array(X) or s["precomputed"] else X.shape[0]
+        # before any noisy release
+        self.privacy_cost_, rng = self._record(s, plan, entropy, X.shape, n_rows, (X,))
         if s["precomputed"]:
             result = self._fit_matrix(X, s, plan, rng)
             mean, scale = np.zeros(X.shape[1], dtype=X.dtype), 1.0
@@ -892,7 +925,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
                  else check_positive_int(self.block_size, "block_size"))
             plan = self._plan(s)
             entropy = self._entropy()
-            self.privacy_cost_, rng = self._record(s, plan, entropy, (d, T))
+            # the stream holds one chunk and its block's sums at a time: this chunk stands for it
+            self.privacy_cost_, rng = self._record(s, plan, entropy, (d, T), X.shape[0])
             self._stream = StreamingPowerMethod(
                 d, s["k"], T, rng, n_oversamples=s["p"] - s["k"], data_norm=s["bound"],
                 noise_multiplier=plan["z"], centered=not s["center"], dtype=X.dtype,
@@ -903,6 +937,9 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             for attr in ("components_", "explained_variance_", "explained_variance_ratio_", "mean_",
                          "n_samples_", "explained_variance_noise_"):
                 self.__dict__.pop(attr, None)
+        else:  # a later chunk, larger maybe: refused by its shape alone, and the stream goes on
+            check_fits(2 * X.size * FLOAT, "PrivatePCA.partial_fit",
+                       "Pass the rows in smaller chunks (the result does not depend on the cut)")
         before = self._stream.n_blocks
         # the stream computes in its own dtype: a float64 chunk of a float32 stream is cast first
         stream = self._stream.update(np.asarray(X, dtype=self._stream.dtype))

@@ -32,6 +32,7 @@ from ._base import PrivateEstimatorMixin
 from ._dask import RowChunks, check_dask_array, is_dask_array
 from ._operators import DeflatedTensor, ThirdMoment
 from ._power import normalize_columns, random_unit_columns, select_restart
+from ._memory import FLOAT, check_fits
 from ._randomness import RowDigest, rekeyed
 from ._validation import (check_data_norm, check_positive_int, check_verbose, validate_private_data,
                           validate_stream_chunk)
@@ -235,7 +236,10 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
     batch_size : int, default=1000
         The block size ``n``: how many rows one power update averages over (all L candidates share
         them). Not the chunk size: ``partial_fit`` takes chunks of any size, and a block may span
-        several chunks or a chunk several blocks. It is public, as is the stream's length.
+        several chunks or a chunk several blocks. It is public, as is the stream's length. Memory
+        does not grow with it (micro-blocks of at most 4 MiB of rows) but with the chunks given:
+        a chunk too large for the memory left is refused, by its shape, before it is read
+        (:class:`~dptensor.MemoryRefusedError`), and the stream goes on.
     epsilon : float, default=np.inf
         Privacy target; ``np.inf`` is the non-private method.
     delta : float or None, default=None
@@ -427,9 +431,12 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         stream = getattr(self, "_stream", None)
         X = validate_stream_chunk(self, X, reset=stream is None, dtype=_FLOAT_DTYPES, order="C")
         if stream is None:
-            stream = self._start(X.shape[1], X.dtype)
+            stream = self._start(X.shape[1], X.dtype, X.shape[0])
         else:
             self._check_continuation(stream)
+            # a later chunk, larger maybe: refused by its shape alone, and the stream goes on
+            check_fits(X.size * FLOAT, "StreamingTensorPower.partial_fit",
+                       "Pass the rows in smaller chunks (the result does not depend on the cut)")
         before = stream.i
         stream.feed(np.ascontiguousarray(X, dtype=stream.dtype))
         if self.verbose:
@@ -451,8 +458,20 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         epsilon, delta = self._privacy_target()
         return k, L, R, n, epsilon, delta, check_data_norm(self.data_norm, epsilon)
 
-    def _start(self, d, dtype) -> _Stream:
-        """Validate the parameters, record the privacy cost, and open a stream of d features."""
+    def _memory_estimate(self, n_rows, d):
+        """``(bytes, advice)``: the peak allocation of a stream of ``d`` features fed ``n_rows``
+        validated rows at once, in float64: one micro-block's buffer, clipped rows and products,
+        and the stream's state, a few d x L arrays whatever its length (``n_rows`` is for a
+        search, which passes the rows of the whole fit)."""
+        k, L = self._check_params(d)[:2]
+        micro = max(1, min(int(self.batch_size), _MICRO_BLOCK_BYTES // (d * FLOAT), int(n_rows)))
+        peak = 3 * micro * (d + 2 * L) + 8 * d * L + k * d
+        return peak * FLOAT, ("Pass the rows in smaller chunks (partial_fit, or an iterable of "
+                              "batches)")
+
+    def _start(self, d, dtype, n_rows) -> _Stream:
+        """Validate the parameters, record the privacy cost, and open a stream of d features
+        (``n_rows``: the rows of the first chunk, held at once)."""
         k, L, R, n, epsilon, delta, data_norm = self._check_params(d)
         entropy = self._entropy()
         event, z = self._plan_spend(epsilon, delta)
@@ -460,7 +479,8 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         event = event or NonPrivateEvent("epsilon=inf")
         # Recorded before the first block is released; a refused budget leaves no stream.
         self.privacy_cost_, rng = self._spend(event, entropy=entropy, delta=delta, noise_multiplier=z,
-                                              n_queries=1, calibration="exact", data_shape=(d,))
+                                              n_queries=1, calibration="exact", data_shape=(d,),
+                                              memory=self._memory_estimate(n_rows, d))
         self._stream_key = self._key()
         self._stream = _Stream(d=d, dtype=dtype, n_components=k, n_restarts=L, n_iter=R, batch_size=n,
                                data_norm=data_norm, sensitivity=sensitivity, noise_multiplier=z, rng=rng,

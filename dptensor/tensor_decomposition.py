@@ -27,6 +27,7 @@ from ._base import PrivateEstimatorMixin
 from ._dask import DaskThirdMoment, check_dask_array, clip_chunks, dask_moment_tensor, is_dask_array
 from ._operators import DeflatedTensor, SymmetricTensor, ThirdMoment, moment_tensor
 from ._power import normalize_columns, random_unit_columns, select_restart
+from ._memory import FLOAT
 from ._validation import (check_data_norm, check_positive_int, check_symmetric_tensor, check_verbose,
                           validate_private_data)
 from .accounting.calibration import calibrate_gaussian, paper_tensor_power_noise
@@ -301,7 +302,9 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         How the third moment of 2-D data is held for ``method="power"``. ``"implicit"`` costs
         O(ndL) per step and O(nd + dL) memory; ``"dense"`` forms T in O(nd^3) time and O(d^3) memory,
         then costs O(d^3 L) per step; ``"auto"`` picks by :func:`choose_moment` (``"implicit"``
-        for a Dask X, whose d^3 tensor would be summed on the client).
+        for a Dask X, whose d^3 tensor would be summed on the client). A fit whose memory bound
+        (these sizes, from the shape) exceeds what the process can allocate is refused before its
+        spend (:class:`~dptensor.MemoryRefusedError`).
     symmetrize : bool, default=False
         For a 3-D X that is not symmetric: use its symmetric part instead of raising. Changing one
         entry of X by at most 1 changes the symmetric part by ``sym(e_i⊗e_j⊗e_k)/6``, a sixth of a
@@ -386,10 +389,11 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
 
         # The spend, from public values only: a refused fit computes nothing from the data.
         event, z, K = self._plan_spend(epsilon, delta, k)
+        memory = self._fit_memory(X.shape, k, X.dtype.itemsize, dask)
         self.privacy_cost_, rng = self._spend(event or NonPrivateEvent("epsilon=inf"), entropy=entropy,
                                               delta=delta, noise_multiplier=z, n_queries=K,
                                               calibration=self.calibration, data_shape=X.shape,
-                                              data=(X,))
+                                              memory=memory, data=(X,))
 
         if X.ndim == 3:
             base, self.moment_ = SymmetricTensor(T), "tensor"
@@ -414,6 +418,34 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
             base, k, L, R, rng, noise, dtype=X.dtype, verbose=self.verbose)
         return self
 
+    def _fit_memory(self, shape, k, itemsize=8, dask=False):
+        """``(bytes, advice)``: the fit's peak allocation from the shape of ``X`` (rows, or a
+        tensor) and the parameters, in float64. A tensor: its packed half and the symmetric noise
+        of input perturbation (a few d^3). Rows: the clipped copy (none on Dask) and the moment
+        chosen: the dense d^3 one with its packed half and one block of its Khatri-Rao product,
+        or the implicit one's n x L products per step."""
+        n, d, L = shape[0], shape[1], self.n_restarts
+        small = 8 * d * (k + L) + 4 * L * L
+        advice = ("Use moment='implicit' (O(n L) per step instead of d^3), fewer features, or "
+                  "method='power' (input perturbation forms the d^3 tensor)")
+        if len(shape) == 3:
+            return (4 * d**3 + small) * FLOAT, advice
+        rows = 0 if dask else 2 * n * d  # the clipped copy, and a chunk's slice of it
+        if self._moment_for(shape, itemsize, dask, k) == "dense":
+            perturbed = math.isfinite(self.epsilon) and self.method == "input_perturbation"
+            noise = 2 * d**3 if perturbed else 0
+            block = 0 if dask else min(n * d * d, 2**26)
+            peak = rows + 3 * d**3 + noise + block
+        else:
+            peak = rows + (0 if dask else 3 * n * L)
+        return (peak + small) * FLOAT, advice
+
+    def _memory_estimate(self, n_samples, n_features):
+        """``(bytes, advice)`` of a ``fit`` on ``n_samples`` x ``n_features`` rows (no data
+        read)."""
+        k = self._check_params(n_features)
+        return self._fit_memory((int(n_samples), int(n_features)), k)
+
     def _check_params(self, d: int) -> int:
         k = d if self.n_components is None else check_positive_int(self.n_components, "n_components")
         if k > d:
@@ -432,14 +464,18 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         return k
 
     def _pick_moment(self, X, k: int) -> str:
+        return self._moment_for(X.shape, X.dtype.itemsize, is_dask_array(X), k)
+
+    def _moment_for(self, shape, itemsize, dask, k: int) -> str:
+        """The moment of :meth:`_pick_moment`, from the data's shape and kind alone."""
         if self.method == "input_perturbation" and math.isfinite(self.epsilon):
             return "dense"  # the released object is the dense moment itself
         if self.moment != "auto":
             return self.moment
-        if is_dask_array(X):
+        if dask:
             return "implicit"  # for data too big for one machine, never a d^3 tensor unless asked
         steps = n_power_queries(k, self.n_restarts, self.n_iter)
-        return choose_moment(X.shape[0], X.shape[1], steps, X.dtype.itemsize)
+        return choose_moment(shape[0], shape[1], steps, itemsize)
 
     # -- transform -----------------------------------------------------------------------------
     def transform(self, X):

@@ -36,7 +36,8 @@ class PrivateMean(PrivateEstimatorMixin, RegressorMixin, BaseEstimator):
         z = calibrate_gaussian(epsilon, delta, 1)
         entropy = self._entropy()
         self.privacy_cost_, rng = self._spend(GaussianEvent(z), entropy=entropy, delta=delta,
-                                              noise_multiplier=z, n_queries=1, calibration="exact")
+                                              noise_multiplier=z, n_queries=1, calibration="exact",
+                                              memory=(0, ""))
         clipped = np.clip(y, -self.bound, self.bound)
         self.mean_ = float(gaussian_release(clipped.mean(), 2 * self.bound / len(y), z, rng))
         self.n_features_in_ = X.shape[1]

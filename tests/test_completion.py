@@ -722,22 +722,27 @@ def test_statistics_mode_without_noise_recovers_exact_low_rank():
     assert model.n_iter_ == 2 and rmse(model.predict(data["test_indices"]), data["test_values"]) < 0.5 * mean
 
 
-def test_spectral_projected_step_has_sensitivity_d_c(rng):
+@pytest.mark.parametrize("kron", [True, False])
+@pytest.mark.parametrize("layout", ["auto", "sparse"])
+def test_spectral_projected_step_has_sensitivity_d_c(rng, kron, layout):
     """Brute force on the warm start's mode-0 release: one clipped value moves the stacked
-    right-hand sides by at most D C, C the public bound of the Kronecker designs."""
+    right-hand sides by at most D C, C the public bound of the designs (Kronecker, or with many
+    modes the bases' elementwise products), on the grid and on the sparse layout."""
     from dptensor._completion_models import projected_statistics
 
     shape, clip = (5, 4, 6), 0.15
     X = np.stack(np.unravel_index(rng.choice(120, 50, replace=False), shape), axis=1)
-    obs = Observations(X, shape)
+    obs = Observations(X, shape, layout=layout)
     t = np.clip(rng.normal(0, 0.2, 50), -clip, clip)
     bases = [None] + [np.linalg.qr(rng.standard_normal((n, 2)))[0] for n in shape[1:]]
-    _, base, bound = projected_statistics(obs, t, bases)
+    _, base, bound = projected_statistics(obs, t, bases, kron=kron)
+    assert base.shape == (5, 4 if kron else 2)
     D = min(1.0, 2 * clip)
     worst = 0.0
     for e in range(50):
         for new in (-clip, clip):
-            _, other, bound2 = projected_statistics(obs, np.where(np.arange(50) == e, new, t), bases)
+            _, other, bound2 = projected_statistics(obs, np.where(np.arange(50) == e, new, t), bases,
+                                                    kron=kron)
             assert bound2 == bound
             worst = max(worst, np.linalg.norm(other - base))
     assert 0.3 * D * bound < worst <= D * bound * (1 + 1e-9)

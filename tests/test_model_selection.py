@@ -171,7 +171,8 @@ class _Target(PrivateEstimatorMixin, BaseEstimator):
     def fit(self, X, y=None):
         z, delta = self._plan_z()
         self.privacy_cost_, rng = self._spend(GaussianEvent(z), entropy=self._entropy(), delta=delta,
-                                              noise_multiplier=z, n_queries=1, data_shape=X.shape)
+                                              noise_multiplier=z, n_queries=1, data_shape=X.shape,
+                                              memory=(0, ""))
         x = np.clip(X[:, 0], 0.0, 1.0)
         self.mean_ = x.mean() + rng.normal(0.0, z / len(x))
         return self

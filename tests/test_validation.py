@@ -177,18 +177,19 @@ def test_mixin_spend_records_and_returns_the_cost():
     assert (eps, delta) == (1.0, 1e-6)
     event = GaussianEvent(10.0, 4)
     cost, rng = est._spend(event, entropy=est._entropy(), delta=delta, noise_multiplier=10.0, n_queries=4,
-                           calibration="exact")
+                           calibration="exact", memory=(0, ""))
     assert isinstance(cost, PrivacyCost) and cost.private and isinstance(rng, np.random.Generator)
     assert cost.epsilon == pytest.approx(epsilon_of(event, 1e-6)) and cost.event is event
     assert acc.history()[0].label == "_Est(epsilon=1)"
     # Without an accountant the cost is still priced, nothing recorded anywhere.
     alone, _ = _Est(epsilon=1.0)._spend(event, entropy=0, delta=1e-5, noise_multiplier=10.0, n_queries=4,
-                                        calibration="exact")
+                                        calibration="exact", memory=(0, ""))
     assert alone.epsilon == pytest.approx(epsilon_of(event, 1e-5))
     assert not NO_PRIVACY_COST.private
 
     def draw(est):
-        return est._spend(event, entropy=est._entropy(), delta=1e-5)[1].normal(size=2)
+        cost, rng = est._spend(event, entropy=est._entropy(), delta=1e-5, memory=(0, ""))
+        return rng.normal(size=2)
     # Without an accountant the same seed and public parameters give the same stream; another
     # epsilon (another public description) gives another.
     np.testing.assert_array_equal(draw(_Est(random_state=3)), draw(_Est(random_state=3)))

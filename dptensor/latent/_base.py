@@ -5,6 +5,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from .._base import PrivateEstimatorMixin
+from .._memory import FLOAT
 from .._validation import check_positive_int, check_verbose
 from ..accounting.events import NonPrivateEvent
 from .._dask import is_dask_array, reduce_row_chunks
@@ -12,6 +13,14 @@ from ..pca import MAX_DENSE_FEATURES, auto_n_iter
 from ._pipeline import decompose_whitened, n_third_queries, plan_noise
 
 __all__ = ["SpectralLatentModel"]
+
+
+def _stored_floats(X) -> int:
+    """The numbers ``X`` holds: every entry of a dense array; a sparse matrix's stored entries
+    and their indices (a count the data set: see the privacy guide, "Memory")."""
+    if hasattr(X, "nnz"):
+        return int(X.nnz) * 2 + X.shape[0] + 1
+    return int(np.prod(X.shape))
 
 
 class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
@@ -113,13 +122,17 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         self._check_delta_for(n, epsilon, delta, unit=self._unit)
         entropy = self._entropy()
         method, plan = self._plan(ctx, k, epsilon, delta)
+        stored = None if is_dask_array(X) else _stored_floats(X)
+        memory = self._fit_memory(n, d, k, ctx["power"], stored)
         if plan.private:
             self.privacy_cost_, rng = self._spend(plan.event, entropy=entropy, delta=delta,
                                                   noise_multiplier=plan.z_third, n_queries=plan.n_queries,
-                                                  calibration="exact", data_shape=X.shape, data=(X,))
+                                                  calibration="exact", data_shape=X.shape,
+                                                  memory=memory, data=(X,))
         else:
             self.privacy_cost_, rng = self._spend(NonPrivateEvent("epsilon=inf"), entropy=entropy,
-                                                  delta=delta, data_shape=X.shape, data=(X,))
+                                                  delta=delta, data_shape=X.shape, memory=memory,
+                                                  data=(X,))
         mean = self._release_first(ctx, plan, rng)
         whitening = self._release_whitening(ctx, mean, plan, rng)
         data, correction, sensitivity = self._whitened_third(ctx, whitening, mean)
@@ -135,6 +148,29 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         if not plan.private:  # a non-private fit (epsilon = inf) may refine its estimate on the data
             self._refine(ctx, rows)
         return self
+
+    #: Copies of the rows a fit makes after its spend (the prepared rows are made before it).
+    _row_copies = 0
+
+    def _fit_memory(self, n, d, k, power, stored):
+        """``(bytes, advice)``: the fit's peak allocation, in float64. ``stored``: the numbers the
+        rows hold (``n d``; a sparse matrix's stored entries with their indices; ``None`` for
+        rows on Dask workers), of which the fit makes ``_row_copies`` after its spend. Then the d x d second moment with its noise and eigendecomposition (or the power method's
+        n x 2k and d x 2k products), the whitened rows (n x k) and the k^3 tensor with its
+        noise."""
+        p = 2 * k
+        rows = self._row_copies * stored if stored is not None else 0
+        n_local = n if stored is not None else 0
+        second = (4 * n_local * p + 10 * d * p) if power else 7 * d * d
+        peak = rows + second + 6 * n_local * k + 8 * k**3 + 8 * d * k
+        return peak * FLOAT, "Use whitening='power' (no d x d matrix), fewer features or components"
+
+    def _memory_estimate(self, n_samples, n_features):
+        """``(bytes, advice)`` of a ``fit`` on ``n_samples`` dense rows of ``n_features`` (no data
+        read)."""
+        n, d = int(n_samples), int(n_features)
+        power = self._use_power(d, bool(np.isfinite(self.epsilon)))
+        return self._fit_memory(n, d, self._check_common(d), power, n * d)
 
     def _refine(self, ctx, rows):
         """Non-private refinement of the fitted parameters (a model may define one); none here."""

@@ -135,7 +135,9 @@ class PrivateGaussianMixture(SpectralLatentModel):
         forms it (the power method over the rows, then the 2k x 2k projection; without privacy the
         exact top-k eigenpairs by Lanczos on the same products). ``"auto"``: dense up to 2000
         features, where it is the less noisy of the two for the same budget; the power method
-        beyond.
+        beyond. The d x d matrix sets the fit's memory (a few of them); a fit whose bound exceeds
+        what the process can allocate is refused before its spend
+        (:class:`~dptensor.MemoryRefusedError`): choose ``"power"`` then.
     n_restarts, n_iter : int, default=10, 20
         Restarts and steps of the tensor power method on the k x k x k tensor.
     accountant : PrivacyAccountant or None, default=None

@@ -370,7 +370,10 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         power method over the documents, each step one release of ``M2 Q`` (d x 2k), then one
         release of the 2k x 2k projection. ``"auto"``: the power method, except for a private fit
         of at most 2000 words (``dptensor.pca.MAX_DENSE_FEATURES``), where one Analyze Gauss
-        release measured less noisy for the same budget.
+        release measured less noisy for the same budget. The d x d matrix (a few of them) and
+        copies of the counts' stored entries set the fit's memory; a fit whose bound exceeds what
+        the process can allocate is refused before its spend
+        (:class:`~dptensor.MemoryRefusedError`): choose ``"power"`` then.
     n_restarts, n_iter : int, default=10, 20
         Restarts and steps of the tensor power method on the k x k x k tensor.
     max_transform_iter : int, default=50
@@ -426,6 +429,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
 
     # -- the model's moments -----------------------------------------------------------------
     _unit = "document"
+    _row_copies = 2  # the documents' pair sums scale copies of the (sparse) counts
     _frobenius = True  # every sensitivity below bounds the Frobenius norm of the change
 
     def _validate(self, X, reset, fit=True):

@@ -235,7 +235,9 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                   f"whole search{' and refit' if self.refit else ''} costs "
                   f"epsilon={plan['cost'].epsilon:.4g} at delta={plan['cost'].delta:g}")
         entropy = self._entropy()
+        memory = self._memory(plan, X, overrides)
         self.privacy_cost_, rng = self._spend(plan["event"], entropy=entropy, delta=plan["delta"],
+                                              memory=memory,
                                               noise_multiplier=plan["cost"].noise_multiplier,
                                               n_queries=len(plan["candidates"]), calibration="exact",
                                               data_shape=X.shape, data=(X, y))
@@ -265,6 +267,24 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         if self.verbose:
             print(f"[{type(self).__name__}] chose {self.best_params_} (released score {best_score:.4g})")
         return self
+
+    def _memory(self, plan, X, overrides):
+        """``(bytes, advice)``: the largest peak of any candidate's fit (on the training part, and
+        on all the units for the refit), each estimated by the learner from public quantities,
+        plus the search's own copies of the parts."""
+        sizes = (plan["n_train"], X.shape[0]) if self.refit else (plan["n_train"],)
+        worst, advice = 0, ""
+        for params in plan["candidates"]:
+            est = self._candidate(plan["prefix"], params, plan["epsilon"], plan["delta"], 0,
+                                  overrides)
+            learner = est[-1] if isinstance(est, Pipeline) else est
+            # a learner of the user's may have no estimate
+            estimate = getattr(learner, "_memory_estimate", None)
+            for n in sizes if estimate is not None else ():
+                nbytes, why = estimate(n, X.shape[1])
+                if nbytes > worst:
+                    worst, advice = nbytes, f"The largest is candidate {params}: {why}"
+        return worst + 2 * X.nbytes, advice
 
     def _run(self, X, y, plan, overrides, rng):
         """The selection: ``(best index, released score)``. Everything it draws comes from ``rng``,
