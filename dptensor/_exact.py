@@ -121,8 +121,8 @@ def grid_rows(X, data_norm: float, mean=None, scale: float = 1.0, out=None) -> n
     X = np.asarray(X)
     if out is None:
         out = np.empty(X.shape, dtype=X.dtype if X.dtype in (np.float32, np.float64) else np.float64)
-    for start in range(0, X.shape[0], CHUNK):  # one float64 block of rows at a time
-        block = slice(start, start + CHUNK)
+    for start in range(0, X.shape[0], 16 * CHUNK):  # one float64 block of rows at a time
+        block = slice(start, start + 16 * CHUNK)
         out[block] = _grid_block(X[block], float(data_norm), mean, float(scale))
     return out
 
@@ -168,16 +168,16 @@ def grid_vectors(V) -> np.ndarray:
     return np.rint(np.clip(np.asarray(V, dtype=np.float64), -1.0, 1.0) * _ONE)
 
 
-def _chunks(M):
-    for start in range(0, M.shape[0], CHUNK):
-        yield np.asarray(M[start:start + CHUNK], dtype=np.float64)
+def _chunks(M, rows=CHUNK):
+    for start in range(0, M.shape[0], rows):
+        yield np.asarray(M[start:start + rows], dtype=np.float64)
 
 
 def row_sum(M, unit: float = 1.0) -> Exact:
     """``sum_i m_i`` (d,), exact; the value is ``unit 2**-BITS`` per integer."""
     acc = _IntSum()
-    for C in _chunks(M):
-        acc.add(C.sum(axis=0))  # at most CHUNK * 2**BITS: exact
+    for C in _chunks(M, 2 ** 22):
+        acc.add(C.sum(axis=0))  # integers below 2**22 * 2**BITS < 2**53: exact
     return Exact(acc.total(M.shape[1:]), unit / _ONE)
 
 

@@ -836,7 +836,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         M, mean = _map_rows(X, grid_rows, B), None
         if s["center"]:
             stat = rows_stat(M, row_sum, B / n)
-            mean = exact_gaussian_release(stat, 2.0 * B / n, plan["z_mean"], rng, dtype=X.dtype)
+            mean = exact_gaussian_release(stat, 2.0 * B / n, plan["z_mean"], rng)  # float64: exact centring
             M = _map_rows(X, _grid_centred, B, mean) if is_dask_array(X) \
                 else grid_rows(M, B, mean, scale=B / 2.0 ** BITS, out=M)
         total = None
@@ -849,12 +849,12 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             C = rows_stat(M, gram, B ** 2).for_release(sens, z)  # the release rounds to this grid
             result = analyze_gauss(C, s["k"], rng, noise_multiplier=z, sensitivity=sens)
             result = result._replace(components=result.components.astype(X.dtype, copy=False))
-            return result, mean, total
-        operator = ExactGram(M, B)
-        result = noisy_power_method(operator, s["k"], s["n_iter"], rng, noise_multiplier=plan["z"],
-                                    sensitivity=operator.sensitivity, n_oversamples=s["p"] - s["k"],
-                                    verbose=self.verbose, dtype=X.dtype)
-        return result, mean, total
+        else:
+            operator = ExactGram(M, B)
+            result = noisy_power_method(operator, s["k"], s["n_iter"], rng, noise_multiplier=plan["z"],
+                                        sensitivity=operator.sensitivity, n_oversamples=s["p"] - s["k"],
+                                        verbose=self.verbose, dtype=X.dtype)
+        return result, (None if mean is None else mean.astype(X.dtype, copy=False)), total
 
     def _fit_rows(self, Xc, s, plan, rng, raw=None):
         dask = is_dask_array(Xc)  # Dask rows: X^T X or X^T (X Q) summed over chunks on the workers
