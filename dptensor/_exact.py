@@ -109,10 +109,11 @@ class _IntSum:
 def grid_rows(X, data_norm: float, mean=None, scale: float = 1.0, out=None) -> np.ndarray:
     r"""The public per-row map ``x -> m``: integers with ``||m||^2 <= 4**BITS`` exactly.
 
-    ``u = (scale x - mean) / B`` (elementwise, in float64); a row whose largest entry exceeds 1
-    is divided by a power of two at least as large (exact); ``m0 = rint(2**BITS u)``; a row with
-    ``||m0||^2 > 4**BITS`` (an exact integer sum, so the test is order-free) becomes ``trunc(m0
-    t)`` with ``t = 2**BITS / sqrt(||m0||^2)``. A row with a non-finite ``u`` becomes zero. Every
+    ``2**BITS u = x (2**BITS scale / B) - mean (2**BITS / B)`` (elementwise, in float64); a row
+    whose largest ``|u_j|`` exceeds 1 is divided by a power of two at least as large (exact);
+    ``m0 = rint(2**BITS u)``; a row with ``||m0||^2 > 4**BITS`` (an exact integer sum, so the
+    test is order-free) becomes ``trunc(m0 t)`` with ``t = 2**BITS / sqrt(||m0||^2)``. A row with
+    a non-finite ``u`` (a NaN or infinity, or an overflow beyond ~1e302 B) becomes zero. Every
     step reads only the row itself, so the map is the same for every row, position and order.
 
     Returns an integer-valued array of X's float dtype (float32 holds them exactly: 21 bits),
@@ -121,24 +122,33 @@ def grid_rows(X, data_norm: float, mean=None, scale: float = 1.0, out=None) -> n
     X = np.asarray(X)
     if out is None:
         out = np.empty(X.shape, dtype=X.dtype if X.dtype in (np.float32, np.float64) else np.float64)
-    for start in range(0, X.shape[0], 16 * CHUNK):  # one float64 block of rows at a time
-        block = slice(start, start + 16 * CHUNK)
-        out[block] = _grid_block(X[block], float(data_norm), mean, float(scale))
+    rows = 16 * CHUNK
+    buffer = out if out.dtype == np.float64 else np.empty((min(rows, X.shape[0]), X.shape[1]))
+    for start in range(0, X.shape[0], rows):  # one float64 block of rows at a time
+        block = slice(start, start + rows)
+        U = buffer[block] if buffer is out else buffer[:len(X[block])]
+        _grid_block(X[block], float(data_norm), mean, float(scale), U)
+        if U is not out:
+            out[block] = U
     return out
 
 
-def _grid_block(X, data_norm, mean, scale):
+def _grid_block(X, data_norm, mean, scale, U):
     with np.errstate(all="ignore"):
-        U = np.multiply(X, scale, dtype=np.float64)
+        np.multiply(X, _ONE * scale / data_norm, out=U, dtype=np.float64)  # 2**b u
         if mean is not None:
-            U -= np.asarray(mean, dtype=np.float64)
-        U /= data_norm
-        peak = np.max(np.abs(U), axis=1, initial=0.0)
-        U[~np.isfinite(peak)] = 0.0
-        big = np.isfinite(peak) & (peak > 1.0)
-        if big.any():  # 2**e >= peak: a power-of-two division is exact
-            U[big] /= np.ldexp(1.0, np.frexp(peak[big])[1])[:, None]
-        return _shrink(np.rint(np.multiply(U, _ONE, out=U), out=U))
+            U -= np.asarray(mean, dtype=np.float64) * (_ONE / data_norm)
+        # Rows whose float norm is clearly below 2**b have every |2**b u_j| < 2**b; only the
+        # others need the exact peak (a cheap filter: both paths give a row the same integers).
+        rest = ~(np.einsum("ij,ij->i", U, U) <= _ONE ** 2 * (1 - 2.0 ** -20))
+        if rest.any():
+            R = U[rest]
+            peak = np.maximum(R.max(axis=1, initial=-np.inf), -R.min(axis=1, initial=np.inf))
+            R[~np.isfinite(peak)] = 0.0
+            big = np.isfinite(peak) & (peak > _ONE)
+            R[big] /= np.ldexp(1.0, np.frexp(peak[big] / _ONE)[1])[:, None]  # 2**e >= peak: exact
+            U[rest] = R
+        _shrink(np.rint(U, out=U))
 
 
 def _shrink(M):
@@ -150,7 +160,7 @@ def _shrink(M):
         t = np.where(over, _ONE / np.sqrt(np.maximum(norms, 1).astype(np.float64)), 1.0)
         M *= t[:, None]
         np.trunc(M, out=M)  # ||m|| <= 2**BITS (1 + 4u): its square, an integer, is <= 4**BITS
-        M *= (_int_norms(M) <= limit)[:, None]  # that bound, checked exactly (never fires)
+        M[_int_norms(M) > limit] = 0.0  # that bound, checked exactly (never fires)
     return M
 
 
