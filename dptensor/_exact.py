@@ -31,7 +31,9 @@ from ._dask import is_dask_array
 from .mechanisms import gaussian_release, grid_step
 
 __all__ = ["BITS", "CHUNK", "Exact", "grid_rows", "grid_vectors", "row_sum", "gram", "gram_product",
-           "sum_of_squares", "power_sensitivity", "exact_gaussian_release", "rows_stat", "ExactGram"]
+           "moment_product", "moment_sensitivities", "ExactThirdMoment",
+           "sum_of_squares", "power_sensitivity", "exact_gaussian_release", "rows_stat", "map_rows",
+           "ExactGram"]
 
 #: Bits of a grid coordinate: a row's coordinates are integer multiples of ``2**-BITS`` of ``B``.
 BITS = 20
@@ -42,19 +44,29 @@ _FOLD = 1023  # int64 chunk sums (each below 2**53) added before moving them to 
 
 
 class Exact(NamedTuple):
-    """An exact statistic: the integer array ``ints`` (dtype object) times the public ``unit``."""
+    """An exact statistic ``ints * unit - offset``: integers (dtype object), a public float ``unit``
+    and a public float array ``offset`` (a deflation, say), all exact rationals."""
 
     ints: np.ndarray
     unit: float
+    offset: object = 0.0
 
     def value(self) -> np.ndarray:
         """The nearest float64 values (for use without noise)."""
-        num, den = _ratio(self.unit)
-        return np.asarray(self.ints * num, dtype=object).astype(np.float64) / den
+        top, bottom = self._rational()
+        return np.asarray(top, dtype=object).astype(np.float64) / bottom
 
-    def scaled(self, factor: float) -> "Exact":
-        """The same integers in a unit ``factor`` times larger (say ``1/n`` for a mean)."""
-        return Exact(self.ints, self.unit * float(factor))
+    def minus(self, offset) -> "Exact":
+        """The statistic less a public array (exactly: the offset's doubles are rationals too)."""
+        return Exact(self.ints, self.unit, np.asarray(offset, dtype=np.float64) + self.offset)
+
+    def _rational(self):
+        """Integers ``top`` and a power of two ``bottom`` with ``value = top / bottom`` exactly."""
+        num, den = _ratio(self.unit)
+        o_num, o_den = np.frompyfunc(_ratio, 1, 2)(np.asarray(self.offset, dtype=np.float64))
+        o_den = np.asarray(o_den, dtype=object)
+        bottom = max(den, int(np.max(o_den)))  # powers of two: the largest is a common multiple
+        return self.ints * (num * (bottom // den)) - o_num * (bottom // o_den), bottom
 
     def for_release(self, sensitivity, noise_multiplier) -> np.ndarray:
         """The value on the grid :func:`~dptensor.mechanisms.gaussian_release` rounds it to.
@@ -71,10 +83,10 @@ class Exact(NamedTuple):
         The rounding is done in integers (half up), so its error is at most ``gamma / 2`` per
         coordinate whatever the size of the sum; the result is exact when below ``2**53 gamma``.
         """
-        num, den = _ratio(self.unit)
+        value_top, value_bottom = self._rational()
         gamma = np.asarray(gamma, dtype=np.float64)
-        g_num, g_den = np.frompyfunc(lambda g: g.as_integer_ratio(), 1, 2)(gamma)  # powers of two
-        top, bottom = self.ints * num * g_den, den * g_num
+        g_num, g_den = np.frompyfunc(_ratio, 1, 2)(gamma)  # powers of two
+        top, bottom = value_top * g_den, value_bottom * g_num
         steps = (2 * top + bottom) // (2 * bottom)
         return np.asarray(steps, dtype=object).astype(np.float64) * gamma
 
@@ -220,6 +232,40 @@ def gram_product(M, K, unit: float = 1.0) -> Exact:
     return Exact(acc.total((M.shape[1], K.shape[1])), unit / _ONE ** 2)
 
 
+def moment_product(M, K, unit: float = 1.0) -> Exact:
+    r"""The third moment's power queries on the grid: ``[sum_i m_i w_i^T ; 2**BITS sum_i c_i]``.
+
+    For a grid row ``q`` and public grid columns ``u`` (``K = grid_vectors(U)``): ``t = q^T u`` is
+    exact; ``w = rint(2**BITS fl(t^2))`` and ``c = rint(2**BITS fl(t^3))`` are correctly rounded
+    functions of the row alone. Returns a (d + 1) x L :class:`Exact` in ``unit 4**-BITS`` per
+    integer: rows ``0..d-1`` are ``T(I, u, u)``, row ``d`` is ``T(u, u, u)`` (times ``unit``).
+    """
+    K = np.asarray(K, dtype=np.float64)
+    acc = _IntSum()
+    for C in _chunks(M):
+        t = (C @ K) / _ONE ** 2  # exact integers over 4**BITS: the projections q^T u
+        sq = t * t
+        acc.add(np.vstack([C.T @ np.rint(sq * _ONE), _ONE * np.rint(sq * t * _ONE).sum(axis=0)]))
+    return Exact(acc.total((M.shape[1] + 1, K.shape[1])), unit / _ONE ** 2)
+
+
+def moment_sensitivities(K, data_norm: float, n_samples: int):
+    r"""Per-column l2 sensitivities of :func:`moment_product`'s two queries, over ``n_samples``.
+
+    With ``r_l = ||k_l|| 2**-BITS`` (rounded up, from the exact integer ``||k_l||^2``), a grid
+    row's terms have ``|t| <= r_l``, so ``||q w|| <= r_l^2 (1 + 2u) + 2**-(BITS+1)`` and
+    ``|c| <= r_l^3 (1 + 3u) + 2**-(BITS+1)``; replacing a row moves each by at most twice that,
+    times ``B^3 / n``: ``2 B^3 / n`` of :func:`~dptensor.tensor_decomposition.row_sensitivity`
+    for unit columns, plus the grid's allowance.
+    """
+    Ki = np.asarray(K).astype(np.int64)
+    sq = (Ki * Ki).sum(axis=0)  # exact: d 4**BITS < 2**63
+    r = np.array([(math.isqrt(int(v)) + 1) / _ONE for v in sq])
+    scale = 2.0 * float(data_norm) ** 3 / float(n_samples) * (1 + 2.0 ** -50)
+    half = 0.5 / _ONE
+    return scale * (r ** 2 * (1 + 2.0 ** -51) + half), scale * (r ** 3 * (1 + 2.0 ** -51) + half)
+
+
 def power_sensitivity(K, data_norm: float) -> float:
     r"""l2 sensitivity of :func:`gram_product` (in units of ``B^2``) for rows in the ball of radius ``B``.
 
@@ -243,6 +289,11 @@ def exact_gaussian_release(stat: Exact, sensitivity, noise_multiplier, rng, dtyp
     """:func:`~dptensor.mechanisms.gaussian_release` of an exact statistic, rounded to its grid exactly."""
     value = stat.for_release(sensitivity, noise_multiplier)
     return gaussian_release(value, sensitivity, noise_multiplier, rng, dtype=dtype)
+
+
+def map_rows(X, fn, *args):
+    """``fn(X, *args)``, or lazily chunk by chunk for a dask X (each chunk holds whole rows)."""
+    return X.map_blocks(fn, *args, dtype=X.dtype) if is_dask_array(X) else fn(X, *args)
 
 
 def rows_stat(M, statistic, *args) -> Exact:
@@ -280,3 +331,25 @@ class ExactGram:
 
     def sensitivity(self, Q) -> float:
         return power_sensitivity(grid_vectors(Q), self.data_norm)
+
+
+class ExactThirdMoment:
+    """The third moment ``(B^3 / n) sum_i q_i^(x)3`` of grid rows ``M`` as a tensor operator.
+
+    ``apply_evaluate(U)`` returns two :class:`Exact` statistics (:func:`moment_product`): a
+    private tensor power method releases them on their grid, deflated by a public offset.
+    """
+
+    def __init__(self, M, data_norm: float, n_samples: int):
+        self.M, self.data_norm, self.n = M, float(data_norm), int(n_samples)
+        self.shape = (M.shape[1],) * 3
+
+    def apply_evaluate(self, U):
+        stat = rows_stat(self.M, moment_product, grid_vectors(U), self.data_norm ** 3 / self.n)
+        return Exact(stat.ints[:-1], stat.unit), Exact(stat.ints[-1], stat.unit)
+
+    def apply(self, U):
+        return self.apply_evaluate(U)[0]
+
+    def evaluate(self, U):
+        return self.apply_evaluate(U)[1]

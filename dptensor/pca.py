@@ -31,7 +31,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._base import PrivacyWarning, PrivateEstimatorMixin
 from ._exact import (BITS, Exact, ExactGram, exact_gaussian_release, gram, gram_product, grid_rows,
-                     grid_vectors, power_sensitivity, row_sum, rows_stat, sum_of_squares)
+                     grid_vectors, map_rows, power_sensitivity, row_sum, rows_stat, sum_of_squares)
 from ._dask import DaskGramMatrix, RowChunks, check_dask_array, clip_chunks, dask_gram, is_dask_array
 from ._operators import DenseMatrix, GramMatrix
 from ._power import flip_signs
@@ -350,11 +350,6 @@ def _grid_centred(chunk, data_norm, mean):
     """The grid rows a private fit uses, from raw rows: on the grid, centred on the mean, again."""
     M = grid_rows(chunk, data_norm)
     return M if mean is None else grid_rows(M, data_norm, mean, scale=data_norm / 2.0 ** BITS)
-
-
-def _map_rows(X, fn, *args):
-    """``fn(X, *args)``, or lazily chunk by chunk for a dask X (each chunk holds whole rows)."""
-    return X.map_blocks(fn, *args, dtype=X.dtype) if is_dask_array(X) else fn(X, *args)
 
 
 def power_schedule(mu: float, n_iter: int, final_share: float = None) -> np.ndarray:
@@ -833,11 +828,11 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         ``sum_i f(x_i)`` with ``f`` in the range the sensitivity assumes, in any order.
         """
         B, n = s["bound"], X.shape[0]
-        M, mean = _map_rows(X, grid_rows, B), None
+        M, mean = map_rows(X, grid_rows, B), None
         if s["center"]:
             stat = rows_stat(M, row_sum, B / n)
             mean = exact_gaussian_release(stat, 2.0 * B / n, plan["z_mean"], rng)  # float64: exact centring
-            M = _map_rows(X, _grid_centred, B, mean) if is_dask_array(X) \
+            M = map_rows(X, _grid_centred, B, mean) if is_dask_array(X) \
                 else grid_rows(M, B, mean, scale=B / 2.0 ** BITS, out=M)
         total = None
         if plan["z_total"]:

@@ -198,3 +198,54 @@ def test_private_pca_on_dask_equals_numpy_bit_for_bit(method):
     for chunks in (7_001, 33_333):
         b = PrivatePCA(**params).fit(da.from_array(X, chunks=(chunks, 16)))
         assert all(np.array_equal(u, v) for u, v in zip(_fitted(a), _fitted(b)))
+
+
+# ---------------------------------------------------------------------------------------------
+# The third moment's power queries (PrivateTensorDecomposition's implicit private path)
+# ---------------------------------------------------------------------------------------------
+
+def test_moment_product_is_the_sum_of_per_row_terms_brute_force(rng):
+    M = ex.grid_rows(rng.standard_normal((29, 4)), 1.0)
+    K = ex.grid_vectors(np.linalg.qr(rng.standard_normal((4, 3)))[0])
+    stat = ex.moment_product(M, K)
+    expected = np.zeros((5, 3), dtype=object)
+    for row in M:
+        t = (row @ K) / ONE ** 2  # exact
+        w, c = np.rint(t * t * ONE), np.rint(t * t * t * ONE)  # per-row, correctly rounded
+        expected[:4] += np.outer([int(v) for v in row], [int(v) for v in w]).astype(object)
+        expected[4] += np.array([int(v) * ONE for v in c], dtype=object)
+    assert stat.ints.tolist() == expected.tolist()
+
+
+def test_moment_sensitivities_bound_every_pair_brute_force(rng):
+    d, L, n = 5, 3, 7
+    U = np.linalg.qr(rng.standard_normal((d, L)))[0]
+    K = ex.grid_vectors(U)
+    s_vec, s_val = ex.moment_sensitivities(K, 1.0, n)
+    pairs = [(U[:, 0], -U[:, 0]), (U[:, 1], -U[:, 1])] + [tuple(rng.standard_normal((2, d))) for _ in range(300)]
+    for a, b in pairs:
+        Ma, Mb = ex.grid_rows(np.array([a, b]), 1.0)[:, None, :]
+        change = (ex.moment_product(Ma, K, 1.0 / n).value() - ex.moment_product(Mb, K, 1.0 / n).value())
+        assert np.all(np.linalg.norm(change[:d], axis=0) <= s_vec) and np.all(np.abs(change[d]) <= s_val)
+
+
+def _tensor_fit(X):
+    from dptensor import PrivateTensorDecomposition
+
+    return PrivateTensorDecomposition(2, epsilon=1.0, delta=1e-12, data_norm=4.0, n_restarts=3,
+                                      n_iter=4, moment="implicit", random_state=0).fit(X)
+
+
+def test_private_tensor_decomposition_is_bit_identical_under_permutation_and_dask():
+    # rows B e_1, then rows whose first entries (1e-14 .. 1e-8) feed T(I,u,u)'s first coordinate
+    # terms that the running sum rounds one way in one order and another in the other
+    X = np.random.default_rng(0).standard_normal((100_000, 8)) * 0.5
+    X[:25_000] = 0.0
+    X[:25_000, 0] = 3.99
+    X[25_000:50_000, 0], X[25_000:50_000, 1] = np.geomspace(1e-14, 1e-8, 25_000), 3.9
+    a = _tensor_fit(X)
+    fits = [_tensor_fit(X[::-1])]
+    da = pytest.importorskip("dask.array")
+    fits.append(_tensor_fit(da.from_array(X, chunks=(9_999, 8))))
+    for b in fits:
+        assert np.array_equal(a.components_, b.components_) and np.array_equal(a.eigenvalues_, b.eigenvalues_)
