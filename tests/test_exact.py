@@ -249,3 +249,25 @@ def test_private_tensor_decomposition_is_bit_identical_under_permutation_and_das
     fits.append(_tensor_fit(da.from_array(X, chunks=(9_999, 8))))
     for b in fits:
         assert np.array_equal(a.components_, b.components_) and np.array_equal(a.eigenvalues_, b.eigenvalues_)
+
+
+def _spiky_block(rng, n, d):
+    """Rows B e_1, then rows whose tiny first entries round differently by order, then noise."""
+    X = rng.standard_normal((n, d)) * 0.5
+    q = n // 4
+    X[:q] = 0.0
+    X[:q, 0] = 3.99
+    X[q:2 * q, 0], X[q:2 * q, 1] = np.geomspace(1e-14, 1e-8, q), 3.9
+    return X
+
+
+def test_private_streaming_tensor_power_is_bit_identical_when_a_block_is_reordered():
+    from dptensor import StreamingTensorPower
+
+    rng = np.random.default_rng(0)
+    blocks = [_spiky_block(rng, 40_000, 6) for _ in range(2)]
+    params = dict(n_components=1, epsilon=1.0, delta=1e-12, data_norm=4.0, batch_size=40_000,
+                  n_restarts=3, n_iter=2, random_state=0)
+    a = StreamingTensorPower(**params).fit(np.vstack(blocks))
+    b = StreamingTensorPower(**params).fit(np.vstack([block[::-1] for block in blocks]))
+    assert np.array_equal(a.components_, b.components_) and np.array_equal(a.eigenvalues_, b.eigenvalues_)
