@@ -314,7 +314,9 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         How the third moment of 2-D data is held for ``method="power"``. ``"implicit"`` costs
         O(ndL) per step and O(nd + dL) memory; ``"dense"`` forms T in O(nd^3) time and O(d^3) memory,
         then costs O(d^3 L) per step; ``"auto"`` picks by :func:`choose_moment` (``"implicit"``
-        for a Dask X, whose d^3 tensor would be summed on the client).
+        for a Dask X, whose d^3 tensor would be summed on the client, and for a private fit, whose
+        implicit queries are exact sums of grid rows: ``docs/derivations/exact_sums.rst``; a
+        private ``"dense"`` fit sums in float64, with the gap the privacy guide states).
     symmetrize : bool, default=False
         For a 3-D X that is not symmetric: use its symmetric part instead of raising. Changing one
         entry of X by at most 1 changes the symmetric part by ``sym(e_i⊗e_j⊗e_k)/6``, a sixth of a
@@ -452,6 +454,8 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
             return self.moment
         if is_dask_array(X):
             return "implicit"  # for data too big for one machine, never a d^3 tensor unless asked
+        if math.isfinite(self.epsilon):
+            return "implicit"  # private: its sums are exact (dptensor._exact); a dense T's are not
         steps = n_power_queries(k, self.n_restarts, self.n_iter)
         return choose_moment(X.shape[0], X.shape[1], steps, X.dtype.itemsize)
 
