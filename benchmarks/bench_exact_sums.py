@@ -52,7 +52,7 @@ def _fit(X, method):
 
 def _float_path(X):
     """The data work of a private Analyze Gauss fit before the exact sums: clip, mean, centre and
-    clip, total, ``X^T X``, all in X's dtype (no noise: the releases cost the same on either path)."""
+    clip, total, ``X^T X``, in X's dtype (no noise: the releases cost the same on either path)."""
     Xc = clip_rows(X, B)
     mean = private_mean(Xc, B, 0.0, None)
     Xc = center_and_clip(Xc, mean, B, copy=False)
@@ -70,29 +70,30 @@ def run(quick: bool = False) -> list[dict]:
         base, _ = timed(lambda: X.T @ X, repeat=repeat)
         step, _ = timed(lambda: X.T @ (X @ V), repeat=repeat)
         M = grid_rows(X, B)
+        fit = timed(_fit, X, "analyze_gauss", repeat=repeat)[0]
         cases = [
             ("grid map (grid_rows)", "X^T X", timed(grid_rows, X, B, repeat=repeat)[0], base),
             ("exact Gram (on grid rows)", "X^T X", timed(gram, M, repeat=repeat)[0], base),
-            ("private Analyze Gauss fit", "X^T X", timed(_fit, X, "analyze_gauss", repeat=repeat)[0], base),
-            ("private Analyze Gauss fit", "the float path's data work",
-             timed(_fit, X, "analyze_gauss", repeat=repeat)[0], timed(_float_path, X, repeat=repeat)[0]),
+            ("private Analyze Gauss fit", "X^T X", fit, base),
+            ("private Analyze Gauss fit", "the float path's data work", fit,
+             timed(_float_path, X, repeat=repeat)[0]),
             ("exact power step (p=3)", "X^T (X V)", timed(gram_product, M, grid_vectors(V),
                                                          repeat=repeat)[0], step),
-            ("private power fit (5 steps)", "5 X^T (X V)", timed(_fit, X, "power", repeat=repeat)[0],
-             5 * step),
+            ("private power fit (5 steps)", "5 X^T (X V)",
+             timed(_fit, X, "power", repeat=repeat)[0], 5 * step),
         ]
         X32 = X.astype(np.float32)
         base32, _ = timed(lambda: X32.T @ X32, repeat=repeat)
         fit32 = timed(_fit, X32, "analyze_gauss", repeat=repeat)[0]
         cases += [("private Analyze Gauss fit, float32", "X^T X (float32)", fit32, base32),
-                  ("private Analyze Gauss fit, float32", "the float path's data work (float32)", fit32,
-                   timed(_float_path, X32, repeat=repeat)[0])]
+                  ("private Analyze Gauss fit, float32", "the float path's data work (float32)",
+                   fit32, timed(_float_path, X32, repeat=repeat)[0])]
     for what, against, seconds, reference in cases:
         records.append(dict(n=n, d=d, what=what, seconds=seconds, against=against,
                             against_seconds=reference, ratio=seconds / reference))
-    summary = (f"Exact sums on a {n} x {d} float64 array, one BLAS thread, best of {repeat}: the time "
-               "of each exact-path piece (or whole private fit) and of the plain float product it "
-               "replaces, and their ratio.")
+    summary = (f"Exact sums on a {n} x {d} float64 array, one BLAS thread, best of {repeat}: the "
+               "time of each exact-path piece (or whole private fit) and of the plain float "
+               "product it replaces, and their ratio.")
     print(write_results(NAME, records, summary=summary))
     return records
 

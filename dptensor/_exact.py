@@ -133,7 +133,8 @@ def grid_rows(X, data_norm: float, mean=None, scale: float = 1.0, out=None) -> n
     """
     X = np.asarray(X)
     if out is None:
-        out = np.empty(X.shape, dtype=X.dtype if X.dtype in (np.float32, np.float64) else np.float64)
+        dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.float64
+        out = np.empty(X.shape, dtype=dtype)
     rows = 16 * CHUNK
     buffer = out if out.dtype == np.float64 else np.empty((min(rows, X.shape[0]), X.shape[1]))
     for start in range(0, X.shape[0], rows):  # one float64 block of rows at a time
@@ -164,7 +165,7 @@ def _grid_block(X, data_norm, mean, scale, U):
 
 
 def _shrink(M):
-    """Rows of ``M`` (integer-valued, ``|m_j| <= 2**BITS``) scaled down to ``||m||^2 <= 4**BITS``, in place."""
+    """Rows of ``M`` (integers, ``|m_j| <= 2**BITS``) scaled to ``||m||^2 <= 4**BITS``, in place."""
     limit = 4 ** BITS
     norms = _int_norms(M)
     over = norms > limit
@@ -186,7 +187,7 @@ def _int_norms(M):
 
 
 def grid_vectors(V) -> np.ndarray:
-    """A public d x p block (entries in [-1, 1], e.g. orthonormal columns) on the grid, as integers."""
+    """A public d x p block (entries in [-1, 1]: orthonormal columns) on the grid, as integers."""
     return np.rint(np.clip(np.asarray(V, dtype=np.float64), -1.0, 1.0) * _ONE)
 
 
@@ -267,7 +268,7 @@ def moment_sensitivities(K, data_norm: float, n_samples: int):
 
 
 def power_sensitivity(K, data_norm: float) -> float:
-    r"""l2 sensitivity of :func:`gram_product` (in units of ``B^2``) for rows in the ball of radius ``B``.
+    r"""l2 sensitivity of :func:`gram_product` (times ``B^2``) for rows in the ball of radius ``B``.
 
     With ``V_q = K 2**-BITS`` and ``w = V_q^T q + e`` (``|e_l| <= 2**-(BITS+1)``), replacing ``a``
     by ``b`` moves the sum by ``(a a^T - b b^T) V_q + a e_a^T - b e_b^T``, of Frobenius norm at
@@ -286,7 +287,7 @@ def power_sensitivity(K, data_norm: float) -> float:
 
 
 def exact_gaussian_release(stat: Exact, sensitivity, noise_multiplier, rng, dtype=None):
-    """:func:`~dptensor.mechanisms.gaussian_release` of an exact statistic, rounded to its grid exactly."""
+    """:func:`~dptensor.mechanisms.gaussian_release` of an exact statistic, on its grid exactly."""
     value = stat.for_release(sensitivity, noise_multiplier)
     return gaussian_release(value, sensitivity, noise_multiplier, rng, dtype=dtype)
 

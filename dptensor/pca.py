@@ -432,7 +432,7 @@ class StreamingPowerMethod:
             elif self.mean is None:
                 self._sum += clip_rows(rows, self.data_norm).sum(axis=0)
             else:
-                chunk = clip_rows(rows, self.data_norm)  # a new array unless there is no bound: then copy
+                chunk = clip_rows(rows, self.data_norm)  # a new array unless unbounded: then copy
                 C = center_and_clip(chunk, self.mean, self.data_norm, copy=self.data_norm is None)
                 self._acc += C.T @ (C @ self.basis)
             self._count += take
@@ -776,7 +776,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             result = self._fit_matrix(X, s, plan, rng)
             mean, scale = np.zeros(X.shape[1], dtype=X.dtype), 1.0
             total = None if s["private"] else float(np.trace(X))
-        elif s["private"]:  # exact sums of grid rows (NumPy or Dask): the sensitivities hold at any n
+        elif s["private"]:  # exact sums of grid rows (NumPy or Dask): sensitivities hold at any n
             result, mean, total = self._fit_exact(X, s, plan, rng)
             mean = np.zeros(X.shape[1], dtype=X.dtype) if mean is None else mean
             self.n_samples_ = X.shape[0]
@@ -821,7 +821,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         return private_total(Xc, s["bound"], plan["z_total"], rng)
 
     def _fit_exact(self, X, s, plan, rng):
-        """A private row-level fit on grid rows: every statistic an exact sum (``docs/derivations``).
+        """A private row-level fit on grid rows: every statistic an exact sum (exact_sums.rst).
 
         The rows are ``grid_rows(x, B)`` for the mean, then those centred on the released mean and
         put on the grid again: one public map per row, so each released statistic is exactly
@@ -831,13 +831,15 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         M, mean = map_rows(X, grid_rows, B), None
         if s["center"]:
             stat = rows_stat(M, row_sum, B / n)
-            mean = exact_gaussian_release(stat, 2.0 * B / n, plan["z_mean"], rng)  # float64: exact centring
+            # released in float64, so that the centring is the same for float32 rows
+            mean = exact_gaussian_release(stat, 2.0 * B / n, plan["z_mean"], rng)
             M = map_rows(X, _grid_centred, B, mean) if is_dask_array(X) \
                 else grid_rows(M, B, mean, scale=B / 2.0 ** BITS, out=M)
         total = None
         if plan["z_total"]:
             stat = rows_stat(M, sum_of_squares, B ** 2)
-            total = float(exact_gaussian_release(stat, total_variance_sensitivity(B), plan["z_total"], rng))
+            sens = total_variance_sensitivity(B)
+            total = float(exact_gaussian_release(stat, sens, plan["z_total"], rng))
         z = _last(plan["z"])
         if s["method"] == "analyze_gauss":
             sens = covariance_sensitivity(B)
@@ -847,8 +849,9 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         else:
             operator = ExactGram(M, B)
             result = noisy_power_method(operator, s["k"], s["n_iter"], rng, noise_multiplier=plan["z"],
-                                        sensitivity=operator.sensitivity, n_oversamples=s["p"] - s["k"],
-                                        verbose=self.verbose, dtype=X.dtype)
+                                        sensitivity=operator.sensitivity,
+                                        n_oversamples=s["p"] - s["k"], verbose=self.verbose,
+                                        dtype=X.dtype)
         return result, (None if mean is None else mean.astype(X.dtype, copy=False)), total
 
     def _fit_rows(self, Xc, s, plan, rng, raw=None):

@@ -186,7 +186,8 @@ class _Stream:
         deflation = DeflatedTensor(ThirdMoment(np.empty((0, self.d))), self.eigenvalues[:self.i],
                                    self.components[:self.i])  # only its public correction is used
         cU, cu = deflation.correction(self.U)
-        TU, tu = Exact(stat.ints[:-1], stat.unit).minus(cU), Exact(stat.ints[-1], stat.unit).minus(cu)
+        TU = Exact(stat.ints[:-1], stat.unit).minus(cU)
+        tu = Exact(stat.ints[-1], stat.unit).minus(cu)
         s_vec, s_val = moment_sensitivities(K, self.data_norm, self.n)
         s = math.sqrt(float(np.sum(s_vec ** 2) + np.sum(s_val ** 2))) * (1 + 2.0 ** -50)
         self.acc_exact = 0

@@ -24,8 +24,8 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils.validation import check_is_fitted
 
 from ._base import PrivateEstimatorMixin
-from ._exact import Exact, ExactThirdMoment, exact_gaussian_release, grid_rows, grid_vectors, map_rows, \
-    moment_sensitivities
+from ._exact import (Exact, ExactThirdMoment, exact_gaussian_release, grid_rows, grid_vectors, map_rows,
+                     moment_sensitivities)
 from ._dask import DaskThirdMoment, check_dask_array, clip_chunks, dask_moment_tensor, is_dask_array
 from ._operators import DeflatedTensor, SymmetricTensor, ThirdMoment, moment_tensor
 from ._power import normalize_columns, random_unit_columns, select_restart

@@ -16,26 +16,28 @@ ONE = 2 ** ex.BITS
 
 
 def _adversarial_rows(rng, d=6):
-    """Rows of every awkward kind: huge, tiny, on and just past the sphere, non-finite, signed zeros."""
+    """Rows of every awkward kind: huge, tiny, on and just past the sphere, non-finite, zeros."""
     rows = [rng.standard_normal(d) * s for s in (1e-300, 1e-8, 0.3, 1.0, 7.0, 1e30, 1e300)]
     unit = rng.standard_normal(d)
     unit /= np.linalg.norm(unit)
-    rows += [unit, unit * (1 + 1e-16), unit * (1 - 1e-16), unit * np.nextafter(1.0, 2.0), np.eye(d)[0],
-             np.full(d, 1 / np.sqrt(d)), np.full(d, np.nextafter(1 / np.sqrt(d), 1.0)), np.zeros(d),
-             -np.zeros(d), np.r_[np.inf, np.zeros(d - 1)], np.r_[np.nan, np.ones(d - 1)],
+    rows += [unit, unit * (1 + 1e-16), unit * (1 - 1e-16), unit * np.nextafter(1.0, 2.0),
+             np.eye(d)[0], np.full(d, 1 / np.sqrt(d)), np.full(d, np.nextafter(d ** -0.5, 1.0)),
+             np.zeros(d), -np.zeros(d), np.r_[np.inf, np.zeros(d - 1)], np.r_[np.nan, np.ones(d - 1)],
              np.full(d, 1e308), np.r_[1.0, np.full(d - 1, 2.0 ** -21)]]
     return np.array(rows)
 
 
 def test_grid_rows_lie_in_the_ball_exactly_and_are_a_per_row_map(rng):
-    X = np.vstack([_adversarial_rows(rng), rng.standard_normal((2000, 6)) * rng.uniform(0, 3, (2000, 1))])
+    X = np.vstack([_adversarial_rows(rng),
+                   rng.standard_normal((2000, 6)) * rng.uniform(0, 3, (2000, 1))])
     for B in (1.0, 0.37, 3e5):
         M = ex.grid_rows(X * B, B)
         ints = M.astype(np.int64)
         assert np.array_equal(ints, M) and np.abs(ints).max() <= ONE
         assert max(sum(int(v) ** 2 for v in row) for row in ints) <= 4 ** ex.BITS  # Python integers
         # one row at a time, in any position: the same integers
-        assert all(np.array_equal(ex.grid_rows(X[i:i + 1] * B, B)[0], M[i]) for i in range(0, len(X), 97))
+        assert all(np.array_equal(ex.grid_rows(X[i:i + 1] * B, B)[0], M[i])
+                   for i in range(0, len(X), 97))
         perm = rng.permutation(len(X))
         assert np.array_equal(ex.grid_rows(X[perm] * B, B), M[perm])
     # a row already inside the ball moves by at most half a grid step per coordinate
@@ -71,7 +73,8 @@ def test_statistics_are_the_sums_of_per_row_integers_brute_force(rng):
 
 
 def test_on_grid_rounds_the_exact_value(rng):
-    stat = ex.Exact(np.array([3 * 2 ** 70 + 12345, -(2 ** 80) - 1, 0, 7], dtype=object), 0.1 / 2 ** 40)
+    ints = np.array([3 * 2 ** 70 + 12345, -(2 ** 80) - 1, 0, 7], dtype=object)
+    stat = ex.Exact(ints, 0.1 / 2 ** 40)
     gamma = np.array([2.0 ** -10, 2.0 ** 20, 1.0, 2.0 ** -40])
     got = stat.on_grid(gamma)
     for v, g, out in zip(stat.ints, gamma, got):
@@ -88,7 +91,8 @@ def test_power_sensitivity_bounds_every_pair_brute_force(rng):
         K = ex.grid_vectors(V)
         bound = ex.power_sensitivity(K, 1.0)
         assert bound >= np.sqrt(min(p, 2))
-        pairs = [(V[:, 0], V[:, min(1, p - 1)] if p > 1 else np.linalg.qr(np.c_[V, rng.standard_normal(d)])[0][:, 1])]
+        other = np.linalg.qr(np.c_[V, rng.standard_normal(d)])[0][:, p]  # orthogonal to span(V)
+        pairs = [(V[:, 0], V[:, 1] if p > 1 else other)]
         pairs += [tuple(rng.standard_normal((2, d))) for _ in range(300)]
         for a, b in pairs:
             Ma, Mb = ex.grid_rows(np.array([a, b]), 1.0)[:, None, :]
@@ -124,9 +128,10 @@ def test_plain_float_sums_break_the_sensitivity_and_exact_sums_do_not():
     sensitivity = 2.0 * B  # of the sum of rows clipped to B (the mean's, times n)
     rng = np.random.default_rng(0)
     plain = [private_mean(Z, B, 0.0, rng) * n for Z in (X, Y)]  # the unnoised float64 path
-    assert np.linalg.norm(plain[0] - plain[1]) > sensitivity * (1 + 1e-4)  # far past the 2**-40 margin
+    assert np.linalg.norm(plain[0] - plain[1]) > sensitivity * (1 + 1e-4)  # far past 2**-40
     exact = [ex.row_sum(ex.grid_rows(Z, B), B) for Z in (X, Y)]
-    change = [Fraction(int(a - b)) * Fraction(exact[0].unit) for a, b in zip(exact[0].ints, exact[1].ints)]
+    change = [Fraction(int(a - b)) * Fraction(exact[0].unit)
+              for a, b in zip(exact[0].ints, exact[1].ints)]
     assert sum(c * c for c in change) <= Fraction(sensitivity) ** 2  # exactly, in rationals
     # and what the release rounds: the neighbours' grid integers differ by at most Delta/gamma + 1
     gamma = float(grid_step(sensitivity * 0.5))
@@ -161,7 +166,8 @@ def _fitted(est):
 @pytest.mark.parametrize("method", ["analyze_gauss", "power"])
 def test_private_pca_is_bit_identical_under_row_permutation(method):
     X = _absorbing(200_000, 20, head=50_000)
-    params = dict(n_components=3, epsilon=1.0, delta=1e-12, data_norm=4.0, method=method, random_state=0)
+    params = dict(n_components=3, epsilon=1.0, delta=1e-12, data_norm=4.0, method=method,
+                  random_state=0)
     a = PrivatePCA(**params).fit(X)
     for perm in (np.random.default_rng(1).permutation(len(X)), np.arange(len(X))[::-1]):
         b = PrivatePCA(**params).fit(X[perm])
@@ -173,7 +179,8 @@ def test_private_pca_float32_releases_the_float64_statistics():
     params = dict(n_components=2, epsilon=1.0, delta=1e-12, data_norm=4.0, random_state=0)
     a, b = PrivatePCA(**params).fit(X), PrivatePCA(**params).fit(X.astype(np.float64))
     assert a.components_.dtype == np.float32
-    assert all(np.array_equal(u, v.astype(np.float32)) for u, v in zip(_fitted(a)[::2], _fitted(b)[::2]))
+    assert all(np.array_equal(u, v.astype(np.float32))
+               for u, v in zip(_fitted(a)[::2], _fitted(b)[::2]))
     # the same released eigenvalues, scaled in float32 (post-processing)
     np.testing.assert_allclose(a.explained_variance_, b.explained_variance_, rtol=2e-7)
 
@@ -222,11 +229,14 @@ def test_moment_sensitivities_bound_every_pair_brute_force(rng):
     U = np.linalg.qr(rng.standard_normal((d, L)))[0]
     K = ex.grid_vectors(U)
     s_vec, s_val = ex.moment_sensitivities(K, 1.0, n)
-    pairs = [(U[:, 0], -U[:, 0]), (U[:, 1], -U[:, 1])] + [tuple(rng.standard_normal((2, d))) for _ in range(300)]
+    pairs = [(U[:, 0], -U[:, 0]), (U[:, 1], -U[:, 1])]
+    pairs += [tuple(rng.standard_normal((2, d))) for _ in range(300)]
     for a, b in pairs:
         Ma, Mb = ex.grid_rows(np.array([a, b]), 1.0)[:, None, :]
-        change = (ex.moment_product(Ma, K, 1.0 / n).value() - ex.moment_product(Mb, K, 1.0 / n).value())
-        assert np.all(np.linalg.norm(change[:d], axis=0) <= s_vec) and np.all(np.abs(change[d]) <= s_val)
+        change = (ex.moment_product(Ma, K, 1.0 / n).value()
+                  - ex.moment_product(Mb, K, 1.0 / n).value())
+        assert np.all(np.linalg.norm(change[:d], axis=0) <= s_vec)
+        assert np.all(np.abs(change[d]) <= s_val)
 
 
 def _tensor_fit(X):
@@ -248,7 +258,8 @@ def test_private_tensor_decomposition_is_bit_identical_under_permutation_and_das
     da = pytest.importorskip("dask.array")
     fits.append(_tensor_fit(da.from_array(X, chunks=(9_999, 8))))
     for b in fits:
-        assert np.array_equal(a.components_, b.components_) and np.array_equal(a.eigenvalues_, b.eigenvalues_)
+        assert np.array_equal(a.components_, b.components_)
+        assert np.array_equal(a.eigenvalues_, b.eigenvalues_)
 
 
 def _spiky_block(rng, n, d):
@@ -270,4 +281,5 @@ def test_private_streaming_tensor_power_is_bit_identical_when_a_block_is_reorder
                   n_restarts=3, n_iter=2, random_state=0)
     a = StreamingTensorPower(**params).fit(np.vstack(blocks))
     b = StreamingTensorPower(**params).fit(np.vstack([block[::-1] for block in blocks]))
-    assert np.array_equal(a.components_, b.components_) and np.array_equal(a.eigenvalues_, b.eigenvalues_)
+    assert np.array_equal(a.components_, b.components_)
+    assert np.array_equal(a.eigenvalues_, b.eigenvalues_)
