@@ -15,20 +15,6 @@ from dptensor.pca import private_mean
 ONE = 2 ** ex.BITS
 
 
-@pytest.fixture
-def same_noise(monkeypatch):
-    """Seeded fits key their noise by a digest of the data's bytes and order (where the library
-    does), so a permuted or float32 copy would draw other noise; this keys it by the seed alone,
-    so that the estimator tests below compare the exact statistics and nothing else."""
-    import dptensor._base as base
-    import dptensor._randomness as randomness
-
-    if hasattr(base, "data_digest"):
-        monkeypatch.setattr(base, "data_digest", lambda *arrays: ())
-    if hasattr(randomness, "RowDigest"):
-        monkeypatch.setattr(randomness.RowDigest, "words", lambda self: ())
-
-
 def _adversarial_rows(rng, d=6):
     """Rows of every awkward kind: huge, tiny, on and just past the sphere, non-finite, zeros."""
     rows = [rng.standard_normal(d) * s for s in (1e-300, 1e-8, 0.3, 1.0, 7.0, 1e30, 1e300)]

@@ -131,7 +131,7 @@ def test_float32_kept_and_input_untouched():
     np.testing.assert_allclose(model.transform(X32), X32 @ model.components_.T)
 
 
-def test_rows_are_clipped_to_data_norm():
+def test_rows_are_clipped_to_data_norm(same_noise):
     X, _, _ = orthogonal_moment_data(d=6, k=2, n_pairs=10, seed=5)
     X = X * 3.0
     a = PrivateTensorDecomposition(2, data_norm=1.0, epsilon=5.0, random_state=0).fit(X)
