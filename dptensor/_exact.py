@@ -124,9 +124,11 @@ def grid_rows(X, data_norm: float, mean=None, scale: float = 1.0, out=None) -> n
     ``2**BITS u = x (2**BITS scale / B) - mean (2**BITS / B)`` (elementwise, in float64); a row
     whose largest ``|u_j|`` exceeds 1 is divided by a power of two at least as large (exact);
     ``m0 = rint(2**BITS u)``; a row with ``||m0||^2 > 4**BITS`` (an exact integer sum, so the
-    test is order-free) becomes ``trunc(m0 t)`` with ``t = 2**BITS / sqrt(||m0||^2)``. A row with
-    a non-finite ``u`` (a NaN or infinity, or an overflow beyond ~1e302 B) becomes zero. Every
-    step reads only the row itself, so the map is the same for every row, position and order.
+    test is order-free), or that was divided, becomes ``trunc(m0 t)`` with ``t = 2**BITS /
+    sqrt(||m0||^2)``. A row with a non-finite ``u`` (a NaN or infinity, or an overflow beyond
+    ~1e302 B) becomes zero. Every step reads only the row itself, so the map is the same for
+    every row, position and order; a clipped row lands within 2 grid steps per coordinate of
+    the float clip.
 
     Returns an integer-valued array of X's float dtype (float32 holds them exactly: 21 bits),
     written into ``out`` if given (which may be X itself).
@@ -153,22 +155,26 @@ def _grid_block(X, data_norm, mean, scale, U):
             U -= np.asarray(mean, dtype=np.float64) * (_ONE / data_norm)
         # Rows whose float norm is clearly below 2**b have every |2**b u_j| < 2**b; only the
         # others need the exact peak (a cheap filter: both paths give a row the same integers).
-        rest = ~(np.einsum("ij,ij->i", U, U) <= _ONE ** 2 * (1 - 2.0 ** -20))
-        if rest.any():
+        rest = np.flatnonzero(~(np.einsum("ij,ij->i", U, U) <= _ONE ** 2 * (1 - 2.0 ** -20)))
+        halved = np.zeros(len(U), dtype=bool)
+        if rest.size:
             R = U[rest]
             peak = np.maximum(R.max(axis=1, initial=-np.inf), -R.min(axis=1, initial=np.inf))
             R[~np.isfinite(peak)] = 0.0
             big = np.isfinite(peak) & (peak > _ONE)
             R[big] /= np.ldexp(1.0, np.frexp(peak[big] / _ONE)[1])[:, None]  # 2**e >= peak: exact
             U[rest] = R
-        _shrink(np.rint(U, out=U))
+            halved[rest[big]] = True  # their norm was above the bound: scale them back onto it
+        _shrink(np.rint(U, out=U), halved)
 
 
-def _shrink(M):
-    """Rows of ``M`` (integers, ``|m_j| <= 2**BITS``) scaled to ``||m||^2 <= 4**BITS``, in place."""
+def _shrink(M, rescale):
+    """Rows of ``M`` (integers, ``|m_j| <= 2**BITS``) with ``||m||^2 > 4**BITS``, and the rows
+    ``rescale`` (divided by a power of two, from a norm above the bound), scaled onto the sphere
+    of radius ``2**BITS`` (to within truncation, never past it), in place."""
     limit = 4 ** BITS
     norms = _int_norms(M)
-    over = norms > limit
+    over = (norms > limit) | rescale
     if over.any():
         t = np.where(over, _ONE / np.sqrt(np.maximum(norms, 1).astype(np.float64)), 1.0)
         M *= t[:, None]

@@ -30,7 +30,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._base import PrivateEstimatorMixin
 from ._dask import RowChunks, check_dask_array, is_dask_array
-from ._exact import Exact, grid_rows, grid_vectors, moment_product, moment_sensitivities
+from ._exact import BITS, Exact, grid_rows, grid_vectors, moment_product, moment_sensitivities
 from ._operators import DeflatedTensor, ThirdMoment
 from ._power import normalize_columns, random_unit_columns, select_restart
 from ._validation import check_data_norm, check_positive_int, check_verbose, validate_private_data
@@ -181,8 +181,8 @@ class _Stream:
         The sensitivity is :func:`block_sensitivity` with each candidate's grid allowance
         (:func:`~dptensor._exact.moment_sensitivities`): ``sqrt(sum_l s_vec_l^2 + s_val_l^2)``.
         """
-        K, unit = grid_vectors(self.U), self.data_norm ** 3 / self.n
-        stat = Exact(self.acc_exact, unit)
+        K = grid_vectors(self.U)
+        stat = Exact(self.acc_exact, self.data_norm ** 3 / self.n / 4.0 ** BITS)  # moment_product's unit
         deflation = DeflatedTensor(ThirdMoment(np.empty((0, self.d))), self.eigenvalues[:self.i],
                                    self.components[:self.i])  # only its public correction is used
         cU, cu = deflation.correction(self.U)

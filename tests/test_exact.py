@@ -41,9 +41,12 @@ def test_grid_rows_lie_in_the_ball_exactly_and_are_a_per_row_map(rng):
                    for i in range(0, len(X), 97))
         perm = rng.permutation(len(X))
         assert np.array_equal(ex.grid_rows(X[perm] * B, B), M[perm])
-    # a row already inside the ball moves by at most half a grid step per coordinate
-    inside = clip_rows(X[np.isfinite(X).all(axis=1)], 1.0) * (1 - 1e-5)
+    # a row inside the ball moves by at most half a grid step per coordinate, a clipped one
+    # (one large entry or not) by at most two from the float clip
+    finite = X[np.isfinite(X).all(axis=1) & (np.abs(X).max(axis=1) < 1e250)]
+    inside = clip_rows(finite, 1.0) * (1 - 1e-5)
     assert np.abs(ex.grid_rows(inside, 1.0) / ONE - inside).max() <= 0.5 / ONE
+    assert np.abs(ex.grid_rows(finite, 1.0) / ONE - clip_rows(finite, 1.0)).max() <= 2.0 / ONE
 
 
 def test_float32_rows_give_the_same_grid_as_float64(rng):
@@ -284,3 +287,31 @@ def test_private_streaming_tensor_power_is_bit_identical_when_a_block_is_reorder
     b = StreamingTensorPower(**params).fit(np.vstack([block[::-1] for block in blocks]))
     assert np.array_equal(a.components_, b.components_)
     assert np.array_equal(a.eigenvalues_, b.eigenvalues_)
+
+
+def test_private_stream_releases_its_blocks_statistics(monkeypatch):
+    """What a private StreamingTensorPower block puts on its grid is the block's deflated moment
+    queries (block_statistics of the clipped rows) to within the grid, at their true scale."""
+    import dptensor.streaming_tensor_power as stp
+
+    states, parts = [], []
+    real_release, real_joint = stp._Stream._release_exact, stp.joint_gaussian_release
+
+    def spy_release(self, *args):
+        deflation = (self.eigenvalues[:self.i].copy(), self.components[:self.i].copy())
+        states.append((self.U.copy(), *deflation))
+        return real_release(self, *args)
+
+    def spy_joint(values, *args):
+        parts.append(values)
+        return real_joint(values, *args)
+    monkeypatch.setattr(stp._Stream, "_release_exact", spy_release)
+    monkeypatch.setattr(stp, "joint_gaussian_release", spy_joint)
+    X = np.random.default_rng(3).standard_normal((2000, 5))
+    stp.StreamingTensorPower(2, epsilon=1.0, data_norm=1.5, batch_size=500, n_restarts=3, n_iter=2,
+                             random_state=0).fit(X)
+    assert len(parts) == 4
+    for (U, lam, V), (TU, tu), block in zip(states, parts, np.split(X, 4)):
+        exact_u, exact_l = stp.block_statistics(clip_rows(block, 1.5), U, lam, V)
+        np.testing.assert_allclose(TU, exact_u, atol=1e-5)
+        np.testing.assert_allclose(tu, exact_l, atol=1e-5)
