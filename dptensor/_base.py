@@ -11,7 +11,8 @@ from sklearn import get_config
 
 from .accounting import epsilon_of
 from .accounting.events import NonPrivateEvent, PrivacyEvent
-from ._randomness import fingerprint, seed_entropy, spend_generator
+from ._guards import fixed_floating_point
+from ._randomness import data_digest, fingerprint, seed_entropy, spend_generator
 from ._validation import check_delta_for_n, check_privacy
 
 __all__ = ["PrivacyCost", "PrivacyWarning", "PrivateEstimatorMixin", "NO_PRIVACY_COST"]
@@ -54,15 +55,39 @@ _GENERATORS = (np.random.Generator, np.random.RandomState, np.random.BitGenerato
 _NOT_PUBLIC_DESCRIPTION = ("accountant", "random_state", "verbose")
 
 
+#: Entry points that may spend: each runs under the library's floating-point settings.
+_SPENDING_METHODS = ("fit", "partial_fit", "fit_transform", "fit_predict", "privacy_cost")
+
+
 class PrivateEstimatorMixin:
     """Helpers for the fit prelude of a private estimator.
 
     Subclasses keep ``epsilon``, ``delta``, ``accountant`` and ``random_state`` as parameters.
+    Every entry point that may spend (:data:`_SPENDING_METHODS`) a subclass defines runs under
+    floating-point settings the library fixes (:func:`dptensor._guards.fixed_floating_point`):
+    under the caller's ``np.errstate(all="raise")`` an underflow that one tiny row causes would
+    otherwise raise after the spend where its neighbour fits.
     """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name in _SPENDING_METHODS:
+            # Inherited ones too (scikit-learn's fit_transform, which a Pipeline calls): the first
+            # definition along the MRO, if it is a plain function (a descriptor such as
+            # available_if decides itself whether the method exists, and is left alone).
+            method = next((k.__dict__[name] for k in cls.__mro__ if name in k.__dict__), None)
+            if inspect.isfunction(method) and not getattr(method, "fixed_floating_point", False):
+                setattr(cls, name, fixed_floating_point(method))
 
     def _privacy_target(self, *, gaussian: bool = True) -> tuple[float, float]:
         """Validated ``(epsilon, delta)``; ``delta=None`` means the accountant's delta."""
-        return check_privacy(self.epsilon, self.delta, self.accountant, gaussian=gaussian)
+        accountant = self._charged_accountant()
+        return check_privacy(self.epsilon, self.delta, accountant, gaussian=gaussian)
+
+    def _charged_accountant(self):
+        """The accountant a fit is priced at and charged to: ``accountant`` (a meta-estimator
+        may find it elsewhere, say on the estimator it searches)."""
+        return self.accountant
 
     def _check_delta_for(self, n_samples: int, epsilon: float, delta: float, unit: str = "row") -> None:
         """Warn when ``delta >= 1/n`` for a private fit on ``n`` records (before the spend)."""
@@ -83,7 +108,7 @@ class PrivateEstimatorMixin:
         return seed_entropy(self.random_state)
 
     def _spend(self, event: PrivacyEvent, *, entropy: int, delta: float, noise_multiplier: float = 0.0,
-               n_queries: int = 0, calibration: str = "none", data_shape=()):
+               n_queries: int = 0, calibration: str = "none", data_shape=(), data=()):
         """Check and record ``event`` with the accountant (if any); return the cost record and the
         fit's noise generator.
 
@@ -93,13 +118,18 @@ class PrivateEstimatorMixin:
         epsilon = infinity: a finite budget refuses it; otherwise it is recorded and warned about.
 
         The generator is keyed by ``entropy`` (from :meth:`_entropy`), the spend's ledger position
-        and the fit's public description (see :mod:`dptensor._randomness`), so no two spends draw
-        the same noise. It is the caller's local: never store it on the estimator.
+        and the fit's public description, and, for a seeded fit, by a digest of ``data`` (every
+        array the fit reads: see :mod:`dptensor._randomness`), so no two spends draw the same
+        noise unless they are the same seeded fit of the same data. It is the caller's local:
+        never store it on the estimator.
         """
         name = type(self).__name__
         label = f"{name}(epsilon={self.epsilon:g})"
-        if self.accountant is not None:
-            entry = self.accountant.spend(event, label=label)
+        # Before the spend: digesting reads the data (a Dask pass) and must not fail after it.
+        digest = data_digest(*data) if self.random_state is not None else ()
+        accountant = self._charged_accountant()
+        if accountant is not None:
+            entry = accountant.spend(event, label=label)
             own, delta, index = entry.epsilon, entry.delta, entry.index
             if self.delta is not None and float(self.delta) != delta:
                 warnings.warn(f"{name} targets delta={self.delta:g} but its accountant enforces "
@@ -114,7 +144,10 @@ class PrivateEstimatorMixin:
                           "it costs epsilon=inf. Set a finite epsilon for a private fit.",
                           PrivacyWarning, stacklevel=3)
         params = {k: v for k, v in self.get_params(deep=False).items() if k not in _NOT_PUBLIC_DESCRIPTION}
-        key = fingerprint(name, params, tuple(int(n) for n in data_shape))
+        # The event holds every noise multiplier, the delta the accountant's: two fits whose noise
+        # differs only in scale (one seed, two accountants' deltas) would cancel it in a ratio.
+        # Clones share a seed: their data tells them apart.
+        key = fingerprint(name, params, tuple(int(n) for n in data_shape), repr(event), delta) + digest
         cost = PrivacyCost(epsilon=own, delta=delta, noise_multiplier=float(noise_multiplier),
                            n_queries=int(n_queries), calibration=calibration if private else "none",
                            event=event)
@@ -129,7 +162,8 @@ class PrivateEstimatorMixin:
         """
         event = NonPrivateEvent("epsilon=inf") if event is None else event
         private = not isinstance(event, NonPrivateEvent)
-        delta = self.accountant.delta if self.accountant is not None else delta
+        accountant = self._charged_accountant()
+        delta = accountant.delta if accountant is not None else delta
         return PrivacyCost(epsilon=epsilon_of(event, delta), delta=delta,
                            noise_multiplier=float(noise_multiplier) if private else 0.0,
                            n_queries=int(n_queries) if private else 0,

@@ -10,19 +10,24 @@ library the user loaded) sets would make it so:
   underflow), whatever the caller's are; the suite turns every such warning from dptensor into
   an error, so none is left on any path it tests.
 * Output from code the fit calls but does not own: a pipeline step's ``verbose``, a user's
-  estimator that prints, a library that logs or warns. :func:`silenced` swallows all of it
-  (``sys.stdout``, ``sys.stderr``, ``warnings`` and ``logging``) for the duration of a block,
-  say one run of a private search, whose number and outcome are secret.
+  estimator that prints, a library that logs or warns, compiled code that writes to file
+  descriptor 1 or 2. :func:`silenced` swallows all of it (``sys.stdout``, ``sys.stderr``, the
+  descriptors, ``warnings`` and ``logging``) for the duration of a block, say the runs of a
+  private search, whose number and outcomes are secret.
 """
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import io
 import logging
+import os
 import sys
+import threading
 import warnings
 
+import joblib
 import numpy as np
 
 __all__ = ["fixed_floating_point", "silenced", "FLOATING_POINT_SETTINGS"]
@@ -38,6 +43,7 @@ def fixed_floating_point(func):
     def wrapper(*args, **kwargs):
         with np.errstate(**FLOATING_POINT_SETTINGS):
             return func(*args, **kwargs)
+    wrapper.fixed_floating_point = True
     return wrapper
 
 
@@ -51,23 +57,89 @@ class _Sink(io.TextIOBase):
         return len(text)
 
 
+def _flush_all():
+    """Push out what sits in Python's and C's stream buffers, so it lands where it was written."""
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        with contextlib.suppress(Exception):  # a closed or foreign stream: nothing of ours to flush
+            stream.flush()
+    if _LIBC is not None:
+        _LIBC.fflush(None)  # every C stdio stream: what a compiled extension printed
+
+
+try:
+    _LIBC = ctypes.CDLL(None)
+except (OSError, TypeError):  # pragma: no cover - no C library to open by name (Windows)
+    _LIBC = None
+
+
+def _silence_descriptors(stack):
+    """Point file descriptors 1 and 2 at the null device until ``stack`` closes, then restore
+    them: what a compiled extension, a child process or ``sys.__stdout__`` writes goes nowhere."""
+    _flush_all()
+    null = os.open(os.devnull, os.O_WRONLY)
+    stack.callback(os.close, null)
+    for fd in (1, 2):
+        try:
+            saved = os.dup(fd)
+        except OSError:  # pragma: no cover - not open in this process: nothing reaches it
+            continue
+        stack.callback(os.close, saved)
+        stack.callback(os.dup2, saved, fd)
+        os.dup2(null, fd)
+    stack.callback(_flush_all)  # first at close: buffered output goes to the null device
+
+
+# One silence for the whole process, held while any block is open: the streams, the warning
+# filters and logging are process-wide, so blocks open in several threads must not restore them
+# out of order (one thread's exit would unsilence another's block, or leave the sink installed).
+_LOCK = threading.Lock()
+_HELD = {"depth": 0, "stack": None}
+
+
+def _hold():
+    with _LOCK:
+        if _HELD["depth"] == 0:
+            with contextlib.ExitStack() as stack:
+                _silence_descriptors(stack)
+                sink = _Sink()
+                stack.enter_context(contextlib.redirect_stdout(sink))
+                stack.enter_context(contextlib.redirect_stderr(sink))
+                stack.enter_context(warnings.catch_warnings())
+                warnings.simplefilter("ignore")
+                previous = logging.root.manager.disable
+                logging.disable(_EVERY_LEVEL)
+                stack.callback(logging.disable, previous)
+                _HELD["stack"] = stack.pop_all()
+        _HELD["depth"] += 1
+
+
+def _release():
+    with _LOCK:
+        _HELD["depth"] -= 1
+        if _HELD["depth"] == 0:
+            _HELD.pop("stack").close()
+            _HELD["stack"] = None
+
+
+#: Above every level a logger can be given (custom levels above ``CRITICAL`` included).
+_EVERY_LEVEL = sys.maxsize
+
+
 @contextlib.contextmanager
 def silenced():
     """Nothing inside reaches ``sys.stdout``, ``sys.stderr``, ``warnings`` or ``logging``.
 
-    ``logging`` is switched off for the block (``logging.disable``) and restored after; warnings
-    are caught and dropped (``warnings.catch_warnings``). Not thread-safe, like the
-    standard library's redirections it uses: the block's own process is the one silenced.
+    Python's streams go to a sink and file descriptors 1 and 2 to the null device (so compiled
+    code and child processes are silent too); warnings are dropped and ``logging`` is switched
+    off (``logging.disable``). joblib runs inside the block in the calling process (its
+    ``"sequential"`` backend): a worker process started earlier writes to the descriptors it
+    inherited then, which no redirection here reaches. Everything is restored when the block
+    ends, exception or not. The silence is the process's: while a block is open in one thread,
+    other threads are silent too (never the reverse: no thread's exit ends another's block).
     """
-    sink = _Sink()
-    previous = logging.root.manager.disable
-    logging.disable(logging.CRITICAL)
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(sink), \
-                contextlib.redirect_stderr(sink):
-            warnings.simplefilter("ignore")
+    with joblib.parallel_config(backend="sequential"):  # per thread, as joblib's settings are
+        _hold()
+        try:
             yield
-    finally:
-        logging.disable(previous)
-        if sys.stdout is sink or sys.stderr is sink:  # pragma: no cover - the redirections restore
-            sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+        finally:
+            _release()

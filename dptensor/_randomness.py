@@ -15,17 +15,30 @@ from two things:
 same seed replays the same spends in the same order, so it reproduces its results; two spends of
 one ledger always differ in their position, and two fits with different public parameters always
 differ in their fingerprint, so their noise is independent even without an accountant.
+
+Two fits can still start alike: without an accountant the ledger position is the same for
+every fit, and ``clone`` deep-copies a ``Generator`` (even one made from fresh entropy), so the
+folds of ``cross_validate``, in one process or in joblib's workers, had one stream, and two
+folds' releases differed by exactly their data's difference. So a seeded fit (any
+``random_state`` but ``None``) also keys its stream by a digest of the data it reads
+(:func:`data_digest`): fits on different data draw independent noise, and only a fit on the very
+same data, with the same seed, draws the same noise (which is what reproducing means). Keying by
+the data gives nothing away: whoever knows the seed regenerates the noise anyway, and whoever
+does not cannot reproduce the stream the digest is hashed with. A stream (``partial_fit``)
+keys each block's noise by the digest of every row up to that block (:class:`RowDigest`).
+``random_state=None`` needs none of it: each fit draws fresh entropy.
 """
 from __future__ import annotations
 
 import hashlib
 import math
 import numbers
+import pickle
 import secrets
 
 import numpy as np
 
-__all__ = ["seed_entropy", "spend_generator", "fingerprint"]
+__all__ = ["seed_entropy", "spend_generator", "fingerprint", "data_digest", "RowDigest", "rekeyed"]
 
 #: Bits of entropy drawn from the operating system (or from a given generator) per fit.
 ENTROPY_BITS = 128
@@ -59,15 +72,102 @@ def fingerprint(*parts) -> tuple[int, ...]:
     return tuple(int.from_bytes(digest[i:i + 4], "little") for i in range(0, 16, 4))
 
 
-def public_digest(array) -> int:
-    """A 64-bit hash of a PUBLIC array (e.g. completion's observed positions), for a spend's key.
+#: About how many bytes of rows one leaf of a data digest hashes.
+_LEAF_BYTES = 1 << 23
 
-    Never pass private data: with a known seed, noise keyed by the data would let anyone test
-    which of two data sets produced a release.
+
+def _leaf_rows(shape, dtype) -> int:
+    """Rows per leaf: public (the row's size only), so NumPy and Dask cut the same leaves."""
+    row = int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
+    return max(1, _LEAF_BYTES // max(1, row))
+
+
+def _leaf(block) -> bytes:
+    """SHA-256 of a block of rows, in C order (a copy of this block only, if not C-ordered)."""
+    block = np.ascontiguousarray(block)
+    return hashlib.sha256(memoryview(block.reshape(-1)).cast("B")).digest()
+
+
+def _update(digest, array) -> None:
+    """Hash an array's dtype, shape and rows: a tree of leaves of ``_leaf_rows`` rows, so a Dask
+    array (its leaves hashed where its chunks live) digests as the same NumPy array does."""
+    if hasattr(array, "tocsr") and hasattr(array, "nnz"):  # a SciPy sparse matrix or array
+        csr = array.tocsr()
+        digest.update(f"sparse{csr.shape}".encode())
+        for part in (csr.data, csr.indices, csr.indptr):
+            _update(digest, part)
+        return
+    dask = hasattr(array, "dask") and hasattr(array, "to_delayed")
+    array = array if dask else np.asarray(array)
+    digest.update(str((array.dtype.str, array.shape)).encode())
+    if array.dtype.hasobject:  # numbers held as objects (a pipeline's input): their pickle
+        digest.update(pickle.dumps(array.tolist(), protocol=4))
+    elif array.ndim == 0:
+        digest.update(_leaf(array))
+    elif dask:
+        for part in _dask_leaves(array):
+            digest.update(part)
+    else:
+        step = _leaf_rows(array.shape, array.dtype)
+        for start in range(0, array.shape[0], step):
+            digest.update(_leaf(array[start:start + step]))
+
+
+def _dask_leaves(array):
+    # A Dask array's name is no digest of its content (a name given by hand, a file rewritten
+    # under the same path keep it): its leaves are hashed on the workers, 32 bytes each come back.
+    import dask
+
+    step = _leaf_rows(array.shape, array.dtype)
+    leaves = array.rechunk({0: step, **{axis: -1 for axis in range(1, array.ndim)}})
+    return dask.compute(*[dask.delayed(_leaf)(b) for b in leaves.to_delayed().ravel()])
+
+
+def data_digest(*arrays) -> tuple[int, ...]:
+    """Eight 32-bit words hashing the data a fit reads (its arrays' dtypes, shapes and bytes).
+
+    Part of a seeded spend's key, so that fits with one seed on different data never share noise.
+    A Dask array is read once where it lives and digests as the same NumPy array; an array that
+    is not C-ordered is hashed a block of rows at a time, never copied whole. ``None`` entries
+    are skipped.
     """
-    data = np.ascontiguousarray(array)
-    digest = hashlib.sha256(str((data.dtype.str, data.shape)).encode() + data.tobytes()).digest()
-    return int.from_bytes(digest[:8], "little")
+    digest = hashlib.sha256()
+    for array in arrays:
+        if array is not None:
+            _update(digest, array)
+    raw = digest.digest()
+    return tuple(int.from_bytes(raw[i:i + 4], "little") for i in range(0, 32, 4))
+
+
+class RowDigest:
+    """A running digest of the rows a stream has read, in order, however they were chunked.
+
+    ``update(rows)`` hashes the rows, cast to the stream's ``dtype`` (the one it computes in, named
+    in the digest), as they are consumed, so the digest after a block is the same whatever the
+    chunks were. Working state of an open stream: never pickled.
+    """
+
+    def __init__(self, dtype, n_features: int):
+        self.dtype = np.dtype(dtype)
+        self._hash = hashlib.sha256(str((self.dtype.str, int(n_features))).encode())
+
+    def update(self, rows) -> None:
+        rows = np.ascontiguousarray(rows, dtype=self.dtype)
+        self._hash.update(memoryview(rows.reshape(-1)).cast("B"))
+
+    def words(self) -> tuple[int, ...]:
+        raw = self._hash.copy().digest()
+        return tuple(int.from_bytes(raw[i:i + 4], "little") for i in range(0, 32, 4))
+
+
+def rekeyed(rng: np.random.Generator, key: tuple[int, ...]) -> np.random.Generator:
+    """A generator from 128 bits of ``rng`` hashed with ``key`` (say a :class:`RowDigest`'s words).
+
+    ``rng`` advances by exactly two words, whatever the key.
+    """
+    words = rng.integers(0, 2**63, size=2, dtype=np.uint64)
+    seq = np.random.SeedSequence([int(w) for w in words], spawn_key=tuple(key))
+    return np.random.Generator(np.random.PCG64(seq))
 
 
 def spend_generator(entropy: int, *, spend_index: int, key: tuple[int, ...] = ()) -> np.random.Generator:

@@ -15,7 +15,8 @@ except ImportError:  # pragma: no cover - older scikit-learn
 
 __all__ = ["check_epsilon", "check_delta", "check_privacy", "check_positive_int", "check_data_norm",
            "check_symmetric_tensor", "check_random_generator", "check_finite", "check_delta_for_n",
-           "check_numeric_array", "validate_private_data"]
+           "check_numeric_array", "validate_private_data", "validate_stream_chunk",
+           "zero_nonfinite_rows"]
 
 
 def check_epsilon(epsilon, name="epsilon") -> float:
@@ -158,6 +159,71 @@ def validate_private_data(estimator, X, **kwargs):
     so that no error quotes a value of X (every estimator's entry point for in-memory data)."""
     check_numeric_array(X, allow_nd=kwargs.get("allow_nd", False))
     return _sklearn_validate_data(estimator, X, **kwargs)
+
+
+def validate_stream_chunk(estimator, X, *, reset: bool, **kwargs):
+    """:func:`validate_private_data` for one chunk of a row stream; ``reset`` when it starts one.
+
+    A private stream spends when it starts, before its later chunks exist, so a NaN or infinity
+    in one cannot be refused without an error after the spend that depends on the data. It
+    takes every row, in every chunk (the first too, so that the result does not depend on where
+    the stream is cut), through the public map :func:`zero_nonfinite_rows`, which leaves the
+    guarantee as it was (``docs/derivations/pca.rst``). A non-private stream has no guarantee to
+    keep and refuses such a chunk, the more useful answer there. Whether the stream is private
+    is its recorded cost's answer once it runs: a parameter changed mid-stream does not count.
+    """
+    if reset:
+        private = math.isfinite(estimator._privacy_target()[0])
+    else:
+        private = estimator.privacy_cost_.private
+    if private:
+        X = _numbers_or_nan(X)
+    X = validate_private_data(estimator, X, reset=reset, ensure_all_finite=not private, **kwargs)
+    return zero_nonfinite_rows(X) if private else X
+
+
+def _numbers_or_nan(X):
+    """Text or objects as float64, every entry that is no real number (``"n/a"``, ``None``, a
+    complex value) as NaN, so that a private stream maps its row to a zero row: refusing it
+    would be an error after the spend that depends on one cell. Other input is returned as it is."""
+    if hasattr(X, "dtypes") or hasattr(X, "tocsr"):  # data frames and sparse: their own checks
+        return X
+    try:
+        A = np.asarray(X)
+    except ValueError:  # ragged rows: the checks name the shape
+        return X
+    if A.dtype.kind not in "OUS":
+        return X
+
+    def number(value):
+        try:
+            return float(value) if not isinstance(value, complex) else math.nan
+        except (TypeError, ValueError, OverflowError):
+            return math.nan
+    return np.vectorize(number, otypes=[np.float64])(A) if A.size else A.astype(np.float64)
+
+
+def zero_nonfinite_rows(X):
+    """``X`` with every row that holds a NaN or an infinity replaced by a zero row.
+
+    A fixed map applied to each row on its own: neighbouring streams (one row replaced) stay
+    neighbours, every row keeps its place and its count, and a zero row lies in every row domain
+    the sensitivities assume (``||x|| <= data_norm``). Silent, and ``X`` is not modified (a copy is
+    made when a row is replaced).
+
+    >>> zero_nonfinite_rows(np.array([[1.0, np.nan], [2.0, 3.0], [np.inf, 0.0]]))
+    array([[0., 0.],
+           [2., 3.],
+           [0., 0.]])
+    """
+    with np.errstate(all="ignore"):  # a finite row's sum may overflow: it is only checked again
+        suspect = np.flatnonzero(~np.isfinite(np.einsum("ij->i", X)))
+    bad = suspect[~np.isfinite(X[suspect]).all(axis=1)]
+    if not bad.size:
+        return X
+    X = np.array(X, copy=True)
+    X[bad] = 0
+    return X
 
 
 def check_finite(X, name="X"):

@@ -407,10 +407,11 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         event, eps1, z, z_var = self._plan_spend(epsilon, delta, rounds)
         if event is not None:  # checked and recorded before anything noisy is computed
             self.privacy_cost_, rng = self._spend(event, entropy=entropy, delta=delta, noise_multiplier=z,
-                                                  n_queries=rounds, calibration="exact", data_shape=X.shape)
+                                                  n_queries=rounds, calibration="exact", data_shape=X.shape,
+                                                  data=(X,))
         else:
             self.privacy_cost_, rng = self._spend(NonPrivateEvent("epsilon=inf"), entropy=entropy,
-                                                  delta=delta, data_shape=X.shape)
+                                                  delta=delta, data_shape=X.shape, data=(X,))
 
         # Clipped only now: a refused fit computes nothing from the data.
         X = clip_rows(X, data_norm) if data_norm is not None else X

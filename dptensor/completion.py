@@ -55,7 +55,6 @@ from threadpoolctl import ThreadpoolController
 
 from ._base import PrivateEstimatorMixin
 from ._implicit import DESIGN_NORM, wiener_fit
-from ._randomness import public_digest
 from ._completion_models import (Model, Observations, als, dp_als, gradient_descent, init_model, predict,
                                  OffsetNoise, offset_noise, residual_scale, row_offsets, spectral_start)
 from ._completion_models import offsets as offsets_of
@@ -527,10 +526,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         self.privacy_cost_, rng = self._spend(
             event, entropy=entropy, delta=delta, noise_multiplier=plan["z"] if plan else 0.0,
             n_queries=plan["n_queries"] if plan else 0, calibration="exact",
-            # The positions are public: keyed by them, folds and subsets of one data set never
-            # share noise, even with one int seed and no accountant. (A fit without noise draws
-            # only its start: hashing the positions would cost it more than a few sweeps.)
-            data_shape=(len(y), *shape, public_digest(X)) if private else (len(y), *shape))
+            data_shape=(len(y), *shape), data=(X, y))
 
         # Public affine rescaling: values clipped to the range, centred, divided by its width.
         if vrange is not None:

@@ -35,7 +35,9 @@ from ._exact import (BITS, Exact, ExactGram, exact_gaussian_release, gram, gram_
 from ._dask import DaskGramMatrix, RowChunks, check_dask_array, clip_chunks, dask_gram, is_dask_array
 from ._operators import DenseMatrix, GramMatrix
 from ._power import flip_signs
-from ._validation import check_data_norm, check_positive_int, check_verbose, validate_private_data
+from ._randomness import RowDigest, rekeyed
+from ._validation import (check_data_norm, check_positive_int, check_verbose, validate_private_data,
+                          validate_stream_chunk)
 from .accounting import ComposedEvent, GaussianEvent, NonPrivateEvent, calibrate_gaussian, epsilon_of, gdp_mu
 from .accounting.calibration import paper_noisy_power_sigma
 from .mechanisms import clip_factors, clip_rows, gaussian_release, symmetric_gaussian_release
@@ -403,8 +405,9 @@ class StreamingPowerMethod:
 
     def __init__(self, n_features: int, n_components: int, block_size: int, rng: np.random.Generator, *,
                  n_oversamples: int = 0, data_norm=None, noise_multiplier: float = 0.0,
-                 centered: bool = False, dtype=np.float64):
+                 centered: bool = False, dtype=np.float64, digest: RowDigest | None = None):
         self.n_components, self.block_size = int(n_components), int(block_size)
+        self.digest = digest  # a seeded stream keys each block's noise by the rows read so far
         self.data_norm, self.noise_multiplier = data_norm, float(noise_multiplier)
         self.rng = rng
         self.dtype = np.dtype(dtype)
@@ -427,6 +430,8 @@ class StreamingPowerMethod:
         while start < n:
             take = min(n - start, self.block_size - self._count)
             rows = X[start:start + take]
+            if self.digest is not None:
+                self.digest.update(rows)
             if self.noise_multiplier > 0:
                 self._add_exact(rows)
             elif self.mean is None:
@@ -454,10 +459,11 @@ class StreamingPowerMethod:
 
     def _close_block(self):
         T, z, exact = self.block_size, self.noise_multiplier, self.noise_multiplier > 0
+        rng = self.rng if self.digest is None else rekeyed(self.rng, self.digest.words())
         if self.mean is None:
             if exact:
                 stat = Exact(self._sum, self.data_norm / T / 2.0 ** BITS)
-                self.mean = exact_gaussian_release(stat, 2.0 * self.data_norm / T, z, self.rng,
+                self.mean = exact_gaussian_release(stat, 2.0 * self.data_norm / T, z, rng,
                                                    dtype=self.dtype)
             else:
                 self.mean = self._sum / T
@@ -466,7 +472,7 @@ class StreamingPowerMethod:
             if exact:
                 stat = Exact(self._acc, self.data_norm ** 2 / T / 4.0 ** BITS)
                 s = power_sensitivity(grid_vectors(self.basis), self.data_norm) / T
-                Y = exact_gaussian_release(stat, s, z, self.rng, dtype=self.dtype)
+                Y = exact_gaussian_release(stat, s, z, rng, dtype=self.dtype)
                 self._acc = 0
             else:
                 Y = self._acc / T
@@ -751,17 +757,20 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
                               PrivacyWarning, stacklevel=3)
         return dict(z=z, z_mean=z_mean, z_total=z_total, event=event, n_queries=queries)
 
-    def _record(self, s, plan, entropy, data_shape):
+    def _record(self, s, plan, entropy, data_shape, data=()):
         """Record the fit's spend (epsilon = inf when not private); return its cost and generator."""
         event = NonPrivateEvent("epsilon=inf") if plan["event"] is None else plan["event"]
         return self._spend(event, entropy=entropy, delta=s["delta"], noise_multiplier=_last(plan["z"]),
-                           n_queries=plan["n_queries"], calibration=self.calibration, data_shape=data_shape)
+                           n_queries=plan["n_queries"], calibration=self.calibration, data_shape=data_shape,
+                           data=data)
 
     # ------------------------------------------------------------------ fitting
     def fit(self, X, y=None):
         """Fit on data X (n_samples, n_features) or a precomputed symmetric matrix; one release plan.
 
-        ``X`` is never modified. Returns self.
+        ``X`` is never modified. A NaN or an infinity anywhere in ``X`` is refused with
+        ``ValueError`` before anything is spent (every row is in hand then); a stream through
+        :meth:`partial_fit`, which spends first, maps such rows instead. Returns self.
         """
         X = self._validate_input(X, reset=True)
         s = self._check_params(X.shape[1])
@@ -771,7 +780,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             self._check_delta_for(X.shape[0], s["epsilon"], s["delta"])
         plan = self._plan(s)
         entropy = self._entropy()
-        self.privacy_cost_, rng = self._record(s, plan, entropy, X.shape)  # before any noisy release
+        self.privacy_cost_, rng = self._record(s, plan, entropy, X.shape, (X,))  # before any noisy release
         if s["precomputed"]:
             result = self._fit_matrix(X, s, plan, rng)
             mean, scale = np.zeros(X.shape[1], dtype=X.dtype), 1.0
@@ -914,6 +923,29 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
 
         The first call plans and records the whole stream's cost (one Gaussian event, whatever its
         length). Components exist once the first power block has closed. ``fit`` starts over.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_rows, n_features), or a dask array (fed chunk by chunk)
+            The next rows of the stream, any number. Not modified. In a private stream a row that
+            holds a NaN or an infinity is used as a zero row (see Notes); a non-private stream
+            refuses it with ``ValueError``.
+        y : ignored
+
+        Returns
+        -------
+        self
+
+        Notes
+        -----
+        A private stream spends at its first call, before its later chunks exist, so it cannot
+        refuse a non-finite value in one without an error after the spend that depends on the
+        data. It therefore takes every row, in every chunk (the first too, so that the result does
+        not depend on where the stream is cut), through one public map: a row with a NaN or an
+        infinity becomes the zero row. The row keeps its place in its block and is counted in
+        ``n_samples_seen_``; the map acts on each row alone, so the stream's guarantee and
+        sensitivities are unchanged (``docs/derivations/pca.rst``). Nothing warns or reports how
+        many rows were mapped: check the rows first if that matters to you.
         """
         if is_dask_array(X):  # Dask rows: pulled one chunk at a time, in order (the cut does not matter)
             for chunk in RowChunks(X):
@@ -921,7 +953,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             return self
         self._check_stream_attached()
         first = getattr(self, "_stream", None) is None
-        X = self._validate_input(X, reset=first)
+        X = validate_stream_chunk(self, X, reset=first, dtype=[np.float64, np.float32])
         if first:
             d = X.shape[1]
             s = self._check_params(d, streaming=True)
@@ -932,7 +964,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             self.privacy_cost_, rng = self._record(s, plan, entropy, (d, T))
             self._stream = StreamingPowerMethod(
                 d, s["k"], T, rng, n_oversamples=s["p"] - s["k"], data_norm=s["bound"],
-                noise_multiplier=plan["z"], centered=not s["center"], dtype=X.dtype)
+                noise_multiplier=plan["z"], centered=not s["center"], dtype=X.dtype,
+                digest=None if self.random_state is None else RowDigest(X.dtype, d))
             self.method_ = "streaming_power"
             std = (_last(plan["z"]) * row_power_sensitivity(s["bound"], s["p"]) / T) if s["private"] else 0.0
             self._stream_noise = eigenvalue_noise_level(std, s["p"], "power")
@@ -940,7 +973,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
                          "n_samples_", "explained_variance_noise_"):
                 self.__dict__.pop(attr, None)
         before = self._stream.n_blocks
-        stream = self._stream.update(X)
+        # the stream computes in its own dtype: a float64 chunk of a float32 stream is cast first
+        stream = self._stream.update(np.asarray(X, dtype=self._stream.dtype))
         self.n_samples_seen_ = stream.n_samples_seen
         self.n_iter_ = stream.n_blocks
         if self.verbose and stream.n_blocks > before:  # progress: counts only, all public

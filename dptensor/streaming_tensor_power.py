@@ -33,7 +33,9 @@ from ._dask import RowChunks, check_dask_array, is_dask_array
 from ._exact import BITS, Exact, grid_rows, grid_vectors, moment_product, moment_sensitivities
 from ._operators import DeflatedTensor, ThirdMoment
 from ._power import normalize_columns, random_unit_columns, select_restart
-from ._validation import check_data_norm, check_positive_int, check_verbose, validate_private_data
+from ._randomness import RowDigest, rekeyed
+from ._validation import (check_data_norm, check_positive_int, check_verbose, validate_private_data,
+                          validate_stream_chunk)
 from .accounting import GaussianEvent, NonPrivateEvent, calibrate_gaussian
 from .mechanisms import clip_rows, joint_gaussian_release
 
@@ -98,8 +100,9 @@ class _Stream:
     """
 
     def __init__(self, *, d, dtype, n_components, n_restarts, n_iter, batch_size, data_norm,
-                 sensitivity, noise_multiplier, rng, verbose=0):
+                 sensitivity, noise_multiplier, rng, verbose=0, digest: RowDigest | None = None):
         self.verbose = verbose
+        self.digest = digest  # a seeded stream keys each block's noise by the rows read so far
         self.d, self.dtype, self.k, self.L = d, np.dtype(dtype), n_components, n_restarts
         self.R, self.n, self.data_norm = n_iter, batch_size, data_norm
         self.sensitivity, self.noise_multiplier, self.rng = sensitivity, noise_multiplier, rng
@@ -146,6 +149,8 @@ class _Stream:
         return pos
 
     def _accumulate(self, Xm):
+        if self.digest is not None:
+            self.digest.update(Xm)
         if self.noise_multiplier > 0:  # private: exact integer sums of grid rows (dptensor._exact)
             stat = moment_product(grid_rows(Xm, self.data_norm), grid_vectors(self.U))
             self.acc_exact = stat.ints + getattr(self, "acc_exact", 0)
@@ -165,17 +170,18 @@ class _Stream:
             self._end_block()
 
     def close(self):
-        """Drop the working state: the generator, the row buffer and the unnoised accumulators."""
+        """Drop the working state: the generator, the row buffer and digest, the unnoised accumulators."""
         self.closed = True
-        self.rng = self.buffer = self.acc_u = self.acc_l = self.acc_exact = None
+        self.rng = self.buffer = self.acc_u = self.acc_l = self.acc_exact = self.digest = None
 
     def _release(self):
         """The block's release: its statistics plus Gaussian noise calibrated to the block sensitivity."""
         if self.noise_multiplier == 0:
             return self.acc_u, self.acc_l
-        return self._release_exact()
+        rng = self.rng if self.digest is None else rekeyed(self.rng, self.digest.words())
+        return self._release_exact(rng)
 
-    def _release_exact(self):
+    def _release_exact(self, rng):
         """The exact block sums, deflated by their public part, released jointly on their grid.
 
         The sensitivity is :func:`block_sensitivity` with each candidate's grid allowance
@@ -192,7 +198,7 @@ class _Stream:
         s = math.sqrt(float(np.sum(s_vec ** 2) + np.sum(s_val ** 2))) * (1 + 2.0 ** -50)
         self.acc_exact = 0
         z = self.noise_multiplier
-        return joint_gaussian_release((TU.for_release(s, z), tu.for_release(s, z)), s, z, self.rng)
+        return joint_gaussian_release((TU.for_release(s, z), tu.for_release(s, z)), s, z, rng)
 
     def _end_block(self):
         u_tilde, lam = self._release()
@@ -359,6 +365,15 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         ``max_passes`` times until every component is found (non-private only). Reading stops as
         soon as the last component is found.
 
+        Parameters
+        ----------
+        X : array-like or dask array of shape (n_samples, n_features), or an iterable of batches
+            An array (NumPy or dask) is checked whole before anything is spent: a NaN or an
+            infinity in it is refused with ``ValueError``. An iterable of batches is a stream, as
+            with :meth:`partial_fit`: when private, a row with a NaN or an infinity, in any batch,
+            is used as a zero row (see :meth:`partial_fit`); when not, it is refused.
+        y : ignored
+
         Returns
         -------
         self
@@ -405,9 +420,28 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         The result for a given sequence of rows does not depend on how it is cut into chunks.
         When private, the first call records the whole stream's cost with the accountant.
 
+        Parameters
+        ----------
+        X : array-like of shape (n_rows, n_features), or a dask array (fed chunk by chunk)
+            The next rows, not modified. In a private stream a row that holds a NaN or an infinity
+            is used as a zero row (see Notes); a non-private stream refuses it with ``ValueError``.
+        y : ignored
+
         Returns
         -------
         self
+
+        Notes
+        -----
+        A private stream spends at its first call, before its later chunks exist, so it cannot
+        refuse a non-finite value in one without an error after the spend that depends on the
+        data. It takes every row, in every chunk (the first too, so that cutting the stream
+        elsewhere changes nothing), through one public map: a row with a NaN or an infinity
+        becomes the zero row, which contributes nothing to a block's statistics but keeps its
+        place among the block's ``batch_size`` rows and is counted in ``n_samples_seen_``. The map
+        acts on each row alone, so the block sensitivity and the stream's guarantee are unchanged
+        (``docs/derivations/streaming_tensor_power.rst``). Nothing warns or reports how many rows
+        were mapped: check the rows first if that matters to you.
         """
         if is_dask_array(X):  # Dask rows: fed chunk by chunk (the cut does not change the result)
             for chunk in RowChunks(X):
@@ -417,7 +451,7 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
             return self
         self._check_stream_attached()
         stream = getattr(self, "_stream", None)
-        X = validate_private_data(self, X, reset=stream is None, dtype=_FLOAT_DTYPES, order="C")
+        X = validate_stream_chunk(self, X, reset=stream is None, dtype=_FLOAT_DTYPES, order="C")
         if stream is None:
             stream = self._start(X.shape[1], X.dtype)
         else:
@@ -456,7 +490,8 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         self._stream_key = self._key()
         self._stream = _Stream(d=d, dtype=dtype, n_components=k, n_restarts=L, n_iter=R, batch_size=n,
                                data_norm=data_norm, sensitivity=sensitivity, noise_multiplier=z, rng=rng,
-                               verbose=self.verbose)
+                               verbose=self.verbose,
+                               digest=None if self.random_state is None else RowDigest(dtype, d))
         return self._stream
 
     def _check_enough_rows(self, shape, passes):

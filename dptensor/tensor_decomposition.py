@@ -401,8 +401,10 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
 
         # The spend, from public values only: a refused fit computes nothing from the data.
         event, z, K = self._plan_spend(epsilon, delta, k)
-        self.privacy_cost_, rng = self._spend(event or NonPrivateEvent("epsilon=inf"), entropy=entropy, delta=delta, noise_multiplier=z,
-                                              n_queries=K, calibration=self.calibration, data_shape=X.shape)
+        self.privacy_cost_, rng = self._spend(event or NonPrivateEvent("epsilon=inf"), entropy=entropy,
+                                              delta=delta, noise_multiplier=z, n_queries=K,
+                                              calibration=self.calibration, data_shape=X.shape,
+                                              data=(X,))
 
         if X.ndim == 3:
             base, self.moment_ = SymmetricTensor(T), "tensor"

@@ -283,6 +283,24 @@ def test_streaming_tensor_power_dask_refuses_nan_before_the_spend(client):
     assert budget.history() == []
 
 
+@pytest.mark.parametrize("name", ["PrivatePCA", "StreamingTensorPower"])
+def test_private_partial_fit_on_dask_uses_a_non_finite_row_as_a_zero_row(client, name):
+    """partial_fit on a Dask X is a stream of its chunks: a NaN in a later chunk used to raise after
+    the spend; a private stream now uses the row as a zero row, as for NumPy chunks."""
+    import dptensor
+
+    X = _data(1500, 4, seed=5)
+    zero = X.copy()
+    zero[900] = 0.0
+    X[900, 1] = np.nan
+    params = dict(epsilon=1.0, data_norm=2.0, random_state=0,
+                  **(dict(block_size=300) if name == "PrivatePCA" else dict(n_iter=2, batch_size=400)))
+    fits = [getattr(dptensor, name)(**params).partial_fit(da.from_array(rows, chunks=(500, 4)))
+            for rows in (X, zero)]
+    assert np.array_equal(fits[0].components_, fits[1].components_)
+    assert fits[0].n_samples_seen_ == fits[1].n_samples_seen_
+
+
 @pytest.mark.parametrize("method, epsilon", [("power", np.inf), ("power", 5.0), ("analyze_gauss", 5.0)])
 def test_pca_dask_matches_numpy(client, method, epsilon):
     from dptensor import PrivatePCA

@@ -140,8 +140,15 @@ def _check_dask(ns):
     assert sin_theta_distance(ns["pca"].components_, ns["V"]) < 0.05
 
 
+def _check_model_selection(ns):
+    # the estimator's accountant was charged the whole search, and refused it: nothing spent
+    assert ns["small"].history() == [] and not hasattr(ns["tuned"], "privacy_cost_")
+    assert [e.mechanism for e in ns["budget"].history()] == ["private_selection"]
+
+
 CHECKS = {"README.md": _check_readme, "docs/quickstart.rst": _check_quickstart,
-          "docs/privacy.rst": _check_privacy, "docs/dask.rst": _check_dask}
+          "docs/privacy.rst": _check_privacy, "docs/dask.rst": _check_dask,
+          "docs/model_selection.rst": _check_model_selection}
 NEEDS = {"docs/dask.rst": ("dask.array", "distributed")}  # the [dask] extra
 
 

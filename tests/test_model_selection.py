@@ -13,6 +13,7 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import Normalizer, StandardScaler
 
+from chatty_steps import Chatty, Records
 from dptensor import (AdaptivePrivatePCA, BudgetExceededError, PrivacyAccountant, PrivacyWarning, PrivatePCA,
                       PrivateTensorCompletion, PrivateTensorDecomposition, StreamingTensorPower)
 from dptensor._base import PrivateEstimatorMixin
@@ -499,3 +500,131 @@ def test_a_nan_unit_score_counts_as_the_low_end_and_never_stops_the_search():
                                  accountant=budget, random_state=0)
     search.fit(X)
     assert len(budget.history()) == 1 and search.best_params_["n_components"] in (1, 2)
+
+
+# --------------------------------------------------------------------------------------------
+# The accountant: the search's own, or the one found anywhere in what it searches
+# --------------------------------------------------------------------------------------------
+
+class _Holder(BaseEstimator):
+    """A stateless step holding an estimator as a parameter (``inner``), as a wrapper would."""
+
+    def __init__(self, inner=None):
+        self.inner = inner
+
+    def fit(self, X, y=None):
+        return self
+
+    def transform(self, X):
+        return X
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.requires_fit = False
+        return tags
+
+
+def _holding(acc):
+    """Where an accountant may sit: (estimator, grid) pairs, each holding ``acc`` once."""
+    pca, grid = PrivatePCA(data_norm=1.0), {"privatepca__n_components": [1, 2]}
+    return {
+        "estimator": (PrivatePCA(data_norm=1.0, accountant=acc), {"n_components": [1, 2]}),
+        "last step": (make_pipeline(Normalizer(), PrivatePCA(data_norm=1.0, accountant=acc)), grid),
+        "held by a step": (make_pipeline(_Holder(PrivatePCA(accountant=acc)), Normalizer(), pca),
+                           grid),
+        "held two deep": (make_pipeline(_Holder(_Holder(PrivatePCA(accountant=acc))), pca), grid),
+        "a grid value": (make_pipeline(Normalizer(), pca),
+                         {"privatepca": [PrivatePCA(1, data_norm=1.0, accountant=acc),
+                                         PrivatePCA(2, data_norm=1.0)]}),
+    }
+
+
+@pytest.mark.parametrize("where", list(_holding(None)))
+def test_an_accountant_found_in_what_is_searched_is_charged_with_the_whole_search(where):
+    """Before: the search set every candidate's accountant to None and spent epsilon 5 on the
+    data while the estimator's accountant showed nothing. Now that accountant is charged the
+    search's one event (and no run records itself there: their number is secret)."""
+    X = _spiked(1500)
+    acc = PrivacyAccountant(epsilon=10.0)
+    estimator, grid = _holding(acc)[where]
+    before = repr(grid)
+    search = PrivateGridSearchCV(estimator, grid, epsilon=5.0, random_state=0)
+    preview = search.privacy_cost(*X.shape)
+    search.fit(X)
+    assert [e.event for e in acc.history()] == [preview.event] == [search.privacy_cost_.event]
+    assert acc.spent()[0] == pytest.approx(search.privacy_cost_.epsilon)
+    assert 4.9 < acc.spent()[0] <= 5.0
+    assert repr(grid) == before  # a grid's estimator is cloned, never changed
+    # the refitted model keeps the accountants it was given: its next fit is charged too
+    found = [a for k, a in search.best_estimator_.get_params().items() if k.endswith("accountant")]
+    assert acc in found or (where == "a grid value" and search.best_index_ == 1)
+
+
+def test_an_accountant_found_refuses_a_search_over_its_budget_before_any_fit(monkeypatch):
+    X = _spiked(1500)
+    _no_fit(monkeypatch)
+    for where in _holding(None):
+        acc = PrivacyAccountant(epsilon=1.0)
+        estimator, grid = _holding(acc)[where]
+        with pytest.raises(BudgetExceededError):
+            PrivateGridSearchCV(estimator, grid, epsilon=5.0).fit(X)
+        assert acc.history() == [], where
+
+
+def test_two_accountants_or_one_out_of_reach_are_refused_before_any_spend(monkeypatch):
+    X = _spiked(1500)
+    _no_fit(monkeypatch)
+    a, b = PrivacyAccountant(epsilon=10.0), PrivacyAccountant(epsilon=10.0)
+    grid = {"privatepca__n_components": [1, 2]}
+    cases = [
+        (PrivatePCA(data_norm=1.0, accountant=a), {"n_components": [1]}, b, "accountant and"),
+        (make_pipeline(_Holder(PrivatePCA(accountant=a)), PrivatePCA(data_norm=1.0, accountant=b)),
+         grid, None, "different accountants"),
+        (make_pipeline(Normalizer(), PrivatePCA(data_norm=1.0)), {"privatepca__accountant": [a, b]},
+         None, "sets 'privatepca__accountant'"),
+        (make_pipeline(_Holder([PrivatePCA(accountant=a)]), PrivatePCA(data_norm=1.0)), grid, None,
+         "cannot take off"),
+    ]
+    for estimator, grid, own, message in cases:
+        search = PrivateGridSearchCV(estimator, grid, epsilon=1.0, accountant=own)
+        with pytest.raises(ValueError, match=message):
+            search.fit(X)
+        with pytest.raises(ValueError, match=message):
+            search.privacy_cost(*X.shape)
+        assert a.history() == [] and b.history() == []
+    # the same accountant on the search and in the estimator: one charge
+    monkeypatch.undo()
+    PrivateGridSearchCV(make_pipeline(_Holder(PrivatePCA(accountant=a)), PrivatePCA(data_norm=1.0)),
+                        grid, epsilon=1.0, accountant=a, random_state=0).fit(X)
+    assert len(a.history()) == 1 and b.history() == []
+
+
+# --------------------------------------------------------------------------------------------
+# Output: nothing a run (or the refit) does reaches the user, in this process or a worker's
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_runs_print_nothing_so_the_output_does_not_count_them(capfd, n_jobs):
+    """Before: a Pipeline(verbose=True) printed one block per run, and a chatty step its lines,
+    which counted the secret number of runs. Searches in cross_validate, in this process
+    (n_jobs=1) or in joblib's worker processes (n_jobs=2): all that shows is each search's two
+    data-independent lines (its price, and its choice, a released value)."""
+    from joblib.externals.loky import get_reusable_executor
+    from sklearn.model_selection import cross_validate
+    from sklearn.pipeline import Pipeline
+
+    get_reusable_executor().shutdown(wait=True)  # workers started here write where capfd reads
+    Records.records.clear()
+    pca = PrivatePCA(data_norm=1.0, method="power", verbose=2)  # its own progress lines too
+    pipe = Pipeline([("chatty", Chatty()), ("pca", pca)], verbose=True)
+    search = PrivateGridSearchCV(pipe, {"pca__n_components": [1, 2, 3]}, epsilon=1.0, n_runs=4,
+                                 verbose=1, random_state=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cross_validate(search, _spiked(1500), cv=3, n_jobs=n_jobs, scoring=lambda *a: 0.0)
+    out, err = capfd.readouterr()
+    lines = out.splitlines()
+    assert len(lines) == 6 and all(line.startswith("[PrivateGridSearchCV] ") for line in lines), out
+    prices = [line for line in lines if "expected runs" in line]  # the same for the same shape
+    assert len(prices) == 3 and len(set(prices)) == 1 and err == "", err
+    assert not [w for w in caught if "chatty" in str(w.message)] and Records.records == []

@@ -1,4 +1,6 @@
 """Bad input raises a clear ValueError or TypeError that names the parameter."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -7,7 +9,7 @@ from sklearn.base import BaseEstimator
 from dptensor._base import NO_PRIVACY_COST, PrivacyCost, PrivateEstimatorMixin
 from dptensor._validation import (check_data_norm, check_delta, check_epsilon, check_finite,
                                   check_positive_int, check_privacy, check_random_generator,
-                                  check_symmetric_tensor)
+                                  check_symmetric_tensor, zero_nonfinite_rows)
 from dptensor.accounting import GaussianEvent, LaplaceEvent, epsilon_of
 
 
@@ -286,3 +288,21 @@ def test_data_norm_out_of_float_range_refused_before_the_spend(name, data_norm):
     with pytest.raises(ValueError, match="data_norm must lie in"):
         est.fit(X)
     assert accountant.spent() == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_zero_nonfinite_rows_keeps_every_finite_row_whose_sum_overflows(dtype):
+    # The map first looks at row sums; a finite row that sums to infinity is still finite and kept.
+    # It runs after a stream's spend, so it must be silent under any floating-point settings.
+    top = np.finfo(dtype).max
+    X = np.array([[top, top], [1, np.nan], [np.inf, -np.inf], [1, 2], [-top, -top], [np.inf, 1]],
+                 dtype=dtype)
+    with np.errstate(all="raise"), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Z = zero_nonfinite_rows(X)
+    expected = X.copy()
+    expected[[1, 2, 5]] = 0
+    assert Z.dtype == dtype and np.array_equal(Z, expected)
+    assert np.isnan(X[1, 1])  # a copy: the caller's rows are left as they were
+    finite = X[[0, 3, 4]]
+    assert zero_nonfinite_rows(finite) is finite  # nothing to map: no copy

@@ -6,6 +6,7 @@ import os
 import uuid
 import weakref
 
+from .._guards import fixed_floating_point
 from .._validation import check_delta, check_epsilon
 from .composition import epsilon_of
 from .errors import PrivacyAccountingError
@@ -128,6 +129,7 @@ class PrivacyAccountant:
         """Every recorded spend, oldest first: time, label, mechanism, parameters and own cost."""
         return self._store.entries()
 
+    @fixed_floating_point
     def spent(self) -> tuple[float, float]:
         """``(epsilon, delta)`` of all recorded spends composed, epsilon reported at the accountant's delta."""
         entries = self.history()
@@ -135,6 +137,7 @@ class PrivacyAccountant:
             return (0.0, 0.0)
         return (epsilon_of([e.event for e in entries], self.delta), self.delta)
 
+    @fixed_floating_point
     def remaining(self) -> tuple[float, float]:
         """``(epsilon, delta)`` left: the total minus what is spent, at the accountant's delta.
 
@@ -144,16 +147,19 @@ class PrivacyAccountant:
         spent = self.spent()[0]
         return (0.0 if math.isinf(spent) else max(0.0, self.epsilon - spent), self.delta)
 
+    @fixed_floating_point
     def cost(self, event: PrivacyEvent, delta: float | None = None) -> float:
         """Epsilon of ``event`` alone, at ``delta`` (the accountant's by default)."""
         return epsilon_of(event, self.delta if delta is None else delta)
 
     # ------------------------------------------------------------------ spending
+    @fixed_floating_point
     def check(self, event: PrivacyEvent, *, label: str = "") -> None:
         """Raise :class:`BudgetExceededError` if ``event`` does not fit the budget; record nothing."""
         self._refuse_if_orphan()
         self._within_budget([e.event for e in self.history()], event, label)
 
+    @fixed_floating_point
     def spend(self, event: PrivacyEvent, *, label: str = "", delta: float | None = None) -> LedgerEntry:
         """Check ``event`` against the budget and record it, atomically; return its ledger entry.
 

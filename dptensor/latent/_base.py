@@ -116,10 +116,10 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         if plan.private:
             self.privacy_cost_, rng = self._spend(plan.event, entropy=entropy, delta=delta,
                                                   noise_multiplier=plan.z_third, n_queries=plan.n_queries,
-                                                  calibration="exact", data_shape=X.shape)
+                                                  calibration="exact", data_shape=X.shape, data=(X,))
         else:
             self.privacy_cost_, rng = self._spend(NonPrivateEvent("epsilon=inf"), entropy=entropy,
-                                                  delta=delta, data_shape=X.shape)
+                                                  delta=delta, data_shape=X.shape, data=(X,))
         mean = self._release_first(ctx, plan, rng)
         whitening = self._release_whitening(ctx, mean, plan, rng)
         data, correction, sensitivity = self._whitened_third(ctx, whitening, mean)

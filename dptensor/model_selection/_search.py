@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone
@@ -15,6 +14,8 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from .._base import PrivateEstimatorMixin
+from .._guards import fixed_floating_point, silenced
+from ..accounting import PrivacyAccountant
 from ..completion import check_indices
 from ..mechanisms import gaussian_release
 from .._validation import check_numeric_array
@@ -134,10 +135,34 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         return n_samples - n_val, n_val
 
     def _candidate(self, prefix, params, epsilon, delta, seed, overrides=()):
-        est = clone(self.estimator).set_params(**params)
-        est.set_params(**{prefix + "epsilon": epsilon, prefix + "delta": delta, prefix + "accountant": None,
+        # the grid's values cloned too (as GridSearchCV does): setting a candidate's epsilon
+        # must not change an estimator the user put in the grid
+        est = clone(self.estimator).set_params(**clone(params, safe=False))
+        est.set_params(**{prefix + "epsilon": epsilon, prefix + "delta": delta,
                           prefix + "random_state": seed, **dict(overrides)})
-        return est
+        return _without_accountants(est)
+
+    def _charged_accountant(self):
+        """The one accountant the search charges: its own, or the one held anywhere in what it
+        searches (the estimator, a step, an estimator held as a parameter, a grid value). Two
+        different ones are refused, before any spend."""
+        found = {}
+        for where, accountant in self._held_accountants():
+            found.setdefault(id(accountant), (where, accountant))
+        own = self.accountant
+        others = [where for where, accountant in found.values() if accountant is not own]
+        if len(others) > (own is None):
+            first = "the search's accountant" if own is not None else others.pop(0)
+            raise ValueError(f"{first} and {others[0]} are different accountants: a search is one "
+                             "spend, recorded with one accountant. Give the same PrivacyAccountant "
+                             "everywhere, or one to the search (accountant=...) and none elsewhere")
+        return own if own is not None else next((a for _, a in found.values()), None)
+
+    def _held_accountants(self):
+        yield from _accountants(self.estimator, "estimator")
+        for params in self._candidates():
+            for key, value in params.items():
+                yield from _accountants(value, f"the grid's {key!r}")
 
     def _plan(self, n_samples, n_features):
         """Everything priced before the first fit: ``dict(prefix, candidates, n_train, n_val, epsilon
@@ -190,11 +215,13 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         """
         return self._plan(int(n_samples), int(n_features))["cost"]
 
+    @fixed_floating_point
     def fit(self, X, y=None):
         """Run the private search on ``X`` (rows, or the index tuples of observed entries) and ``y``.
 
-        Prices the whole search, records it with the accountant as one event (refused with
-        :class:`~dptensor.BudgetExceededError` before any fit if over budget), then runs it.
+        Prices the whole search, records it as one event with the accountant (the search's, or the
+        one found in the estimator: refused with :class:`~dptensor.BudgetExceededError` before
+        any fit if over budget), then runs it, silenced: only the search's own messages print.
         """
         X, y = _as_units(X, y, alone=not isinstance(self.estimator, Pipeline))
         if y is not None and len(y) != len(X):
@@ -211,16 +238,24 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         self.privacy_cost_, rng = self._spend(plan["event"], entropy=entropy, delta=plan["delta"],
                                               noise_multiplier=plan["cost"].noise_multiplier,
                                               n_queries=len(plan["candidates"]), calibration="exact",
-                                              data_shape=X.shape)
-        best_index, best_score = self._run(X, y, plan, overrides, rng)
-        best_params = plan["candidates"][best_index]
+                                              data_shape=X.shape, data=(X, y))
+        # Runs and refit run user code (a step's verbose, an estimator or a library that prints,
+        # warns or logs). A run's output would count the runs, whose number is secret, and tell
+        # what each saw; the refit's would tell what the data made it do (a warning, a value
+        # printed). So none of it reaches the user; the refit's existence is public (refit=True).
+        with silenced():
+            best_index, best_score = self._run(X, y, plan, overrides, rng)
+            best_params = plan["candidates"][best_index]
+            if self.refit:
+                est = self._candidate(plan["prefix"], best_params, plan["epsilon"], plan["delta"],
+                                      _seed(rng), overrides)
+                self.best_estimator_ = est.fit(X, y) if y is not None else est.fit(X)
         if self.refit:
-            est = self._candidate(plan["prefix"], best_params, plan["epsilon"], plan["delta"],
-                                  _seed(rng), overrides)
-            self.best_estimator_ = est.fit(X, y) if y is not None else est.fit(X)
             # The refit's seed was drawn from the search's own stream: with it (and the public
             # description) anyone regenerates the refit's noise, so it never stays on the model.
-            self.best_estimator_.set_params(**{plan["prefix"] + "random_state": None})
+            # The accountants taken off for the search go back: a later fit is charged to them.
+            taken = _accountant_keys(clone(self.estimator).set_params(**best_params))
+            self.best_estimator_.set_params(**{plan["prefix"] + "random_state": None, **taken})
         self.best_index_ = best_index
         self.best_params_ = dict(best_params)
         self.best_score_ = best_score
@@ -240,15 +275,11 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         event, prefix = plan["event"], plan["prefix"]
         n_runs = draw_n_runs(event.shape, event.mean, rng)
         best_index, best_score = None, -math.inf
-        quiet = {prefix + "verbose": 0} if "verbose" in plan["learner"].get_params() else {}
         for _ in range(n_runs):
             index = int(rng.integers(len(plan["candidates"])))
             est = self._candidate(prefix, plan["candidates"][index], plan["epsilon"], plan["delta"],
-                                  _seed(rng), {**overrides, **quiet})
-            # A run prints and warns nothing: how many runs there were, and what each saw, is secret.
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                est = est.fit(X[train], y[train]) if y is not None else est.fit(X[train])
+                                  _seed(rng), overrides)
+            est = est.fit(X[train], y[train]) if y is not None else est.fit(X[train])
             learner, Xv = est, X[val]
             if isinstance(est, Pipeline):
                 learner, Xv = est[-1], est[:-1].transform(Xv)
@@ -350,11 +381,17 @@ _SEARCH_DOC = """
         Fit the chosen candidate on all the data (``best_estimator_``), within the same budget.
     accountant : PrivacyAccountant or None, default=None
         Records the whole search as one spend, before the first fit; refuses it if over budget.
+        ``None``: the accountant found in what is searched, if any (on the estimator, any
+        pipeline step at any depth, an estimator held as a parameter, a grid value), is charged
+        the same way. Two different accountants (this one and one found, or two found), or one
+        held where the search cannot take it off its runs, are refused before any spend. The
+        runs record nothing themselves (one ledger entry per run would count them), and the
+        refitted ``best_estimator_`` gets back the accountants it held, for its later fits.
     random_state : None, int or Generator, default=None
         ``None`` (fresh entropy) for real releases.
     verbose : int, default=0
-        Prints the price before starting and the choice at the end (never per-run output, which
-        would reveal the number of runs).
+        Prints two lines: the price before the spend (from public shapes and parameters) and the
+        choice at the end (released values). Nothing else: see *Output* below.
 
     Attributes
     ----------
@@ -384,6 +421,13 @@ _SEARCH_DOC = """
     value for completion) as a whole: choice, released score and refit. The search's wall time
     grows with the number of runs, which is not covered; neither is anything computed from the
     data outside ``fit`` (``score`` reads data exactly).
+
+    **Output.** The runs' number and outcomes are secret, so nothing a run does (fitting,
+    transforming, scoring) reaches ``sys.stdout``, ``sys.stderr``, file descriptors 1 and 2,
+    ``warnings`` or ``logging``: a pipeline's or step's ``verbose``, a user's step or a library
+    that prints, warns or logs, all are silenced, in this process or in a joblib worker running
+    the search. The refit is silenced too: that it happens is public, but what it prints could
+    depend on the data. joblib calls inside run in the search's process.
 
     **Differences from scikit-learn.** One train/validation split, not k folds (k folds would train
     each unit's candidates k times); only the chosen run's score is released; failures are not
@@ -449,6 +493,46 @@ class PrivateRandomizedSearchCV(_PrivateSearch):
             self._sampled = list(ParameterSampler(self.param_distributions, self.n_iter, random_state=seed))
             self._sampled_key = key
         return self._sampled
+
+
+def _accountants(obj, where, seen=None):
+    """``(where, accountant)`` for every :class:`~dptensor.PrivacyAccountant` in ``obj``, at any
+    depth: an estimator's parameters (pipeline steps, estimators held as parameters), lists,
+    tuples, sets, dicts and other objects' attributes, as ``clone`` copies them."""
+    if isinstance(obj, PrivacyAccountant):
+        yield where, obj
+        return
+    seen = set() if seen is None else seen
+    if id(obj) in seen or isinstance(obj, (str, bytes, numbers.Number, np.ndarray, type)):
+        return
+    seen.add(id(obj))
+    if hasattr(obj, "get_params"):
+        items = ((f"{where}.{k}", v) for k, v in obj.get_params(deep=False).items())
+    elif isinstance(obj, dict):
+        items = ((f"{where}[{k!r}]", v) for k, v in obj.items())
+    elif isinstance(obj, (list, tuple, set, frozenset)):
+        items = ((f"{where}[{i}]", v) for i, v in enumerate(obj))
+    else:
+        items = ((f"{where}.{k}", v) for k, v in getattr(obj, "__dict__", {}).items())
+    for place, value in items:
+        yield from _accountants(value, place, seen)
+
+
+def _accountant_keys(est) -> dict:
+    """``{parameter: accountant}`` for the accountants ``est.set_params`` can reach."""
+    return {k: v for k, v in est.get_params(deep=True).items() if isinstance(v, PrivacyAccountant)}
+
+
+def _without_accountants(est):
+    """``est`` with every accountant taken off, or a refusal (before any spend) naming one that
+    cannot be: a run that kept one would record itself there, and the number of runs is secret."""
+    est.set_params(**dict.fromkeys(_accountant_keys(est)))
+    for where, _ in _accountants(est, "estimator"):
+        raise ValueError(f"{where} is an accountant the search cannot take off its runs (not a "
+                         "parameter that set_params reaches): each run would record itself there, "
+                         "and the number of runs is secret. Give the accountant to the search "
+                         "(accountant=...) and none inside the estimator")
+    return est
 
 
 def _public_seed(random_state):
