@@ -129,6 +129,8 @@ class DeflatedTensor(TensorOperator):
         if len(self.eigenvalues) == 0:
             return TU, tu
         cU, cu = self.correction(U)
+        if hasattr(TU, "minus"):  # an exact statistic (dptensor._exact): the public part exactly
+            return TU.minus(cU), tu.minus(cu)
         return TU - cU.astype(TU.dtype, copy=False), tu - cu.astype(tu.dtype, copy=False)
 
     def apply(self, U):

@@ -30,6 +30,8 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils.validation import check_is_fitted
 
 from ._base import PrivacyWarning, PrivateEstimatorMixin
+from ._exact import (BITS, Exact, ExactGram, exact_gaussian_release, gram, gram_product, grid_rows,
+                     grid_vectors, map_rows, power_sensitivity, row_sum, rows_stat, sum_of_squares)
 from ._dask import DaskGramMatrix, RowChunks, check_dask_array, clip_chunks, dask_gram, is_dask_array
 from ._operators import DenseMatrix, GramMatrix
 from ._power import flip_signs
@@ -196,7 +198,8 @@ def noisy_power_method(operator, n_components: int, n_iter: int, rng: np.random.
     ----------
     operator : object with ``shape == (d, d)`` and ``matmat(Q) -> A @ Q``
         e.g. :class:`~dptensor._operators.GramMatrix` (data, ``X^T (X Q)``, never forming d x d)
-        or :class:`~dptensor._operators.DenseMatrix`.
+        or :class:`~dptensor._operators.DenseMatrix`; or :class:`~dptensor._exact.ExactGram`,
+        whose exact products are released on their grid (private fits on rows).
     n_components, n_iter : int
         ``n_iter`` is the number of products, each one Gaussian release when noise is added.
     rng : numpy.random.Generator
@@ -231,7 +234,8 @@ def noisy_power_method(operator, n_components: int, n_iter: int, rng: np.random.
         if z[it - 1] > 0:
             s = sensitivity(X) if callable(sensitivity) else sensitivity
             std = float(s) * float(z[it - 1])
-            Y = gaussian_release(Y, s, z[it - 1], rng, dtype=Y.dtype)
+            release = exact_gaussian_release if isinstance(Y, Exact) else gaussian_release
+            Y = release(Y, s, z[it - 1], rng, dtype=dtype)
         if verbose and (it == n_iter or it % max(1, n_iter // 10) == 0):  # progress: public counts only
             print(f"[noisy_power_method] step {it}/{n_iter} done (d={d}, p={p})", flush=True)
         if it == n_iter:
@@ -345,6 +349,12 @@ def _clip_center_clip(chunk, data_norm, mean):
     """The rows a private fit uses, from raw rows: clip, centre on the released mean, clip again."""
     return center_and_clip(clip_rows(chunk, data_norm), mean, data_norm)
 
+def _grid_centred(chunk, data_norm, mean):
+    """The grid rows a private fit uses, from raw rows: on the grid, centred on the mean, again."""
+    M = grid_rows(chunk, data_norm)
+    return M if mean is None else grid_rows(M, data_norm, mean, scale=data_norm / 2.0 ** BITS)
+
+
 def power_schedule(mu: float, n_iter: int, final_share: float = None) -> np.ndarray:
     """Per-step noise multipliers of ``n_iter`` power steps that are together exactly ``mu``-GDP.
 
@@ -405,8 +415,11 @@ class StreamingPowerMethod:
         p = n_components + n_oversamples
         self.basis = orthonormalize(rng.standard_normal((n_features, p)).astype(self.dtype))
         self.mean = np.zeros(n_features, dtype=self.dtype) if centered else None
-        self._sum = np.zeros(n_features, dtype=self.dtype)   # the mean block's running sum
-        self._acc = np.zeros((n_features, p), dtype=self.dtype)  # the power block's running product
+        # The mean block's running sum and the power block's running product: exact integer sums
+        # of grid rows (:mod:`dptensor._exact`) when private, plain float sums otherwise.
+        exact = self.noise_multiplier > 0
+        self._sum = 0 if exact else np.zeros(n_features, dtype=self.dtype)
+        self._acc = 0 if exact else np.zeros((n_features, p), dtype=self.dtype)
         self._count = 0
         self.n_samples_seen = 0
         self.n_blocks = 0
@@ -417,13 +430,15 @@ class StreamingPowerMethod:
         start, n = 0, X.shape[0]
         while start < n:
             take = min(n - start, self.block_size - self._count)
+            rows = X[start:start + take]
             if self.digest is not None:
-                self.digest.update(X[start:start + take])
-            chunk = clip_rows(X[start:start + take], self.data_norm)
-            if self.mean is None:
-                self._sum += chunk.sum(axis=0)
+                self.digest.update(rows)
+            if self.noise_multiplier > 0:
+                self._add_exact(rows)
+            elif self.mean is None:
+                self._sum += clip_rows(rows, self.data_norm).sum(axis=0)
             else:
-                # clip_rows made `chunk` a new array unless there is no bound: then copy once
+                chunk = clip_rows(rows, self.data_norm)  # a new array unless unbounded: then copy
                 C = center_and_clip(chunk, self.mean, self.data_norm, copy=self.data_norm is None)
                 self._acc += C.T @ (C @ self.basis)
             self._count += take
@@ -433,24 +448,39 @@ class StreamingPowerMethod:
         self.n_samples_seen += n
         return self
 
+    def _add_exact(self, rows):
+        """A private stream's rows, on the grid as a batch fit puts them, added to exact sums."""
+        B = self.data_norm
+        M = grid_rows(rows, B)
+        if self.mean is None:
+            self._sum = self._sum + row_sum(M).ints
+        else:
+            M = grid_rows(M, B, self.mean, scale=B / 2.0 ** BITS, out=M)
+            self._acc = self._acc + gram_product(M, grid_vectors(self.basis)).ints
+
     def _close_block(self):
-        T, z = self.block_size, self.noise_multiplier
+        T, z, exact = self.block_size, self.noise_multiplier, self.noise_multiplier > 0
         rng = self.rng if self.digest is None else rekeyed(self.rng, self.digest.words())
         if self.mean is None:
-            self.mean = self._sum / T
+            if exact:
+                stat = Exact(self._sum, self.data_norm / T / 2.0 ** BITS)
+                self.mean = exact_gaussian_release(stat, 2.0 * self.data_norm / T, z, rng,
+                                                   dtype=self.dtype)
+            else:
+                self.mean = self._sum / T
             self._sum = None  # the unnoised sum is needed no longer than this release
-            if z > 0:
-                self.mean = gaussian_release(self.mean, 2.0 * self.data_norm / T, z, rng,
-                                             dtype=self.dtype)
         else:
-            Y = self._acc / T
-            if z > 0:
-                s = row_power_sensitivity(self.data_norm, self.basis.shape[1]) / T
-                Y = gaussian_release(Y, s, z, rng, dtype=self.dtype)
+            if exact:
+                stat = Exact(self._acc, self.data_norm ** 2 / T / 4.0 ** BITS)
+                s = power_sensitivity(grid_vectors(self.basis), self.data_norm) / T
+                Y = exact_gaussian_release(stat, s, z, rng, dtype=self.dtype)
+                self._acc = 0
+            else:
+                Y = self._acc / T
+                self._acc[...] = 0
             self.components, self.eigenvalues = rayleigh_ritz(self.basis, Y, self.n_components)
             self.basis = orthonormalize(Y)
             self.n_blocks += 1
-            self._acc[...] = 0
         self._count = 0
 
 
@@ -788,6 +818,11 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             result = self._fit_matrix(X, s, plan, rng)
             mean, scale = np.zeros(X.shape[1], dtype=X.dtype), 1.0
             total = None if s["private"] else float(np.trace(X))
+        elif s["private"]:  # exact sums of grid rows (NumPy or Dask): sensitivities hold at any n
+            result, mean, total = self._fit_exact(X, s, plan, rng)
+            mean = np.zeros(X.shape[1], dtype=X.dtype) if mean is None else mean
+            self.n_samples_ = X.shape[0]
+            scale = 1.0 / max(X.shape[0] - 1, 1)
         elif is_dask_array(X):  # Dask rows: the same steps, each data pass a reduction over row chunks
             Xc = clip_chunks(X, s["bound"])
             mean = private_mean(Xc, s["bound"], plan["z_mean"], rng) if s["center"] else None
@@ -826,6 +861,40 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         if s["private"] and not plan["z_total"]:
             return None
         return private_total(Xc, s["bound"], plan["z_total"], rng)
+
+    def _fit_exact(self, X, s, plan, rng):
+        """A private row-level fit on grid rows: every statistic an exact sum (exact_sums.rst).
+
+        The rows are ``grid_rows(x, B)`` for the mean, then those centred on the released mean and
+        put on the grid again: one public map per row, so each released statistic is exactly
+        ``sum_i f(x_i)`` with ``f`` in the range the sensitivity assumes, in any order.
+        """
+        B, n = s["bound"], X.shape[0]
+        M, mean = map_rows(X, grid_rows, B), None
+        if s["center"]:
+            stat = rows_stat(M, row_sum, B / n)
+            # released in float64, so that the centring is the same for float32 rows
+            mean = exact_gaussian_release(stat, 2.0 * B / n, plan["z_mean"], rng)
+            M = map_rows(X, _grid_centred, B, mean) if is_dask_array(X) \
+                else grid_rows(M, B, mean, scale=B / 2.0 ** BITS, out=M)
+        total = None
+        if plan["z_total"]:
+            stat = rows_stat(M, sum_of_squares, B ** 2)
+            sens = total_variance_sensitivity(B)
+            total = float(exact_gaussian_release(stat, sens, plan["z_total"], rng))
+        z = _last(plan["z"])
+        if s["method"] == "analyze_gauss":
+            sens = covariance_sensitivity(B)
+            C = rows_stat(M, gram, B ** 2).for_release(sens, z)  # the release rounds to this grid
+            result = analyze_gauss(C, s["k"], rng, noise_multiplier=z, sensitivity=sens)
+            result = result._replace(components=result.components.astype(X.dtype, copy=False))
+        else:
+            operator = ExactGram(M, B)
+            result = noisy_power_method(operator, s["k"], s["n_iter"], rng, noise_multiplier=plan["z"],
+                                        sensitivity=operator.sensitivity,
+                                        n_oversamples=s["p"] - s["k"], verbose=self.verbose,
+                                        dtype=X.dtype)
+        return result, (None if mean is None else mean.astype(X.dtype, copy=False)), total
 
     def _fit_rows(self, Xc, s, plan, rng, raw=None):
         dask = is_dask_array(Xc)  # Dask rows: X^T X or X^T (X Q) summed over chunks on the workers

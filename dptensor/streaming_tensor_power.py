@@ -30,6 +30,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._base import PrivateEstimatorMixin
 from ._dask import RowChunks, check_dask_array, is_dask_array
+from ._exact import BITS, Exact, grid_rows, grid_vectors, moment_product, moment_sensitivities
 from ._operators import DeflatedTensor, ThirdMoment
 from ._power import normalize_columns, random_unit_columns, select_restart
 from ._memory import FLOAT, check_fits
@@ -149,10 +150,17 @@ class _Stream:
         return pos
 
     def _accumulate(self, Xm):
-        # The block's moment is the size-weighted mean of its micro-blocks' moments, and the
-        # deflation is affine with weights summing to one, so deflating each piece is exact.
         if self.digest is not None:
             self.digest.update(Xm)
+        if self.noise_multiplier > 0:  # private: exact integer sums of grid rows (dptensor._exact)
+            stat = moment_product(grid_rows(Xm, self.data_norm), grid_vectors(self.U))
+            self.acc_exact = stat.ints + getattr(self, "acc_exact", 0)
+            self.rows_in_block += Xm.shape[0]
+            if self.rows_in_block == self.n:
+                self._end_block()
+            return
+        # The block's moment is the size-weighted mean of its micro-blocks' moments, and the
+        # deflation is affine with weights summing to one, so deflating each piece is exact.
         Xm = clip_rows(Xm, self.data_norm)
         TU, tu = block_statistics(Xm, self.U, self.eigenvalues[:self.i], self.components[:self.i])
         weight = Xm.shape[0] / self.n
@@ -165,15 +173,33 @@ class _Stream:
     def close(self):
         """Drop the working state: the generator, the row buffer and digest, the unnoised accumulators."""
         self.closed = True
-        self.rng = self.buffer = self.acc_u = self.acc_l = self.digest = None
+        self.rng = self.buffer = self.acc_u = self.acc_l = self.acc_exact = self.digest = None
 
     def _release(self):
         """The block's release: its statistics plus Gaussian noise calibrated to the block sensitivity."""
         if self.noise_multiplier == 0:
             return self.acc_u, self.acc_l
         rng = self.rng if self.digest is None else rekeyed(self.rng, self.digest.words())
-        return joint_gaussian_release((self.acc_u, self.acc_l), self.sensitivity, self.noise_multiplier,
-                                      rng)
+        return self._release_exact(rng)
+
+    def _release_exact(self, rng):
+        """The exact block sums, deflated by their public part, released jointly on their grid.
+
+        The sensitivity is :func:`block_sensitivity` with each candidate's grid allowance
+        (:func:`~dptensor._exact.moment_sensitivities`): ``sqrt(sum_l s_vec_l^2 + s_val_l^2)``.
+        """
+        K = grid_vectors(self.U)
+        stat = Exact(self.acc_exact, self.data_norm ** 3 / self.n / 4.0 ** BITS)  # moment_product's unit
+        deflation = DeflatedTensor(ThirdMoment(np.empty((0, self.d))), self.eigenvalues[:self.i],
+                                   self.components[:self.i])  # only its public correction is used
+        cU, cu = deflation.correction(self.U)
+        TU = Exact(stat.ints[:-1], stat.unit).minus(cU)
+        tu = Exact(stat.ints[-1], stat.unit).minus(cu)
+        s_vec, s_val = moment_sensitivities(K, self.data_norm, self.n)
+        s = math.sqrt(float(np.sum(s_vec ** 2) + np.sum(s_val ** 2))) * (1 + 2.0 ** -50)
+        self.acc_exact = 0
+        z = self.noise_multiplier
+        return joint_gaussian_release((TU.for_release(s, z), tu.for_release(s, z)), s, z, rng)
 
     def _end_block(self):
         u_tilde, lam = self._release()

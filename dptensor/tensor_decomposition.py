@@ -24,6 +24,8 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils.validation import check_is_fitted
 
 from ._base import PrivateEstimatorMixin
+from ._exact import (Exact, ExactThirdMoment, exact_gaussian_release, grid_rows, grid_vectors, map_rows,
+                     moment_sensitivities)
 from ._dask import DaskThirdMoment, check_dask_array, clip_chunks, dask_moment_tensor, is_dask_array
 from ._operators import DeflatedTensor, SymmetricTensor, ThirdMoment, moment_tensor
 from ._power import normalize_columns, random_unit_columns, select_restart
@@ -92,9 +94,14 @@ class PowerNoise:
 
     noise_multiplier: float
     row_sensitivity: float | None = None
+    #: ``(data_norm, n_samples)`` when the queries are exact sums of grid rows
+    #: (:class:`~dptensor._exact.ExactThirdMoment`): their sensitivities carry the grid's allowance.
+    grid: tuple | None = None
 
     def sensitivities(self, U):
         """(vector-query, scalar-query) sensitivities, one per column of U, shape (L,) each."""
+        if self.grid is not None:
+            return moment_sensitivities(grid_vectors(U), *self.grid)
         if self.row_sensitivity is None:
             return entry_sensitivities(U)
         s = np.full(U.shape[1], float(self.row_sensitivity))
@@ -160,7 +167,7 @@ def tensor_power_method(operator, n_components: int, n_restarts: int, n_iter: in
             TU = deflated.apply(U)
             if noise is not None:
                 s_vec, _ = noise.sensitivities(U)
-                TU = gaussian_release(TU, s_vec, noise.noise_multiplier, rng, dtype)
+                TU = _release(TU, s_vec, noise.noise_multiplier, rng, dtype)
             U = normalize_columns(TU)
             if verbose > 1 or (verbose and d >= 1000 and step % max(1, n_iter // 5) == 0):
                 # progress within a component: public counts only (large d: a component takes long)
@@ -169,13 +176,19 @@ def tensor_power_method(operator, n_components: int, n_restarts: int, n_iter: in
         lams = deflated.evaluate(U)
         if noise is not None:
             _, s_val = noise.sensitivities(U)
-            lams = gaussian_release(lams, s_val, noise.noise_multiplier, rng, dtype)
+            lams = _release(lams, s_val, noise.noise_multiplier, rng, dtype)
         best = select_restart(lams)
         components[i], eigenvalues[i] = U[:, best], lams[best]
         if verbose:
             print(f"[tensor_power_method] component {i + 1}/{n_components}: "
                   f"eigenvalue {float(eigenvalues[i]):.6g} (restart {best})")
     return components, eigenvalues
+
+
+def _release(value, sensitivity, noise_multiplier, rng, dtype):
+    """A query's Gaussian release; an exact statistic is rounded to its grid exactly first."""
+    release = exact_gaussian_release if isinstance(value, Exact) else gaussian_release
+    return release(value, sensitivity, noise_multiplier, rng, dtype=dtype)
 
 
 #: Public range of one row's moment-fit score (see :func:`moment_fit_scores`).
@@ -302,9 +315,11 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         How the third moment of 2-D data is held for ``method="power"``. ``"implicit"`` costs
         O(ndL) per step and O(nd + dL) memory; ``"dense"`` forms T in O(nd^3) time and O(d^3) memory,
         then costs O(d^3 L) per step; ``"auto"`` picks by :func:`choose_moment` (``"implicit"``
-        for a Dask X, whose d^3 tensor would be summed on the client). A fit whose memory bound
-        (these sizes, from the shape) exceeds what the process can allocate is refused before its
-        spend (:class:`~dptensor.MemoryRefusedError`).
+        for a Dask X, whose d^3 tensor would be summed on the client, and for a private fit, whose
+        implicit queries are exact sums of grid rows: ``docs/derivations/exact_sums.rst``; a
+        private ``"dense"`` fit sums in float64, with the gap the privacy guide states). A fit
+        whose memory bound (these sizes, from the shape) exceeds what the process can allocate is
+        refused before its spend (:class:`~dptensor.MemoryRefusedError`).
     symmetrize : bool, default=False
         For a 3-D X that is not symmetric: use its symmetric part instead of raising. Changing one
         entry of X by at most 1 changes the symmetric part by ``sym(e_i⊗e_j⊗e_k)/6``, a sixth of a
@@ -409,6 +424,9 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
                 base = SymmetricTensor(moment_tensor(X)) if self.moment_ == "dense" else ThirdMoment(X)
 
         noise = PowerNoise(z, sensitivity) if private and self.method == "power" else None
+        if noise is not None and self.moment_ == "implicit":  # exact sums of grid rows at any n
+            base = ExactThirdMoment(map_rows(raw, grid_rows, data_norm), data_norm, X.shape[0])
+            noise = PowerNoise(z, sensitivity, grid=(data_norm, X.shape[0]))
         if private and self.method == "input_perturbation":  # noise on the tensor's distinct entries
             T = base.T if isinstance(base, SymmetricTensor) else moment_tensor(X)
             scale = ENTRY_SENSITIVITY if sensitivity is None else sensitivity
@@ -474,6 +492,8 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
             return self.moment
         if dask:
             return "implicit"  # for data too big for one machine, never a d^3 tensor unless asked
+        if math.isfinite(self.epsilon):
+            return "implicit"  # private: its sums are exact (dptensor._exact); a dense T's are not
         steps = n_power_queries(k, self.n_restarts, self.n_iter)
         return choose_moment(shape[0], shape[1], steps, itemsize)
 

@@ -25,6 +25,7 @@ from sklearn.model_selection import GridSearchCV, KFold
 from dptensor import (AdaptivePrivatePCA, BudgetExceededError, PrivacyAccountant, PrivacyWarning, PrivatePCA,
                       PrivateTensorCompletion, PrivateTensorDecomposition, StreamingTensorPower)
 from dptensor import _base
+from dptensor._exact import grid_rows, row_sum
 from dptensor._operators import moment_tensor
 from dptensor.datasets import make_low_rank_tensor
 from dptensor.mechanisms import clip_rows, gaussian_release, grid_step
@@ -482,6 +483,11 @@ def _step_back_attack(model_bytes, redraw, recovers, max_back=256):
     return False
 
 
+def _grid_mean(X):
+    """The mean a private PCA fit releases: that of the rows on its grid, summed exactly."""
+    return row_sum(grid_rows(X, B), B / len(X)).value()
+
+
 def test_generator_step_back_has_nothing_to_work_on():
     """The issue's attack: step a pickled PCG64 back and regenerate the noise of the released mean.
 
@@ -491,7 +497,7 @@ def test_generator_step_back_has_nothing_to_work_on():
     """
     X = X_ROWS[:150]
     est = PrivatePCA(2, epsilon=2.0, data_norm=B, block_size=100, random_state=None).partial_fit(X)
-    true_mean = clip_rows(X[:100], B).mean(0)
+    true_mean = _grid_mean(X[:100])
     z = est.privacy_cost_.noise_multiplier
     scale = z * 2.0 * B / 100
 
@@ -1011,7 +1017,7 @@ def test_an_int_seed_is_not_saved_with_a_private_model():
     z_mean = model.privacy_cost_.event.events[0].noise_multiplier
     recovered = model.mean_ - gaussian_release(np.zeros(D), 2 * B / N, z_mean, rng)  # the release's noise
     # the clipped mean, to within the release's grid step (2**-30 of the noise scale)
-    np.testing.assert_allclose(recovered, clip_rows(X_ROWS, B).mean(0), rtol=0,
+    np.testing.assert_allclose(recovered, _grid_mean(X_ROWS), rtol=0,
                                atol=float(grid_step(z_mean * 2 * B / N)))
     # An unfitted estimator (e.g. sent to a search's worker) keeps its seed: nothing was released.
     assert pickle.loads(pickle.dumps(PrivatePCA(2, random_state=42, **PRIVATE))).random_state == 42

@@ -1,0 +1,317 @@
+"""Exact sums (dptensor._exact): the released statistics are sum_i f(x_i) exactly, in any order.
+
+Derivation: docs/derivations/exact_sums.rst.
+"""
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import dptensor._exact as ex
+from dptensor import PrivatePCA
+from dptensor.mechanisms import clip_rows, grid_step
+from dptensor.pca import private_mean
+
+ONE = 2 ** ex.BITS
+
+
+def _adversarial_rows(rng, d=6):
+    """Rows of every awkward kind: huge, tiny, on and just past the sphere, non-finite, zeros."""
+    rows = [rng.standard_normal(d) * s for s in (1e-300, 1e-8, 0.3, 1.0, 7.0, 1e30, 1e300)]
+    unit = rng.standard_normal(d)
+    unit /= np.linalg.norm(unit)
+    rows += [unit, unit * (1 + 1e-16), unit * (1 - 1e-16), unit * np.nextafter(1.0, 2.0),
+             np.eye(d)[0], np.full(d, 1 / np.sqrt(d)), np.full(d, np.nextafter(d ** -0.5, 1.0)),
+             np.zeros(d), -np.zeros(d), np.r_[np.inf, np.zeros(d - 1)],
+             np.r_[np.nan, np.ones(d - 1)],
+             np.full(d, 1e308), np.r_[1.0, np.full(d - 1, 2.0 ** -21)]]
+    return np.array(rows)
+
+
+def test_grid_rows_lie_in_the_ball_exactly_and_are_a_per_row_map(rng):
+    X = np.vstack([_adversarial_rows(rng),
+                   rng.standard_normal((2000, 6)) * rng.uniform(0, 3, (2000, 1))])
+    for B in (1.0, 0.37, 3e5):
+        M = ex.grid_rows(X * B, B)
+        ints = M.astype(np.int64)
+        assert np.array_equal(ints, M) and np.abs(ints).max() <= ONE
+        assert max(sum(int(v) ** 2 for v in row) for row in ints) <= 4 ** ex.BITS  # Python integers
+        # one row at a time, in any position: the same integers
+        assert all(np.array_equal(ex.grid_rows(X[i:i + 1] * B, B)[0], M[i])
+                   for i in range(0, len(X), 97))
+        perm = rng.permutation(len(X))
+        assert np.array_equal(ex.grid_rows(X[perm] * B, B), M[perm])
+    # a row inside the ball moves by at most half a grid step per coordinate, a clipped one
+    # (one large entry or not) by at most two from the float clip
+    finite = X[np.isfinite(X).all(axis=1) & (np.abs(X).max(axis=1) < 1e250)]
+    inside = clip_rows(finite, 1.0) * (1 - 1e-5)
+    assert np.abs(ex.grid_rows(inside, 1.0) / ONE - inside).max() <= 0.5 / ONE
+    assert np.abs(ex.grid_rows(finite, 1.0) / ONE - clip_rows(finite, 1.0)).max() <= 2.0 / ONE
+
+
+def test_float32_rows_give_the_same_grid_as_float64(rng):
+    X = (rng.standard_normal((500, 7)) * 2).astype(np.float32)
+    M32 = ex.grid_rows(X, 1.5)
+    assert M32.dtype == np.float32 and np.array_equal(M32, ex.grid_rows(X.astype(np.float64), 1.5))
+
+
+def _python_ints(M):
+    return [[int(v) for v in row] for row in M]
+
+
+def test_statistics_are_the_sums_of_per_row_integers_brute_force(rng):
+    M = ex.grid_rows(rng.standard_normal((37, 4)), 1.0)
+    rows = _python_ints(M)
+    V = np.linalg.qr(rng.standard_normal((4, 2)))[0]
+    K = ex.grid_vectors(V)
+    k = _python_ints(K)
+    gram = [[sum(r[a] * r[b] for r in rows) for b in range(4)] for a in range(4)]
+    assert ex.gram(M).ints.tolist() == gram
+    assert ex.row_sum(M).ints.tolist() == [sum(r[a] for r in rows) for a in range(4)]
+    assert int(ex.sum_of_squares(M).ints) == sum(v * v for r in rows for v in r)
+
+    def w(r):  # rint(m^T K / 2**BITS), half to even, one row alone
+        return [round(Fraction(sum(r[j] * k[j][l] for j in range(4)), ONE)) for l in range(2)]
+    product = [[sum(r[a] * w(r)[l] for r in rows) for l in range(2)] for a in range(4)]
+    assert ex.gram_product(M, K).ints.tolist() == product
+
+
+def test_on_grid_rounds_the_exact_value(rng):
+    ints = np.array([3 * 2 ** 70 + 12345, -(2 ** 80) - 1, 0, 7], dtype=object)
+    stat = ex.Exact(ints, 0.1 / 2 ** 40)
+    gamma = np.array([2.0 ** -10, 2.0 ** 20, 1.0, 2.0 ** -40])
+    got = stat.on_grid(gamma)
+    for v, g, out in zip(stat.ints, gamma, got):
+        exact = Fraction(v) * Fraction(stat.unit) / Fraction(g)
+        assert abs(Fraction(out) / Fraction(g) - exact) <= Fraction(1, 2)
+        assert Fraction(out) / Fraction(g) == int(Fraction(out) / Fraction(g))  # on the grid
+
+
+def test_power_sensitivity_bounds_every_pair_brute_force(rng):
+    """||f(a) - f(b)||_F <= power_sensitivity for f(x) = q w^T, on extremal and random pairs."""
+    for p in (1, 2, 3):
+        d = 5
+        V = np.linalg.qr(rng.standard_normal((d, p)))[0]
+        K = ex.grid_vectors(V)
+        bound = ex.power_sensitivity(K, 1.0)
+        assert bound >= np.sqrt(min(p, 2))
+        other = np.linalg.qr(np.c_[V, rng.standard_normal(d)])[0][:, p]  # orthogonal to span(V)
+        pairs = [(V[:, 0], V[:, 1] if p > 1 else other)]
+        pairs += [tuple(rng.standard_normal((2, d))) for _ in range(300)]
+        for a, b in pairs:
+            Ma, Mb = ex.grid_rows(np.array([a, b]), 1.0)[:, None, :]
+            change = ex.gram_product(Ma, K).value() - ex.gram_product(Mb, K).value()
+            assert np.linalg.norm(change) <= bound
+
+
+# ---------------------------------------------------------------------------------------------
+# The adversarial construction: plain float64 sums break the sensitivity, exact sums do not
+# ---------------------------------------------------------------------------------------------
+
+def _neighbours_of_ten_million():
+    """Two neighbouring data sets of 10**7 rows (d = 2, norms <= 1), differing in row 0 only.
+
+    Row 0 is (1, 0) or (-1, 0); then 2**23 rows (1, 0) bring a running sum just above 2**23 in one
+    set and just below it in the other; then rows (2**-30 + 2**-40, 0). Added one at a time (as
+    NumPy sums along axis 0), above 2**23 each such term rounds up to a whole ulp (2**-29),
+    below it to 2**-30 (its own size): the computed sums differ by 2 + n 2**-30, not 2.
+    """
+    n, head = 10 ** 7, 2 ** 23
+    X = np.zeros((n, 2))
+    X[1:head + 1, 0] = 1.0
+    X[head + 1:, 0] = 2.0 ** -30 + 2.0 ** -40
+    X[0, 0] = 1.0
+    Y = X.copy()
+    Y[0, 0] = -1.0
+    return X, Y
+
+
+def test_plain_float_sums_break_the_sensitivity_and_exact_sums_do_not():
+    X, Y = _neighbours_of_ten_million()
+    n, B = X.shape[0], 1.0
+    sensitivity = 2.0 * B  # of the sum of rows clipped to B (the mean's, times n)
+    rng = np.random.default_rng(0)
+    plain = [private_mean(Z, B, 0.0, rng) * n for Z in (X, Y)]  # the unnoised float64 path
+    assert np.linalg.norm(plain[0] - plain[1]) > sensitivity * (1 + 1e-4)  # far past 2**-40
+    exact = [ex.row_sum(ex.grid_rows(Z, B), B) for Z in (X, Y)]
+    change = [Fraction(int(a - b)) * Fraction(exact[0].unit)
+              for a, b in zip(exact[0].ints, exact[1].ints)]
+    assert sum(c * c for c in change) <= Fraction(sensitivity) ** 2  # exactly, in rationals
+    # and what the release rounds: the neighbours' grid integers differ by at most Delta/gamma + 1
+    gamma = float(grid_step(sensitivity * 0.5))
+    steps = [e.on_grid(gamma) / gamma for e in exact]
+    assert np.abs(steps[0] - steps[1]).max() <= sensitivity / gamma + 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Estimators: order, chunks, Dask and float32 change nothing
+# ---------------------------------------------------------------------------------------------
+
+def _data(n=200_000, d=20, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((n, d)) * np.linspace(2.0, 0.2, d) + 0.3
+
+
+def _absorbing(n, d, head, seed=0):
+    """Data whose float64 column sums depend on the grouping: ``head`` rows (3.96, noise), then
+    ``head`` rows whose first entry is below half an ulp of the running sum (a sum along axis 0
+    drops them; a chunk of them alone keeps them), then ordinary rows."""
+    X = _data(n, d, seed) * 0.5
+    X[:head, 0] = 3.96
+    X[head:2 * head, 0] = 0.45 * np.spacing(3.96 * head)
+    return X
+
+
+def _fitted(est):
+    return [est.components_, est.explained_variance_, est.mean_,
+            getattr(est, "explained_variance_ratio_", np.zeros(1))]
+
+
+@pytest.mark.parametrize("method", ["analyze_gauss", "power"])
+def test_private_pca_is_bit_identical_under_row_permutation(method, same_noise):
+    X = _absorbing(200_000, 20, head=50_000)
+    params = dict(n_components=3, epsilon=1.0, delta=1e-12, data_norm=4.0, method=method,
+                  random_state=0)
+    a = PrivatePCA(**params).fit(X)
+    for perm in (np.random.default_rng(1).permutation(len(X)), np.arange(len(X))[::-1]):
+        b = PrivatePCA(**params).fit(X[perm])
+        assert all(np.array_equal(u, v) for u, v in zip(_fitted(a), _fitted(b)))
+
+
+def test_private_pca_float32_releases_the_float64_statistics(same_noise):
+    X = _data(d=12).astype(np.float32)
+    params = dict(n_components=2, epsilon=1.0, delta=1e-12, data_norm=4.0, random_state=0)
+    a, b = PrivatePCA(**params).fit(X), PrivatePCA(**params).fit(X.astype(np.float64))
+    assert a.components_.dtype == np.float32
+    assert all(np.array_equal(u, v.astype(np.float32))
+               for u, v in zip(_fitted(a)[::2], _fitted(b)[::2]))
+    # the same released eigenvalues, scaled in float32 (post-processing)
+    np.testing.assert_allclose(a.explained_variance_, b.explained_variance_, rtol=2e-7)
+
+
+def test_private_stream_does_not_depend_on_the_batches(same_noise):
+    X = _absorbing(120_000, 10, head=20_000)  # the mean block: 20 000 big rows, 20 000 tiny ones
+    params = dict(n_components=2, epsilon=1.0, data_norm=4.0, block_size=40_000, random_state=0)
+    one = PrivatePCA(**params).partial_fit(X)
+    many = PrivatePCA(**params)
+    for piece in np.array_split(X, 37):
+        many.partial_fit(piece)
+    assert all(np.array_equal(u, v) for u, v in zip(_fitted(one)[:3], _fitted(many)[:3]))
+
+
+@pytest.mark.parametrize("method", ["analyze_gauss", "power"])
+def test_private_pca_on_dask_equals_numpy_bit_for_bit(method, same_noise):
+    da = pytest.importorskip("dask.array")
+    X = _absorbing(100_000, 16, head=50_000)
+    params = dict(n_components=2, epsilon=1.0, delta=1e-12, data_norm=4.0, method=method, n_iter=3,
+                  random_state=0)
+    a = PrivatePCA(**params).fit(X)
+    for chunks in (7_001, 33_333):
+        b = PrivatePCA(**params).fit(da.from_array(X, chunks=(chunks, 16)))
+        assert all(np.array_equal(u, v) for u, v in zip(_fitted(a), _fitted(b)))
+
+
+# ---------------------------------------------------------------------------------------------
+# The third moment's power queries (PrivateTensorDecomposition's implicit private path)
+# ---------------------------------------------------------------------------------------------
+
+def test_moment_product_is_the_sum_of_per_row_terms_brute_force(rng):
+    M = ex.grid_rows(rng.standard_normal((29, 4)), 1.0)
+    K = ex.grid_vectors(np.linalg.qr(rng.standard_normal((4, 3)))[0])
+    stat = ex.moment_product(M, K)
+    expected = np.zeros((5, 3), dtype=object)
+    for row in M:
+        t = (row @ K) / ONE ** 2  # exact
+        w, c = np.rint(t * t * ONE), np.rint(t * t * t * ONE)  # per-row, correctly rounded
+        expected[:4] += np.outer([int(v) for v in row], [int(v) for v in w]).astype(object)
+        expected[4] += np.array([int(v) * ONE for v in c], dtype=object)
+    assert stat.ints.tolist() == expected.tolist()
+
+
+def test_moment_sensitivities_bound_every_pair_brute_force(rng):
+    d, L, n = 5, 3, 7
+    U = np.linalg.qr(rng.standard_normal((d, L)))[0]
+    K = ex.grid_vectors(U)
+    s_vec, s_val = ex.moment_sensitivities(K, 1.0, n)
+    pairs = [(U[:, 0], -U[:, 0]), (U[:, 1], -U[:, 1])]
+    pairs += [tuple(rng.standard_normal((2, d))) for _ in range(300)]
+    for a, b in pairs:
+        Ma, Mb = ex.grid_rows(np.array([a, b]), 1.0)[:, None, :]
+        change = (ex.moment_product(Ma, K, 1.0 / n).value()
+                  - ex.moment_product(Mb, K, 1.0 / n).value())
+        assert np.all(np.linalg.norm(change[:d], axis=0) <= s_vec)
+        assert np.all(np.abs(change[d]) <= s_val)
+
+
+def _tensor_fit(X):
+    from dptensor import PrivateTensorDecomposition
+
+    return PrivateTensorDecomposition(2, epsilon=1.0, delta=1e-12, data_norm=4.0, n_restarts=3,
+                                      n_iter=4, moment="implicit", random_state=0).fit(X)
+
+
+def test_private_tensor_decomposition_is_bit_identical_under_permutation_and_dask(same_noise):
+    # rows B e_1, then rows whose first entries (1e-14 .. 1e-8) feed T(I,u,u)'s first coordinate
+    # terms that the running sum rounds one way in one order and another in the other
+    X = np.random.default_rng(0).standard_normal((100_000, 8)) * 0.5
+    X[:25_000] = 0.0
+    X[:25_000, 0] = 3.99
+    X[25_000:50_000, 0], X[25_000:50_000, 1] = np.geomspace(1e-14, 1e-8, 25_000), 3.9
+    a = _tensor_fit(X)
+    fits = [_tensor_fit(X[::-1])]
+    da = pytest.importorskip("dask.array")
+    fits.append(_tensor_fit(da.from_array(X, chunks=(9_999, 8))))
+    for b in fits:
+        assert np.array_equal(a.components_, b.components_)
+        assert np.array_equal(a.eigenvalues_, b.eigenvalues_)
+
+
+def _spiky_block(rng, n, d):
+    """Rows B e_1, then rows whose tiny first entries round differently by order, then noise."""
+    X = rng.standard_normal((n, d)) * 0.5
+    q = n // 4
+    X[:q] = 0.0
+    X[:q, 0] = 3.99
+    X[q:2 * q, 0], X[q:2 * q, 1] = np.geomspace(1e-14, 1e-8, q), 3.9
+    return X
+
+
+def test_private_streaming_tensor_power_is_bit_identical_when_a_block_is_reordered(same_noise):
+    from dptensor import StreamingTensorPower
+
+    rng = np.random.default_rng(0)
+    blocks = [_spiky_block(rng, 40_000, 6) for _ in range(2)]
+    params = dict(n_components=1, epsilon=1.0, delta=1e-12, data_norm=4.0, batch_size=40_000,
+                  n_restarts=3, n_iter=2, random_state=0)
+    a = StreamingTensorPower(**params).fit(np.vstack(blocks))
+    b = StreamingTensorPower(**params).fit(np.vstack([block[::-1] for block in blocks]))
+    assert np.array_equal(a.components_, b.components_)
+    assert np.array_equal(a.eigenvalues_, b.eigenvalues_)
+
+
+def test_private_stream_releases_its_blocks_statistics(monkeypatch):
+    """What a private StreamingTensorPower block puts on its grid is the block's deflated moment
+    queries (block_statistics of the clipped rows) to within the grid, at their true scale."""
+    import dptensor.streaming_tensor_power as stp
+
+    states, parts = [], []
+    real_release, real_joint = stp._Stream._release_exact, stp.joint_gaussian_release
+
+    def spy_release(self, *args):
+        deflation = (self.eigenvalues[:self.i].copy(), self.components[:self.i].copy())
+        states.append((self.U.copy(), *deflation))
+        return real_release(self, *args)
+
+    def spy_joint(values, *args):
+        parts.append(values)
+        return real_joint(values, *args)
+    monkeypatch.setattr(stp._Stream, "_release_exact", spy_release)
+    monkeypatch.setattr(stp, "joint_gaussian_release", spy_joint)
+    X = np.random.default_rng(3).standard_normal((2000, 5))
+    stp.StreamingTensorPower(2, epsilon=1.0, data_norm=1.5, batch_size=500, n_restarts=3, n_iter=2,
+                             random_state=0).fit(X)
+    assert len(parts) == 4
+    for (U, lam, V), (TU, tu), block in zip(states, parts, np.split(X, 4)):
+        exact_u, exact_l = stp.block_statistics(clip_rows(block, 1.5), U, lam, V)
+        np.testing.assert_allclose(TU, exact_u, atol=1e-5)
+        np.testing.assert_allclose(tu, exact_l, atol=1e-5)
