@@ -827,9 +827,10 @@ def test_gmm_on_dask_rows_matches_in_memory(mixture, whitening):
 
 
 @pytest.mark.parametrize("whitening", ["dense", "power"])
-def test_lda_on_dask_counts_matches_in_memory(corpus, whitening):
+def test_lda_on_dask_counts_matches_in_memory(corpus, whitening, same_noise):
     """Every pass over the documents is one reduction over the row chunks: the same released topics
-    as in memory (same seed), checked and refused lazily before any spend."""
+    as in memory (same seed, its noise keyed by the seed alone: a seeded fit keys it by the data's
+    form too, sparse here, dense chunks there), checked and refused lazily before any spend."""
     da = pytest.importorskip("dask.array")
     C = corpus[0][:1200].toarray()
     kw = dict(epsilon=20.0, whitening=whitening, random_state=5)

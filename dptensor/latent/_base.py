@@ -114,9 +114,7 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
 
     def fit(self, X, y=None):
         """Learn the model from X by the method of moments; ``y`` is ignored. Returns self."""
-        # a seeded fit's noise is keyed by the data as given (the same counts in memory or on
-        # Dask digest alike; the validated form may be sparse)
-        given, X = X, self._validate(X, reset=True)
+        X = self._validate(X, reset=True)  # a seeded fit's noise is keyed by the validated counts
         n, d = X.shape
         k = self._check_common(d)
         epsilon, delta = self._privacy_target()
@@ -130,11 +128,11 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
             self.privacy_cost_, rng = self._spend(plan.event, entropy=entropy, delta=delta,
                                                   noise_multiplier=plan.z_third, n_queries=plan.n_queries,
                                                   calibration="exact", data_shape=X.shape,
-                                                  memory=memory, data=(given,))
+                                                  memory=memory, data=(X,))
         else:
             self.privacy_cost_, rng = self._spend(NonPrivateEvent("epsilon=inf"), entropy=entropy,
                                                   delta=delta, data_shape=X.shape, memory=memory,
-                                                  data=(given,))
+                                                  data=(X,))
         mean = self._release_first(ctx, plan, rng)
         whitening = self._release_whitening(ctx, mean, plan, rng)
         data, correction, sensitivity = self._whitened_third(ctx, whitening, mean)
