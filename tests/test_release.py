@@ -1012,7 +1012,9 @@ def test_an_int_seed_is_not_saved_with_a_private_model():
     # Control: the seed, if it had been saved, regenerates the noise exactly.
     params = {k: v for k, v in model.get_params(deep=False).items()
               if k not in ("accountant", "random_state", "verbose")}
-    key = fingerprint("PrivatePCA", params, (model.n_samples_, model.n_features_in_)) + data_digest(X_ROWS)
+    cost = model.privacy_cost_
+    key = fingerprint("PrivatePCA", params, (model.n_samples_, model.n_features_in_), repr(cost.event),
+                      cost.delta) + data_digest(X_ROWS)
     rng = spend_generator(42, spend_index=len(model.accountant.history()) - 1, key=key)
     z_mean = model.privacy_cost_.event.events[0].noise_multiplier
     recovered = model.mean_ - gaussian_release(np.zeros(D), 2 * B / N, z_mean, rng)  # the release's noise
