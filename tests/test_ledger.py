@@ -19,7 +19,8 @@ import dptensor
 from dptensor import BudgetExceededError, PrivacyAccountant, PrivacyAccountingError
 from dptensor.__main__ import main as cli
 from dptensor.accounting import GaussianEvent, LaplaceEvent, LedgerError, epsilon_of
-from dptensor.accounting.ledger import _COLUMNS, _GENESIS, APPLICATION_ID, _digest, read_ledger
+from dptensor.accounting.ledger import (_APPEND_ONLY, _COLUMNS, _GENESIS, APPLICATION_ID, _digest,
+                                        read_ledger)
 
 EVENT = GaussianEvent(noise_multiplier=12.0)
 DELTA = 1e-5
@@ -306,9 +307,10 @@ def test_spends_cut_from_the_end_are_noticed(tmp_path):
     _edit(path, "DELETE FROM spends WHERE id = 3", drop_triggers=True)
     with pytest.raises(LedgerError, match="spends were deleted from its end"):
         PrivacyAccountant.open(path)
-    # With SQLite's own numbering put back too, the file alone is a consistent ledger of two
-    # spends (the privacy guide says so); an accountant that has seen the third still notices.
-    _edit(path, "UPDATE sqlite_sequence SET seq = 2 WHERE name = 'spends'")
+    # With SQLite's own numbering and the triggers put back too, the file alone is a consistent
+    # ledger of two spends (the privacy guide says so); an accountant that has seen the third
+    # still notices.
+    _edit(path, "UPDATE sqlite_sequence SET seq = 2 WHERE name = 'spends'", *_APPEND_ONLY)
     assert len(PrivacyAccountant.open(path).history()) == 2 and head not in read_ledger(path)[2]
     with pytest.raises(LedgerError, match="no longer holds the 3 spends"):
         acc.spend(EVENT)
