@@ -5,8 +5,9 @@ maybe append). It knows nothing of pricing: the accountant passes the decision i
 
 A file ledger is append-only and tamper-evident: triggers refuse every UPDATE and DELETE (and an
 INSERT that would replace a row), and each record carries a SHA-256 hash of its content and of the
-record before it, from the budget row on, checked whenever the file is read. What that does and
-does not protect against is in the privacy guide (docs/privacy.rst, "The ledger file").
+record before it, from the budget row on, checked whenever the file is read, with the schema (the
+tables and triggers exactly as created). A ledger is only created where no file is. What that
+does and does not protect against is in the privacy guide (docs/privacy.rst, "The ledger file").
 """
 from __future__ import annotations
 
@@ -101,14 +102,18 @@ class SQLiteLedger:
     never replaced by a fresh empty budget. Every failure raises :class:`LedgerError` naming the
     file and what to do; a raw ``sqlite3`` error never reaches the caller.
 
-    The file remembers the budget it was created with. Opening it with another budget, opening a
-    database of another application, or a file that is not SQLite raises :class:`LedgerError`: a
-    budget is never silently restarted.
+    The file remembers the budget it was created with, and is created only where no file exists
+    (written aside, then linked into place). Opening it with another budget, opening a database
+    of another application, an empty SQLite database, an empty file (a ledger truncated to 0
+    bytes), or a file that is not SQLite raises :class:`LedgerError`: a budget is never silently
+    restarted.
 
-    Every read (here, at each spend, and for :meth:`entries`) checks the whole hash chain, and
-    that the file still holds every spend this object has read or recorded before, unchanged: a
-    record edited, removed or reordered, or spends cut from the end (which the file alone may not
-    show), raise :class:`LedgerError` before anything is spent.
+    Every read (here, at each spend, and for :meth:`entries`) checks that the file holds exactly
+    the tables and triggers dptensor creates, the whole hash chain, and that the file still holds
+    every spend this object had read or recorded before the read began, unchanged: a table
+    dropped and recreated, a trigger dropped or rewritten, a record edited, removed or reordered,
+    or spends cut from the end (which the file alone may not show), raise :class:`LedgerError`
+    before anything is spent. The journal mode is left as the file has it (rollback or WAL).
     """
 
     def __init__(self, path, epsilon: float, delta: float, *, timeout: float = 60.0):
