@@ -11,7 +11,6 @@ does and does not protect against is in the privacy guide (docs/privacy.rst, "Th
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -344,8 +343,7 @@ def _create_schema(conn, budget) -> str:
     return digest
 
 
-@functools.lru_cache(maxsize=None)
-def _expected_schema(version) -> frozenset:
+def _schema_of(version) -> frozenset:
     """What sqlite_master holds in a ledger of ``version`` as dptensor creates it (read from a
     database made here, so the text is as this SQLite normalises it)."""
     conn = sqlite3.connect(":memory:")
@@ -357,13 +355,17 @@ def _expected_schema(version) -> frozenset:
         conn.close()
 
 
+# Made once, at import: never under a connection that a caller has made read-only.
+_EXPECTED_SCHEMA = {version: _schema_of(version) for version in _TABLES}
+
+
 def _schema_difference(conn, version, triggers) -> str:
     """How sqlite_master on ``conn`` differs from a ledger of ``version`` ('' if it does not);
     only its triggers when ``triggers``, else everything else (tables, indexes, views)."""
     def kept(objects):
         return {o for o in objects if (o[0] == "trigger") == triggers}
 
-    found, expected = kept(conn.execute(_SCHEMA_QUERY)), kept(_expected_schema(version))
+    found, expected = kept(conn.execute(_SCHEMA_QUERY)), kept(_EXPECTED_SCHEMA[version])
     missing = {o[1] for o in expected - found}
     extra = {o[1] for o in found - expected}
     parts = [f"{what} {', '.join(sorted(names))}" for what, names in [
