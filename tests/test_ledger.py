@@ -9,6 +9,7 @@ import pickle
 import re
 import signal
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -19,7 +20,8 @@ import dptensor
 from dptensor import BudgetExceededError, PrivacyAccountant, PrivacyAccountingError
 from dptensor.__main__ import main as cli
 from dptensor.accounting import GaussianEvent, LaplaceEvent, LedgerError, epsilon_of
-from dptensor.accounting.ledger import _COLUMNS, _GENESIS, APPLICATION_ID, _digest, read_ledger
+from dptensor.accounting.ledger import (_APPEND_ONLY, _COLUMNS, _GENESIS, APPLICATION_ID, _digest,
+                                        read_ledger)
 
 EVENT = GaussianEvent(noise_multiplier=12.0)
 DELTA = 1e-5
@@ -306,9 +308,10 @@ def test_spends_cut_from_the_end_are_noticed(tmp_path):
     _edit(path, "DELETE FROM spends WHERE id = 3", drop_triggers=True)
     with pytest.raises(LedgerError, match="spends were deleted from its end"):
         PrivacyAccountant.open(path)
-    # With SQLite's own numbering put back too, the file alone is a consistent ledger of two
-    # spends (the privacy guide says so); an accountant that has seen the third still notices.
-    _edit(path, "UPDATE sqlite_sequence SET seq = 2 WHERE name = 'spends'")
+    # With SQLite's own numbering and the triggers put back too, the file alone is a consistent
+    # ledger of two spends (the privacy guide says so); an accountant that has seen the third
+    # still notices.
+    _edit(path, "UPDATE sqlite_sequence SET seq = 2 WHERE name = 'spends'", *_APPEND_ONLY)
     assert len(PrivacyAccountant.open(path).history()) == 2 and head not in read_ledger(path)[2]
     with pytest.raises(LedgerError, match="no longer holds the 3 spends"):
         acc.spend(EVENT)
@@ -361,6 +364,196 @@ def test_a_ledger_without_the_chain_is_refused_until_upgraded(tmp_path, capsys):
         _edit(path, "DELETE FROM spends")
     assert cli(["ledger", "--upgrade", path]) == 2  # only once
     assert "only a ledger of schema 1 is upgraded" in capsys.readouterr().err
+
+
+
+def _spends_sql(path):
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("SELECT sql FROM sqlite_master WHERE name = 'spends'").fetchone()[0]
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("how", ["table only", "table and triggers"])
+def test_a_spends_table_dropped_and_recreated_is_refused(tmp_path, how):
+    # Two statements (no trigger dropped by name, no hash computed) reset the budget to 0 spent.
+    path, acc = _ledger_with_spends(tmp_path)
+    triggers = [sql for sql in _APPEND_ONLY if " ON spends " in sql]
+    _edit(path, "DROP TABLE spends", _spends_sql(path), *(triggers if how != "table only" else []))
+    for use in (lambda: PrivacyAccountant.open(path), lambda: acc.spend(EVENT),
+                lambda: PrivacyAccountant(acc.epsilon, DELTA, ledger=path)):
+        with pytest.raises(LedgerError, match="its spends table was dropped and recreated") as info:
+            use()
+        assert path in str(info.value)
+
+
+_NO_OP = ("CREATE TRIGGER spends_append_only_delete BEFORE DELETE ON spends WHEN 0 "
+          "BEGIN SELECT 1; END")
+
+
+def _rewrite_schema(path, name, sql):
+    """Rewrite an object's SQL in sqlite_master, as PRAGMA writable_schema allows."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA writable_schema = ON")
+        conn.execute("UPDATE sqlite_master SET sql = ? WHERE name = ?", (sql, name))
+    finally:
+        conn.close()
+
+
+def test_a_trigger_rewritten_into_a_no_op_is_refused(tmp_path):
+    path, acc = _ledger_with_spends(tmp_path)
+    _rewrite_schema(path, "spends_append_only_delete", _NO_OP)
+    # The trigger no longer guards: the last spend goes, and SQLite's count is put back.
+    _edit(path, "DELETE FROM spends WHERE id = 3",
+          "UPDATE sqlite_sequence SET seq = 2 WHERE name = 'spends'")
+    for use in (lambda: PrivacyAccountant.open(path), acc.history,
+                lambda: PrivacyAccountant(acc.epsilon, DELTA, ledger=path)):
+        with pytest.raises(LedgerError, match="spends_append_only_delete") as info:
+            use()
+        assert path in str(info.value) and "edited outside dptensor" in str(info.value)
+
+
+@pytest.mark.parametrize("edit", ["extra trigger", "extra index", "extra table", "altered table"])
+def test_a_ledger_holds_exactly_the_schema_dptensor_creates(tmp_path, edit):
+    path, _ = _ledger_with_spends(tmp_path)
+    _edit(path, {"extra trigger": "CREATE TRIGGER mine AFTER INSERT ON spends BEGIN SELECT 1; END",
+                 "extra index": "CREATE INDEX by_label ON spends (label)",
+                 "extra table": "CREATE TABLE notes (text TEXT)",
+                 "altered table": "ALTER TABLE spends ADD COLUMN note TEXT"}[edit])
+    with pytest.raises(LedgerError, match="was edited outside dptensor") as info:
+        PrivacyAccountant.open(path)
+    assert path in str(info.value)
+
+
+def test_an_upgrade_refuses_a_file_of_schema_2_set_back_to_1(tmp_path, capsys):
+    path, _ = _ledger_with_spends(tmp_path)
+    _edit(path, "PRAGMA user_version = 1", "DROP TRIGGER spends_append_only_delete",
+          "DELETE FROM spends WHERE id >= 2")
+    edited = Path(path).read_bytes()
+    assert cli(["ledger", "--upgrade", path]) == 2
+    assert "holds what only a ledger with the hash chain has" in capsys.readouterr().err
+    assert Path(path).read_bytes() == edited
+    # the same with every trigger dropped: the hash columns remain
+    _edit(path, drop_triggers=True)
+    with pytest.raises(LedgerError, match="version was set back"):
+        dptensor.accounting.ledger.upgrade(path)
+
+
+def test_an_upgrade_refuses_a_schema_1_file_with_spends_deleted(tmp_path):
+    path = str(tmp_path / "old.sqlite")
+    spend = ("INSERT INTO spends (time, label, event, epsilon, delta, pid) "
+             f"VALUES (1.5, 'x', '{json.dumps(EVENT.to_dict())}', 0.5, 1e-05, 7)")
+    _edit(path, *_SCHEMA_1, spend, spend, spend, "DELETE FROM spends WHERE id = 3")
+    with pytest.raises(LedgerError, match="spends were deleted from it"):
+        dptensor.accounting.ledger.upgrade(path)
+
+
+def _empty_sqlite(path):
+    """A valid SQLite file of one page that holds nothing."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("CREATE TABLE t (x)")
+    conn.execute("DROP TABLE t")
+    conn.close()
+
+
+@pytest.mark.parametrize("what", ["truncated ledger", "empty file", "empty sqlite database"])
+def test_an_existing_file_is_never_taken_for_a_new_budget(tmp_path, what, capsys):
+    path = tmp_path / "budget.sqlite"
+    if what == "truncated ledger":
+        PrivacyAccountant(1.0, DELTA, ledger=path).spend(EVENT)
+        os.truncate(path, 0)
+    elif what == "empty file":
+        path.touch()
+    else:
+        _empty_sqlite(path)
+    before = path.read_bytes()
+    message = "is empty" if what != "empty sqlite database" else "empty SQLite database"
+    for use in (lambda: PrivacyAccountant(1.0, DELTA, ledger=path),
+                lambda: PrivacyAccountant.open(path)):
+        with pytest.raises(LedgerError, match=message) as info:
+            use()
+        assert str(path) in str(info.value) and "where no file exists" in str(info.value)
+    assert cli(["ledger", str(path)]) == 2 and message in capsys.readouterr().err
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == ["budget.sqlite"]
+
+
+def test_accountants_creating_one_new_ledger_at_once_share_it(tmp_path):
+    path, start = tmp_path / "new.sqlite", threading.Barrier(8)
+    made, errors = [], []
+
+    def create():
+        start.wait(30)
+        try:
+            made.append(PrivacyAccountant(_budget_for(8), DELTA, ledger=path))
+        except BaseException as exc:  # noqa: B036 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=create) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == [] and len(made) == 8
+    for acc in made:
+        acc.spend(EVENT)
+    assert len(PrivacyAccountant.open(path).history()) == 8
+    assert os.listdir(tmp_path) == ["new.sqlite"]  # no file of the creation left beside it
+
+
+def _wal(path):
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA journal_mode = WAL").fetchone()[0] == "wal"
+    conn.close()
+
+
+def test_a_reader_whose_wal_snapshot_predates_a_commit_is_no_tamper_alarm(tmp_path, monkeypatch):
+    # In WAL mode a reader's snapshot can be older than a spend another thread committed (and
+    # remembered) meanwhile; that is not a file cut short.
+    path, acc = _ledger_with_spends(tmp_path, n=1)
+    _wal(path)
+    ledger_module = dptensor.accounting.ledger
+    real, fired = ledger_module._verified, []
+
+    def verified(conn, *args, **kwargs):
+        if not fired:
+            fired.append(True)
+            conn.execute("SELECT COUNT(*) FROM spends").fetchone()  # the snapshot starts here
+            spender = threading.Thread(target=acc.spend, args=(EVENT,))
+            spender.start()  # in WAL mode the writer does not wait for this reader
+            spender.join(30)
+            assert not spender.is_alive()
+        return real(conn, *args, **kwargs)
+
+    monkeypatch.setattr(ledger_module, "_verified", verified)
+    assert len(acc.history()) == 1  # its snapshot, from before the second spend
+    assert len(acc.history()) == 2
+
+
+def test_threads_sharing_an_accountant_on_a_wal_file_raise_no_tamper_alarm(tmp_path):
+    path = str(tmp_path / "wal.sqlite")
+    acc = PrivacyAccountant(ledger=path)  # unlimited: only the checks of the file can refuse
+    _wal(path)
+    errors = []
+
+    def run(work):
+        try:
+            for _ in range(60):
+                work()
+        except BaseException as exc:  # noqa: B036 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(w,))
+               for w in (lambda: acc.spend(EVENT), lambda: acc.spend(EVENT), acc.history,
+                         acc.history)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    assert len(PrivacyAccountant.open(path).history()) == 120
 
 
 # ---------------------------------------------------------------- where the file is

@@ -5,8 +5,9 @@ maybe append). It knows nothing of pricing: the accountant passes the decision i
 
 A file ledger is append-only and tamper-evident: triggers refuse every UPDATE and DELETE (and an
 INSERT that would replace a row), and each record carries a SHA-256 hash of its content and of the
-record before it, from the budget row on, checked whenever the file is read. What that does and
-does not protect against is in the privacy guide (docs/privacy.rst, "The ledger file").
+record before it, from the budget row on, checked whenever the file is read, with the schema (the
+tables and triggers exactly as created). A ledger is only created where no file is. What that
+does and does not protect against is in the privacy guide (docs/privacy.rst, "The ledger file").
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import hashlib
 import json
 import os
 import pathlib
+import secrets
 import sqlite3
 import threading
 import time
@@ -99,14 +101,18 @@ class SQLiteLedger:
     never replaced by a fresh empty budget. Every failure raises :class:`LedgerError` naming the
     file and what to do; a raw ``sqlite3`` error never reaches the caller.
 
-    The file remembers the budget it was created with. Opening it with another budget, opening a
-    database of another application, or a file that is not SQLite raises :class:`LedgerError`: a
-    budget is never silently restarted.
+    The file remembers the budget it was created with, and is created only where no file exists
+    (written aside, then linked into place). Opening it with another budget, opening a database
+    of another application, an empty SQLite database, an empty file (a ledger truncated to 0
+    bytes), or a file that is not SQLite raises :class:`LedgerError`: a budget is never silently
+    restarted.
 
-    Every read (here, at each spend, and for :meth:`entries`) checks the whole hash chain, and
-    that the file still holds every spend this object has read or recorded before, unchanged: a
-    record edited, removed or reordered, or spends cut from the end (which the file alone may not
-    show), raise :class:`LedgerError` before anything is spent.
+    Every read (here, at each spend, and for :meth:`entries`) checks that the file holds exactly
+    the tables and triggers dptensor creates, the whole hash chain, and that the file still holds
+    every spend this object had read or recorded before the read began, unchanged: a table
+    dropped and recreated, a trigger dropped or rewritten, a record edited, removed or reordered,
+    or spends cut from the end (which the file alone may not show), raise :class:`LedgerError`
+    before anything is spent. The journal mode is left as the file has it (rollback or WAL).
     """
 
     def __init__(self, path, epsilon: float, delta: float, *, timeout: float = 60.0):
@@ -151,15 +157,15 @@ class SQLiteLedger:
             raise _access_error(self.path, exc) from exc
 
     def _initialise(self):
-        conn = self._open("rwc")
+        if not os.path.lexists(self.path):
+            self._create()
+        _check_not_empty(self.path)
+        seen = self._seen
+        conn = self._open("rw")  # an existing file: never a new budget over it
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-                tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-                if app_id == 0 and not tables:
-                    _create_schema(conn, self._budget)
-                self._read(conn)
+                self._read(conn, seen)
                 # A write statement now, not at the first fit: a read-only file or mount is
                 # reported here, where the path was given. It matches no row, so it neither
                 # writes nor fires the append-only triggers.
@@ -171,10 +177,38 @@ class SQLiteLedger:
         except sqlite3.OperationalError as exc:
             raise _access_error(self.path, exc) from exc
         except sqlite3.DatabaseError as exc:
-            raise LedgerError(f"{self.path!r} is not a readable dptensor ledger ({exc}); refusing to "
-                              "start a new budget over it") from exc
+            raise LedgerError(f"{self.path!r} is not a readable dptensor ledger ({exc}); "
+                              "refusing to start a new budget over it") from exc
         finally:
             conn.close()
+
+    def _create(self):
+        """Create the ledger where no file is, atomically: it is written whole under another name
+        beside it, then linked into place, which fails if a file appeared there meanwhile (another
+        process creating the same ledger: its file is used). So no process ever sees a ledger half
+        created, and an existing file, even an empty one, is never taken for a new budget."""
+        folder, name = os.path.split(self.path)
+        temp = os.path.join(folder, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.new")
+        try:
+            conn = sqlite3.connect(_uri(temp, "rwc"), uri=True, isolation_level=None)
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                _create_schema(conn, self._budget)
+                conn.execute("COMMIT")
+            finally:
+                conn.close()
+            _link_exclusive(temp, self.path)
+        except sqlite3.Error as exc:
+            raise _access_error(self.path, exc) from exc
+        except OSError as exc:
+            raise LedgerError(f"cannot create the ledger file {self.path!r} ({exc.strerror}): "
+                              "check that its directory can be written by this process") from exc
+        finally:
+            for leftover in (temp, temp + "-journal"):
+                try:
+                    os.unlink(leftover)
+                except FileNotFoundError:
+                    pass
 
     def _check_budget(self, stored):
         if stored != self._budget:
@@ -183,29 +217,31 @@ class SQLiteLedger:
                               "the same budget (PrivacyAccountant.open reads it from the file), or start "
                               "a new file")
 
-    def _read(self, conn) -> tuple[list[tuple], list[str]]:
+    def _read(self, conn, seen) -> tuple[list[tuple], list[str]]:
         """The checked spends (as stored) and chain hashes of the file; run inside a transaction,
-        so that every statement sees the same state of the file."""
+        so that every statement sees the same state of the file. ``seen`` is what this object
+        had seen (``self._seen``) before the transaction began."""
         budget, rows, hashes = _verified(conn, self.path, self._checked)
         self._check_budget(budget)
-        self._check_seen(hashes)
+        self._check_seen(hashes, seen)
         self._checked = (rows, hashes)
         return rows, hashes
 
-    def _check_seen(self, hashes):
-        """Refuse a chain that does not hold, unchanged, the spends seen before. Read inside a
-        transaction, the chain holds every spend committed when it began, and this object only
-        remembers committed spends (a writer waits for readers, in SQLite's rollback journal)."""
-        with self._seen_lock:
-            if self._seen is not None:
-                count, digest = self._seen
-                if count >= len(hashes) or hashes[count] != digest:
-                    raise LedgerError(
-                        f"the ledger file {self.path!r} no longer holds the {count} spends this "
-                        "accountant has read or recorded (it holds "
-                        f"{len(hashes) - 1}, not the same): spends were removed from its end, or "
-                        "it was rewritten or replaced by an older copy. Nothing more is spent "
-                        "from it; restore the file, or start a new budget in a new file")
+    def _check_seen(self, hashes, seen):
+        """Refuse a chain that does not hold, unchanged, the spends seen before the transaction
+        that read it began. This object remembers a spend only once committed, so every spend in
+        ``seen`` was committed before that transaction, and is in what it reads, whatever the
+        journal mode. (Compared with what is seen by now, a transaction could fail on an untouched
+        file: in WAL mode its snapshot may be older than another thread's later commit.)"""
+        if seen is not None:
+            count, digest = seen
+            if count >= len(hashes) or hashes[count] != digest:
+                raise LedgerError(
+                    f"the ledger file {self.path!r} no longer holds the {count} spends this "
+                    "accountant has read or recorded (it holds "
+                    f"{len(hashes) - 1}, not the same): spends were removed from its end, or "
+                    "it was rewritten or replaced by an older copy. Nothing more is spent "
+                    "from it; restore the file, or start a new budget in a new file")
         self._remember(hashes)
 
     def _remember(self, hashes):
@@ -216,9 +252,10 @@ class SQLiteLedger:
     def entries(self) -> list[LedgerEntry]:
         try:
             conn = self._connect()
+            seen = self._seen  # before the snapshot: see _check_seen
             conn.execute("BEGIN")  # one snapshot: no other process's spend lands between the reads
             try:
-                rows = self._read(conn)[0]
+                rows = self._read(conn, seen)[0]
             finally:
                 _rollback(conn)  # it only read
         except sqlite3.Error as exc:
@@ -228,9 +265,10 @@ class SQLiteLedger:
     def transact(self, decide):
         try:
             conn = self._connect()
+            seen = self._seen  # before the snapshot: see _check_seen
             conn.execute("BEGIN IMMEDIATE")  # takes the write lock: no other process can interleave
             try:
-                rows, hashes = self._read(conn)
+                rows, hashes = self._read(conn, seen)
                 entries = _entries(rows)
                 entry = decide(entries)
                 if entry is not None:  # the chain grows in the transaction that checked it
@@ -272,21 +310,68 @@ _APPEND_ONLY = [
         ("spends", "INSERT", "WHEN NEW.id IS NOT (SELECT IFNULL(MAX(id), 0) + 1 FROM spends) ")]]
 
 
+# The tables of each schema, as dptensor creates them: a file must hold exactly these (and the
+# triggers of schema 2), compared with what SQLite records of them in sqlite_master.
+_TABLES = {
+    1: ["CREATE TABLE budget (id INTEGER PRIMARY KEY CHECK (id = 1), "
+        "epsilon TEXT NOT NULL, delta TEXT NOT NULL)",
+        "CREATE TABLE spends (id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, "
+        "label TEXT NOT NULL, event TEXT NOT NULL, epsilon REAL NOT NULL, "
+        "delta REAL NOT NULL, pid INTEGER NOT NULL)"],
+    2: ["CREATE TABLE budget (id INTEGER PRIMARY KEY CHECK (id = 1), "
+        "epsilon TEXT NOT NULL, delta TEXT NOT NULL, hash TEXT NOT NULL)",
+        "CREATE TABLE spends (id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, "
+        "label TEXT NOT NULL, event TEXT NOT NULL, epsilon REAL NOT NULL, "
+        "delta REAL NOT NULL, pid INTEGER NOT NULL, hash TEXT NOT NULL)"],
+}
+
+_SCHEMA_QUERY = "SELECT type, name, tbl_name, sql FROM sqlite_master"
+
+
 def _create_schema(conn, budget) -> str:
     """Create the tables, their triggers and the budget row; return the budget row's hash."""
     conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-    conn.execute("CREATE TABLE budget (id INTEGER PRIMARY KEY CHECK (id = 1), "
-                 "epsilon TEXT NOT NULL, delta TEXT NOT NULL, hash TEXT NOT NULL)")
-    conn.execute("CREATE TABLE spends (id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, "
-                 "label TEXT NOT NULL, event TEXT NOT NULL, epsilon REAL NOT NULL, "
-                 "delta REAL NOT NULL, pid INTEGER NOT NULL, hash TEXT NOT NULL)")
-    for sql in _APPEND_ONLY:
+    for sql in _TABLES[SCHEMA_VERSION] + _APPEND_ONLY:
         conn.execute(sql)
+    # SQLite's count of the spends' highest id, from the start: a spends table dropped and
+    # recreated loses it (DROP TABLE deletes it; a new table has none until its first insert).
+    conn.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('spends', 0)")
     text = tuple(repr(float(v)) for v in budget)
     digest = _digest(_GENESIS, text)
     conn.execute("INSERT INTO budget VALUES (1, ?, ?, ?)", (*text, digest))
     return digest
+
+
+def _schema_of(version) -> frozenset:
+    """What sqlite_master holds in a ledger of ``version`` as dptensor creates it (read from a
+    database made here, so the text is as this SQLite normalises it)."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        for sql in _TABLES[version] + (_APPEND_ONLY if version == 2 else []):
+            conn.execute(sql)
+        return frozenset(conn.execute(_SCHEMA_QUERY))
+    finally:
+        conn.close()
+
+
+# Made once, at import: never under a connection that a caller has made read-only.
+_EXPECTED_SCHEMA = {version: _schema_of(version) for version in _TABLES}
+
+
+def _schema_difference(conn, version, triggers) -> str:
+    """How sqlite_master on ``conn`` differs from a ledger of ``version`` ('' if it does not);
+    only its triggers when ``triggers``, else everything else (tables, indexes, views)."""
+    def kept(objects):
+        return {o for o in objects if (o[0] == "trigger") == triggers}
+
+    found, expected = kept(conn.execute(_SCHEMA_QUERY)), kept(_EXPECTED_SCHEMA[version])
+    missing = {o[1] for o in expected - found}
+    extra = {o[1] for o in found - expected}
+    parts = [f"{what} {', '.join(sorted(names))}" for what, names in [
+        ("missing:", missing - extra), ("changed:", missing & extra),
+        ("not a ledger's:", extra - missing)] if names]
+    return "; ".join(parts)
 
 
 def _digest(previous: str, fields) -> str:
@@ -327,10 +412,21 @@ def _verified(conn, path, checked=None) -> tuple[tuple[float, float], list[tuple
             raise _tampered(path, f"spend {i + 1} was changed")
         hashes.append(row[-1])
     # AUTOINCREMENT keeps the highest id ever used: spends deleted from the end leave it higher.
+    # The count exists from the file's creation on: a spends table dropped (which deletes it) and
+    # recreated, to restart the budget, has none.
     seq = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'spends'").fetchone()
-    if (seq[0] if seq else 0) != len(rows):
-        raise _tampered(path, f"it holds {len(rows)} spends but numbered {seq[0] if seq else 0}: "
+    if seq is None:
+        raise _tampered(path, "SQLite's count of its spends is missing: its spends table was "
+                              "dropped and recreated")
+    if seq[0] != len(rows):
+        raise _tampered(path, f"it holds {len(rows)} spends but numbered {seq[0]}: "
                               "spends were deleted from its end")
+    # Checked after the records, whose own faults say more: the triggers exactly as created (none
+    # dropped, none rewritten into a no-op through PRAGMA writable_schema, none added).
+    changed = _schema_difference(conn, SCHEMA_VERSION, triggers=True)
+    if changed:
+        raise _tampered(path, "the triggers that keep it append-only were dropped, added or "
+                              f"rewritten ({changed})")
     return budget, rows, hashes
 
 
@@ -408,10 +504,18 @@ def _upgrade(conn, path) -> int:
     if version != 1:
         raise LedgerError(f"{path!r} has ledger schema {version}; only a ledger of schema 1 is "
                           "upgraded")
+    _check_schema_1(conn, path)
     budget = conn.execute("SELECT epsilon, delta FROM budget WHERE id = 1").fetchone()
     if budget is None:
         raise LedgerError(f"{path!r} has no budget row: the ledger is damaged")
-    rows = conn.execute(f"SELECT {_COLUMNS} FROM spends ORDER BY id").fetchall()
+    rows = conn.execute(f"SELECT id, {_COLUMNS} FROM spends ORDER BY id").fetchall()
+    # Schema 1 only ever inserted the next spend: ids 1..n, and SQLite's count at n.
+    seq = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'spends'").fetchone()
+    if [r[0] for r in rows] != list(range(1, len(rows) + 1)) or (seq[0] if seq else 0) != len(rows):
+        raise LedgerError(f"{path!r} is not a ledger of schema 1 as dptensor wrote it: spends were "
+                          "deleted from it; refusing to upgrade it, which would adopt the edit. "
+                          "Restore the file from a copy, or start a new budget in a new file")
+    rows = [r[1:] for r in rows]
     conn.execute("DROP TABLE budget")
     conn.execute("DROP TABLE spends")
     digest = _create_schema(conn, tuple(float(v) for v in budget))
@@ -420,17 +524,45 @@ def _upgrade(conn, path) -> int:
     return len(rows)
 
 
+def _check_schema_1(conn, path):
+    """Refuse to upgrade a file that is not exactly a ledger of schema 1: above all one that was
+    of schema 2 (its hash columns, its triggers) with its version set back, whose edits since
+    an upgrade would launder."""
+    changed = (_schema_difference(conn, 1, triggers=False)
+               or _schema_difference(conn, 1, triggers=True))
+    if not changed:
+        return
+    columns = {c[1] for table in ("budget", "spends")
+               for c in conn.execute(f"PRAGMA table_info({table})")}
+    triggers = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'trigger'").fetchone()
+    if "hash" in columns or triggers:
+        raise LedgerError(
+            f"{path!r} says it is a ledger of schema 1, but holds what only a ledger with the hash "
+            f"chain has ({changed}): its version was set back, as to hide an edit. Refusing to "
+            "upgrade it, which would adopt the edit; restore the file from a copy, or start a new "
+            "budget in a new file")
+    raise LedgerError(f"{path!r} is not a ledger of schema 1 as dptensor wrote it ({changed}); "
+                      "refusing to upgrade it. Restore the file from a copy, or start a new "
+                      "budget in a new file")
+
+
 def _existing(path) -> str:
     path = resolve(path)
     if not os.path.isfile(path):
         raise LedgerError(f"there is no ledger file at {path!r}: opening reads the budget of an existing "
                           "ledger; start a new one with PrivacyAccountant(epsilon, delta, "
                           f"ledger={path!r})")
+    _check_not_empty(path)
     return path
 
 
 def _schema_version(conn, path) -> int:
-    if conn.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
+    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    if app_id == 0 and conn.execute("SELECT 1 FROM sqlite_master").fetchone() is None:
+        raise LedgerError(f"{path!r} is an empty SQLite database, not a dptensor ledger: dptensor "
+                          "creates a ledger only where no file exists. Restore the ledger from a "
+                          "copy; if it never held a budget, delete it or give another path")
+    if app_id != APPLICATION_ID:
         raise LedgerError(f"{path!r} is a SQLite database of another application, not a dptensor "
                           "ledger; refusing to use it")
     return conn.execute("PRAGMA user_version").fetchone()[0]
@@ -447,12 +579,56 @@ def _check_ledger(conn, path) -> tuple[tuple[float, float], str]:
                           "file")
     if version != SCHEMA_VERSION:
         raise LedgerError(f"{path!r} has ledger schema {version}, expected {SCHEMA_VERSION}")
+    changed = _schema_difference(conn, SCHEMA_VERSION, triggers=False)
+    if changed:  # before any read of the tables: their columns may not be those read below
+        raise _tampered(path, f"its tables are not those dptensor creates ({changed}): a table "
+                              "was dropped and recreated, altered, or added")
     row = conn.execute("SELECT epsilon, delta, hash FROM budget WHERE id = 1").fetchone()
     if row is None:
         raise LedgerError(f"{path!r} has no budget row: the ledger is damaged")
     if row[2] != _digest(_GENESIS, row[:2]):
         raise _tampered(path, "its budget row was changed")
     return (float(row[0]), float(row[1])), row[2]
+
+
+def _link_exclusive(source, path):
+    """Give the file ``source`` the name ``path`` unless a file has it already (then leave it)."""
+    try:
+        os.link(source, path)
+    except FileExistsError:
+        return
+    except OSError:  # no hard links on this file system: copy it into a file created exclusively
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            return
+        with os.fdopen(fd, "wb") as file, open(source, "rb") as data:
+            file.write(data.read())
+            file.flush()
+            os.fsync(file.fileno())
+    try:  # the new name survives a crash of the machine, as the spends recorded under it will
+        fd = os.open(os.path.dirname(path), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def _check_not_empty(path):
+    """Refuse an existing empty file: SQLite takes it for an empty database, and a ledger cut to
+    nothing would start a new budget."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return  # reported, with what to do, when SQLite opens it
+    if size == 0:
+        raise LedgerError(f"the ledger file {path!r} is empty (0 bytes): a ledger that was "
+                          "truncated, or a file that never was one. dptensor creates a ledger only "
+                          "where no file exists, so a budget is never restarted over a lost one. "
+                          "Restore the file from a copy; if it never held a budget, delete it or "
+                          "give a path where no file exists")
 
 
 def _check_location(path):
