@@ -95,6 +95,19 @@ def _ratio(x: float):
     return float(x).as_integer_ratio()
 
 
+#: Bytes one exact integer takes in an object array of Python ints (the pointer and the int).
+_OBJECT_BYTES = 64
+
+
+def exact_memory(n_rows: int, d: int, columns: int, dask: bool = False) -> int:
+    """Bytes the exact statistics of ``n_rows`` grid rows of width ``d`` add to a fit, for a
+    statistic of ``(d + 1) x columns`` integers: the grid rows (none in memory for Dask), one
+    chunk's float64 products and int64 sums, and three object arrays of its exact total."""
+    rows = 0 if dask else 8 * int(n_rows) * int(d)
+    chunk = 8 * (2 * CHUNK * columns + 3 * (d + 1) * columns)
+    return rows + chunk + 3 * _OBJECT_BYTES * (d + 1) * columns
+
+
 class _IntSum:
     """An exact running sum of integer-valued float64 arrays, each below ``2**53`` in magnitude."""
 

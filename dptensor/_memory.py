@@ -10,6 +10,8 @@ never a data value.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import os
 
@@ -128,11 +130,27 @@ def available_bytes():
     return max(min(bounds), 0) if bounds else None
 
 
+_PRECHECKED = contextvars.ContextVar("dptensor_memory_prechecked", default=False)
+
+
+@contextlib.contextmanager
+def prechecked():
+    """Fits inside skip their own memory check: the caller checked their worst case before its
+    spend (a private search's runs and refit), and a refusal now would come after it."""
+    token = _PRECHECKED.set(True)
+    try:
+        yield
+    finally:
+        _PRECHECKED.reset(token)
+
+
 def check_fits(nbytes, what: str, advice: str) -> None:
     """Refuse (:class:`MemoryRefusedError`) a fit whose peak estimate ``nbytes`` does not fit.
 
     Call it before the spend. ``what`` names the fit, ``advice`` says which parameter to change.
     """
+    if _PRECHECKED.get():  # inside a block whose worst case was checked before its spend
+        return
     nbytes = int(math.ceil(nbytes))
     room = available_bytes()
     if room is not None and nbytes + HEADROOM > room:

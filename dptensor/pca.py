@@ -30,8 +30,9 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils.validation import check_is_fitted
 
 from ._base import PrivacyWarning, PrivateEstimatorMixin
-from ._exact import (BITS, Exact, ExactGram, exact_gaussian_release, gram, gram_product, grid_rows,
-                     grid_vectors, map_rows, power_sensitivity, row_sum, rows_stat, sum_of_squares)
+from ._exact import (BITS, Exact, ExactGram, exact_gaussian_release, exact_memory, gram,
+                     gram_product, grid_rows, grid_vectors, map_rows, power_sensitivity, row_sum,
+                     rows_stat, sum_of_squares)
 from ._dask import DaskGramMatrix, RowChunks, check_dask_array, clip_chunks, dask_gram, is_dask_array
 from ._operators import DenseMatrix, GramMatrix
 from ._power import flip_signs
@@ -782,12 +783,13 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         n = n_rows or 0
         rows = n * d + 4 * n
         if s["method"] == "analyze_gauss":
-            peak = rows + 6 * d * d
+            peak, columns = rows + 6 * d * d, d
             advice = "Use method='power' (O(d p) memory), or fewer features"
         else:
-            peak = rows + n * s["p"] * 2 + 12 * d * s["p"] + 4 * d
+            peak, columns = rows + n * s["p"] * 2 + 12 * d * s["p"] + 4 * d, s["p"]
             advice = "Use fewer components or rows at once (partial_fit in chunks, or a Dask array)"
-        return peak * FLOAT, advice
+        exact = exact_memory(n, d, columns) if s["private"] else 0  # the exact sums' grid rows
+        return peak * FLOAT + exact, advice
 
     def _memory_estimate(self, n_samples, n_features):
         """``(bytes, advice)`` of a ``fit`` on ``n_samples`` x ``n_features`` data (no data

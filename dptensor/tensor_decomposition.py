@@ -24,7 +24,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils.validation import check_is_fitted
 
 from ._base import PrivateEstimatorMixin
-from ._exact import (Exact, ExactThirdMoment, exact_gaussian_release, grid_rows, grid_vectors, map_rows,
+from ._exact import (Exact, ExactThirdMoment, exact_gaussian_release, exact_memory, grid_rows, grid_vectors, map_rows,
                      moment_sensitivities)
 from ._dask import DaskThirdMoment, check_dask_array, clip_chunks, dask_moment_tensor, is_dask_array
 from ._operators import DeflatedTensor, SymmetricTensor, ThirdMoment, moment_tensor
@@ -456,6 +456,8 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
             peak = rows + 3 * d**3 + noise + block
         else:
             peak = rows + (0 if dask else 3 * n * L)
+            if math.isfinite(self.epsilon):  # its steps are exact sums of grid rows
+                peak += exact_memory(n, d, L, dask) / FLOAT
         return (peak + small) * FLOAT, advice
 
     def _memory_estimate(self, n_samples, n_features):

@@ -317,3 +317,57 @@ def test_float32_clipping_stays_inside_the_bound():
     X = (g.standard_normal((20000, 30)) * g.exponential(50, size=(20000, 1))).astype(np.float32)
     C = clip_rows(X, 1.0).astype(np.float64)
     assert np.sqrt(np.einsum("ij,ij->i", C, C)).max() <= 1.0
+
+
+class _Repeat:
+    """A stateless per-row step that widens each row (repeats its features)."""
+
+    def __init__(self, times=3):
+        self.times = times
+
+    def get_params(self, deep=True):
+        return {"times": self.times}
+
+    def set_params(self, **params):
+        self.times = params.get("times", self.times)
+        return self
+
+    def fit(self, X, y=None):
+        return self
+
+    def transform(self, X):
+        return np.tile(np.asarray(X), self.times) / np.sqrt(self.times)
+
+    def fit_transform(self, X, y=None):
+        return self.transform(X)
+
+    def __sklearn_tags__(self):
+        from sklearn.utils import Tags, TargetTags, TransformerTags
+        return Tags(estimator_type=None, target_tags=TargetTags(required=False),
+                    transformer_tags=TransformerTags(), requires_fit=False)
+
+
+def test_a_search_prices_and_sizes_its_runs_at_the_width_its_pipeline_makes(monkeypatch):
+    """A stateless step that widened the rows (100 to 50,000 features) made a run's own memory
+    check refuse after the search's spend (the search sized its runs at the raw width); and a
+    step taking 1 feature to 3 made n_components=2 fail the search's own plan."""
+    from sklearn.pipeline import make_pipeline
+
+    from dptensor import MemoryRefusedError, PrivacyAccountant
+    from dptensor.model_selection import PrivateGridSearchCV
+
+    X = _rows()[:, :1] * 0.9
+    acc = PrivacyAccountant(10.0)
+    search = PrivateGridSearchCV(make_pipeline(_Repeat(3), PrivatePCA(2, data_norm=1.0)),
+                                 {"privatepca__method": ["power", "analyze_gauss"]}, epsilon=5.0,
+                                 accountant=acc, random_state=0)
+    search.fit(X)
+    assert search.best_estimator_[-1].components_.shape == (2, 3) and len(acc.history()) == 1
+    monkeypatch.setattr("dptensor._memory.available_bytes", lambda: 200 << 20)
+    wide = PrivateGridSearchCV(make_pipeline(_Repeat(2000), PrivatePCA(2, data_norm=1.0,
+                                                                       method="analyze_gauss")),
+                               {"privatepca__n_iter": [3, 4]}, epsilon=5.0, accountant=acc,
+                               random_state=0)
+    with pytest.raises(MemoryRefusedError):
+        wide.fit(_rows()[:100])
+    assert len(acc.history()) == 1  # refused before its spend

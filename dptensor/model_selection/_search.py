@@ -15,6 +15,7 @@ from sklearn.utils.validation import check_array, check_is_fitted
 
 from .._base import PrivateEstimatorMixin
 from .._guards import fixed_floating_point, silenced
+from .._memory import FLOAT, prechecked
 from ..accounting import PrivacyAccountant
 from ..completion import check_indices
 from ..mechanisms import gaussian_release
@@ -175,6 +176,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         mean = self._n_runs(len(candidates))
         shapes = check_distribution(self.distribution, mean)
         n_train, n_val = self._sizes(n_samples)
+        width = self._learner_width(n_features)
 
         def learner_of(est):
             return est[-1] if isinstance(est, Pipeline) else est
@@ -184,7 +186,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
             for params in candidates:
                 est = learner_of(self._candidate(prefix, params, e, delta, 0))
                 for n in ((n_train, n_samples) if self.refit else (n_train,)):
-                    cost = est.privacy_cost(n, n_features)
+                    cost = est.privacy_cost(n, width)
                     if not cost.private:
                         raise ValueError(f"candidate {params} has no finite privacy cost ({cost.event}): a "
                                          "private search needs every candidate to be private")
@@ -202,7 +204,8 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         cost = self._preview(event, delta=delta, noise_multiplier=event.score.noise_multiplier,
                              n_queries=len(candidates), calibration="exact")
         return dict(prefix=prefix, learner=learner, candidates=candidates, n_train=n_train, n_val=n_val,
-                    epsilon=e, delta=delta, distribution=name, mean=mean, event=event, cost=cost)
+                    epsilon=e, delta=delta, distribution=name, mean=mean, event=event, cost=cost,
+                    width=width)
 
     # ------------------------------------------------------------------ public
     def privacy_cost(self, n_samples, n_features):
@@ -245,7 +248,9 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         # warns or logs). A run's output would count the runs, whose number is secret, and tell
         # what each saw; the refit's would tell what the data made it do (a warning, a value
         # printed). So none of it reaches the user; the refit's existence is public (refit=True).
-        with silenced():
+        # The worst candidate's memory was checked before the spend: a run's own check would
+        # refuse after it (and how many runs there were is secret).
+        with silenced(), prechecked():
             best_index, best_score = self._run(X, y, plan, overrides, rng)
             best_params = plan["candidates"][best_index]
             if self.refit:
@@ -268,6 +273,18 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
             print(f"[{type(self).__name__}] chose {self.best_params_} (released score {best_score:.4g})")
         return self
 
+    def _learner_width(self, n_features: int) -> int:
+        """The number of features the learner sees: a pipeline's stateless steps may change it,
+        so they are run on one zero row of the public width (no data is read)."""
+        if not isinstance(self.estimator, Pipeline) or len(self.estimator.steps) < 2:
+            return n_features
+        try:
+            with silenced():
+                out = clone(self.estimator[:-1]).fit_transform(np.zeros((1, n_features)))
+            return int(np.shape(out)[1])
+        except Exception:  # a step that cannot take a zero row: the data's own width
+            return n_features
+
     def _memory(self, plan, X, overrides):
         """``(bytes, advice)``: the largest peak of any candidate's fit (on the training part, and
         on all the units for the refit), each estimated by the learner from public quantities,
@@ -281,10 +298,12 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
             # a learner of the user's may have no estimate
             estimate = getattr(learner, "_memory_estimate", None)
             for n in sizes if estimate is not None else ():
-                nbytes, why = estimate(n, X.shape[1])
+                nbytes, why = estimate(n, plan["width"])
                 if nbytes > worst:
                     worst, advice = nbytes, f"The largest is candidate {params}: {why}"
-        return worst + 2 * X.nbytes, advice
+        # its own copies of the parts, and the pipeline's transformed parts
+        transformed = 2 * X.shape[0] * plan["width"] * FLOAT if plan["width"] != X.shape[-1] else 0
+        return worst + 2 * X.nbytes + transformed, advice
 
     def _run(self, X, y, plan, overrides, rng):
         """The selection: ``(best index, released score)``. Everything it draws comes from ``rng``,
