@@ -305,6 +305,20 @@ def power_sensitivity(K, data_norm: float) -> float:
     return float(data_norm) ** 2 * (math.sqrt(min(p, 2)) * rho + allowance) * (1 + 2.0 ** -50)
 
 
+def range_mean(values, lo: float, hi: float) -> Exact:
+    """The mean of ``values`` clipped into ``[lo, hi]`` (NaN as ``lo``), as an exact statistic.
+
+    Each value is mapped alone to an integer ``m`` in ``[0, 2**BITS]`` (its place on a grid of the
+    range, in float64 from that value only) and the mean is ``lo + (hi - lo) sum_i m_i / (n 2**BITS)``
+    with the sum in integers: changing one value moves it by at most ``(hi - lo) / n`` (times
+    ``1 + 2**-52`` for the rounded unit) at any ``n`` and in any order.
+    """
+    u = (np.nan_to_num(np.asarray(values, dtype=np.float64), nan=lo, posinf=hi, neginf=lo) - lo)
+    m = np.rint(np.clip(u / (hi - lo), 0.0, 1.0) * _ONE).astype(np.int64)
+    unit = (hi - lo) / (m.size * _ONE)
+    return Exact(np.array(int(m.sum()), dtype=object), unit).minus(-float(lo))
+
+
 def exact_gaussian_release(stat: Exact, sensitivity, noise_multiplier, rng, dtype=None):
     """:func:`~dptensor.mechanisms.gaussian_release` of an exact statistic, on its grid exactly."""
     value = stat.for_release(sensitivity, noise_multiplier)

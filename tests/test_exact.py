@@ -315,3 +315,30 @@ def test_private_stream_releases_its_blocks_statistics(monkeypatch):
         exact_u, exact_l = stp.block_statistics(clip_rows(block, 1.5), U, lam, V)
         np.testing.assert_allclose(TU, exact_u, atol=1e-5)
         np.testing.assert_allclose(tu, exact_l, atol=1e-5)
+
+
+def test_a_search_scores_mean_is_an_exact_sum_of_per_unit_grid_values():
+    """The private search's released score: the mean of per-unit scores clipped into [lo, hi] was
+    a float64 mean; now each unit is put alone on a grid of the range and summed in integers, so
+    one unit moves the exact mean by at most (hi - lo) / n, whatever the order."""
+    from fractions import Fraction
+
+    from dptensor._exact import range_mean
+
+    g = np.random.default_rng(4)
+    lo, hi = -1.5, 2.0
+    values = np.r_[g.uniform(lo - 1, hi + 1, 999), np.nan]
+    stat = range_mean(values, lo, hi)
+    top, bottom = stat._rational()
+    m = [round(min(max((0.0 if np.isnan(v) else v - lo) / (hi - lo), 0.0), 1.0) * 2**20)
+         for v in values]
+    unit = Fraction((hi - lo) / (len(values) * 2**20))
+    assert Fraction(int(top), bottom) == Fraction(lo) + unit * sum(m)
+    assert range_mean(values[::-1], lo, hi).ints == stat.ints  # order does not matter
+    bound = Fraction(hi - lo) / len(values) * (1 + Fraction(1, 2**52))
+    for k in (0, 500, 999):
+        for new in (lo - 5, hi + 5, np.nan):
+            moved = values.copy()
+            moved[k] = new
+            t2, b2 = range_mean(moved, lo, hi)._rational()
+            assert abs(Fraction(int(t2), b2) - Fraction(int(top), bottom)) <= bound

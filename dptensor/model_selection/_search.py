@@ -18,7 +18,7 @@ from .._guards import fixed_floating_point, silenced
 from .._memory import FLOAT, prechecked
 from ..accounting import PrivacyAccountant
 from ..completion import check_indices
-from ..mechanisms import gaussian_release
+from .._exact import exact_gaussian_release, range_mean
 from .._validation import check_numeric_array
 from ._selection import calibrate_search, check_distribution, draw_n_runs
 
@@ -327,11 +327,13 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                 raise ValueError(f"{type(learner).__name__}'s score has no per-unit bound (set data_norm "
                                  "or value_range): it cannot be released privately")
             lo, hi = bounds
-            # a unit's score clipped into [lo, hi], NaN counted as lo: a per-unit map, so the
-            # sensitivity holds, and a NaN cannot make the release refuse a non-finite value
-            values = np.nan_to_num(np.asarray(values, dtype=float), nan=lo, posinf=hi, neginf=lo)
-            score = float(gaussian_release(np.mean(np.clip(values, lo, hi)), (hi - lo) / len(val),
-                                           event.score.noise_multiplier, rng))
+            # a unit's score clipped into [lo, hi], NaN counted as lo, on a grid of the range: a
+            # per-unit map, summed exactly, so the sensitivity holds at any size, and a NaN cannot
+            # make the release refuse a non-finite value
+            mean = range_mean(values, lo, hi)
+            sensitivity = (hi - lo) / len(val) * (1.0 + 2.0 ** -52)
+            score = float(exact_gaussian_release(mean, sensitivity, event.score.noise_multiplier,
+                                                 rng))
             if score > best_score:
                 best_index, best_score = index, score
         if best_index is None:  # no run (a Poisson law drew 0): a data-independent choice
