@@ -7,7 +7,8 @@ Estimators are imported lazily so that ``import dptensor`` stays cheap.
 """
 from importlib import import_module
 
-from ._base import PrivacyCost, PrivacyWarning
+from ._base import PrivacyCost
+from .exceptions import PrivacyWarning
 from ._memory import MemoryRefusedError
 from .accounting import (BudgetExceededError, LedgerError, LedgerNotSharedError, PrivacyAccountant,
                          PrivacyAccountingError)

@@ -12,15 +12,12 @@ from sklearn import get_config
 from .accounting import epsilon_of
 from .accounting.events import NonPrivateEvent, PrivacyEvent
 from ._guards import fixed_floating_point
+from .exceptions import PrivacyWarning
 from ._memory import check_fits
 from ._randomness import data_digest, digest_bytes, fingerprint, seed_entropy, spend_generator
 from ._validation import check_delta_for_n, check_privacy
 
 __all__ = ["PrivacyCost", "PrivacyWarning", "PrivateEstimatorMixin", "NO_PRIVACY_COST"]
-
-
-class PrivacyWarning(UserWarning):
-    """A mode whose privacy guarantee rests on an assumption the library cannot check, or is absent."""
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,9 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 
+from .accounting import PrivacyAccountant
+from .exceptions import DEFAULT_DELTA, PrivacyWarning, check_delta, check_epsilon
+
 try:  # scikit-learn >= 1.6
     from sklearn.utils.validation import validate_data as _sklearn_validate_data
 except ImportError:  # pragma: no cover - older scikit-learn
@@ -19,31 +22,11 @@ __all__ = ["check_epsilon", "check_delta", "check_privacy", "check_positive_int"
            "zero_nonfinite_rows"]
 
 
-def check_epsilon(epsilon, name="epsilon") -> float:
-    """A number > 0; ``np.inf`` means no privacy."""
-    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or math.isnan(epsilon):
-        raise TypeError(f"{name} must be a real number > 0 (np.inf for no privacy), got {epsilon!r}")
-    if not epsilon > 0:
-        raise ValueError(f"{name} must be > 0 (np.inf for no privacy), got {epsilon!r}")
-    return float(epsilon)
-
-
-def check_delta(delta, name="delta") -> float:
-    """A number in [0, 1)."""
-    if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or math.isnan(delta):
-        raise TypeError(f"{name} must be a real number in [0, 1), got {delta!r}")
-    if not 0 <= delta < 1:
-        raise ValueError(f"{name} must be in [0, 1), got {delta!r}")
-    return float(delta)
-
-
 def check_privacy(epsilon, delta, accountant=None, *, gaussian=True) -> tuple[float, float]:
     """Validate an estimator's ``(epsilon, delta)``; ``delta=None`` takes the accountant's delta.
 
     With Gaussian noise and a finite epsilon, delta must be > 0.
     """
-    from .accounting import DEFAULT_DELTA, PrivacyAccountant
-
     if accountant is not None and not isinstance(accountant, PrivacyAccountant):
         raise TypeError(f"accountant must be a PrivacyAccountant or None, got {type(accountant).__name__}")
     epsilon = check_epsilon(epsilon)
@@ -65,8 +48,6 @@ def check_delta_for_n(delta: float, n_samples: int, epsilon: float, unit: str = 
     anything is released.
     """
     import warnings
-
-    from ._base import PrivacyWarning
 
     if math.isfinite(epsilon) and n_samples > 0 and delta >= 1.0 / n_samples:
         warnings.warn(f"delta={delta:g} is not below 1/n = 1/{n_samples} ({1.0 / n_samples:.3g}) for these "

@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from ._base import PrivacyWarning
+from .exceptions import PrivacyWarning
 from .accounting import PrivacyAccountant
 
 #: Epsilons each estimator is fitted at (``np.inf`` is the non-private reference).

@@ -29,7 +29,7 @@ import scipy.linalg
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import PrivacyWarning, PrivateEstimatorMixin
+from ._base import PrivateEstimatorMixin
 from ._exact import (BITS, Exact, ExactGram, exact_gaussian_release, exact_memory, gram,
                      gram_product, grid_rows, grid_vectors, map_rows, power_sensitivity, row_sum,
                      rows_stat, sum_of_squares)
@@ -38,6 +38,7 @@ from ._operators import DenseMatrix, GramMatrix
 from ._power import flip_signs
 from ._memory import FLOAT, check_fits
 from ._randomness import RowDigest, rekeyed
+from .exceptions import PrivacyWarning
 from ._validation import (check_data_norm, check_positive_int, check_verbose, validate_private_data,
                           validate_stream_chunk)
 from .accounting import ComposedEvent, GaussianEvent, NonPrivateEvent, calibrate_gaussian, epsilon_of, gdp_mu

@@ -7,7 +7,8 @@ import uuid
 import weakref
 
 from .._guards import fixed_floating_point
-from .._validation import check_delta, check_epsilon
+from ..exceptions import (DEFAULT_DELTA, BudgetExceededError, LedgerNotSharedError, check_delta,
+                          check_epsilon)
 from .composition import epsilon_of
 from .errors import PrivacyAccountingError
 from .events import PrivacyEvent
@@ -16,44 +17,9 @@ from .ledger import LedgerEntry, MemoryLedger, SQLiteLedger, now, stored_budget
 __all__ = ["PrivacyAccountant", "PrivacyAccountingError", "BudgetExceededError", "LedgerNotSharedError",
            "DEFAULT_DELTA"]
 
-#: Default delta. With delta = 0 every Gaussian release has infinite epsilon, so a budget that admits
-#: the Gaussian mechanism needs delta > 0; 1e-5 is the usual choice and stays below 1/n (the chance
-#: of a catastrophic leak about *some* individual) for data sets of up to 100,000 rows. Use a
-#: smaller delta for larger data.
-DEFAULT_DELTA = 1e-5
-
 # Accountants alive in this process, by id: unpickling one here returns the very same object, so a
 # pickle round trip (or a thread-based joblib backend) never forks the ledger.
 _LIVE: "weakref.WeakValueDictionary[str, PrivacyAccountant]" = weakref.WeakValueDictionary()
-
-
-class BudgetExceededError(PrivacyAccountingError):
-    """A spend would take the composed cost past the accountant's budget; nothing was recorded."""
-
-    def __init__(self, spent: float, requested: float, total: float, delta: float, label: str = "",
-                 reason: str = ""):
-        self.spent, self.requested, self.total, self.delta = spent, requested, total, delta
-        self.label, self.reason = label, reason
-        who = f" by {label}" if label else ""
-        why = f": {reason}" if reason else ""
-        super().__init__(
-            f"privacy budget exceeded: spent epsilon={spent:.6g}, requested epsilon={requested:.6g}{who}, "
-            f"total budget epsilon={total:.6g} (all at delta={delta:g}); the fit was refused before "
-            f"touching the data and nothing was recorded{why}")
-
-    # Exceptions are pickled as ``cls(*args)``; keep every field so the error survives the trip
-    # back from a process worker (joblib/loky re-raises it in the parent).
-    def __reduce__(self):
-        return (type(self), (self.spent, self.requested, self.total, self.delta, self.label, self.reason))
-
-
-class LedgerNotSharedError(PrivacyAccountingError):
-    """An in-memory accountant was copied into another process, where its spends would be lost.
-
-    It happens when a model saved with an in-memory accountant (pickle, ``joblib.dump``) is
-    reloaded in another process and fitted again, and in process-based parallelism (a search or
-    ``cross_validate`` with ``n_jobs`` > 1 on the default backend).
-    """
 
 
 class PrivacyAccountant:

@@ -1,0 +1,92 @@
+"""What dptensor raises and warns, and the checks of a privacy target: a leaf module.
+
+As :mod:`sklearn.exceptions`: every other module may import it, and it imports nothing of
+dptensor's, so the accountant, the validation and the estimators share these names without
+importing each other.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+__all__ = ["PrivacyWarning", "PrivacyAccountingError", "BudgetExceededError", "LedgerError",
+           "LedgerNotSharedError", "DEFAULT_DELTA", "check_epsilon", "check_delta"]
+
+#: Default delta. With delta = 0 every Gaussian release has infinite epsilon, so a budget that
+#: admits the Gaussian mechanism needs delta > 0; 1e-5 is the usual choice and stays below 1/n (the
+#: chance of a catastrophic leak about *some* individual) for data sets of up to 100,000 rows. Use a
+#: smaller delta for larger data.
+DEFAULT_DELTA = 1e-5
+
+
+class PrivacyWarning(UserWarning):
+    """A mode whose privacy guarantee rests on an assumption the library cannot check, or is absent."""
+
+
+class PrivacyAccountingError(BaseException):
+    """Base of the accountant's refusals.
+
+    It derives from ``BaseException``, not ``Exception``, on purpose: scikit-learn's model
+    selection (``GridSearchCV``, ``cross_validate``) catches every ``Exception`` raised in ``fit``
+    and turns it into a NaN score, so a refused budget would silently become a poor candidate and
+    the search would still pick a winner. A ``BaseException`` stops the search and reaches the
+    caller. Catch it by name: ``except BudgetExceededError:``.
+    """
+
+
+class LedgerError(PrivacyAccountingError):
+    """A ledger file that cannot be used: missing, unreadable or read-only, not a dptensor ledger,
+    damaged, edited outside dptensor (its hash chain does not hold, or it lost spends an
+    accountant had seen), of an older schema, or holding another budget. The message names the
+    file and what to do.
+
+    A :class:`PrivacyAccountingError`, so a search stops on it instead of scoring the fit NaN: a
+    spend that cannot be recorded must not look like a poor candidate.
+    """
+
+
+class BudgetExceededError(PrivacyAccountingError):
+    """A spend would take the composed cost past the accountant's budget; nothing was recorded."""
+
+    def __init__(self, spent: float, requested: float, total: float, delta: float, label: str = "",
+                 reason: str = ""):
+        self.spent, self.requested, self.total, self.delta = spent, requested, total, delta
+        self.label, self.reason = label, reason
+        who = f" by {label}" if label else ""
+        why = f": {reason}" if reason else ""
+        super().__init__(
+            f"privacy budget exceeded: spent epsilon={spent:.6g}, requested epsilon={requested:.6g}{who}, "
+            f"total budget epsilon={total:.6g} (all at delta={delta:g}); the fit was refused before "
+            f"touching the data and nothing was recorded{why}")
+
+    # Exceptions are pickled as ``cls(*args)``; keep every field so the error survives the trip
+    # back from a process worker (joblib/loky re-raises it in the parent).
+    def __reduce__(self):
+        return (type(self), (self.spent, self.requested, self.total, self.delta, self.label, self.reason))
+
+
+class LedgerNotSharedError(PrivacyAccountingError):
+    """An in-memory accountant was copied into another process, where its spends would be lost.
+
+    It happens when a model saved with an in-memory accountant (pickle, ``joblib.dump``) is
+    reloaded in another process and fitted again, and in process-based parallelism (a search or
+    ``cross_validate`` with ``n_jobs`` > 1 on the default backend).
+    """
+
+
+def check_epsilon(epsilon, name="epsilon") -> float:
+    """A number > 0; ``np.inf`` means no privacy."""
+    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or math.isnan(epsilon):
+        raise TypeError(f"{name} must be a real number > 0 (np.inf for no privacy), got {epsilon!r}")
+    if not epsilon > 0:
+        raise ValueError(f"{name} must be > 0 (np.inf for no privacy), got {epsilon!r}")
+    return float(epsilon)
+
+
+def check_delta(delta, name="delta") -> float:
+    """A number in [0, 1)."""
+    if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or math.isnan(delta):
+        raise TypeError(f"{name} must be a real number in [0, 1), got {delta!r}")
+    if not 0 <= delta < 1:
+        raise ValueError(f"{name} must be in [0, 1), got {delta!r}")
+    return float(delta)
