@@ -1,0 +1,102 @@
+"""The shape of the house: no import circle, and leaves that import nothing of ours.
+
+Every import of a dptensor module by another counts, at module level or inside a function: an
+import hidden in a function still ties the two modules together, and is how circles used to be
+held (``_validation -> accounting -> accountant -> _validation``, ``_validation -> _base``).
+"""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import dptensor
+
+ROOT = pathlib.Path(dptensor.__file__).parent
+
+#: Modules every other may import, which import nothing of dptensor's.
+LEAVES = ("dptensor.exceptions", "dptensor._guards")
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    found = {}
+    for path in ROOT.rglob("*.py"):
+        parts = path.relative_to(ROOT.parent).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _imports(name: str, path: pathlib.Path, modules) -> set[str]:
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = ".".join(package[:len(package) - node.level + 1] + [node.module or ""]
+                            if node.level else [node.module or ""]).rstrip(".")
+            targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        else:
+            continue
+        out.update(t for t in targets if t in modules and t != name)
+    return out
+
+
+def _graph():
+    modules = _modules()
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def _circles(graph) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index, low, on, stack, found, counter = {}, {}, set(), [], [], [0]
+
+    def visit(root):
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        top = stack.pop()
+                        on.discard(top)
+                        component.append(top)
+                        if top == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+            elif child not in index:
+                index[child] = low[child] = counter[0]
+                counter[0] += 1
+                stack.append(child)
+                on.add(child)
+                work.append((child, iter(sorted(graph[child]))))
+            elif child in on:
+                low[node] = min(low[node], index[child])
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return found
+
+
+def test_no_module_imports_itself_through_others():
+    assert _circles(_graph()) == []
+
+
+def test_the_finder_sees_a_circle():
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_leaves_import_nothing_of_dptensor():
+    graph = _graph()
+    for leaf in LEAVES:
+        assert graph[leaf] == set(), (leaf, graph[leaf])
