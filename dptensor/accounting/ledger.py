@@ -457,17 +457,11 @@ def read_ledger(path) -> tuple[tuple[float, float], list[LedgerEntry], list[str]
     later whether the file still holds those spends (the file alone cannot show spends cut from
     its end and renumbered)."""
     path = _existing(path)
-    try:
-        conn = sqlite3.connect(_uri(path, "ro"), uri=True, isolation_level=None)
-        try:
-            conn.execute("BEGIN")  # one snapshot of the file
-            budget, rows, hashes = _verified(conn, path)
-        finally:
-            conn.close()
-    except sqlite3.OperationalError as exc:
-        raise _access_error(path, exc) from exc
-    except sqlite3.DatabaseError as exc:
-        raise LedgerError(f"{path!r} is not a readable dptensor ledger ({exc})") from exc
+
+    def read(conn):
+        conn.execute("BEGIN")  # one snapshot of the file
+        return _verified(conn, path)
+    budget, rows, hashes = _on_file(path, "ro", read)
     return budget, _entries(rows), hashes
 
 
@@ -480,23 +474,32 @@ def upgrade(path) -> int:
     """
     path = _existing(path)
     _check_location(path)
-    try:
-        conn = sqlite3.connect(_uri(path, "rw"), uri=True, isolation_level=None)
+
+    def write(conn):
+        conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                count = _upgrade(conn, path)
-                conn.execute("COMMIT")
-            except BaseException:
-                _rollback(conn)
-                raise
+            count = _upgrade(conn, path)
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
+        return count
+    return _on_file(path, "rw", write)
+
+
+def _on_file(path, mode: str, work):
+    """``work(connection)`` on the ledger file at ``path`` opened in ``mode`` ("ro" or "rw"),
+    SQLite's errors told as :class:`LedgerError` naming the file."""
+    try:
+        conn = sqlite3.connect(_uri(path, mode), uri=True, isolation_level=None)
+        try:
+            return work(conn)
         finally:
             conn.close()
     except sqlite3.OperationalError as exc:
         raise _access_error(path, exc) from exc
     except sqlite3.DatabaseError as exc:
         raise LedgerError(f"{path!r} is not a readable dptensor ledger ({exc})") from exc
-    return count
 
 
 def _upgrade(conn, path) -> int:
