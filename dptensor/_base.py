@@ -155,7 +155,8 @@ class PrivateEstimatorMixin:
         # The event holds every noise multiplier, the delta the accountant's: two fits whose noise
         # differs only in scale (one seed, two accountants' deltas) would cancel it in a ratio.
         # Clones share a seed: their data tells them apart.
-        key = fingerprint(name, params, tuple(int(n) for n in data_shape), repr(event), delta) + digest
+        shape = tuple(int(n) for n in data_shape)
+        key = fingerprint(name, params, shape, repr(event), delta) + digest
         cost = PrivacyCost(epsilon=own, delta=delta, noise_multiplier=float(noise_multiplier),
                            n_queries=int(n_queries), calibration=calibration if private else "none",
                            event=event)

@@ -309,7 +309,8 @@ def range_mean(values, lo: float, hi: float) -> Exact:
     """The mean of ``values`` clipped into ``[lo, hi]`` (NaN as ``lo``), as an exact statistic.
 
     Each value is mapped alone to an integer ``m`` in ``[0, 2**BITS]`` (its place on a grid of the
-    range, in float64 from that value only) and the mean is ``lo + (hi - lo) sum_i m_i / (n 2**BITS)``
+    range, in float64 from that value only) and the mean is
+    ``lo + (hi - lo) sum_i m_i / (n 2**BITS)``
     with the sum in integers: changing one value moves it by at most ``(hi - lo) / n`` (times
     ``1 + 2**-52`` for the rounded unit) at any ``n`` and in any order.
     """

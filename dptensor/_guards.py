@@ -5,10 +5,10 @@ depends on the data tells something about the data that no noise covers. Two thi
 library the user loaded) sets would make it so:
 
 * NumPy's floating-point error settings: under ``np.errstate(all="raise")`` an underflow that
-  one tiny row causes raises ``FloatingPointError`` where its neighbour fits. :func:`fixed_floating_point`
-  runs the fit under NumPy's default settings (warn on divide, overflow and invalid, ignore
-  underflow), whatever the caller's are; the suite turns every such warning from dptensor into
-  an error, so none is left on any path it tests.
+  one tiny row causes raises ``FloatingPointError`` where its neighbour fits.
+  :func:`fixed_floating_point` runs the fit under NumPy's default settings (warn on divide,
+  overflow and invalid, ignore underflow), whatever the caller's are; the suite turns every
+  such warning from dptensor into an error, so none is left on any path it tests.
 * Output from code the fit calls but does not own: a pipeline step's ``verbose``, a user's
   estimator that prints, a library that logs or warns, compiled code that writes to file
   descriptor 1 or 2. :func:`silenced` swallows all of it (``sys.stdout``, ``sys.stderr``, the
