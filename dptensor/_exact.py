@@ -323,7 +323,8 @@ def range_mean(values, lo: float, hi: float) -> Exact:
 def exact_gaussian_release(stat: Exact, sensitivity, noise_multiplier, rng, dtype=None):
     """:func:`~dptensor.mechanisms.gaussian_release` of an exact statistic, on its grid exactly."""
     value = stat.for_release(sensitivity, noise_multiplier)
-    return gaussian_release(value, sensitivity, noise_multiplier, rng, dtype=dtype)
+    return gaussian_release(value, sensitivity, noise_multiplier, rng, dtype=dtype,
+                            rounding=None)  # exact: no rounding to allow for
 
 
 def map_rows(X, fn, *args):

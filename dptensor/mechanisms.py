@@ -23,17 +23,60 @@ it can reach.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
 from ._samplers import rounded_gaussian, rounded_laplace
 
 __all__ = ["above_threshold", "clip_factors", "clip_rows", "gaussian_release", "joint_gaussian_release",
-           "laplace_release", "symmetric_gaussian_release", "grid_step", "GRID_BITS"]
+           "laplace_release", "symmetric_gaussian_release", "grid_step", "GRID_BITS", "Rounding"]
 
 #: The grid step is the largest power of two at most ``2**-GRID_BITS`` times the noise scale.
 GRID_BITS = 30
 _UP = 1.0 + 2.0 ** -40  # rounds a computed noise scale up past its floating-point error
+
+
+class Rounding(NamedTuple):
+    """How far floating point can move a computed statistic from the exact one a sensitivity is for.
+
+    A release of a float sum names its rounding here: ``terms`` bounds the floating-point
+    operations behind any one coordinate (the summands of its longest sum, offsets included, plus
+    any scaling after it), ``total`` bounds, in the release's norm (l2, Frobenius, or l1 for
+    Laplace), the sum of the absolute values of everything added: ``n`` units times the bound on
+    one unit's contribution, plus the public offsets. ``dtype`` is the precision the sums run in.
+
+    In any order (BLAS, Dask, a permutation of the units) a computed sum is within ``gamma_m``
+    times that total of the exact one (Higham, *Accuracy and Stability of Numerical Algorithms*,
+    2nd ed., Lemma 3.1 and eq. 4.4: ``gamma_m = m u / (1 - m u)``), and so are its neighbour's:
+    the computed statistics of neighbours differ by at most the exact sensitivity plus
+    :meth:`allowance` ``= 2 gamma_m total``, which the release adds to the sensitivity
+    (``docs/derivations/exact_sums.rst``, "Sums in floating point"). Statistics summed exactly
+    (:mod:`dptensor._exact`) and values that are no sum are released with ``rounding=None``.
+    """
+
+    total: float
+    terms: int
+    dtype: object = np.float64
+
+    def allowance(self) -> float:
+        u = float(np.finfo(self.dtype).eps) / 2.0
+        m = int(self.terms)
+        if m < 0 or not self.total >= 0:
+            raise ValueError("Rounding needs terms >= 0 and total >= 0")
+        if m * u >= 0.5:
+            raise ValueError(f"a sum of {m} terms in {np.dtype(self.dtype).name} has no useful "
+                             "rounding bound: sum in a wider type or in fewer terms")
+        return 2.0 * m * u / (1.0 - m * u) * float(self.total) * _UP
+
+
+def _with_rounding(sensitivity, rounding):
+    """The sensitivity of the computed statistic: the exact one plus the rounding's allowance
+    (a coordinate with sensitivity 0 is no query: it stays 0, released as it is)."""
+    if rounding is None:
+        return sensitivity
+    sensitivity = np.asarray(sensitivity, dtype=np.float64)
+    return np.where(sensitivity > 0, sensitivity + rounding.allowance(), sensitivity)
 
 
 def grid_step(scale):
@@ -53,7 +96,8 @@ def _on_grid(value, gamma, name="value"):
     return n
 
 
-def gaussian_release(value, sensitivity, noise_multiplier, rng: np.random.Generator, dtype=None):
+def gaussian_release(value, sensitivity, noise_multiplier, rng: np.random.Generator, dtype=None,
+                     *, rounding: Rounding | None = None):
     """``value`` plus Gaussian noise of std ``noise_multiplier * sensitivity``, sampled exactly on a grid.
 
     ``sensitivity`` is the l2 sensitivity of ``value`` (or of each group of its coordinates that
@@ -62,9 +106,11 @@ def gaussian_release(value, sensitivity, noise_multiplier, rng: np.random.Genera
     ``gamma round(n + S N)`` with ``n = rint(value/gamma)`` and ``S gamma = (1 + zeta) z s``, a
     post-processing of the Gaussian mechanism on ``n``, whose l2 sensitivity is at most
     ``s + gamma sqrt(size) <= (1 + zeta) s``. Coordinates with a zero scale are returned unchanged.
+    ``rounding``: the value is a float sum, whose rounding (:class:`Rounding`) raises ``s``.
     """
     value = np.asarray(value, dtype=np.float64)
     z = float(noise_multiplier)
+    sensitivity = _with_rounding(sensitivity, rounding)
     scale = np.asarray(sensitivity, dtype=np.float64) * z   # per group (say per column), not per value
     if np.any(scale < 0) or z < 0:
         raise ValueError("sensitivity and noise_multiplier must be >= 0")
@@ -83,18 +129,20 @@ def gaussian_release(value, sensitivity, noise_multiplier, rng: np.random.Genera
     return out if dtype is None else out.astype(dtype, copy=False)
 
 
-def laplace_release(value, sensitivity, epsilon, rng: np.random.Generator, dtype=None):
+def laplace_release(value, sensitivity, epsilon, rng: np.random.Generator, dtype=None,
+                    *, rounding: Rounding | None = None):
     """``value`` plus ``Lap(sensitivity/epsilon)`` noise, sampled exactly on a grid: pure ``epsilon``-DP.
 
     ``sensitivity`` is the l1 sensitivity of ``value`` (or of each coordinate, when each is its own
     release). The release is ``gamma round(n + S L)`` with ``n = rint(value/gamma)`` and
     ``S gamma = (1 + zeta) s / epsilon``: a post-processing of the Laplace mechanism on ``n``,
-    whose l1 sensitivity is at most ``s + gamma size <= (1 + zeta) s``.
+    whose l1 sensitivity is at most ``s + gamma size <= (1 + zeta) s``. ``rounding``: as in
+    :func:`gaussian_release`, its ``total`` in the l1 norm.
     """
     if not epsilon > 0:
         raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
     value = np.asarray(value, dtype=np.float64)
-    s = float(sensitivity)
+    s = float(_with_rounding(sensitivity, rounding))
     if not s >= 0:
         raise ValueError(f"sensitivity must be >= 0, got {sensitivity!r}")
     if s == 0:
@@ -108,7 +156,7 @@ def laplace_release(value, sensitivity, epsilon, rng: np.random.Generator, dtype
 
 
 def symmetric_gaussian_release(T, sensitivity, noise_multiplier, rng: np.random.Generator, dtype=None,
-                               frobenius: bool = False):
+                               frobenius: bool = False, *, rounding: Rounding | None = None):
     """A symmetric matrix or order-3 tensor ``T`` released with Gaussian noise on its distinct entries.
 
     The entries ``T[i, j]`` with ``i <= j`` (``T[i, j, k]`` with ``i <= j <= k``) are the query,
@@ -121,6 +169,8 @@ def symmetric_gaussian_release(T, sensitivity, noise_multiplier, rng: np.random.
     the Frobenius norm of ``T``, so ``sensitivity`` is its l2 sensitivity; dividing back (post-
     processing) leaves each distinct entry with noise of std ``noise_multiplier * sensitivity /
     sqrt(m)`` -- less than the plain release's wherever ``m > 1``, at the same privacy cost.
+    ``rounding`` (:class:`Rounding`): its ``total`` in the norm ``sensitivity`` is in (the l2 norm
+    of the distinct entries, or with ``frobenius`` the Frobenius norm).
     """
     T = np.asarray(T)
     d, order = T.shape[0], T.ndim
@@ -136,16 +186,18 @@ def symmetric_gaussian_release(T, sensitivity, noise_multiplier, rng: np.random.
     if frobenius:  # sorted indices: the number of distinct values fixes the number of positions
         distinct = 1 + sum(np.asarray(idx[a] != idx[a + 1], dtype=int) for a in range(order - 1))
         root = np.sqrt(np.array([1.0, 2.0] if order == 2 else [1.0, 3.0, 6.0])[distinct - 1])
-        released = gaussian_release(T[idx] * root, sensitivity, noise_multiplier, rng) / root
+        released = gaussian_release(T[idx] * root, sensitivity, noise_multiplier, rng,
+                                    rounding=rounding) / root
     else:
-        released = gaussian_release(T[idx], sensitivity, noise_multiplier, rng)
+        released = gaussian_release(T[idx], sensitivity, noise_multiplier, rng, rounding=rounding)
     out = np.empty(T.shape, dtype=T.dtype if dtype is None else dtype)
     for perm in perms:
         out[tuple(idx[p] for p in perm)] = released
     return out
 
 
-def joint_gaussian_release(parts, sensitivity, noise_multiplier, rng: np.random.Generator):
+def joint_gaussian_release(parts, sensitivity, noise_multiplier, rng: np.random.Generator,
+                           *, rounding: Rounding | None = None):
     """Several arrays released as ONE Gaussian release: ``sensitivity`` is the l2 sensitivity of
     their concatenation. Returns the released arrays, in order, with their shapes.
 
@@ -153,7 +205,8 @@ def joint_gaussian_release(parts, sensitivity, noise_multiplier, rng: np.random.
     the release together (``sqrt(N)`` for all ``N`` of them), which a call per part would not.
     """
     parts = [np.asarray(p, dtype=np.float64) for p in parts]
-    flat = gaussian_release(np.concatenate([p.ravel() for p in parts]), sensitivity, noise_multiplier, rng)
+    flat = gaussian_release(np.concatenate([p.ravel() for p in parts]), sensitivity, noise_multiplier,
+                            rng, rounding=rounding)
     ends = np.cumsum([p.size for p in parts])[:-1]
     return [piece.reshape(p.shape) for piece, p in zip(np.split(flat, ends), parts)]
 

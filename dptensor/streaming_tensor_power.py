@@ -199,7 +199,8 @@ class _Stream:
         s = math.sqrt(float(np.sum(s_vec ** 2) + np.sum(s_val ** 2))) * (1 + 2.0 ** -50)
         self.acc_exact = 0
         z = self.noise_multiplier
-        return joint_gaussian_release((TU.for_release(s, z), tu.for_release(s, z)), s, z, rng)
+        return joint_gaussian_release((TU.for_release(s, z), tu.for_release(s, z)), s, z, rng,
+                                      rounding=None)  # exact sums (dptensor._exact)
 
     def _end_block(self):
         u_tilde, lam = self._release()

@@ -100,3 +100,31 @@ def test_leaves_import_nothing_of_dptensor():
     graph = _graph()
     for leaf in LEAVES:
         assert graph[leaf] == set(), (leaf, graph[leaf])
+
+
+#: The mechanisms' releases: each call names its statistic's floating-point rounding.
+RELEASES = ("gaussian_release", "laplace_release", "symmetric_gaussian_release",
+            "joint_gaussian_release")
+
+
+def _unrounded_releases() -> list[str]:
+    """Calls of a release outside the mechanisms that do not say ``rounding=``: a float sum
+    released without its allowance (``rounding=None`` says, in the code, that the value is exact)."""
+    found = []
+    for name, path in sorted(_modules().items()):
+        if name == "dptensor.mechanisms":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if called in RELEASES and "rounding" not in {k.arg for k in node.keywords}:
+                found.append(f"{name}:{node.lineno}")
+    return found
+
+
+def test_every_release_names_its_rounding():
+    """Exact statistics say ``rounding=None``; float sums a :class:`~dptensor.mechanisms.Rounding`
+    (item 6 of the floating-point review: one function bounds every float release site)."""
+    assert _unrounded_releases() == []

@@ -9,7 +9,7 @@ import pytest
 
 import dptensor._exact as ex
 from dptensor import PrivatePCA
-from dptensor.mechanisms import clip_rows, grid_step
+from dptensor.mechanisms import Rounding, clip_rows, gaussian_release, grid_step
 from dptensor.pca import private_mean
 
 ONE = 2 ** ex.BITS
@@ -141,6 +141,52 @@ def test_plain_float_sums_break_the_sensitivity_and_exact_sums_do_not():
     gamma = float(grid_step(sensitivity * 0.5))
     steps = [e.on_grid(gamma) / gamma for e in exact]
     assert np.abs(steps[0] - steps[1]).max() <= sensitivity / gamma + 1
+
+
+def test_the_rounding_allowance_covers_what_plain_float_sums_lose():
+    """Where a statistic is a float sum, the release adds :class:`Rounding`'s allowance to the
+    sensitivity: on the same construction, the gap is past the sensitivity and within it."""
+    X, Y = _neighbours_of_ten_million()
+    n, B = X.shape[0], 1.0
+    sums = [np.sum(Z, axis=0) for Z in (X, Y)]
+    gap = np.linalg.norm(sums[0] - sums[1])
+    allowance = Rounding(total=n * B, terms=n).allowance()
+    assert 2.0 * B < gap <= 2.0 * B + allowance
+    assert gap - 2.0 * B > allowance / 20  # the allowance is not loose by orders of magnitude
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_rounding_bounds_float_sums_in_any_order_brute_force(dtype):
+    """``|fl(sum) - sum| <= gamma_m sum |t|`` (half the allowance), checked in rationals over
+    sums along rows, BLAS products, pairwise and running sums, on cancelling and random terms."""
+    rng = np.random.default_rng(7)
+    for trial in range(60):
+        n = int(rng.integers(2, 3000))
+        t = rng.standard_normal(n) * np.exp(rng.uniform(-30, 30, n))  # wide, cancelling magnitudes
+        t = t.astype(dtype)
+        exact = sum(Fraction(float(v)) for v in t)
+        bound = Fraction(Rounding(float(np.sum(np.abs(t.astype(np.float64)))), n, dtype).allowance()) / 2
+        order = rng.permutation(n)
+        computed = [np.sum(t), np.sum(t[order]), np.cumsum(t[order])[-1],
+                    (t[None, :] @ np.ones((n, 1), dtype=dtype))[0, 0],
+                    np.add.reduce(t.reshape(1, -1), axis=1)[0]]
+        for c in computed:
+            assert abs(Fraction(float(c)) - exact) <= bound, (trial, n)
+
+
+def test_rounding_refuses_sums_it_cannot_bound():
+    with pytest.raises(ValueError, match="wider type"):
+        Rounding(1.0, 2 ** 24, np.float32).allowance()
+    assert Rounding(1.0, 0).allowance() == 0.0
+
+
+def test_a_release_with_rounding_adds_noise_for_the_allowance_only_where_there_is_a_query():
+    value = np.zeros(4)
+    plain = gaussian_release(value, np.array([1.0, 1.0, 0.0, 0.0]), 1.0, np.random.default_rng(3))
+    rounded = gaussian_release(value, np.array([1.0, 1.0, 0.0, 0.0]), 1.0, np.random.default_rng(3),
+                               rounding=Rounding(1e6, 10 ** 6))
+    assert np.all(rounded[2:] == 0) and np.all(plain[2:] == 0)
+    assert np.all(rounded[:2] != plain[:2])  # a wider scale: another noise
 
 
 # ---------------------------------------------------------------------------------------------
