@@ -1,10 +1,22 @@
-"""What every private estimator shares: the cost record, the spend step, and the warning class."""
+"""What every private estimator shares: the cost record, the fit template and its spend step.
+
+The fit template (:meth:`PrivateEstimatorMixin._fit_private`) runs one fixed order, so that
+"everything is validated and priced before the first spend" holds by construction::
+
+    data = self._check_data(*args)       # every input validated; values read only to check them
+    plan = self._plan(data.shape)         # parameters checked, the spend priced: a FitPlan
+    cost, rng = spend(plan, data)         # memory checked, budget charged (or refused), noise keyed
+    self._release(data, plan, rng)        # the only step that computes from the data's values
+
+``privacy_cost(n_samples, n_features)`` prices the very :meth:`_plan` a fit would spend.
+"""
 from __future__ import annotations
 
 import inspect
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from sklearn import get_config
@@ -14,10 +26,11 @@ from .accounting.events import NonPrivateEvent, PrivacyEvent
 from ._guards import fixed_floating_point
 from .exceptions import PrivacyWarning
 from ._memory import check_fits
-from ._randomness import data_digest, digest_bytes, fingerprint, seed_entropy, spend_generator
+from .mechanisms.randomness import data_digest, digest_bytes, fingerprint, seed_entropy, spend_generator
 from ._validation import check_delta_for_n, check_privacy
 
-__all__ = ["PrivacyCost", "PrivacyWarning", "PrivateEstimatorMixin", "NO_PRIVACY_COST"]
+__all__ = ["PrivacyCost", "PrivacyWarning", "PrivateEstimatorMixin", "NO_PRIVACY_COST", "FitPlan",
+           "FitData"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +58,41 @@ class PrivacyCost:
 #: The cost of a non-private fit: nothing is released under a guarantee.
 NO_PRIVACY_COST = PrivacyCost(epsilon=math.inf, delta=0.0, noise_multiplier=0.0, n_queries=0,
                               calibration="none", event=None)
+
+@dataclass(frozen=True)
+class FitPlan:
+    """What a fit will spend and allocate, decided from public quantities before any spend.
+
+    ``event`` is what the accountant prices (a :class:`~dptensor.accounting.NonPrivateEvent` for
+    a fit without a guarantee); ``noise_multiplier``, ``n_queries`` and ``calibration`` go into
+    :class:`PrivacyCost`; ``memory`` is ``(bytes, advice)``, the fit's peak allocation and the
+    parameter to change when it does not fit; ``settings`` the estimator's validated parameters
+    and noise plan, for its release step.
+    """
+
+    event: PrivacyEvent
+    delta: float
+    noise_multiplier: float = 0.0
+    n_queries: int = 0
+    calibration: str = "none"
+    memory: tuple = (0.0, "")
+    settings: Any = field(default_factory=dict)
+
+    @property
+    def private(self) -> bool:
+        return not isinstance(self.event, NonPrivateEvent)
+
+
+@dataclass(frozen=True)
+class FitData:
+    """The validated inputs of a fit: ``arrays`` (what the fit reads, digested for a seeded fit's
+    noise key), ``shape`` (the public shape the plan is made from) and ``extra`` (anything else the
+    checks derived, such as public positions)."""
+
+    arrays: tuple
+    shape: tuple
+    extra: Any = None
+
 
 #: Random generators a caller may pass as ``random_state``: never pickled or copied with an estimator.
 _GENERATORS = (np.random.Generator, np.random.RandomState, np.random.BitGenerator, np.random.SeedSequence)
@@ -76,6 +124,36 @@ class PrivateEstimatorMixin:
             method = next((k.__dict__[name] for k in cls.__mro__ if name in k.__dict__), None)
             if inspect.isfunction(method) and not getattr(method, "fixed_floating_point", False):
                 setattr(cls, name, fixed_floating_point(method))
+
+    # -- the fit template ---------------------------------------------------------------------
+    def _fit_private(self, *args):
+        """Validate, plan, spend, release: the fixed order every fit runs (see the module doc)."""
+        data = self._check_data(*args)
+        plan = self._plan(data.shape)
+        self.privacy_cost_, rng = self._spend_plan(plan, data)
+        self._release(data, plan, rng)
+        return self
+
+    def _check_data(self, *args) -> FitData:  # pragma: no cover - each estimator supplies it
+        raise NotImplementedError
+
+    def _plan(self, shape) -> FitPlan:  # pragma: no cover - each estimator supplies it
+        raise NotImplementedError
+
+    def _release(self, data: FitData, plan: FitPlan, rng) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def _spend_plan(self, plan: FitPlan, data: FitData):
+        """:meth:`_spend` of a plan: the cost record and the fit's noise generator."""
+        return self._spend(plan.event, entropy=self._entropy(), delta=plan.delta,
+                           memory=plan.memory, noise_multiplier=plan.noise_multiplier,
+                           n_queries=plan.n_queries, calibration=plan.calibration,
+                           data_shape=data.shape, data=data.arrays)
+
+    def _preview_plan(self, plan: FitPlan) -> PrivacyCost:
+        """The :class:`PrivacyCost` the fit of ``plan`` would record (no data, no spend)."""
+        return self._preview(plan.event, delta=plan.delta, noise_multiplier=plan.noise_multiplier,
+                             n_queries=plan.n_queries, calibration=plan.calibration)
 
     def _privacy_target(self, *, gaussian: bool = True) -> tuple[float, float]:
         """Validated ``(epsilon, delta)``; ``delta=None`` means the accountant's delta."""
@@ -118,7 +196,7 @@ class PrivateEstimatorMixin:
 
         The generator is keyed by ``entropy`` (from :meth:`_entropy`), the spend's ledger position
         and the fit's public description, and, for a seeded fit, by a digest of ``data`` (every
-        array the fit reads: see :mod:`dptensor._randomness`), so no two spends draw the same
+        array the fit reads: see :mod:`dptensor.mechanisms.randomness`), so no two spends draw the same
         noise unless they are the same seeded fit of the same data. It is the caller's local:
         never store it on the estimator.
 

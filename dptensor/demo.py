@@ -6,7 +6,7 @@ privacy-utility table, the accountant's ledger, and writes a PNG of the curves w
 installed. The data are generated here with fixed seeds, so no download is needed; the noise
 uses a fixed ``random_state`` too, so the table is reproducible (a real release would leave
 ``random_state=None``). Every spend draws its own noise stream from that seed *and* its place in
-the ledger (see :mod:`dptensor._randomness`), so the fits share no noise and the ledger's total is
+the ledger (see :mod:`dptensor.mechanisms.randomness`), so the fits share no noise and the ledger's total is
 what the table's releases cost together. The non-private references are fitted outside the
 budget, which would refuse them (they cost epsilon = infinity).
 """

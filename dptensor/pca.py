@@ -37,7 +37,7 @@ from ._dask import DaskGramMatrix, RowChunks, check_dask_array, clip_chunks, das
 from ._operators import DenseMatrix, GramMatrix
 from ._power import flip_signs
 from ._memory import FLOAT, check_fits
-from ._randomness import RowDigest, rekeyed
+from .mechanisms.randomness import RowDigest, rekeyed
 from .exceptions import PrivacyWarning
 from ._validation import (check_data_norm, check_positive_int, check_verbose, validate_private_data,
                           validate_stream_chunk)

@@ -34,7 +34,7 @@ from ._exact import BITS, Exact, grid_rows, grid_vectors, moment_product, moment
 from ._operators import DeflatedTensor, ThirdMoment
 from ._power import normalize_columns, random_unit_columns, select_restart
 from ._memory import FLOAT, check_fits
-from ._randomness import RowDigest, rekeyed
+from .mechanisms.randomness import RowDigest, rekeyed
 from ._validation import (check_data_norm, check_positive_int, check_verbose, validate_private_data,
                           validate_stream_chunk)
 from .accounting import GaussianEvent, NonPrivateEvent, calibrate_gaussian

@@ -15,7 +15,7 @@ def same_noise(monkeypatch):
     does), so a permuted or float32 copy would draw other noise; this keys it by the seed alone,
     so that a test comparing two such fits compares their exact statistics and nothing else."""
     import dptensor._base as base
-    import dptensor._randomness as randomness
+    import dptensor.mechanisms.randomness as randomness
 
     if hasattr(base, "data_digest"):
         monkeypatch.setattr(base, "data_digest", lambda *arrays: ())

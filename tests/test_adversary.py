@@ -133,7 +133,7 @@ def test_searches_over_differently_configured_estimators_do_not_share_noise(monk
 def test_randomized_search_distributions_are_part_of_the_description():
     from scipy.stats import uniform
 
-    from dptensor._randomness import fingerprint
+    from dptensor.mechanisms.randomness import fingerprint
 
     assert fingerprint({"a": uniform(0, 1)}) != fingerprint({"a": uniform(0, 2)})
     assert fingerprint({"a": uniform(0, 1)}) == fingerprint({"a": uniform(0, 1)})

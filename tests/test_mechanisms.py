@@ -43,7 +43,7 @@ def test_gaussian_release_rejects_negative_scales(rng):
 def test_joint_release_is_one_release_of_all_parts(rng, monkeypatch):
     """Parts keep their shapes and get the law of one release whose grid allowance counts ALL
     coordinates: one call of the sampler, at ``(1 + z sqrt(N) 2**-30)`` times the scale, N the total."""
-    import dptensor.mechanisms as mech
+    import dptensor.mechanisms.releases as mech
     a, b = np.full((300, 4), 5.0), np.full(7, -2.0)
     out_a, out_b = joint_gaussian_release((a, b), 0.5, 2.0, rng)
     assert out_a.shape == a.shape and out_b.shape == b.shape
@@ -113,7 +113,7 @@ def test_frobenius_symmetric_release_is_one_release_of_an_isometric_query(rng, m
     sqrt(its number of positions), whose l2 norm is the Frobenius norm of the whole array (so a
     Frobenius sensitivity is that query's l2 sensitivity); each distinct entry then carries noise
     of std z s / sqrt(m), and the result is exactly symmetric."""
-    import dptensor.mechanisms as mech
+    import dptensor.mechanisms.releases as mech
     d, sens, z = 7, 0.5, 3.0
     A = rng.standard_normal((d,) * order)
     A = sum(A.transpose(p) for p in itertools.permutations(range(order)))  # symmetric
@@ -139,7 +139,7 @@ def test_frobenius_symmetric_release_is_one_release_of_an_isometric_query(rng, m
 # ---------------------------------------------------------------- AboveThreshold
 @pytest.mark.parametrize("epsilon,sensitivity", [(1.0, 1.0), (0.25, 3.0)])
 def test_above_threshold_noise_scales(rng, monkeypatch, epsilon, sensitivity):
-    import dptensor.mechanisms as mech
+    import dptensor.mechanisms.releases as mech
     scales = []
 
     def recording(S, rng, size=None):

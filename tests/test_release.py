@@ -998,7 +998,7 @@ def test_an_int_seed_is_not_saved_with_a_private_model():
     exact clipped mean, from a private fit's ``mean_``). Now a privately fitted model leaves its seed
     behind: the reloaded copy has ``random_state=None``, and the same attack with the seed it no
     longer has (tried here with the true one, which the file does not hold) is the only way in."""
-    from dptensor._randomness import data_digest, fingerprint, spend_generator
+    from dptensor.mechanisms.randomness import data_digest, fingerprint, spend_generator
 
     acc = PrivacyAccountant(10.0)
     fitted = PrivatePCA(2, method="analyze_gauss", accountant=acc, random_state=42, **PRIVATE).fit(X_ROWS)

@@ -7,7 +7,7 @@ import pytest
 from scipy import stats
 from scipy.special import logsumexp, ndtr
 
-from dptensor import _samplers as sm
+from dptensor.mechanisms import samplers as sm
 from dptensor.accounting import gdp_delta
 from dptensor.accounting.composition import ORDERS, _laplace_rdp
 from dptensor.mechanisms import GRID_BITS, gaussian_release, grid_step, laplace_release
@@ -306,7 +306,7 @@ def test_gaussian_release_scale_covers_the_rounded_sensitivity(rng, monkeypatch,
         seen["S"] = np.asarray(S)
         return np.zeros(np.shape(S) if size is None else size)
 
-    monkeypatch.setattr("dptensor.mechanisms.rounded_gaussian", capture)
+    monkeypatch.setattr("dptensor.mechanisms.releases.rounded_gaussian", capture)
     gaussian_release(np.zeros(size), s, z, rng)
     gamma = grid_step(s * z)
     lattice_l2 = s / gamma + math.sqrt(size)

@@ -240,7 +240,7 @@ def test_a_dask_array_is_digested_by_its_content_not_its_name():
 def test_a_stream_digest_names_what_it_hashes():
     """A float32 stream fed float64 chunks hashed their raw bytes: two different row sets whose
     bytes agree drew one noise. The stream now computes in its dtype and hashes rows cast to it."""
-    from dptensor._randomness import RowDigest
+    from dptensor.mechanisms.randomness import RowDigest
 
     wide = np.arange(8, dtype=np.float64).reshape(2, 4)
     narrow = wide.view(np.float32).reshape(2, 8)[:, :4].copy()  # other numbers...
@@ -261,7 +261,7 @@ def test_the_data_digest_reads_any_layout_without_a_copy_and_before_the_spend():
     import tracemalloc
 
     from dptensor import PrivacyAccountant
-    from dptensor._randomness import data_digest
+    from dptensor.mechanisms.randomness import data_digest
     from dptensor.model_selection import PrivateGridSearchCV
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import Normalizer

@@ -7,7 +7,7 @@ Each takes a sensitivity, a noise multiplier or epsilon, and an explicit
 The ``*_release`` functions take the true value and return the released one. They are safe
 against floating-point attacks (Mironov 2012): the value is rounded to a public power-of-two grid
 ``gamma`` (a ``2**-GRID_BITS`` fraction of the noise scale) and integer noise drawn *exactly* by
-:mod:`dptensor._samplers` is added on that grid, so the set of possible outputs is the same grid
+:mod:`dptensor.mechanisms.samplers` is added on that grid, so the set of possible outputs is the same grid
 for every input. The noise is ``round(S L)`` or ``round(S N)`` for an exact continuous Laplace or
 Gaussian variable: the release is a post-processing of the continuous mechanism applied to the
 rounded query, whose sensitivity the rounding raises by at most one grid step per coordinate.
@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._samplers import rounded_gaussian, rounded_laplace
+from .samplers import rounded_gaussian, rounded_laplace
 
 __all__ = ["above_threshold", "clip_factors", "clip_rows", "gaussian_release", "joint_gaussian_release",
            "laplace_release", "symmetric_gaussian_release", "grid_step", "GRID_BITS", "Rounding"]
