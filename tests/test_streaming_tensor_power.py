@@ -277,9 +277,9 @@ def test_private_stream_records_one_cost_before_any_release(monkeypatch):
     calls = []
     release = stp.joint_gaussian_release
 
-    def spy(parts, sensitivity, z, rng):
+    def spy(parts, sensitivity, z, rng, rounding):
         calls.append((tuple(np.shape(p) for p in parts), sensitivity, z))
-        return release(parts, sensitivity, z, rng)
+        return release(parts, sensitivity, z, rng, rounding=rounding)
 
     monkeypatch.setattr(stp, "joint_gaussian_release", spy)
     acct = PrivacyAccountant(epsilon=2.0, delta=1e-5)
