@@ -128,3 +128,48 @@ def test_every_release_names_its_rounding():
     """Exact statistics say ``rounding=None``; float sums a :class:`~dptensor.mechanisms.Rounding`
     (item 6 of the floating-point review: one function bounds every float release site)."""
     assert _unrounded_releases() == []
+
+
+#: Modules that hold estimators: thin, and none takes a function or a constant from another.
+ESTIMATORS = ("dptensor.pca", "dptensor.adaptive_pca", "dptensor.tensor_decomposition",
+              "dptensor.streaming_tensor_power", "dptensor.completion",
+              "dptensor.latent.gaussian_mixture", "dptensor.latent.lda",
+              "dptensor.model_selection._search")
+
+
+def test_no_estimator_module_takes_anything_from_another():
+    graph = _graph()
+    for name in ESTIMATORS:
+        assert not graph[name] & set(ESTIMATORS), (name, graph[name] & set(ESTIMATORS))
+
+
+def test_algorithms_are_arrays_in_arrays_out():
+    """The algorithms layer knows no estimator, no accountant and no scikit-learn."""
+    modules = _modules()
+    algorithms = [n for n in modules if n.startswith("dptensor.algorithms")]
+    assert algorithms, "dptensor.algorithms holds the algorithms"
+    graph = _graph()
+    forbidden = set(ESTIMATORS) | {"dptensor._base", "dptensor.accounting.accountant",
+                                   "dptensor.accounting.ledger", "dptensor.latent._base"}
+    for name in algorithms:
+        assert not graph[name] & forbidden, (name, graph[name] & forbidden)
+        tree = ast.parse(modules[name].read_text())
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert not {m for m in imported if m.split(".")[0] == "sklearn"}, name
+
+
+MAX_FILE_LINES, MAX_FUNCTION_LINES = 700, 80
+
+
+def test_files_and_functions_stay_short():
+    long_files, long_functions = [], []
+    for name, path in sorted(_modules().items()):
+        text = path.read_text()
+        if text.count("\n") > MAX_FILE_LINES:
+            long_files.append(name)
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES:
+                    long_functions.append(f"{name}.{node.name}")
+    assert long_files == [] and long_functions == []
