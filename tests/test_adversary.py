@@ -185,13 +185,14 @@ class _Releases:
             return out
 
         for module in (cm, completion_module):  # the offsets' and DP-ALS's, and the implicit statistic's
-            monkeypatch.setattr(module, "gaussian_release", lambda v, s, z, rng, dtype=None: record(
-                "gauss", np.array(v, float).ravel(), s, z, gauss(v, s, z, rng, dtype)))
-        monkeypatch.setattr(cm, "joint_gaussian_release", lambda parts, s, z, rng: record(
-            "joint", np.concatenate([np.asarray(p, float).ravel() for p in parts]), s, z, joint(parts, s, z, rng)))
+            monkeypatch.setattr(module, "gaussian_release", lambda v, s, z, rng, dtype=None, **kw: record(
+                "gauss", np.array(v, float).ravel(), s, z, gauss(v, s, z, rng, dtype, **kw)))
+        monkeypatch.setattr(cm, "joint_gaussian_release", lambda parts, s, z, rng, **kw: record(
+            "joint", np.concatenate([np.asarray(p, float).ravel() for p in parts]), s, z,
+            joint(parts, s, z, rng, **kw)))
         for module in (cm, completion_module):  # the offsets' releases, and input perturbation's
-            monkeypatch.setattr(module, "laplace_release", lambda v, s, eps, rng, dtype=None: record(
-                "laplace", np.array(v, float).ravel(), s, eps, lap(v, s, eps, rng, dtype)))
+            monkeypatch.setattr(module, "laplace_release", lambda v, s, eps, rng, dtype=None, **kw: record(
+                "laplace", np.array(v, float).ravel(), s, eps, lap(v, s, eps, rng, dtype, **kw)))
 
 
 def _completion_fit(monkeypatch, X, y, layout, params, replay=None):
@@ -428,8 +429,8 @@ def test_cross_validation_folds_do_not_share_noise(monkeypatch):
 
     noises, real = [], cm.gaussian_release
 
-    def spy(value, sensitivity, z, rng, dtype=None):
-        out = real(value, sensitivity, z, rng, dtype)
+    def spy(value, sensitivity, z, rng, dtype=None, **kwargs):
+        out = real(value, sensitivity, z, rng, dtype, **kwargs)
         if np.size(value) == 2:  # the (total, squares) release, first of every fit
             noises.append(out - value)
         return out
