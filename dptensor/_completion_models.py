@@ -33,11 +33,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._implicit import LANCZOS_MAXITER, TOP_DIRECTIONS, ImplicitDesign
-from .mechanisms import gaussian_release, joint_gaussian_release, laplace_release
+from .mechanisms import Rounding, gaussian_release, joint_gaussian_release, laplace_release
 
 __all__ = ["Observations", "Model", "predict", "interaction_design", "clipped_gradient", "als",
            "gradient_descent", "row_offsets", "offset_noise", "OffsetNoise", "init_model", "dp_als",
-           "residual_scale", "spectral_start", "fit_floats",
+           "residual_scale", "spectral_start", "fit_floats", "entry_rounding",
            "ModeLayout"]
 
 _CHUNK = 1 << 21  # floats per block when a Khatri-Rao product over entries would be large
@@ -436,6 +436,21 @@ def release_rows(values, seen, release):
     return out
 
 
+def entry_rounding(n_obs, bound, longest, later=0) -> Rounding:
+    """The floating-point rounding (:class:`~dptensor.mechanisms.Rounding`) of a release of sums
+    over observed entries: every entry adds terms of norm at most ``bound`` (in the release's norm)
+    to it, ``n_obs`` entries at most ``n_obs bound`` together; a coordinate sums at most ``longest``
+    of them (a value times its public design is one summand, as in a dot product), and ``later``
+    multiplications by public values follow partial sums. All of it public: Omega, its counts and
+    public bounds (``docs/derivations/completion.rst``, "Rounding")."""
+    return Rounding(total=float(n_obs) * float(bound), terms=int(longest) + int(later))
+
+
+#: The norm, in l1 and so in l2, of one value's terms ``(y, min(y^2, 1/4))`` in
+#: :func:`total_statistics` for values in ``[-1/2, 1/2]``: at most ``1/2 + 1/4``.
+TOTAL_TERM_BOUND = 0.75
+
+
 #: Sensitivity, in l1 and in l2 alike, of :func:`total_statistics` for values in ``[-1/2, 1/2]``
 #: (where the clip of the squares is inactive): a value moving from ``y`` to ``y'`` by
 #: ``d = |y - y'| <= 1`` moves the pair by ``d (1 + |y + y'|)`` in l1 and ``d sqrt(1 + (y + y')^2)``
@@ -467,12 +482,13 @@ class OffsetNoise:
     mechanism: str
     levels: np.ndarray
 
-    def release(self, k, values, sensitivity, rng):
-        """Release ``k``: ``values`` (sensitivity ``sensitivity``) plus its noise."""
+    def release(self, k, values, sensitivity, rng, *, rounding: Rounding | None):
+        """Release ``k``: ``values`` (sensitivity ``sensitivity``, floating-point ``rounding``: the
+        same bound in l1 and l2, one coordinate per entry) plus its noise."""
         level = float(self.levels[k])
         if self.mechanism == "laplace":
-            return laplace_release(values, sensitivity, level, rng)
-        return gaussian_release(values, sensitivity, level, rng)
+            return laplace_release(values, sensitivity, level, rng, rounding=rounding)
+        return gaussian_release(values, sensitivity, level, rng, rounding=rounding)
 
     def variance(self, k, sensitivity=1.0):
         """The noise variance of release ``k`` (``Lap(b)``: ``2 b^2``)."""
@@ -530,7 +546,8 @@ def row_offsets(obs: Observations, y: np.ndarray, *, shrink=1.0, noise: OffsetNo
         # Private values lie in [-1/2, 1/2]: the total and the clipped sum of squares are one joint
         # release, whose spread stands for the per-entry variance of the empirical-Bayes shrinkage
         # below (an upper bound: it still holds the row effects).
-        total, squares = noise.release(0, total_statistics(y), TOTAL_SENSITIVITY, rng)
+        total, squares = noise.release(0, total_statistics(y), TOTAL_SENSITIVITY, rng,
+                                       rounding=entry_rounding(n, TOTAL_TERM_BOUND, n))
         # Clamping (post-processing) can only bring the mean closer: it lies in [-1/2, 1/2].
         intercept = float(np.clip(total / n, -0.5, 0.5))
         s2 = float(np.clip(squares / n - intercept**2, 1e-4, 0.25))
@@ -543,7 +560,10 @@ def row_offsets(obs: Observations, y: np.ndarray, *, shrink=1.0, noise: OffsetNo
         counts = obs.counts[m]
         noise_var = 0.0
         if noisy:
-            sums = release_rows(sums, counts > 0, lambda v: noise.release(m + 1, v, 1.0, rng))
+            # |resid| <= 1/2 + 1/2 + m: the value, the clamped mean and m clamped row effects
+            rounding = entry_rounding(n, 1.0 + m, counts.max())
+            sums = release_rows(sums, counts > 0,
+                                lambda v: noise.release(m + 1, v, 1.0, rng, rounding=rounding))
             noise_var = noise.variance(m + 1)
         if noisy or empirical_bayes:
             # Values that carry their own noise: their spread is measured directly (post-processing).
@@ -1133,6 +1153,7 @@ def gradient_descent(obs: Observations, y: np.ndarray, model: Model, *, learning
     if grid is not None:
         Yg = grid.scatter(y)
     free = model.free_modes()  # a mode without a factor has no gradient (never on the grid)
+    rounding = gradient_rounding(obs, model, clip_norm) if noisy else None
     for step in range(n_iter):
         if grid is None:
             base = y - offsets(model, X)
@@ -1161,7 +1182,8 @@ def gradient_descent(obs: Observations, y: np.ndarray, model: Model, *, learning
         if noisy:  # one release of every sum of the step (the rows that hold an entry, and the core)
             seen = [obs.counts[m] > 0 for m in free]
             released = joint_gaussian_release([sums[j][seen[j]] for j in range(nf)] + sums[nf:],
-                                              2.0 * clip_norm, noise_multiplier, rng)
+                                              2.0 * clip_norm, noise_multiplier, rng,
+                                              rounding=rounding)
             for j in range(nf):
                 sums[j][seen[j]] = released[j]
             sums[nf:] = released[nf:]
@@ -1185,6 +1207,17 @@ def gradient_descent(obs: Observations, y: np.ndarray, model: Model, *, learning
     if history is not None:
         history.append(float(np.sqrt(np.mean((y - predict(model, X))**2))))
     return model
+
+
+def gradient_rounding(obs: Observations, model: Model, clip_norm) -> Rounding:
+    """The rounding of a DP gradient step's joint release: each entry's clipped gradient has norm
+    at most ``clip_norm`` over every sum together; a row's sum has at most its count of summands,
+    the Tucker core's every entry's, and on the dense layout the core's partial sums over mode 0
+    are multiplied by the other modes' rows, one product per mode."""
+    longest = max(int(obs.counts[m].max()) for m in model.free_modes())
+    if model.core is None:
+        return entry_rounding(len(obs.X), clip_norm, longest)
+    return entry_rounding(len(obs.X), clip_norm, max(longest, len(obs.X)), later=obs.order - 1)
 
 
 # ----------------------------------------------------------------------------- DP-ALS
@@ -1301,9 +1334,10 @@ def dp_als(obs: Observations, y: np.ndarray, model: Model, *, n_iter, noise_mult
                 gram, rhs = grid.normal_equations(m, Kt.T, base_grid, obs.counts[m])
             sens = bound * min(1.0, 2.0 * clip)
             std = noise_multiplier * sens
-            if std > 0:
-                rhs = release_rows(rhs, obs.counts[m] > 0,
-                                   lambda v: gaussian_release(v, sens, noise_multiplier, rng))
+            if std > 0:  # each entry adds its design (norm <= bound) times its value (<= clip)
+                rounding = entry_rounding(len(y), bound * clip, obs.counts[m].max())
+                rhs = release_rows(rhs, obs.counts[m] > 0, lambda v: gaussian_release(
+                    v, sens, noise_multiplier, rng, rounding=rounding))
             last = sweep == n_iter - 1 and m == free[-1]
             model.factors[m] = wiener_solve(gram, rhs, std**2, obs.counts[m], s2, floor=not last)
         if callback is not None:
@@ -1323,7 +1357,8 @@ def residual_scale(obs: Observations, y: np.ndarray, model: Model, *, noise: Off
     t = np.minimum((y - offsets(model, obs.X)) ** 2, bound**2)
     total = float(t.sum())
     if noise is not None:
-        total = float(noise.release(index, total, bound**2, rng))
+        rounding = entry_rounding(len(y), bound**2, len(y))
+        total = float(noise.release(index, total, bound**2, rng, rounding=rounding))
     return math.sqrt(max(total, 0.0) / len(y))
 
 
@@ -1378,6 +1413,13 @@ def unfolding_gram(obs: Observations, t: np.ndarray, m: int, clip, cap=None, oth
     np.fill_diagonal(M, 0.0)
     sens = min(1.0, 2.0 * clip) * clip * math.sqrt(max(int(col_counts.max()) - 1, 1))
     return M, sens
+
+
+def gram_rounding(obs: Observations, m: int, clip) -> Rounding:
+    """The rounding of :func:`unfolding_gram`'s upper triangle: ``M_ij`` is a dot product over the
+    columns rows ``i`` and ``j`` share (at most the larger row count), and in the Frobenius norm
+    ``sum_c ||y_c y_c^T|| = sum_c ||y_c||^2 <= clip^2`` per kept entry, at most every entry."""
+    return entry_rounding(len(obs.X), clip**2, obs.counts[m].max())
 
 
 def projected_statistics(obs: Observations, t: np.ndarray, bases, design_quantile=0.9, lead=0,
@@ -1483,7 +1525,8 @@ def spectral_start(obs: Observations, y: np.ndarray, model: Model, *, noise_mult
         z_g = noise_multiplier if gram_noise_multiplier is None else gram_noise_multiplier
         if z_g > 0:  # one release of the strict upper triangle (the diagonal is 0, not released), mirrored
             iu = np.triu_indices(M.shape[0], 1)
-            upper = gaussian_release(M[iu], sens, z_g, rng)
+            upper = gaussian_release(M[iu], sens, z_g, rng,
+                                     rounding=gram_rounding(obs, m, gram_clip))
             M = np.zeros_like(M)
             M[iu] = upper
             M += M.T
@@ -1496,8 +1539,10 @@ def spectral_start(obs: Observations, y: np.ndarray, model: Model, *, noise_mult
     gram, rhs, bound = projected_statistics(obs, t, bases, design_quantile, lead, model, kron=kron)
     std = noise_multiplier * D * bound
     counts = obs.counts[lead]
-    if std > 0:
-        rhs = release_rows(rhs, counts > 0, lambda v: gaussian_release(v, D * bound, noise_multiplier, rng))
+    if std > 0:  # each entry adds its design (norm <= bound) times its value (<= clip)
+        rounding = entry_rounding(len(y), bound * clip, counts.max())
+        rhs = release_rows(rhs, counts > 0, lambda v: gaussian_release(
+            v, D * bound, noise_multiplier, rng, rounding=rounding))
     used.append(D * bound)
     W = wiener_solve(gram, rhs, std**2, counts, s2, floor=True)
     if not kron:  # W holds the lead's factor in the bases' columns (post-processing from here)

@@ -56,9 +56,9 @@ from threadpoolctl import ThreadpoolController
 from ._base import PrivateEstimatorMixin
 from ._implicit import DESIGN_NORM, wiener_fit
 from ._memory import FLOAT
-from ._completion_models import (Model, Observations, als, dp_als, fit_floats, gradient_descent,
-                                 init_model, predict, OffsetNoise, offset_noise, residual_scale,
-                                 row_offsets, spectral_start)
+from ._completion_models import (Model, Observations, als, dp_als, entry_rounding, fit_floats,
+                                 gradient_descent, init_model, predict, OffsetNoise, offset_noise,
+                                 residual_scale, row_offsets, spectral_start)
 from ._completion_models import offsets as offsets_of
 from ._validation import check_positive_int, check_verbose, validate_private_data
 from .accounting import ComposedEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent, epsilon_of, gdp_mu
@@ -663,7 +663,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             # Sensitivity of each value: hi - lo, which is 1 in scaled units.
             # Not clamped back into the range afterwards: that would bias every mean toward the
             # range's centre; the empirical-Bayes ridge of ALS sees the noise and shrinks instead.
-            ys = laplace_release(ys, 1.0, plan["laplace_eps"], rng)
+            # No sum: each coordinate is one entry's own value, with nothing to round.
+            ys = laplace_release(ys, 1.0, plan["laplace_eps"], rng, rounding=None)
         if p["solver"] == "als":
             model = init_model(shape, p["rank"], kind, rng, scale=0.1, fixed=p["fixed"])
             noisy_input = pert == "input" and private
@@ -693,7 +694,10 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             # On the last mode with a factor: a mode without one keeps its public all-ones factor.
             sens = 2.0 * p["n_iter"] * p["clip"] * p["lr"]
             last = model.free_modes()[-1]
-            model.factors[last] = laplace_release(model.factors[last], sens, plan["laplace_eps"], rng)
+            # No allowance: the bound is the paper's, with no proof here (the fit is recorded as not
+            # private), so there is no proven sensitivity for a rounding allowance to extend.
+            model.factors[last] = laplace_release(model.factors[last], sens, plan["laplace_eps"],
+                                                  rng, rounding=None)
         return model
 
     def _offsets_and_scale(self, obs, ys, model, plan, rng):
@@ -737,7 +741,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         sens = DESIGN_NORM * min(1.0, 2.0 * clip)
         B = design.adjoint(resid)
         if plan["z"] > 0:
-            B = gaussian_release(B, sens, plan["z"], rng)
+            B = gaussian_release(B, sens, plan["z"], rng, rounding=implicit_rounding(len(ys), clip))
         theta = wiener_fit(design, B, s2=s2, noise_var=(plan["z"] * sens) ** 2)
         model.factors[lead], model.factors[partner] = design.factors(theta)
         if progress is not None:
@@ -848,6 +852,15 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         # score is a bounded negative squared error (see score), not R^2: its "good" is not > 0.5.
         tags.regressor_tags.poor_score = True
         return tags
+
+
+def implicit_rounding(n_obs, clip):
+    """The rounding of the implicit statistic ``B = sum_e t~_e x_e``: each entry adds its clipped
+    residual (``<= clip``) times its design (norm ``<= DESIGN_NORM``). A coordinate of ``B`` sums
+    over the entries of every pair of a lead row observed with its partner row (or the converse):
+    at most every entry, added within its pair, times the embedding, summed over the row's pairs,
+    then times the normalised incidence: one more product after a partial sum."""
+    return entry_rounding(n_obs, DESIGN_NORM * clip, n_obs, later=1)
 
 
 def _offsets_plan(n_o, mu, mu_f, epsilon, delta):

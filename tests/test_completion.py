@@ -222,9 +222,9 @@ def test_input_perturbation_noise_scale_and_cost(monkeypatch):
     seen = {}
     real = completion_module.laplace_release
 
-    def spy(value, sensitivity, epsilon, rng, dtype=None):
-        seen.update(shape=np.shape(value), sensitivity=sensitivity, epsilon=epsilon)
-        return real(value, sensitivity, epsilon, rng, dtype)
+    def spy(value, sensitivity, epsilon, rng, dtype=None, **kw):
+        seen.update(shape=np.shape(value), sensitivity=sensitivity, epsilon=epsilon, **kw)
+        return real(value, sensitivity, epsilon, rng, dtype, **kw)
 
     monkeypatch.setattr(completion_module, "laplace_release", spy)
     acc = PrivacyAccountant(epsilon=10.0)
@@ -233,6 +233,7 @@ def test_input_perturbation_noise_scale_and_cost(monkeypatch):
                                     random_state=0).fit(data["indices"], data["values"])
     # one Laplace per observed entry, scale (hi - lo)/eps in the caller's units (internal unit = hi - lo)
     assert seen["shape"] == (len(data["values"]),)
+    assert seen["rounding"] is None  # each coordinate is one value on its own: no sum to round
     assert seen["sensitivity"] * (hi - lo) / seen["epsilon"] == pytest.approx((hi - lo) / 0.7)
     assert model.privacy_cost_.event == LaplaceEvent(0.7)
     assert model.privacy_cost_.epsilon == pytest.approx(0.7, rel=1e-4)
@@ -287,13 +288,13 @@ def test_gradient_noise_is_two_z_m_per_coordinate(monkeypatch):
     steps, offsets = [], []
     real_joint, real_release = cm.joint_gaussian_release, cm.gaussian_release
 
-    def joint(parts, sensitivity, z, rng):
+    def joint(parts, sensitivity, z, rng, **kw):
         steps.append(([np.shape(p) for p in parts], sensitivity, z))
-        return real_joint(parts, sensitivity, z, rng)
+        return real_joint(parts, sensitivity, z, rng, **kw)
 
-    def release(value, sensitivity, z, rng, dtype=None):
+    def release(value, sensitivity, z, rng, dtype=None, **kw):
         offsets.append((np.shape(value), sensitivity, z))
-        return real_release(value, sensitivity, z, rng, dtype)
+        return real_release(value, sensitivity, z, rng, dtype, **kw)
 
     monkeypatch.setattr(cm, "joint_gaussian_release", joint)
     monkeypatch.setattr(cm, "gaussian_release", release)
@@ -622,9 +623,9 @@ def test_statistics_mode_records_exact_target_and_release_count(monkeypatch):
     calls = []
     real = cm.gaussian_release
 
-    def spy(value, sensitivity, z, rng, dtype=None):
+    def spy(value, sensitivity, z, rng, dtype=None, **kw):
         calls.append((float(sensitivity), z))
-        return real(value, sensitivity, z, rng, dtype)
+        return real(value, sensitivity, z, rng, dtype, **kw)
 
     monkeypatch.setattr(cm, "gaussian_release", spy)
     data = _study(0)
@@ -818,9 +819,9 @@ def test_factor_modes_private_fit_releases_only_the_factor_modes(perturbation, m
     shapes = []
     real = cm.gaussian_release
 
-    def spy(value, sensitivity, z, rng, dtype=None):
+    def spy(value, sensitivity, z, rng, dtype=None, **kw):
         shapes.append(np.shape(value))
-        return real(value, sensitivity, z, rng, dtype)
+        return real(value, sensitivity, z, rng, dtype, **kw)
 
     monkeypatch.setattr(cm, "gaussian_release", spy)
     X, y, _, _ = _ratings_like(1)
@@ -1157,3 +1158,149 @@ def test_order3_tucker_sweep_matches_the_general_dense_equations(rank, biases, r
     assert ssr == pytest.approx(ref_ssr, rel=1e-9)
     # the cached Kronecker index holds a (rank, rank) map per mode, never rank^6 entries (400 MB at 16)
     assert [i.size for i in _kron_index(rank, 3)] == [rank**2] * 3
+
+
+# ----------------------------------------------------------------------------- rounding
+def _record_roundings(monkeypatch):
+    """Every release of a completion fit, in order: ``(kind, sensitivity, rounding)``; and the
+    clipping levels the DP-ALS and implicit paths chose (from their released residual scale)."""
+    import dptensor._completion_models as cm
+
+    log, levels = [], {}
+    for module in (cm, completion_module):
+        for name in ("gaussian_release", "laplace_release"):
+            real = getattr(module, name)
+
+            def spy(value, sensitivity, level, rng, dtype=None, *, rounding, _real=real,
+                    _name=name):
+                log.append((_name, float(sensitivity), rounding))
+                return _real(value, sensitivity, level, rng, dtype, rounding=rounding)
+            monkeypatch.setattr(module, name, spy)
+    real_joint = cm.joint_gaussian_release
+
+    def joint(parts, sensitivity, z, rng, *, rounding):
+        log.append(("joint", float(sensitivity), rounding))
+        return real_joint(parts, sensitivity, z, rng, rounding=rounding)
+    monkeypatch.setattr(cm, "joint_gaussian_release", joint)
+    real_scale = PrivateTensorCompletion._offsets_and_scale
+
+    def scale(self, *args):
+        out = real_scale(self, *args)
+        levels["clip"] = out[1]
+        return out
+    monkeypatch.setattr(PrivateTensorCompletion, "_offsets_and_scale", scale)
+    real_start = completion_module.spectral_start
+
+    def start(*args, **kw):
+        levels["gram_clip"] = kw["gram_clip"]
+        return real_start(*args, **kw)
+    monkeypatch.setattr(completion_module, "spectral_start", start)
+    return log, levels
+
+
+def _check_rounding(rounding, total, terms):
+    assert rounding is not None and rounding.terms == terms
+    assert rounding.total == pytest.approx(total, rel=1e-12)
+    # what the mechanism adds to the sensitivity: 2 gamma_terms total, gamma_m = m u / (1 - m u)
+    u = 2.0**-53
+    assert rounding.allowance() == pytest.approx(2 * terms * u / (1 - terms * u) * total, rel=1e-9)
+
+
+def test_statistics_releases_name_their_rounding_from_public_counts(monkeypatch):
+    """Every DP-ALS release names the rounding of its float sums, counted here from Omega alone:
+    n entries, each adding at most R (the values' and residuals' public bounds, the clipped designs
+    C times the clipping level), the longest sum a row's count (n for sums over every entry)."""
+    data = _study(0)
+    X, n = data["indices"], len(data["values"])
+    longest = [int(np.bincount(X[:, m]).max()) for m in range(3)]
+    log, levels = _record_roundings(monkeypatch)
+    PrivateTensorCompletion(epsilon=1.0, value_range=(0, 1), n_iter=2,
+                            random_state=0).fit(X, data["values"])
+    assert [kind for kind, _, _ in log] == ["gaussian_release"] * (1 + 3 + 1 + 2 + 1 + 2 * 3)
+    clip, gram_clip = levels["clip"], levels["gram_clip"]
+    (_, _, total), *rows, (_, _, scale) = log[:5]
+    _check_rounding(total, 0.75 * n, n)  # (y, min(y^2, 1/4)): 1/2 + 1/4 per value
+    for m, (_, _, rounding) in enumerate(rows):  # value, mean and m row effects: 1/2 + 1/2 + m
+        _check_rounding(rounding, (1 + m) * n, longest[m])
+    _check_rounding(scale, n / 4, n)
+    for m, (_, _, rounding) in zip((1, 2), log[5:7]):  # sum_c ||y_c||^2 <= n gram_clip^2
+        _check_rounding(rounding, n * gram_clip**2, longest[m])
+    for m, (_, sens, rounding) in zip((0, 0, 1, 2, 0, 1, 2), log[7:]):
+        design = sens / min(1.0, 2 * clip)  # the public design bound C (sensitivity D C)
+        _check_rounding(rounding, n * design * clip, longest[m])
+
+
+@pytest.mark.parametrize("kind", ["cp", "tucker"])
+def test_gradient_steps_name_their_rounding(kind, monkeypatch):
+    """A DP step's joint release: n clipped gradients of norm at most clip_norm; the longest sum a
+    row's count, or for Tucker the core's n entries and one product per other mode after the
+    partial sums over mode 0 (on the dense layout)."""
+    data = _study(0)
+    X, n = data["indices"], len(data["values"])
+    log, _ = _record_roundings(monkeypatch)
+    PrivateTensorCompletion(perturbation="gradient", decomposition=kind, epsilon=2.0,
+                            value_range=(0, 1), clip_norm=0.25, n_iter=3,
+                            random_state=0).fit(X, data["values"])
+    steps = [rounding for name, _, rounding in log if name == "joint"]
+    assert len(steps) == 3
+    terms = n + 2 if kind == "tucker" else max(int(np.bincount(X[:, m]).max()) for m in range(3))
+    for rounding in steps:
+        _check_rounding(rounding, n * 0.25, terms)
+
+
+def test_implicit_statistic_names_its_rounding_and_values_on_their_own_none(monkeypatch):
+    """The implicit statistic: n clipped residuals times designs of norm at most sqrt(2), summed
+    over up to every entry with one product after a partial sum. Input perturbation releases each
+    value on its own (no sum), and output perturbation's bound is unproven: neither has one."""
+    X, y, _, _ = _ratings_like(0)
+    log, levels = _record_roundings(monkeypatch)
+    PrivateTensorCompletion(rank=2, perturbation="implicit", factor_modes=(0, 1), epsilon=3.0,
+                            value_range=(-3, 3), random_state=0).fit(X, y)
+    name, _, rounding = log[-1]
+    assert name == "gaussian_release" and len(log) == 1 + 3 + 1 + 1
+    _check_rounding(rounding, len(y) * math.sqrt(2) * levels["clip"], len(y) + 1)
+    for perturbation in ("input", "output"):
+        log.clear()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PrivacyWarning)
+            PrivateTensorCompletion(rank=2, perturbation=perturbation, epsilon=3.0,
+                                    value_range=(-3, 3), fit_intercept=False, n_iter=2,
+                                    random_state=0).fit(X, y)
+        assert [(name, rounding) for name, _, rounding in log] == [("laplace_release", None)]
+
+
+def test_residual_scale_float_sum_moves_past_its_sensitivity_within_the_allowance(rng, monkeypatch):
+    """Brute force on the residual scale's float sum: replacing one value (its term 0 -> 1/4, the
+    sensitivity) moves the computed sum by more than 1/4 for some entries -- rounding, which the
+    exact sensitivity does not cover -- and never by more than 1/4 plus the allowance of the
+    rounding the release names."""
+    import dptensor._completion_models as cm
+    from dptensor._completion_models import OffsetNoise, init_model, offsets, residual_scale
+
+    shape = (6, 5, 4)
+    X = np.stack(np.unravel_index(rng.choice(120, 90, replace=False), shape), axis=1)
+    obs = Observations(X, shape)
+    model = init_model(shape, 2, "cp", rng)
+    model.intercept, model.biases = 0.1, [rng.uniform(-0.2, 0.2, k) for k in shape]
+    base = offsets(model, X)
+    y = base + rng.uniform(-0.5, 0.5, len(X))
+    queries = []
+    real = cm.gaussian_release
+
+    def spy(value, sensitivity, z, rng, dtype=None, *, rounding):
+        queries.append((float(value), sensitivity, rounding))
+        return real(value, sensitivity, z, rng, dtype, rounding=rounding)
+    monkeypatch.setattr(cm, "gaussian_release", spy)
+    noise = OffsetNoise("gaussian", np.array([1.0]))
+    moved = []
+    for e in range(len(X)):
+        sums = []
+        for term in (0.0, 0.6):  # the entry's residual exactly 0, or past the clip at 1/2
+            values = np.where(np.arange(len(X)) == e, base + term, y)
+            residual_scale(obs, values, model, noise=noise, rng=np.random.default_rng(0), index=0)
+            sums.append(queries[-1][0])
+        moved.append(abs(sums[1] - sums[0]))
+    _, sensitivity, rounding = queries[-1]
+    assert sensitivity == 0.25 and rounding.total == len(X) / 4 and rounding.terms == len(X)
+    assert max(moved) > sensitivity  # the float sum is not the exact one
+    assert max(moved) <= sensitivity + rounding.allowance()
