@@ -21,8 +21,9 @@ from dptensor.latent import PrivateGaussianMixture, PrivateLatentDirichletAlloca
 from dptensor.latent._pipeline import (PROJECTION_SHARE, SHARES, ImplicitMatrix, plan_noise, power_subspace,
                                        release, release_second, sym3, top_eigenpairs, whiten)
 from dptensor.latent.gaussian_mixture import spherical_variance, whitened_bound
-from dptensor.latent.lda import (DOCUMENT_SENSITIVITY, LDA_FIRST_SHARE, _clip_scale, _pair_products,
-                                 _triple_sums, document_moments, document_norms, document_weights,
+from dptensor.latent.lda import (DOCUMENT_SENSITIVITY, LDA_FIRST_SHARE, PAIR_PARTS_RATIO,
+                                 TRIPLE_PARTS_RATIO, _clip_scale, _pair_products, _triple_sums,
+                                 document_moments, document_norms, document_weights,
                                  topic_noise_std)
 from dptensor.mechanisms import clip_rows, symmetric_gaussian_release
 from dptensor.pca import auto_n_iter, covariance_sensitivity, power_schedule, row_power_sensitivity
@@ -142,13 +143,13 @@ def test_topic_noise_std_is_the_first_order_noise_of_the_topics(rng, inside_e2):
 
 def test_releases_add_noise_at_multiplier_times_sensitivity(rng):
     plan = plan_noise(1.0, 1e-5, 1)
-    noise = release(np.zeros(20000), 0.3, plan.z_first[0], rng)
+    noise = release(np.zeros(20000), 0.3, plan.z_first[0], rng, rounding=None)
     assert np.std(noise) == pytest.approx(0.3 * plan.z_first[0], rel=0.03)
-    E = release_second(np.zeros((200, 200)), 0.2, plan, rng)
+    E = release_second(np.zeros((200, 200)), 0.2, plan, rng, rounding=None)
     np.testing.assert_array_equal(E, E.T)
     assert np.std(E[np.triu_indices(200)]) == pytest.approx(0.2 * plan.z_second[0], rel=0.03)
     free = plan_noise(np.inf, 1e-5, 1)
-    assert not release(np.zeros(3), 0.3, free.z_first[0], rng).any()
+    assert not release(np.zeros(3), 0.3, free.z_first[0], rng, rounding=None).any()
 
 
 def test_power_subspace_releases_d_by_p_steps_and_a_p_by_p_projection(rng):
@@ -167,14 +168,16 @@ def test_power_subspace_releases_d_by_p_steps_and_a_p_by_p_projection(rng):
             return A @ Q
 
     plan = plan_noise(8.0, 1e-5, 1, n_power=4)
-    V, P = power_subspace(Operator(), k, plan, rng, step_sensitivity=1e-3, projection_sensitivity=1e-3)
+    V, P = power_subspace(Operator(), k, plan, rng, step_sensitivity=1e-3,
+                          projection_sensitivity=1e-3, step_rounding=None, projection_rounding=None)
     assert V.shape == (d, 2 * k) and P.shape == (2 * k, 2 * k) and set(calls) == {(d, 2 * k)}
     assert len(calls) == 5  # four power steps and the projection: one product each
     np.testing.assert_allclose(V.T @ V, np.eye(2 * k), atol=1e-12)
     assert np.linalg.norm(U - V @ (V.T @ U), 2) < 0.05
     np.testing.assert_allclose(np.linalg.eigvalsh(P)[::-1][:k], [5.0, 4.0, 3.0], atol=0.05)
     free = plan_noise(np.inf, 1e-5, 1, n_power=4)
-    V, P = power_subspace(Operator(), k, free, rng, step_sensitivity=0.0, projection_sensitivity=0.0)
+    V, P = power_subspace(Operator(), k, free, rng, step_sensitivity=0.0,
+                          projection_sensitivity=0.0, step_rounding=None, projection_rounding=None)
     np.testing.assert_allclose(P, V.T @ A @ V, atol=1e-12)
     assert np.linalg.norm(U - V @ (V.T @ U), 2) < 1e-6
 
@@ -204,7 +207,7 @@ def test_gmm_whitened_tensor_equals_dense_moment_contracted(rng, whitening):
     plan = plan_noise(np.inf, 1e-5, 1, int(whitening == "power"), ctx["n_first"])
     mean = model._release_first(ctx, plan, rng)
     wh = model._release_whitening(ctx, mean, plan, rng)
-    data, correction, _ = model._whitened_third(ctx, wh, mean)
+    data, correction, _, _ = model._whitened_third(ctx, wh, mean)
     s2 = ctx["variance"]
     eye = np.eye(d)
     M3 = moment_tensor(X) - s2 * (np.einsum("a,bc->abc", mean, eye) + np.einsum("b,ac->abc", mean, eye)
@@ -379,7 +382,7 @@ def test_lda_whitened_tensor_equals_triple_average_contracted(whitening):
     plan = plan_noise(np.inf, 1e-5, 1, int(whitening == "power"), ctx["n_first"])
     mean = model._release_first(ctx, plan, rng)
     wh = model._release_whitening(ctx, mean, plan, rng)
-    data, correction, _ = model._whitened_third(ctx, wh, mean)
+    data, correction, _, _ = model._whitened_third(ctx, wh, mean)
     brute = [brute_pair_and_triple(c) for c in C]
     E2, E3 = np.mean([b[0] for b in brute], axis=0), np.mean([b[1] for b in brute], axis=0)
     a0, m1 = 0.7, mean
@@ -533,15 +536,23 @@ def test_lda_triple_bound_holds_where_its_formula_cancels(light):
     """One word with a large whitened row (norm 1) and two with tiny ones: beta_c = 6 light^2 / 6,
     but S1^3 - 3 S1 S2 + 2 S3 is computed as 0 for rows 10^9 apart (S1^3 = 1 + 6e-9 cancels), which
     left the term unclipped, 10^4 times over a bound set below beta_c. With the rounding margin the
-    computed term stays within the bound (the margin only clips more)."""
+    computed term stays within the bound (the margin only clips more). The parts it is summed
+    from are far larger (about 1 against light^2): the weight keeps them within
+    TRIPLE_PARTS_RATIO times the bound as well, which here clips the term below it."""
     W = np.array([[1.0, 0.0], [0.0, light], [light, 0.0]])
     C = sp.csr_matrix(np.array([[1.0, 1.0, 1.0]]))
     bound = 1e-3 * light**2  # beta_c = light^2 for this document: it must be clipped 1000-fold
     cube, Z, s = _triple_sums(C, W, None, bound)
     term = cube - sym3(np.einsum("ia,ib,ic->abc", W, W, Z)) + 2 * np.einsum("i,ia,ib,ic->abc", s, W, W, W)
     assert np.linalg.norm(term) <= bound
+    S1, S2, S3 = 1 + 2 * light, 1 + 2 * light**2, 1 + 2 * light**3
+    parts = (S1**3 + 3 * S1 * S2 + 2 * S3) / 6.0  # a = 1/6 at 3 words
+    pieces = np.abs(cube) + 3 * np.einsum("ia,ib,ic->abc", np.abs(W), np.abs(W), np.abs(Z)) \
+        + 2 * np.einsum("i,ia,ib,ic->abc", s, np.abs(W), np.abs(W), np.abs(W))
+    assert np.linalg.norm(pieces) <= TRIPLE_PARTS_RATIO * bound * (1 + 1e-12)
     if light == 1e-6:  # no cancellation: the margin leaves the clip as it was, nearly
-        assert np.linalg.norm(term) >= 0.5 * bound
+        expected = min(bound, TRIPLE_PARTS_RATIO * bound * light**2 / parts)
+        assert np.linalg.norm(term) >= 0.5 * expected
 
 
 def test_lda_doc_clip_range_refused_before_the_spend():
@@ -955,3 +966,168 @@ def test_lda_noise_dominated_fit_is_silent_after_the_spend():
                                                accountant=PrivacyAccountant(epsilon=10, delta=1e-6),
                                                random_state=0).fit(X)
     assert np.all(np.isfinite(lda.components_))
+
+
+# -- floating-point rounding of the releases (docs/derivations/latent.rst, "Rounding") --------
+
+def _gamma(m):
+    u = 2.0**-53
+    return m * u / (1.0 - m * u)
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """Every release the pipeline makes, as (kind, sensitivity, rounding), passed on unchanged;
+    the power whitening's steps as ("power", the sensitivity noisy_power_method was given)."""
+    import dptensor.latent._pipeline as pipeline
+    calls = []
+
+    def wrap(kind, real):
+        def release(value, sensitivity, *args, rounding, **kwargs):
+            calls.append((kind, float(np.max(sensitivity)), rounding))
+            return real(value, sensitivity, *args, rounding=rounding, **kwargs)
+        return release
+
+    def power(operator, *args, sensitivity, **kwargs):
+        calls.append(("power", float(sensitivity), None))
+        return real_power(operator, *args, sensitivity=sensitivity, **kwargs)
+
+    real_power = pipeline.noisy_power_method
+    monkeypatch.setattr(pipeline, "gaussian_release", wrap("plain", pipeline.gaussian_release))
+    monkeypatch.setattr(pipeline, "symmetric_gaussian_release",
+                        wrap("symmetric", pipeline.symmetric_gaussian_release))
+    monkeypatch.setattr(pipeline, "noisy_power_method", power)
+    return calls
+
+
+def _terms_ok(r, n, inner=0):
+    """The chain counts the n units, the inner sums, and a few scalings (no more than 64)."""
+    return n + inner <= r.terms <= n + inner + 64
+
+
+@pytest.mark.parametrize("whitening", ["dense", "power"])
+def test_gmm_releases_carry_their_rounding(mixture, recorded, whitening):
+    """Each release of a private mixture fit names a Rounding whose total is n times the bound on
+    one row's term (B for the mean, B^2 for the trace and Analyze Gauss, sqrt(p) B^2 per power
+    step, B_W^3 for the third moment: 2 B_W^3 / n is its sensitivity), and the power steps'
+    sensitivity is raised by exactly that allowance."""
+    X, means, _ = mixture
+    n, d, k, p = X.shape[0], X.shape[1], 3, 6
+    B = gaussian_mixture_norm_bound(means, 1.0, d)
+    PrivateGaussianMixture(k, epsilon=4.0, data_norm=B, whitening=whitening, random_state=0).fit(X)
+    kinds = [c[0] for c in recorded]
+    mean, third = recorded[0], recorded[-1]
+    assert mean[0] == "plain" and mean[2].total == pytest.approx(B) and _terms_ok(mean[2], n)
+    assert third[0] == "symmetric" and _terms_ok(third[2], n)
+    assert third[2].total == pytest.approx(third[1] * n / 2.0, rel=1e-12)  # B_W^3
+    if whitening == "dense":
+        assert kinds == ["plain", "symmetric", "symmetric"]
+        assert recorded[1][2].total == pytest.approx(B * B) and _terms_ok(recorded[1][2], n)
+        return
+    trace, steps, projection = recorded[1], recorded[2], recorded[3]
+    assert kinds == ["plain", "plain", "power", "symmetric", "symmetric"]
+    assert trace[2].total == pytest.approx(B * B) and _terms_ok(trace[2], n, d)
+    assert projection[2].total == pytest.approx(p * B * B) and _terms_ok(projection[2], n, 2 * d)
+    raised = steps[1] - row_power_sensitivity(B, p) / n
+    least = 2.0 * _gamma(n + d) * math.sqrt(p) * B * B  # the allowance of n + d terms at least
+    assert least <= raised <= least * (n + d + 64) / (n + d) * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("whitening", ["dense", "power"])
+def test_lda_releases_carry_their_rounding(corpus, recorded, whitening):
+    """The topic model's releases: the clipping scale (each term in [0, 1]: total 1), the mean
+    (total tau_1), the pair moment (PAIR_PARTS_RATIO tau_2, per power step sqrt(p) times that over
+    the weight plus the offset), the third moment (TRIPLE_PARTS_RATIO b^3 over the weight, whose
+    sensitivity is 2 b^3 / (n weight)). tau_1, tau_2 and b^3 are read off the sensitivities."""
+    C = corpus[0]
+    n, d, k = C.shape[0], C.shape[1], 3
+    p = 2 * k
+    PrivateLatentDirichletAllocation(k, epsilon=4.0, whitening=whitening, random_state=0).fit(C)
+    scale, mean, third = recorded[0], recorded[1], recorded[-1]
+    assert scale[2].total == 1.0 and _terms_ok(scale[2], n)
+    assert mean[2].total == pytest.approx(mean[1] * n / DOCUMENT_SENSITIVITY)
+    assert _terms_ok(mean[2], n)
+    assert third[2].total == pytest.approx(TRIPLE_PARTS_RATIO * third[1] * n / 2.0, rel=1e-12)
+    assert _terms_ok(third[2], n, 2 * d)
+    if whitening == "dense":
+        pair = recorded[2]
+        assert pair[2].total == pytest.approx(PAIR_PARTS_RATIO * pair[1] * n / DOCUMENT_SENSITIVITY)
+        assert _terms_ok(pair[2], n)
+        return
+    projection = recorded[-2]
+    parts = PAIR_PARTS_RATIO * projection[1] * n / DOCUMENT_SENSITIVITY  # 4 tau_2 / weight
+    offset = projection[2].total / p - parts  # c ||m||^2 of the released mean: in (0, 1)
+    assert 0.0 < offset < 1.0 and _terms_ok(projection[2], n, 2 * d)
+    step = [c for c in recorded if c[0] == "power"][0]
+    raised = step[1] - projection[1]  # the steps' and the projection's sensitivities are equal
+    least = 2.0 * _gamma(n + d) * math.sqrt(p) * (parts + offset)
+    assert least <= raised <= least * (n + d + 64) / (n + d) * (1 + 1e-9)
+
+
+def test_lda_summands_within_their_public_bounds():
+    """Every document of length 3..6 on 4 words: the absolute values of the pair term's summands,
+    ``D (c c^T + diag c)``, have Frobenius norm at most (2 + sqrt(3)) ||E2(c)||_F <=
+    PAIR_PARTS_RATIO ||E2(c)||_F (equality at three distinct words); unclipped, the triple term's
+    parts ``a (S1^3 + 3 S1 S2 + 2 S3)`` are at most 10 r^3 <= TRIPLE_PARTS_RATIO r^3 (equality
+    at one word repeated 3 times whose row norm is r), and clipped at most
+    TRIPLE_PARTS_RATIO b^3."""
+    rng = np.random.default_rng(3)
+    W = rng.standard_normal((4, 2))
+    rho = np.linalg.norm(W, axis=1)
+    docs = np.array(list(docs_up_to(4, 6)))
+    ratios, cubes = [], []
+    for c in docs:
+        l = c.sum()
+        parts = np.linalg.norm(np.outer(c, c) + np.diag(c)) / (l * (l - 1))
+        ratios.append(parts / np.linalg.norm(brute_pair_and_triple(c)[0]))
+        S1, S2, S3 = (c @ rho**j for j in (1, 2, 3))
+        cubes.append((S1**3 + 3 * S1 * S2 + 2 * S3) / (l * (l - 1) * (l - 2)))
+    assert max(ratios) <= 2 + math.sqrt(3) + 1e-12 < PAIR_PARTS_RATIO
+    assert max(cubes) == pytest.approx(10 * rho.max()**3) and 10 < TRIPLE_PARTS_RATIO
+    bound = 0.5 * np.median(cubes)
+    C = sp.csr_matrix(docs)
+    for b3 in (bound, 1e-3 * bound):
+        for i in range(len(docs)):  # one chunk per document: its own parts
+            cube, Z, s = _triple_sums(C[i], W, None, b3)
+            A = np.abs(W)
+            pieces = np.abs(cube) + 3 * np.einsum("ia,ib,ic->abc", A, A, np.abs(Z)) \
+                + 2 * np.einsum("i,ia,ib,ic->abc", s, A, A, A)
+            assert np.linalg.norm(pieces) <= TRIPLE_PARTS_RATIO * b3 * (1 + 1e-12)
+
+
+def test_gmm_mean_between_neighbours_within_sensitivity_and_allowance():
+    """Brute force on rows built to cancel (norm B, sums near 0 against n B): over shuffled row
+    orders and float32 input, the computed means of neighbours (one row replaced by its negative)
+    differ by at most 2 B / n plus the allowance 2 gamma_(n+16) B."""
+    from dptensor.latent.gaussian_mixture import _moment_sums
+    rng = np.random.default_rng(5)
+    n, d, B = 3000, 4, 1.0
+    X = rng.standard_normal((n, d)) * np.logspace(0, -12, d)
+    X = clip_rows(X / np.linalg.norm(X, axis=1, keepdims=True), B)
+    limit = 2 * B / n + 2 * _gamma(n + 16) * B
+    for rows in (X, clip_rows(X.astype(np.float32), B)):  # the fit clips float32 rows in float32
+        others = rows.copy()
+        others[0] = -rows[0]
+        for _ in range(20):
+            order = rng.permutation(n)
+            a = PrivateGaussianMixture._reduce({"rows": rows[order]}, _moment_sums, False)[0] / n
+            b = PrivateGaussianMixture._reduce({"rows": others[rng.permutation(n)]}, _moment_sums,
+                                               False)[0] / n
+            assert np.linalg.norm(a - b) <= limit
+
+
+def test_gmm_on_float32_rows_sums_in_float64_without_a_float64_copy():
+    """float32 rows stay float32 (their clipped copy is float32) and every sum runs on float64
+    blocks: the fit's peak allocation stays below one float64 copy of X beside the float32 ones,
+    and its fitted means are those of the same rows in float64."""
+    import tracemalloc
+    X, _, _, _ = make_gaussian_mixture(100_000, 40, 2, separation=2.0, random_state=1)
+    X32 = X.astype(np.float32)
+    kw = dict(n_components=2, random_state=0, whitening="dense")
+    tracemalloc.start()
+    low = PrivateGaussianMixture(**kw).fit(X32)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 8 * X.size
+    high = PrivateGaussianMixture(**kw).fit(X32.astype(np.float64))
+    np.testing.assert_allclose(low.means_, high.means_, rtol=1e-9, atol=1e-9)

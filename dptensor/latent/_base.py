@@ -15,6 +15,24 @@ from ._pipeline import decompose_whitened, n_third_queries, plan_noise
 __all__ = ["SpectralLatentModel"]
 
 
+#: Rows per block when in-memory rows are held in a narrower type than float64 (float32): each
+#: block is cast and its sums run in float64 (float32's rounding, 2**-24 per operation, would
+#: swamp the sensitivity: ``docs/derivations/latent.rst``, "Rounding"), never a whole copy.
+BLOCK_ROWS = 4096
+
+
+def float64_reduce(rows, partial, *args):
+    """``partial(rows, *args)`` (a tuple of sums over rows), in float64: as it is for float64 or
+    sparse rows, else added up over float64 copies of blocks of :data:`BLOCK_ROWS` rows."""
+    if not isinstance(rows, np.ndarray) or rows.dtype == np.float64:
+        return partial(rows, *args)
+    total = None
+    for start in range(0, max(len(rows), 1), BLOCK_ROWS):
+        part = partial(rows[start:start + BLOCK_ROWS].astype(np.float64), *args)
+        total = part if total is None else tuple(a + b for a, b in zip(total, part))
+    return total
+
+
 def _stored_floats(X) -> int:
     """The numbers ``X`` holds: every entry of a dense array; a sparse matrix's stored entries
     and their indices (a count the data set: see the privacy guide, "Memory")."""
@@ -39,7 +57,8 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
     * ``_release_whitening(ctx, mean, plan, rng)`` -> a :class:`~._pipeline.Whitening` from the
       released second moment: Analyze Gauss on the d x d matrix, or
       :func:`~._pipeline.power_subspace` (never d x d);
-    * ``_whitened_third(ctx, whitening, mean)`` -> ``(data, correction, sensitivity)``;
+    * ``_whitened_third(ctx, whitening, mean)`` -> ``(data, correction, sensitivity, rounding)``
+      (``rounding``: the data part's :class:`~dptensor.mechanisms.Rounding`);
     * ``_recover(ctx, components, eigenvalues, whitening, mean)`` sets the fitted attributes;
     * ``_refine(ctx, rows)``, only without privacy: improves them on the data (default: nothing).
     """
@@ -135,10 +154,11 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
                                                   data=(X,))
         mean = self._release_first(ctx, plan, rng)
         whitening = self._release_whitening(ctx, mean, plan, rng)
-        data, correction, sensitivity = self._whitened_third(ctx, whitening, mean)
+        data, correction, sensitivity, rounding = self._whitened_third(ctx, whitening, mean)
         rows = ctx.pop("rows")  # no release reads the data after this one
         components, eigenvalues = decompose_whitened(
-            data, correction, k, sensitivity=sensitivity, plan=plan, method=method,
+            data, correction, k, sensitivity=sensitivity, rounding=rounding, plan=plan,
+            method=method,
             n_restarts=self.n_restarts, n_iter=self.n_iter, rng=rng, verbose=self.verbose,
             frobenius=self._frobenius)
         self.method_ = method if plan.private else "exact"
@@ -177,11 +197,12 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
 
     @staticmethod
     def _reduce(ctx, partial, *args):
-        """``partial(rows, *args)`` (a tuple of sums over rows), in memory or over a Dask array's
-        row chunks (one reduction: only the sums reach the client)."""
+        """``partial(rows, *args)`` (a tuple of sums over rows), in memory (in float64:
+        :func:`float64_reduce`) or over a Dask array's row chunks (one reduction: only the sums
+        reach the client)."""
         if is_dask_array(ctx["rows"]):
             return reduce_row_chunks(ctx["rows"], partial, *args)
-        return partial(ctx["rows"], *args)
+        return float64_reduce(ctx["rows"], partial, *args)
 
     @staticmethod
     def _positive(eigenvalues):

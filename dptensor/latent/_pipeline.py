@@ -38,11 +38,11 @@ import scipy.sparse.linalg
 from .._operators import SymmetricTensor, TensorOperator, ThirdMoment, moment_tensor
 from ..accounting import ComposedEvent, GaussianEvent, gdp_mu
 from ..pca import auto_n_iter, noisy_power_method, power_schedule
-from ..mechanisms import gaussian_release, symmetric_gaussian_release
-from ..tensor_decomposition import (PowerNoise, choose_moment, n_power_queries, perturb_tensor,
-                                    tensor_power_method)
+from ..mechanisms import Rounding, gaussian_release, symmetric_gaussian_release
+from ..tensor_decomposition import PowerNoise, choose_moment, n_power_queries, tensor_power_method
 
-__all__ = ["SHARES", "PROJECTION_SHARE", "NoisePlan", "plan_noise", "release", "release_second",
+__all__ = ["SHARES", "PROJECTION_SHARE", "SPARE_TERMS", "NoisePlan", "plan_noise", "rounding",
+           "whitening_roundings", "release", "release_second",
            "power_subspace", "ImplicitMatrix", "top_eigenpairs",
            "Whitening", "whiten", "CorrectedTensor", "sym3", "whitened_rows_operator", "decompose_whitened",
            "n_third_queries", "match_rows"]
@@ -123,22 +123,68 @@ def plan_noise(epsilon: float, delta: float, n_third_queries: int, n_power: int 
     return NoisePlan(z_first, z_second, z_third, n_third_queries, int(n_power), event)
 
 
-def release(value, sensitivity: float, noise_multiplier: float, rng):
-    """``value`` plus ``N(0, (z s)^2)`` noise (one Gaussian release); unchanged when ``z == 0``
-    (no privacy: the plan's multipliers are then all zero)."""
+#: Floating-point operations in a released coordinate besides its sum over the units and the
+#: sums over one unit's features (or words): the unit's own products and scalings (at most 4),
+#: the combination of a unit's parts, the divisions by n or a public weight, a public offset's
+#: subtraction, the mirror average ``(P + P^T) / 2`` and the Frobenius geometry's ``sqrt(m)``:
+#: at most 12 at any site of the latent models (``docs/derivations/latent.rst``, "Rounding").
+SPARE_TERMS = 16
+
+
+def rounding(total: float, n: int, inner: int = 0) -> Rounding:
+    """The :class:`~dptensor.mechanisms.Rounding` of a release whose coordinates are sums over
+    the ``n`` units of terms that are themselves sums of at most ``inner`` products (a row's
+    ``x . q``: ``inner = d``), then a few scalings (:data:`SPARE_TERMS`). A term's roundings
+    and the sum's chain through at most ``inner + n + SPARE_TERMS`` operations, whatever order
+    BLAS or Dask takes. ``total`` bounds, in the release's norm, the sum over units of the norm
+    of a unit's term with every summand taken by its absolute value, plus the public offsets'."""
+    return Rounding(total=float(total), terms=int(n) + int(inner) + SPARE_TERMS)
+
+
+def whitening_roundings(n: int, d: int, p: int, unit_total: float, offset: float = 0.0):
+    """``(analyze, step, projection)``: the roundings of the second moment's releases.
+
+    ``unit_total`` bounds the sum over units of the Frobenius norm of a unit's term ``|A_x|``
+    (entrywise absolute values, in the released matrix's scale), ``offset`` the Frobenius norm
+    of the absolute value of a public matrix subtracted from it. A block ``Q`` with orthonormal
+    columns has ``|| |Q| ||_2 <= || Q ||_F = sqrt(p)``, so ``|| |A_x| |Q| ||_F <= sqrt(p)
+    ||A_x||_F`` (a power step: ``d`` more operations per entry, the product ``x . q``) and
+    ``|| |V|^T |A_x| |V| ||_F <= p ||A_x||_F`` (the projection: ``2 d`` more).
+    """
+    whole = float(unit_total) + float(offset)
+    return (rounding(whole, n), rounding(math.sqrt(p) * whole, n, d),
+            rounding(p * whole, n, 2 * d))
+
+
+def release(value, sensitivity: float, noise_multiplier: float, rng, *, rounding: Rounding | None):
+    """``value`` plus ``N(0, (z s)^2)`` noise (one Gaussian release), ``s`` raised by the value's
+    ``rounding`` allowance; unchanged when ``z == 0`` (no privacy: the plan's multipliers are then
+    all zero)."""
     if noise_multiplier == 0:
         return value
-    return gaussian_release(value, sensitivity, noise_multiplier, rng)
+    return gaussian_release(value, sensitivity, noise_multiplier, rng, rounding=rounding)
 
 
-def release_second(second, sensitivity, plan: NoisePlan, rng, frobenius: bool = False):
+def release_second(second, sensitivity, plan: NoisePlan, rng, frobenius: bool = False, *,
+                   rounding: Rounding | None):
     """The symmetric second moment with Gaussian noise on its upper triangle, diagonal included
-    (Analyze Gauss: one release at ``z sensitivity``). ``frobenius``: ``sensitivity`` bounds the
-    Frobenius norm of the matrix's change, and the off-diagonal noise is ``1 / sqrt(2)`` of the
-    diagonal's (:func:`~dptensor.mechanisms.symmetric_gaussian_release`)."""
+    (Analyze Gauss: one release at ``z sensitivity``, raised by the ``rounding`` allowance).
+    ``frobenius``: ``sensitivity`` bounds the Frobenius norm of the matrix's change, and the
+    off-diagonal noise is ``1 / sqrt(2)`` of the diagonal's
+    (:func:`~dptensor.mechanisms.symmetric_gaussian_release`)."""
     if not plan.private:
         return second
-    return symmetric_gaussian_release(second, sensitivity, plan.z_second[0], rng, frobenius=frobenius)
+    return symmetric_gaussian_release(second, sensitivity, plan.z_second[0], rng,
+                                      frobenius=frobenius, rounding=rounding)
+
+
+def _raised(sensitivity: float, rounding: Rounding | None) -> float:
+    """``sensitivity`` plus the ``rounding`` allowance: what a release given ``rounding=`` adds,
+    for the releases made inside :func:`~dptensor.pca.noisy_power_method` and
+    :func:`~dptensor.tensor_decomposition.tensor_power_method`, which take a sensitivity only."""
+    if rounding is None or not sensitivity > 0:
+        return sensitivity
+    return float(sensitivity) + rounding.allowance()
 
 
 class ImplicitMatrix:
@@ -150,7 +196,9 @@ class ImplicitMatrix:
 
 
 def power_subspace(operator, k: int, plan: NoisePlan, rng, *, step_sensitivity: float,
-                   projection_sensitivity: float, few_passes: bool = False, frobenius: bool = False):
+                   projection_sensitivity: float, step_rounding: Rounding | None,
+                   projection_rounding: Rounding | None, few_passes: bool = False,
+                   frobenius: bool = False):
     """An orthonormal basis V (d x p) of M2's top subspace and the released projection ``V^T M2 V``.
 
     ``operator`` applies the symmetric d x d ``M2`` to a d x p block (``matmat``), never forming
@@ -158,9 +206,10 @@ def power_subspace(operator, k: int, plan: NoisePlan, rng, *, step_sensitivity: 
     (:func:`~dptensor.pca.noisy_power_method`, ``p = min(2k, d)``: k oversampled columns), each
     one Gaussian release of ``M2 Q`` at ``step_sensitivity``; V spans the last one. Then one
     symmetric Gaussian release of the p x p ``V^T M2 V`` (upper triangle at
-    ``projection_sensitivity``, a Frobenius-norm bound when ``frobenius``). The noise is d x p per
-    step and p x p at the end: nothing of size
-    d x d is formed or noised. Every product is one pass over the data.
+    ``projection_sensitivity``, a Frobenius-norm bound when ``frobenius``). Each sensitivity is
+    raised by its rounding's allowance (:func:`whitening_roundings`). The noise is d x p per
+    step and p x p at the end: nothing of size d x d is formed or noised. Every product is one
+    pass over the data.
 
     Without privacy the exact top-k eigenpairs: ``V`` the eigenvectors and ``V^T M2 V`` their
     eigenvalues, by Lanczos on single-vector products, or (``few_passes``, for data whose every
@@ -174,14 +223,16 @@ def power_subspace(operator, k: int, plan: NoisePlan, rng, *, step_sensitivity: 
         return V, np.diag(values)
     if plan.private:
         result = noisy_power_method(operator, k, plan.n_power, rng, noise_multiplier=np.asarray(plan.z_second[:-1]),
-                                    sensitivity=step_sensitivity, n_oversamples=p - k)
+                                    sensitivity=_raised(step_sensitivity, step_rounding),
+                                    n_oversamples=p - k)
     else:
         result = noisy_power_method(operator, k, auto_n_iter(d, False), rng, n_oversamples=p - k, tol=1e-8)
     V = result.basis
     P = V.T @ operator.matmat(V)
     P = (P + P.T) / 2.0
     if plan.private:
-        P = symmetric_gaussian_release(P, projection_sensitivity, plan.z_second[-1], rng, frobenius=frobenius)
+        P = symmetric_gaussian_release(P, projection_sensitivity, plan.z_second[-1], rng,
+                                       frobenius=frobenius, rounding=projection_rounding)
     return V, P
 
 
@@ -306,8 +357,9 @@ def whitened_rows_operator(Y, n_queries: int):
     return ThirdMoment(Y)
 
 
-def decompose_whitened(data, correction, k: int, *, sensitivity: float, plan: NoisePlan, method: str,
-                       n_restarts: int, n_iter: int, rng, verbose: int = 0, frobenius: bool = False):
+def decompose_whitened(data, correction, k: int, *, sensitivity: float, rounding: Rounding | None,
+                       plan: NoisePlan, method: str, n_restarts: int, n_iter: int, rng,
+                       verbose: int = 0, frobenius: bool = False):
     """Release and decompose the whitened third moment ``data + correction``.
 
     ``data`` is the data-dependent part (a dense k x k x k array, or a tensor operator), of
@@ -316,20 +368,37 @@ def decompose_whitened(data, correction, k: int, *, sensitivity: float, plan: No
     entries of ``data`` (then the power method is post-processing; ``frobenius``: ``sensitivity``
     bounds the Frobenius norm of the tensor's change, see
     :func:`~dptensor.mechanisms.symmetric_gaussian_release`). ``method="power"``: the
-    private tensor power method (``k L (R + 1)`` Gaussian queries of the sum).
+    private tensor power method (``k L (R + 1)`` Gaussian queries of the sum). ``rounding``: the
+    data part's (:func:`rounding`), raising the sensitivity of either release; a power query
+    adds its contraction and the correction (the deflation's offsets are the power method's).
 
     Returns ``(components (k, k), eigenvalues (k,))``.
     """
     if plan.private and method == "perturb":
         dense = data if isinstance(data, np.ndarray) else _dense(data)
-        noisy = perturb_tensor(dense, sensitivity, plan.z_third, rng, frobenius)
+        # input perturbation (tensor_decomposition.perturb_tensor), here with the sum's rounding
+        noisy = symmetric_gaussian_release(dense, sensitivity, plan.z_third, rng,
+                                           frobenius=frobenius, rounding=rounding)
         operator = SymmetricTensor(noisy + correction)
         noise = None
     else:
         base = SymmetricTensor(data) if isinstance(data, np.ndarray) else data
         operator = CorrectedTensor(base, correction)
-        noise = PowerNoise(plan.z_third, sensitivity) if plan.private else None
+        noise = None
+        if plan.private:  # a query contracts the data and the public correction: both round
+            query = _query_rounding(rounding, correction, k)
+            noise = PowerNoise(plan.z_third, _raised(sensitivity, query))
     return tensor_power_method(operator, k, n_restarts, n_iter, rng, noise, verbose=verbose)
+
+
+def _query_rounding(data: Rounding | None, correction, k: int) -> Rounding | None:
+    """A power query ``(T + C)(I, u, u)`` (or ``(u, u, u)``) for unit ``u``: the data tensor's
+    entries, contracted over ``k^2`` of them (``|| |T|(I, |u|, |u|) || <= ||T||_F``), plus the
+    public correction's, whose Frobenius norm joins the total."""
+    if data is None:
+        return None
+    return Rounding(total=data.total + float(np.linalg.norm(correction)),
+                    terms=data.terms + k * k + k, dtype=data.dtype)
 
 
 def n_third_queries(method: str, k: int, n_restarts: int, n_iter: int) -> int:

@@ -11,9 +11,9 @@ from .._validation import check_data_norm, validate_private_data
 from ..mechanisms import clip_rows
 from ..pca import covariance_sensitivity, row_power_sensitivity, total_variance_sensitivity
 from ..tensor_decomposition import n_power_queries, row_sensitivity
-from ._base import SpectralLatentModel
-from ._pipeline import (ImplicitMatrix, power_subspace, release, release_second, sym3, top_eigenpairs, whiten,
-                        whitened_rows_operator)
+from ._base import BLOCK_ROWS, SpectralLatentModel
+from ._pipeline import (ImplicitMatrix, power_subspace, release, release_second, rounding, sym3,
+                        top_eigenpairs, whiten, whitened_rows_operator, whitening_roundings)
 
 __all__ = ["PrivateGaussianMixture", "spherical_variance", "bottom_mean", "whitened_bound"]
 
@@ -44,12 +44,23 @@ def bottom_mean(trace: float, top: float, d: int, k: int) -> float:
 
 def _moment_sums(chunk, dense):
     """``sum x``, ``sum ||x||^2`` and, for the dense whitening, ``X^T X`` over one chunk's rows:
-    the first and second moments in one pass."""
-    return chunk.sum(axis=0), np.einsum("ij,ij->", chunk, chunk), chunk.T @ chunk if dense else 0.0
+    the first and second moments in one pass. Each row's ``||x||^2`` is summed first: a chain of
+    ``d + n`` roundings, where one sum over all ``n d`` squares could take ``n d``."""
+    square = float(np.sum(np.einsum("ij,ij->i", chunk, chunk)))
+    return chunk.sum(axis=0), square, chunk.T @ chunk if dense else 0.0
 
 
 def _gram_product(chunk, Q):
     return (chunk.T @ (chunk @ Q),)
+
+
+def _whitened_rows(rows, W, bound_w):
+    """The clipped whitened rows ``clip(X W)`` (n x k, float64), made from float64 blocks of rows
+    held in float32: never a whole float64 copy of X."""
+    if rows.dtype == np.float64:
+        return clip_rows(rows @ W, bound_w)
+    return np.concatenate([clip_rows(rows[start:start + BLOCK_ROWS].astype(np.float64) @ W, bound_w)
+                           for start in range(0, max(len(rows), 1), BLOCK_ROWS)])
 
 
 def _whitened_cube_sum(chunk, W, bound_w):
@@ -201,8 +212,8 @@ class PrivateGaussianMixture(SpectralLatentModel):
             check_data_norm(self.whitened_clip, epsilon, name="whitened_clip")
         if is_dask_array(X):
             rows = clip_chunks(X.astype(np.float64), bound)
-        else:
-            rows = clip_rows(X, bound).astype(np.float64, copy=False)
+        else:  # float32 rows stay float32: every sum over them runs on float64 blocks
+            rows = clip_rows(X, bound)
         ctx = self._context(X, rows, epsilon, bound=bound)
         ctx["n_first"] = 2 if ctx["power"] else 1  # the power whitening also releases the trace
         return ctx
@@ -212,10 +223,12 @@ class PrivateGaussianMixture(SpectralLatentModel):
         total, square, gram = self._reduce(ctx, _moment_sums, not ctx["power"])
         if not ctx["power"]:  # computed in the same pass; released next, by Analyze Gauss
             ctx["second"] = gram / n
-        mean = release(total / n, 2.0 * B / n, plan.z_first[0], rng)
+        # each row's term x / n has norm <= B / n; its ||x||^2 / n lies in [0, B^2 / n]
+        mean = release(total / n, 2.0 * B / n, plan.z_first[0], rng, rounding=rounding(B, n))
         if ctx["power"]:
+            trace = rounding(B * B, n, ctx["d"])
             ctx["trace"] = float(release(np.float64(square / n), total_variance_sensitivity(B) / n,
-                                         plan.z_first[1], rng))
+                                         plan.z_first[1], rng, rounding=trace))
         return mean
 
     def _release_whitening(self, ctx, mean, plan, rng):
@@ -226,14 +239,18 @@ class PrivateGaussianMixture(SpectralLatentModel):
         with the released trace, the variance: the signal of ``Cov = E[x x^T] - m m^T`` lies in V.
         """
         k, n, d, B = self.n_components, ctx["n"], ctx["d"], ctx["bound"] or 0.0
+        # a row's term |x| |x|^T / n has Frobenius norm ||x||^2 / n <= B^2 / n
+        analyze, step, projection = whitening_roundings(n, d, min(2 * k, d), B * B)
         if not ctx["power"]:
-            second = release_second(ctx.pop("second"), covariance_sensitivity(B) / n, plan, rng)
+            second = release_second(ctx.pop("second"), covariance_sensitivity(B) / n, plan, rng,
+                                    rounding=analyze)
             ctx["variance"] = spherical_variance(second - np.outer(mean, mean), k, rng)
             return whiten(second - ctx["variance"] * np.eye(d), k, rng)
         operator = ImplicitMatrix(d, lambda Q: self._reduce(ctx, _gram_product, Q)[0] / n)
         V, P = power_subspace(operator, k, plan, rng,
                               step_sensitivity=row_power_sensitivity(B, min(2 * k, d)) / n,
                               projection_sensitivity=covariance_sensitivity(B) / n,
+                              step_rounding=step, projection_rounding=projection,
                               few_passes=is_dask_array(ctx["rows"]))
         u = V.T @ mean
         top = np.sum(np.linalg.eigvalsh(P - np.outer(u, u))[::-1][:k - 1])
@@ -251,11 +268,12 @@ class PrivateGaussianMixture(SpectralLatentModel):
             (total,) = reduce_row_chunks(ctx["rows"], _whitened_cube_sum, W, bound_w)
             data = SymmetricTensor(total / n)
         else:
-            data = whitened_rows_operator(clip_rows(ctx["rows"] @ W, bound_w),
+            data = whitened_rows_operator(_whitened_rows(ctx["rows"], W, bound_w),
                                           n_power_queries(k, self.n_restarts, self.n_iter))
         m, G = W.T @ mean, W.T @ W
         correction = -ctx["variance"] * sym3(G[:, :, None] * m[None, None, :])
-        return data, correction, sensitivity
+        # a whitened row's term |y|^(x)3 / n has Frobenius norm ||y||^3 / n <= B_W^3 / n
+        return data, correction, sensitivity, rounding((bound_w or 0.0) ** 3, n)
 
     def _recover(self, ctx, components, eigenvalues, whitening, mean):
         lam = self._positive(eigenvalues)

@@ -20,7 +20,8 @@ from .._validation import validate_private_data
 from ..pca import MAX_DENSE_FEATURES
 from ..tensor_decomposition import row_sensitivity
 from ._base import SpectralLatentModel
-from ._pipeline import ImplicitMatrix, power_subspace, release, release_second, sym3, top_eigenpairs, whiten
+from ._pipeline import (ImplicitMatrix, power_subspace, release, release_second, rounding, sym3,
+                        top_eigenpairs, whiten, whitening_roundings)
 
 __all__ = ["PrivateLatentDirichletAllocation", "document_moments", "document_norms", "document_weights",
            "topic_noise_std", "DOCUMENT_SENSITIVITY", "LDA_FIRST_SHARE", "MAX_DOCUMENT_LENGTH",
@@ -43,6 +44,19 @@ LDA_FIRST_SHARE = 0.05
 #: whitened triple term) stay finite; above it they overflow to ``inf - inf``, a NaN clipping
 #: scale, and one document would decide whether the fit's releases fail.
 MAX_DOCUMENT_LENGTH = 2.0**53
+
+#: A bound on ``||s_c D_c (c c^T + diag c)||_F / ||s_c E2(c)||_F`` over documents of at least 3
+#: words (``D_c = 1 / (l (l-1))``): the absolute values of the summands that make a document's
+#: pair term, against the term's own norm (at most ``(t + 1) / (t - 1)`` with ``t = ||c|| >=
+#: sqrt(3)``, so ``2 + sqrt(3)``), for the pair moment's rounding (latent.rst, "Rounding").
+PAIR_PARTS_RATIO = 4.0
+
+#: A document's whitened triple term is summed as three parts whose absolute values add up to at
+#: most ``a (S1^3 + 3 S1 S2 + 2 S3)`` (:func:`_triple_sums`); its weight keeps that at most this
+#: many times the term's bound, so that the sum's rounding has a public bound. A document whose
+#: words weigh about alike has a ratio of at most 10 (at 3 words; it falls towards 1 with the
+#: length): only one whose parts cancel far more (one heavy word among light ones) is clipped.
+TRIPLE_PARTS_RATIO = 20.0
 
 
 def topic_noise_std(components, scale, whitening):
@@ -192,7 +206,8 @@ def _triple_sums(chunk, W, tau, bound):
     ``tau``), lowered further where needed so that the term's upper bound
     ``s_c (S1^3 - 3 S1 S2 + 2 S3) / (l (l-1) (l-2))`` is at most ``bound``;
     ``S_j = sum_i c_i ||w_i||^j`` (the sum of ``||w_a|| ||w_b|| ||w_c||`` over the document's
-    distinct position triples).
+    distinct position triples), and so that ``a (S1^3 + 3 S1 S2 + 2 S3)``, the absolute size
+    of the three parts it is summed from, is at most :data:`TRIPLE_PARTS_RATIO` times ``bound``.
     """
     C = _counts(chunk)
     length, s = document_weights(C, tau)
@@ -207,7 +222,7 @@ def _triple_sums(chunk, W, tau, bound):
         parts = S1**3 + 3.0 * S1 * S2 + 2.0 * S3
         rounding = 4.0 * (W.shape[0] + W.shape[1] + 8) * np.finfo(float).eps
         beta = np.maximum(S1**3 - 3.0 * S1 * S2 + 2.0 * S3, 0.0) + rounding * parts
-        a = a * _clip_scale(a * beta, bound)
+        a = a * _clip_scale(a * np.maximum(beta, parts / TRIPLE_PARTS_RATIO), bound)
     Y = np.asarray(C @ W)
     cube = moment_tensor(np.cbrt(a)[:, None] * Y) * Y.shape[0] if len(Y) else np.zeros((W.shape[1],) * 3)
     return cube, np.asarray(C.T @ (a[:, None] * Y)), np.asarray(C.T @ a).ravel()
@@ -505,14 +520,18 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         if clip:
             (total,) = self._reduce(ctx, _scale_sums)
             # every ||E2(c)||_F >= 1/d (its d^2 entries sum to 1): a public floor for a noisy scale
-            nu = max(float(release(np.float64(total / n), 1.0 / n, plan.z_first[0], rng)), 1.0 / d)
+            # each document's ||E2(c)||_F / n lies in [1 / (d n), 1 / n]
+            nu = max(float(release(np.float64(total / n), 1.0 / n, plan.z_first[0], rng,
+                                   rounding=rounding(1.0, n))), 1.0 / d)
             # clip * clip, not clip**2: a huge doc_clip gives inf (nothing clipped), never OverflowError
             tau1, tau2 = min(1.0, clip * np.sqrt(nu)), min(1.0, clip * clip * nu)
         ctx["tau"] = tau = (tau1, tau2)
         total, pairs = self._reduce(ctx, _moment_sums, tau, not ctx["power"])
         if not ctx["power"]:  # computed in the same pass; released next, by Analyze Gauss
             ctx["second"] = pairs / n
-        mean = release(total / n, DOCUMENT_SENSITIVITY * (tau1 or 1.0) / n, plan.z_first[-1], rng)
+        # each document's s_c c / (l n) is non-negative, of norm <= tau_1 / n
+        mean = release(total / n, DOCUMENT_SENSITIVITY * (tau1 or 1.0) / n, plan.z_first[-1], rng,
+                       rounding=rounding(tau1 or 1.0, n))
         # The weighted mean's entries sum to the mean weight S (every c / l sums to 1; documents
         # too short to have terms weigh 0): read off the release (exact without privacy), floored
         # (post-processing) at the least weight a document of 3 words can have (||E1||,
@@ -529,8 +548,11 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         n, d, k, c = ctx["n"], ctx["d"], self.n_components, ctx["c"]
         tau, weight = ctx["tau"], ctx["weight"]
         sensitivity = DOCUMENT_SENSITIVITY * (tau[1] or 1.0) / n
+        summands = PAIR_PARTS_RATIO * (tau[1] or 1.0)  # n documents' |pair summands|, over n
         if not ctx["power"]:  # released, then divided by the public weight (post-processing)
-            second = release_second(ctx.pop("second"), sensitivity, plan, rng, frobenius=True) / weight
+            analyze = whitening_roundings(n, d, min(2 * k, d), summands)[0]
+            second = release_second(ctx.pop("second"), sensitivity, plan, rng, frobenius=True,
+                                    rounding=analyze) / weight
             sensitivity /= weight  # the divided matrix's, which the noise map below describes
             # off the diagonal the noise has std z s / sqrt(2), and so has each entry of E u
             noise = plan.z_second[0] * sensitivity / np.sqrt(2.0)
@@ -553,8 +575,12 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
                 return _pair_apply(parts, Q)
         sensitivity /= weight
         operator = ImplicitMatrix(d, lambda Q: pair(Q) / (n * weight) - c * np.outer(mean, mean @ Q))
+        # divided by the weight, and the public offset c m m^T (Frobenius norm c ||m||^2)
+        _, step, projection = whitening_roundings(n, d, min(2 * k, d), summands / weight,
+                                                  offset=c * float(mean @ mean))
         V, P = power_subspace(operator, k, plan, rng, step_sensitivity=sensitivity,
-                              projection_sensitivity=sensitivity, few_passes=is_dask_array(ctx["rows"]),
+                              projection_sensitivity=sensitivity, step_rounding=step,
+                              projection_rounding=projection, few_passes=is_dask_array(ctx["rows"]),
                               frobenius=True)
         # the subspace's noise is mostly the last power step's (it holds the largest share)
         return whiten(P, k, rng, basis=V, noise=plan.z_second[-2] * sensitivity if plan.private else 0.0)
@@ -579,7 +605,10 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         correction = (-a0 / (a0 + 2.0) * sym3(Q[:, :, None] * u[None, None, :])
                       + 2.0 * a0**2 / ((a0 + 1.0) * (a0 + 2.0)) * np.einsum("a,b,c->abc", u, u, u))
         sensitivity = row_sensitivity(bound, n) / ctx["weight"] if ctx["private"] else 0.0
-        return data, correction, sensitivity
+        # a document's three parts, by absolute value, are at most TRIPLE_PARTS_RATIO bound^3
+        # (at most 10 r^3 >= 10 bound^3 unclipped, S_j <= l r^j); the words' sums add 2 d steps
+        parts = TRIPLE_PARTS_RATIO * bound**3 / ctx["weight"]
+        return data, correction, sensitivity, rounding(parts, n, 2 * ctx["d"])
 
     def _recover(self, ctx, components, eigenvalues, whitening, mean):
         a0 = float(self.alpha0)
