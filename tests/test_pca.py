@@ -183,15 +183,16 @@ class _Spy:
     """Records every Gaussian release (shape, sensitivity, multiplier) made by dptensor.pca, in order."""
 
     def __init__(self, monkeypatch):
-        self.calls = []
+        self.calls, self.roundings = [], []
         for name in ("gaussian_release", "symmetric_gaussian_release"):
             monkeypatch.setattr(pca_mod, name, self._spy(getattr(pca_mod, name)))
         monkeypatch.setattr(exact_mod, "gaussian_release", self._spy(exact_mod.gaussian_release))
 
     def _spy(self, real):
-        def spy(value, sensitivity, noise_multiplier, rng, dtype=None):
+        def spy(value, sensitivity, noise_multiplier, rng, dtype=None, **kw):
             self.calls.append((np.shape(value), float(sensitivity), float(noise_multiplier)))
-            return real(value, sensitivity, noise_multiplier, rng, dtype)
+            self.roundings.append(kw["rounding"])  # every release names its rounding
+            return real(value, sensitivity, noise_multiplier, rng, dtype, **kw)
         return spy
 
 
