@@ -340,8 +340,9 @@ def private_total(Xc, data_norm: float, noise_multiplier: float, rng: np.random.
     """
     total = float(_float64_sum(Xc, _sum_of_squares))
     if noise_multiplier > 0:
-        total = float(gaussian_release(total, total_variance_sensitivity(data_norm), noise_multiplier,
-                                       rng, rounding=total_rounding(data_norm, *Xc.shape)))
+        sens = total_variance_sensitivity(data_norm)
+        total = float(gaussian_release(total, sens, noise_multiplier, rng,
+                                       rounding=total_rounding(data_norm, *Xc.shape)))
     return total
 
 
@@ -354,7 +355,8 @@ def total_rounding(data_norm: float, n_samples: int, n_features: int) -> Roundin
 
 def mean_rounding(data_norm: float, n_samples: int) -> Rounding:
     """The rounding of the mean ``(1/n) sum_i c_i`` in float64: a sum of ``n`` rows of norm at
-    most ``B``, then the division: ``terms = n + 1``; in the mean's units ``total = n B / n = B``."""
+    most ``B``, then the division: ``terms = n + 1``; in the mean's units
+    ``total = n B / n = B``."""
     return Rounding(total=float(data_norm), terms=int(n_samples) + 1)
 
 
@@ -368,7 +370,8 @@ _BLOCK_ROWS = 8192
 
 def _float64_sum(X, fn):
     """``fn`` (a sum over rows) of ``X`` in float64: on float32 rows a sum of ``fn`` of row blocks
-    widened one at a time (never a float64 copy of ``X``). A Dask ``X``: per chunk, one reduction."""
+    widened one at a time (never a float64 copy of ``X``). A Dask ``X``: per chunk, one
+    reduction."""
     if is_dask_array(X):
         return np.asarray(fn(X.astype(np.float64)).compute()) if X.dtype != np.float64 \
             else np.asarray(fn(X).compute())

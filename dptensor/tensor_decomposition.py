@@ -104,7 +104,8 @@ class PowerNoise:
     rows: tuple | None = None
 
     def roundings(self, d: int, eigenvalues):
-        """(vector-query, scalar-query) :class:`~dptensor.mechanisms.Rounding`, or ``(None, None)``."""
+        """(vector-query, scalar-query) :class:`~dptensor.mechanisms.Rounding`, or
+        ``(None, None)``."""
         if self.rows is None:
             return None, None
         return moment_roundings(*self.rows, d, eigenvalues)
@@ -470,7 +471,8 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         rows = None if X.ndim == 3 else (data_norm, X.shape[0])
         # OPEN: a 3-way tensor's power queries are float sums over entries that no public bound
         # limits (rows=None): no public allowance covers their rounding (tensor_decomposition.rst).
-        noise = PowerNoise(z, sensitivity, rows=rows) if private and self.method == "power" else None
+        power = private and self.method == "power"
+        noise = PowerNoise(z, sensitivity, rows=rows) if power else None
         if noise is not None and self.moment_ == "implicit":  # exact sums of grid rows at any n
             base = ExactThirdMoment(map_rows(raw, grid_rows, data_norm), data_norm, X.shape[0])
             noise = PowerNoise(z, sensitivity, grid=(data_norm, X.shape[0]))
