@@ -23,14 +23,15 @@ def symmetrize_tensor(T: np.ndarray) -> np.ndarray:
             + T.transpose(2, 0, 1) + T.transpose(2, 1, 0)) / 6.0
 
 
-def moment_tensor(X: np.ndarray) -> np.ndarray:
-    """The dense third moment ``(1/n) sum_l x_l (x) x_l (x) x_l`` (O(n d^3) time, O(d^3) memory)."""
+def moment_tensor(X: np.ndarray, dtype=None) -> np.ndarray:
+    """The dense third moment ``(1/n) sum_l x_l (x) x_l (x) x_l`` (O(n d^3) time, O(d^3) memory),
+    summed in ``dtype`` (default ``X``'s; float32 rows are widened one row chunk at a time)."""
     n, d = X.shape
     # One GEMM: (X (x) X)^T X, built in row chunks so the n x d^2 Khatri-Rao product stays small.
-    out = np.zeros((d * d, d), dtype=X.dtype)
+    out = np.zeros((d * d, d), dtype=X.dtype if dtype is None else dtype)
     step = max(1, int(2**26 // max(1, d * d)))
     for start in range(0, n, step):
-        Xc = X[start:start + step]
+        Xc = np.asarray(X[start:start + step], dtype=out.dtype)
         out += (Xc[:, :, None] * Xc[:, None, :]).reshape(len(Xc), d * d).T @ Xc
     return (out / n).reshape(d, d, d)
 

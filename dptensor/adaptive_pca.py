@@ -21,12 +21,13 @@ from ._power import flip_signs
 from ._memory import FLOAT
 from ._validation import check_data_norm, check_positive_int, check_verbose, validate_private_data
 from .accounting import AboveThresholdEvent, ComposedEvent, GaussianEvent, NonPrivateEvent, calibrate
-from .mechanisms import above_threshold, clip_rows, gaussian_release
+from .mechanisms import Rounding, above_threshold, clip_rows, gaussian_release
 from .pca import row_power_sensitivity
 
 __all__ = ["AdaptivePrivatePCA", "adaptive_power_iteration", "threshold_grid", "contributions",
            "grid_counts", "choose_threshold", "filtered_update", "filtered_sensitivity",
-           "svt_epsilon_for", "zcdp_rho", "VARIANCE_SHARE", "component_variances"]
+           "svt_epsilon_for", "zcdp_rho", "VARIANCE_SHARE", "component_variances",
+           "update_rounding", "BLOCK_ROWS"]
 
 #: Share of the total zCDP budget ``rho`` spent on ``explained_variance_``: one Gaussian release
 #: of ``sum_i (a_i . v_j)^2`` for every released component ``v_j`` (sensitivity
@@ -89,11 +90,32 @@ def choose_threshold(c: np.ndarray, grid: np.ndarray, epsilon: float, beta: floa
 def filtered_update(X: np.ndarray, projections: np.ndarray, c: np.ndarray, theta: float) -> np.ndarray:
     """``sum_{i : c_i <= theta} a_i (a_i . x)``: the power step on the kept rows only.
 
-    Zeroing the dropped rows' weights keeps it one GEMV (no copy of the kept rows). Its l2
-    sensitivity is :func:`filtered_sensitivity` (at most ``2 theta``).
+    Zeroing the dropped rows' weights keeps it a GEMV (no copy of the kept rows). Its l2
+    sensitivity is :func:`filtered_sensitivity` (at most ``2 theta``). Summed in float64 whatever
+    ``X``'s dtype: float32 rows are widened one block of :data:`BLOCK_ROWS` at a time (never a
+    float64 copy of ``X``), so its rounding is :func:`update_rounding`'s.
     """
-    weights = np.where(c <= theta, projections, 0).astype(X.dtype, copy=False)
-    return X.T @ weights
+    weights = np.where(c <= theta, projections.astype(np.float64, copy=False), 0.0)
+    if X.dtype == np.float64:
+        return X.T @ weights
+    out = np.zeros(X.shape[1])
+    for i in range(0, X.shape[0], BLOCK_ROWS):
+        out += np.asarray(X[i:i + BLOCK_ROWS], dtype=np.float64).T @ weights[i:i + BLOCK_ROWS]
+    return out
+
+
+#: Rows of float32 data widened to float64 at once by :func:`filtered_update`.
+BLOCK_ROWS = 8192
+
+
+def update_rounding(n_samples: int, theta: float, data_norm: float, deflated: bool) -> Rounding:
+    """The rounding of :func:`filtered_update` (float64): one sum of ``n`` row terms
+    ``a (a . x)`` (``terms = n``; a row's own products are its per-row map), each of norm
+    ``||a|| |a . x|``: at most ``theta`` when kept, with ``c_i`` that very norm, on the first
+    component; once components are deflated ``c_i`` uses the projected norm, so only
+    ``||a||^2 <= B^2`` bounds the term: ``total = n theta``, or ``n B^2``."""
+    bound = float(data_norm) ** 2 if deflated else min(float(theta), float(data_norm) ** 2)
+    return Rounding(total=int(n_samples) * bound, terms=int(n_samples))
 
 
 def filtered_sensitivity(theta: float, data_norm: float) -> float:
@@ -172,7 +194,8 @@ def adaptive_power_iteration(X, n_components: int, n_iter: int, *, rng: np.rando
                 c = contributions(proj, sq_norms)
                 theta = choose_threshold(c, grid, svt_epsilon, beta, rng)
                 y = gaussian_release(filtered_update(X, proj, c, theta),
-                                     filtered_sensitivity(theta, data_norm), noise_multiplier, rng)
+                                     filtered_sensitivity(theta, data_norm), noise_multiplier, rng,
+                                     rounding=update_rounding(n, theta, data_norm, k > 0))
                 thresholds[k, t] = theta
                 if verbose:
                     print(f"[AdaptivePrivatePCA] component {k + 1} round {t + 1}: theta = {theta:.4g}")
@@ -204,11 +227,17 @@ def component_variances(X: np.ndarray, components: np.ndarray, data_norm, noise_
     ``((b . v_j)^2)_j``: both non-negative with sums at most ``B^2``, so the change has norm at most
     ``sqrt(||u||^2 + ||w||^2) <= sqrt(2) B^2``, or ``B^2`` for one component; attained at
     ``a = B v_1``, ``b = B v_2``. That is :func:`~dptensor.pca.row_power_sensitivity` with ``p = k``.
+
+    Rounding: the squares are each row's own (its per-row map, float64), then one sum of ``n``
+    terms whose l2 norm is at most ``sum_j (a . v_j)^2 <= B^2``: ``total = n B^2``, ``terms = n``.
     """
     V = components.astype(X.dtype, copy=False)
     totals = np.sum((X @ V.T).astype(np.float64) ** 2, axis=0)
     if noise_multiplier > 0:
-        totals = gaussian_release(totals, row_power_sensitivity(data_norm, V.shape[0]), noise_multiplier, rng)
+        n = X.shape[0]
+        totals = gaussian_release(totals, row_power_sensitivity(data_norm, V.shape[0]),
+                                  noise_multiplier, rng,
+                                  rounding=Rounding(total=n * float(data_norm) ** 2, terms=n))
     return totals
 
 

@@ -43,7 +43,8 @@ from ._validation import (check_data_norm, check_positive_int, check_verbose, va
                           validate_stream_chunk)
 from .accounting import ComposedEvent, GaussianEvent, NonPrivateEvent, calibrate_gaussian, epsilon_of, gdp_mu
 from .accounting.calibration import paper_noisy_power_sigma
-from .mechanisms import clip_factors, clip_rows, gaussian_release, symmetric_gaussian_release
+from .mechanisms import (Rounding, clip_factors, clip_rows, gaussian_release,
+                         symmetric_gaussian_release)
 
 __all__ = ["PrivatePCA", "PCAResult", "orthonormalize", "rayleigh_ritz", "noisy_power_method",
            "analyze_gauss", "private_mean", "center_and_clip",
@@ -140,6 +141,10 @@ def covariance_sensitivity(data_norm: float) -> float:
 # Algorithms
 # --------------------------------------------------------------------------------------------
 
+#: ``noisy_power_method``'s ``rounding`` when none is given: a float product then has no release.
+_NO_ROUNDING = object()
+
+
 class PCAResult(NamedTuple):
     """What a spectral algorithm returns.
 
@@ -188,7 +193,7 @@ def rayleigh_ritz(X: np.ndarray, Y: np.ndarray, n_components: int):
 def noisy_power_method(operator, n_components: int, n_iter: int, rng: np.random.Generator, *,
                        noise_multiplier: float = 0.0, sensitivity=1.0, n_oversamples: int = 0,
                        init: np.ndarray | None = None, tol: float = 0.0, verbose: int = 0,
-                       dtype=None) -> PCAResult:
+                       dtype=None, rounding=_NO_ROUNDING) -> PCAResult:
     r"""The noisy power method (Hardt & Price 2014, Fig. 1) on a symmetric operator.
 
     ``X_0 = QR(G_0)`` from a data-independent Gaussian d x p start (``p = n_components +
@@ -214,6 +219,12 @@ def noisy_power_method(operator, n_components: int, n_iter: int, rng: np.random.
     n_oversamples : int, default=0
     init : array (d, p), optional
         A public start; orthonormalised first.
+    rounding : Rounding, callable or None
+        The floating-point rounding of a float product ``A X`` (:class:`~dptensor.mechanisms.
+        Rounding`, or ``rounding(X_prev) -> Rounding``), added to its sensitivity; ``None`` says
+        the products are no float sums. Exact products (:class:`~dptensor._exact.Exact`) need
+        none. A noisy release of a float product without it is refused (``TypeError``): a
+        silent default would release the sum without its allowance.
     tol : float, default=0
         Stop early once the top-k part of the iterate moves by less than ``tol`` (spectral norm of
         its component outside the previous span). Use only without noise: a private plan pays for every
@@ -236,8 +247,11 @@ def noisy_power_method(operator, n_components: int, n_iter: int, rng: np.random.
         if z[it - 1] > 0:
             s = sensitivity(X) if callable(sensitivity) else sensitivity
             std = float(s) * float(z[it - 1])
-            release = exact_gaussian_release if isinstance(Y, Exact) else gaussian_release
-            Y = release(Y, s, z[it - 1], rng, dtype=dtype)
+            if isinstance(Y, Exact):
+                Y = exact_gaussian_release(Y, s, z[it - 1], rng, dtype=dtype)
+            else:
+                step = _step_rounding(rounding, X)
+                Y = gaussian_release(Y, s, z[it - 1], rng, dtype=dtype, rounding=step)
         if verbose and (it == n_iter or it % max(1, n_iter // 10) == 0):  # progress: public counts only
             print(f"[noisy_power_method] step {it}/{n_iter} done (d={d}, p={p})", flush=True)
         if it == n_iter:
@@ -257,9 +271,17 @@ def noisy_power_method(operator, n_components: int, n_iter: int, rng: np.random.
     return PCAResult(components, eigenvalues, it, None, orthonormalize(Y), std)
 
 
+def _step_rounding(rounding, X):
+    """The rounding of one float power step's product (see :func:`noisy_power_method`)."""
+    if rounding is _NO_ROUNDING:
+        raise TypeError("a noisy power step on a float product needs rounding= (a Rounding, or "
+                        "None when the product is no float sum)")
+    return rounding(X) if callable(rounding) else rounding
+
+
 def analyze_gauss(C: np.ndarray, n_components: int, rng: np.random.Generator, *,
                   noise_multiplier: float = 0.0, sensitivity: float = 1.0,
-                  order: str = "algebraic") -> PCAResult:
+                  order: str = "algebraic", rounding: Rounding | None = None) -> PCAResult:
     r"""Analyze Gauss (Dwork, Talwar, Thakurta & Zhang 2014): top-k eigenvectors of ``C + E``.
 
     ``C`` is the exact symmetric matrix (``sum_i x_i x_i^T`` over clipped rows, or a precomputed
@@ -268,13 +290,16 @@ def analyze_gauss(C: np.ndarray, n_components: int, rng: np.random.Generator, *,
     mirrored), where ``sensitivity`` is that of ``C``'s upper triangle
     (:func:`covariance_sensitivity` for rows).
     One Gaussian release; everything after it is post-processing. ``C`` is not modified.
+    ``rounding``: that of a float sum ``C`` (:class:`~dptensor.mechanisms.Rounding`); ``None``
+    for an exact ``C`` (the grid sums of a private fit) or one whose every entry is one unit's own
+    value (a precomputed matrix under the entry unit: no sum).
 
     ``order="algebraic"`` takes the largest eigenvalues (a covariance: noise can only create
     spurious negative ones), ``"magnitude"`` the largest in absolute value (an indefinite ``A``,
     matching what the power method converges to).
     """
     d = C.shape[0]
-    noisy = symmetric_gaussian_release(C, sensitivity, noise_multiplier, rng) \
+    noisy = symmetric_gaussian_release(C, sensitivity, noise_multiplier, rng, rounding=rounding) \
         if noise_multiplier > 0 else np.array(C, copy=True)
     if order == "algebraic":
         w, V = scipy.linalg.eigh(noisy, subset_by_index=[d - n_components, d - 1])
@@ -309,23 +334,66 @@ def private_total(Xc, data_norm: float, noise_multiplier: float, rng: np.random.
     """``sum_i ||c_i||^2`` over rows already clipped to ``data_norm``, plus ``N(0, (z B^2)^2)`` noise.
 
     The total variance (times ``n - 1``), released for ``explained_variance_ratio_``; its
-    sensitivity is :func:`total_variance_sensitivity`. A Dask ``Xc``: one reduction.
+    sensitivity is :func:`total_variance_sensitivity`, raised by the float sum's rounding
+    (:func:`total_rounding`). Summed in float64 whatever ``Xc``'s dtype (row blocks of float32
+    rows are widened one at a time). A Dask ``Xc``: one reduction.
     """
-    total = float((Xc * Xc).sum().compute()) if is_dask_array(Xc) else float(np.einsum("ij,ij->", Xc, Xc))
+    total = float(_float64_sum(Xc, _sum_of_squares))
     if noise_multiplier > 0:
-        total = float(gaussian_release(total, total_variance_sensitivity(data_norm), noise_multiplier, rng))
+        sens = total_variance_sensitivity(data_norm)
+        total = float(gaussian_release(total, sens, noise_multiplier, rng,
+                                       rounding=total_rounding(data_norm, *Xc.shape)))
     return total
+
+
+def total_rounding(data_norm: float, n_samples: int, n_features: int) -> Rounding:
+    """The rounding of ``sum_i ||c_i||^2`` in float64: one sum of the ``n d`` squares, each row's
+    adding at most ``B^2``: ``total = n B^2``, ``terms = n d`` (``docs/derivations/pca.rst``)."""
+    return Rounding(total=float(n_samples) * float(data_norm) ** 2,
+                    terms=int(n_samples) * int(n_features))
+
+
+def mean_rounding(data_norm: float, n_samples: int) -> Rounding:
+    """The rounding of the mean ``(1/n) sum_i c_i`` in float64: a sum of ``n`` rows of norm at
+    most ``B``, then the division: ``terms = n + 1``; in the mean's units
+    ``total = n B / n = B``."""
+    return Rounding(total=float(data_norm), terms=int(n_samples) + 1)
+
+
+def _sum_of_squares(M):
+    return (M * M).sum() if is_dask_array(M) else np.einsum("ij,ij->", M, M)
+
+
+#: Rows widened to float64 at once by the float64 sums of float32 rows (8 MB at d = 128).
+_BLOCK_ROWS = 8192
+
+
+def _float64_sum(X, fn):
+    """``fn`` (a sum over rows) of ``X`` in float64: on float32 rows a sum of ``fn`` of row blocks
+    widened one at a time (never a float64 copy of ``X``). A Dask ``X``: per chunk, one
+    reduction."""
+    if is_dask_array(X):
+        return np.asarray(fn(X.astype(np.float64)).compute()) if X.dtype != np.float64 \
+            else np.asarray(fn(X).compute())
+    if X.dtype == np.float64:
+        return fn(X)
+    return sum(fn(np.asarray(X[i:i + _BLOCK_ROWS], dtype=np.float64))
+               for i in range(0, X.shape[0], _BLOCK_ROWS))
 
 
 def private_mean(X: np.ndarray, data_norm, noise_multiplier: float, rng: np.random.Generator):
     """Mean of rows already clipped to ``data_norm``, plus ``N(0, (z 2B/n)^2)`` noise.
 
-    Replacing one row moves the mean by ``||a - b|| / n <= 2 B / n`` (attained at ``b = -a``).
+    Replacing one row moves the mean by ``||a - b|| / n <= 2 B / n`` (attained at ``b = -a``);
+    the float sum's rounding (:func:`mean_rounding`) raises it. Summed in float64 (row blocks of
+    float32 rows widened one at a time); returned in ``X``'s dtype.
     """
-    mean = np.asarray(X.mean(axis=0))  # a Dask X: its d column means, one reduction
+    n = X.shape[0]
+    mean = np.asarray(_float64_sum(X, lambda M: M.sum(axis=0))) / n
     if noise_multiplier > 0:
-        mean = gaussian_release(mean, 2.0 * data_norm / X.shape[0], noise_multiplier, rng, dtype=X.dtype)
-    return mean
+        mean = gaussian_release(mean, 2.0 * data_norm / n, noise_multiplier, rng,
+                                rounding=mean_rounding(data_norm, n))
+    return mean.astype(X.dtype, copy=False)
 
 
 def center_and_clip(X: np.ndarray, mean, data_norm, *, copy: bool = True) -> np.ndarray:
@@ -889,14 +957,15 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         if s["method"] == "analyze_gauss":
             sens = covariance_sensitivity(B)
             C = rows_stat(M, gram, B ** 2).for_release(sens, z)  # the release rounds to this grid
-            result = analyze_gauss(C, s["k"], rng, noise_multiplier=z, sensitivity=sens)
+            result = analyze_gauss(C, s["k"], rng, noise_multiplier=z, sensitivity=sens,
+                                   rounding=None)  # C: an exact sum on the release's grid
             result = result._replace(components=result.components.astype(X.dtype, copy=False))
         else:
             operator = ExactGram(M, B)
             result = noisy_power_method(operator, s["k"], s["n_iter"], rng, noise_multiplier=plan["z"],
                                         sensitivity=operator.sensitivity,
                                         n_oversamples=s["p"] - s["k"], verbose=self.verbose,
-                                        dtype=X.dtype)
+                                        dtype=X.dtype, rounding=None)  # exact products
         return result, (None if mean is None else mean.astype(X.dtype, copy=False)), total
 
     def _fit_rows(self, Xc, s, plan, rng, raw=None):
@@ -915,7 +984,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         bound = s["bound"]
         if s["method"] == "analyze_gauss":  # the pair is one entry of the upper triangle
             return analyze_gauss(A, s["k"], rng, noise_multiplier=_last(plan["z"]), sensitivity=bound,
-                                 order="magnitude")
+                                 order="magnitude", rounding=None)  # each entry a unit's own value
         if self.calibration == "paper":
             root = math.sqrt(2 * s["p"])
 
@@ -924,9 +993,11 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         else:
             def sensitivity(X):
                 return entry_power_sensitivity(X, bound)
+        # OPEN: the products A X are float sums over entries that no public bound limits, so no
+        # public allowance covers their rounding (docs/derivations/pca.rst, "Rounding").
         return noisy_power_method(DenseMatrix(A), s["k"], s["n_iter"], rng, noise_multiplier=plan["z"],
                                   sensitivity=sensitivity, n_oversamples=s["p"] - s["k"], tol=s["tol"],
-                                  verbose=self.verbose, dtype=A.dtype)
+                                  verbose=self.verbose, dtype=A.dtype, rounding=None)
 
     def _set_spectrum(self, result, mean, scale, total, noise, *, floor):
         self.components_ = result.components

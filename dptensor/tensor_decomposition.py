@@ -34,11 +34,12 @@ from ._validation import (check_data_norm, check_positive_int, check_symmetric_t
                           validate_private_data)
 from .accounting.calibration import calibrate_gaussian, paper_tensor_power_noise
 from .accounting.events import GaussianEvent, NonPrivateEvent
-from .mechanisms import clip_rows, gaussian_release, symmetric_gaussian_release
+from .mechanisms import Rounding, clip_rows, gaussian_release, symmetric_gaussian_release
 
 __all__ = ["PrivateTensorDecomposition", "PowerNoise", "tensor_power_method", "plan_noise_multiplier",
            "n_power_queries", "entry_sensitivities", "row_sensitivity", "choose_moment",
-           "perturb_tensor", "ENTRY_SENSITIVITY", "FORM_SPEEDUP"]
+           "perturb_tensor", "ENTRY_SENSITIVITY", "FORM_SPEEDUP", "moment_roundings",
+           "dense_moment_rounding"]
 
 #: l2 sensitivity of a tensor's distinct entries under Def. 4.2 (``T' - T = ±sym(e_i⊗e_j⊗e_k)``):
 #: one orbit changes, by at most 6 (i = j = k).
@@ -97,6 +98,17 @@ class PowerNoise:
     #: ``(data_norm, n_samples)`` when the queries are exact sums of grid rows
     #: (:class:`~dptensor._exact.ExactThirdMoment`): their sensitivities carry the grid's allowance.
     grid: tuple | None = None
+    #: ``(data_norm, n_samples)`` when the queries are float sums over rows (a dense moment
+    #: summed in float64): their rounding is :func:`moment_roundings`'. ``None``: exact sums
+    #: (``grid``), or a 3-way tensor under the entry unit (see :func:`tensor_power_method`).
+    rows: tuple | None = None
+
+    def roundings(self, d: int, eigenvalues):
+        """(vector-query, scalar-query) :class:`~dptensor.mechanisms.Rounding`, or
+        ``(None, None)``."""
+        if self.rows is None:
+            return None, None
+        return moment_roundings(*self.rows, d, eigenvalues)
 
     def sensitivities(self, U):
         """(vector-query, scalar-query) sensitivities, one per column of U, shape (L,) each."""
@@ -106,6 +118,29 @@ class PowerNoise:
             return entry_sensitivities(U)
         s = np.full(U.shape[1], float(self.row_sensitivity))
         return s, s
+
+
+def moment_roundings(data_norm: float, n_samples: int, d: int, eigenvalues=()):
+    r"""The rounding of ``(T - D)(I,u,u)`` and ``(T - D)(u,u,u)`` on a dense float64 moment of rows.
+
+    Every elementary term ``x_a x_b x_c u_b u_c / n`` passes through: the sum over the ``n`` rows
+    with the moment's scalings (``/ n``; on Dask a chunk's ``/ m`` and ``* m`` too): ``n + 3``;
+    the packed weight and the product with ``u_b u_c``: 2; the sum over the ``d (d + 1) / 2``
+    pairs; the deflation's subtraction: 1; the scalar query adds ``u . T(I,u,u)``: ``d + 1``. In
+    l2 a row's terms add at most ``||x|| (|x| . |u|)^2 / n <= B^3 / n`` (unit ``u``) and the
+    public deflation ``sum_j lambda_j (v_j . u)^2 v_j`` at most ``sum_j |lambda_j|``:
+    ``total = B^3 + sum_j |lambda_j|`` for both queries.
+    """
+    terms = int(n_samples) + 3 + 2 + d * (d + 1) // 2 + 1
+    total = float(data_norm) ** 3 + float(np.sum(np.abs(np.asarray(eigenvalues, dtype=float))))
+    return Rounding(total, terms), Rounding(total, terms + d + 1)
+
+
+def dense_moment_rounding(data_norm: float, n_samples: int) -> Rounding:
+    """The rounding of the dense moment's distinct entries (input perturbation on rows): a sum of
+    ``n`` rows with the scalings (``n + 3`` operations), each row adding ``||x||^3 / n <= B^3 / n``
+    to their l2 norm: ``total = B^3``."""
+    return Rounding(float(data_norm) ** 3, int(n_samples) + 3)
 
 
 def n_power_queries(n_components: int, n_restarts: int, n_iter: int) -> int:
@@ -163,11 +198,12 @@ def tensor_power_method(operator, n_components: int, n_restarts: int, n_iter: in
     for i in range(n_components):
         deflated = DeflatedTensor(operator, eigenvalues[:i], components[:i])
         U = random_unit_columns(d, n_restarts, rng, dtype)
+        rounding = noise.roundings(d, eigenvalues[:i]) if noise is not None else None
         for step in range(1, n_iter + 1):
             TU = deflated.apply(U)
             if noise is not None:
                 s_vec, _ = noise.sensitivities(U)
-                TU = _release(TU, s_vec, noise.noise_multiplier, rng, dtype)
+                TU = _release(TU, s_vec, noise.noise_multiplier, rng, dtype, rounding[0])
             U = normalize_columns(TU)
             if verbose > 1 or (verbose and d >= 1000 and step % max(1, n_iter // 5) == 0):
                 # progress within a component: public counts only (large d: a component takes long)
@@ -176,7 +212,7 @@ def tensor_power_method(operator, n_components: int, n_restarts: int, n_iter: in
         lams = deflated.evaluate(U)
         if noise is not None:
             _, s_val = noise.sensitivities(U)
-            lams = _release(lams, s_val, noise.noise_multiplier, rng, dtype)
+            lams = _release(lams, s_val, noise.noise_multiplier, rng, dtype, rounding[1])
         best = select_restart(lams)
         components[i], eigenvalues[i] = U[:, best], lams[best]
         if verbose:
@@ -185,10 +221,13 @@ def tensor_power_method(operator, n_components: int, n_restarts: int, n_iter: in
     return components, eigenvalues
 
 
-def _release(value, sensitivity, noise_multiplier, rng, dtype):
-    """A query's Gaussian release; an exact statistic is rounded to its grid exactly first."""
-    release = exact_gaussian_release if isinstance(value, Exact) else gaussian_release
-    return release(value, sensitivity, noise_multiplier, rng, dtype=dtype)
+def _release(value, sensitivity, noise_multiplier, rng, dtype, rounding):
+    """A query's Gaussian release; an exact statistic is rounded to its grid exactly first, a
+    float one released with its ``rounding``."""
+    if isinstance(value, Exact):
+        return exact_gaussian_release(value, sensitivity, noise_multiplier, rng, dtype=dtype)
+    return gaussian_release(value, sensitivity, noise_multiplier, rng, dtype=dtype,
+                            rounding=rounding)
 
 
 #: Public range of one row's moment-fit score (see :func:`moment_fit_scores`).
@@ -242,13 +281,17 @@ def choose_moment(n_samples: int, n_features: int, n_column_steps: int, itemsize
     return "dense" if dense < 4 * n * d * S else "implicit"
 
 
-def perturb_tensor(T, sensitivity: float, noise_multiplier: float, rng, frobenius: bool = False):
+def perturb_tensor(T, sensitivity: float, noise_multiplier: float, rng, frobenius: bool = False,
+                   rounding: Rounding | None = None):
     """Input perturbation: ``T + E`` with E symmetric Gaussian, each distinct entry of std
     ``noise_multiplier * sensitivity`` (one Gaussian release of the distinct entries, through
     :func:`~dptensor.mechanisms.symmetric_gaussian_release`); with ``frobenius``, ``sensitivity``
     bounds the Frobenius norm of the whole tensor's change and an entry with m positions gets
-    ``1 / sqrt(m)`` of that std."""
-    return symmetric_gaussian_release(T, sensitivity, noise_multiplier, rng, frobenius=frobenius)
+    ``1 / sqrt(m)`` of that std. ``rounding``: that of a float sum ``T`` (a moment of rows:
+    :func:`dense_moment_rounding`); ``None`` for a tensor whose every entry is one unit's own
+    value (the tensor-entry unit: no sum)."""
+    return symmetric_gaussian_release(T, sensitivity, noise_multiplier, rng, frobenius=frobenius,
+                                      rounding=rounding)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -418,19 +461,27 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
             if dask:  # the same moment, summed (dense) or applied (implicit) chunk by chunk on the workers;
                 # the implicit one clips each chunk inside its own task rather than in a layer of its own
                 clip = None if data_norm is None else functools.partial(clip_rows, data_norm=data_norm)
-                base = (SymmetricTensor(dask_moment_tensor(X)) if self.moment_ == "dense"
+                wide = X.astype(np.float64) if private else X  # chunk by chunk, on the workers
+                base = (SymmetricTensor(dask_moment_tensor(wide)) if self.moment_ == "dense"
                         else DaskThirdMoment(raw, prepare=clip))
-            else:
-                base = SymmetricTensor(moment_tensor(X)) if self.moment_ == "dense" else ThirdMoment(X)
+            else:  # a private dense moment is summed in float64, whose rounding is allowed for
+                base = (SymmetricTensor(moment_tensor(X, np.float64 if private else None))
+                        if self.moment_ == "dense" else ThirdMoment(X))
 
-        noise = PowerNoise(z, sensitivity) if private and self.method == "power" else None
+        rows = None if X.ndim == 3 else (data_norm, X.shape[0])
+        # OPEN: a 3-way tensor's power queries are float sums over entries that no public bound
+        # limits (rows=None): no public allowance covers their rounding (tensor_decomposition.rst).
+        power = private and self.method == "power"
+        noise = PowerNoise(z, sensitivity, rows=rows) if power else None
         if noise is not None and self.moment_ == "implicit":  # exact sums of grid rows at any n
             base = ExactThirdMoment(map_rows(raw, grid_rows, data_norm), data_norm, X.shape[0])
             noise = PowerNoise(z, sensitivity, grid=(data_norm, X.shape[0]))
         if private and self.method == "input_perturbation":  # noise on the tensor's distinct entries
-            T = base.T if isinstance(base, SymmetricTensor) else moment_tensor(X)
+            T = base.T if isinstance(base, SymmetricTensor) else moment_tensor(X, np.float64)
             scale = ENTRY_SENSITIVITY if sensitivity is None else sensitivity
-            base = SymmetricTensor(perturb_tensor(T, scale, z, rng))
+            # a 3-way tensor's entries are each one unit's own value (no sum); a moment is a sum
+            rounding = None if rows is None else dense_moment_rounding(*rows)
+            base = SymmetricTensor(perturb_tensor(T, scale, z, rng, rounding=rounding))
 
         self.components_, self.eigenvalues_ = tensor_power_method(
             base, k, L, R, rng, noise, dtype=X.dtype, verbose=self.verbose)

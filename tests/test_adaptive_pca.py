@@ -364,9 +364,12 @@ def test_explained_variance_tracks_the_spectrum_and_its_noise_is_drawn_as_derive
     calls = []
     real = mod.gaussian_release
 
-    def spy(value, sensitivity, multiplier, rng, dtype=None):
+    def spy(value, sensitivity, multiplier, rng, dtype=None, *, rounding):
         calls.append((np.shape(value), float(sensitivity), float(multiplier)))
-        return real(value, sensitivity, multiplier, rng, dtype)
+        roundings.append(rounding)
+        return real(value, sensitivity, multiplier, rng, dtype, rounding=rounding)
+
+    roundings = []
 
     monkeypatch.setattr(mod, "gaussian_release", spy)
     est = AdaptivePrivatePCA(n_components=2, epsilon=4.0, data_norm=1.0, random_state=0).fit(X)
@@ -378,6 +381,11 @@ def test_explained_variance_tracks_the_spectrum_and_its_noise_is_drawn_as_derive
         assert shape == (20,) and mult == pytest.approx(est.noise_multiplier_)
         assert sens == pytest.approx(mod.filtered_sensitivity(theta, 1.0))
     n = X.shape[0]
+    # Each float sum's rounding: n row terms, of norm at most theta (first component) or B^2 = 1
+    # (deflated rows' terms are bounded by the unprojected norm only); the variances' n B^2.
+    bounds = [min(t, 1.0) for t in est.thresholds_[0]] + [1.0] * est.thresholds_.shape[1]
+    assert [(r.total, r.terms, r.dtype) for r in roundings] == \
+        [(n * b, n, np.float64) for b in bounds] + [(n * 1.0, n, np.float64)]
     expected_noise = math.sqrt(2) * est.variance_noise_multiplier_ / (n - 1)
     assert est.explained_variance_noise_[0] == pytest.approx(expected_noise)
     np.testing.assert_allclose(est.explained_variance_, true, rtol=0.1)
@@ -392,3 +400,18 @@ def test_inverse_transform_maps_back_onto_the_components_span():
     np.testing.assert_allclose(est.transform(back), est.transform(X), atol=1e-12)
     with pytest.raises(ValueError, match="shape"):
         est.inverse_transform(X)
+
+
+def test_filtered_update_sums_float32_rows_in_float64():
+    """float32 rows are widened block by block: the update is their float64 sum (whose rounding
+    the release allows for), not a float32 one, whose error would be ~1e7 times larger."""
+    rng = np.random.default_rng(41)
+    X = (rng.standard_normal((3 * mod.BLOCK_ROWS + 17, 8)) / 4).astype(np.float32)
+    proj = X @ np.ones(8, dtype=np.float32) / np.float32(math.sqrt(8))
+    c = np.abs(proj.astype(np.float64)) * np.linalg.norm(X.astype(np.float64), axis=1)
+    theta = float(np.quantile(c, 0.9))
+    got = mod.filtered_update(X, proj, c, theta)
+    X64 = X.astype(np.float64)
+    want = X64.T @ np.where(c <= theta, proj.astype(np.float64), 0.0)
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)

@@ -24,6 +24,7 @@ from dptensor.pca import (MEAN_SHARE, TOTAL_SHARE, StreamingPowerMethod, analyze
                           power_schedule, row_power_sensitivity,
                           total_variance_sensitivity)
 from dptensor._operators import DenseMatrix
+from dptensor.mechanisms import Rounding, clip_rows
 
 
 def well_separated(n=400, d=8, seed=0, shift=3.0):
@@ -183,15 +184,16 @@ class _Spy:
     """Records every Gaussian release (shape, sensitivity, multiplier) made by dptensor.pca, in order."""
 
     def __init__(self, monkeypatch):
-        self.calls = []
+        self.calls, self.roundings = [], []
         for name in ("gaussian_release", "symmetric_gaussian_release"):
             monkeypatch.setattr(pca_mod, name, self._spy(getattr(pca_mod, name)))
         monkeypatch.setattr(exact_mod, "gaussian_release", self._spy(exact_mod.gaussian_release))
 
     def _spy(self, real):
-        def spy(value, sensitivity, noise_multiplier, rng, dtype=None):
+        def spy(value, sensitivity, noise_multiplier, rng, dtype=None, **kw):
             self.calls.append((np.shape(value), float(sensitivity), float(noise_multiplier)))
-            return real(value, sensitivity, noise_multiplier, rng, dtype)
+            self.roundings.append(kw["rounding"])  # every release names its rounding
+            return real(value, sensitivity, noise_multiplier, rng, dtype, **kw)
         return spy
 
 
@@ -627,3 +629,42 @@ def test_streaming_noise_level_follows_the_block_release():
     z = est.privacy_cost_.noise_multiplier
     std = z * row_power_sensitivity(3.0, 2) / 500  # each entry of a block's release
     np.testing.assert_allclose(est.explained_variance_noise_, math.sqrt(2 * 2) * std)
+
+
+def test_float_mean_and_total_releases_carry_their_rounding(monkeypatch):
+    """private_mean and private_total release float64 sums of float32 rows with the allowance of
+    n rows: the mean's total B (in its own units) over n + 1 operations, the total's n B^2 over
+    the n d squares."""
+    rng = np.random.default_rng(11)
+    n, d, B = 20000, 7, 3.0
+    X = clip_rows(rng.standard_normal((n, d)).astype(np.float32) * 2, B)
+    seen = []
+    real = pca_mod.gaussian_release
+
+    def spy(value, sensitivity, z, rng, dtype=None, *, rounding):
+        seen.append(rounding)
+        return real(value, sensitivity, z, rng, dtype, rounding=rounding)
+    monkeypatch.setattr(pca_mod, "gaussian_release", spy)
+    mean = pca_mod.private_mean(X, B, 1.0, np.random.default_rng(0))
+    total = pca_mod.private_total(X, B, 1.0, np.random.default_rng(0))
+    assert mean.dtype == np.float32 and np.isfinite(total)
+    assert seen == [(B, n + 1, np.float64), (n * B**2, n * d, np.float64)]
+    # the sums themselves run in float64: without noise they match a float64 sum of the rows
+    X64 = X.astype(np.float64)
+    assert pca_mod.private_total(X, B, 0.0, None) == pytest.approx(np.sum(X64 * X64), rel=1e-14)
+
+
+def test_noisy_power_step_on_a_float_product_needs_its_rounding():
+    A = np.diag([3.0, 2.0, 1.0])
+    with pytest.raises(TypeError, match="rounding="):
+        noisy_power_method(DenseMatrix(A), 1, 2, np.random.default_rng(0), noise_multiplier=1.0)
+    seen = []
+
+    def rounding(X):
+        seen.append(X.shape)
+        return Rounding(total=6.0, terms=3)
+    noisy_power_method(DenseMatrix(A), 1, 2, np.random.default_rng(0), noise_multiplier=1.0,
+                       rounding=rounding)
+    assert seen == [(3, 1), (3, 1)]
+    res = noisy_power_method(DenseMatrix(A), 1, 50, np.random.default_rng(0), tol=1e-12)
+    assert abs(res.components[0, 0]) == pytest.approx(1.0)  # without noise nothing is needed

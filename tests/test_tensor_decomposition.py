@@ -398,3 +398,56 @@ def test_verbose_progress(capsys):
     PrivateTensorDecomposition(2, n_restarts=2, n_iter=4, verbose=2, random_state=0).fit(T)
     out = capsys.readouterr().out
     assert "component 2/2: step 4/4 of 2 restarts" in out and out.count(": step ") == 8
+
+
+def _rounding_spy(monkeypatch, name):
+    """Records the ``rounding`` of every call of ``name`` in dptensor.tensor_decomposition."""
+    import dptensor.tensor_decomposition as td
+    seen, real = [], getattr(td, name)
+
+    def spy(*args, rounding, **kw):
+        seen.append(rounding)
+        return real(*args, rounding=rounding, **kw)
+    monkeypatch.setattr(td, name, spy)
+    return seen
+
+
+def test_dense_moment_power_queries_carry_their_rounding(monkeypatch):
+    """A private power fit on a dense moment of rows: every query's rounding is n rows plus the
+    contraction's d(d+1)/2 pairs and the fixed scalings, total B^3 plus the deflated |lambda|s."""
+    rng = np.random.default_rng(5)
+    n, d, B = 400, 5, 2.0
+    X = rng.standard_normal((n, d)).astype(np.float32)
+    seen = _rounding_spy(monkeypatch, "gaussian_release")
+    est = PrivateTensorDecomposition(2, epsilon=5.0, data_norm=B, moment="dense", n_restarts=3,
+                                     n_iter=4, random_state=0).fit(X)
+    assert est.moment_ == "dense" and len(seen) == 2 * (4 + 1)
+    vector_terms = n + 6 + d * (d + 1) // 2
+    first, second = seen[:5], seen[5:]
+    for r in first:
+        assert r.total == B**3 and r.dtype == np.float64
+    lam = abs(float(est.eigenvalues_[0]))
+    for r in second:
+        assert r.total == pytest.approx(B**3 + lam, rel=1e-6)
+    assert [r.terms for r in first] == [vector_terms] * 4 + [vector_terms + d + 1]
+
+
+def test_input_perturbation_rounds_a_moment_but_not_a_tensor(monkeypatch):
+    rng = np.random.default_rng(6)
+    n, d, B = 300, 4, 1.5
+    X = rng.standard_normal((n, d))
+    seen = _rounding_spy(monkeypatch, "symmetric_gaussian_release")
+    PrivateTensorDecomposition(2, epsilon=2.0, data_norm=B, method="input_perturbation",
+                               random_state=0).fit(X)
+    assert seen == [(B**3, n + 3, np.float64)]
+    T = moment_tensor(X)
+    PrivateTensorDecomposition(2, epsilon=2.0, method="input_perturbation", random_state=0).fit(T)
+    assert seen[1] is None  # each entry is one unit's own value: no sum
+
+
+def test_dense_moment_of_float32_rows_is_summed_in_float64():
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((5000, 6)).astype(np.float32)
+    T64 = moment_tensor(X.astype(np.float64))
+    np.testing.assert_allclose(moment_tensor(X, np.float64), T64, rtol=0, atol=1e-14)
+    assert np.max(np.abs(moment_tensor(X) - T64)) > 1e-9  # float32 sums lose ~1e-7
