@@ -102,13 +102,21 @@ class PowerNoise:
     #: summed in float64): their rounding is :func:`moment_roundings`'. ``None``: exact sums
     #: (``grid``), or a 3-way tensor under the entry unit (see :func:`tensor_power_method`).
     rows: tuple | None = None
+    #: The rounding of a vector query on another float operator (the latent models' corrected
+    #: moments), to which the deflation's subtraction and the scalar query are added here.
+    query: Rounding | None = None
 
     def roundings(self, d: int, eigenvalues):
         """(vector-query, scalar-query) :class:`~dptensor.mechanisms.Rounding`, or
         ``(None, None)``."""
-        if self.rows is None:
+        if self.rows is not None:
+            return moment_roundings(*self.rows, d, eigenvalues)
+        if self.query is None:
             return None, None
-        return moment_roundings(*self.rows, d, eigenvalues)
+        # the public deflation sum_j lambda_j (v_j . u)^2 v_j: one subtraction, sum |lambda_j|
+        deflation = float(np.sum(np.abs(np.asarray(eigenvalues, dtype=float))))
+        vector = Rounding(self.query.total + deflation, self.query.terms + 1, self.query.dtype)
+        return vector, Rounding(vector.total, vector.terms + d + 1, vector.dtype)
 
     def sensitivities(self, U):
         """(vector-query, scalar-query) sensitivities, one per column of U, shape (L,) each."""

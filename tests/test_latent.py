@@ -978,7 +978,7 @@ def _gamma(m):
 @pytest.fixture
 def recorded(monkeypatch):
     """Every release the pipeline makes, as (kind, sensitivity, rounding), passed on unchanged;
-    the power whitening's steps as ("power", the sensitivity noisy_power_method was given)."""
+    the power whitening's steps as ("power", the sensitivity noisy_power_method releases at)."""
     import dptensor.latent._pipeline as pipeline
     calls = []
 
@@ -988,9 +988,10 @@ def recorded(monkeypatch):
             return real(value, sensitivity, *args, rounding=rounding, **kwargs)
         return release
 
-    def power(operator, *args, sensitivity, **kwargs):
-        calls.append(("power", float(sensitivity), None))
-        return real_power(operator, *args, sensitivity=sensitivity, **kwargs)
+    def power(operator, *args, sensitivity, rounding, **kwargs):
+        # the sensitivity each step is released at: the given one plus its rounding's allowance
+        calls.append(("power", float(sensitivity) + rounding.allowance(), rounding))
+        return real_power(operator, *args, sensitivity=sensitivity, rounding=rounding, **kwargs)
 
     real_power = pipeline.noisy_power_method
     monkeypatch.setattr(pipeline, "gaussian_release", wrap("plain", pipeline.gaussian_release))

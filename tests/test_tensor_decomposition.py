@@ -451,3 +451,16 @@ def test_dense_moment_of_float32_rows_is_summed_in_float64():
     T64 = moment_tensor(X.astype(np.float64))
     np.testing.assert_allclose(moment_tensor(X, np.float64), T64, rtol=0, atol=1e-14)
     assert np.max(np.abs(moment_tensor(X) - T64)) > 1e-9  # float32 sums lose ~1e-7
+
+
+def test_power_noise_adds_the_deflation_to_another_operators_query_rounding():
+    """A query on a float operator other than a moment of rows (the latent models' corrected
+    moments): its own Rounding, plus the public deflation's subtraction (sum |lambda_j|, one
+    operation), plus the scalar query's d + 1 operations."""
+    from dptensor.mechanisms import Rounding
+    from dptensor.tensor_decomposition import PowerNoise
+    query = Rounding(total=3.0, terms=100)
+    vector, scalar = PowerNoise(1.0, 0.5, query=query).roundings(7, np.array([2.0, -1.5]))
+    assert (vector.total, vector.terms) == (3.0 + 3.5, 101)
+    assert (scalar.total, scalar.terms) == (6.5, 101 + 8)
+    assert PowerNoise(1.0, 0.5).roundings(7, ()) == (None, None)

@@ -178,15 +178,6 @@ def release_second(second, sensitivity, plan: NoisePlan, rng, frobenius: bool = 
                                       frobenius=frobenius, rounding=rounding)
 
 
-def _raised(sensitivity: float, rounding: Rounding | None) -> float:
-    """``sensitivity`` plus the ``rounding`` allowance: what a release given ``rounding=`` adds,
-    for the releases made inside :func:`~dptensor.pca.noisy_power_method` and
-    :func:`~dptensor.tensor_decomposition.tensor_power_method`, which take a sensitivity only."""
-    if rounding is None or not sensitivity > 0:
-        return sensitivity
-    return float(sensitivity) + rounding.allowance()
-
-
 class ImplicitMatrix:
     """A symmetric d x d matrix known only through its products ``matmat(Q)`` (d x p blocks)."""
 
@@ -223,7 +214,7 @@ def power_subspace(operator, k: int, plan: NoisePlan, rng, *, step_sensitivity: 
         return V, np.diag(values)
     if plan.private:
         result = noisy_power_method(operator, k, plan.n_power, rng, noise_multiplier=np.asarray(plan.z_second[:-1]),
-                                    sensitivity=_raised(step_sensitivity, step_rounding),
+                                    sensitivity=step_sensitivity, rounding=step_rounding,
                                     n_oversamples=p - k)
     else:
         result = noisy_power_method(operator, k, auto_n_iter(d, False), rng, n_oversamples=p - k, tol=1e-8)
@@ -387,7 +378,7 @@ def decompose_whitened(data, correction, k: int, *, sensitivity: float, rounding
         noise = None
         if plan.private:  # a query contracts the data and the public correction: both round
             query = _query_rounding(rounding, correction, k)
-            noise = PowerNoise(plan.z_third, _raised(sensitivity, query))
+            noise = PowerNoise(plan.z_third, sensitivity, query=query)
     return tensor_power_method(operator, k, n_restarts, n_iter, rng, noise, verbose=verbose)
 
 
