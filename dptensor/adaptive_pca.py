@@ -108,14 +108,24 @@ def filtered_update(X: np.ndarray, projections: np.ndarray, c: np.ndarray, theta
 BLOCK_ROWS = 8192
 
 
-def update_rounding(n_samples: int, theta: float, data_norm: float, deflated: bool) -> Rounding:
-    """The rounding of :func:`filtered_update` (float64): one sum of ``n`` row terms
-    ``a (a . x)`` (``terms = n``; a row's own products are its per-row map), each of norm
-    ``||a|| |a . x|``: at most ``theta`` when kept, with ``c_i`` that very norm, on the first
-    component; once components are deflated ``c_i`` uses the projected norm, so only
-    ``||a||^2 <= B^2`` bounds the term: ``total = n theta``, or ``n B^2``."""
-    bound = float(data_norm) ** 2 if deflated else min(float(theta), float(data_norm) ** 2)
-    return Rounding(total=int(n_samples) * bound, terms=int(n_samples))
+def update_rounding(n_samples: int, n_features: int, theta: float, data_norm: float,
+                    n_released: int) -> Rounding:
+    """The rounding of a released power step, :func:`filtered_update` in float64, projected off
+    the ``n_released`` components once there are any.
+
+    The exact statistic is ``sum_i a'_i w_i`` over the kept rows (``a' = P a``, ``w_i`` the
+    computed ``a_i . x``, ``c_i`` the computed ``||a'_i|| |w_i| <= theta``). Computed: one sum of
+    ``n`` terms ``a_i w_i`` (each of norm at most ``B^2``, and at most ``theta`` before any
+    deflation), then ``y - V^T (V y)``, ``d + k + 2`` more operations whose error is at most
+    ``gamma (1 + k) ||y||``. A row's own term misses the lens of :func:`filtered_sensitivity` by
+    its dot product's rounding, at most ``gamma_d B^2``: one more ``B^2`` in the total. So
+    ``terms = n + d`` and ``total = n min(theta, B^2) + B^2`` on the first component, and
+    ``terms = n + d + k + 2``, ``total = (k + 2)(n + 1) B^2`` after ``k`` released ones.
+    """
+    n, d, k, top = int(n_samples), int(n_features), int(n_released), float(data_norm) ** 2
+    if k == 0:
+        return Rounding(total=n * min(float(theta), top) + top, terms=n + d)
+    return Rounding(total=(k + 2) * (n + 1) * top, terms=n + d + k + 2)
 
 
 def filtered_sensitivity(theta: float, data_norm: float) -> float:
@@ -193,9 +203,11 @@ def adaptive_power_iteration(X, n_components: int, n_iter: int, *, rng: np.rando
             if private:
                 c = contributions(proj, sq_norms)
                 theta = choose_threshold(c, grid, svt_epsilon, beta, rng)
-                y = gaussian_release(filtered_update(X, proj, c, theta),
+                # projected before the release: the lens bounds the projected terms a' (a . x)
+                # only (the unprojected a (a . x) can reach B^2 after a deflation)
+                y = gaussian_release(project(filtered_update(X, proj, c, theta)),
                                      filtered_sensitivity(theta, data_norm), noise_multiplier, rng,
-                                     rounding=update_rounding(n, theta, data_norm, k > 0))
+                                     rounding=update_rounding(n, d, theta, data_norm, k))
                 thresholds[k, t] = theta
                 if verbose:
                     print(f"[AdaptivePrivatePCA] component {k + 1} round {t + 1}: theta = {theta:.4g}")

@@ -367,9 +367,10 @@ def test_explained_variance_tracks_the_spectrum_and_its_noise_is_drawn_as_derive
     def spy(value, sensitivity, multiplier, rng, dtype=None, *, rounding):
         calls.append((np.shape(value), float(sensitivity), float(multiplier)))
         roundings.append(rounding)
+        values.append(np.array(value, dtype=float))
         return real(value, sensitivity, multiplier, rng, dtype, rounding=rounding)
 
-    roundings = []
+    roundings, values = [], []
 
     monkeypatch.setattr(mod, "gaussian_release", spy)
     est = AdaptivePrivatePCA(n_components=2, epsilon=4.0, data_norm=1.0, random_state=0).fit(X)
@@ -381,11 +382,17 @@ def test_explained_variance_tracks_the_spectrum_and_its_noise_is_drawn_as_derive
         assert shape == (20,) and mult == pytest.approx(est.noise_multiplier_)
         assert sens == pytest.approx(mod.filtered_sensitivity(theta, 1.0))
     n = X.shape[0]
-    # Each float sum's rounding: n row terms, of norm at most theta (first component) or B^2 = 1
-    # (deflated rows' terms are bounded by the unprojected norm only); the variances' n B^2.
-    bounds = [min(t, 1.0) for t in est.thresholds_[0]] + [1.0] * est.thresholds_.shape[1]
+    # Each float sum's rounding: n row terms, of norm at most theta (first component), plus a
+    # row's own dot product (one B^2 = 1 more, d = 20 more operations); after k = 1 released
+    # component the projection too: (k + 2)(n + 1) B^2 and n + d + k + 2; the variances' n B^2.
+    d, (first, second) = 20, est.thresholds_
+    expected = [(n * min(t, 1.0) + 1.0, n + d) for t in first] + \
+        [(3.0 * (n + 1), n + d + 3)] * len(second) + [(n * 1.0, n)]
     assert [(r.total, r.terms, r.dtype) for r in roundings] == \
-        [(n * b, n, np.float64) for b in bounds] + [(n * 1.0, n, np.float64)]
+        [(total, terms, np.float64) for total, terms in expected]
+    # A deflated round releases the projected update, the statistic the lens of theta bounds.
+    for value in values[len(first):-1]:
+        assert abs(est.components_[0] @ value) <= 1e-12 * np.linalg.norm(value)
     expected_noise = math.sqrt(2) * est.variance_noise_multiplier_ / (n - 1)
     assert est.explained_variance_noise_[0] == pytest.approx(expected_noise)
     np.testing.assert_allclose(est.explained_variance_, true, rtol=0.1)
