@@ -91,7 +91,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="dptensor", description="Private and streaming spectral learning.")
     parser.add_argument("--version", action="version", version=f"dptensor {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="fit every estimator on synthetic data; print a privacy-utility table")
+    demo = sub.add_parser("demo", help="fit the seven estimators on synthetic data; print a "
+                                       "privacy-utility table")
     demo.add_argument("--quick", action="store_true", help="smaller problems, for a smoke test")
     demo.add_argument("--plot", default="dptensor_demo.png",
                       help="where to write the privacy-utility plot ('' for none)")

@@ -12,6 +12,7 @@ The fit template (:meth:`PrivateEstimatorMixin._fit_private`) runs one fixed ord
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import warnings
@@ -103,6 +104,24 @@ _NOT_PUBLIC_DESCRIPTION = ("accountant", "random_state", "verbose")
 
 #: Entry points that may spend: each runs under the library's floating-point settings.
 _SPENDING_METHODS = ("fit", "partial_fit", "fit_transform", "fit_predict", "privacy_cost")
+_FITTING_METHODS = ("fit", "partial_fit", "fit_transform", "fit_predict")
+
+
+def _refusing_sample_weight(func):
+    """``func`` refusing a ``sample_weight`` in words: Python's own error would only say that
+    some ``fit()`` got an unexpected keyword argument, naming perhaps a private base class."""
+    @functools.wraps(func)
+    def wrapper(self, *args, **kwargs):
+        if "sample_weight" in kwargs:
+            unit = getattr(self, "_unit", "row")
+            raise TypeError(
+                f"{type(self).__name__}.{func.__name__} takes no sample_weight: the privacy "
+                f"guarantee bounds what one {unit} can change, and its noise is calibrated for "
+                f"that; a weight would scale a {unit}'s influence by an amount the noise does not "
+                f"cover. Fit on the {unit}s as they are")
+        return func(self, *args, **kwargs)
+    wrapper.refuses_sample_weight = True
+    return wrapper
 
 
 class PrivateEstimatorMixin:
@@ -124,6 +143,10 @@ class PrivateEstimatorMixin:
             method = next((k.__dict__[name] for k in cls.__mro__ if name in k.__dict__), None)
             if inspect.isfunction(method) and not getattr(method, "fixed_floating_point", False):
                 setattr(cls, name, fixed_floating_point(method))
+        for name in _FITTING_METHODS:
+            method = next((k.__dict__[name] for k in cls.__mro__ if name in k.__dict__), None)
+            if inspect.isfunction(method) and not getattr(method, "refuses_sample_weight", False):
+                setattr(cls, name, _refusing_sample_weight(method))
 
     # -- the fit template ---------------------------------------------------------------------
     def _fit_private(self, *args):

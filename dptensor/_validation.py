@@ -34,8 +34,12 @@ def check_privacy(epsilon, delta, accountant=None, *, gaussian=True) -> tuple[fl
         delta = accountant.delta if accountant is not None else DEFAULT_DELTA
     delta = check_delta(delta)
     if gaussian and math.isfinite(epsilon) and delta == 0:
-        raise ValueError("delta must be > 0 for a finite epsilon: the Gaussian mechanism has no "
-                         "pure-epsilon guarantee")
+        whose = " (the accountant's delta: it is 0)" if accountant is not None and \
+            accountant.delta == 0 else ""
+        raise ValueError(f"delta must be > 0 for a finite epsilon{whose}: the Gaussian mechanism "
+                         "has no pure-epsilon guarantee. Give a delta > 0 (say 1e-5); under a "
+                         "delta=0 budget only pure (Laplace) mechanisms fit, such as "
+                         "PrivateTensorCompletion(perturbation='input')")
     return epsilon, delta
 
 
@@ -139,7 +143,18 @@ def validate_private_data(estimator, X, **kwargs):
     """scikit-learn's ``validate_data(estimator, X, **kwargs)`` after :func:`check_numeric_array`,
     so that no error quotes a value of X (every estimator's entry point for in-memory data)."""
     check_numeric_array(X, allow_nd=kwargs.get("allow_nd", False))
-    return _sklearn_validate_data(estimator, X, **kwargs)
+    try:
+        return _sklearn_validate_data(estimator, X, **kwargs)
+    except ValueError as exc:
+        if "HistGradientBoosting" not in str(exc):
+            raise
+        # scikit-learn's advice is for its own supervised models, and its imputers would learn
+        # from the data without privacy: say what holds here (its first line names NaN or inf)
+        first = str(exc).split("\n", 1)[0]
+        raise ValueError(f"{first} {type(estimator).__name__} does not accept missing values: drop "
+                         "the rows that hold one, or fill them in from public knowledge, before "
+                         "the fit (an imputer fitted on the data learns from it without privacy)"
+                         ) from None
 
 
 def validate_stream_chunk(estimator, X, *, reset: bool, **kwargs):

@@ -167,6 +167,12 @@ def check_indices(X, shape=None, name="X"):
                          f"n_features={X.shape[1]}")
     if X.shape[0] == 0:
         raise ValueError(f"{name} has 0 rows: at least one observed entry is required")
+    if X.dtype.kind == "O":  # numbers held as objects are indices as any others (as in sklearn)
+        try:
+            X = X.astype(np.float64)
+        except (TypeError, ValueError):
+            raise TypeError(f"{name} must hold integer indices, and some entry is no number"
+                            ) from None
     if X.dtype == bool or not (np.issubdtype(X.dtype, np.integer) or np.issubdtype(X.dtype, np.floating)):
         raise TypeError(f"{name} must hold integer indices, got dtype {X.dtype}")
     if np.issubdtype(X.dtype, np.floating):
@@ -494,6 +500,11 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             raise ValueError(f"y must be 1-D (one value per index tuple), got shape {y.shape}")
         if y.shape[0] != X.shape[0]:
             raise ValueError(f"y has {y.shape[0]} values but X has {X.shape[0]} index tuples")
+        if y.dtype.kind == "O":  # numbers held as objects are values as any others
+            try:
+                y = y.astype(np.float64)
+            except (TypeError, ValueError):
+                raise TypeError("y must be real numbers, and some entry is no number") from None
         if y.dtype.kind not in "biuf":  # complex too: casting would drop the imaginary parts
             raise TypeError(f"y must be real numbers, got dtype {y.dtype}")
         y = y.astype(np.float64)

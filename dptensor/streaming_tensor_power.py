@@ -48,6 +48,8 @@ __all__ = ["StreamingTensorPower", "block_statistics", "block_sensitivity"]
 # depend on how the caller cut the stream into chunks.
 _MICRO_BLOCK_BYTES = 2**22
 _FLOAT_DTYPES = (np.float64, np.float32)
+# batch_size="auto" on a stream of unknown length (partial_fit, an iterable of batches)
+STREAM_BATCH_SIZE = 1000
 
 
 def block_sensitivity(data_norm: float, batch_size: int, n_restarts: int) -> float:
@@ -260,9 +262,13 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         Number of random candidates L per component. The theory asks for L = Omega(k log k).
     n_iter : int, default=10
         Power iterations R per component, each on its own block.
-    batch_size : int, default=1000
+    batch_size : int or "auto", default="auto"
         The block size ``n``: how many rows one power update averages over (all L candidates share
-        them). Not the chunk size: ``partial_fit`` takes chunks of any size, and a block may span
+        them). ``"auto"``: on an array, whose length ``n_samples`` is public, the largest block
+        that finishes every component in one pass, ``n_samples // (n_components * n_iter)``, so
+        every row but fewer than ``n_components * n_iter`` is used; on a stream of unknown length
+        (``partial_fit``, an iterable of batches), 1000. Not the chunk size: ``partial_fit``
+        takes chunks of any size, and a block may span
         several chunks or a chunk several blocks. It is public, as is the stream's length. Memory
         does not grow with it (micro-blocks of at most 4 MiB of rows) but with the chunks given:
         a chunk too large for the memory left is refused, by its shape, before it is read
@@ -295,6 +301,8 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         Their eigenvalue estimates ``lambda~`` (measured at the last-but-one iterate, as in Alg. 2).
     n_components_done_ : int
         How many components are finished.
+    batch_size_ : int
+        The block size used (``batch_size``, or the one ``"auto"`` chose).
     n_samples_seen_ : int
         Rows consumed by the method (rows offered after the last component are not read).
     privacy_cost_ : PrivacyCost
@@ -345,9 +353,9 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
 
     _stream_attributes = ("_stream",)
 
-    def __init__(self, n_components=1, *, n_restarts=10, n_iter=10, batch_size=1000, epsilon=np.inf,
-                 delta=None, data_norm=None, max_passes=1, accountant=None, random_state=None,
-                 verbose=0):
+    def __init__(self, n_components=1, *, n_restarts=10, n_iter=10, batch_size="auto",
+                 epsilon=np.inf, delta=None, data_norm=None, max_passes=1, accountant=None,
+                 random_state=None, verbose=0):
         self.n_components = n_components
         self.n_restarts = n_restarts
         self.n_iter = n_iter
@@ -395,6 +403,7 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
             else:
                 X = validate_private_data(self, X, reset=True, dtype=_FLOAT_DTYPES, order="C")
             self._check_enough_rows(X.shape, passes)
+            self._fit_rows = X.shape[0]  # public: the length "auto" sizes the blocks by
         if is_dask_array(X):  # Dask rows: a re-iterable of row chunks, pulled here one at a time
             X = RowChunks(X)
         batches = X if _is_batch_iterable(X) else (X,)
@@ -473,14 +482,19 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         self._publish(stream)
         return self
 
-    def _check_params(self, d):
-        """Every parameter checked, for a stream of d features: ``(k, L, R, n, epsilon, delta, data_norm)``."""
+    def _check_params(self, d, n_rows=None):
+        """Every parameter checked, for a stream of d features and ``n_rows`` rows (None: unknown):
+        ``(k, L, R, n, epsilon, delta, data_norm)``."""
         k = check_positive_int(self.n_components, "n_components")
         if k > d:
             raise ValueError(f"n_components={k} must be <= n_features={d}: the components are orthonormal")
         L = check_positive_int(self.n_restarts, "n_restarts")
         R = check_positive_int(self.n_iter, "n_iter")
-        n = check_positive_int(self.batch_size, "batch_size")
+        if isinstance(self.batch_size, str) and self.batch_size == "auto":
+            # a function of the public length only; 1 when too short, which the length check refuses
+            n = STREAM_BATCH_SIZE if n_rows is None else max(1, int(n_rows) // (k * R))
+        else:
+            n = check_positive_int(self.batch_size, "batch_size")
         check_verbose(self.verbose)
         epsilon, delta = self._privacy_target()
         return k, L, R, n, epsilon, delta, check_data_norm(self.data_norm, epsilon)
@@ -490,8 +504,8 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         validated rows at once, in float64: one micro-block's buffer, clipped rows and products,
         and the stream's state, a few d x L arrays whatever its length (``n_rows`` is for a
         search, which passes the rows of the whole fit)."""
-        k, L = self._check_params(d)[:2]
-        micro = max(1, min(int(self.batch_size), _MICRO_BLOCK_BYTES // (d * FLOAT), int(n_rows)))
+        k, L, _, n = self._check_params(d, n_rows)[:4]
+        micro = max(1, min(n, _MICRO_BLOCK_BYTES // (d * FLOAT), int(n_rows)))
         peak = 3 * micro * (d + 2 * L) + 8 * d * L + k * d
         return peak * FLOAT, ("Pass the rows in smaller chunks (partial_fit, or an iterable of "
                               "batches)")
@@ -499,7 +513,8 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
     def _start(self, d, dtype, n_rows) -> _Stream:
         """Validate the parameters, record the privacy cost, and open a stream of d features
         (``n_rows``: the rows of the first chunk, held at once)."""
-        k, L, R, n, epsilon, delta, data_norm = self._check_params(d)
+        length = getattr(self, "_fit_rows", None)  # fit's array: its public length; else unknown
+        k, L, R, n, epsilon, delta, data_norm = self._check_params(d, length)
         entropy = self._entropy()
         event, z = self._plan_spend(epsilon, delta)
         sensitivity = block_sensitivity(data_norm, n, L) if event is not None else 0.0
@@ -509,6 +524,7 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
                                               n_queries=1, calibration="exact", data_shape=(d,),
                                               memory=self._memory_estimate(n_rows, d))
         self._stream_key = self._key()
+        self.batch_size_ = n
         self._stream = _Stream(d=d, dtype=dtype, n_components=k, n_restarts=L, n_iter=R, batch_size=n,
                                data_norm=data_norm, sensitivity=sensitivity, noise_multiplier=z, rng=rng,
                                verbose=self.verbose,
@@ -520,7 +536,7 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         if len(shape) != 2 or 0 in shape:
             return  # partial_fit's validation names the problem
         n_rows, d = shape
-        k, _, R, n, epsilon, delta, _ = self._check_params(d)
+        k, _, R, n, epsilon, delta, _ = self._check_params(d, n_rows)
         self._check_delta_for(n_rows, epsilon, delta)  # a stream of known length: its n is public
         if n_rows * passes < k * R * n:
             raise ValueError(f"n_samples = {n_rows} is too few (over max_passes={passes}): the method "
@@ -555,7 +571,9 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
     def _reset(self):
         self._stream = None
         self._stream_detached = False
+        self._fit_rows = None
         for name in ("components_", "eigenvalues_", "n_components_done_", "n_samples_seen_",
+                     "batch_size_",
                      "privacy_cost_", "n_features_in_", "feature_names_in_"):
             self.__dict__.pop(name, None)
 

@@ -453,13 +453,9 @@ def test_caller_arrays_not_modified():
 
 # ----------------------------------------------------------------------------- scikit-learn contract
 # X holds integer indices: the estimator declares it through its tags (categorical, positive), so
-# scikit-learn's checks round their data to non-negative integers and every check runs. The one
-# left is genuinely inapplicable.
-_EXPECTED_FAILURES = {"check_dtype_object": "object arrays of strings are not tensor indices"}
-
-
-@parametrize_with_checks([PrivateTensorCompletion(random_state=0, n_iter=5)],
-                         expected_failed_checks=lambda est: _EXPECTED_FAILURES)
+# scikit-learn's checks round their data to non-negative integers and every check runs (numbers
+# held as objects included).
+@parametrize_with_checks([PrivateTensorCompletion(random_state=0, n_iter=5)])
 def test_sklearn_compatible(estimator, check):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyWarning)

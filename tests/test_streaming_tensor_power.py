@@ -353,3 +353,23 @@ def test_feature_names_out():
     est = StreamingTensorPower(2, n_restarts=2, n_iter=3, batch_size=100, random_state=0).fit(X)
     assert list(est.get_feature_names_out()) == ["streamingtensorpower0", "streamingtensorpower1"]
     np.testing.assert_allclose(est.transform(X), X @ est.components_.T)
+
+
+def test_auto_batch_size_uses_the_public_length():
+    """batch_size="auto" (the default): on an array, the largest block that finishes every
+    component, n_samples // (n_components * n_iter), so a fit at defaults needs 10 rows, not
+    10,000, and uses all the rows but fewer than n_components * n_iter; on a stream of unknown
+    length, 1000."""
+    X, _, _ = make_orthogonal_moment_data(1234, 4, 2, random_state=3)
+    est = StreamingTensorPower(2, n_iter=5, random_state=0).fit(X)
+    assert est.batch_size_ == 1234 // 10 and est.n_samples_seen_ == 1230
+    assert est.n_components_done_ == 2
+    with pytest.raises(ValueError, match="n_samples = 9 is too few"):
+        StreamingTensorPower(2, n_iter=5).fit(X[:9])
+    stream = StreamingTensorPower(1, n_iter=2, random_state=0).partial_fit(X[:100])
+    assert stream.batch_size_ == 1000 and stream.n_components_done_ == 0
+    # the same rule prices a fit before any data
+    private = StreamingTensorPower(2, n_iter=5, epsilon=1.0, data_norm=3.0)
+    assert private.privacy_cost(1234, 4).private
+    with pytest.raises(ValueError, match="n_samples = 9 is too few"):
+        private.privacy_cost(9, 4)

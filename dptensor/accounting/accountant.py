@@ -35,8 +35,11 @@ class PrivacyAccountant:
     epsilon : float, default=np.inf
         Total epsilon. ``np.inf`` records spends without limit.
     delta : float, default=1e-5
-        The delta at which all epsilons are reported and the budget is enforced. Must be > 0 for
-        Gaussian mechanisms (see :data:`DEFAULT_DELTA` for the choice of default).
+        The delta at which all epsilons are reported and the budget is enforced (see
+        :data:`DEFAULT_DELTA` for the choice of default). ``0`` is a pure-DP budget: it serves the
+        pure (Laplace) mechanisms only, such as ``PrivateTensorCompletion(perturbation="input")``
+        or ``"output"``; every Gaussian release (all the other estimators) is refused under it
+        before any data is touched, with a message saying so.
     ledger : None or path, default=None
         ``None`` keeps spends in memory, for this process only. A path keeps them in a SQLite file:
         the budget survives restarts and is shared safely by processes (each check-and-record is
@@ -158,6 +161,11 @@ class PrivacyAccountant:
             if reason:
                 reason = (f"this release has no privacy guarantee ({reason}), so it costs epsilon=inf; "
                           "set a finite epsilon (and the public bound it needs) to fit under this budget")
+            elif self.delta == 0 and math.isinf(epsilon_of(event, self.delta)):
+                reason = ("this accountant's delta is 0 (pure DP), and a Gaussian release has no "
+                          "pure-epsilon guarantee, so it costs epsilon=inf at delta=0. Give the "
+                          "accountant a delta > 0 (say 1e-5), or fit under it only pure (Laplace) "
+                          "mechanisms, such as PrivateTensorCompletion(perturbation='input')")
             raise BudgetExceededError(spent, epsilon_of(event, self.delta), self.epsilon, self.delta, label,
                                       reason)
 

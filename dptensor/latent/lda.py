@@ -679,4 +679,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
         tags.input_tags.positive_only = True
+        # word counts are whole numbers: declared as scikit-learn's checks know them, so that they
+        # pass counts (non-negative integers) rather than refused fractional values
+        tags.input_tags.categorical = True
         return tags

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import math
 import numbers
+from copy import deepcopy
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone
 from sklearn.model_selection import ParameterGrid, ParameterSampler
 from sklearn.pipeline import Pipeline
@@ -131,8 +133,9 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
             raise ValueError(f"validation_fraction must be in (0, 1), got {frac!r}")
         n_val = int(round(frac * n_samples))
         if n_val < 1 or n_samples - n_val < 1:
-            raise ValueError(f"validation_fraction={frac:g} of {n_samples} units leaves an empty part "
-                             f"({n_samples - n_val} to train, {n_val} to score)")
+            raise ValueError(f"n_samples = {n_samples} is too few: validation_fraction={frac:g} "
+                             f"leaves an empty part ({n_samples - n_val} to train, {n_val} to "
+                             "score)")
         return n_samples - n_val, n_val
 
     def _candidate(self, prefix, params, epsilon, delta, seed, overrides=()):
@@ -353,6 +356,11 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         check_is_fitted(self, "best_estimator_")
         return self.best_estimator_.transform(X)
 
+    @available_if(_delegate("transform"))
+    def fit_transform(self, X, y=None, **fit_params):
+        """``fit(X, y)``, then ``best_estimator_.transform(X)``."""
+        return self.fit(X, y, **fit_params).transform(X)
+
     @available_if(_delegate("inverse_transform"))
     def inverse_transform(self, X):
         """``best_estimator_.inverse_transform(X)``."""
@@ -368,6 +376,20 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
     def n_features_in_(self):
         check_is_fitted(self, "best_estimator_")
         return self.best_estimator_.n_features_in_
+
+    def __sklearn_tags__(self):
+        # scikit-learn's searches take their searched estimator's kind and input tags; a search
+        # of a transformer also takes its transformer tags, since it delegates transform
+        tags = super().__sklearn_tags__()
+        sub = get_tags(self.estimator)
+        tags.estimator_type = sub.estimator_type
+        tags.classifier_tags = deepcopy(sub.classifier_tags)
+        tags.regressor_tags = deepcopy(sub.regressor_tags)
+        tags.transformer_tags = deepcopy(sub.transformer_tags)
+        tags.target_tags.required = sub.target_tags.required
+        tags.input_tags = deepcopy(sub.input_tags)
+        tags.input_tags.sparse = False  # the split and the checks before the spend are dense
+        return tags
 
 
 _SEARCH_DOC = """
@@ -593,6 +615,9 @@ def _as_units(X, y, *, alone: bool):
     stateless steps may transform X first, so only the shape is checked there); ``y``, when
     given, must be finite numbers.
     """
+    if sp.issparse(X):
+        raise TypeError("a private search takes dense X: sparse input is not supported (the split "
+                        "and the checks before the spend work on dense rows); pass X.toarray()")
     X = np.asarray(X)
     if X.ndim != 2:
         raise ValueError(f"a private search splits units (rows of X); X must be 2-D, got {X.ndim} "
@@ -601,6 +626,12 @@ def _as_units(X, y, *, alone: bool):
         X = check_array(check_numeric_array(X), dtype="numeric", ensure_min_samples=0)
     if y is not None:
         y = np.asarray(y)
+        if alone and y.dtype.kind == "O":  # numbers held as objects, as the estimator takes them
+            try:
+                y = y.astype(np.float64)
+            except (TypeError, ValueError):
+                raise ValueError("y must hold finite numbers, and some entry is no number"
+                                 ) from None
         # kind, not np.number: complex numbers are numbers, and scikit-learn's check prints them
         if alone and not (y.dtype.kind in "biuf" and np.all(np.isfinite(y))):
             raise ValueError("y must hold finite numbers (no NaN or infinity): pass only the observed "
