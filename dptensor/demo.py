@@ -4,9 +4,9 @@
 draws at each (and once without privacy), all spending from one
 :class:`~dptensor.PrivacyAccountant`, then prints a privacy-utility table (the median of the draws
 and their range), notes on what it shows, the accountant's total, and writes a PNG of the curves
-when matplotlib is installed. The data are generated here with fixed seeds, so no download is needed; the noise
-uses a fixed ``random_state`` too, so the table is reproducible (a real release would leave
-``random_state=None``). Every spend draws its own noise stream from that seed *and* its place in
+when matplotlib is installed. The data are generated here with fixed seeds, so no download is
+needed; the noise uses fixed ``random_state`` values too, so the table is reproducible (a real
+release would leave ``random_state=None``). Every spend draws its own noise stream from that seed *and* its place in
 the ledger (see :mod:`dptensor._randomness`), so the fits share no noise and the ledger's total is
 what the table's releases cost together. The non-private references are fitted outside the
 budget, which would refuse them (they cost epsilon = infinity).
