@@ -6,8 +6,13 @@ import sys
 
 
 def _demo(args) -> int:
-    from .demo import run_demo
+    from .demo import check_plot_path, run_demo
 
+    try:  # before the fits, not after a minute of them
+        check_plot_path(args.plot)
+    except ValueError as exc:
+        print(f"dptensor demo: {exc}", file=sys.stderr)
+        return 2
     return run_demo(quick=args.quick, plot=args.plot)
 
 

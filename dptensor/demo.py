@@ -1,21 +1,24 @@
 """The main job: every estimator on embedded synthetic data, one shared budget, one table.
 
-``python -m dptensor demo`` fits each of the seven estimators at a few epsilons (and once without
-privacy), all spending from one :class:`~dptensor.PrivacyAccountant`, then prints a
-privacy-utility table, the accountant's ledger, and writes a PNG of the curves when matplotlib is
-installed. The data are generated here with fixed seeds, so no download is needed; the noise
-uses a fixed ``random_state`` too, so the table is reproducible (a real release would leave
-``random_state=None``). Every spend draws its own noise stream from that seed *and* its place in
+``python -m dptensor demo`` fits each of the seven estimators at a few epsilons, a few seeded
+draws at each (and once without privacy), all spending from one
+:class:`~dptensor.PrivacyAccountant`, then prints a privacy-utility table (the median of the draws
+and their range), notes on what it shows, the accountant's total, and writes a PNG of the curves
+when matplotlib is installed. The data are generated here with fixed seeds, so no download is
+needed; the noise uses fixed ``random_state`` values too, so the table is reproducible (a real
+release would leave ``random_state=None``). Every spend draws its own noise stream from that seed *and* its place in
 the ledger (see :mod:`dptensor.mechanisms.randomness`), so the fits share no noise and the ledger's total is
 what the table's releases cost together. The non-private references are fitted outside the
 budget, which would refuse them (they cost epsilon = infinity).
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -49,7 +52,8 @@ def _tensor_studies(quick: bool) -> list[Study]:
     bound = moment_data_norm_bound(lam)  # from the generator's parameters, never read off the data
 
     def batch(eps, budget, seed):
-        model = PrivateTensorDecomposition(3, epsilon=eps, data_norm=bound, n_restarts=5, n_iter=8,
+        # n_iter=5: each power iteration adds noise, and 5 already converge on this problem
+        model = PrivateTensorDecomposition(3, epsilon=eps, data_norm=bound, n_restarts=5, n_iter=5,
                                            accountant=budget, random_state=seed).fit(X)
         return float(np.mean(recovery_error(model.components_, V)))
 
@@ -111,9 +115,9 @@ def _completion_study(quick: bool) -> Study:
 
     mean_rmse = rmse(data["test_values"][test], np.full(len(data["test_values"][test]), data["values"].mean()))
     return Study("PrivateTensorCompletion", "held-out RMSE", completion,
-                 baseline=("the observed-mean predictor (100^3 study, 1e5 values: at epsilon <= 1 private "
-                           "completion gains nothing over it, privacy costs all the utility there; from "
-                           "epsilon = 2 it keeps half to three quarters of the non-private gain)", mean_rmse))
+                 baseline=("the observed-mean predictor (on this 100^3 study with 1e5 values, "
+                           "private completion at epsilon <= 1 gains little over it: privacy "
+                           "costs most of the utility there)", mean_rmse))
 
 
 def _latent_studies(quick: bool) -> list[Study]:
@@ -142,38 +146,69 @@ def studies(quick: bool = False) -> list[Study]:
     return [*_tensor_studies(quick), *_pca_studies(quick), _completion_study(quick), *_latent_studies(quick)]
 
 
-def run_demo(quick: bool = False, plot: str | None = "dptensor_demo.png", epsilons=EPSILONS) -> int:
+#: Seeded draws per epsilon: the table and the plot show their median and their range, so that a
+#: curve is not one noisy draw (each draw is a fit of its own, recorded with the budget).
+N_DRAWS = 3
+
+
+def check_plot_path(plot) -> None:
+    """Refuse, before any fit, a plot path the demo could not write: a missing or unwritable
+    directory, or a file type matplotlib does not know."""
+    if not plot:
+        return
+    path = Path(plot).expanduser()
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise ValueError(f"cannot write the plot to {str(path)!r}: the directory {str(folder)!r} "
+                         "does not exist (create it, or pass --plot '' for no plot)")
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"cannot write the plot to {str(path)!r}: the directory {str(folder)!r} "
+                         "is not writable")
+    if path.is_dir():
+        raise ValueError(f"cannot write the plot to {str(path)!r}: it is a directory; give a file "
+                         "name such as dptensor_demo.png")
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        return  # no plot will be drawn; run_demo says so at the end
+    kinds = Figure().canvas.get_supported_filetypes()
+    if path.suffix.lstrip(".").lower() not in kinds:
+        raise ValueError(f"cannot write the plot to {str(path)!r}: the file type "
+                         f"{path.suffix or '(none)'!r} is not one matplotlib writes; use .png, "
+                         ".pdf or .svg")
+
+
+def run_demo(quick: bool = False, plot: str | None = "dptensor_demo.png", epsilons=EPSILONS,
+             n_draws: int = N_DRAWS) -> int:
+    check_plot_path(plot)
     # delta well below 1/n for the largest study (300,000 rows): see the privacy guide.
     budget = PrivacyAccountant(epsilon=100.0, delta=1e-7)
-    print("dptensor demo: seven estimators on synthetic data with known ground truth, one shared budget "
-          f"{budget!r}.\nNoise uses a fixed seed, keyed by each spend's place in the ledger, so the table is "
-          "reproducible and no two fits share noise.\nThe non-private references are fitted outside "
-          "the budget.\n")
+    print(f"dptensor demo: seven estimators on synthetic data with known ground truth, {n_draws} "
+          f"seeded draws at each epsilon, one shared budget {budget!r}.\nNoise uses fixed seeds, "
+          "keyed by each spend's place in the ledger, so the table is reproducible and no two fits "
+          "share noise.\nThe non-private references are fitted outside the budget.\n")
     rows = []
     all_studies = studies(quick)
     jobs = [(s, eps) for s in all_studies for eps in (np.inf, *epsilons)]
     reference = {}
     for study, eps in _progress(jobs):
-        t0 = time.perf_counter()
         if np.isinf(eps):  # not private: it costs epsilon = inf, so it runs without the budget
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", PrivacyWarning)
-                err = study.fit_and_score(eps, None, 0)
-        else:
-            err = study.fit_and_score(eps, budget, 0)
-        seconds = time.perf_counter() - t0
-        if np.isinf(eps):
-            reference[study.name] = err
+                reference[study.name] = study.fit_and_score(eps, None, 0)
             continue
-        rows.append({"estimator": study.name, "epsilon": eps, "metric": study.metric, "error": err,
-                     "non_private": reference[study.name], "seconds": seconds, "baseline": study.baseline})
+        t0 = time.perf_counter()
+        errors = [study.fit_and_score(eps, budget, seed) for seed in range(n_draws)]
+        seconds = (time.perf_counter() - t0) / n_draws
+        rows.append({"estimator": study.name, "epsilon": eps, "metric": study.metric,
+                     "errors": errors, "error": float(np.median(errors)),
+                     "non_private": reference[study.name], "seconds": seconds,
+                     "baseline": study.baseline})
     print(format_table(rows))
-    for study in all_studies:
-        if study.baseline:
-            print(f"{study.name}: {study.baseline[0]} (non-private) has {study.metric} "
-                  f"{study.baseline[1]:.4g}")
     print()
-    print(budget)
+    print("\n".join(notes(all_studies, n_draws)))
+    print()
+    print(str(budget).splitlines()[0] + " (print(budget) lists each spend)")
     if plot:
         path = plot_curves(rows, plot)
         print(f"\nplot: {path}" if path else "\n(matplotlib not installed: no plot; "
@@ -181,18 +216,36 @@ def run_demo(quick: bool = False, plot: str | None = "dptensor_demo.png", epsilo
     return 0
 
 
+def notes(all_studies, n_draws) -> list[str]:
+    """What the table and the plot show, in words (the plot's legend stays short)."""
+    lines = [f"Each private point is the median of {n_draws} seeded draws; the range is their "
+             "smallest and largest error (the band in the plot).",
+             "non-private: the same estimator with epsilon=inf (the dashed line), the error that "
+             "remains without privacy."]
+    for study in all_studies:
+        if study.baseline:
+            lines.append(f"{study.name}: the dotted line is {study.baseline[0]}, with "
+                         f"{study.metric} {study.baseline[1]:.4g}.")
+    return lines
+
+
 def format_table(rows) -> str:
     w = max([len("estimator"), *(len(r["estimator"]) for r in rows)])
-    head = f"{'estimator':<{w}s} {'epsilon':>7s} {'metric':<16s} {'error':>10s} {'non-private':>12s} {'fit s':>7s}"
+    head = (f"{'estimator':<{w}s} {'epsilon':>7s} {'metric':<16s} {'median':>10s} "
+            f"{'range of draws':>21s} {'non-private':>12s} {'fit s':>6s}")
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r['estimator']:<{w}s} {r['epsilon']:>7g} {r['metric']:<16s} {r['error']:>10.4g} "
-                     f"{r['non_private']:>12.4g} {r['seconds']:>7.2f}")
+        spread = f"{min(r['errors']):.4g}..{max(r['errors']):.4g}"
+        lines.append(f"{r['estimator']:<{w}s} {r['epsilon']:>7g} {r['metric']:<16s} "
+                     f"{r['error']:>10.4g} {spread:>21s} {r['non_private']:>12.4g} "
+                     f"{r['seconds']:>6.2f}")
     return "\n".join(lines)
 
 
 def plot_curves(rows, path):
-    """Error against epsilon per estimator (log-log), with the non-private error dashed."""
+    """Error against epsilon per estimator (log-log): the median of the draws, their range as a
+    band, each draw as a dot, the non-private error dashed and a trivial baseline dotted. One
+    short legend in a panel of its own, so that none covers data."""
     try:
         import matplotlib
 
@@ -201,21 +254,40 @@ def plot_curves(rows, path):
     except ImportError:
         return None
     names = list(dict.fromkeys(r["estimator"] for r in rows))
-    fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 3.0), constrained_layout=True)
-    for ax, name in zip(np.atleast_1d(axes), names):
+    n_cols = 4
+    n_rows = -(-(len(names) + 1) // n_cols)  # one cell more, for the legend
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(3.3 * n_cols, 2.9 * n_rows),
+                             constrained_layout=True)
+    axes = np.atleast_1d(axes).ravel()
+    handles = {}
+    for ax, name in zip(axes, names):
         mine = [r for r in rows if r["estimator"] == name]
-        ax.loglog([r["epsilon"] for r in mine], [r["error"] for r in mine], "o-", label="private")
-        ax.axhline(mine[0]["non_private"], ls="--", color="gray", label="non-private")
+        eps = np.array([r["epsilon"] for r in mine])
+        draws = np.array([r["errors"] for r in mine])
+        band = ax.fill_between(eps, draws.min(axis=1), draws.max(axis=1), color="C0", alpha=0.2,
+                               lw=0)
+        dots = ax.plot(np.repeat(eps, draws.shape[1]), draws.ravel(), ".", color="C0", ms=3,
+                       alpha=0.6)[0]
+        line = ax.plot(eps, np.median(draws, axis=1), "o-", color="C0", ms=4)[0]
+        ref = ax.axhline(mine[0]["non_private"], ls="--", color="gray")
+        handles.update({"private (median)": line, "range of draws": band, "one draw": dots,
+                        "non-private": ref})
         if mine[0]["baseline"]:
-            ax.axhline(mine[0]["baseline"][1], ls=":", color="black", label=mine[0]["baseline"][0])
-            ax.legend(fontsize=7)
+            handles["mean predictor"] = ax.axhline(mine[0]["baseline"][1], ls=":", color="black")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
         ax.set_title(name, fontsize=9)
-        ax.set_xticks([r["epsilon"] for r in mine], [f"{r['epsilon']:g}" for r in mine])
+        ax.set_xticks(eps, [f"{e:g}" for e in eps])
         ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-        ax.set_xlabel("epsilon")
-        ax.set_ylabel(mine[0]["metric"])
-    np.atleast_1d(axes)[0].legend(fontsize=8)
-    fig.savefig(path, dpi=100)
+        ax.tick_params(which="both", labelsize=8)
+        ax.set_xlabel("epsilon", fontsize=8)
+        ax.set_ylabel(mine[0]["metric"], fontsize=8)
+    for ax in axes[len(names):]:
+        ax.axis("off")
+    axes[len(names)].legend(list(handles.values()), list(handles.keys()), loc="center",
+                            fontsize=9, frameon=False, title="error against epsilon",
+                            title_fontsize=9)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 

@@ -225,18 +225,41 @@ def test_demo_prints_table_and_ledger(tmp_path, capsys):
     from dptensor.demo import run_demo
 
     plot = tmp_path / "demo.png"
-    assert run_demo(quick=True, plot=str(plot), epsilons=(0.5, 4.0)) == 0
+    assert run_demo(quick=True, plot=str(plot), epsilons=(0.5, 4.0), n_draws=2) == 0
     out = capsys.readouterr().out
     for name in ("PrivateTensorDecomposition", "StreamingTensorPower", "PrivatePCA", "AdaptivePrivatePCA",
                  "PrivateTensorCompletion"):
         rows = [line.split() for line in out.splitlines() if line.startswith(name + " ")]
         assert len(rows) >= 2, name
-        errors = {float(r[1]): float(r[-3]) for r in rows}
+        errors = {float(r[1]): float(r[-4]) for r in rows}  # the median of the draws
         # more budget, less error: every estimator's error at epsilon 4 is below its error at 0.5
         assert errors[4.0] < errors[0.5], (name, errors)
+        for r in rows:  # the range of the draws holds their median
+            lo, hi = map(float, r[-3].split(".."))
+            assert lo <= float(r[-4]) <= hi, r
+    assert "median of 2 seeded draws" in out
     assert "spends" in out and "PrivacyAccountant" in out
     pytest.importorskip("matplotlib")
     assert plot.exists() and plot.stat().st_size > 10_000
+
+
+def test_demo_checks_the_plot_path_before_any_fit(tmp_path, capsys, monkeypatch):
+    """A plot path that cannot be written is refused at once, in words, not by a traceback
+    after the whole demo has run."""
+    from dptensor import demo
+    from dptensor.__main__ import main
+
+    def no_fit(*args, **kwargs):
+        raise AssertionError("the demo started fitting")
+
+    monkeypatch.setattr(demo, "studies", no_fit)
+    for bad, why in [(tmp_path / "missing" / "x.png", "does not exist"),
+                     (tmp_path, "is a directory"), (tmp_path / "x.notatype", "file type")]:
+        assert main(["demo", "--plot", str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("dptensor demo: cannot write the plot") and why in err, err
+        with pytest.raises(ValueError, match=why):
+            demo.run_demo(plot=str(bad))
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
