@@ -109,7 +109,7 @@ def gmm(quick):
                             "non_private_error": err, "ratio_to_non_private": perr / err, "seconds": t,
                             "data_norm": bound})
             print(records[-1], flush=True)
-        del X
+        X = None  # the rows go before the next size is drawn
     return records
 
 
@@ -184,7 +184,7 @@ def lda(quick):
                                 "error": topics_error(pm.components_, topics),
                                 "non_private_error": exact, "seconds": t})
                 print(records[-1], flush=True)
-        del C
+        C = None  # the corpus goes before the next one is drawn
     return records
 
 
