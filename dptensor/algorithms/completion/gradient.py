@@ -76,6 +76,26 @@ def clipped_gradient(model: Model, X: np.ndarray, resid: np.ndarray, clip_norm, 
     return weights, K, R
 
 
+def _step(model: Model, free, grams, sums, core_gram, *, learning_rate, reg, reg_core, damping):
+    """One preconditioned step of every factor with one (and of the core) from the summed
+    (released) gradients and their public Gauss-Newton Grams."""
+    nf = len(free)
+    new = list(model.factors)
+    for j, m in enumerate(free):
+        U, gram = model.factors[m], grams[j]
+        r = U.shape[1]
+        grad = -sums[j] + reg * U
+        gram[:, np.arange(r), np.arange(r)] += reg + damping + 1e-12
+        new[m] = U - learning_rate * np.linalg.solve(gram, grad[:, :, None])[:, :, 0]
+    if model.core is not None:
+        grad = -sums[nf] + reg_core * model.core
+        gram = core_gram
+        gram[np.diag_indices_from(gram)] += reg_core + damping + 1e-12
+        core_step = np.linalg.solve(gram, grad.ravel()).reshape(grad.shape)
+        model.core = model.core - learning_rate * core_step
+    model.factors = new
+
+
 def gradient_descent(obs: Observations, y: np.ndarray, model: Model, *, learning_rate, n_iter, reg,
                      reg_core, clip_norm=None, noise_multiplier=0.0, damping=0.0, rng=None, history=None,
                      callback=None):
@@ -113,7 +133,7 @@ def gradient_descent(obs: Observations, y: np.ndarray, model: Model, *, learning
             w, K, R = clipped_gradient(model, X, resid, clip_norm, design=design)
             # The per-row gradient sums and Gauss-Newton matrices in one pass over the entries sorted
             # by mode m (as in ALS): rhs = sum_e K_m[e] w_e = -gradient; then the core's.
-            grams, sums = [], []
+            grams, sums, core_gram = [], [], None
             for m in free:
                 L = obs.layout(m)
                 gram, rhs = L.normal_equations(mode_design(model, L, m), w[L.perm])
@@ -137,20 +157,8 @@ def gradient_descent(obs: Observations, y: np.ndarray, model: Model, *, learning
             for j in range(nf):
                 sums[j][seen[j]] = released[j]
             sums[nf:] = released[nf:]
-        new = list(model.factors)
-        for j, m in enumerate(free):
-            U, gram = model.factors[m], grams[j]
-            r = U.shape[1]
-            grad = -sums[j] + reg * U
-            gram[:, np.arange(r), np.arange(r)] += reg + damping + 1e-12
-            new[m] = U - learning_rate * np.linalg.solve(gram, grad[:, :, None])[:, :, 0]
-        if model.core is not None:
-            grad = -sums[nf] + reg_core * model.core
-            gram = core_gram
-            gram[np.diag_indices_from(gram)] += reg_core + damping + 1e-12
-            core_step = np.linalg.solve(gram, grad.ravel()).reshape(grad.shape)
-            model.core = model.core - learning_rate * core_step
-        model.factors = new
+        _step(model, free, grams, sums, core_gram, learning_rate=learning_rate, reg=reg,
+              reg_core=reg_core, damping=damping)
         if callback is not None:
             # The training loss is passed on only when it is recorded (non-private fits).
             callback(step, rmse if history is not None else None)

@@ -138,6 +138,68 @@ def spectral_floats(n_obs, shape, rank, lead, fixed=(), kron=True):
     return step + cells * ((d + 3) * d + rank * (rank + 1) // 2 + 4 * rank + 8)
 
 
+def _gram_bases(obs: Observations, resid, model: Model, others, rng, *, z_g, gram_clip,
+                column_cap):
+    """Step 1 of :func:`spectral_start`: each mode's basis (other than the lead's) from its
+    released unfolding Gram (a constant one for a mode without a factor); returns the bases and
+    the Grams' sensitivities."""
+    d, r = obs.order, model.rank
+    bases, used = [None] * d, []
+    for m in others:
+        if m in model.fixed:  # one public direction: padding it with zero columns would only add
+            bases[m] = np.full((obs.shape[m], 1), 1.0 / math.sqrt(obs.shape[m]))  # null directions
+            continue
+        cap = None
+        free_others = [k for k in model.free_modes() if k != m]  # fixed modes index no column
+        if column_cap is not None:
+            counts = unfolding_columns(obs, m, free_others)[1]
+            cap = max(2, math.ceil(column_cap * len(resid) / len(counts)))
+        M, sens = unfolding_gram(obs, resid, m, gram_clip, cap, others=free_others)
+        if z_g > 0:  # one release of the strict upper triangle (the diagonal is 0, not released), mirrored
+            iu = np.triu_indices(M.shape[0], 1)
+            upper = gaussian_release(M[iu], sens, z_g, rng,
+                                     rounding=gram_rounding(obs, m, gram_clip))
+            M = np.zeros_like(M)
+            M[iu] = upper
+            M += M.T
+        vals, vecs = np.linalg.eigh(M)
+        top = vecs[:, np.argsort(vals)[::-1][:r]]
+        # a mode with fewer rows than the rank: the missing directions are 0
+        bases[m] = np.hstack([top, np.zeros((top.shape[0], r - top.shape[1]))])
+        used.append(sens)
+    return bases, used
+
+
+def _small_cp(obs: Observations, model: Model, W, bases, lead, others, rng, n_inner):
+    """Step 3 of :func:`spectral_start`: a small CP fitted to the solve ``W`` (post-processing of
+    released values, from ``N_RESTARTS`` random starts), its factors mapped back through the
+    bases into ``model``."""
+    r = model.rank
+    small_shape = (obs.shape[lead],) + tuple(bases[k].shape[1] for k in others)
+    cells = Observations(np.stack(np.unravel_index(np.arange(W.size), small_shape), axis=1), small_shape)
+    small, best = None, np.inf
+    for _ in range(N_RESTARTS):  # CP-ALS has local optima; on released values restarts are free
+        trial = init_model(small_shape, r, "cp", rng, scale=0.1)
+        history = []
+        try:
+            with np.errstate(all="ignore"):
+                als(cells, W.ravel(), trial, reg=1e-6, reg_core=0.0, n_iter=n_inner, fit_biases=False,
+                    tol=1e-10, history=history)
+        except np.linalg.LinAlgError:  # a degenerate restart (tiny data): the next one may not be
+            continue
+        if history and np.isfinite(history[-1]) and history[-1] < best:
+            small, best = trial, history[-1]
+    if small is None:  # every restart degenerate: keep the data-independent start (post-processing)
+        return
+    model.factors[lead] = small.factors[0]
+    for j, k in enumerate(others, start=1):
+        B = bases[k] @ small.factors[j]
+        if k in model.fixed:  # B's rows are all B[0] (a constant basis): keep ones, move the scales
+            model.factors[lead] = model.factors[lead] * B[0]
+        else:
+            model.factors[k] = B
+
+
 def spectral_start(obs: Observations, y: np.ndarray, model: Model, *, noise_multiplier, rng, clip, s2,
                    gram_clip=None, column_cap=None, design_quantile=0.9, n_inner=50,
                    gram_noise_multiplier=None):
@@ -172,30 +234,9 @@ def spectral_start(obs: Observations, y: np.ndarray, model: Model, *, noise_mult
     resid = y - offsets(model, obs.X)
     t = np.clip(resid, -clip, clip)
     gram_clip = clip if gram_clip is None else gram_clip
-    bases, used = [None] * d, []
-    for m in others:
-        if m in model.fixed:  # one public direction: padding it with zero columns would only add
-            bases[m] = np.full((obs.shape[m], 1), 1.0 / math.sqrt(obs.shape[m]))  # null directions
-            continue
-        cap = None
-        free_others = [k for k in model.free_modes() if k != m]  # fixed modes index no column
-        if column_cap is not None:
-            counts = unfolding_columns(obs, m, free_others)[1]
-            cap = max(2, math.ceil(column_cap * len(resid) / len(counts)))
-        M, sens = unfolding_gram(obs, resid, m, gram_clip, cap, others=free_others)
-        z_g = noise_multiplier if gram_noise_multiplier is None else gram_noise_multiplier
-        if z_g > 0:  # one release of the strict upper triangle (the diagonal is 0, not released), mirrored
-            iu = np.triu_indices(M.shape[0], 1)
-            upper = gaussian_release(M[iu], sens, z_g, rng,
-                                     rounding=gram_rounding(obs, m, gram_clip))
-            M = np.zeros_like(M)
-            M[iu] = upper
-            M += M.T
-        vals, vecs = np.linalg.eigh(M)
-        top = vecs[:, np.argsort(vals)[::-1][:r]]
-        # a mode with fewer rows than the rank: the missing directions are 0
-        bases[m] = np.hstack([top, np.zeros((top.shape[0], r - top.shape[1]))])
-        used.append(sens)
+    z_g = noise_multiplier if gram_noise_multiplier is None else gram_noise_multiplier
+    bases, used = _gram_bases(obs, resid, model, others, rng, z_g=z_g, gram_clip=gram_clip,
+                              column_cap=column_cap)
     kron = kronecker_start(len(y), obs.shape, r, lead, model.fixed)
     gram, rhs, bound = projected_statistics(obs, t, bases, design_quantile, lead, model, kron=kron)
     std = noise_multiplier * D * bound
@@ -214,27 +255,5 @@ def spectral_start(obs: Observations, y: np.ndarray, model: Model, *, noise_mult
             else:
                 model.factors[k] = bases[k]
         return used
-    small_shape = (obs.shape[lead],) + tuple(bases[k].shape[1] for k in others)
-    cells = Observations(np.stack(np.unravel_index(np.arange(W.size), small_shape), axis=1), small_shape)
-    small, best = None, np.inf
-    for _ in range(N_RESTARTS):  # CP-ALS has local optima; on released values restarts are free
-        trial = init_model(small_shape, r, "cp", rng, scale=0.1)
-        history = []
-        try:
-            with np.errstate(all="ignore"):
-                als(cells, W.ravel(), trial, reg=1e-6, reg_core=0.0, n_iter=n_inner, fit_biases=False,
-                    tol=1e-10, history=history)
-        except np.linalg.LinAlgError:  # a degenerate restart (tiny data): the next one may not be
-            continue
-        if history and np.isfinite(history[-1]) and history[-1] < best:
-            small, best = trial, history[-1]
-    if small is None:  # every restart degenerate: keep the data-independent start (post-processing)
-        return used
-    model.factors[lead] = small.factors[0]
-    for j, k in enumerate(others, start=1):
-        B = bases[k] @ small.factors[j]
-        if k in model.fixed:  # B's rows are all B[0] (a constant basis): keep ones, move the scales
-            model.factors[lead] = model.factors[lead] * B[0]
-        else:
-            model.factors[k] = B
+    _small_cp(obs, model, W, bases, lead, others, rng, n_inner)
     return used
