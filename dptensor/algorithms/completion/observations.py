@@ -91,7 +91,7 @@ class Observations:
         return self._layouts[m]
 
     def implicit_design(self, lead: int, partner: int, rank: int) -> ImplicitDesign:
-        """The implicit-feedback design of two modes (:class:`~dptensor._implicit.ImplicitDesign`),
+        """The implicit-feedback design of two modes (:class:`~dptensor.algorithms.completion.implicit.ImplicitDesign`),
         built once: a function of Omega, so a fit can build it before its spend."""
         key = (lead, partner, rank)
         if key not in self._designs:
