@@ -26,7 +26,11 @@ import numpy as np
 
 from benchmarks._common import peak_memory, plot_path, timed, write_results
 from dptensor import PrivacyWarning
-from dptensor._completion_models import Observations, als, dp_als, gradient_descent, init_model
+from dptensor.algorithms.completion.observations import Observations
+from dptensor.algorithms.completion.als import als
+from dptensor.algorithms.completion.dp_als import dp_als
+from dptensor.algorithms.completion.gradient import gradient_descent
+from dptensor.algorithms.completion.model import init_model
 from dptensor.completion import PrivateTensorCompletion
 from dptensor.datasets import make_low_rank_tensor
 

@@ -31,7 +31,7 @@ from .mechanisms.randomness import data_digest, digest_bytes, fingerprint, seed_
 from ._validation import check_delta_for_n, check_privacy
 
 __all__ = ["PrivacyCost", "PrivacyWarning", "PrivateEstimatorMixin", "NO_PRIVACY_COST", "FitPlan",
-           "FitData"]
+           "FitData", "SearchTag"]
 
 
 @dataclass(frozen=True)
@@ -95,6 +95,22 @@ class FitData:
     extra: Any = None
 
 
+@dataclass(frozen=True)
+class SearchTag:
+    """What a private search (:mod:`dptensor.model_selection`) needs to know of an estimator it
+    fits and scores, declared by the estimator (``_search_tag``) rather than guessed from it.
+
+    ``unit`` is the privacy unit's kind (``"row"``; ``"observed value"`` for completion), the unit
+    the search splits into training and validation parts; ``score_bound`` the parameter that bounds
+    one unit's score (``"data_norm"``, ``"value_range"``); ``indices``: ``X`` holds index tuples into
+    a tensor of the public ``shape`` parameter (``y`` the values there), not feature rows.
+    """
+
+    unit: str = "row"
+    score_bound: str = "data_norm"
+    indices: bool = False
+
+
 #: Random generators a caller may pass as ``random_state``: never pickled or copied with an estimator.
 _GENERATORS = (np.random.Generator, np.random.RandomState, np.random.BitGenerator, np.random.SeedSequence)
 
@@ -147,6 +163,9 @@ class PrivateEstimatorMixin:
             method = next((k.__dict__[name] for k in cls.__mro__ if name in k.__dict__), None)
             if inspect.isfunction(method) and not getattr(method, "refuses_sample_weight", False):
                 setattr(cls, name, _refusing_sample_weight(method))
+
+    #: What a private search needs to know of the estimator (:class:`SearchTag`).
+    _search_tag = SearchTag()
 
     # -- the fit template ---------------------------------------------------------------------
     def _fit_private(self, *args):

@@ -17,7 +17,7 @@ value range ``[lo, hi]`` are public):
   indicator of the partner rows observed with lead row ``i``, ``z'_j`` of the lead rows observed
   with partner row ``j``; ``p``, ``q``: the modes' spectral embeddings; all public), from one
   Gaussian release of its sufficient statistic, solved with an empirical-Bayes (Wiener) filter
-  (:mod:`dptensor._implicit`). Exactly ``(eps, delta)``.
+  (:mod:`dptensor.algorithms.completion.implicit`). Exactly ``(eps, delta)``.
 * ``"input"``: every observed value is clipped to ``[lo, hi]`` and gets ``Lap((hi - lo)/eps)``
   noise; each entry is touched by one release, so the fit is pure ``eps``-DP by parallel
   composition, and everything after is post-processing.
@@ -36,7 +36,8 @@ The offsets are released with Gaussian noise when they hold a small share of the
 Laplace noise when they hold most of it (each entry touches one coordinate of each of their
 releases, where Laplace noise is smaller), whichever adds less noise for the plan, decided from
 public parameters. The derivations are in ``docs/derivations/completion.rst``; the algorithms (ALS,
-DP gradient descent, offsets) are in :mod:`dptensor._completion_models`.
+DP gradient descent, offsets) are in :mod:`dptensor.algorithms.completion`, one module per
+mode in :mod:`dptensor.algorithms.completion.modes`.
 """
 from __future__ import annotations
 
@@ -47,99 +48,24 @@ import operator
 import warnings
 
 import numpy as np
-from scipy.optimize import brentq
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.validation import check_is_fitted
 from threadpoolctl import ThreadpoolController
 
-from ._base import PrivateEstimatorMixin
-from ._implicit import DESIGN_NORM, wiener_fit
+from ._base import FitData, FitPlan, PrivateEstimatorMixin, SearchTag
 from ._memory import FLOAT
-from ._completion_models import (Model, Observations, als, dp_als, entry_rounding, fit_floats,
-                                 gradient_descent, init_model, predict, OffsetNoise, offset_noise,
-                                 residual_scale, row_offsets, spectral_start)
-from ._completion_models import offsets as offsets_of
 from ._validation import check_positive_int, check_verbose, validate_private_data
-from .accounting import ComposedEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent, epsilon_of, gdp_mu
-from .mechanisms import gaussian_release, laplace_release
+from .accounting import NonPrivateEvent
+from .algorithms.completion.memory import fit_floats
+from .algorithms.completion.model import Model, predict
+from .algorithms.completion.modes import AUTO, MODES
+from .algorithms.completion.modes.base import OFFSET_SHARE
+from .algorithms.completion.modes.solvers import AUTO_PRIOR_VAR, AUTO_REG_FLOOR, GD_DEFAULTS
+from .algorithms.completion.observations import Observations, check_indices, to_observations
 
 __all__ = ["PrivateTensorCompletion", "to_observations", "complete", "check_indices",
            "OFFSET_SHARE"]
-
-#: Share of the budget spent on the private offsets when ``fit_intercept=True`` (gradient and output
-#: perturbation): the gradient steps get ``(1 - OFFSET_SHARE) mu^2`` in Gaussian DP, the offsets
-#: the rest; ``OFFSET_SHARE eps`` against the Laplace factor noise for ``"output"``.
-OFFSET_SHARE = 0.5
-
-_PERTURBATIONS = (None, "auto", "input", "gradient", "output", "statistics", "implicit")
-_DEFAULT_GD = {"learning_rate": 0.35, "n_iter": 5, "clip_norm": 0.1, "reg": 0.01}
-
-#: ``reg="auto"`` with ALS: after ``warmup`` sweeps at the floor ``AUTO_REG_FLOOR``, each sweep uses
-#: the empirical-Bayes ridge ``AUTO_REG_FLOOR + mse / AUTO_PRIOR_VAR`` (residual variance over the
-#: prior variance of one parameter, in scaled units). Chosen on the synthetic completion study
-#: (20x20x20, rank 3, SNR 1) and a synthetic ratings tensor, never on a test set: it is exact on
-#: noiseless low-rank data (the ridge vanishes with the residual) and shrinks hard on noisy
-#: sparse ratings.
-AUTO_REG_FLOOR = 1e-4
-DAMPING = 10.0
-AUTO_PRIOR_VAR = 0.02
-
-OUTPUT_NOT_PRIVATE = ("perturbation='output' adds the paper's bolt-on noise, whose bound assumes a convex, "
-                      "Lipschitz, smooth loss; CP and Tucker losses are not convex and the other factors "
-                      "are released unnoised")
-_DEFAULT_ALS_ITER = 100
-
-#: ``perturbation="statistics"``: DP-ALS sweeps after the spectral start. Every sweep costs
-#: ``order`` releases; on the 100^3 study (rank 3, 1e5 entries, SNR 1) two kept more of the
-#: non-private gain than one at epsilon = 4, and the noise-free path gains nothing after two.
-DP_ALS_SWEEPS = 2
-#: Residuals are clipped to ``CLIP_RMS`` times their released root-mean-square (``residual_scale``)
-#: before DP-ALS: the noise scales with the clipping level, and values near the range's ends are
-#: rare once the offsets are removed.
-CLIP_RMS = 1.5
-#: ``perturbation="statistics"``: share of ``mu^2`` (Gaussian DP) spent on the offsets and the
-#: residual scale, sums over many entries that need far less of the budget than the factors.
-STATS_OFFSET_SHARE = 0.1
-#: The spectral start's unfolding Grams: values clipped to ``GRAM_CLIP_RMS`` released rms (their
-#: noise grows with the square of the clipping level, so a tighter clip than the sweeps' pays),
-#: and at most ``COLUMN_CAP`` times the mean number of entries kept per unfolding column (the
-#: noise grows with the fullest column). Both chosen on the 100^3 study: they moved the epsilon at
-#: which DP-ALS starts to learn from about 4 down to about 2.
-GRAM_CLIP_RMS = 1.0
-COLUMN_CAP = 1.2
-#: Share of the factor releases' ``mu^2`` spent on the spectral start's ``order - 1`` unfolding
-#: Grams (the rest: its projected step and the sweeps). The first release that must align with the
-#: truth is the one that decides whether the fit learns at all; on the 100^3 study 0.4 (against
-#: 2/9 for equal multipliers) kept about 0.6 of the non-private gain at epsilon = 2 instead of 0.35.
-GRAM_SHARE = 0.4
-#: ``perturbation="implicit"``: share of the budget spent on the offsets and the residual scale
-#: (the rest: one release of the interaction's sufficient statistic). Large enough that the offsets
-#: are Laplace releases at epsilon = 1: on synthetic ratings whose positions follow the taste (500 x
-#: 300 x 30, 3.2e4 values) test RMSE 0.652 at epsilon = 1 against 0.702 with 0.8 and 0.712 with
-#: 0.5, for 0.520 against 0.515 at epsilon = 10. On a validation split of MovieLens-100K's
-#: training ratings 0.5 did a little better at both epsilons (0.982 against 0.988 at epsilon = 1:
-#: ``benchmarks/results/movielens_choice.md``): ratings data can afford a smaller share.
-IMPLICIT_OFFSET_SHARE = 0.97
-
-
-def to_observations(array):
-    """``(X, y)`` from a dense array whose missing entries are NaN.
-
-    Returns the positions of the finite entries as an int64 ``(n_obs, order)`` array (C order)
-    and their values.
-
-    >>> X, y = to_observations(np.array([[1.0, np.nan], [np.nan, 4.0]]))
-    >>> X.tolist(), y.tolist()
-    ([[0, 0], [1, 1]], [1.0, 4.0])
-    """
-    array = np.asarray(array, dtype=float)
-    if array.ndim < 2:
-        raise ValueError(f"array must have at least 2 dimensions, got shape {array.shape}")
-    if np.any(np.isinf(array)):
-        raise ValueError("array contains infinity; mark missing entries with NaN")
-    observed = ~np.isnan(array)
-    return np.argwhere(observed).astype(np.int64), array[observed]
 
 
 def complete(estimator, shape=None):
@@ -152,48 +78,6 @@ def complete(estimator, shape=None):
     shape = estimator.shape_ if shape is None else tuple(shape)
     X = np.stack(np.unravel_index(np.arange(int(np.prod(shape))), shape), axis=1)
     return estimator.predict(X).reshape(shape)
-
-
-def check_indices(X, shape=None, name="X"):
-    """Validate index tuples: a 2-D integer array (n, order >= 2), non-negative, inside ``shape``.
-
-    Returns ``(X as int64, shape)``; ``shape=None`` infers one past the largest index per mode.
-    """
-    X = np.asarray(X)
-    if X.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D array of index tuples (n_obs, order), got shape {X.shape}")
-    if X.shape[1] < 2:
-        raise ValueError(f"{name} must have at least 2 columns (one index per mode), got "
-                         f"n_features={X.shape[1]}")
-    if X.shape[0] == 0:
-        raise ValueError(f"{name} has 0 rows: at least one observed entry is required")
-    if X.dtype.kind == "O":  # numbers held as objects are indices as any others (as in sklearn)
-        try:
-            X = X.astype(np.float64)
-        except (TypeError, ValueError):
-            raise TypeError(f"{name} must hold integer indices, and some entry is no number"
-                            ) from None
-    if X.dtype == bool or not (np.issubdtype(X.dtype, np.integer) or np.issubdtype(X.dtype, np.floating)):
-        raise TypeError(f"{name} must hold integer indices, got dtype {X.dtype}")
-    if np.issubdtype(X.dtype, np.floating):
-        if not np.all(np.isfinite(X)) or np.any(X != np.round(X)):
-            raise ValueError(f"{name} must hold integer indices; got non-integer or non-finite values")
-    X = X.astype(np.int64, copy=False)
-    if np.any(X < 0):
-        raise ValueError(f"Negative values in data: {name} has negative indices; indices must be >= 0")
-    if shape is None:
-        # column by column: a reduction over axis 0 of an (n, order) array is several times slower
-        shape = tuple(int(X[:, m].max()) + 1 for m in range(X.shape[1]))
-    else:
-        shape = tuple(check_positive_int(n, "shape") for n in shape)
-        if len(shape) != X.shape[1]:
-            raise ValueError(f"shape has {len(shape)} modes but {name} has {X.shape[1]} columns")
-        over = np.flatnonzero(np.any(X >= np.asarray(shape), axis=0))
-        if over.size:
-            m = int(over[0])
-            raise ValueError(f"{name} has indices out of shape {shape}: mode {m} reaches "
-                             f"{int(X[:, m].max())} >= {shape[m]}")
-    return X, shape
 
 
 class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimator):
@@ -250,7 +134,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         CP rank, or the size of every side of the Tucker core (``"implicit"``: the columns of each
         mode's spectral embedding; the released CP factors have ``2 rank`` columns). With the
         number of entries, the shape and the model it sets the fit's memory
-        (:func:`~dptensor._completion_models.fit_floats`): a Tucker core holds ``rank^order``
+        (:func:`~dptensor.algorithms.completion.memory.fit_floats`): a Tucker core holds ``rank^order``
         numbers and its Gram their square, the spectral start of ``"statistics"`` an
         ``n_m x n_m`` Gram per mode with a factor. A fit whose bound exceeds what the process can
         allocate is refused before its spend (:class:`~dptensor.MemoryRefusedError`).
@@ -350,6 +234,10 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     True
     """
 
+    #: The search splits observed values and checks index tuples into ``shape``; one value's score
+    #: is bounded by ``value_range``.
+    _search_tag = SearchTag(unit="observed value", score_bound="value_range", indices=True)
+
     def __init__(self, rank=3, *, decomposition="cp", perturbation="auto", epsilon=np.inf, delta=None,
                  learning_rate=None, n_iter=None, reg="auto", reg_core=None, clip_norm=None,
                  value_range=None, shape=None, batch_size=None, fit_intercept=True, solver="auto",
@@ -383,51 +271,48 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         rank = check_positive_int(self.rank, "rank")
         if self.decomposition not in ("cp", "tucker"):
             raise ValueError(f'decomposition must be "cp" or "tucker", got {self.decomposition!r}')
-        if self.perturbation not in _PERTURBATIONS:
+        if self.perturbation != "auto" and not _is_mode(self.perturbation):
             raise ValueError(f'perturbation must be None, "auto", "input", "gradient", "output", '
                              f'"statistics" or "implicit", got {self.perturbation!r}')
         perturbation = self._resolved_perturbation()
-        if perturbation in ("statistics", "implicit") and self.decomposition != "cp":
-            raise ValueError(f'perturbation="{perturbation}" fits CP models; use "gradient" for Tucker')
+        mode = MODES[perturbation]
+        if mode.cp_only and self.decomposition != "cp":
+            raise ValueError(f'perturbation="{perturbation}" fits CP models; use "gradient" for '
+                             'Tucker')
         if self.solver not in ("auto", "als", "gd"):
             raise ValueError(f'solver must be "auto", "als" or "gd", got {self.solver!r}')
         if self.batch_size is not None:
-            raise ValueError("batch_size must be None: only full-batch gradient descent is offered, because "
-                             "Poisson subsampling would need an exactly accounted subsampled-Gaussian event")
-        solver = self.solver
-        if solver == "auto":
-            solver = "gd" if perturbation in ("gradient", "output") else "als"
-        if perturbation in ("gradient", "output") and solver != "gd":
-            raise ValueError(f'perturbation="{perturbation}" needs solver="gd" (or "auto")')
-        if perturbation in ("statistics", "implicit") and solver != "als":
-            raise ValueError(f'perturbation="{perturbation}" needs solver="als" (or "auto")')
+            raise ValueError("batch_size must be None: only full-batch gradient descent is offered, "
+                             "because Poisson subsampling would need an exactly accounted "
+                             "subsampled-Gaussian event")
+        solver = (mode.solver or "als") if self.solver == "auto" else self.solver
+        if mode.solver is not None and solver != mode.solver:
+            raise ValueError(f'perturbation="{perturbation}" needs solver="{mode.solver}" '
+                             '(or "auto")')
         gd = solver == "gd"
-        lr = _positive(self.learning_rate, "learning_rate", _DEFAULT_GD["learning_rate"])
-        default_iter = (_DEFAULT_GD["n_iter"] if gd else DP_ALS_SWEEPS if perturbation == "statistics" else
-                        1 if perturbation == "implicit" else _DEFAULT_ALS_ITER)
-        n_iter = check_positive_int(self.n_iter, "n_iter") if self.n_iter is not None else default_iter
-        if perturbation == "implicit":  # one release, one solve: there are no sweeps to set
-            n_iter = 1
-        clip = _positive(self.clip_norm, "clip_norm", _DEFAULT_GD["clip_norm"])
+        lr = _positive(self.learning_rate, "learning_rate", GD_DEFAULTS["learning_rate"])
+        requested = None if self.n_iter is None else check_positive_int(self.n_iter, "n_iter")
+        n_iter = mode.n_iter(requested, solver)
+        clip = _positive(self.clip_norm, "clip_norm", GD_DEFAULTS["clip_norm"])
         auto = isinstance(self.reg, str) and self.reg == "auto"
-        reg = (AUTO_REG_FLOOR if not gd else _DEFAULT_GD["reg"]) if auto else _nonnegative(self.reg, "reg")
+        reg = ((AUTO_REG_FLOOR if not gd else GD_DEFAULTS["reg"]) if auto
+               else _nonnegative(self.reg, "reg"))
         reg_core = reg if self.reg_core is None else _nonnegative(self.reg_core, "reg_core")
         tol = _nonnegative(self.tol, "tol")
         share = self.offset_share
         if share is not None and not (isinstance(share, numbers.Real) and 0.0 < share < 1.0):
             raise ValueError(f"offset_share must be a number in (0, 1) or None, got {share!r}")
-        if share is None:
-            share = {"statistics": STATS_OFFSET_SHARE, "implicit": IMPLICIT_OFFSET_SHARE}.get(perturbation,
-                                                                                           OFFSET_SHARE)
-        return dict(offset_share=float(share), perturbation=perturbation, rank=rank, solver=solver, lr=lr,
-                    n_iter=n_iter, clip=clip, reg=reg, reg_core=reg_core, tol=tol,
-                    prior_var=AUTO_PRIOR_VAR if (auto and not gd) else None)
+        share = mode.offset_share if share is None else share
+        return dict(offset_share=float(share), perturbation=perturbation, mode=mode, rank=rank,
+                    solver=solver, lr=lr, n_iter=n_iter, clip=clip, reg=reg, reg_core=reg_core,
+                    tol=tol, prior_var=AUTO_PRIOR_VAR if (auto and not gd) else None,
+                    kind=self.decomposition, fit_intercept=self.fit_intercept,
+                    factor_modes=self.factor_modes)
 
     def _check_factor_modes(self, order):
         """The fixed modes (sorted tuple) from ``factor_modes`` and the tensor's order."""
         fixed = self._fixed_modes(order)
-        if self._resolved_perturbation() == "implicit":
-            self._check_implicit_modes(order, fixed)
+        MODES[self._resolved_perturbation()].check_modes(order, fixed, self.factor_modes)
         return fixed
 
     def _fixed_modes(self, order):
@@ -448,17 +333,6 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
                              'a Tucker model has a factor on every mode')
         return tuple(m for m in range(order) if m not in modes)
 
-    def _check_implicit_modes(self, order, fixed):
-        """``(lead, partner)``: the two modes with a factor of ``perturbation="implicit"``."""
-        free = [m for m in range(order) if m not in fixed]
-        if len(free) != 2:
-            raise ValueError('perturbation="implicit" learns a two-mode interaction: pass factor_modes '
-                             'with two modes (e.g. (0, 1) for users and items), or fit a matrix (two '
-                             'columns of X)')
-        if self.factor_modes is not None:
-            free = [int(m) for m in self.factor_modes]
-        return free[0], free[1]
-
     def _resolved_perturbation(self):
         """``perturbation="auto"``: non-private at ``epsilon=inf``, else the best private mode for the
         decomposition (public parameters only): DP-ALS (``"statistics"``) for CP, DP gradient
@@ -467,7 +341,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             return self.perturbation
         if isinstance(self.epsilon, numbers.Real) and math.isinf(self.epsilon) and self.epsilon > 0:
             return None
-        return "statistics" if self.decomposition == "cp" else "gradient"
+        return AUTO[self.decomposition]
 
     def _check_value_range(self, private):
         if self.value_range is None:
@@ -484,7 +358,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             raise ValueError(f"value_range must be finite with lo < hi, got {self.value_range!r}")
         return lo, hi
 
-    def _check_data(self, X, y):
+    def _check_values(self, X, y):
         if y is None:
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
         # scikit-learn's own checks first (sparse, complex, NaN/inf, empty, n_features_in_), then
@@ -513,40 +387,57 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
                              "(to_observations turns a NaN-marked array into (X, y))")
         return X, y, shape
 
+    def _check_data(self, X, y):
+        """The parameters (first: a bad one is refused before the data is read), the index tuples
+        and their values, and what the public positions give (their per-row counts, the implicit
+        design): a shape too large for memory fails here, before the spend."""
+        p = self._check_params()
+        X, y, shape = self._check_values(X, y)
+        p["fixed"] = self._check_factor_modes(len(shape))
+        epsilon, delta = self._privacy_target(gaussian=p["mode"].gaussian)
+        if p["perturbation"] is not None and math.isfinite(epsilon):
+            # the unit is one observed value, and their number is public
+            self._check_delta_for(len(y), epsilon, delta, unit="observed value")
+        obs = Observations(X, shape)
+        p["mode"].prepare(obs, p)
+        return FitData(arrays=(X, y), shape=(len(y), *shape), extra=obs)
+
+    def _plan(self, shape) -> FitPlan:
+        """The fit's plan from ``(n_obs, n_1, ..., n_d)`` (public): its mode's noise plan and
+        event (:meth:`CompletionMode.plan <dptensor.algorithms.completion.modes.base.CompletionMode.plan>`)
+        and, when every ``n_m`` is known, its memory."""
+        n_obs, dims = int(shape[0]), tuple(shape[1:])
+        p = self._check_params()
+        p["fixed"] = self._check_factor_modes(len(dims))
+        mode = p["mode"]
+        epsilon, delta = self._privacy_target(gaussian=mode.gaussian)  # validated before it is read
+        private = p["perturbation"] is not None and math.isfinite(epsilon)
+        if p["perturbation"] is None and math.isfinite(epsilon):
+            raise ValueError(f"epsilon={self.epsilon!r} needs a perturbation (\"auto\", "
+                             "\"statistics\", \"implicit\", \"input\", \"gradient\" or \"output\"); "
+                             "perturbation=None is the non-private fit (epsilon=np.inf)")
+        vrange = self._check_value_range(private)
+        noise, event = (mode.plan(p, epsilon, delta, len(dims)) if private
+                        else (None, NonPrivateEvent("epsilon=inf")))
+        memory = (self._fit_memory(p, n_obs, dims) if None not in dims else (0.0, ""))
+        return FitPlan(event=event, delta=delta, noise_multiplier=noise["z"] if noise else 0.0,
+                       n_queries=noise["n_queries"] if noise else 0, calibration="exact",
+                       memory=memory, settings=dict(p=p, noise=noise, vrange=vrange,
+                                                    private=private))
+
     # ------------------------------------------------------------------ fit
     def fit(self, X, y):
         """Fit on observed entries: ``X`` (n_obs, order) integer positions, ``y`` their values.
 
         Records the privacy spend with the accountant before the first noisy release.
         """
-        p = self._check_params()
-        X, y, shape = self._check_data(X, y)
-        p["fixed"] = self._check_factor_modes(len(shape))
-        pert = p["perturbation"]
-        gaussian = pert in ("gradient", "statistics", "implicit")
-        epsilon, delta = self._privacy_target(gaussian=gaussian)
-        private = pert is not None and math.isfinite(epsilon)
-        if pert is None and math.isfinite(epsilon):
-            raise ValueError(f"epsilon={self.epsilon!r} needs a perturbation (\"auto\", \"statistics\", "
-                             "\"implicit\", \"input\", \"gradient\" or \"output\"); perturbation=None is the "
-                             "non-private fit (epsilon=np.inf)")
-        vrange = self._check_value_range(private)
-        if private:  # the unit is one observed value, and their number is public
-            self._check_delta_for(len(y), epsilon, delta, unit="observed value")
-        entropy = self._entropy()
-        plan, event = self._plan_spend(p, epsilon, delta, len(shape), private)
-        # What the public positions give (their per-row counts; the implicit design), before the
-        # spend: a shape too large for memory fails here, not after the budget is gone.
-        obs = Observations(X, shape)
-        if pert == "implicit":
-            obs.implicit_design(*self._check_implicit_modes(len(shape), p["fixed"]), p["rank"])
-        # Recorded before anything is computed from the values: a refused fit touches none of them.
-        self.privacy_cost_, rng = self._spend(
-            event, entropy=entropy, delta=delta, memory=self._fit_memory(p, len(y), shape),
-            noise_multiplier=plan["z"] if plan else 0.0,
-            n_queries=plan["n_queries"] if plan else 0, calibration="exact",
-            data_shape=(len(y), *shape), data=(X, y))
+        return self._fit_private(X, y)
 
+    def _release(self, data, plan, rng):
+        """Scale the values, fit the mode's model, and set the attributes in the caller's units."""
+        (X, y), obs, s = data.arrays, data.extra, plan.settings
+        p, vrange, private = s["p"], s["vrange"], s["private"]
+        shape = obs.shape
         # Public affine rescaling: values clipped to the range, centred, divided by its width.
         if vrange is not None:
             lo, hi = vrange
@@ -558,20 +449,29 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             center = 0.0
         ys = (y - center) / scale
         if vrange is not None and self.fit_intercept:
-            # The offsets' releases rest on values in [-1/2, 1/2] (the total's sensitivity 1 needs them
-            # centred), but a range a few ulps wide has a midpoint rounded up to half its width off.
+            # The offsets' releases rest on values in [-1/2, 1/2] (the total's sensitivity 1 needs
+            # them centred), but a range a few ulps wide has a midpoint rounded up to half its
+            # width off.
             ys = np.clip(ys, -0.5, 0.5)
         # The training loss is an unnoised statistic of the private values: it is kept (and
         # printed) only for a fit that is not private.
         history = [] if self.verbose and not private else None
-
-        # Every product here is skinny (entries x rank) or tiny (rank x rank per row): threaded BLAS
-        # only adds synchronisation to them (measured several times slower on a busy machine).
+        # Every product here is skinny (entries x rank) or tiny (rank x rank per row): threaded
+        # BLAS only adds synchronisation to them (measured several times slower on a busy machine).
         with _blas_controller().limit(limits=1, user_api="blas"):
-            model = self._fit_scaled(obs, ys, p, plan, rng, history, private, scale)
+            model = p["mode"].fit(obs, ys, p, s["noise"], rng, history=history, private=private,
+                                  progress=self._progress(private, scale))
+        self._set_model(model, shape, center, scale)
+        self.n_iter_ = p["n_iter"] if history is None else len(history)
+        self.value_range_ = vrange
+        self.perturbation_ = p["perturbation"]
+        if history is not None:
+            self.train_rmse_ = [h * scale for h in history]
 
-        # Back to the caller's units: f scales by ``scale`` (spread over the factors for CP).
-        if model.core is None:  # the scale is spread over the modes with a factor (others stay ones)
+    def _set_model(self, model, shape, center, scale):
+        """The released attributes: back to the caller's units, ``f`` scaled by ``scale`` (for CP
+        spread over the modes with a factor; the others stay ones)."""
+        if model.core is None:
             per = abs(scale) ** (1.0 / (len(shape) - len(model.fixed)))
             self.factors_ = [U if m in model.fixed else U * per for m, U in enumerate(model.factors)]
             self.core_ = None
@@ -581,17 +481,11 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         self.intercept_ = float(center + scale * model.intercept)
         self.biases_ = [b * scale for b in model.biases]
         self.shape_ = tuple(shape)
-        self.n_iter_ = p["n_iter"] if history is None else len(history)
-        self.value_range_ = vrange
-        self.perturbation_ = pert
-        if history is not None:
-            self.train_rmse_ = [h * scale for h in history]
-        return self
 
     def _fit_memory(self, p, n_obs, shape):
         """``(bytes, advice)``: the fit's peak allocation (:func:`fit_floats`, public
         quantities)."""
-        mode = p["perturbation"] if p["perturbation"] in ("statistics", "implicit") else p["solver"]
+        mode = p["mode"].memory_mode(p["solver"])
         tucker = self.decomposition == "tucker"
         floats = fit_floats(n_obs, shape, p["rank"], tucker=tucker, mode=mode, fixed=p["fixed"])
         advice = ("Lower rank (a Tucker core holds rank^order numbers, its Gram their square), "
@@ -609,45 +503,6 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         p["fixed"] = self._check_factor_modes(int(n_features))
         return self._fit_memory(p, int(n_samples), tuple(int(v) for v in self.shape))
 
-    def _plan(self, p, epsilon, delta, order):
-        """The noise of a private fit: the offsets' mechanism and budget, the Gaussian multipliers of
-        the factors' releases and the event recorded with the accountant.
-
-        ``"gradient"``, ``"statistics"`` and ``"implicit"``: the factors' releases get
-        ``(1 - offset_share)`` of ``mu^2`` (Gaussian DP); the offsets (and, for the last two, the
-        residual scale) the rest of the budget, by the mechanism that adds less noise to them
-        (:func:`_offsets_plan`).
-        """
-        n_free = order - len(p["fixed"])  # modes with a factor: each is one release per sweep
-        pert = p["perturbation"]
-        if pert == "input":
-            return {"event": LaplaceEvent(epsilon), "z": 0.0, "n_queries": 1, "laplace_eps": epsilon}
-        if pert == "output":  # the paper's Laplace on the last factor, after Laplace offsets
-            eps_o = p["offset_share"] * epsilon if self.fit_intercept else 0.0
-            lead = [LaplaceEvent(eps_o)] if eps_o > 0 else []
-            return {"event": ComposedEvent(lead + [LaplaceEvent(epsilon - eps_o)]), "z": 0.0, "n_queries": 1,
-                    "offsets": ("laplace", eps_o) if eps_o > 0 else None, "laplace_eps": epsilon - eps_o}
-        statistics = pert in ("statistics", "implicit")
-        n_o = (order + 1 if self.fit_intercept else 0) + statistics  # + the residual scale
-        mu = gdp_mu(epsilon, delta)
-        mu_f = mu * math.sqrt(1.0 - p["offset_share"]) if n_o else mu
-        offsets, lead = _offsets_plan(n_o, mu, mu_f, epsilon, delta)
-        if pert == "implicit":  # one release of the interaction's sufficient statistic
-            z = 1.0 / mu_f
-            return {"event": ComposedEvent(lead + [GaussianEvent(z, 1)]), "z": z, "offsets": offsets,
-                    "n_queries": n_o + 1}
-        if statistics:
-            # GRAM_SHARE of mu_f^2 goes to the spectral start's n_free - 1 Grams (z_g), the rest to
-            # its projected step and the sweeps (1 + n_iter n_free releases at z).
-            n_g, n_f = n_free - 1, 1 + p["n_iter"] * n_free
-            z_g = math.sqrt(n_g) / (mu_f * math.sqrt(GRAM_SHARE))
-            z = math.sqrt(n_f) / (mu_f * math.sqrt(1.0 - GRAM_SHARE))
-            event = ComposedEvent(lead + [GaussianEvent(z_g, n_g), GaussianEvent(z, n_f)])
-            return {"event": event, "z": z, "z_gram": z_g, "offsets": offsets, "n_queries": n_o + n_g + n_f}
-        z = math.sqrt(p["n_iter"]) / mu_f
-        return {"event": ComposedEvent(lead + [GaussianEvent(z, p["n_iter"])]), "z": z, "offsets": offsets,
-                "n_queries": p["n_iter"]}
-
     def _progress(self, private, scale):
         """Per-sweep/step progress for ``verbose``: the training RMSE only when the fit is not private."""
         if not self.verbose:
@@ -660,104 +515,6 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             else:
                 print(f"[{name}] sweep/step {step + 1}: training RMSE {rmse * scale:.6g}", flush=True)
         return report
-
-    def _fit_scaled(self, obs, ys, p, plan, rng, history, private, scale=1.0):
-        shape, order = obs.shape, obs.order
-        kind = self.decomposition
-        pert = p["perturbation"]
-        progress = self._progress(private, scale)
-        if pert in ("statistics", "implicit"):
-            # epsilon=inf runs the same path without noise (for comparison).
-            fit = self._fit_dp_als if pert == "statistics" else self._fit_implicit
-            return fit(obs, ys, p, plan or {"z": 0.0}, rng, progress)
-        if pert == "input" and private:
-            # Sensitivity of each value: hi - lo, which is 1 in scaled units.
-            # Not clamped back into the range afterwards: that would bias every mean toward the
-            # range's centre; the empirical-Bayes ridge of ALS sees the noise and shrinks instead.
-            # No sum: each coordinate is one entry's own value, with nothing to round.
-            ys = laplace_release(ys, 1.0, plan["laplace_eps"], rng, rounding=None)
-        if p["solver"] == "als":
-            model = init_model(shape, p["rank"], kind, rng, scale=0.1, fixed=p["fixed"])
-            noisy_input = pert == "input" and private
-            if self.fit_intercept:
-                # After input perturbation every value carries Laplace noise: the row effects are
-                # estimated once with empirical-Bayes shrinkage (post-processing) and kept fixed,
-                # since a ridge chosen for the factors under-shrinks noisy row means.
-                model.intercept, model.biases = row_offsets(obs, ys, shrink=max(p["reg"], 1e-3),
-                                                            empirical_bayes=noisy_input)
-            return als(obs, ys, model, reg=p["reg"], reg_core=p["reg_core"], n_iter=p["n_iter"],
-                       tol=p["tol"], fit_biases=self.fit_intercept and not noisy_input,
-                       prior_var=p["prior_var"], warmup=0 if noisy_input else 5, history=history,
-                       callback=progress)
-        # Gradient descent: data-independent start, private offsets, then (noisy) steps.
-        model = init_model(shape, p["rank"], kind, rng, scale=0.1, offset_like=True, fixed=p["fixed"])
-        if self.fit_intercept:
-            offsets = plan.get("offsets") if plan else None
-            noise = offset_noise(obs, *offsets) if offsets else None
-            model.intercept, model.biases = row_offsets(obs, ys, shrink=1.0, noise=noise, rng=rng)
-        z = plan["z"] if (plan and pert == "gradient") else 0.0
-        gradient_descent(obs, ys, model, learning_rate=p["lr"], n_iter=p["n_iter"], reg=p["reg"],
-                         reg_core=p["reg_core"], clip_norm=p["clip"], noise_multiplier=z,
-                         damping=DAMPING * (2.0 * z * p["clip"])**2, rng=rng, history=history,
-                         callback=progress)
-        if pert == "output" and private:
-            # The paper's bolt-on bound: Delta = 2 * iterations * Lipschitz constant * learning rate.
-            # On the last mode with a factor: a mode without one keeps its public all-ones factor.
-            sens = 2.0 * p["n_iter"] * p["clip"] * p["lr"]
-            last = model.free_modes()[-1]
-            # No allowance: the bound is the paper's, with no proof here (the fit is recorded as not
-            # private), so there is no proven sensitivity for a rounding allowance to extend.
-            model.factors[last] = laplace_release(model.factors[last], sens, plan["laplace_eps"],
-                                                  rng, rounding=None)
-        return model
-
-    def _offsets_and_scale(self, obs, ys, model, plan, rng):
-        """Private offsets (into ``model``) and the released residual scale after them: one budget
-        (the two sums over every entry a small share each, the rows the rest by public counts);
-        without intercept the scale is all of it. Returns ``(rms, clip, s2)``: the released scale,
-        the residuals' clipping level and the per-entry variance that stands for them in the
-        empirical-Bayes solves (an upper bound: the scale still holds the interactions)."""
-        offsets, noise = plan.get("offsets"), None
-        if self.fit_intercept:
-            noise = offset_noise(obs, *offsets, n_global=2) if offsets else None
-            model.intercept, model.biases = row_offsets(obs, ys, shrink=1.0, rng=rng, noise=noise)
-        elif offsets:
-            noise = OffsetNoise(offsets[0], np.array([offsets[1]]))
-        rms = residual_scale(obs, ys, model, noise=noise, rng=rng)
-        clip = min(0.5, max(CLIP_RMS * rms, 1e-3))
-        return rms, clip, min(rms, clip) ** 2
-
-    def _fit_dp_als(self, obs, ys, p, plan, rng, progress):
-        """DP-ALS: private offsets, a released residual scale, then noisy-statistics sweeps."""
-        z = plan["z"]
-        model = init_model(obs.shape, p["rank"], "cp", rng, scale=0.1, fixed=p["fixed"])
-        rms, clip, s2 = self._offsets_and_scale(obs, ys, model, plan, rng)
-        spectral_start(obs, ys, model, noise_multiplier=z, rng=rng, clip=clip, s2=s2,
-                       gram_clip=min(0.5, max(GRAM_CLIP_RMS * rms, 1e-3)), column_cap=COLUMN_CAP,
-                       gram_noise_multiplier=plan.get("z_gram", z))
-        return dp_als(obs, ys, model, n_iter=p["n_iter"], noise_multiplier=z, rng=rng, clip=clip, s2=s2,
-                      callback=progress)
-
-    def _fit_implicit(self, obs, ys, p, plan, rng, progress):
-        """Implicit-feedback statistics: private offsets, a released residual scale, then one
-        Gaussian release of the two-mode interaction's sufficient statistic (:mod:`dptensor._implicit`)."""
-        lead, partner = self._check_implicit_modes(obs.order, p["fixed"])
-        # The released CP model has 2 rank columns: [Z Y, P] and [Q, Z' W].
-        model = init_model(obs.shape, 2 * p["rank"], "cp", rng, scale=0.1, fixed=p["fixed"])
-        _, clip, s2 = self._offsets_and_scale(obs, ys, model, plan, rng)
-        design = obs.implicit_design(lead, partner, p["rank"])
-        # One value moves its clipped residual by at most min(1, 2 clip); each entry's design has
-        # norm at most DESIGN_NORM.
-        resid = np.clip(ys - offsets_of(model, obs.X), -clip, clip)
-        sens = DESIGN_NORM * min(1.0, 2.0 * clip)
-        B = design.adjoint(resid)
-        if plan["z"] > 0:
-            B = gaussian_release(B, sens, plan["z"], rng, rounding=implicit_rounding(len(ys), clip))
-        theta = wiener_fit(design, B, s2=s2, noise_var=(plan["z"] * sens) ** 2)
-        model.factors[lead], model.factors[partner] = design.factors(theta)
-        if progress is not None:
-            progress(0)
-        return model
 
     # ------------------------------------------------------------------ predict
     def _model(self):
@@ -796,15 +553,6 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         return out
 
     # ------------------------------------------------------------------ pricing and scoring
-    def _plan_spend(self, p, epsilon, delta, order, private):
-        """``(plan, event)`` of a fit: the noise plan (``None`` when not private) and the event recorded."""
-        plan = self._plan(p, epsilon, delta, order) if private else None
-        if plan is None:
-            return None, NonPrivateEvent("epsilon=inf")
-        if p["perturbation"] == "output":
-            return plan, NonPrivateEvent(OUTPUT_NOT_PRIVATE)
-        return plan, plan["event"]
-
     def privacy_cost(self, n_samples, n_features):
         """The cost and noise multiplier a ``fit`` on ``n_samples`` observed entries would record.
 
@@ -816,16 +564,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         order = check_positive_int(n_features, "n_features")
         if order < 2:
             raise ValueError(f"n_features (the tensor's order) must be >= 2, got {order}")
-        p = self._check_params()
-        p["fixed"] = self._check_factor_modes(order)
-        pert = p["perturbation"]
-        gaussian = pert in ("gradient", "statistics", "implicit")
-        epsilon, delta = self._privacy_target(gaussian=gaussian)  # validated before it is read
-        private = pert is not None and math.isfinite(epsilon)
-        self._check_value_range(private)
-        plan, event = self._plan_spend(p, epsilon, delta, order, private)
-        return self._preview(event, delta=delta, noise_multiplier=plan["z"] if plan else 0.0,
-                             n_queries=plan["n_queries"] if plan else 0, calibration="exact")
+        return self._preview_plan(self._plan((int(n_samples),) + (None,) * order))
 
     def _score_units(self, X, y=None):
         """Per-entry negative clipped squared error and its public range ``(-1, 0)`` (``None``
@@ -865,51 +604,15 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         return tags
 
 
-def implicit_rounding(n_obs, clip):
-    """The rounding of the implicit statistic ``B = sum_e t~_e x_e``: each entry adds its clipped
-    residual (``<= clip``) times its design (norm ``<= DESIGN_NORM``). A coordinate of ``B`` sums
-    over the entries of every pair of a lead row observed with its partner row (or the converse):
-    at most every entry, added within its pair, times the embedding, summed over the row's pairs,
-    then times the normalised incidence: one more product after a partial sum."""
-    return entry_rounding(n_obs, DESIGN_NORM * clip, n_obs, later=1)
-
-
-def _offsets_plan(n_o, mu, mu_f, epsilon, delta):
-    """``(offsets, events)`` for the ``n_o`` releases of the offsets when the factors' Gaussian
-    releases take ``mu_f`` of a fit's ``(epsilon, delta)`` (``mu`` in Gaussian DP): ``offsets`` is
-    ``(mechanism, budget)`` for :func:`offset_noise`, or ``None`` when there are none.
-
-    Gaussian: the rest of ``mu^2``, ``n_o / z_o^2 = mu^2 - mu_f^2``: the whole fit is then exactly
-    ``mu``-GDP. Laplace: the largest ``eps_o`` whose pure release composes with ``mu_f`` within
-    ``(epsilon, delta)`` by the accountant's own pricing. Each offsets' release touches one
-    coordinate per entry, where Laplace noise is smaller than Gaussian noise for the same budget,
-    but its budget composes with a Gaussian one less tightly than Gaussian shares do: the mechanism
-    is the one with the smaller noise variance per release when the ``n_o`` releases share the
-    budget equally (``2 (n_o / eps_o)^2`` against ``z_o^2``), decided from public parameters only.
-    """
-    if n_o == 0:
-        return None, []
-    z_o = math.sqrt(n_o / (mu**2 - mu_f**2))
-    factors = GaussianEvent(1.0 / mu_f, 1)  # prices as the factors' releases: same mu
-
-    def excess(eps_o):
-        return epsilon_of(ComposedEvent([LaplaceEvent(eps_o), factors]), delta) - epsilon
-
-    hi = epsilon
-    while excess(hi) <= 0:  # at a large delta Renyi DP prices a pure budget below itself
-        hi *= 2.0
-    eps_o = brentq(excess, 1e-12 * epsilon, hi, xtol=1e-14 * epsilon)
-    while excess(eps_o) > 0:  # brentq may land a hair above the root
-        eps_o *= 1.0 - 1e-12
-    if 2.0 * (n_o / eps_o) ** 2 < z_o**2:
-        return ("laplace", eps_o), [LaplaceEvent(eps_o)]
-    return ("gaussian", z_o), [GaussianEvent(z_o, n_o)]
-
-
 @functools.lru_cache(maxsize=1)
 def _blas_controller():
     """One controller of the BLAS thread pools, found once (finding them costs about 1 ms a fit)."""
     return ThreadpoolController()
+
+
+def _is_mode(value) -> bool:
+    """Whether ``value`` names a registered mode (compared by value: a list is no mode)."""
+    return value is None or (isinstance(value, str) and value in MODES)
 
 
 def _positive(value, name, default):

@@ -4,6 +4,7 @@ import warnings
 
 import numpy as np
 import pytest
+from completion_spies import patch_everywhere
 
 from dptensor import (PrivacyAccountant, PrivatePCA, PrivateTensorCompletion, StreamingTensorPower,
                       _base)
@@ -171,11 +172,11 @@ class _Releases:
     """
 
     def __init__(self, monkeypatch, replay=None):
-        import dptensor._completion_models as cm
+        import dptensor.mechanisms as cm
         from dptensor import completion as completion_module
 
         self.log, self.replay = [], replay
-        gauss, joint, lap = cm.gaussian_release, cm.joint_gaussian_release, completion_module.laplace_release
+        gauss, joint, lap = cm.gaussian_release, cm.joint_gaussian_release, cm.laplace_release
 
         def record(kind, query, sensitivity, multiplier, out):
             if self.replay is not None:
@@ -184,14 +185,14 @@ class _Releases:
             self.log.append((kind, query, float(sensitivity), float(multiplier), out))
             return out
 
-        for module in (cm, completion_module):  # the offsets' and DP-ALS's, and the implicit statistic's
-            monkeypatch.setattr(module, "gaussian_release", lambda v, s, z, rng, dtype=None, **kw: record(
+        for module in (cm,):  # the offsets' and DP-ALS's, and the implicit statistic's
+            patch_everywhere(monkeypatch, "gaussian_release", lambda v, s, z, rng, dtype=None, **kw: record(
                 "gauss", np.array(v, float).ravel(), s, z, gauss(v, s, z, rng, dtype, **kw)))
-        monkeypatch.setattr(cm, "joint_gaussian_release", lambda parts, s, z, rng, **kw: record(
+        patch_everywhere(monkeypatch, "joint_gaussian_release", lambda parts, s, z, rng, **kw: record(
             "joint", np.concatenate([np.asarray(p, float).ravel() for p in parts]), s, z,
             joint(parts, s, z, rng, **kw)))
-        for module in (cm, completion_module):  # the offsets' releases, and input perturbation's
-            monkeypatch.setattr(module, "laplace_release", lambda v, s, eps, rng, dtype=None, **kw: record(
+        for module in (cm,):  # the offsets' releases, and input perturbation's
+            patch_everywhere(monkeypatch, "laplace_release", lambda v, s, eps, rng, dtype=None, **kw: record(
                 "laplace", np.array(v, float).ravel(), s, eps, lap(v, s, eps, rng, dtype, **kw)))
 
 
@@ -201,10 +202,10 @@ def _completion_fit(monkeypatch, X, y, layout, params, replay=None):
 
     from dptensor import PrivacyWarning
     from dptensor import completion as completion_module
-    from dptensor._completion_models import Observations
+    from dptensor.algorithms.completion.observations import Observations
 
     with monkeypatch.context() as patch:
-        patch.setattr(completion_module, "Observations", functools.partial(Observations, layout=layout))
+        patch_everywhere(patch, "Observations", functools.partial(Observations, layout=layout))
         # The audit conditions on the fit's coins (its start, its draws) as adaptive composition
         # does: the neighbour must draw them alike, so its stream is not keyed by its data.
         patch.setattr(_base, "data_digest", lambda *arrays: ())
@@ -304,7 +305,8 @@ def test_spectral_gram_keeps_one_value_per_cell_when_a_position_repeats(monkeypa
     """Before: a position observed twice put two values in one cell of the spectral start's
     unfolding (summed), so a column's other rows could move the released Gram by D 2 c_g each while
     Delta = D c_g sqrt(n_col - 1) assumed c_g: a replaced value moved the release 1.19 Delta."""
-    from dptensor._completion_models import Observations, unfolding_gram
+    from dptensor.algorithms.completion.observations import Observations
+    from dptensor.algorithms.completion.spectral import unfolding_gram
 
     X = np.array([[0, 0, 0], [1, 0, 0], [1, 0, 0], [2, 1, 1]])  # row 1 of column (0, 0) twice
     obs = Observations(X, (3, 2, 2))
@@ -360,7 +362,8 @@ def test_offsets_group_matches_an_independent_pld_accountant():
     dp_accounting = pytest.importorskip("dp_accounting")
     from dp_accounting.pld import pld_privacy_accountant
 
-    from dptensor._completion_models import Observations, offset_noise
+    from dptensor.algorithms.completion.observations import Observations
+    from dptensor.algorithms.completion.offsets import offset_noise
     from dptensor.accounting import ComposedEvent, GaussianEvent, LaplaceEvent, epsilon_of
 
     def pld_epsilon(leaves, delta):
@@ -424,7 +427,7 @@ def test_cross_validation_folds_do_not_share_noise(monkeypatch):
 
     from sklearn.model_selection import KFold, cross_val_score
 
-    import dptensor._completion_models as cm
+    import dptensor.mechanisms as cm
     from dptensor import PrivacyWarning
 
     noises, real = [], cm.gaussian_release
@@ -435,7 +438,7 @@ def test_cross_validation_folds_do_not_share_noise(monkeypatch):
             noises.append(out - value)
         return out
 
-    monkeypatch.setattr(cm, "gaussian_release", spy)
+    patch_everywhere(monkeypatch, "gaussian_release", spy)
     X, y = _tiny_completion(3, shape=(6, 5, 4), n=60)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyWarning)
@@ -488,7 +491,7 @@ def test_completion_positions_are_indexed_before_the_spend(monkeypatch):
     def out_of_memory(*args, **kwargs):
         raise MemoryError("Unable to allocate 7.28 TiB")
 
-    monkeypatch.setattr(completion_module, "Observations", out_of_memory)
+    patch_everywhere(monkeypatch, "Observations", out_of_memory)
     acc = PrivacyAccountant(10.0)
     X = np.array([[0, 0], [1, 1], [2, 0], [0, 2]])
     est = PrivateTensorCompletion(epsilon=1.0, value_range=(1, 5), shape=(10**12, 5), accountant=acc)
@@ -511,7 +514,7 @@ def test_input_perturbation_tucker_survives_a_ridge_lost_in_rounding():
     pred = est.predict(X)
     assert np.all(np.isfinite(est.core_)) and np.all((pred >= 1) & (pred <= 5))
     # the fallback itself, on Grams singular in floating point: the least-norm solution
-    from dptensor._completion_models import _ridge_solve
+    from dptensor.algorithms.completion.design import _ridge_solve
 
     u = np.array([1.0, 2.0, 2.0])
     gram = np.stack([np.outer(u, u) * 1e15 + 1e-3 * np.eye(3), np.eye(3)])

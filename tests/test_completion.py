@@ -8,9 +8,20 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from dptensor import BudgetExceededError, PrivacyAccountant, PrivacyWarning
+from completion_spies import patch_everywhere
 from dptensor import completion as completion_module
-from dptensor._completion_models import (TOTAL_SENSITIVITY, Model, Observations, clipped_gradient, eb_shrinkage,
-                                         predict, row_offsets, total_statistics)
+from dptensor.algorithms.completion.als import als
+from dptensor.algorithms.completion.model import predict
+from dptensor.algorithms.completion.modes.base import OFFSET_SHARE
+from dptensor.algorithms.completion.modes.statistics import (GRAM_SHARE, STATS_OFFSET_SHARE,
+                                                             offsets_and_scale)
+from dptensor.algorithms.completion.offsets import GLOBAL_SHARE
+from dptensor.algorithms.completion.spectral import spectral_start
+from dptensor.mechanisms import laplace_release
+from dptensor.algorithms.completion.offsets import TOTAL_SENSITIVITY, eb_shrinkage, row_offsets, total_statistics
+from dptensor.algorithms.completion.model import Model, predict
+from dptensor.algorithms.completion.observations import Observations
+from dptensor.algorithms.completion.gradient import clipped_gradient
 from dptensor.accounting import ComposedEvent, GaussianEvent, LaplaceEvent, epsilon_of, gdp_mu
 from dptensor.completion import PrivateTensorCompletion, complete, to_observations
 from dptensor.datasets import make_low_rank_tensor
@@ -220,13 +231,13 @@ def test_eb_shrinkage_is_public_and_shrinks_noise(rng):
 def test_input_perturbation_noise_scale_and_cost(monkeypatch):
     data = _study(0)
     seen = {}
-    real = completion_module.laplace_release
+    real = laplace_release
 
     def spy(value, sensitivity, epsilon, rng, dtype=None, **kw):
         seen.update(shape=np.shape(value), sensitivity=sensitivity, epsilon=epsilon, **kw)
         return real(value, sensitivity, epsilon, rng, dtype, **kw)
 
-    monkeypatch.setattr(completion_module, "laplace_release", spy)
+    patch_everywhere(monkeypatch, "laplace_release", spy)
     acc = PrivacyAccountant(epsilon=10.0)
     lo, hi = -1.0, 3.0
     model = PrivateTensorCompletion(perturbation="input", epsilon=0.7, value_range=(lo, hi), accountant=acc,
@@ -244,13 +255,13 @@ def test_input_perturbation_empirical_noise_std(monkeypatch):
     """The values the fit sees differ from the clipped truth by Laplace((hi-lo)/eps) noise."""
     data = _study(1)
     captured = {}
-    real_als = completion_module.als
+    real_als = als
 
     def spy(obs, ys, model, **kw):
         captured["ys"] = ys
         return real_als(obs, ys, model, **{**kw, "n_iter": 1})
 
-    monkeypatch.setattr(completion_module, "als", spy)
+    patch_everywhere(monkeypatch, "als", spy)
     eps = 2.0
     PrivateTensorCompletion(perturbation="input", epsilon=eps, value_range=(0, 1), random_state=0).fit(
         data["indices"], data["values"])
@@ -274,7 +285,7 @@ def test_gradient_perturbation_records_exact_target(fit_intercept):
     steps = [e for e in leaves if e.count == 6]
     assert len(steps) == 1 and steps[0].noise_multiplier == cost.noise_multiplier
     mu = gdp_mu(1.0, 1e-6)
-    share = completion_module.OFFSET_SHARE if fit_intercept else 0.0
+    share = OFFSET_SHARE if fit_intercept else 0.0
     assert cost.noise_multiplier == pytest.approx(math.sqrt(6) / (mu * math.sqrt(1 - share)))
     assert len(leaves) == (2 if fit_intercept else 1)
 
@@ -283,7 +294,7 @@ def test_gradient_noise_is_two_z_m_per_coordinate(monkeypatch):
     """Every DP step is ONE release of all its sums (each mode's rows that hold an entry, and the
     core for Tucker) at sensitivity 2 m and the step multiplier; the offsets are order + 1 releases
     at sensitivity 1 (scaled units) and the offsets' multiplier."""
-    import dptensor._completion_models as cm
+    import dptensor.mechanisms as cm
 
     steps, offsets = [], []
     real_joint, real_release = cm.joint_gaussian_release, cm.gaussian_release
@@ -296,8 +307,8 @@ def test_gradient_noise_is_two_z_m_per_coordinate(monkeypatch):
         offsets.append((np.shape(value), sensitivity, z))
         return real_release(value, sensitivity, z, rng, dtype, **kw)
 
-    monkeypatch.setattr(cm, "joint_gaussian_release", joint)
-    monkeypatch.setattr(cm, "gaussian_release", release)
+    patch_everywhere(monkeypatch, "joint_gaussian_release", joint)
+    patch_everywhere(monkeypatch, "gaussian_release", release)
     data = _study(0)
     for kind in ("cp", "tucker"):
         steps.clear(), offsets.clear()
@@ -491,7 +502,8 @@ def _released_model(rng, shape, rank=2):
 
 def _rhs_release(model, obs, y, m, clip):
     """What one DP-ALS half-sweep adds noise to: every row's right-hand side, stacked."""
-    from dptensor._completion_models import _balance, _offsets_sorted, clip_designs, mode_design
+    from dptensor.algorithms.completion.dp_als import _balance, clip_designs
+    from dptensor.algorithms.completion.design import _offsets_sorted, mode_design
 
     L = obs.layout(m)
     _balance(model, m)
@@ -569,7 +581,8 @@ def test_spectral_gram_and_residual_scale_sensitivities(cap, rng):
     """Brute force on the warm start's releases: the released (upper, off-diagonal) unfolding Gram
     moves by at most its stated Delta = D clip sqrt(n_col - 1), with and without a column cap; the
     clipped sum of squared residuals moves by at most bound^2."""
-    from dptensor._completion_models import offsets, unfolding_gram
+    from dptensor.algorithms.completion.model import offsets
+    from dptensor.algorithms.completion.spectral import unfolding_gram
 
     shape, clip = (5, 4, 3), 0.2
     X = np.stack(np.unravel_index(rng.choice(60, 45, replace=False), shape), axis=1)
@@ -598,7 +611,7 @@ def test_spectral_gram_and_residual_scale_sensitivities(cap, rng):
 
 
 def test_wiener_solve_is_least_squares_without_noise_and_zero_under_pure_noise(rng):
-    from dptensor._completion_models import wiener_solve
+    from dptensor.algorithms.completion.dp_als import wiener_solve
 
     n, r = 200, 3
     K = rng.standard_normal((n, 50, r))
@@ -614,7 +627,7 @@ def test_wiener_solve_is_least_squares_without_noise_and_zero_under_pure_noise(r
 
 
 def test_statistics_mode_records_exact_target_and_release_count(monkeypatch):
-    import dptensor._completion_models as cm
+    import dptensor.mechanisms as cm
 
     calls = []
     real = cm.gaussian_release
@@ -623,7 +636,7 @@ def test_statistics_mode_records_exact_target_and_release_count(monkeypatch):
         calls.append((float(sensitivity), z))
         return real(value, sensitivity, z, rng, dtype, **kw)
 
-    monkeypatch.setattr(cm, "gaussian_release", spy)
+    patch_everywhere(monkeypatch, "gaussian_release", spy)
     data = _study(0)
     acc = PrivacyAccountant(epsilon=5.0, delta=1e-6)
     model = PrivateTensorCompletion(epsilon=1.0, value_range=(0, 1), n_iter=2, accountant=acc, random_state=0)
@@ -633,7 +646,7 @@ def test_statistics_mode_records_exact_target_and_release_count(monkeypatch):
     assert cost.epsilon == pytest.approx(1.0, rel=1e-9) and acc.spent()[0] == pytest.approx(1.0, rel=1e-9)
     # offsets (order + 1) + residual scale (1) at z_o; the spectral Grams (order - 1) at z_g; the
     # projected step (1) and 2 sweeps x order at z
-    share, gram, mu = completion_module.STATS_OFFSET_SHARE, completion_module.GRAM_SHARE, gdp_mu(1.0, 1e-6)
+    share, gram, mu = STATS_OFFSET_SHARE, GRAM_SHARE, gdp_mu(1.0, 1e-6)
     z_o = math.sqrt(5) / (mu * math.sqrt(share))
     z_g = math.sqrt(2) / (mu * math.sqrt((1 - share) * gram))
     z = math.sqrt(7) / (mu * math.sqrt((1 - share) * (1 - gram)))
@@ -647,7 +660,7 @@ def test_statistics_mode_records_exact_target_and_release_count(monkeypatch):
     # Grams at z_g, then 7 releases at z.
     offsets_z = np.array([m for _, m in calls[:5]])
     assert np.sum(offsets_z**-2.0) == pytest.approx(5 / z_o**2, rel=1e-12)
-    z_global = 1 / math.sqrt(cm.GLOBAL_SHARE * 5 / z_o**2)
+    z_global = 1 / math.sqrt(GLOBAL_SHARE * 5 / z_o**2)
     assert offsets_z[[0, 4]] == pytest.approx([z_global] * 2)  # total, residual scale
     assert [m for _, m in calls[5:]] == pytest.approx([z_g] * 2 + [z] * 7)
     assert [s for s, _ in calls[:5]] == [TOTAL_SENSITIVITY] + [1.0] * 3 + [0.25] and all(s > 0 for s, _ in calls[5:])
@@ -725,7 +738,7 @@ def test_spectral_projected_step_has_sensitivity_d_c(rng, kron, layout):
     """Brute force on the warm start's mode-0 release: one clipped value moves the stacked
     right-hand sides by at most D C, C the public bound of the designs (Kronecker, or with many
     modes the bases' elementwise products), on the grid and on the sparse layout."""
-    from dptensor._completion_models import projected_statistics
+    from dptensor.algorithms.completion.spectral import projected_statistics
 
     shape, clip = (5, 4, 6), 0.15
     X = np.stack(np.unravel_index(rng.choice(120, 50, replace=False), shape), axis=1)
@@ -810,7 +823,7 @@ def test_factor_modes_private_fit_releases_only_the_factor_modes(perturbation, m
     """A fixed mode is never queried: DP-ALS makes one right-hand-side release per mode with a
     factor per sweep and one spectral Gram fewer; DP gradient steps leave the fixed factor out of
     their joint release. The recorded event is the plan's, and the fixed factor stays all ones."""
-    import dptensor._completion_models as cm
+    import dptensor.mechanisms as cm
 
     shapes = []
     real = cm.gaussian_release
@@ -819,7 +832,7 @@ def test_factor_modes_private_fit_releases_only_the_factor_modes(perturbation, m
         shapes.append(np.shape(value))
         return real(value, sensitivity, z, rng, dtype, **kw)
 
-    monkeypatch.setattr(cm, "gaussian_release", spy)
+    patch_everywhere(monkeypatch, "gaussian_release", spy)
     X, y, _, _ = _ratings_like(1)
     acc = PrivacyAccountant(epsilon=10.0, delta=1e-6)
     model = PrivateTensorCompletion(rank=2, perturbation=perturbation, factor_modes=(0, 1), epsilon=4.0,
@@ -866,7 +879,7 @@ def test_spectral_gram_over_factor_modes_keeps_its_sensitivity(cap, rng):
     """With a mode without a factor, the unfolding's columns are indexed by the modes with a factor
     only, so several entries share a cell: the first of each cell is kept and Delta still holds
     (brute force over every replacement by the range's ends)."""
-    from dptensor._completion_models import unfolding_gram
+    from dptensor.algorithms.completion.spectral import unfolding_gram
 
     shape, clip = (5, 4, 3), 0.2
     X = np.stack(np.unravel_index(rng.choice(60, 50, replace=False), shape), axis=1)  # cells repeat over mode 2
@@ -907,7 +920,9 @@ def test_statistics_path_with_factor_modes_recovers_the_interaction_without_nois
 def test_spectral_start_with_a_fixed_mode_stays_on_the_scale_of_the_data(rng):
     """A mode without a factor enters the projected step as one public constant direction: the
     released start keeps that factor all ones and is on the data's scale."""
-    from dptensor._completion_models import OffsetNoise, init_model, offsets, row_offsets, spectral_start
+    from dptensor.algorithms.completion.offsets import OffsetNoise, row_offsets
+    from dptensor.algorithms.completion.model import init_model, offsets
+    from dptensor.algorithms.completion.spectral import spectral_start
 
     X, y, _, _ = _ratings_like(4, observed=0.5)
     ys = np.clip(y, -3, 3) / 6
@@ -926,7 +941,7 @@ def test_offsets_group_is_priced_as_its_releases(rng):
     mechanisms compose into one Gaussian mechanism of that mu, under every accounting. Laplace
     offsets: different epsilons summing to the group's (pure-DP composition adds them). Either
     way the noise on a typical row mean is the same fraction of its sampling error in every mode."""
-    from dptensor._completion_models import GLOBAL_SHARE, offset_noise
+    from dptensor.algorithms.completion.offsets import GLOBAL_SHARE, offset_noise
 
     X = np.stack([rng.integers(0, 50, 3000), rng.zipf(1.6, 3000) % 400, rng.integers(0, 20, 3000)], axis=1)
     obs = Observations(X, (50, 400, 20))
@@ -988,7 +1003,7 @@ def _sample(rng, shape, share):
 def test_dense_normal_equations_match_per_row_sums(bias, rng):
     """The grid's normal equations (designs indexed by unfolding column, offsets per column and
     per row) equal the per-row sums computed entry by entry."""
-    from dptensor._completion_models import DenseGrid
+    from dptensor.algorithms.completion.observations import DenseGrid
 
     shape = (6, 5, 4)
     X, y = _sample(rng, shape, 0.4)
@@ -1010,7 +1025,8 @@ def test_dense_normal_equations_match_per_row_sums(bias, rng):
 
 
 def test_layout_choice_is_public_and_forced_layouts_check_their_input(rng):
-    from dptensor._completion_models import DENSE_RATIO, init_model
+    from dptensor.algorithms.completion.observations import DENSE_RATIO
+    from dptensor.algorithms.completion.model import init_model
 
     shape = (10, 10, 10)
     X, _ = _sample(rng, shape, 0.5)
@@ -1033,7 +1049,8 @@ def test_layout_choice_is_public_and_forced_layouts_check_their_input(rng):
 @pytest.mark.parametrize("kind", ["cp", "tucker"])
 @pytest.mark.parametrize("fit_biases", [True, False])
 def test_dense_and_sparse_als_fit_alike(shape, kind, fit_biases, rng):
-    from dptensor._completion_models import als, init_model
+    from dptensor.algorithms.completion.als import als
+    from dptensor.algorithms.completion.model import init_model
 
     X, _ = _sample(rng, shape, 0.5)
     truth = [rng.standard_normal((n, 2)) for n in shape]  # a low-rank signal plus noise
@@ -1067,7 +1084,7 @@ def test_dense_and_sparse_layouts_release_the_same_values(kind, perturbation, mo
     private = perturbation is not None
     fitted = []
     for layout in ("sparse", "dense"):
-        monkeypatch.setattr(completion_module, "Observations", functools.partial(Observations, layout=layout))
+        patch_everywhere(monkeypatch, "Observations", functools.partial(Observations, layout=layout))
         est = PrivateTensorCompletion(decomposition=kind, perturbation=perturbation, rank=2, n_iter=4,
                                       epsilon=1e3 if private else np.inf, value_range=(0, 1) if private else None,
                                       random_state=0)  # a seed whose 4-sweep fits are not constant
@@ -1090,7 +1107,7 @@ def test_predictions_are_clipped_to_the_value_range():
     X, y, Xt, yt = _ratings_like(5)
     model = PrivateTensorCompletion(perturbation="statistics", offset_share=1e-6, epsilon=1.0, value_range=(-3, 3),
                                     random_state=0).fit(X, y)
-    raw = completion_module.predict(model._model(), Xt)
+    raw = predict(model._model(), Xt)
     pred = model.predict(Xt)
     assert np.array_equal(pred, np.clip(raw, -3, 3))
     assert raw.min() < -3 or raw.max() > 3  # the clip was needed
@@ -1101,8 +1118,8 @@ def test_predictions_are_clipped_to_the_value_range():
 def test_dense_tucker_sum_of_squares_from_the_core_equations(fit_biases, rng):
     """The Tucker core step's sum of squared residuals from the normal equations (no pass forming
     the model at every cell) equals the direct sum over the observed cells."""
-    from dptensor._completion_models import (_grid_core_step, _grid_ssr, grid_design, grid_value_sums,
-                                             init_model)
+    from dptensor.algorithms.completion.design import _grid_core_step, _grid_ssr, grid_design, grid_value_sums
+    from dptensor.algorithms.completion.model import init_model
 
     shape = (7, 6, 5)
     X, y = _sample(rng, shape, 0.6)
@@ -1123,8 +1140,9 @@ def test_order3_tucker_sweep_matches_the_general_dense_equations(rank, biases, r
     equations, the core's solution and the sum of squared residuals of the general dense layout."""
     import copy
 
-    from dptensor._completion_models import (TuckerSweep3, _grid_core_step, _grid_offsets, _kron_index,
-                                             _row_bias, grid_design, grid_value_sums, init_model)
+    from dptensor.algorithms.completion.tucker import TuckerSweep3, _kron_index
+    from dptensor.algorithms.completion.design import _grid_core_step, _grid_offsets, _row_bias, grid_design, grid_value_sums
+    from dptensor.algorithms.completion.model import init_model
 
     shape = (7, 6, 5)
     X, y = _sample(rng, shape, 0.6)
@@ -1160,10 +1178,10 @@ def test_order3_tucker_sweep_matches_the_general_dense_equations(rank, biases, r
 def _record_roundings(monkeypatch):
     """Every release of a completion fit, in order: ``(kind, sensitivity, rounding)``; and the
     clipping levels the DP-ALS and implicit paths chose (from their released residual scale)."""
-    import dptensor._completion_models as cm
+    import dptensor.mechanisms as cm
 
     log, levels = [], {}
-    for module in (cm, completion_module):
+    for module in (cm,):
         for name in ("gaussian_release", "laplace_release"):
             real = getattr(module, name)
 
@@ -1171,26 +1189,26 @@ def _record_roundings(monkeypatch):
                     _name=name):
                 log.append((_name, float(sensitivity), rounding))
                 return _real(value, sensitivity, level, rng, dtype, rounding=rounding)
-            monkeypatch.setattr(module, name, spy)
+            patch_everywhere(monkeypatch, name, spy)
     real_joint = cm.joint_gaussian_release
 
     def joint(parts, sensitivity, z, rng, *, rounding):
         log.append(("joint", float(sensitivity), rounding))
         return real_joint(parts, sensitivity, z, rng, rounding=rounding)
-    monkeypatch.setattr(cm, "joint_gaussian_release", joint)
-    real_scale = PrivateTensorCompletion._offsets_and_scale
+    patch_everywhere(monkeypatch, "joint_gaussian_release", joint)
+    real_scale = offsets_and_scale
 
-    def scale(self, *args):
-        out = real_scale(self, *args)
+    def scale(*args):
+        out = real_scale(*args)
         levels["clip"] = out[1]
         return out
-    monkeypatch.setattr(PrivateTensorCompletion, "_offsets_and_scale", scale)
-    real_start = completion_module.spectral_start
+    patch_everywhere(monkeypatch, "offsets_and_scale", scale)
+    real_start = spectral_start
 
     def start(*args, **kw):
         levels["gram_clip"] = kw["gram_clip"]
         return real_start(*args, **kw)
-    monkeypatch.setattr(completion_module, "spectral_start", start)
+    patch_everywhere(monkeypatch, "spectral_start", start)
     return log, levels
 
 
@@ -1270,8 +1288,9 @@ def test_residual_scale_float_sum_moves_past_its_sensitivity_within_the_allowanc
     sensitivity) moves the computed sum by more than 1/4 for some entries -- rounding, which the
     exact sensitivity does not cover -- and never by more than 1/4 plus the allowance of the
     rounding the release names."""
-    import dptensor._completion_models as cm
-    from dptensor._completion_models import OffsetNoise, init_model, offsets, residual_scale
+    import dptensor.mechanisms as cm
+    from dptensor.algorithms.completion.offsets import OffsetNoise, residual_scale
+    from dptensor.algorithms.completion.model import init_model, offsets
 
     shape = (6, 5, 4)
     X = np.stack(np.unravel_index(rng.choice(120, 90, replace=False), shape), axis=1)
@@ -1286,7 +1305,7 @@ def test_residual_scale_float_sum_moves_past_its_sensitivity_within_the_allowanc
     def spy(value, sensitivity, z, rng, dtype=None, *, rounding):
         queries.append((float(value), sensitivity, rounding))
         return real(value, sensitivity, z, rng, dtype, rounding=rounding)
-    monkeypatch.setattr(cm, "gaussian_release", spy)
+    patch_everywhere(monkeypatch, "gaussian_release", spy)
     noise = OffsetNoise("gaussian", np.array([1.0]))
     moved = []
     for e in range(len(X)):

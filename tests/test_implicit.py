@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from dptensor import PrivacyAccountant, PrivacyWarning
-from dptensor._completion_models import Observations
-from dptensor._implicit import ImplicitDesign, wiener_fit
+from dptensor.algorithms.completion.observations import Observations
+from dptensor.algorithms.completion.implicit import ImplicitDesign, wiener_fit
 from dptensor.accounting import ComposedEvent, GaussianEvent, epsilon_of
 from dptensor.completion import PrivateTensorCompletion
 
@@ -37,7 +37,7 @@ def _rmse(a, b):
 
 
 def test_design_is_public_and_its_adjoint_is_exact(rng):
-    from dptensor._implicit import DESIGN_NORM
+    from dptensor.algorithms.completion.implicit import DESIGN_NORM
 
     X = np.stack([rng.integers(0, 30, 400), rng.integers(0, 25, 400), rng.integers(0, 3, 400)], axis=1)
     obs = Observations(X, (32, 25, 3))  # two users without entries
@@ -106,16 +106,17 @@ def test_implicit_learns_from_informative_positions_and_privately():
 
 
 def test_implicit_plan_records_exact_target_and_one_release(monkeypatch):
-    import dptensor.completion as completion_module
+    # The implicit mode's own releases: the interaction's statistic (the offsets release elsewhere).
+    import dptensor.algorithms.completion.modes.implicit as implicit_mode
 
     calls = []
-    real = completion_module.gaussian_release
+    real = implicit_mode.gaussian_release
 
-    def spy(value, sensitivity, z, rng, dtype=None):
+    def spy(value, sensitivity, z, rng, dtype=None, *, rounding):
         calls.append((np.shape(value), float(sensitivity), z))
-        return real(value, sensitivity, z, rng, dtype)
+        return real(value, sensitivity, z, rng, dtype, rounding=rounding)
 
-    monkeypatch.setattr(completion_module, "gaussian_release", spy)
+    monkeypatch.setattr(implicit_mode, "gaussian_release", spy)
     X, y, _, _ = _informative(1)
     acc = PrivacyAccountant(epsilon=5.0, delta=1e-6)
     model = PrivateTensorCompletion(perturbation="implicit", factor_modes=(0, 1), rank=3, epsilon=2.0,
@@ -162,7 +163,7 @@ def test_implicit_ignores_n_iter():
 
 @pytest.mark.parametrize("rank", [40, 3])  # full rank, and a Krylov space exhausted after 4 steps
 def test_lanczos_function_matches_the_eigendecomposition(rank, rng):
-    from dptensor._implicit import lanczos_function
+    from dptensor.algorithms.completion.implicit import lanczos_function
 
     F = rng.normal(size=(40, rank)) * np.geomspace(1, 30, rank)
     A = F @ F.T
@@ -182,7 +183,7 @@ def test_spectral_embeddings_of_a_thin_incidence_never_form_it_densely(shape):
     the same embeddings (up to each column's sign) as the dense SVD."""
     import scipy.sparse as sp
 
-    from dptensor._implicit import spectral_embeddings
+    from dptensor.algorithms.completion.implicit import spectral_embeddings
 
     M = sp.random(*shape, density=0.3, random_state=1, format="csr")
     P, Q = spectral_embeddings(M, 2)

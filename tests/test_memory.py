@@ -228,7 +228,8 @@ def test_a_refused_fit_names_what_to_change_and_leaves_the_accountant_unspent(mo
 
 
 def test_many_modes_take_the_per_mode_start_chosen_from_public_quantities():
-    from dptensor._completion_models import fit_floats, kronecker_start, spectral_floats
+    from dptensor.algorithms.completion.memory import fit_floats
+    from dptensor.algorithms.completion.spectral import kronecker_start, spectral_floats
     # scikit-learn's checks: 200 entries of a 10-mode space. The Kronecker designs would have
     # 3^9 columns; the per-mode ones have 3, and the whole fit a few hundred kilobytes.
     assert not kronecker_start(200, (5,) * 10, 3, 0)

@@ -15,11 +15,11 @@ from sklearn.utils import get_tags
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from .._base import PrivateEstimatorMixin
+from .._base import PrivateEstimatorMixin, SearchTag
 from .._guards import fixed_floating_point, silenced
 from .._memory import FLOAT, prechecked
 from ..accounting import PrivacyAccountant
-from ..completion import check_indices
+from ..algorithms.completion.observations import check_indices
 from .._exact import exact_gaussian_release, range_mean
 from .._validation import check_numeric_array
 from ._selection import calibrate_search, check_distribution, draw_n_runs
@@ -86,9 +86,8 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                    "it cannot be released privately" if isinstance(learner, PrivateEstimatorMixin)
                    else "it is not a dptensor estimator")
             raise TypeError(f"{type(learner).__name__} cannot be searched privately: {why}. A private "
-                            "search fits and scores PrivatePCA, AdaptivePrivatePCA, "
-                            "PrivateTensorDecomposition, StreamingTensorPower or PrivateTensorCompletion, "
-                            "alone or as the last step of a pipeline")
+                            "search fits and scores a dptensor estimator whose score has a public "
+                            "per-unit bound, alone or as the last step of a pipeline")
         return prefix, learner
 
     def _checked_candidates(self, prefix) -> list[dict]:
@@ -639,11 +638,16 @@ def _as_units(X, y, *, alone: bool):
     return X, y
 
 
+def search_tag(learner) -> SearchTag:
+    """What the estimator declares the search needs to know of it (:class:`~dptensor._base.SearchTag`)."""
+    return getattr(learner, "_search_tag", None) or SearchTag()
+
+
 def _check_units(learner, X, y):
     """The data checks every candidate's fit would make, made once before the spend: a search
     refused for its data (NaN, infinity, text, bad indices) leaves the ledger unchanged."""
-    if hasattr(learner, "shape") and "value_range" in learner.get_params():
-        check_indices(X, learner.shape)  # completion: X holds index tuples
+    if search_tag(learner).indices:
+        check_indices(X, learner.shape)  # X holds index tuples
     else:
         # check_numeric_array first: scikit-learn's check quotes a string and prints complex data
         check_array(check_numeric_array(X), dtype="numeric", ensure_all_finite=True, ensure_2d=False,
@@ -655,8 +659,8 @@ def _check_units(learner, X, y):
 
 def _public_overrides(prefix, learner, X) -> dict:
     """Public settings a candidate trained on part of the units needs to cover all of them."""
-    if hasattr(learner, "shape") and "value_range" in learner.get_params() and learner.shape is None:
-        # completion: the tensor's shape from all observed positions (public), so that candidates
+    if search_tag(learner).indices and learner.shape is None:
+        # index tuples: the tensor's shape from all observed positions (public), so that candidates
         # trained on the training entries can predict the validation ones
         return {prefix + "shape": tuple(int(v) + 1 for v in np.max(X, axis=0))}
     return {}

@@ -27,7 +27,9 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as sla
 
-__all__ = ["ImplicitDesign", "wiener_fit", "lanczos_function", "DESIGN_NORM"]
+from .releases import entry_rounding
+
+__all__ = ["ImplicitDesign", "wiener_fit", "lanczos_function", "DESIGN_NORM", "implicit_rounding"]
 
 #: Rademacher probes of the Hutchinson estimate of ``tr(G^2)`` (a public quantity, estimated with a
 #: fixed seed so that the fit is a deterministic function of the releases and Omega).
@@ -287,3 +289,12 @@ def lanczos_function(op, b, h, *, rtol=LANCZOS_RTOL, maxiter=LANCZOS_MAXITER, ch
             estimate = new
         basis[j + 1] = w / beta[-1]
     return estimate
+
+
+def implicit_rounding(n_obs, clip):
+    """The rounding of the implicit statistic ``B = sum_e t~_e x_e``: each entry adds its clipped
+    residual (``<= clip``) times its design (norm ``<= DESIGN_NORM``). A coordinate of ``B`` sums
+    over the entries of every pair of a lead row observed with its partner row (or the converse):
+    at most every entry, added within its pair, times the embedding, summed over the row's pairs,
+    then times the normalised incidence: one more product after a partial sum."""
+    return entry_rounding(n_obs, DESIGN_NORM * clip, n_obs, later=1)

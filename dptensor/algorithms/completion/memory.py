@@ -1,0 +1,56 @@
+"""The peak memory of a completion fit, from public quantities only."""
+from __future__ import annotations
+
+import math
+
+from .implicit import LANCZOS_MAXITER, TOP_DIRECTIONS
+from .model import _CHUNK
+from .observations import DENSE_MAX_CELLS, DENSE_RATIO, DENSE_RATIO_TUCKER, DENSE_RATIO_TUCKER_ALS
+from .spectral import kronecker_start, spectral_floats
+
+
+def _grid_cells(n_obs, shape, tucker, als):
+    """The cells of the dense layout when :meth:`Observations.grid` may choose it, else 0."""
+    ratio = (DENSE_RATIO_TUCKER_ALS if als else DENSE_RATIO_TUCKER) if tucker else DENSE_RATIO
+    cells = math.prod(shape)
+    return cells if cells <= min(ratio * n_obs, DENSE_MAX_CELLS) else 0
+
+
+def fit_floats(n_obs, shape, rank, *, tucker, mode, fixed=()):
+    """Floats (8 bytes each) a completion fit holds at its peak: an upper bound from public
+    quantities only (the number of entries, the shape, the rank, the model and the solver).
+
+    ``mode``: ``"als"``, ``"gd"``, ``"statistics"`` (DP-ALS with its spectral start) or
+    ``"implicit"``. Every term is the size of an array the path forms, with the largest of its
+    temporaries: the entries sorted by each mode, the per-entry terms of one mode's normal
+    equations (``rank (rank + 1) / 2`` products and the design), the rows' Grams and solves, a
+    few grid arrays when the dense layout may be chosen, the Tucker core's Gram, the spectral
+    start's unfolding Grams (``n_m^2`` per mode) and its projected step.
+    """
+    d, n, r = len(shape), n_obs, rank
+    free = [m for m in range(d) if m not in fixed]
+    rows = max(shape)
+    total = 8 * n + 2 * sum(shape) + d * (d + 3) * n  # values, counts, the sorted layouts
+    terms = r * (r + 1) // 2 + 4 * r + 4  # one mode's per-entry terms, its design and residuals
+    solve = rows * (r + 1) * (r + 1) * 6  # the rows' Grams, their copies and solves
+    if mode == "implicit":
+        dim = sum(shape[m] for m in free) * r
+        return total + n * (2 * r + 8) + dim * (min(LANCZOS_MAXITER, dim) + 3 * TOP_DIRECTIONS + 32)
+    if tucker:  # the designs of every mode, the core's Kronecker rows (in blocks) and Gram
+        width = r ** d
+        total += 3 * d * n * r + 2 * min(_CHUNK, n * width) + 3 * width * width + n * terms
+    elif mode == "gd":  # every mode's gathered rows and designs, and the clipped gradients
+        total += 5 * d * n * r + 8 * n
+    else:
+        total += n * terms
+    total += solve
+    cells = _grid_cells(n, shape, tucker, mode != "gd")
+    if cells:  # the mask, the values, a residual grid, and one product's columns of a mode
+        columns = max(cells // shape[m] for m in range(d))
+        total += 6 * cells + columns * (terms + (r**d if tucker else 0))
+    if mode == "statistics":
+        lead = free[0]
+        grams = max((shape[m] ** 2 * 7 for m in free if m != lead), default=0)  # with eigh's copy
+        kron = kronecker_start(n, shape, r, lead, fixed)
+        total += grams + spectral_floats(n, shape, r, lead, fixed, kron=kron)
+    return total

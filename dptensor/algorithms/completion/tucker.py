@@ -1,0 +1,152 @@
+"""The order-3 Tucker sweep on the dense grid (:class:`TuckerSweep3`)."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from .design import _row_bias, _set_core
+from .model import Model
+from .observations import DenseGrid, _pair_index
+
+
+class TuckerSweep3:
+    """The normal equations of one ALS sweep of an order-3 Tucker model on the dense layout, two
+    updates per pass over the grid.
+
+    Mode ``m``'s sums over its row ``i`` (:meth:`DenseGrid.normal_equations`) are, with the
+    entry's design ``z = G_(m) (u_j (x) u_l)``, ``G_(m) [sum_jl mask_ijl (u_j u_j^T (x) u_l u_l^T)]
+    G_(m)^T`` and alike: contractions of the mask with per-row features of the OTHER two modes,
+    ``F_k = [u_k, b_k u_k, u_k u_k^T]`` (the factor row, times the row's bias, its pair products).
+    The mask is contracted with one mode's features once (a pass over the grid: ``prod(shape) x
+    (2 r + r (r + 1) / 2)`` flops), the other mode's on the small result. Mode 2's features stay
+    fixed while modes 0 and 1 update, and mode 0's while mode 2 and the core update: one pass for
+    each pair, two per sweep where :meth:`DenseGrid.normal_equations` and the core's
+    (:func:`_grid_core_normal_equations`) make four, each with more columns. The values likewise
+    (``Y x_k U_k``). The offsets enter through the ``b u`` features and the mask's pair marginals
+    (counts per pair of indices), and the sum of squared residuals comes from the core's normal
+    equations (as :func:`_grid_core_step`), with ``sum mask o^2`` from the same marginals.
+
+    Call :meth:`normal_equations` for modes 0, 1, 2 in turn, then :meth:`core_step`: each uses
+    the factors the previous ones left (the order of :func:`als`).
+    """
+
+    def __init__(self, grid: DenseGrid, Yg, counts):
+        M, n = grid.mask, grid.shape
+        self.mask, self.counts = M, counts
+        self.pair_counts = {(0, 1): M.sum(axis=2), (0, 2): M.sum(axis=1), (1, 2): M.sum(axis=0)}
+        self.row_sums = [Yg.sum(axis=(1, 2)), Yg.sum(axis=(0, 2)), Yg.sum(axis=(0, 1))]
+        self.yy = float(np.vdot(Yg, Yg))
+        self._flat = (M.reshape(n[0] * n[1], n[2]), M.reshape(n[0], n[1] * n[2]))
+        self._yflat = (Yg.reshape(n[0] * n[1], n[2]), Yg.reshape(n[0], n[1] * n[2]))
+        self._pivot = self._value = self._last = None
+
+    @staticmethod
+    def _bias(model, k):
+        b = _row_bias(model, k)
+        return np.zeros(len(model.factors[k])) if b is None else b
+
+    def _features(self, model: Model, k: int):
+        """``F_k = [u, b u, u u^T]`` (upper-triangle pairs) for every row of mode ``k``."""
+        U = model.factors[k]
+        ia, ib, _ = _pair_index(U.shape[1])
+        return np.hstack([U, self._bias(model, k)[:, None] * U, U[:, ia] * U[:, ib]])
+
+    def _others_offsets(self, model, m):
+        """``sum_c mask[i, c] o_c`` per row ``i`` of mode ``m``: the intercept and the other modes' biases."""
+        out = model.intercept * self.counts[m]
+        for k in range(3):
+            if k != m:
+                C = self.pair_counts[(min(m, k), max(m, k))]
+                out = out + (C @ self._bias(model, k) if m < k else C.T @ self._bias(model, k))
+        return out
+
+    def normal_equations(self, model: Model, m: int, bias: bool):
+        """Mode ``m``'s per-row Grams and right-hand sides, as :meth:`DenseGrid.normal_equations`
+        with the offsets of ``model`` (its own row bias a trailing unknown when ``bias``)."""
+        n, r = self.mask.shape, model.rank
+        U = model.factors
+        if m == 0:  # mode 2's features, fixed until mode 2 updates: one pass serves modes 0 and 1
+            # (features first: the wide product runs several times faster than the tall one)
+            self._pivot = (self._features(model, 2).T @ self._flat[0].T).reshape(-1, n[0], n[1])
+            self._value = (U[2].T @ self._yflat[0].T).reshape(r, n[0], n[1])
+            Q = np.tensordot(self._pivot, self._features(model, 1), axes=([2], [0])).transpose(1, 2, 0)
+            V = np.tensordot(self._value, U[1], axes=([2], [0])).transpose(1, 2, 0)  # (i, p1, p2)
+        elif m == 1:
+            Q = np.tensordot(self._pivot, self._features(model, 0), axes=([1], [0])).transpose(1, 2, 0)
+            V = np.tensordot(self._value, U[0], axes=([1], [0])).transpose(1, 2, 0)
+        else:  # mode 0's features, fixed until the next sweep: one pass serves mode 2 and the core
+            F0 = self._features(model, 0)
+            pivot = (F0.T @ self._flat[1]).reshape(-1, n[1], n[2])
+            value = (U[0].T @ self._yflat[1]).reshape(r, n[1], n[2])
+            Q = np.tensordot(pivot, self._features(model, 1), axes=([1], [0])).transpose(1, 0, 2)
+            V = np.tensordot(value, U[1], axes=([1], [0])).transpose(1, 0, 2)
+            self._last = (Q, V)
+        K, a, off = _kron_terms(Q, r)
+        rows = len(K)
+        Gm = np.moveaxis(model.core, m, 0).reshape(r, r * r)
+        gram = np.matmul(np.matmul(Gm, K), Gm.T)
+        z_sums = a @ Gm.T
+        rhs = (V.reshape(rows, r * r) - model.intercept * a - off) @ Gm.T
+        if not bias:
+            b = _row_bias(model, m)
+            if b is not None:
+                rhs -= b[:, None] * z_sums
+            return gram, rhs
+        full = np.empty((rows, r + 1, r + 1))
+        full[:, :r, :r] = gram
+        full[:, :r, r] = full[:, r, :r] = z_sums
+        full[:, r, r] = self.counts[m]
+        return full, np.hstack([rhs, (self.row_sums[m] - self._others_offsets(model, m))[:, None]])
+
+    def core_step(self, model: Model, reg_core):
+        """Solve the core's ridge regression (after mode 2); return the sum of squared residuals."""
+        r = model.rank
+        Q, V = self._last
+        C = np.tensordot(Q, self._features(model, 2), axes=([0], [0]))  # (f0, f1, f2)
+        value = np.tensordot(V, model.factors[2], axes=([0], [0])).ravel()  # (p0, p1, p2)
+        gram = C[_kron_index(r, 3)].reshape(r**3, r**3)
+        u = slice(0, r)
+        bu = slice(r, 2 * r)
+        a = C[u, u, u].ravel()
+        off = (C[bu, u, u] + C[u, bu, u] + C[u, u, bu]).ravel()
+        rhs = value - model.intercept * a - off
+        _set_core(model, gram, rhs, reg_core)
+        c = model.core.ravel()
+        fit = float(c @ gram @ c) - (reg_core + 1e-12) * float(c @ c)  # _set_core added to the diagonal
+        return max(self._offset_squares(model) - 2.0 * float(c @ rhs) + fit, 0.0)
+
+    def _offset_squares(self, model):
+        """``sum mask (Y - o)^2`` with ``o = intercept + b_0 + b_1 + b_2``, from the values' sums and
+        the mask's marginals."""
+        mu = model.intercept
+        b = [self._bias(model, k) for k in range(3)]
+        total = float(self.counts[0].sum())
+        yo = mu * float(self.row_sums[0].sum()) + sum(float(b[k] @ self.row_sums[k]) for k in range(3))
+        oo = mu * mu * total + sum(2.0 * mu * float(b[k] @ self.counts[k]) + float(b[k] ** 2 @ self.counts[k])
+                                   for k in range(3))
+        oo += 2.0 * sum(float(b[j] @ C @ b[k]) for (j, k), C in self.pair_counts.items())
+        return self.yy - 2.0 * yo + oo
+
+
+@functools.lru_cache(maxsize=16)
+def _kron_index(r, order):
+    """Index into the features' product (:class:`TuckerSweep3`) giving the Kronecker Gram
+    ``sum (u u^T) (x) (v v^T) (x) ...`` of ``order`` modes: rows and columns ``(p, q, ...)`` in C order,
+    indexed as ``C[..., *idx]`` and reshaped to ``(r^order, r^order)``. Mode ``k``'s index is ``(r, r)``
+    on axes ``k`` and ``order + k`` and 1 on the others: broadcast by the indexing, where full index
+    arrays (``r^(2 order)`` entries each, 400 MB cached at rank 16) cost more than the Gram itself."""
+    _, _, where = _pair_index(r)
+    return tuple((2 * r + where).reshape([r if a in (k, order + k) else 1 for a in range(2 * order)])
+                 for k in range(order))
+
+
+def _kron_terms(Q, r):
+    """From ``Q[i, f, g]`` (features of two modes summed against the mask) the Kronecker Gram, the
+    design sums ``sum (u (x) v)`` and the offsets' ``sum (b_u + b_v) (u (x) v)`` per row."""
+    rows = len(Q)
+    i0, i1 = _kron_index(r, 2)
+    K = Q[:, i0, i1].reshape(rows, r * r, r * r)
+    a = Q[:, :r, :r].reshape(rows, r * r)
+    off = (Q[:, r:2 * r, :r] + Q[:, :r, r:2 * r]).reshape(rows, r * r)
+    return K, a, off
