@@ -4,7 +4,7 @@ The fit template (:meth:`PrivateEstimatorMixin._fit_private`) runs one fixed ord
 "everything is validated and priced before the first spend" holds by construction::
 
     data = self._check_data(*args)       # every input validated; values read only to check them
-    plan = self._plan(data.shape)         # parameters checked, the spend priced: a FitPlan
+    plan = self._plan(data.shape, **data.public)  # parameters checked, the spend priced: a FitPlan
     cost, rng = spend(plan, data)         # memory checked, budget charged (or refused), noise keyed
     self._release(data, plan, rng)        # the only step that computes from the data's values
 
@@ -87,12 +87,14 @@ class FitPlan:
 @dataclass(frozen=True)
 class FitData:
     """The validated inputs of a fit: ``arrays`` (what the fit reads, digested for a seeded fit's
-    noise key), ``shape`` (the public shape the plan is made from) and ``extra`` (anything else the
-    checks derived, such as public positions)."""
+    noise key), ``shape`` (the public shape the plan is made from), ``extra`` (anything else the
+    checks derived, such as public positions) and ``public`` (public values the plan reads besides
+    the shape, passed to ``_plan`` as keywords: a search's index space, say)."""
 
     arrays: tuple
     shape: tuple
     extra: Any = None
+    public: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -171,7 +173,7 @@ class PrivateEstimatorMixin:
     def _fit_private(self, *args):
         """Validate, plan, spend, release: the fixed order every fit runs (see the module doc)."""
         data = self._check_data(*args)
-        plan = self._plan(data.shape)
+        plan = self._plan(data.shape, **data.public)
         self.privacy_cost_, rng = self._spend_plan(plan, data)
         self._release(data, plan, rng)
         return self
@@ -179,7 +181,7 @@ class PrivateEstimatorMixin:
     def _check_data(self, *args) -> FitData:  # pragma: no cover - each estimator supplies it
         raise NotImplementedError
 
-    def _plan(self, shape) -> FitPlan:  # pragma: no cover - each estimator supplies it
+    def _plan(self, shape, **public) -> FitPlan:  # pragma: no cover - each estimator supplies it
         raise NotImplementedError
 
     def _release(self, data: FitData, plan: FitPlan, rng) -> None:  # pragma: no cover

@@ -1,5 +1,6 @@
 """Private hyperparameter search: its price, its guarantee, its interface and its refusals."""
 import functools
+import dataclasses
 import math
 import warnings
 from collections import Counter
@@ -211,17 +212,17 @@ def test_whole_search_is_as_private_as_claimed_empirically():
     D2[0] = 1.0  # one unit replaced, at the extreme of its range
     search = PrivateGridSearchCV(_Target(), {"target": [0.0, 0.4, 1.0]}, epsilon=epsilon, n_runs=3,
                                  validation_fraction=0.9, refit=False)
-    plan = search._plan(n, 1)
-    assert plan["cost"].epsilon <= epsilon
+    assert search.privacy_cost(n, 1).epsilon <= epsilon
+    plan = search._settings(n, 1)
     # Scores rounded to their noise std: fine enough to see a shift, coarse enough to fill bins.
-    resolution = plan["event"].score.noise_multiplier / plan["n_val"]
+    resolution = plan.event.score.noise_multiplier / plan.n_val
     c1, c2 = (_outputs(search, plan, D, 600, 0, resolution),
               _outputs(search, plan, D2, 600, 10**6, resolution))
     assert _epsilon_lower_bound(c1, c2, 600) <= epsilon
     # The audit has power: released without noise, the same scores break the claim (the replaced
     # unit is in the validation part 90% of the time and then moves the score by 1/n_val).
-    loud = dict(plan, event=PrivateSelectionEvent(plan["event"].candidates, GaussianEvent(1e-9),
-                                                  plan["event"].mean, plan["event"].shape))
+    loud = dataclasses.replace(plan, event=PrivateSelectionEvent(
+        plan.event.candidates, GaussianEvent(1e-9), plan.event.mean, plan.event.shape))
     c1, c2 = (_outputs(search, loud, D, 100, 0, 1e-4), _outputs(search, loud, D2, 100, 10**6, 1e-4))
     assert _epsilon_lower_bound(c1, c2, 100) > 1.5 * epsilon
 
@@ -256,7 +257,7 @@ def test_search_meets_the_budget_in_one_spend_and_finds_the_spikes():
     assert search.best_estimator_.privacy_cost_.epsilon == pytest.approx(search.candidate_epsilon_)
     # Three axes capture ~3x the variance of one: the search picks them unless no run tries them
     # (a random number of runs with random candidates; with 8 expected runs that is rare).
-    plan = search._plan(*X.shape)
+    plan = search._settings(*X.shape)
     picks = [search._run(X, None, plan, {}, np.random.default_rng(seed))[0] for seed in range(15)]
     assert np.mean(np.array(picks) == 1) >= 0.7
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 import numbers
 from copy import deepcopy
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
@@ -15,7 +16,7 @@ from sklearn.utils import get_tags
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from .._base import PrivateEstimatorMixin, SearchTag
+from .._base import FitData, FitPlan, PrivateEstimatorMixin, SearchTag
 from .._guards import fixed_floating_point, silenced
 from .._memory import FLOAT, prechecked
 from ..accounting import PrivacyAccountant
@@ -45,6 +46,26 @@ def _delegate(method):
         est = self.best_estimator_ if hasattr(self, "best_estimator_") else self.estimator
         return hasattr(est, method)
     return check
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """What a search decides before its spend, from public values: the learner (``prefix`` its
+    parameters' prefix in a pipeline), the checked ``candidates``, the training and validation
+    sizes, each candidate's ``epsilon`` at ``delta``, the law of the number of runs
+    (``distribution``, ``mean``), the whole search's ``event`` and the learner's input ``width``."""
+
+    prefix: str
+    learner: object
+    candidates: list
+    n_train: int
+    n_val: int
+    epsilon: float
+    delta: float
+    distribution: str
+    mean: float
+    event: object
+    width: int
 
 
 class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
@@ -167,9 +188,8 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
             for key, value in params.items():
                 yield from _accountants(value, f"the grid's {key!r}")
 
-    def _plan(self, n_samples, n_features):
-        """Everything priced before the first fit: ``dict(prefix, candidates, n_train, n_val, epsilon
-        (per candidate), distribution, event, cost)``."""
+    def _settings(self, n_samples, n_features) -> "SearchSettings":
+        """Everything the search decides and prices before the first fit (no data read)."""
         prefix, learner = self._learner()
         candidates = self._checked_candidates(prefix)
         epsilon, delta = self._target()
@@ -203,11 +223,23 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                              f"score's noise std would be {span_noise:.3g} of one unit's score range "
                              f"(at most {MAX_SCORE_NOISE:g}); it needs at least {need} units. Raise "
                              "validation_fraction or epsilon, or pass more data")
-        cost = self._preview(event, delta=delta, noise_multiplier=event.score.noise_multiplier,
-                             n_queries=len(candidates), calibration="exact")
-        return dict(prefix=prefix, learner=learner, candidates=candidates, n_train=n_train, n_val=n_val,
-                    epsilon=e, delta=delta, distribution=name, mean=mean, event=event, cost=cost,
-                    width=width)
+        return SearchSettings(prefix=prefix, learner=learner, candidates=candidates,
+                              n_train=n_train, n_val=n_val, epsilon=e, delta=delta,
+                              distribution=name, mean=mean, event=event, width=width)
+
+    def _plan(self, shape, overrides=None, nbytes=None) -> FitPlan:
+        """The search's :class:`~dptensor._base.FitPlan`: its one event (the candidates, the
+        score, the law of the number of runs, the refit), priced from public values: the units'
+        shape, the public overrides (a completion's index space) and the units' bytes."""
+        n_samples, n_features = int(shape[0]), int(shape[1]) if len(shape) > 1 else 1
+        settings = self._settings(n_samples, n_features)
+        overrides = {} if overrides is None else overrides
+        nbytes = n_samples * n_features * FLOAT if nbytes is None else nbytes
+        return FitPlan(event=settings.event, delta=settings.delta,
+                       noise_multiplier=settings.event.score.noise_multiplier,
+                       n_queries=len(settings.candidates), calibration="exact",
+                       memory=self._memory(settings, (n_samples, n_features), nbytes, overrides),
+                       settings=settings)
 
     # ------------------------------------------------------------------ public
     def privacy_cost(self, n_samples, n_features):
@@ -218,9 +250,8 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         score, law of the number of runs, refit) and whose ``noise_multiplier`` is the score's.
         Nothing is read or spent.
         """
-        return self._plan(int(n_samples), int(n_features))["cost"]
+        return self._preview_plan(self._plan((int(n_samples), int(n_features))))
 
-    @fixed_floating_point
     def fit(self, X, y=None):
         """Run the private search on ``X`` (rows, or the index tuples of observed entries) and ``y``.
 
@@ -228,24 +259,31 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         one found in the estimator: refused with :class:`~dptensor.BudgetExceededError` before
         any fit if over budget), then runs it, silenced: only the search's own messages print.
         """
+        return self._fit_private(X, y)
+
+    def _check_data(self, X, y=None) -> FitData:
         X, y = _as_units(X, y, alone=not isinstance(self.estimator, Pipeline))
         if y is not None and len(y) != len(X):
             raise ValueError(f"y has {len(y)} values but X has {len(X)} units")
-        plan = self._plan(X.shape[0], X.shape[1] if X.ndim > 1 else 1)
-        _check_units(plan["learner"], X, y)
-        overrides = _public_overrides(plan["prefix"], plan["learner"], X)
-        if self.verbose:
-            print(f"[{type(self).__name__}] {len(plan['candidates'])} candidates, {plan['mean']:g} expected "
-                  f"runs ({plan['distribution']}), each candidate at epsilon={plan['epsilon']:.4g}; the "
-                  f"whole search{' and refit' if self.refit else ''} costs "
-                  f"epsilon={plan['cost'].epsilon:.4g} at delta={plan['cost'].delta:g}")
-        entropy = self._entropy()
-        memory = self._memory(plan, X, overrides)
-        self.privacy_cost_, rng = self._spend(plan["event"], entropy=entropy, delta=plan["delta"],
-                                              memory=memory,
-                                              noise_multiplier=plan["cost"].noise_multiplier,
-                                              n_queries=len(plan["candidates"]), calibration="exact",
-                                              data_shape=X.shape, data=(X, y))
+        prefix, learner = self._learner()
+        _check_units(learner, X, y)
+        overrides = _public_overrides(prefix, learner, X)
+        return FitData(arrays=(X, y), shape=X.shape,
+                       public=dict(overrides=overrides, nbytes=X.nbytes))
+
+    def _spend_plan(self, plan, data):
+        settings = plan.settings
+        if self.verbose:  # public: the plan's own numbers, before the spend
+            cost = self._preview_plan(plan)
+            print(f"[{type(self).__name__}] {len(settings.candidates)} candidates, "
+                  f"{settings.mean:g} expected runs ({settings.distribution}), each candidate at "
+                  f"epsilon={settings.epsilon:.4g}; the whole search"
+                  f"{' and refit' if self.refit else ''} costs epsilon={cost.epsilon:.4g} at "
+                  f"delta={cost.delta:g}")
+        return super()._spend_plan(plan, data)
+
+    def _release(self, data, plan, rng):
+        (X, y), settings, overrides = data.arrays, plan.settings, data.public["overrides"]
         # Runs and refit run user code (a step's verbose, an estimator or a library that prints,
         # warns or logs). A run's output would count the runs, whose number is secret, and tell
         # what each saw; the refit's would tell what the data made it do (a warning, a value
@@ -253,27 +291,27 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         # The worst candidate's memory was checked before the spend: a run's own check would
         # refuse after it (and how many runs there were is secret).
         with silenced(), prechecked():
-            best_index, best_score = self._run(X, y, plan, overrides, rng)
-            best_params = plan["candidates"][best_index]
+            best_index, best_score = self._run(X, y, settings, overrides, rng)
+            best_params = settings.candidates[best_index]
             if self.refit:
-                est = self._candidate(plan["prefix"], best_params, plan["epsilon"], plan["delta"],
-                                      _seed(rng), overrides)
+                est = self._candidate(settings.prefix, best_params, settings.epsilon,
+                                      settings.delta, _seed(rng), overrides)
                 self.best_estimator_ = est.fit(X, y) if y is not None else est.fit(X)
         if self.refit:
             # The refit's seed was drawn from the search's own stream: with it (and the public
             # description) anyone regenerates the refit's noise, so it never stays on the model.
             # The accountants taken off for the search go back: a later fit is charged to them.
             taken = _accountant_keys(clone(self.estimator).set_params(**best_params))
-            self.best_estimator_.set_params(**{plan["prefix"] + "random_state": None, **taken})
+            self.best_estimator_.set_params(**{settings.prefix + "random_state": None, **taken})
         self.best_index_ = best_index
         self.best_params_ = dict(best_params)
         self.best_score_ = best_score
-        self.candidate_epsilon_ = plan["epsilon"]
-        self.distribution_ = plan["distribution"]
-        self.cv_results_ = _results(plan["candidates"], best_index, best_score)
+        self.candidate_epsilon_ = settings.epsilon
+        self.distribution_ = settings.distribution
+        self.cv_results_ = _results(settings.candidates, best_index, best_score)
         if self.verbose:
-            print(f"[{type(self).__name__}] chose {self.best_params_} (released score {best_score:.4g})")
-        return self
+            print(f"[{type(self).__name__}] chose {self.best_params_} (released score "
+                  f"{best_score:.4g})")
 
     def _learner_width(self, n_features: int) -> int:
         """The number of features the learner sees: a pipeline's stateless steps may change it,
@@ -287,38 +325,39 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         except Exception:  # a step that cannot take a zero row: the data's own width
             return n_features
 
-    def _memory(self, plan, X, overrides):
+    def _memory(self, settings, shape, nbytes, overrides):
         """``(bytes, advice)``: the largest peak of any candidate's fit (on the training part, and
-        on all the units for the refit), each estimated by the learner from public quantities,
-        plus the search's own copies of the parts."""
-        sizes = (plan["n_train"], X.shape[0]) if self.refit else (plan["n_train"],)
+        on all the ``n_units`` for the refit), each estimated by the learner from public
+        quantities, plus the search's own copies of the parts (``nbytes`` the units')."""
+        n_units, n_features = shape
+        sizes = (settings.n_train, n_units) if self.refit else (settings.n_train,)
         worst, advice = 0, ""
-        for params in plan["candidates"]:
-            est = self._candidate(plan["prefix"], params, plan["epsilon"], plan["delta"], 0,
+        for params in settings.candidates:
+            est = self._candidate(settings.prefix, params, settings.epsilon, settings.delta, 0,
                                   overrides)
             learner = est[-1] if isinstance(est, Pipeline) else est
             # a learner of the user's may have no estimate
             estimate = getattr(learner, "_memory_estimate", None)
             for n in sizes if estimate is not None else ():
-                nbytes, why = estimate(n, plan["width"])
-                if nbytes > worst:
-                    worst, advice = nbytes, f"The largest is candidate {params}: {why}"
+                need, why = estimate(n, settings.width)
+                if need > worst:
+                    worst, advice = need, f"The largest is candidate {params}: {why}"
         # its own copies of the parts, and the pipeline's transformed parts
-        transformed = 2 * X.shape[0] * plan["width"] * FLOAT if plan["width"] != X.shape[-1] else 0
-        return worst + 2 * X.nbytes + transformed, advice
+        transformed = 2 * n_units * settings.width * FLOAT if settings.width != n_features else 0
+        return worst + 2 * nbytes + transformed, advice
 
-    def _run(self, X, y, plan, overrides, rng):
+    def _run(self, X, y, settings, overrides, rng):
         """The selection: ``(best index, released score)``. Everything it draws comes from ``rng``,
         the spend's generator: the split, the number of runs, each run's candidate and seed, and
         the scores' noise. Only the best run leaves this method."""
         order = rng.permutation(X.shape[0])
-        train, val = order[:plan["n_train"]], order[plan["n_train"]:]
-        event, prefix = plan["event"], plan["prefix"]
+        train, val = order[:settings.n_train], order[settings.n_train:]
+        event, prefix = settings.event, settings.prefix
         n_runs = draw_n_runs(event.shape, event.mean, rng)
         best_index, best_score = None, -math.inf
         for _ in range(n_runs):
-            index = int(rng.integers(len(plan["candidates"])))
-            est = self._candidate(prefix, plan["candidates"][index], plan["epsilon"], plan["delta"],
+            index = int(rng.integers(len(settings.candidates)))
+            est = self._candidate(prefix, settings.candidates[index], settings.epsilon, settings.delta,
                                   _seed(rng), overrides)
             est = est.fit(X[train], y[train]) if y is not None else est.fit(X[train])
             learner, Xv = est, X[val]
@@ -339,7 +378,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
             if score > best_score:
                 best_index, best_score = index, score
         if best_index is None:  # no run (a Poisson law drew 0): a data-independent choice
-            return int(rng.integers(len(plan["candidates"]))), math.nan
+            return int(rng.integers(len(settings.candidates))), math.nan
         return best_index, best_score
 
     # ------------------------------------------------------------------ delegation
