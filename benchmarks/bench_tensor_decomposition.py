@@ -14,7 +14,7 @@ import numpy as np
 
 from benchmarks._common import gemm_gflops, markdown_table, peak_memory, plot_path, timed, write_results
 from dptensor import PrivateTensorDecomposition
-from dptensor._operators import SymmetricTensor
+from dptensor.algorithms.operators import SymmetricTensor
 from dptensor._power import random_unit_columns
 from dptensor.datasets import make_orthogonal_tensor
 from dptensor.metrics import recovery_error

@@ -29,9 +29,9 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted
 
 from ._base import PrivateEstimatorMixin
-from ._dask import RowChunks, check_dask_array, is_dask_array
-from ._exact import BITS, Exact, grid_rows, grid_vectors, moment_product, moment_sensitivities
-from ._operators import DeflatedTensor, ThirdMoment
+from .algorithms.dask import RowChunks, check_dask_array, is_dask_array
+from .algorithms.exact import BITS, Exact, grid_rows, grid_vectors, moment_product, moment_sensitivities
+from .algorithms.operators import DeflatedTensor, ThirdMoment
 from ._power import normalize_columns, random_unit_columns, select_restart
 from ._memory import FLOAT, check_fits
 from .mechanisms.randomness import RowDigest, rekeyed
@@ -154,7 +154,7 @@ class _Stream:
     def _accumulate(self, Xm):
         if self.digest is not None:
             self.digest.update(Xm)
-        if self.noise_multiplier > 0:  # private: exact integer sums of grid rows (dptensor._exact)
+        if self.noise_multiplier > 0:  # private: exact integer sums of grid rows (dptensor.algorithms.exact)
             stat = moment_product(grid_rows(Xm, self.data_norm), grid_vectors(self.U))
             self.acc_exact = stat.ints + getattr(self, "acc_exact", 0)
             self.rows_in_block += Xm.shape[0]
@@ -188,7 +188,7 @@ class _Stream:
         """The exact block sums, deflated by their public part, released jointly on their grid.
 
         The sensitivity is :func:`block_sensitivity` with each candidate's grid allowance
-        (:func:`~dptensor._exact.moment_sensitivities`): ``sqrt(sum_l s_vec_l^2 + s_val_l^2)``.
+        (:func:`~dptensor.algorithms.exact.moment_sensitivities`): ``sqrt(sum_l s_vec_l^2 + s_val_l^2)``.
         """
         K = grid_vectors(self.U)
         stat = Exact(self.acc_exact, self.data_norm ** 3 / self.n / 4.0 ** BITS)  # moment_product's unit
@@ -202,7 +202,7 @@ class _Stream:
         self.acc_exact = 0
         z = self.noise_multiplier
         return joint_gaussian_release((TU.for_release(s, z), tu.for_release(s, z)), s, z, rng,
-                                      rounding=None)  # exact sums (dptensor._exact)
+                                      rounding=None)  # exact sums (dptensor.algorithms.exact)
 
     def _end_block(self):
         u_tilde, lam = self._release()

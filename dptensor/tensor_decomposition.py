@@ -10,7 +10,7 @@ Two layers, as everywhere in dptensor:
 
 All L restarts of one component advance together: a power step is one
 ``operator.apply_evaluate`` over the d x L block of candidates, and deflation goes through
-:class:`~dptensor._operators.DeflatedTensor` (never a dense update of T). The sensitivities are
+:class:`~dptensor.algorithms.operators.DeflatedTensor` (never a dense update of T). The sensitivities are
 derived in ``docs/derivations/tensor_decomposition.rst`` and checked by brute force in the tests.
 """
 from __future__ import annotations
@@ -24,10 +24,10 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils.validation import check_is_fitted
 
 from ._base import PrivateEstimatorMixin
-from ._exact import (Exact, ExactThirdMoment, exact_gaussian_release, exact_memory, grid_rows, grid_vectors, map_rows,
+from .algorithms.exact import (Exact, ExactThirdMoment, exact_gaussian_release, exact_memory, grid_rows, grid_vectors, map_rows,
                      moment_sensitivities)
-from ._dask import DaskThirdMoment, check_dask_array, clip_chunks, dask_moment_tensor, is_dask_array
-from ._operators import DeflatedTensor, SymmetricTensor, ThirdMoment, moment_tensor
+from .algorithms.dask import DaskThirdMoment, check_dask_array, clip_chunks, dask_moment_tensor, is_dask_array
+from .algorithms.operators import DeflatedTensor, SymmetricTensor, ThirdMoment, moment_tensor
 from ._power import normalize_columns, random_unit_columns, select_restart
 from ._memory import FLOAT
 from ._validation import (check_data_norm, check_positive_int, check_symmetric_tensor, check_verbose,
@@ -96,7 +96,7 @@ class PowerNoise:
     noise_multiplier: float
     row_sensitivity: float | None = None
     #: ``(data_norm, n_samples)`` when the queries are exact sums of grid rows
-    #: (:class:`~dptensor._exact.ExactThirdMoment`): their sensitivities carry the grid's allowance.
+    #: (:class:`~dptensor.algorithms.exact.ExactThirdMoment`): their sensitivities carry the grid's allowance.
     grid: tuple | None = None
     #: ``(data_norm, n_samples)`` when the queries are float sums over rows (a dense moment
     #: summed in float64): their rounding is :func:`moment_roundings`'. ``None``: exact sums
@@ -183,7 +183,7 @@ def tensor_power_method(operator, n_components: int, n_restarts: int, n_iter: in
     ----------
     operator : tensor operator
         Anything with ``shape`` (d, d, d) and batched ``apply_evaluate(U)`` / ``evaluate(U)`` (see
-        :mod:`dptensor._operators`); it is deflated through ``DeflatedTensor``.
+        :mod:`dptensor.algorithms.operators`); it is deflated through ``DeflatedTensor``.
     n_components, n_restarts, n_iter : int
         k, L and R.
     rng : numpy.random.Generator
@@ -273,7 +273,7 @@ def choose_moment(n_samples: int, n_features: int, n_column_steps: int, itemsize
 
     * implicit, ``X^T (X U)^2``: about ``4 n d`` flops per column-query, so ``4 n d S``;
     * dense: ``2 n d^3`` to form T once, then ``d^3`` per column-query (the packed product of
-      :class:`~dptensor._operators.SymmetricTensor`, which uses the symmetry of T).
+      :class:`~dptensor.algorithms.operators.SymmetricTensor`, which uses the symmetry of T).
 
     Forming T is one large GEMM, which runs about ``c =`` :data:`FORM_SPEEDUP` (1.4) times faster
     per flop than the thin per-step products (both kinds of step run at similar rates), so dense
@@ -554,7 +554,7 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         if dask:
             return "implicit"  # for data too big for one machine, never a d^3 tensor unless asked
         if math.isfinite(self.epsilon):
-            return "implicit"  # private: its sums are exact (dptensor._exact); a dense T's are not
+            return "implicit"  # private: its sums are exact (dptensor.algorithms.exact); a dense T's are not
         steps = n_power_queries(k, self.n_restarts, self.n_iter)
         return choose_moment(shape[0], shape[1], steps, itemsize)
 

@@ -1,4 +1,4 @@
-"""Exact sums (dptensor._exact): the released statistics are sum_i f(x_i) exactly, in any order.
+"""Exact sums (dptensor.algorithms.exact): the released statistics are sum_i f(x_i) exactly, in any order.
 
 Derivation: docs/derivations/exact_sums.rst.
 """
@@ -7,7 +7,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-import dptensor._exact as ex
+import dptensor.algorithms.exact as ex
 from dptensor import PrivatePCA
 from dptensor.mechanisms import Rounding, clip_rows, gaussian_release, grid_step
 from dptensor.pca import private_mean
@@ -370,7 +370,7 @@ def test_a_search_scores_mean_is_an_exact_sum_of_per_unit_grid_values():
     one unit moves the exact mean by at most (hi - lo) / n, whatever the order."""
     from fractions import Fraction
 
-    from dptensor._exact import range_mean
+    from dptensor.algorithms.exact import range_mean
 
     g = np.random.default_rng(4)
     lo, hi = -1.5, 2.0

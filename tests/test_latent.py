@@ -14,7 +14,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from dptensor import BudgetExceededError, PrivacyAccountant
-from dptensor._operators import moment_tensor
+from dptensor.algorithms.operators import moment_tensor
 from dptensor.accounting import epsilon_of
 from dptensor.datasets import gaussian_mixture_norm_bound, make_gaussian_mixture, make_lda_corpus
 from dptensor.latent import PrivateGaussianMixture, PrivateLatentDirichletAllocation, match_rows

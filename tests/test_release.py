@@ -25,8 +25,8 @@ from sklearn.model_selection import GridSearchCV, KFold
 from dptensor import (AdaptivePrivatePCA, BudgetExceededError, PrivacyAccountant, PrivacyWarning, PrivatePCA,
                       PrivateTensorCompletion, PrivateTensorDecomposition, StreamingTensorPower)
 from dptensor import _base
-from dptensor._exact import grid_rows, row_sum
-from dptensor._operators import moment_tensor
+from dptensor.algorithms.exact import grid_rows, row_sum
+from dptensor.algorithms.operators import moment_tensor
 from dptensor.datasets import make_low_rank_tensor
 from dptensor.mechanisms import clip_rows, gaussian_release, grid_step
 from dptensor.pca import center_and_clip, covariance_sensitivity

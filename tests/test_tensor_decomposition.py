@@ -11,9 +11,9 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-import dptensor._exact as exact_mod
+import dptensor.algorithms.exact as exact_mod
 from dptensor import BudgetExceededError, PrivacyAccountant, PrivateTensorDecomposition
-from dptensor._operators import SymmetricTensor, ThirdMoment, moment_tensor
+from dptensor.algorithms.operators import SymmetricTensor, ThirdMoment, moment_tensor
 from dptensor._power import normalize_columns, random_unit_columns, select_restart
 from dptensor.accounting import epsilon_of
 from dptensor.mechanisms import clip_rows, symmetric_gaussian_release

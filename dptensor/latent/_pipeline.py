@@ -35,7 +35,7 @@ import scipy.linalg
 import scipy.optimize
 import scipy.sparse.linalg
 
-from .._operators import SymmetricTensor, TensorOperator, ThirdMoment, moment_tensor
+from ..algorithms.operators import SymmetricTensor, TensorOperator, ThirdMoment, moment_tensor
 from ..accounting import ComposedEvent, GaussianEvent, gdp_mu
 from ..pca import auto_n_iter, noisy_power_method, power_schedule
 from ..mechanisms import Rounding, gaussian_release, symmetric_gaussian_release

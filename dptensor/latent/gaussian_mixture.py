@@ -5,8 +5,8 @@ import numpy as np
 from scipy.special import logsumexp
 from sklearn.utils.validation import check_is_fitted
 
-from .._dask import check_dask_array, clip_chunks, is_dask_array, reduce_row_chunks
-from .._operators import SymmetricTensor, moment_tensor
+from ..algorithms.dask import check_dask_array, clip_chunks, is_dask_array, reduce_row_chunks
+from ..algorithms.operators import SymmetricTensor, moment_tensor
 from .._validation import check_data_norm, validate_private_data
 from ..mechanisms import clip_rows
 from ..pca import covariance_sensitivity, row_power_sensitivity, total_variance_sensitivity

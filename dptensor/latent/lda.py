@@ -2,7 +2,7 @@ r"""An LDA topic model learned by the method of moments, private per document.
 
 Every pass over the documents is a sum of per-document terms, written here as functions of one
 chunk of documents (``_*_sums``) that return partial sums: applied to the whole corpus in memory,
-or to each row chunk of a Dask array (:func:`~dptensor._dask.reduce_row_chunks`), where only the
+or to each row chunk of a Dask array (:func:`~dptensor.algorithms.dask.reduce_row_chunks`), where only the
 sums (d, d x p or k^3 numbers) reach the client.
 """
 from __future__ import annotations
@@ -14,8 +14,8 @@ import scipy.sparse as sp
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from .._dask import check_dask_array, is_dask_array
-from .._operators import moment_tensor
+from ..algorithms.dask import check_dask_array, is_dask_array
+from ..algorithms.operators import moment_tensor
 from .._validation import validate_private_data
 from ..pca import MAX_DENSE_FEATURES
 from ..tensor_decomposition import row_sensitivity

@@ -27,8 +27,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._dask import is_dask_array
-from .mechanisms import gaussian_release, grid_step
+from .dask import is_dask_array
+from ..mechanisms import gaussian_release, grid_step
 
 __all__ = ["BITS", "CHUNK", "Exact", "grid_rows", "grid_vectors", "row_sum", "gram", "gram_product",
            "moment_product", "moment_sensitivities", "ExactThirdMoment",
@@ -340,7 +340,7 @@ def rows_stat(M, statistic, *args) -> Exact:
     """
     if not is_dask_array(M):
         return statistic(M, *args)
-    from ._dask import reduce_row_chunks
+    from .dask import reduce_row_chunks
 
     unit = statistic(np.zeros((0, M.shape[1])), *args).unit  # public: no row is read
     (ints,) = reduce_row_chunks(M, _ints_partial, statistic, *args)
