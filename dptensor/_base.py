@@ -152,7 +152,7 @@ class PrivateEstimatorMixin:
     def _fit_private(self, *args):
         """Validate, plan, spend, release: the fixed order every fit runs (see the module doc)."""
         data = self._check_data(*args)
-        plan = self._plan(data.shape)
+        plan = self._plan_for(data)
         self.privacy_cost_, rng = self._spend_plan(plan, data)
         self._release(data, plan, rng)
         return self
@@ -162,6 +162,12 @@ class PrivateEstimatorMixin:
 
     def _plan(self, shape) -> FitPlan:  # pragma: no cover - each estimator supplies it
         raise NotImplementedError
+
+    def _plan_for(self, data: FitData) -> FitPlan:
+        """The :meth:`_plan` of validated data: of its shape, unless the plan also reads other
+        public facts of the data (a fit on Dask rows holds no copy of them, a stream's memory is
+        its largest chunk's): such an estimator passes them on here."""
+        return self._plan(data.shape)
 
     def _release(self, data: FitData, plan: FitPlan, rng) -> None:  # pragma: no cover
         raise NotImplementedError
