@@ -623,8 +623,8 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
 
     def _score_units(self, X, y=None):
         """Per-row moment-fit scores and their public range (see
-        :func:`~dptensor.tensor_decomposition.moment_fit_scores`)."""
-        from .tensor_decomposition import moment_fit_scores
+        :func:`~dptensor.algorithms.tensor_power.moment_fit_scores`)."""
+        from .algorithms.tensor_power import moment_fit_scores
 
         check_is_fitted(self, "components_")
         X = validate_private_data(self, X, reset=False, dtype=_FLOAT_DTYPES)

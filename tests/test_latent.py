@@ -27,7 +27,7 @@ from dptensor.latent.lda import (DOCUMENT_SENSITIVITY, LDA_FIRST_SHARE, PAIR_PAR
                                  topic_noise_std)
 from dptensor.mechanisms import clip_rows, symmetric_gaussian_release
 from dptensor.pca import auto_n_iter, covariance_sensitivity, power_schedule, row_power_sensitivity
-from dptensor.tensor_decomposition import row_sensitivity
+from dptensor.algorithms.tensor_power import row_sensitivity
 
 pytestmark = pytest.mark.filterwarnings("ignore::dptensor.PrivacyWarning")
 

@@ -10,7 +10,7 @@ from ..algorithms.operators import SymmetricTensor, moment_tensor
 from .._validation import check_data_norm, validate_private_data
 from ..mechanisms import clip_rows
 from ..pca import covariance_sensitivity, row_power_sensitivity, total_variance_sensitivity
-from ..tensor_decomposition import n_power_queries, row_sensitivity
+from ..algorithms.tensor_power import n_power_queries, row_sensitivity
 from ._base import BLOCK_ROWS, SpectralLatentModel
 from ._pipeline import (ImplicitMatrix, power_subspace, release, release_second, rounding, sym3,
                         top_eigenpairs, whiten, whitened_rows_operator, whitening_roundings)

@@ -18,7 +18,7 @@ from ..algorithms.dask import check_dask_array, is_dask_array
 from ..algorithms.operators import moment_tensor
 from .._validation import validate_private_data
 from ..pca import MAX_DENSE_FEATURES
-from ..tensor_decomposition import row_sensitivity
+from ..algorithms.tensor_power import row_sensitivity
 from ._base import SpectralLatentModel
 from ._pipeline import (ImplicitMatrix, power_subspace, release, release_second, rounding, sym3,
                         top_eigenpairs, whiten, whitening_roundings)
