@@ -18,7 +18,7 @@ from dptensor.algorithms.operators import moment_tensor
 from dptensor.accounting import epsilon_of
 from dptensor.datasets import gaussian_mixture_norm_bound, make_gaussian_mixture, make_lda_corpus
 from dptensor.latent import PrivateGaussianMixture, PrivateLatentDirichletAllocation, match_rows
-from dptensor.latent._pipeline import (PROJECTION_SHARE, SHARES, ImplicitMatrix, plan_noise, power_subspace,
+from dptensor.algorithms.moments import (PROJECTION_SHARE, SHARES, ImplicitMatrix, plan_noise, power_subspace,
                                        release, release_second, sym3, top_eigenpairs, whiten)
 from dptensor.latent.gaussian_mixture import spherical_variance, whitened_bound
 from dptensor.latent.lda import (DOCUMENT_SENSITIVITY, LDA_FIRST_SHARE, PAIR_PARTS_RATIO,
@@ -979,7 +979,7 @@ def _gamma(m):
 def recorded(monkeypatch):
     """Every release the pipeline makes, as (kind, sensitivity, rounding), passed on unchanged;
     the power whitening's steps as ("power", the sensitivity noisy_power_method releases at)."""
-    import dptensor.latent._pipeline as pipeline
+    import dptensor.algorithms.moments as pipeline
     calls = []
 
     def wrap(kind, real):

@@ -10,7 +10,7 @@ from .._validation import check_positive_int, check_verbose
 from ..accounting.events import NonPrivateEvent
 from ..algorithms.dask import is_dask_array, reduce_row_chunks
 from ..pca import MAX_DENSE_FEATURES, auto_n_iter
-from ._pipeline import decompose_whitened, n_third_queries, plan_noise
+from ..algorithms.moments import decompose_whitened, n_third_queries, plan_noise
 
 __all__ = ["SpectralLatentModel"]
 
@@ -54,9 +54,9 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
       see :meth:`_use_power`) and ``"n_first"`` (the number of first-moment releases);
     * ``_release_first(ctx, plan, rng)`` -> the released mean (it may leave other released
       first-moment values in ctx);
-    * ``_release_whitening(ctx, mean, plan, rng)`` -> a :class:`~._pipeline.Whitening` from the
+    * ``_release_whitening(ctx, mean, plan, rng)`` -> a :class:`~dptensor.algorithms.moments.Whitening` from the
       released second moment: Analyze Gauss on the d x d matrix, or
-      :func:`~._pipeline.power_subspace` (never d x d);
+      :func:`~dptensor.algorithms.moments.power_subspace` (never d x d);
     * ``_whitened_third(ctx, whitening, mean)`` -> ``(data, correction, sensitivity, rounding)``
       (``rounding``: the data part's :class:`~dptensor.mechanisms.Rounding`);
     * ``_recover(ctx, components, eigenvalues, whitening, mean)`` sets the fitted attributes;
@@ -111,7 +111,7 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
 
     def _shares(self, ctx, k):
         """How the fit splits its Gaussian-DP budget (public: the shape and the parameters only);
-        ``None`` takes :data:`~._pipeline.SHARES`."""
+        ``None`` takes :data:`~dptensor.algorithms.moments.SHARES`."""
         return None
 
     def privacy_cost(self, n_samples, n_features):

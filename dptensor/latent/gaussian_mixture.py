@@ -12,7 +12,7 @@ from ..mechanisms import clip_rows
 from ..pca import covariance_sensitivity, row_power_sensitivity, total_variance_sensitivity
 from ..algorithms.tensor_power import n_power_queries, row_sensitivity
 from ._base import BLOCK_ROWS, SpectralLatentModel
-from ._pipeline import (ImplicitMatrix, power_subspace, release, release_second, rounding, sym3,
+from ..algorithms.moments import (ImplicitMatrix, power_subspace, release, release_second, rounding, sym3,
                         top_eigenpairs, whiten, whitened_rows_operator, whitening_roundings)
 
 __all__ = ["PrivateGaussianMixture", "spherical_variance", "bottom_mean", "whitened_bound"]

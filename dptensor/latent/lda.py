@@ -20,7 +20,7 @@ from .._validation import validate_private_data
 from ..pca import MAX_DENSE_FEATURES
 from ..algorithms.tensor_power import row_sensitivity
 from ._base import SpectralLatentModel
-from ._pipeline import (ImplicitMatrix, power_subspace, release, release_second, rounding, sym3,
+from ..algorithms.moments import (ImplicitMatrix, power_subspace, release, release_second, rounding, sym3,
                         top_eigenpairs, whiten, whitening_roundings)
 
 __all__ = ["PrivateLatentDirichletAllocation", "document_moments", "document_norms", "document_weights",
@@ -36,7 +36,7 @@ DOCUMENT_SENSITIVITY = float(np.sqrt(2.0))
 
 #: The first moments' share of the Gaussian-DP budget ``mu^2`` (the clipping scale and the mean):
 #: removing their noise altogether changed the topic error by under 1% (2000 words, 10^5
-#: documents, epsilon 1), so they get half of the default :data:`~._pipeline.SHARES` one.
+#: documents, epsilon 1), so they get half of the default :data:`~dptensor.algorithms.moments.SHARES` one.
 LDA_FIRST_SHARE = 0.05
 
 #: A fitted document has fewer words than this. Below it float64 counts are exact whole numbers and

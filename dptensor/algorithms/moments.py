@@ -35,11 +35,12 @@ import scipy.linalg
 import scipy.optimize
 import scipy.sparse.linalg
 
-from ..algorithms.operators import SymmetricTensor, TensorOperator, ThirdMoment, moment_tensor
-from ..accounting import ComposedEvent, GaussianEvent, gdp_mu
+from .operators import SymmetricTensor, TensorOperator, ThirdMoment, moment_tensor
+from ..accounting.composition import gdp_mu
+from ..accounting.events import ComposedEvent, GaussianEvent
 from ..pca import auto_n_iter, noisy_power_method, power_schedule
 from ..mechanisms import Rounding, gaussian_release, symmetric_gaussian_release
-from ..algorithms.tensor_power import (PowerNoise, choose_moment, n_power_queries,
+from .tensor_power import (PowerNoise, choose_moment, n_power_queries,
                                        tensor_power_method)
 
 __all__ = ["SHARES", "PROJECTION_SHARE", "SPARE_TERMS", "NoisePlan", "plan_noise", "rounding",
