@@ -456,7 +456,7 @@ def test_lda_clipped_moments_are_one_reweighted_corpus(whitening):
     C = sp.csr_matrix(C)
     model = PrivateLatentDirichletAllocation(3, epsilon=1.0, delta=1e-5, whitening=whitening)
     ctx = model._prepare(C, 1.0)
-    _, plan = model._plan(ctx, 3, 1.0, 1e-5)
+    _, plan = model._noise_plan(ctx, 3, 1.0, 1e-5)
     quiet = dataclasses.replace(plan, z_first=(0.0,) * len(plan.z_first),
                                 z_second=(0.0,) * len(plan.z_second))
     mean = model._release_first(ctx, quiet, np.random.default_rng(0))
