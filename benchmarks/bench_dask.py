@@ -69,7 +69,7 @@ def bench_numpy(n, d, threads):
     """In-memory operators on an X the client holds."""
     from threadpoolctl import threadpool_limits
 
-    from dptensor._operators import GramMatrix, ThirdMoment
+    from dptensor.algorithms.operators import GramMatrix, ThirdMoment
     from dptensor.mechanisms import clip_rows
 
     rng = np.random.default_rng(0)
@@ -95,7 +95,7 @@ def bench_dask(n, d, chunk):
     import dask.array as da
     from distributed import Client, LocalCluster, wait
 
-    from dptensor._dask import DaskGramMatrix, DaskThirdMoment, RowChunks
+    from dptensor.algorithms.dask import DaskGramMatrix, DaskThirdMoment, RowChunks
     from dptensor.mechanisms import clip_rows
 
     rows = []

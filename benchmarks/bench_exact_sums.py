@@ -3,9 +3,9 @@
 At n = 2e5, d = 100, one BLAS thread (threadpoolctl), best of ``repeat`` runs each:
 
 * ``X^T X`` in float64, the product the float path computed, against the grid map plus the exact
-  Gram (:func:`dptensor._exact.gram`) and against a whole private Analyze Gauss fit (mean, total,
+  Gram (:func:`dptensor.algorithms.exact.gram`) and against a whole private Analyze Gauss fit (mean, total,
   Gram, eigendecomposition; the exact path);
-* one power step ``X^T (X V)`` (p = 3) against the exact one (:func:`dptensor._exact.gram_product`),
+* one power step ``X^T (X V)`` (p = 3) against the exact one (:func:`dptensor.algorithms.exact.gram_product`),
   and a whole private power fit;
 * float32 rows: ``X^T X`` in float32 against the fit (exact, in float64).
 
@@ -26,7 +26,7 @@ if __package__ in (None, ""):
 
 from benchmarks._common import timed, write_results  # noqa: E402
 from dptensor import PrivatePCA  # noqa: E402
-from dptensor._exact import gram, gram_product, grid_rows, grid_vectors  # noqa: E402
+from dptensor.algorithms.exact import gram, gram_product, grid_rows, grid_vectors  # noqa: E402
 from dptensor.mechanisms import clip_rows  # noqa: E402
 from dptensor.pca import center_and_clip, private_mean, private_total  # noqa: E402
 

@@ -13,7 +13,7 @@ import os
 import numpy as np
 
 from benchmarks._common import RESULTS, machine_info, markdown_table, timed
-from dptensor._operators import symmetrize_tensor
+from dptensor.algorithms.operators import symmetrize_tensor
 from dptensor.mechanisms import above_threshold, gaussian_release, laplace_release, symmetric_gaussian_release
 
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from benchmarks._common import markdown_table, plot_path, write_results
 from dptensor import PrivateTensorDecomposition, StreamingTensorPower
-from dptensor._operators import moment_tensor
+from dptensor.algorithms.operators import moment_tensor
 from dptensor.datasets import make_orthogonal_moment_data
 from dptensor.metrics import recovery_error
 

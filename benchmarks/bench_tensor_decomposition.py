@@ -14,11 +14,11 @@ import numpy as np
 
 from benchmarks._common import gemm_gflops, markdown_table, peak_memory, plot_path, timed, write_results
 from dptensor import PrivateTensorDecomposition
-from dptensor._operators import SymmetricTensor
+from dptensor.algorithms.operators import SymmetricTensor
 from dptensor._power import random_unit_columns
 from dptensor.datasets import make_orthogonal_tensor
 from dptensor.metrics import recovery_error
-from dptensor.tensor_decomposition import choose_moment, n_power_queries
+from dptensor.algorithms.tensor_power import choose_moment, n_power_queries
 
 NAME = "tensor_decomposition"
 
@@ -139,7 +139,7 @@ def bench_crossover(quick: bool):
                      "faster": min(times, key=times.get), "auto_picks": choose_moment(n, d, S)})
         print(rows[-1])
     # Where the model puts the crossover (column-queries), for the summary.
-    from dptensor.tensor_decomposition import FORM_SPEEDUP
+    from dptensor.algorithms.tensor_power import FORM_SPEEDUP
 
     model_S = 2 * n * d**2 / (FORM_SPEEDUP * (4 * n - d**2))  # choose_moment's crossover
     for r in rows:

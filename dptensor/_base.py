@@ -4,7 +4,7 @@ The fit template (:meth:`PrivateEstimatorMixin._fit_private`) runs one fixed ord
 "everything is validated and priced before the first spend" holds by construction::
 
     data = self._check_data(*args)       # every input validated; values read only to check them
-    plan = self._plan(data.shape, **data.public)  # parameters checked, the spend priced: a FitPlan
+    plan = self._plan_for(data)           # parameters checked, the spend priced: a FitPlan
     cost, rng = spend(plan, data)         # memory checked, budget charged (or refused), noise keyed
     self._release(data, plan, rng)        # the only step that computes from the data's values
 
@@ -173,7 +173,7 @@ class PrivateEstimatorMixin:
     def _fit_private(self, *args):
         """Validate, plan, spend, release: the fixed order every fit runs (see the module doc)."""
         data = self._check_data(*args)
-        plan = self._plan(data.shape, **data.public)
+        plan = self._plan_for(data)
         self.privacy_cost_, rng = self._spend_plan(plan, data)
         self._release(data, plan, rng)
         return self
@@ -183,6 +183,12 @@ class PrivateEstimatorMixin:
 
     def _plan(self, shape, **public) -> FitPlan:  # pragma: no cover - each estimator supplies it
         raise NotImplementedError
+
+    def _plan_for(self, data: FitData) -> FitPlan:
+        """The :meth:`_plan` of validated data: of its shape, unless the plan also reads other
+        public facts of the data (a fit on Dask rows holds no copy of them, a stream's memory is
+        its largest chunk's): such an estimator passes them on here, or in ``data.public``."""
+        return self._plan(data.shape, **data.public)
 
     def _release(self, data: FitData, plan: FitPlan, rng) -> None:  # pragma: no cover
         raise NotImplementedError

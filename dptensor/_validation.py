@@ -236,7 +236,7 @@ def check_symmetric_tensor(T, *, symmetrize=False, rtol=1e-10, name="X") -> np.n
     if T.dtype not in (np.float32, np.float64):
         T = T.astype(np.float64)
     check_finite(T, name)
-    from ._operators import symmetrize_tensor
+    from .algorithms.operators import symmetrize_tensor
 
     if symmetrize:
         return symmetrize_tensor(T)

@@ -27,7 +27,7 @@ import scipy.fft
 import scipy.linalg
 from sklearn.base import BaseEstimator
 
-from ._operators import symmetrize_tensor
+from .algorithms.operators import symmetrize_tensor
 from ._validation import check_positive_int, check_random_generator
 
 __all__ = ["coherence", "make_orthogonal_tensor", "make_orthogonal_moment_data", "moment_data_norm_bound",

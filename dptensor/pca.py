@@ -30,11 +30,11 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils.validation import check_is_fitted
 
 from ._base import PrivateEstimatorMixin
-from ._exact import (BITS, Exact, ExactGram, exact_gaussian_release, exact_memory, gram,
+from .algorithms.exact import (BITS, Exact, ExactGram, exact_gaussian_release, exact_memory, gram,
                      gram_product, grid_rows, grid_vectors, map_rows, power_sensitivity, row_sum,
                      rows_stat, sum_of_squares)
-from ._dask import DaskGramMatrix, RowChunks, check_dask_array, clip_chunks, dask_gram, is_dask_array
-from ._operators import DenseMatrix, GramMatrix
+from .algorithms.dask import DaskGramMatrix, RowChunks, check_dask_array, clip_chunks, dask_gram, is_dask_array
+from .algorithms.operators import DenseMatrix, GramMatrix
 from ._power import flip_signs
 from ._memory import FLOAT, check_fits
 from .mechanisms.randomness import RowDigest, rekeyed

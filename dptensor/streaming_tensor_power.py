@@ -1,233 +1,52 @@
-r"""Online tensor power method (Wang & Anandkumar 2016, Alg. 2), optionally private.
+r"""Online tensor power method (Wang & Anandkumar 2016, Alg. 2), optionally private: the estimator.
 
-The batch power method multiplies by the empirical third moment of all the data. The online
-method never holds the data: each power step reads the next block of ``n`` fresh rows (``n`` is
-``batch_size``), and all L candidate vectors share that block,
-
-    u~ = (1/n) sum_{x in block} (x.u)^2 x  -  sum_{j<i} lambda_j (v_j.u)^2 v_j,
-    lambda~ = (1/n) sum_{x in block} (x.u)^3  -  sum_{j<i} lambda_j (v_j.u)^3,
-
-then ``u <- u~/||u~||`` (SPEC section 2; ``xi_j = v_j.u`` at the *current* iterate, which fixes the
-paper's typo). After ``n_iter`` blocks the candidate with the largest ``lambda~`` becomes
-component i, and the next component starts from fresh random candidates. The state is the L
-candidates, their accumulators and the components found so far: O(d (k + L)) numbers, plus a
-fixed micro-block buffer; nothing grows with the number of rows seen.
-
-Private streaming releases each block's ``(u~, lambda~)`` with Gaussian noise. Every row enters one
-block only, so by parallel composition the whole stream costs one block's release whatever k and
-``n_iter`` are. The derivation is in ``docs/derivations/streaming_tensor_power.rst``.
+The method never holds the data: each power step reads the next block of ``batch_size`` fresh
+rows, shared by all L candidates (:class:`~dptensor.algorithms.streaming_tensor.TensorPowerStream`
+runs it). Private streaming releases each block's statistics with Gaussian noise. Every row enters
+one block only, so by parallel composition the whole stream costs one block's release whatever k
+and ``n_iter`` are. The derivation is in ``docs/derivations/streaming_tensor_power.rst``.
 """
 from __future__ import annotations
 
 import math
-import numbers
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import PrivateEstimatorMixin
-from ._dask import RowChunks, check_dask_array, is_dask_array
-from ._exact import BITS, Exact, grid_rows, grid_vectors, moment_product, moment_sensitivities
-from ._operators import DeflatedTensor, ThirdMoment
-from ._power import normalize_columns, random_unit_columns, select_restart
+from ._base import FitData, FitPlan, PrivateEstimatorMixin
 from ._memory import FLOAT, check_fits
-from .mechanisms.randomness import RowDigest, rekeyed
 from ._validation import (check_data_norm, check_positive_int, check_verbose, validate_private_data,
                           validate_stream_chunk)
 from .accounting import GaussianEvent, NonPrivateEvent, calibrate_gaussian
-from .mechanisms import clip_rows, joint_gaussian_release
+from .algorithms.dask import RowChunks, check_dask_array, is_dask_array
+from .algorithms.streaming_tensor import MICRO_BLOCK_BYTES, TensorPowerStream, block_sensitivity
+from .algorithms.tensor_power import moment_fit_scores
+from .mechanisms.randomness import RowDigest
 
-__all__ = ["StreamingTensorPower", "block_statistics", "block_sensitivity"]
+__all__ = ["StreamingTensorPower"]
 
-# Rows are multiplied in micro-blocks of about this many bytes: big enough for BLAS to run near
-# peak, small enough that the buffer is negligible next to a chunk. The micro-block boundaries sit
-# at fixed offsets inside each block, so the arithmetic (and the result, bit for bit) does not
-# depend on how the caller cut the stream into chunks.
-_MICRO_BLOCK_BYTES = 2**22
 _FLOAT_DTYPES = (np.float64, np.float32)
 # batch_size="auto" on a stream of unknown length (partial_fit, an iterable of batches)
 STREAM_BATCH_SIZE = 1000
 
 
-def block_sensitivity(data_norm: float, batch_size: int, n_restarts: int) -> float:
-    r"""l2 sensitivity of one block's joint release ``(u~^(1..L), lambda~^(1..L))``: ``2 B^3 sqrt(2L) / n``.
+@dataclass(frozen=True)
+class StreamSettings:
+    """What a stream needs once it is priced: d, k, L, R, the block size ``n``, the rows' clip,
+    one block's sensitivity (0 without privacy) and how many passes a batch fit may make."""
 
-    Replacing one row ``x`` of a block of ``n`` rows (all clipped to ``||x|| <= B``) by ``x'``
-    moves each candidate's ``u~`` by ``((x.u)^2 x - (x'.u)^2 x') / n``, of norm at most
-    ``2 B^3 / n`` because ``||u|| = 1``, and each ``lambda~`` by ``((x.u)^3 - (x'.u)^3) / n``, at most
-    ``2 B^3 / n`` in absolute value. Over L candidates the (d + 1) L numbers move by at most
-    ``sqrt(L (2B^3/n)^2 + L (2B^3/n)^2) = 2 B^3 sqrt(2L) / n``. The deflation terms depend only on
-    earlier releases, so they shift both neighbours alike. The bound is reached when every
-    candidate equals ``u`` and ``x = B u``, ``x' = -B u``.
-
-    >>> block_sensitivity(1.0, 1000, 8)
-    0.008
-    """
-    return 2.0 * float(data_norm) ** 3 * math.sqrt(2.0 * n_restarts) / int(batch_size)
-
-
-def block_statistics(X, U, eigenvalues=(), components=()):
-    """What one block releases before noise: the deflated empirical-moment queries at ``U``.
-
-    Parameters
-    ----------
-    X : array of shape (m, d)
-        The block's rows (already clipped when private).
-    U : array of shape (d, L)
-        The current unit candidates (public: an earlier release, or a data-independent start).
-    eigenvalues : array of shape (j,), components : array of shape (j, d)
-        The components found so far (public), deflated away.
-
-    Returns
-    -------
-    u_tilde : array of shape (d, L)
-        ``(T_X - D)(I, u, u)`` for every column u of U, ``T_X`` the block's third moment.
-    lambda_tilde : array of shape (L,)
-        ``(T_X - D)(u, u, u)``.
-    """
-    X = np.asarray(X)
-    components = np.reshape(np.asarray(components, dtype=float), (-1, X.shape[1]))
-    return DeflatedTensor(ThirdMoment(X), eigenvalues, components).apply_evaluate(U)
-
-
-class _Stream:
-    """The running state of one stream, whatever the chunk boundaries.
-
-    Where the stream is: component ``i``, power iteration ``t`` (the number of blocks already
-    released for component i), and how many rows of the current block are accumulated. What it
-    holds: the L candidates ``U`` (d, L), the block accumulators, the finished components, and one
-    micro-block buffer. Nothing here grows with the number of rows seen.
-    """
-
-    def __init__(self, *, d, dtype, n_components, n_restarts, n_iter, batch_size, data_norm,
-                 sensitivity, noise_multiplier, rng, verbose=0, digest: RowDigest | None = None):
-        self.verbose = verbose
-        self.digest = digest  # a seeded stream keys each block's noise by the rows read so far
-        self.d, self.dtype, self.k, self.L = d, np.dtype(dtype), n_components, n_restarts
-        self.R, self.n, self.data_norm = n_iter, batch_size, data_norm
-        self.sensitivity, self.noise_multiplier, self.rng = sensitivity, noise_multiplier, rng
-        self.micro = max(1, min(batch_size, _MICRO_BLOCK_BYTES // (d * self.dtype.itemsize)))
-        self.buffer = None        # allocated the first time a micro-block straddles two chunks
-        self.fill = 0             # rows waiting in the buffer
-        self.rows_in_block = 0    # rows of the current block already accumulated
-        self.i = self.t = 0
-        self.n_seen = 0
-        self.closed = False       # a private stream that fit() finished: it takes no more rows
-        self.components = np.zeros((n_components, d), dtype=self.dtype)
-        self.eigenvalues = np.zeros(n_components)
-        self.U = random_unit_columns(d, n_restarts, rng, self.dtype)
-        self.acc_u = np.zeros((d, n_restarts))
-        self.acc_l = np.zeros(n_restarts)
-
-    @property
-    def done(self) -> bool:
-        return self.i == self.k
-
-    def feed(self, X) -> int:
-        """Consume the rows of ``X`` (C-contiguous, the stream's dtype) in order; return how many were used.
-
-        The loop runs once per micro-block, never once per row: a micro-block that lies whole
-        inside ``X`` is multiplied in place, the ragged ends go through the buffer.
-        """
-        pos, rows = 0, X.shape[0]
-        while pos < rows and not self.done:
-            size = min(self.micro, self.n - self.rows_in_block)
-            take = min(size - self.fill, rows - pos)
-            if self.fill == 0 and take == size:
-                self._accumulate(X[pos:pos + size])
-            else:
-                if self.buffer is None:
-                    self.buffer = np.empty((self.micro, self.d), dtype=self.dtype)
-                self.buffer[self.fill:self.fill + take] = X[pos:pos + take]
-                self.fill += take
-                if self.fill == size:
-                    self.fill = 0
-                    self._accumulate(self.buffer[:size])
-                    self.buffer[:size] = 0.0  # raw rows: held no longer than they are needed
-            pos += take
-        self.n_seen += pos
-        return pos
-
-    def _accumulate(self, Xm):
-        if self.digest is not None:
-            self.digest.update(Xm)
-        if self.noise_multiplier > 0:  # private: exact integer sums of grid rows (dptensor._exact)
-            stat = moment_product(grid_rows(Xm, self.data_norm), grid_vectors(self.U))
-            self.acc_exact = stat.ints + getattr(self, "acc_exact", 0)
-            self.rows_in_block += Xm.shape[0]
-            if self.rows_in_block == self.n:
-                self._end_block()
-            return
-        # The block's moment is the size-weighted mean of its micro-blocks' moments, and the
-        # deflation is affine with weights summing to one, so deflating each piece is exact.
-        Xm = clip_rows(Xm, self.data_norm)
-        TU, tu = block_statistics(Xm, self.U, self.eigenvalues[:self.i], self.components[:self.i])
-        weight = Xm.shape[0] / self.n
-        self.acc_u += weight * TU
-        self.acc_l += weight * tu
-        self.rows_in_block += Xm.shape[0]
-        if self.rows_in_block == self.n:
-            self._end_block()
-
-    def close(self):
-        """Drop the working state: the generator, the row buffer and digest, the unnoised accumulators."""
-        self.closed = True
-        self.rng = self.buffer = self.acc_u = self.acc_l = self.acc_exact = self.digest = None
-
-    def _release(self):
-        """The block's release: its statistics plus Gaussian noise calibrated to the block sensitivity."""
-        if self.noise_multiplier == 0:
-            return self.acc_u, self.acc_l
-        rng = self.rng if self.digest is None else rekeyed(self.rng, self.digest.words())
-        return self._release_exact(rng)
-
-    def _release_exact(self, rng):
-        """The exact block sums, deflated by their public part, released jointly on their grid.
-
-        The sensitivity is :func:`block_sensitivity` with each candidate's grid allowance
-        (:func:`~dptensor._exact.moment_sensitivities`): ``sqrt(sum_l s_vec_l^2 + s_val_l^2)``.
-        """
-        K = grid_vectors(self.U)
-        stat = Exact(self.acc_exact, self.data_norm ** 3 / self.n / 4.0 ** BITS)  # moment_product's unit
-        deflation = DeflatedTensor(ThirdMoment(np.empty((0, self.d))), self.eigenvalues[:self.i],
-                                   self.components[:self.i])  # only its public correction is used
-        cU, cu = deflation.correction(self.U)
-        TU = Exact(stat.ints[:-1], stat.unit).minus(cU)
-        tu = Exact(stat.ints[-1], stat.unit).minus(cu)
-        s_vec, s_val = moment_sensitivities(K, self.data_norm, self.n)
-        s = math.sqrt(float(np.sum(s_vec ** 2) + np.sum(s_val ** 2))) * (1 + 2.0 ** -50)
-        self.acc_exact = 0
-        z = self.noise_multiplier
-        return joint_gaussian_release((TU.for_release(s, z), tu.for_release(s, z)), s, z, rng,
-                                      rounding=None)  # exact sums (dptensor._exact)
-
-    def _end_block(self):
-        u_tilde, lam = self._release()
-        U = normalize_columns(u_tilde).astype(self.dtype, copy=False)
-        self.t += 1
-        if self.verbose and (self.t == self.R or self.t % max(1, self.R // 5) == 0):
-            # progress: counts only (the rows seen so far and the block index are public)
-            print(f"[StreamingTensorPower] component {self.i + 1}/{self.k}: block {self.t}/{self.R} "
-                  f"released ({self.n_seen_in_block_order()} rows read)", flush=True)
-        if self.t == self.R:
-            # lambda~ was measured at u_{R-1}, the candidate at u_R (SPEC section 2).
-            tau = select_restart(lam)
-            self.components[self.i] = U[:, tau]
-            self.eigenvalues[self.i] = lam[tau]
-            self.i, self.t = self.i + 1, 0
-            if not self.done:
-                U = random_unit_columns(self.d, self.L, self.rng, self.dtype)
-        self.U = U
-        self.acc_u[...] = 0.0
-        self.acc_l[...] = 0.0
-        self.rows_in_block = 0
-
-    def n_seen_in_block_order(self) -> int:
-        """Rows in the blocks released so far (a public count: every block holds ``n`` rows)."""
-        return (self.i * self.R + self.t) * self.n
+    n_features: int
+    n_components: int
+    n_restarts: int
+    n_iter: int
+    batch_size: int
+    data_norm: float | None
+    sensitivity: float
+    max_passes: int
 
 
 def _is_batch_iterable(X) -> bool:
@@ -392,21 +211,69 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         self
         """
         self._reset()
+        if _is_batch_iterable(X):  # a stream of batches: it spends at its first batch
+            return self._fit_batches(X)
+        return self._fit_private(X)
+
+    def _check_passes(self) -> int:
         passes = check_positive_int(self.max_passes, "max_passes")
-        epsilon, _ = self._privacy_target()
-        if math.isfinite(epsilon) and passes > 1:
-            raise ValueError(f"max_passes must be 1 when epsilon is finite, got {passes}: the privacy "
-                             "guarantee needs every row in at most one block")
-        if not _is_batch_iterable(X):  # one array: its length is known before anything is spent
-            if is_dask_array(X):  # NaN or inf refused by one pass before the spend, not mid-stream
-                X = check_dask_array(self, X, reset=True)
-            else:
-                X = validate_private_data(self, X, reset=True, dtype=_FLOAT_DTYPES, order="C")
-            self._check_enough_rows(X.shape, passes)
-            self._fit_rows = X.shape[0]  # public: the length "auto" sizes the blocks by
-        if is_dask_array(X):  # Dask rows: a re-iterable of row chunks, pulled here one at a time
-            X = RowChunks(X)
-        batches = X if _is_batch_iterable(X) else (X,)
+        if math.isfinite(self._privacy_target()[0]) and passes > 1:
+            raise ValueError(f"max_passes must be 1 when epsilon is finite, got {passes}: the "
+                             "privacy guarantee needs every row in at most one block")
+        return passes
+
+    def _check_data(self, X) -> FitData:
+        """One array (NumPy or Dask), checked whole before the spend; its length is public. The
+        stream's noise is keyed by its blocks' rows (none are digested here)."""
+        passes = self._check_passes()
+        if is_dask_array(X):  # NaN or inf refused by one pass before the spend, not mid-stream
+            X = check_dask_array(self, X, reset=True)
+        else:
+            X = validate_private_data(self, X, reset=True, dtype=_FLOAT_DTYPES, order="C")
+        self._check_enough_rows(X.shape, passes)
+        self._fit_rows = X.shape[0]  # public: the length "auto" sizes the blocks by
+        return FitData(arrays=(), shape=(X.shape[1],), extra=X)
+
+    def _plan_for(self, data: FitData) -> FitPlan:
+        X = data.extra  # a Dask X is held one row chunk at a time: the largest sizes the memory
+        chunk = max(X.chunks[0]) if is_dask_array(X) else X.shape[0]
+        return self._plan(data.shape, n_rows=X.shape[0], chunk_rows=chunk)
+
+    def _plan(self, shape, *, n_rows=None, chunk_rows=None) -> FitPlan:
+        """The stream's parameters checked and its one Gaussian release priced, for ``shape =
+        (n_features,)``, ``n_rows`` rows in all (``None``: unknown) fed ``chunk_rows`` at once."""
+        d = shape[0]
+        k, L, R, n, epsilon, delta, data_norm = self._check_params(d, n_rows)
+        if math.isfinite(epsilon):
+            z = calibrate_gaussian(epsilon, delta, 1)
+            event, sensitivity = GaussianEvent(z, 1), block_sensitivity(data_norm, n, L)
+        else:
+            event, z, sensitivity = NonPrivateEvent("epsilon=inf"), 0.0, 0.0
+        settings = StreamSettings(n_features=d, n_components=k, n_restarts=L, n_iter=R, batch_size=n,
+                                  data_norm=data_norm, sensitivity=sensitivity,
+                                  max_passes=check_positive_int(self.max_passes, "max_passes"))
+        memory = self._memory_estimate(n_rows if chunk_rows is None else chunk_rows, d)
+        return FitPlan(event=event, delta=delta, noise_multiplier=z, n_queries=1,
+                       calibration="exact", memory=memory, settings=settings)
+
+    def _release(self, data: FitData, plan: FitPlan, rng) -> None:
+        """Stream the array's rows (a Dask array's row chunks, pulled one at a time) through the
+        blocks, cycling it up to ``max_passes`` times; stop once every component is found."""
+        X = data.extra
+        stream = self._open(plan, rng, X.dtype)
+        chunks = RowChunks(X) if is_dask_array(X) else (X,)
+        for _ in range(plan.settings.max_passes):
+            for chunk in chunks:
+                self._feed(stream, chunk)
+                if stream.done:
+                    break
+            if stream.done:
+                break
+        self._finish(stream)
+
+    def _fit_batches(self, batches):
+        """``fit`` on an iterable of batches: a stream, started (and priced) by its first."""
+        passes = self._check_passes()
         reiterable = iter(batches) is not batches
         for _ in range(passes):
             for batch in batches:
@@ -417,16 +284,21 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
                 break
         if self._stream is None:
             raise ValueError("X is an empty iterable: fit needs at least one batch of rows")
-        if self.privacy_cost_.private:
-            self._stream.close()
-        if not self._stream.done:
-            s = self._stream
-            warnings.warn(f"the stream ended after {self.n_samples_seen_} rows, before all components were "
-                          f"found ({s.i} of {s.k}); the method needs n_components * n_iter * batch_size = "
-                          f"{s.k * s.R * s.n} rows. Pass more rows, a smaller batch_size or n_iter"
-                          + ("" if self.privacy_cost_.private else ", or a larger max_passes") + ".",
-                          UserWarning, stacklevel=2)
+        self._finish(self._stream)
         return self
+
+    def _finish(self, stream):
+        """Close a private stream that fit ran; say when the rows ran out first (public counts)."""
+        if self.privacy_cost_.private:
+            stream.close()
+        if not stream.done:
+            warnings.warn(
+                f"the stream ended after {self.n_samples_seen_} rows, before all components were "
+                f"found ({stream.i} of {stream.k}); the method needs n_components * n_iter * "
+                f"batch_size = {stream.k * stream.R * stream.n} rows. Pass more rows, a smaller "
+                "batch_size or n_iter"
+                + ("" if self.privacy_cost_.private else ", or a larger max_passes") + ".",
+                UserWarning, stacklevel=4)
 
     def partial_fit(self, X, y=None):
         """Feed the next chunk of rows (any number) to the stream; the first call starts it.
@@ -473,6 +345,10 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
             # a later chunk, larger maybe: refused by its shape alone, and the stream goes on
             check_fits(X.size * FLOAT, "StreamingTensorPower.partial_fit",
                        "Pass the rows in smaller chunks (the result does not depend on the cut)")
+        self._feed(stream, X)
+        return self
+
+    def _feed(self, stream, X):
         before = stream.i
         stream.feed(np.ascontiguousarray(X, dtype=stream.dtype))
         if self.verbose:
@@ -480,7 +356,6 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
                 print(f"[StreamingTensorPower] component {i + 1}/{stream.k}: "
                       f"eigenvalue {stream.eigenvalues[i]:.4g} after {stream.n_seen} rows")
         self._publish(stream)
-        return self
 
     def _check_params(self, d, n_rows=None):
         """Every parameter checked, for a stream of d features and ``n_rows`` rows (None: unknown):
@@ -505,30 +380,30 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         and the stream's state, a few d x L arrays whatever its length (``n_rows`` is for a
         search, which passes the rows of the whole fit)."""
         k, L, _, n = self._check_params(d, n_rows)[:4]
-        micro = max(1, min(n, _MICRO_BLOCK_BYTES // (d * FLOAT), int(n_rows)))
+        micro = max(1, min(n, MICRO_BLOCK_BYTES // (d * FLOAT), int(n_rows)))
         peak = 3 * micro * (d + 2 * L) + 8 * d * L + k * d
         return peak * FLOAT, ("Pass the rows in smaller chunks (partial_fit, or an iterable of "
                               "batches)")
 
-    def _start(self, d, dtype, n_rows) -> _Stream:
-        """Validate the parameters, record the privacy cost, and open a stream of d features
-        (``n_rows``: the rows of the first chunk, held at once)."""
-        length = getattr(self, "_fit_rows", None)  # fit's array: its public length; else unknown
-        k, L, R, n, epsilon, delta, data_norm = self._check_params(d, length)
-        entropy = self._entropy()
-        event, z = self._plan_spend(epsilon, delta)
-        sensitivity = block_sensitivity(data_norm, n, L) if event is not None else 0.0
-        event = event or NonPrivateEvent("epsilon=inf")
-        # Recorded before the first block is released; a refused budget leaves no stream.
-        self.privacy_cost_, rng = self._spend(event, entropy=entropy, delta=delta, noise_multiplier=z,
-                                              n_queries=1, calibration="exact", data_shape=(d,),
-                                              memory=self._memory_estimate(n_rows, d))
+    def _start(self, d, dtype, n_rows) -> TensorPowerStream:
+        """Price and spend the stream of d features, then open it (``n_rows``: the rows of the
+        first chunk, held at once). A refused budget leaves no stream."""
+        plan = self._plan((d,), n_rows=getattr(self, "_fit_rows", None), chunk_rows=n_rows)
+        self.privacy_cost_, rng = self._spend_plan(plan, FitData(arrays=(), shape=(d,)))
+        return self._open(plan, rng, dtype)
+
+    def _open(self, plan: FitPlan, rng, dtype) -> TensorPowerStream:
+        """The stream's state, after its spend: recorded before its first block is released."""
+        settings = plan.settings
         self._stream_key = self._key()
-        self.batch_size_ = n
-        self._stream = _Stream(d=d, dtype=dtype, n_components=k, n_restarts=L, n_iter=R, batch_size=n,
-                               data_norm=data_norm, sensitivity=sensitivity, noise_multiplier=z, rng=rng,
-                               verbose=self.verbose,
-                               digest=None if self.random_state is None else RowDigest(dtype, d))
+        self.batch_size_ = settings.batch_size
+        digest = None if self.random_state is None else RowDigest(dtype, settings.n_features)
+        self._stream = TensorPowerStream(
+            d=settings.n_features, dtype=dtype, n_components=settings.n_components,
+            n_restarts=settings.n_restarts, n_iter=settings.n_iter,
+            batch_size=settings.batch_size, data_norm=settings.data_norm,
+            sensitivity=settings.sensitivity, noise_multiplier=plan.noise_multiplier, rng=rng,
+            verbose=self.verbose, digest=digest)
         return self._stream
 
     def _check_enough_rows(self, shape, passes):
@@ -596,15 +471,9 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         return self.components_.shape[0]
 
     # ------------------------------------------------------------------ pricing and scoring
-    def _plan_spend(self, epsilon, delta):
-        """``(event, noise multiplier)`` of a stream: one Gaussian release; ``(None, 0)`` when not private."""
-        if not math.isfinite(epsilon):
-            return None, 0.0
-        z = calibrate_gaussian(epsilon, delta, 1)
-        return GaussianEvent(z, 1), z
-
     def privacy_cost(self, n_samples, n_features):
-        """The cost and noise multiplier a ``fit`` on ``n_samples`` x ``n_features`` rows would record.
+        """The cost and noise multiplier a ``fit`` on ``n_samples`` x ``n_features`` rows would
+        record.
 
         Computed from the parameters alone with the fit's own plan: no data, no spend. Refuses, as
         ``fit`` does, a length too short to finish every component. Returns a
@@ -612,20 +481,13 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         """
         n_samples = check_positive_int(n_samples, "n_samples")
         d = check_positive_int(n_features, "n_features")
-        _, _, _, _, epsilon, delta, _ = self._check_params(d)
-        passes = check_positive_int(self.max_passes, "max_passes")
-        if math.isfinite(epsilon) and passes > 1:
-            raise ValueError(f"max_passes must be 1 when epsilon is finite, got {passes}: the privacy "
-                             "guarantee needs every row in at most one block")
-        self._check_enough_rows((n_samples, d), passes)
-        event, z = self._plan_spend(epsilon, delta)
-        return self._preview(event, delta=delta, noise_multiplier=z, n_queries=1, calibration="exact")
+        self._check_params(d)
+        self._check_enough_rows((n_samples, d), self._check_passes())
+        return self._preview_plan(self._plan((d,), n_rows=n_samples))
 
     def _score_units(self, X, y=None):
         """Per-row moment-fit scores and their public range (see
-        :func:`~dptensor.tensor_decomposition.moment_fit_scores`)."""
-        from .tensor_decomposition import moment_fit_scores
-
+        :func:`~dptensor.algorithms.tensor_power.moment_fit_scores`)."""
         check_is_fitted(self, "components_")
         X = validate_private_data(self, X, reset=False, dtype=_FLOAT_DTYPES)
         return moment_fit_scores(X, self.components_, self.eigenvalues_, self.data_norm)

@@ -12,10 +12,10 @@ import pytest
 da = pytest.importorskip("dask.array")
 distributed = pytest.importorskip("distributed")
 
-from dptensor._dask import (DaskGramMatrix, DaskThirdMoment, RowChunks, check_dask_array,  # noqa: E402
+from dptensor.algorithms.dask import (DaskGramMatrix, DaskThirdMoment, RowChunks, check_dask_array,  # noqa: E402
                             clip_chunks, dask_gram, dask_moment_tensor,
                             is_dask_array)
-from dptensor._operators import DeflatedTensor, GramMatrix, ThirdMoment, moment_tensor  # noqa: E402
+from dptensor.algorithms.operators import DeflatedTensor, GramMatrix, ThirdMoment, moment_tensor  # noqa: E402
 from dptensor.mechanisms import clip_rows  # noqa: E402
 
 TOL = 1e-10
@@ -49,7 +49,7 @@ def _close(a, b):
 def test_is_dask_array_never_imports_dask():
     code = ("import sys, numpy as np, dptensor\n"
             "from dptensor import PrivateTensorDecomposition, StreamingTensorPower\n"
-            "from dptensor._dask import is_dask_array\n"
+            "from dptensor.algorithms.dask import is_dask_array\n"
             "PrivateTensorDecomposition(1, n_restarts=2, n_iter=2).fit(np.arange(12.0).reshape(4, 3) % 5)\n"
             "assert not is_dask_array(np.zeros((2, 2))) and not is_dask_array([[1.0]])\n"
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed'))\n"

@@ -1,4 +1,4 @@
-"""Exact sums (dptensor._exact): the released statistics are sum_i f(x_i) exactly, in any order.
+"""Exact sums (dptensor.algorithms.exact): the released statistics are sum_i f(x_i) exactly, in any order.
 
 Derivation: docs/derivations/exact_sums.rst.
 """
@@ -7,7 +7,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-import dptensor._exact as ex
+import dptensor.algorithms.exact as ex
 from dptensor import PrivatePCA
 from dptensor.mechanisms import Rounding, clip_rows, gaussian_release, grid_step
 from dptensor.pca import private_mean
@@ -338,10 +338,11 @@ def test_private_streaming_tensor_power_is_bit_identical_when_a_block_is_reorder
 def test_private_stream_releases_its_blocks_statistics(monkeypatch):
     """What a private StreamingTensorPower block puts on its grid is the block's deflated moment
     queries (block_statistics of the clipped rows) to within the grid, at their true scale."""
-    import dptensor.streaming_tensor_power as stp
+    import dptensor.algorithms.streaming_tensor as stp
+    from dptensor import StreamingTensorPower
 
     states, parts = [], []
-    real_release, real_joint = stp._Stream._release_exact, stp.joint_gaussian_release
+    real_release, real_joint = stp.TensorPowerStream._release_exact, stp.joint_gaussian_release
 
     def spy_release(self, *args):
         deflation = (self.eigenvalues[:self.i].copy(), self.components[:self.i].copy())
@@ -352,11 +353,11 @@ def test_private_stream_releases_its_blocks_statistics(monkeypatch):
         parts.append(values)
         assert kwargs == {"rounding": None}  # exact sums: nothing to allow for
         return real_joint(values, *args, **kwargs)
-    monkeypatch.setattr(stp._Stream, "_release_exact", spy_release)
+    monkeypatch.setattr(stp.TensorPowerStream, "_release_exact", spy_release)
     monkeypatch.setattr(stp, "joint_gaussian_release", spy_joint)
     X = np.random.default_rng(3).standard_normal((2000, 5))
-    stp.StreamingTensorPower(2, epsilon=1.0, data_norm=1.5, batch_size=500, n_restarts=3, n_iter=2,
-                             random_state=0).fit(X)
+    StreamingTensorPower(2, epsilon=1.0, data_norm=1.5, batch_size=500, n_restarts=3, n_iter=2,
+                         random_state=0).fit(X)
     assert len(parts) == 4
     for (U, lam, V), (TU, tu), block in zip(states, parts, np.split(X, 4)):
         exact_u, exact_l = stp.block_statistics(clip_rows(block, 1.5), U, lam, V)
@@ -370,7 +371,7 @@ def test_a_search_scores_mean_is_an_exact_sum_of_per_unit_grid_values():
     one unit moves the exact mean by at most (hi - lo) / n, whatever the order."""
     from fractions import Fraction
 
-    from dptensor._exact import range_mean
+    from dptensor.algorithms.exact import range_mean
 
     g = np.random.default_rng(4)
     lo, hi = -1.5, 2.0

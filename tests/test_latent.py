@@ -14,11 +14,11 @@ from sklearn.pipeline import make_pipeline
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from dptensor import BudgetExceededError, PrivacyAccountant
-from dptensor._operators import moment_tensor
+from dptensor.algorithms.operators import moment_tensor
 from dptensor.accounting import epsilon_of
 from dptensor.datasets import gaussian_mixture_norm_bound, make_gaussian_mixture, make_lda_corpus
 from dptensor.latent import PrivateGaussianMixture, PrivateLatentDirichletAllocation, match_rows
-from dptensor.latent._pipeline import (PROJECTION_SHARE, SHARES, ImplicitMatrix, plan_noise, power_subspace,
+from dptensor.algorithms.moments import (PROJECTION_SHARE, SHARES, ImplicitMatrix, plan_noise, power_subspace,
                                        release, release_second, sym3, top_eigenpairs, whiten)
 from dptensor.latent.gaussian_mixture import spherical_variance, whitened_bound
 from dptensor.latent.lda import (DOCUMENT_SENSITIVITY, LDA_FIRST_SHARE, PAIR_PARTS_RATIO,
@@ -27,7 +27,7 @@ from dptensor.latent.lda import (DOCUMENT_SENSITIVITY, LDA_FIRST_SHARE, PAIR_PAR
                                  topic_noise_std)
 from dptensor.mechanisms import clip_rows, symmetric_gaussian_release
 from dptensor.pca import auto_n_iter, covariance_sensitivity, power_schedule, row_power_sensitivity
-from dptensor.tensor_decomposition import row_sensitivity
+from dptensor.algorithms.tensor_power import row_sensitivity
 
 pytestmark = pytest.mark.filterwarnings("ignore::dptensor.PrivacyWarning")
 
@@ -456,7 +456,7 @@ def test_lda_clipped_moments_are_one_reweighted_corpus(whitening):
     C = sp.csr_matrix(C)
     model = PrivateLatentDirichletAllocation(3, epsilon=1.0, delta=1e-5, whitening=whitening)
     ctx = model._prepare(C, 1.0)
-    _, plan = model._plan(ctx, 3, 1.0, 1e-5)
+    _, plan = model._noise_plan(ctx, 3, 1.0, 1e-5)
     quiet = dataclasses.replace(plan, z_first=(0.0,) * len(plan.z_first),
                                 z_second=(0.0,) * len(plan.z_second))
     mean = model._release_first(ctx, quiet, np.random.default_rng(0))
@@ -979,7 +979,7 @@ def _gamma(m):
 def recorded(monkeypatch):
     """Every release the pipeline makes, as (kind, sensitivity, rounding), passed on unchanged;
     the power whitening's steps as ("power", the sensitivity noisy_power_method releases at)."""
-    import dptensor.latent._pipeline as pipeline
+    import dptensor.algorithms.moments as pipeline
     calls = []
 
     def wrap(kind, real):

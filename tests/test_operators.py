@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from dptensor._operators import (DeflatedTensor, DenseMatrix, GramMatrix, SymmetricTensor, ThirdMoment,
+from dptensor.algorithms.operators import (DeflatedTensor, DenseMatrix, GramMatrix, SymmetricTensor, ThirdMoment,
                                  moment_tensor, symmetrize_tensor)
 
 DTYPES = [np.float64, np.float32]

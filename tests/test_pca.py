@@ -14,7 +14,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import dptensor.pca as pca_mod
-import dptensor._exact as exact_mod
+import dptensor.algorithms.exact as exact_mod
 from dptensor import BudgetExceededError, PrivacyAccountant, PrivacyWarning, PrivatePCA
 from dptensor.accounting import ComposedEvent, GaussianEvent, epsilon_of, gdp_mu
 from dptensor.datasets import make_spiked_covariance
@@ -23,7 +23,7 @@ from dptensor.pca import (MEAN_SHARE, TOTAL_SHARE, StreamingPowerMethod, analyze
                           covariance_sensitivity, entry_power_sensitivity, noisy_power_method, orthonormalize,
                           power_schedule, row_power_sensitivity,
                           total_variance_sensitivity)
-from dptensor._operators import DenseMatrix
+from dptensor.algorithms.operators import DenseMatrix
 from dptensor.mechanisms import Rounding, clip_rows
 
 

@@ -25,12 +25,12 @@ from sklearn.model_selection import GridSearchCV, KFold
 from dptensor import (AdaptivePrivatePCA, BudgetExceededError, PrivacyAccountant, PrivacyWarning, PrivatePCA,
                       PrivateTensorCompletion, PrivateTensorDecomposition, StreamingTensorPower)
 from dptensor import _base
-from dptensor._exact import grid_rows, row_sum
-from dptensor._operators import moment_tensor
+from dptensor.algorithms.exact import grid_rows, row_sum
+from dptensor.algorithms.operators import moment_tensor
 from dptensor.datasets import make_low_rank_tensor
 from dptensor.mechanisms import clip_rows, gaussian_release, grid_step
 from dptensor.pca import center_and_clip, covariance_sensitivity
-from dptensor.streaming_tensor_power import block_statistics
+from dptensor.algorithms.streaming_tensor import block_statistics
 
 pytestmark = pytest.mark.filterwarnings("ignore::dptensor.PrivacyWarning")
 
@@ -336,9 +336,9 @@ def test_streaming_tensor_power_mid_stream_pickles_no_buffer(monkeypatch, tmp_pa
     Before: a private stream fed 700-row chunks pickled every buffered row, unclipped, and its
     unnoised partial sums.
     """
-    import dptensor.streaming_tensor_power as stp
+    import dptensor.algorithms.streaming_tensor as stp
 
-    monkeypatch.setattr(stp, "_MICRO_BLOCK_BYTES", 30 * D * np.dtype(dtype).itemsize)
+    monkeypatch.setattr(stp, "MICRO_BLOCK_BYTES", 30 * D * np.dtype(dtype).itemsize)
     X = X_ROWS[:250].astype(dtype)
     est = _stream(StreamingTensorPower(2, n_restarts=3, n_iter=3, batch_size=100, epsilon=epsilon,
                                        data_norm=B, random_state=6), X, 70)
@@ -681,7 +681,7 @@ def _untouchable(monkeypatch, module):
         raise AssertionError(f"dptensor.{module} computed on the data before the budget refused the fit")
 
     for name in ("clip_rows", "clip_chunks", "moment_tensor", "_blas_controller", "StreamingPowerMethod",
-                 "_Stream"):
+                 "_Stream", "TensorPowerStream"):
         if hasattr(mod, name):
             monkeypatch.setattr(mod, name, touched)
 

@@ -9,13 +9,13 @@ import pytest
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-import dptensor.streaming_tensor_power as stp
+import dptensor.algorithms.streaming_tensor as stp
 from dptensor import BudgetExceededError, PrivacyAccountant, PrivateTensorDecomposition, StreamingTensorPower
 from dptensor.accounting import GaussianEvent, calibrate_gaussian
 from dptensor.datasets import make_orthogonal_moment_data
 from dptensor.mechanisms import clip_rows
 from dptensor.metrics import recovery_error
-from dptensor.streaming_tensor_power import block_sensitivity, block_statistics
+from dptensor.algorithms.streaming_tensor import block_sensitivity, block_statistics
 
 D, K, L, R = 50, 5, 10, 4  # the acceptance setting: d=50, k=5
 
@@ -80,7 +80,7 @@ def test_cut_invariance(monkeypatch, micro_rows, dtype):
     """Chunks of 1, 7 and 1000 rows (and the whole array) give bit-identical results, including a
     block that ends mid-chunk, a micro-block split across chunks, and rows after the last component."""
     if micro_rows:
-        monkeypatch.setattr(stp, "_MICRO_BLOCK_BYTES", micro_rows * 10 * np.dtype(dtype).itemsize)
+        monkeypatch.setattr(stp, "MICRO_BLOCK_BYTES", micro_rows * 10 * np.dtype(dtype).itemsize)
     X, _, _ = make_orthogonal_moment_data(1700, 10, 2, noise=0.3, random_state=1)
     X = X.astype(dtype)
     results = []
@@ -101,17 +101,17 @@ def test_cut_invariance(monkeypatch, micro_rows, dtype):
 def test_accumulated_block_equals_block_statistics(monkeypatch):
     """What a block releases (before noise) is block_statistics of its clipped rows at the current
     candidates, deflated by the components found so far, however the block was cut."""
-    monkeypatch.setattr(stp, "_MICRO_BLOCK_BYTES", 8 * 6 * 16)  # 16-row micro-blocks, 50-row blocks
+    monkeypatch.setattr(stp, "MICRO_BLOCK_BYTES", 8 * 6 * 16)  # 16-row micro-blocks, 50-row blocks
     X, _, _ = make_orthogonal_moment_data(300, 6, 2, noise=0.5, random_state=2)
     seen = []
-    release = stp._Stream._release
+    release = stp.TensorPowerStream._release
 
     def spy(self):
         seen.append((self.U.copy(), self.components[:self.i].copy(), self.eigenvalues[:self.i].copy(),
                      self.acc_u.copy(), self.acc_l.copy()))
         return release(self)
 
-    monkeypatch.setattr(stp._Stream, "_release", spy)
+    monkeypatch.setattr(stp.TensorPowerStream, "_release", spy)
     est = StreamingTensorPower(2, n_restarts=3, n_iter=3, batch_size=50, data_norm=1.5, random_state=0)
     for chunk in chunks(X, 13):
         est.partial_fit(chunk)
@@ -193,7 +193,7 @@ def test_memory_does_not_grow_with_the_stream():
             tracemalloc.stop()
 
     small, large = peak(3), peak(30)
-    micro = min(n, stp._MICRO_BLOCK_BYTES // (8 * d))
+    micro = min(n, stp.MICRO_BLOCK_BYTES // (8 * d))
     bound = 8 * (3 * chunk * d + 3 * micro * d + 4 * (chunk + micro) * L_ + 8 * d * (k + L_)) + 256 * 1024
     assert small <= bound and large <= bound, (small, large, bound)
     assert large <= 1.05 * small + 16 * 1024, (small, large)

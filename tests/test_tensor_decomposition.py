@@ -11,16 +11,17 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-import dptensor._exact as exact_mod
+import dptensor.algorithms.exact as exact_mod
 from dptensor import BudgetExceededError, PrivacyAccountant, PrivateTensorDecomposition
-from dptensor._operators import SymmetricTensor, ThirdMoment, moment_tensor
+from dptensor.algorithms.operators import SymmetricTensor, ThirdMoment, moment_tensor
 from dptensor._power import normalize_columns, random_unit_columns, select_restart
 from dptensor.accounting import epsilon_of
 from dptensor.mechanisms import clip_rows, symmetric_gaussian_release
 from dptensor.metrics import match_components, recovery_error
-from dptensor.tensor_decomposition import (PowerNoise, choose_moment, entry_sensitivities, n_power_queries,
-                                           perturb_tensor, plan_noise_multiplier, row_sensitivity,
-                                           tensor_power_method)
+from dptensor.algorithms.tensor_power import (PowerNoise, choose_moment, entry_sensitivities,
+                                              n_power_queries, perturb_tensor,
+                                              plan_noise_multiplier, row_sensitivity,
+                                              tensor_power_method)
 
 
 def orthogonal_tensor(d, k, seed, low=1.0, high=2.0):
@@ -249,7 +250,7 @@ def test_every_release_has_the_planned_sensitivity_and_multiplier(monkeypatch):
     """Row level: each power step releases the d x L block T(I,u,u) and each restart set its L
     eigenvalues, every column at sensitivity 2B^3/n and the recorded multiplier: k (R + 1) calls
     covering the k L (R + 1) priced queries. Input perturbation: one symmetric release at 2B^3/n."""
-    import dptensor.tensor_decomposition as td
+    import dptensor.algorithms.tensor_power as td
 
     calls = []
 
@@ -401,8 +402,8 @@ def test_verbose_progress(capsys):
 
 
 def _rounding_spy(monkeypatch, name):
-    """Records the ``rounding`` of every call of ``name`` in dptensor.tensor_decomposition."""
-    import dptensor.tensor_decomposition as td
+    """Records the ``rounding`` of every call of ``name`` in dptensor.algorithms.tensor_power."""
+    import dptensor.algorithms.tensor_power as td
     seen, real = [], getattr(td, name)
 
     def spy(*args, rounding, **kw):
@@ -458,7 +459,7 @@ def test_power_noise_adds_the_deflation_to_another_operators_query_rounding():
     moments): its own Rounding, plus the public deflation's subtraction (sum |lambda_j|, one
     operation), plus the scalar query's d + 1 operations."""
     from dptensor.mechanisms import Rounding
-    from dptensor.tensor_decomposition import PowerNoise
+    from dptensor.algorithms.tensor_power import PowerNoise
     query = Rounding(total=3.0, terms=100)
     vector, scalar = PowerNoise(1.0, 0.5, query=query).roundings(7, np.array([2.0, -1.5]))
     assert (vector.total, vector.terms) == (3.0 + 3.5, 101)

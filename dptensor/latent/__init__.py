@@ -8,7 +8,7 @@ back (Anandkumar, Ge, Hsu, Kakade & Telgarsky 2014):
 * :class:`PrivateLatentDirichletAllocation` -- an LDA topic model on word counts (Anandkumar et al.
   2012).
 """
-from ._pipeline import match_rows
+from ..algorithms.moments import match_rows
 from .gaussian_mixture import PrivateGaussianMixture
 from .lda import PrivateLatentDirichletAllocation
 

@@ -1,18 +1,30 @@
 """The fit every spectral latent model shares: validate, price, release the moments, whiten, decompose."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from .._base import PrivateEstimatorMixin
+from .._base import FitData, FitPlan, PrivateEstimatorMixin
 from .._memory import FLOAT
 from .._validation import check_positive_int, check_verbose
 from ..accounting.events import NonPrivateEvent
-from .._dask import is_dask_array, reduce_row_chunks
+from ..algorithms.dask import is_dask_array, reduce_row_chunks
 from ..pca import MAX_DENSE_FEATURES, auto_n_iter
-from ._pipeline import decompose_whitened, n_third_queries, plan_noise
+from ..algorithms.moments import decompose_whitened, n_third_queries, plan_noise
 
-__all__ = ["SpectralLatentModel"]
+__all__ = ["SpectralLatentModel", "LatentSettings"]
+
+
+@dataclass(frozen=True)
+class LatentSettings:
+    """What a latent fit's release step needs, decided before the spend: k, the third moment's
+    release (``"perturb"`` or ``"power"``) and the noise plan of every release."""
+
+    n_components: int
+    method: str
+    noise: object
 
 
 #: Rows per block when in-memory rows are held in a narrower type than float64 (float32): each
@@ -54,9 +66,9 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
       see :meth:`_use_power`) and ``"n_first"`` (the number of first-moment releases);
     * ``_release_first(ctx, plan, rng)`` -> the released mean (it may leave other released
       first-moment values in ctx);
-    * ``_release_whitening(ctx, mean, plan, rng)`` -> a :class:`~._pipeline.Whitening` from the
+    * ``_release_whitening(ctx, mean, plan, rng)`` -> a :class:`~dptensor.algorithms.moments.Whitening` from the
       released second moment: Analyze Gauss on the d x d matrix, or
-      :func:`~._pipeline.power_subspace` (never d x d);
+      :func:`~dptensor.algorithms.moments.power_subspace` (never d x d);
     * ``_whitened_third(ctx, whitening, mean)`` -> ``(data, correction, sensitivity, rounding)``
       (``rounding``: the data part's :class:`~dptensor.mechanisms.Rounding`);
     * ``_recover(ctx, components, eigenvalues, whitening, mean)`` sets the fitted attributes;
@@ -100,74 +112,85 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         """``whitening="auto"``: the largest d whose d x d second moment is formed."""
         return MAX_DENSE_FEATURES
 
-    def _plan(self, ctx, k, epsilon, delta):
+    def _noise_plan(self, ctx, k, epsilon, delta):
         """The fit's method and noise plan, from public parameters and the data's shape only."""
         # "auto": one perturbation of the k^3 tensor (noise of operator norm ~1.7 sqrt(k) z s)
         # beats k L (R+1) noisy power queries (each ~sqrt(k) z s sqrt(k L (R+1))) at row level.
         method = "perturb" if self.method == "auto" else self.method
         n_power = auto_n_iter(ctx["d"], True) if ctx["power"] and np.isfinite(epsilon) else 0
-        return method, plan_noise(epsilon, delta, n_third_queries(method, k, self.n_restarts, self.n_iter),
-                                  n_power, ctx["n_first"], self._shares(ctx, k))
+        n_third = n_third_queries(method, k, self.n_restarts, self.n_iter)
+        return method, plan_noise(epsilon, delta, n_third, n_power, ctx["n_first"],
+                                  self._shares(ctx, k))
 
     def _shares(self, ctx, k):
         """How the fit splits its Gaussian-DP budget (public: the shape and the parameters only);
-        ``None`` takes :data:`~._pipeline.SHARES`."""
+        ``None`` takes :data:`~dptensor.algorithms.moments.SHARES`."""
         return None
 
     def privacy_cost(self, n_samples, n_features):
-        """The cost and noise multiplier a ``fit`` on ``n_samples`` x ``n_features`` data would record.
+        """The cost and noise multiplier a ``fit`` on ``n_samples`` x ``n_features`` data would
+        record.
 
         Computed from the parameters alone, with the fit's own plan and checks: no data is read
         and nothing is spent. Returns a :class:`~dptensor.PrivacyCost`.
         """
-        check_positive_int(n_samples, "n_samples")
-        d = check_positive_int(n_features, "n_features")
-        k = self._check_common(d)
-        epsilon, delta = self._privacy_target()
-        # the hooks read only the shape of X here (no rows): the plan depends on d alone
-        _, plan = self._plan(self._prepare(np.zeros((0, d)), epsilon), k, epsilon, delta)
-        if not plan.private:
-            return self._preview(None, delta=delta)
-        return self._preview(plan.event, delta=delta, noise_multiplier=plan.z_third,
-                             n_queries=plan.n_queries, calibration="exact")
+        shape = (check_positive_int(n_samples, "n_samples"),
+                 check_positive_int(n_features, "n_features"))
+        return self._preview_plan(self._plan(shape))
 
     def fit(self, X, y=None):
         """Learn the model from X by the method of moments; ``y`` is ignored. Returns self."""
-        X = self._validate(X, reset=True)  # a seeded fit's noise is keyed by the validated counts
-        n, d = X.shape
-        k = self._check_common(d)
+        return self._fit_private(X)
+
+    def _check_data(self, X) -> FitData:
+        """X validated (a seeded fit's noise is keyed by the validated counts) and its rows
+        prepared (``extra``: the fit's ctx, see the class doc), before the spend."""
+        X = self._validate(X, reset=True)
+        self._check_common(X.shape[1])
         epsilon, delta = self._privacy_target()
         ctx = self._prepare(X, epsilon)
-        self._check_delta_for(n, epsilon, delta, unit=self._unit)
-        entropy = self._entropy()
-        method, plan = self._plan(ctx, k, epsilon, delta)
-        stored = None if is_dask_array(X) else _stored_floats(X)
-        memory = self._fit_memory(n, d, k, ctx["power"], stored)
-        if plan.private:
-            self.privacy_cost_, rng = self._spend(plan.event, entropy=entropy, delta=delta,
-                                                  noise_multiplier=plan.z_third, n_queries=plan.n_queries,
-                                                  calibration="exact", data_shape=X.shape,
-                                                  memory=memory, data=(X,))
-        else:
-            self.privacy_cost_, rng = self._spend(NonPrivateEvent("epsilon=inf"), entropy=entropy,
-                                                  delta=delta, data_shape=X.shape, memory=memory,
-                                                  data=(X,))
-        mean = self._release_first(ctx, plan, rng)
-        whitening = self._release_whitening(ctx, mean, plan, rng)
-        data, correction, sensitivity, rounding = self._whitened_third(ctx, whitening, mean)
+        self._check_delta_for(X.shape[0], epsilon, delta, unit=self._unit)
+        return FitData(arrays=(X,), shape=X.shape, extra=ctx)
+
+    def _plan_for(self, data: FitData) -> FitPlan:
+        X = data.arrays[0]
+        return self._plan(data.shape, stored=None if is_dask_array(X) else _stored_floats(X))
+
+    def _plan(self, shape, *, stored=-1) -> FitPlan:
+        """The fit's parameters checked and its releases priced, from the shape of X; ``stored``
+        the numbers its rows hold (``None``: rows on Dask workers; by default dense rows)."""
+        n, d = shape
+        k = self._check_common(d)
+        epsilon, delta = self._privacy_target()
+        # the hooks read only the shape of X here (no rows): the plan depends on d alone
+        public = self._prepare(np.zeros((0, d)), epsilon)
+        method, noise = self._noise_plan(public, k, epsilon, delta)
+        memory = self._fit_memory(n, d, k, public["power"], n * d if stored == -1 else stored)
+        if not noise.private:
+            return FitPlan(event=NonPrivateEvent("epsilon=inf"), delta=delta, memory=memory,
+                           settings=LatentSettings(k, method, noise))
+        return FitPlan(event=noise.event, delta=delta, noise_multiplier=noise.z_third,
+                       n_queries=noise.n_queries, calibration="exact", memory=memory,
+                       settings=LatentSettings(k, method, noise))
+
+    def _release(self, data: FitData, plan: FitPlan, rng) -> None:
+        """Release the moments, whiten, decompose and map back (``ctx``: the prepared rows)."""
+        ctx, settings = data.extra, plan.settings
+        noise = settings.noise
+        mean = self._release_first(ctx, noise, rng)
+        whitening = self._release_whitening(ctx, mean, noise, rng)
+        tensor, correction, sensitivity, rounding = self._whitened_third(ctx, whitening, mean)
         rows = ctx.pop("rows")  # no release reads the data after this one
         components, eigenvalues = decompose_whitened(
-            data, correction, k, sensitivity=sensitivity, rounding=rounding, plan=plan,
-            method=method,
-            n_restarts=self.n_restarts, n_iter=self.n_iter, rng=rng, verbose=self.verbose,
-            frobenius=self._frobenius)
-        self.method_ = method if plan.private else "exact"
+            tensor, correction, settings.n_components, sensitivity=sensitivity,
+            rounding=rounding, plan=noise, method=settings.method, n_restarts=self.n_restarts,
+            n_iter=self.n_iter, rng=rng, verbose=self.verbose, frobenius=self._frobenius)
+        self.method_ = settings.method if noise.private else "exact"
         self.whitening_ = "power" if ctx["power"] else "dense"
-        self.n_samples_ = n
+        self.n_samples_ = data.shape[0]
         self._recover(ctx, components, eigenvalues, whitening, mean)
-        if not plan.private:  # a non-private fit (epsilon = inf) may refine its estimate on the data
+        if not noise.private:  # a non-private fit (epsilon = inf) may refine its estimate
             self._refine(ctx, rows)
-        return self
 
     #: Copies of the rows a fit makes after its spend (the prepared rows are made before it).
     _row_copies = 0

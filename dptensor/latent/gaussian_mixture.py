@@ -5,14 +5,14 @@ import numpy as np
 from scipy.special import logsumexp
 from sklearn.utils.validation import check_is_fitted
 
-from .._dask import check_dask_array, clip_chunks, is_dask_array, reduce_row_chunks
-from .._operators import SymmetricTensor, moment_tensor
+from ..algorithms.dask import check_dask_array, clip_chunks, is_dask_array, reduce_row_chunks
+from ..algorithms.operators import SymmetricTensor, moment_tensor
 from .._validation import check_data_norm, validate_private_data
 from ..mechanisms import clip_rows
 from ..pca import covariance_sensitivity, row_power_sensitivity, total_variance_sensitivity
-from ..tensor_decomposition import n_power_queries, row_sensitivity
+from ..algorithms.tensor_power import n_power_queries, row_sensitivity
 from ._base import BLOCK_ROWS, SpectralLatentModel
-from ._pipeline import (ImplicitMatrix, power_subspace, release, release_second, rounding, sym3,
+from ..algorithms.moments import (ImplicitMatrix, power_subspace, release, release_second, rounding, sym3,
                         top_eigenpairs, whiten, whitened_rows_operator, whitening_roundings)
 
 __all__ = ["PrivateGaussianMixture", "spherical_variance", "bottom_mean", "whitened_bound"]

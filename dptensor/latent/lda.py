@@ -2,7 +2,7 @@ r"""An LDA topic model learned by the method of moments, private per document.
 
 Every pass over the documents is a sum of per-document terms, written here as functions of one
 chunk of documents (``_*_sums``) that return partial sums: applied to the whole corpus in memory,
-or to each row chunk of a Dask array (:func:`~dptensor._dask.reduce_row_chunks`), where only the
+or to each row chunk of a Dask array (:func:`~dptensor.algorithms.dask.reduce_row_chunks`), where only the
 sums (d, d x p or k^3 numbers) reach the client.
 """
 from __future__ import annotations
@@ -14,13 +14,13 @@ import scipy.sparse as sp
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from .._dask import check_dask_array, is_dask_array
-from .._operators import moment_tensor
+from ..algorithms.dask import check_dask_array, is_dask_array
+from ..algorithms.operators import moment_tensor
 from .._validation import validate_private_data
 from ..pca import MAX_DENSE_FEATURES
-from ..tensor_decomposition import row_sensitivity
+from ..algorithms.tensor_power import row_sensitivity
 from ._base import SpectralLatentModel
-from ._pipeline import (ImplicitMatrix, power_subspace, release, release_second, rounding, sym3,
+from ..algorithms.moments import (ImplicitMatrix, power_subspace, release, release_second, rounding, sym3,
                         top_eigenpairs, whiten, whitening_roundings)
 
 __all__ = ["PrivateLatentDirichletAllocation", "document_moments", "document_norms", "document_weights",
@@ -36,7 +36,7 @@ DOCUMENT_SENSITIVITY = float(np.sqrt(2.0))
 
 #: The first moments' share of the Gaussian-DP budget ``mu^2`` (the clipping scale and the mean):
 #: removing their noise altogether changed the topic error by under 1% (2000 words, 10^5
-#: documents, epsilon 1), so they get half of the default :data:`~._pipeline.SHARES` one.
+#: documents, epsilon 1), so they get half of the default :data:`~dptensor.algorithms.moments.SHARES` one.
 LDA_FIRST_SHARE = 0.05
 
 #: A fitted document has fewer words than this. Below it float64 counts are exact whole numbers and

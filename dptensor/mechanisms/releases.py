@@ -52,7 +52,7 @@ class Rounding(NamedTuple):
     the computed statistics of neighbours differ by at most the exact sensitivity plus
     :meth:`allowance` ``= 2 gamma_m total``, which the release adds to the sensitivity
     (``docs/derivations/exact_sums.rst``, "Sums in floating point"). Statistics summed exactly
-    (:mod:`dptensor._exact`) and values that are no sum are released with ``rounding=None``.
+    (:mod:`dptensor.algorithms.exact`) and values that are no sum are released with ``rounding=None``.
     """
 
     total: float

@@ -21,7 +21,7 @@ from .._guards import fixed_floating_point, silenced
 from .._memory import FLOAT, prechecked
 from ..accounting import PrivacyAccountant
 from ..algorithms.completion.observations import check_indices
-from .._exact import exact_gaussian_release, range_mean
+from ..algorithms.exact import exact_gaussian_release, range_mean
 from .._validation import check_numeric_array
 from ._selection import calibrate_search, check_distribution, draw_n_runs
 

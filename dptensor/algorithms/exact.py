@@ -27,8 +27,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._dask import is_dask_array
-from .mechanisms import gaussian_release, grid_step
+from .dask import is_dask_array
+from ..mechanisms import gaussian_release, grid_step
 
 __all__ = ["BITS", "CHUNK", "Exact", "grid_rows", "grid_vectors", "row_sum", "gram", "gram_product",
            "moment_product", "moment_sensitivities", "ExactThirdMoment",
@@ -275,7 +275,7 @@ def moment_sensitivities(K, data_norm: float, n_samples: int):
     With ``r_l = ||k_l|| 2**-BITS`` (rounded up, from the exact integer ``||k_l||^2``), a grid
     row's terms have ``|t| <= r_l``, so ``||q w|| <= r_l^2 (1 + 2u) + 2**-(BITS+1)`` and
     ``|c| <= r_l^3 (1 + 3u) + 2**-(BITS+1)``; replacing a row moves each by at most twice that,
-    times ``B^3 / n``: ``2 B^3 / n`` of :func:`~dptensor.tensor_decomposition.row_sensitivity`
+    times ``B^3 / n``: ``2 B^3 / n`` of :func:`~dptensor.algorithms.tensor_power.row_sensitivity`
     for unit columns, plus the grid's allowance.
     """
     Ki = np.asarray(K).astype(np.int64)
@@ -340,7 +340,7 @@ def rows_stat(M, statistic, *args) -> Exact:
     """
     if not is_dask_array(M):
         return statistic(M, *args)
-    from ._dask import reduce_row_chunks
+    from .dask import reduce_row_chunks
 
     unit = statistic(np.zeros((0, M.shape[1])), *args).unit  # public: no row is read
     (ints,) = reduce_row_chunks(M, _ints_partial, statistic, *args)

@@ -35,11 +35,13 @@ import scipy.linalg
 import scipy.optimize
 import scipy.sparse.linalg
 
-from .._operators import SymmetricTensor, TensorOperator, ThirdMoment, moment_tensor
-from ..accounting import ComposedEvent, GaussianEvent, gdp_mu
+from .operators import SymmetricTensor, TensorOperator, ThirdMoment, moment_tensor
+from ..accounting.composition import gdp_mu
+from ..accounting.events import ComposedEvent, GaussianEvent
 from ..pca import auto_n_iter, noisy_power_method, power_schedule
 from ..mechanisms import Rounding, gaussian_release, symmetric_gaussian_release
-from ..tensor_decomposition import PowerNoise, choose_moment, n_power_queries, tensor_power_method
+from .tensor_power import (PowerNoise, choose_moment, n_power_queries,
+                                       tensor_power_method)
 
 __all__ = ["SHARES", "PROJECTION_SHARE", "SPARE_TERMS", "NoisePlan", "plan_noise", "rounding",
            "whitening_roundings", "release", "release_second",
@@ -339,7 +341,7 @@ class CorrectedTensor(TensorOperator):
 def whitened_rows_operator(Y, n_queries: int):
     """``(1/n) sum_l y_l^(x)3`` of whitened rows Y (n x k), as a dense tensor or implicitly.
 
-    :func:`~dptensor.tensor_decomposition.choose_moment` picks the cheaper: with k small the dense
+    :func:`~dptensor.algorithms.tensor_power.choose_moment` picks the cheaper: with k small the dense
     k^3 tensor (one GEMM) nearly always wins over ``n_queries`` implicit passes over the rows.
     """
     n, k = Y.shape
@@ -367,7 +369,7 @@ def decompose_whitened(data, correction, k: int, *, sensitivity: float, rounding
     """
     if plan.private and method == "perturb":
         dense = data if isinstance(data, np.ndarray) else _dense(data)
-        # input perturbation (tensor_decomposition.perturb_tensor), here with the sum's rounding
+        # input perturbation (tensor_power.perturb_tensor), here with the sum's rounding
         noisy = symmetric_gaussian_release(dense, sensitivity, plan.z_third, rng,
                                            frobenius=frobenius, rounding=rounding)
         operator = SymmetricTensor(noisy + correction)

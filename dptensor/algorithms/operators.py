@@ -130,7 +130,7 @@ class DeflatedTensor(TensorOperator):
         if len(self.eigenvalues) == 0:
             return TU, tu
         cU, cu = self.correction(U)
-        if hasattr(TU, "minus"):  # an exact statistic (dptensor._exact): the public part exactly
+        if hasattr(TU, "minus"):  # an exact statistic (dptensor.algorithms.exact): the public part exactly
             return TU.minus(cU), tu.minus(cu)
         return TU - cU.astype(TU.dtype, copy=False), tu - cu.astype(tu.dtype, copy=False)
 

@@ -21,8 +21,8 @@ import sys
 
 import numpy as np
 
-from ._operators import TensorOperator
-from .mechanisms import clip_rows
+from .operators import TensorOperator
+from ..mechanisms import clip_rows
 
 __all__ = ["is_dask_array", "check_dask_array", "clip_chunks", "reduce_row_chunks", "DaskThirdMoment",
            "DaskGramMatrix", "RowChunks", "dask_moment_tensor", "dask_gram"]
@@ -148,7 +148,7 @@ def _cross_partial(chunk):
 
 
 def _dense_moment_partial(chunk):
-    from ._operators import moment_tensor
+    from .operators import moment_tensor
 
     return (moment_tensor(chunk) * chunk.shape[0],)
 
