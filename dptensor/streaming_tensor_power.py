@@ -32,7 +32,7 @@ from ._base import PrivateEstimatorMixin
 from ._dask import RowChunks, check_dask_array, is_dask_array
 from ._exact import BITS, Exact, grid_rows, grid_vectors, moment_product, moment_sensitivities
 from ._operators import DeflatedTensor, ThirdMoment
-from ._power import normalize_columns, random_unit_columns, select_restart
+from .algorithms.power import normalize_columns, random_unit_columns, select_restart
 from ._memory import FLOAT, check_fits
 from .mechanisms.randomness import RowDigest, rekeyed
 from ._validation import (check_data_norm, check_positive_int, check_verbose, validate_private_data,

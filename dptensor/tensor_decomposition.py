@@ -28,7 +28,7 @@ from ._exact import (Exact, ExactThirdMoment, exact_gaussian_release, exact_memo
                      moment_sensitivities)
 from ._dask import DaskThirdMoment, check_dask_array, clip_chunks, dask_moment_tensor, is_dask_array
 from ._operators import DeflatedTensor, SymmetricTensor, ThirdMoment, moment_tensor
-from ._power import normalize_columns, random_unit_columns, select_restart
+from .algorithms.power import normalize_columns, random_unit_columns, select_restart
 from ._memory import FLOAT
 from ._validation import (check_data_norm, check_positive_int, check_symmetric_tensor, check_verbose,
                           validate_private_data)

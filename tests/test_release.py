@@ -29,7 +29,7 @@ from dptensor._exact import grid_rows, row_sum
 from dptensor._operators import moment_tensor
 from dptensor.datasets import make_low_rank_tensor
 from dptensor.mechanisms import clip_rows, gaussian_release, grid_step
-from dptensor.pca import center_and_clip, covariance_sensitivity
+from dptensor.algorithms.power import center_and_clip, covariance_sensitivity
 from dptensor.streaming_tensor_power import block_statistics
 
 pytestmark = pytest.mark.filterwarnings("ignore::dptensor.PrivacyWarning")

@@ -9,7 +9,7 @@ from .._memory import FLOAT
 from .._validation import check_positive_int, check_verbose
 from ..accounting.events import NonPrivateEvent
 from .._dask import is_dask_array, reduce_row_chunks
-from ..pca import MAX_DENSE_FEATURES, auto_n_iter
+from ..algorithms.power import MAX_DENSE_FEATURES, auto_n_iter
 from ._pipeline import decompose_whitened, n_third_queries, plan_noise
 
 __all__ = ["SpectralLatentModel"]

@@ -37,7 +37,7 @@ import scipy.sparse.linalg
 
 from .._operators import SymmetricTensor, TensorOperator, ThirdMoment, moment_tensor
 from ..accounting import ComposedEvent, GaussianEvent, gdp_mu
-from ..pca import auto_n_iter, noisy_power_method, power_schedule
+from ..algorithms.power import auto_n_iter, noisy_power_method, power_schedule
 from ..mechanisms import Rounding, gaussian_release, symmetric_gaussian_release
 from ..tensor_decomposition import PowerNoise, choose_moment, n_power_queries, tensor_power_method
 

@@ -9,7 +9,8 @@ from .._dask import check_dask_array, clip_chunks, is_dask_array, reduce_row_chu
 from .._operators import SymmetricTensor, moment_tensor
 from .._validation import check_data_norm, validate_private_data
 from ..mechanisms import clip_rows
-from ..pca import covariance_sensitivity, row_power_sensitivity, total_variance_sensitivity
+from ..algorithms.power import (covariance_sensitivity, row_power_sensitivity,
+                               total_variance_sensitivity)
 from ..tensor_decomposition import n_power_queries, row_sensitivity
 from ._base import BLOCK_ROWS, SpectralLatentModel
 from ._pipeline import (ImplicitMatrix, power_subspace, release, release_second, rounding, sym3,

@@ -17,7 +17,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._dask import check_dask_array, is_dask_array
 from .._operators import moment_tensor
 from .._validation import validate_private_data
-from ..pca import MAX_DENSE_FEATURES
+from ..algorithms.power import MAX_DENSE_FEATURES
 from ..tensor_decomposition import row_sensitivity
 from ._base import SpectralLatentModel
 from ._pipeline import (ImplicitMatrix, power_subspace, release, release_second, rounding, sym3,
