@@ -19,9 +19,20 @@ from sklearn.utils.validation import check_is_fitted
 from ._base import FitData, FitPlan, PrivateEstimatorMixin
 from ._memory import FLOAT
 from ._validation import check_data_norm, check_positive_int, check_verbose, validate_private_data
-from .accounting import AboveThresholdEvent, ComposedEvent, GaussianEvent, NonPrivateEvent, calibrate
-from .algorithms.adaptive_power import (VARIANCE_SHARE, adaptive_power_iteration,
-                                        component_variances, svt_epsilon_for, zcdp_rho)
+from .accounting import (
+    AboveThresholdEvent,
+    ComposedEvent,
+    GaussianEvent,
+    NonPrivateEvent,
+    calibrate,
+)
+from .algorithms.adaptive_power import (
+    VARIANCE_SHARE,
+    adaptive_power_iteration,
+    component_variances,
+    svt_epsilon_for,
+    zcdp_rho,
+)
 from .algorithms.power import flip_signs, row_power_sensitivity
 from .mechanisms import clip_rows
 
@@ -44,7 +55,8 @@ class _Settings:
 
 class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstimatorMixin,
                          BaseEstimator):
-    r"""Row-level private PCA by adaptive power iteration: AboveThreshold filtering, then a noisy power step.
+    r"""Row-level private PCA by adaptive power iteration: AboveThreshold filtering, then a noisy
+    power step.
 
     Each round, with the current unit iterate ``x`` (public: a previous release):
 
@@ -53,7 +65,8 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
        about ``data_norm^2 / n`` to ``data_norm^2``) releases the first ``theta_j`` with
        ``#{i : c_i <= theta_j} >= n - 6 ln(1/beta) / eps1`` (noisy comparison);
     3. the kept rows ``c_i <= theta`` give ``y = sum_kept a_i a_i^T x + N(0, (s z)^2 I)``, where
-       ``s <= 2 theta`` is the update's exact sensitivity (:func:`filtered_sensitivity`);
+       ``s <= 2 theta`` is the update's exact sensitivity
+       (:func:`~dptensor.algorithms.adaptive_power.filtered_sensitivity`);
     4. ``x = y / ||y||``.
 
     With ``n_components > 1`` the components are found one after another by deflation: component
@@ -102,9 +115,11 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
     explained_variance_ : ndarray (n_components,)
         Variance along each released component, ``sum_i (a_i . v_j)^2 / (n - 1)`` over all the
         clipped rows (uncentred, like the components), released with Gaussian noise from its own
-        share :data:`VARIANCE_SHARE` of the budget (sensitivity ``sqrt(min(k, 2)) data_norm^2``;
-        see :func:`component_variances`), floored at 0. Exact without privacy. In the order of
-        ``components_`` (the order of deflation), so the noisy values need not be decreasing.
+        share :data:`~dptensor.algorithms.adaptive_power.VARIANCE_SHARE` of the budget (sensitivity
+        ``sqrt(min(k, 2)) data_norm^2``; see
+        :func:`~dptensor.algorithms.adaptive_power.component_variances`), floored at 0. Exact
+        without privacy. In the order of ``components_`` (the order of deflation), so the noisy
+        values need not be decreasing.
     explained_variance_noise_ : ndarray (n_components,)
         The std of the noise in each ``explained_variance_`` (public; 0 without privacy). ``fit``
         warns (``UserWarning``) when a component's variance is below twice it.
@@ -131,11 +146,11 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
     already found): all are public. (i) The grid is public; a count ``#{c_i <= theta_j}`` changes
     by at most 1 when one row is replaced, so AboveThreshold is pure ``eps1``-DP. (ii) Given the
     released ``theta``, the kept set differs only in the replaced row, whose term has norm
-    ``c_i <= theta``. A term ``a (a . x)`` also lies in the ball with diameter ``[0, data_norm^2 x]``,
-    so the update's l2 sensitivity is the diameter ``s`` of the intersection of the two balls:
+    ``c_i <= theta``. A term ``a (a . x)`` also lies in the ball with diameter ``[0, data_norm^2
+    x]``, so the update's l2 sensitivity is the diameter ``s`` of the intersection of the two balls:
     ``2 theta sqrt(1 - t^2)`` with ``t = theta / data_norm^2 <= 1/sqrt(2)``, ``data_norm^2`` beyond;
-    always ``<= 2 theta`` (SPEC §5's bound). The Gaussian step with std ``s z`` is ``1/(2 z^2)``-zCDP
-    (``1/z``-GDP). (iii) ``R = n_components * n_iter`` rounds
+    always ``<= 2 theta`` (SPEC §5's bound). The Gaussian step with std ``s z`` is ``1/(2
+    z^2)``-zCDP (``1/z``-GDP). (iii) ``R = n_components * n_iter`` rounds
     compose adaptively; the accountant prices ``ComposedEvent(AboveThresholdEvent(eps1, R),
     GaussianEvent(z, R))`` in RDP and converts to ``(epsilon, delta)``. Deflation projects rows off
     released directions, which never grows a norm, so (i)-(ii) hold for every component.
@@ -181,8 +196,8 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
     (1, 5)
     """
 
-    def __init__(self, n_components=1, *, epsilon=np.inf, delta=None, n_iter=5, beta=0.05, svt_fraction=0.1,
-                 data_norm=None, accountant=None, random_state=None, verbose=0):
+    def __init__(self, n_components=1, *, epsilon=np.inf, delta=None, n_iter=5, beta=0.05,
+                 svt_fraction=0.1, data_norm=None, accountant=None, random_state=None, verbose=0):
         self.n_components = n_components
         self.epsilon = epsilon
         self.delta = delta
@@ -264,11 +279,13 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         return X @ self.components_.T.astype(X.dtype, copy=False)
 
     def inverse_transform(self, X):
-        """Map projections back to feature space: ``X @ components_`` (the components' span, no mean)."""
+        """Map projections back to feature space: ``X @ components_`` (the components' span, no
+        mean)."""
         check_is_fitted(self)
         Z = np.asarray(X)
         if Z.ndim != 2 or Z.shape[1] != self.components_.shape[0]:
-            raise ValueError(f"X must have shape (n_samples, {self.components_.shape[0]}), got {Z.shape}")
+            raise ValueError(f"X must have shape (n_samples, {self.components_.shape[0]}), "
+                             f"got {Z.shape}")
         return Z @ self.components_
 
     def _memory_estimate(self, n_samples, n_features):
@@ -310,7 +327,8 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         return self._preview_plan(self._plan((n, d)))
 
     def _score_units(self, X, y=None):
-        """Per-row captured variance and its public range ``(0, 1)`` (``None`` without ``data_norm``)."""
+        """Per-row captured variance and its public range ``(0, 1)`` (``None`` without
+        ``data_norm``)."""
         check_is_fitted(self)
         X = validate_private_data(self, X, dtype=[np.float64, np.float32], reset=False)
         if self.data_norm is None:
@@ -321,7 +339,8 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         return np.clip(np.einsum("ij,ij->i", P, P) / B**2, 0.0, 1.0), (0.0, 1.0)
 
     def score(self, X, y=None):
-        """Captured variance: the mean over rows of ``||V clip(x)||^2 / data_norm^2``, higher is better.
+        """Captured variance: the mean over rows of ``||V clip(x)||^2 / data_norm^2``, higher is
+        better.
 
         ``V`` holds the released components and rows are clipped to ``data_norm`` as in the fit
         (no centering, as in :meth:`transform`); each row's score is clipped to [0, 1], so a

@@ -21,15 +21,33 @@ from ._base import FitData, FitPlan, PrivateEstimatorMixin
 from ._dask import RowChunks, check_dask_array, is_dask_array
 from ._exact import exact_memory
 from ._memory import FLOAT, check_fits
-from ._validation import (check_data_norm, check_positive_int, check_verbose,
-                          validate_private_data, validate_stream_chunk)
-from .accounting import (ComposedEvent, GaussianEvent, NonPrivateEvent, calibrate_gaussian,
-                         epsilon_of, gdp_mu)
+from ._validation import (
+    check_data_norm,
+    check_positive_int,
+    check_verbose,
+    validate_private_data,
+    validate_stream_chunk,
+)
+from .accounting import (
+    ComposedEvent,
+    GaussianEvent,
+    NonPrivateEvent,
+    calibrate_gaussian,
+    epsilon_of,
+    gdp_mu,
+)
 from .accounting.calibration import paper_noisy_power_sigma
 from .algorithms.pca_fit import entry_matrix_fit, exact_rows_fit, float_rows_fit
-from .algorithms.power import (MAX_DENSE_FEATURES, MEAN_SHARE, TOTAL_SHARE, auto_n_iter,
-                               center_and_clip, eigenvalue_noise_level, power_schedule,
-                               row_power_sensitivity)
+from .algorithms.power import (
+    MAX_DENSE_FEATURES,
+    MEAN_SHARE,
+    TOTAL_SHARE,
+    auto_n_iter,
+    center_and_clip,
+    eigenvalue_noise_level,
+    power_schedule,
+    row_power_sensitivity,
+)
 from .algorithms.streaming_power import StreamingPowerMethod
 from .exceptions import PrivacyWarning
 from .mechanisms import clip_rows
@@ -75,7 +93,8 @@ class _Settings:
     total_noise: float = 0.0
 
 
-class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstimatorMixin, BaseEstimator):
+class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstimatorMixin,
+                 BaseEstimator):
     r"""Differentially private PCA: noisy power method, streaming power method, or Analyze Gauss.
 
     Parameters
@@ -89,24 +108,25 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         (``PrivacyWarning``) when delta is not below ``1/n_samples``; a ``partial_fit`` stream,
         whose length is not known when it starts, is not checked.
     n_iter : int or "auto", default="auto"
-        Power steps (each one release). ``"auto"``: :func:`auto_n_iter` (private: 3 at d = 50, 5 at
-        d = 10^4; non-private: until the iterate is still, at most 300).
+        Power steps (each one release). ``"auto"``: :func:`~dptensor.algorithms.power.auto_n_iter`
+        (private: 3 at d = 50, 5 at d = 10^4; non-private: until the iterate is still, at most 300).
     n_oversamples : int, default=0
         Extra columns of the power block, ``p = n_components + n_oversamples``.
     method : {"auto", "power", "analyze_gauss"}, default="auto"
-        ``"auto"``: Analyze Gauss for row-level data with at most :data:`MAX_DENSE_FEATURES`
-        features, the power method otherwise (more features, a precomputed entry-level matrix, and
-        always for ``partial_fit``). See Notes. Memory: Analyze Gauss holds a few d x d arrays,
-        the power method n x p and d x p ones, beside the rows' clipped copy; a fit whose bound
-        exceeds what the process can allocate is refused before its spend
-        (:class:`~dptensor.MemoryRefusedError`, naming what to change).
+        ``"auto"``: Analyze Gauss for row-level data with at most
+        :data:`~dptensor.algorithms.power.MAX_DENSE_FEATURES` features, the power method otherwise
+        (more features, a precomputed entry-level matrix, and always for ``partial_fit``). See
+        Notes. Memory: Analyze Gauss holds a few d x d arrays, the power method n x p and d x p
+        ones, beside the rows' clipped copy; a fit whose bound exceeds what the process can allocate
+        is refused before its spend (:class:`~dptensor.MemoryRefusedError`, naming what to change).
     input : {"data", "precomputed"}, default="data"
-        ``"data"``: X is (n_samples, n_features). ``"precomputed"``: X is a symmetric d x d matrix ``A``
-        whose top-k eigenvectors (by magnitude) are wanted; ``transform`` then takes d-dimensional rows.
+        ``"data"``: X is (n_samples, n_features). ``"precomputed"``: X is a symmetric d x d matrix
+        ``A`` whose top-k eigenvectors (by magnitude) are wanted; ``transform`` then takes
+        d-dimensional rows.
     neighbors : {None, "row", "entry"}, default=None
         The privacy unit. ``"row"`` (the default for data): replace one row. ``"entry"`` (the
-        default, and the only choice, for precomputed input): one symmetric pair ``A_ij = A_ji`` (or one
-        diagonal entry) changes by at most ``data_norm`` (1 when ``data_norm`` is None).
+        default, and the only choice, for precomputed input): one symmetric pair ``A_ij = A_ji`` (or
+        one diagonal entry) changes by at most ``data_norm`` (1 when ``data_norm`` is None).
     data_norm : float or None, default=None
         Row-level: the public l2 bound rows are clipped to; required when epsilon is finite.
         Entry-level: the bound on an entry's change.
@@ -118,8 +138,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     calibration : {"exact", "paper"}, default="exact"
         ``"exact"``: the least noise meeting ``(epsilon, delta)`` by exact GDP composition, so the
         recorded cost equals the target. ``"paper"``: the papers' formulas (Hardt–Price
-        ``sigma = eps^-1 sqrt(4 p L ln(1/delta))`` times ``||X_{l-1}||_inf`` for entry-level PPM, its
-        multiplier ``sqrt(4 L ln(1/delta))/eps`` for row-level power steps, the classical
+        ``sigma = eps^-1 sqrt(4 p L ln(1/delta))`` times ``||X_{l-1}||_inf`` for entry-level PPM,
+        its multiplier ``sqrt(4 L ln(1/delta))/eps`` for row-level power steps, the classical
         ``sqrt(2 ln(1.25/delta))/eps`` for Analyze Gauss); the cost recorded is what that noise
         really costs.
     whiten : bool, default=False
@@ -146,18 +166,18 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     explained_variance_ratio_ : ndarray of shape (n_components,)
         ``explained_variance_`` over the total variance, a share of a whole (it sums to at most 1).
         The total is exact without privacy; a private row-level fit with ``calibration="exact"``
-        releases it from its own budget share :data:`TOTAL_SHARE` (``sum_i ||c_i||^2`` over the
-        clipped, centred rows plus Gaussian noise; sensitivity ``data_norm^2``); with
-        ``calibration="paper"`` or precomputed input, Analyze Gauss's released trace serves. When
-        noise pushes the released eigenvalues' sum above the released total, they are divided by
-        their own sum instead. Not set when no total is released (private power method with
-        ``calibration="paper"`` or on a precomputed matrix; ``partial_fit``).
+        releases it from its own budget share :data:`~dptensor.algorithms.power.TOTAL_SHARE`
+        (``sum_i ||c_i||^2`` over the clipped, centred rows plus Gaussian noise; sensitivity
+        ``data_norm^2``); with ``calibration="paper"`` or precomputed input, Analyze Gauss's
+        released trace serves. When noise pushes the released eigenvalues' sum above the released
+        total, they are divided by their own sum instead. Not set when no total is released (private
+        power method with ``calibration="paper"`` or on a precomputed matrix; ``partial_fit``).
     explained_variance_noise_ : ndarray of shape (n_components,)
         The typical size of the privacy noise in each released eigenvalue, in the units of
         ``explained_variance_``: a public function of the noise plan
-        (:func:`eigenvalue_noise_level`; 0 without privacy). A component whose
-        ``explained_variance_`` is not clearly above it (below twice it) is dominated by noise, and
-        ``fit`` warns (``UserWarning``) naming it.
+        (:func:`~dptensor.algorithms.power.eigenvalue_noise_level`; 0 without privacy). A component
+        whose ``explained_variance_`` is not clearly above it (below twice it) is dominated by
+        noise, and ``fit`` warns (``UserWarning``) naming it.
     mean_ : ndarray of shape (n_features,)
         The released (private) mean, or zeros when ``centered=True`` or the input is precomputed.
     n_components_, n_features_in_, feature_names_in_ :
@@ -167,7 +187,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     n_samples_seen_ : int
         Rows streamed through ``partial_fit``.
     method_ : str
-        The method ``"auto"`` resolved to (``"power"``, ``"analyze_gauss"`` or ``"streaming_power"``).
+        The method ``"auto"`` resolved to (``"power"``, ``"analyze_gauss"`` or
+        ``"streaming_power"``).
     n_iter_ : int
         Products released (power steps, completed power blocks, or 1 for Analyze Gauss).
     privacy_cost_ : PrivacyCost
@@ -178,16 +199,17 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     **Guarantee.** With a finite epsilon, a fit is ``(epsilon, delta)``-DP for the chosen unit: all
     it releases (``components_``, ``explained_variance_``, ``mean_``, the total behind the ratio) is
     post-processing of Gaussian releases whose sensitivities are derived in
-    ``docs/derivations/pca.rst``; ``n`` and ``d`` are public. A stream through ``partial_fit`` is ``(epsilon, delta)``-DP as a whole, under
-    replace-one of a streamed row, by parallel composition over disjoint blocks.
+    ``docs/derivations/pca.rst``; ``n`` and ``d`` are public. A stream through ``partial_fit`` is
+    ``(epsilon, delta)``-DP as a whole, under replace-one of a streamed row, by parallel
+    composition over disjoint blocks.
 
     **Which method.** Analyze Gauss releases one noisy d x d matrix; the row-level power method
-    releases ``n_iter`` noisy d x p products at the same sensitivity, so its noise is ``sqrt(n_iter)``
-    larger for the same budget and it is less accurate whenever the d x d matrix fits. It wins on
-    memory and time, O(n d p) per step and O(d p) state (d = 10^4 and beyond), and in streams. For
-    a precomputed matrix under entry-level privacy, the PPM noise scales with the iterate's largest
-    rows: on an incoherent matrix (rows of size ``sqrt(p/d)``) it is far below Analyze Gauss's; on a
-    coherent one it is not, and ``method="analyze_gauss"`` is better.
+    releases ``n_iter`` noisy d x p products at the same sensitivity, so its noise is
+    ``sqrt(n_iter)`` larger for the same budget and it is less accurate whenever the d x d matrix
+    fits. It wins on memory and time, O(n d p) per step and O(d p) state (d = 10^4 and beyond), and
+    in streams. For a precomputed matrix under entry-level privacy, the PPM noise scales with the
+    iterate's largest rows: on an incoherent matrix (rows of size ``sqrt(p/d)``) it is far below
+    Analyze Gauss's; on a coherent one it is not, and ``method="analyze_gauss"`` is better.
 
     Examples
     --------
@@ -204,10 +226,10 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
 
     _stream_attributes = ("_stream",)
 
-    def __init__(self, n_components=2, *, epsilon=np.inf, delta=None, n_iter="auto", n_oversamples=0,
-                 method="auto", input="data", neighbors=None, data_norm=None, centered=False,
-                 calibration="exact", whiten=False, block_size=None, accountant=None, random_state=None,
-                 verbose=0):
+    def __init__(self, n_components=2, *, epsilon=np.inf, delta=None, n_iter="auto",
+                 n_oversamples=0, method="auto", input="data", neighbors=None, data_norm=None,
+                 centered=False, calibration="exact", whiten=False, block_size=None,
+                 accountant=None, random_state=None, verbose=0):
         self.n_components = n_components
         self.epsilon = epsilon
         self.delta = delta
@@ -288,8 +310,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
                 raise ValueError("partial_fit runs the streaming power method on rows: it needs "
                                  "method='auto' or 'power' and input='data'")
             if private and self.calibration == "paper":
-                raise ValueError("calibration='paper' has no streaming form (Hardt–Price's SPM is "
-                                 "not private); use calibration='exact'")
+                raise ValueError("calibration='paper' has no streaming form (Hardt–Price's SPM "
+                                 "is not private); use calibration='exact'")
             return "streaming_power"
         if self.method == "auto":
             dense = not precomputed and n_features <= MAX_DENSE_FEATURES
@@ -339,7 +361,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     def _noise_plan(self, settings):
         """``(multipliers, event, n_queries)``: the noise of every release and the event they make
         together (``None``: not private)."""
-        eps, delta, method, center = settings.epsilon, settings.delta, settings.method, settings.center
+        eps, delta = settings.epsilon, settings.delta
+        method, center = settings.method, settings.center
         if not settings.private:
             return dict(noise=0.0, mean_noise=0.0, total_noise=0.0), None, 0
         if method == "streaming_power":
@@ -417,7 +440,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
 
     # ------------------------------------------------------------------ fitting
     def fit(self, X, y=None):
-        """Fit on data X (n_samples, n_features) or a precomputed symmetric matrix; one release plan.
+        """Fit on data X (n_samples, n_features) or a precomputed symmetric matrix; one plan.
 
         ``X`` is never modified. A NaN or an infinity anywhere in ``X`` is refused with
         ``ValueError`` before anything is spent (every row is in hand then); a stream through
@@ -472,10 +495,11 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
                 self.explained_variance_ratio_ = self.explained_variance_ / (whole * scale)
         weak = np.flatnonzero(np.abs(self.explained_variance_) < 2 * self.explained_variance_noise_)
         if weak.size:
-            warnings.warn(f"the released explained_variance_ of component(s) {(weak + 1).tolist()} is below "
-                          "twice its noise level (explained_variance_noise_): those components are "
-                          "dominated by the privacy noise. Use fewer components, more data, a larger "
-                          "epsilon or a tighter data_norm.", UserWarning, stacklevel=3)
+            warnings.warn(f"the released explained_variance_ of component(s) "
+                          f"{(weak + 1).tolist()} is below twice its noise level "
+                          "(explained_variance_noise_): those components are dominated by the "
+                          "privacy noise. Use fewer components, more data, a larger epsilon or a "
+                          "tighter data_norm.", UserWarning, stacklevel=3)
         self.mean_ = mean
         self.n_components_ = result.components.shape[0]
         self.n_iter_ = result.n_iter
@@ -485,7 +509,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
 
     # ------------------------------------------------------------------ streaming
     def partial_fit(self, X, y=None):
-        """Stream a batch of rows through the Streaming Power Method (see :class:`StreamingPowerMethod`).
+        """Stream a batch of rows through the Streaming Power Method
+        (:class:`~dptensor.algorithms.streaming_power.StreamingPowerMethod`).
 
         The first call plans and records the whole stream's cost (one Gaussian event, whatever its
         length). Components exist once the first power block has closed. ``fit`` starts over.
@@ -513,7 +538,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         sensitivities are unchanged (``docs/derivations/pca.rst``). Nothing warns or reports how
         many rows were mapped: check the rows first if that matters to you.
         """
-        if is_dask_array(X):  # Dask rows: pulled one chunk at a time, in order (the cut does not matter)
+        # Dask rows: pulled one chunk at a time, in order (the cut does not matter)
+        if is_dask_array(X):
             for chunk in RowChunks(X):
                 self.partial_fit(chunk)
             return self
@@ -556,7 +582,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         if stream.components is not None:
             self.components_ = stream.components
             self.explained_variance_ = np.maximum(stream.eigenvalues, 0)
-            self.explained_variance_noise_ = np.full(self.explained_variance_.shape, self._stream_noise,
+            self.explained_variance_noise_ = np.full(self.explained_variance_.shape,
+                                                     self._stream_noise,
                                                      dtype=self.explained_variance_.dtype)
             self.n_components_ = stream.components.shape[0]
         return self
@@ -600,7 +627,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
 
     # ------------------------------------------------------------------ pricing and scoring
     def privacy_cost(self, n_samples, n_features):
-        """The cost and noise multiplier a ``fit`` on ``n_samples`` x ``n_features`` data would record.
+        """The cost and noise multiplier a ``fit`` on ``n_samples`` x ``n_features`` data would
+        record.
 
         Computed from the parameters alone, with the fit's own plan (:meth:`_plan`): no data is
         read and nothing is spent. Returns a :class:`~dptensor.PrivacyCost`.
@@ -610,10 +638,12 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         return self._preview_plan(self._plan((n, d)))
 
     def _score_units(self, X, y=None):
-        """Per-row captured variance and its public range ``(0, 1)`` (``None`` without ``data_norm``)."""
+        """Per-row captured variance and its public range ``(0, 1)`` (``None`` without
+        ``data_norm``)."""
         check_is_fitted(self, "components_")
         if self.input == "precomputed":
-            raise ValueError("score needs rows (input='data'); a precomputed matrix has no per-row score")
+            raise ValueError("score needs rows (input='data'); a precomputed matrix has no "
+                             "per-row score")
         X = validate_private_data(self, X, dtype=[np.float64, np.float32], reset=False)
         V = self.components_
         if self.data_norm is None:

@@ -1,4 +1,5 @@
-r"""Adaptive private power iteration: AboveThreshold picks a per-round threshold, rows above it sit out.
+r"""Adaptive private power iteration: AboveThreshold picks each round's threshold, rows above it
+sit out.
 
 A row-level private power method must add noise for the worst row a neighbour could hold: the
 update ``sum_i a_i (a_i . x)`` moves by up to ``2 data_norm^2`` when one row is replaced. On
@@ -47,7 +48,8 @@ def threshold_grid(n: int, data_norm: float) -> np.ndarray:
 
 
 def contributions(projections: np.ndarray, sq_norms: np.ndarray) -> np.ndarray:
-    """Per-row contribution ``c_i = ||a_i|| |a_i . x|`` (float64), from ``a_i . x`` and ``||a_i||^2``.
+    """Per-row contribution ``c_i = ||a_i|| |a_i . x|`` (float64), from ``a_i . x`` and
+    ``||a_i||^2``.
 
     ``c_i`` is the l2 norm of row ``i``'s term ``a_i (a_i . x)`` in the power update.
     """
@@ -66,7 +68,8 @@ def grid_counts(c: np.ndarray, grid: np.ndarray) -> np.ndarray:
 
 def choose_threshold(c: np.ndarray, grid: np.ndarray, epsilon: float, beta: float,
                      rng: np.random.Generator) -> float:
-    """AboveThreshold over the grid: the first ``theta_j`` whose count clears ``n - 6 ln(1/beta)/eps``.
+    """AboveThreshold over the grid: the first ``theta_j`` whose count clears
+    ``n - 6 ln(1/beta)/eps``.
 
     Each count has sensitivity 1 under replace-one (one row moves in or out of one side of the
     threshold), ``n`` is public, so the run is pure ``epsilon``-DP and releases only the index.
@@ -79,7 +82,8 @@ def choose_threshold(c: np.ndarray, grid: np.ndarray, epsilon: float, beta: floa
     return float(grid[-1] if j is None else grid[j])
 
 
-def filtered_update(X: np.ndarray, projections: np.ndarray, c: np.ndarray, theta: float) -> np.ndarray:
+def filtered_update(X: np.ndarray, projections: np.ndarray, c: np.ndarray,
+                    theta: float) -> np.ndarray:
     """``sum_{i : c_i <= theta} a_i (a_i . x)``: the power step on the kept rows only.
 
     Zeroing the dropped rows' weights keeps it a GEMV (no copy of the kept rows). Its l2
@@ -145,7 +149,8 @@ def filtered_sensitivity(theta: float, data_norm: float) -> float:
 def adaptive_power_iteration(X, n_components: int, n_iter: int, *, rng: np.random.Generator,
                              data_norm: float | None = None, svt_epsilon: float | None = None,
                              noise_multiplier: float = 0.0, beta: float = 0.05, verbose: int = 0):
-    """Top ``n_components`` directions of ``A^T A`` by adaptive (private) power iteration with deflation.
+    """Top ``n_components`` directions of ``A^T A`` by adaptive (private) power iteration with
+    deflation.
 
     Parameters
     ----------
@@ -202,7 +207,8 @@ def adaptive_power_iteration(X, n_components: int, n_iter: int, *, rng: np.rando
                                      rounding=update_rounding(n, d, theta, data_norm, k))
                 thresholds[k, t] = theta
                 if verbose:
-                    print(f"[AdaptivePrivatePCA] component {k + 1} round {t + 1}: theta = {theta:.4g}")
+                    print(f"[AdaptivePrivatePCA] component {k + 1} round {t + 1}: "
+                          f"theta = {theta:.4g}")
             else:
                 y = (X.T @ proj).astype(np.float64)
             y = project(y)
@@ -230,7 +236,8 @@ def component_variances(X: np.ndarray, components: np.ndarray, data_norm, noise_
     previous release. Replacing row ``a`` by ``b`` moves the vector ``((a . v_j)^2)_j`` to
     ``((b . v_j)^2)_j``: both non-negative with sums at most ``B^2``, so the change has norm at most
     ``sqrt(||u||^2 + ||w||^2) <= sqrt(2) B^2``, or ``B^2`` for one component; attained at
-    ``a = B v_1``, ``b = B v_2``. That is :func:`~dptensor.algorithms.power.row_power_sensitivity` with ``p = k``.
+    ``a = B v_1``, ``b = B v_2``. That is
+    :func:`~dptensor.algorithms.power.row_power_sensitivity` with ``p = k``.
 
     Rounding: the squares are each row's own (its per-row map, float64), then one sum of ``n``
     terms whose l2 norm is at most ``sum_j (a . v_j)^2 <= B^2``: ``total = n B^2``, ``terms = n``.
@@ -257,7 +264,8 @@ def zcdp_rho(epsilon: float, delta: float) -> float:
 
 
 def svt_epsilon_for(epsilon: float, delta: float, svt_fraction: float, n_rounds: int) -> float:
-    """Per-round AboveThreshold epsilon: ``n_rounds * eps1^2 / 2 = svt_fraction * zcdp_rho(eps, delta)``.
+    """Per-round AboveThreshold epsilon:
+    ``n_rounds * eps1^2 / 2 = svt_fraction * zcdp_rho(eps, delta)``.
 
     Pure ``eps1``-DP is ``eps1^2/2``-zCDP, so the AboveThreshold runs together take the fraction
     ``svt_fraction`` of the total zCDP budget; the Gaussian steps get what the accountant leaves.

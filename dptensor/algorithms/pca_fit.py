@@ -18,13 +18,32 @@ import math
 import numpy as np
 
 from .._dask import DaskGramMatrix, clip_chunks, dask_gram, is_dask_array
-from .._exact import (BITS, ExactGram, exact_gaussian_release, gram, grid_rows, map_rows,
-                      row_sum, rows_stat, sum_of_squares)
+from .._exact import (
+    BITS,
+    ExactGram,
+    exact_gaussian_release,
+    gram,
+    grid_rows,
+    map_rows,
+    row_sum,
+    rows_stat,
+    sum_of_squares,
+)
 from .._operators import DenseMatrix, GramMatrix
 from ..mechanisms import clip_rows
-from .power import (analyze_gauss, center_and_clip, clip_center_clip, covariance_sensitivity,
-                    entry_power_sensitivity, grid_centred, noisy_power_method, private_mean,
-                    private_total, row_power_sensitivity, total_variance_sensitivity)
+from .power import (
+    analyze_gauss,
+    center_and_clip,
+    clip_center_clip,
+    covariance_sensitivity,
+    entry_power_sensitivity,
+    grid_centred,
+    noisy_power_method,
+    private_mean,
+    private_total,
+    row_power_sensitivity,
+    total_variance_sensitivity,
+)
 
 __all__ = ["exact_rows_fit", "float_rows_fit", "entry_matrix_fit"]
 

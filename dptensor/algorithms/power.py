@@ -7,8 +7,8 @@ mechanism (``docs/derivations/pca.rst``):
   priced at its own sensitivity: row-level for data (``A = sum_i x_i x_i^T`` over clipped rows,
   never formed) or entry-level for a precomputed symmetric matrix (PPM, noise scaled by the
   previous iterate's largest rows);
-* **Analyze Gauss** (Dwork–Talwar–Thakurta–Zhang): one symmetric Gaussian matrix added to ``A``,
-  then its top-k eigenvectors.
+* **Analyze Gauss** (Dwork–Talwar–Thakurta–Zhang): one symmetric Gaussian matrix added to
+  ``A``, then its top-k eigenvectors.
 
 Beside them: their sensitivities, iteration schedules and budget shares, the private mean and
 total variance of clipped rows, the centring and clipping of rows, the eigenvalues' noise level,
@@ -28,14 +28,20 @@ import scipy.linalg
 
 from .._dask import is_dask_array
 from .._exact import BITS, Exact, exact_gaussian_release, grid_rows
-from ..mechanisms import (Rounding, clip_factors, clip_rows, gaussian_release,
-                          symmetric_gaussian_release)
+from ..mechanisms import (
+    Rounding,
+    clip_factors,
+    clip_rows,
+    gaussian_release,
+    symmetric_gaussian_release,
+)
 
 __all__ = ["PCAResult", "orthonormalize", "rayleigh_ritz", "noisy_power_method", "analyze_gauss",
            "private_mean", "private_total", "center_and_clip", "row_power_sensitivity",
            "entry_power_sensitivity", "covariance_sensitivity", "total_variance_sensitivity",
            "auto_n_iter", "power_schedule", "eigenvalue_noise_level", "total_rounding",
-           "mean_rounding", "clip_center_clip", "grid_centred", "MEAN_SHARE", "FINAL_STEP_SHARE", "TOTAL_SHARE", "MAX_DENSE_FEATURES",
+           "mean_rounding", "clip_center_clip", "grid_centred", "MEAN_SHARE", "FINAL_STEP_SHARE",
+           "TOTAL_SHARE", "MAX_DENSE_FEATURES",
            "random_unit_columns", "normalize_columns", "select_restart", "flip_signs"]
 
 #: Share of the squared GDP budget ``mu^2`` spent on the private mean when ``centered=False``:
@@ -46,10 +52,11 @@ __all__ = ["PCAResult", "orthonormalize", "rayleigh_ritz", "noisy_power_method",
 MEAN_SHARE = 0.1
 
 #: Share of the squared GDP budget ``mu^2`` spent on the total variance ``sum_i ||c_i||^2`` of a
-#: private row-level fit (``calibration="exact"``), the denominator of ``explained_variance_ratio_``.
-#: Its sensitivity is ``B^2``, against ``n`` times a typical ``||c||^2``, so its relative error is
-#: about ``B^2 / (mu sqrt(0.02) n mean ||c||^2)``: 1.5% at ``mu = 1``, ``n = 2000`` and
-#: ``mean ||c||^2 = B^2 / 4``. It raises the spectral noise by ``1/sqrt(0.98) - 1``, about 1%.
+#: private row-level fit (``calibration="exact"``), the denominator of
+#: ``explained_variance_ratio_``. Its sensitivity is ``B^2``, against ``n`` times a typical
+#: ``||c||^2``, so its relative error is about ``B^2 / (mu sqrt(0.02) n mean ||c||^2)``: 1.5% at
+#: ``mu = 1``, ``n = 2000`` and ``mean ||c||^2 = B^2 / 4``. It raises the spectral noise by
+#: ``1/sqrt(0.98) - 1``, about 1%.
 TOTAL_SHARE = 0.02
 
 #: Share of the spectral ``mu^2`` given to the last power step (exact calibration); see
@@ -100,7 +107,8 @@ def entry_power_sensitivity(X: np.ndarray, entry_bound: float = 1.0) -> float:
 
 
 def total_variance_sensitivity(data_norm: float) -> float:
-    r"""Exact sensitivity of the total ``sum_i ||c_i||^2`` over rows clipped to ``||c|| <= B``: ``B^2``.
+    r"""Exact sensitivity of the total ``sum_i ||c_i||^2`` over rows clipped to ``||c|| <= B``:
+    ``B^2``.
 
     Replace-one changes one term from ``||a||^2`` to ``||b||^2``, both in ``[0, B^2]``, so the total
     moves by at most ``B^2``, attained at ``||a|| = B``, ``b = 0``.
@@ -136,7 +144,8 @@ class PCAResult(NamedTuple):
     ``components`` (k, d) orthonormal rows, ``eigenvalues`` (k,) estimates of the matching
     eigenvalues of ``A``, ``n_iter`` the number of products (releases) made, ``total`` the trace of
     the released matrix (Analyze Gauss only, else ``None``), ``basis`` the last d x p iterate,
-    ``noise_std`` the std of each noise entry of the last release (0 without noise; a public number).
+    ``noise_std`` the std of each noise entry of the last release (0 without noise; a public
+    number).
     """
 
     components: np.ndarray
@@ -162,9 +171,9 @@ def rayleigh_ritz(X: np.ndarray, Y: np.ndarray, n_components: int):
     """Top-k directions and eigenvalue estimates from the last product ``Y = A X + G``.
 
     Components are the top left singular vectors of ``Y`` (the most converged subspace, one step
-    past ``X``), ordered by singular value, i.e. by ``|eigenvalue|``. Eigenvalues are the Ritz values
-    of ``A`` on ``span(X)``: eigenvalues of the symmetric part of ``X^T Y = X^T A X + X^T G``, ordered
-    by magnitude; unlike singular values they are not inflated by the noise. Both are
+    past ``X``), ordered by singular value, i.e. by ``|eigenvalue|``. Eigenvalues are the Ritz
+    values of ``A`` on ``span(X)``: eigenvalues of the symmetric part of ``X^T Y = X^T A X + X^T
+    G``, ordered by magnitude; unlike singular values they are not inflated by the noise. Both are
     post-processing of ``Y``, so they cost nothing more. Rows get a deterministic sign (largest
     entry positive).
     """
@@ -212,8 +221,8 @@ def noisy_power_method(operator, n_components: int, n_iter: int, rng: np.random.
         silent default would release the sum without its allowance.
     tol : float, default=0
         Stop early once the top-k part of the iterate moves by less than ``tol`` (spectral norm of
-        its component outside the previous span). Use only without noise: a private plan pays for every
-        release it planned, so stopping early would only waste it.
+        its component outside the previous span). Use only without noise: a private plan pays for
+        every release it planned, so stopping early would only waste it.
 
     Returns
     -------
@@ -237,7 +246,8 @@ def noisy_power_method(operator, n_components: int, n_iter: int, rng: np.random.
             else:
                 step = _step_rounding(rounding, X)
                 Y = gaussian_release(Y, s, z[it - 1], rng, dtype=dtype, rounding=step)
-        if verbose and (it == n_iter or it % max(1, n_iter // 10) == 0):  # progress: public counts only
+        # progress: public counts only
+        if verbose and (it == n_iter or it % max(1, n_iter // 10) == 0):
             print(f"[noisy_power_method] step {it}/{n_iter} done (d={d}, p={p})", flush=True)
         if it == n_iter:
             break
@@ -293,7 +303,8 @@ def analyze_gauss(C: np.ndarray, n_components: int, rng: np.random.Generator, *,
         w, V = scipy.linalg.eigh(noisy)
         idx = np.argsort(-np.abs(w), kind="stable")[:n_components]
     return PCAResult(flip_signs(V[:, idx].T), w[idx], 1, float(np.trace(noisy)),
-                     noise_std=float(noise_multiplier * sensitivity) if noise_multiplier > 0 else 0.0)
+                     noise_std=(float(noise_multiplier * sensitivity) if noise_multiplier > 0
+                                else 0.0))
 
 
 def eigenvalue_noise_level(noise_std: float, size: int, method: str) -> float:
@@ -308,15 +319,18 @@ def eigenvalue_noise_level(noise_std: float, size: int, method: str) -> float:
     ``sigma``, off-diagonal ``sigma / sqrt(2)``) of norm about ``sqrt(2 p) sigma`` (``size = p``).
     An eigenvalue not clearly above this level (below twice it) is dominated by noise.
 
-    >>> eigenvalue_noise_level(1.0, 100, "analyze_gauss"), round(eigenvalue_noise_level(1.0, 2, "power"), 6)
-    (20.0, 2.0)
+    >>> eigenvalue_noise_level(1.0, 100, "analyze_gauss")
+    20.0
+    >>> round(eigenvalue_noise_level(1.0, 2, "power"), 6)
+    2.0
     """
     factor = 2.0 * math.sqrt(size) if method == "analyze_gauss" else math.sqrt(2.0 * size)
     return factor * float(noise_std)
 
 
 def private_total(Xc, data_norm: float, noise_multiplier: float, rng: np.random.Generator) -> float:
-    """``sum_i ||c_i||^2`` over rows already clipped to ``data_norm``, plus ``N(0, (z B^2)^2)`` noise.
+    """``sum_i ||c_i||^2`` over rows already clipped to ``data_norm``, plus ``N(0, (z B^2)^2)``
+    noise.
 
     The total variance (times ``n - 1``), released for ``explained_variance_ratio_``; its
     sensitivity is :func:`total_variance_sensitivity`, raised by the float sum's rounding
@@ -448,7 +462,8 @@ def auto_n_iter(n_features: int, private: bool) -> int:
 # --------------------------------------------------------------------------------------------
 
 def random_unit_columns(d: int, L: int, rng: np.random.Generator, dtype=np.float64) -> np.ndarray:
-    """``L`` independent vectors uniform on the unit sphere of R^d, as the columns of a (d, L) array.
+    """``L`` independent vectors uniform on the unit sphere of R^d, as the columns of a (d, L)
+    array.
 
     A standard Gaussian vector divided by its norm is uniform on the sphere (rotation invariance).
     The start is data-independent, so it costs no privacy.

@@ -7,8 +7,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._exact import (BITS, Exact, exact_gaussian_release, gram_product, grid_rows, grid_vectors,
-                      power_sensitivity, row_sum)
+from .._exact import (
+    BITS,
+    Exact,
+    exact_gaussian_release,
+    gram_product,
+    grid_rows,
+    grid_vectors,
+    power_sensitivity,
+    row_sum,
+)
 from ..mechanisms import clip_rows
 from ..mechanisms.randomness import RowDigest, rekeyed
 from .power import center_and_clip, orthonormalize, rayleigh_ritz
@@ -21,18 +29,19 @@ class StreamingPowerMethod:
 
     Rows arrive in batches of any size; they fill blocks of exactly ``block_size`` rows. Unless the
     data are declared centred, the first block only estimates the mean (released with noise
-    ``z 2B/T``); each later block ``l`` releases ``Y_l = (1/T) sum_{block} c c^T X_{l-1} + G_l`` with
-    ``c = clip(x - mean, B)`` and ``G_l`` at ``z * row_power_sensitivity(B, p) / T``, then
+    ``z 2B/T``); each later block ``l`` releases ``Y_l = (1/T) sum_{block} c c^T X_{l-1} + G_l``
+    with ``c = clip(x - mean, B)`` and ``G_l`` at ``z * row_power_sensitivity(B, p) / T``, then
     ``X_l = QR(Y_l)``. State is O(d p): the iterate, a d x p accumulator and a d-vector; no row is
     kept. The result does not depend on how the stream is cut into batches (noise is drawn only when
     a block completes, in block order).
 
     Privacy: every row is in exactly one block and each block's release is one Gaussian at
-    multiplier ``z`` on that block alone, so by parallel composition (adaptive, on disjoint data) the
-    whole stream is ``1/z``-GDP under replace-one, however many blocks it has.
+    multiplier ``z`` on that block alone, so by parallel composition (adaptive, on disjoint data)
+    the whole stream is ``1/z``-GDP under replace-one, however many blocks it has.
     """
 
-    def __init__(self, n_features: int, n_components: int, block_size: int, rng: np.random.Generator, *,
+    def __init__(self, n_features: int, n_components: int, block_size: int,
+                 rng: np.random.Generator, *,
                  n_oversamples: int = 0, data_norm=None, noise_multiplier: float = 0.0,
                  centered: bool = False, dtype=np.float64, digest: RowDigest | None = None):
         self.n_components, self.block_size = int(n_components), int(block_size)
