@@ -547,25 +547,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         first = getattr(self, "_stream", None) is None
         X = validate_stream_chunk(self, X, reset=first, dtype=[np.float64, np.float32])
         if first:
-            d = X.shape[1]
-            # the stream holds one chunk and its block's sums at a time: this chunk stands for it
-            plan = self._plan((X.shape[0], d), streaming=True)
-            settings = plan.settings
-            T = settings.block_size
-            self.privacy_cost_, rng = self._spend_plan(plan, FitData(arrays=(), shape=(d, T)))
-            self._stream = StreamingPowerMethod(
-                d, settings.k, T, rng, n_oversamples=settings.p - settings.k,
-                data_norm=settings.bound, noise_multiplier=settings.noise,
-                centered=not settings.center, dtype=X.dtype,
-                digest=None if self.random_state is None else RowDigest(X.dtype, d))
-            self.method_ = "streaming_power"
-            std = 0.0
-            if settings.private:
-                std = _last(settings.noise) * row_power_sensitivity(settings.bound, settings.p) / T
-            self._stream_noise = eigenvalue_noise_level(std, settings.p, "power")
-            for attr in ("components_", "explained_variance_", "explained_variance_ratio_",
-                         "mean_", "n_samples_", "explained_variance_noise_"):
-                self.__dict__.pop(attr, None)
+            self._start_stream(X)
         else:  # a later chunk, larger maybe: refused by its shape alone, and the stream goes on
             check_fits(2 * X.size * FLOAT, "PrivatePCA.partial_fit",
                        "Pass the rows in smaller chunks (the result does not depend on the cut)")
@@ -587,6 +569,28 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
                                                      dtype=self.explained_variance_.dtype)
             self.n_components_ = stream.components.shape[0]
         return self
+
+    def _start_stream(self, X):
+        """A stream's first chunk: plan and spend the whole stream, open its state."""
+        d = X.shape[1]
+        # the stream holds one chunk and its block's sums at a time: this chunk stands for it
+        plan = self._plan((X.shape[0], d), streaming=True)
+        settings = plan.settings
+        T = settings.block_size
+        self.privacy_cost_, rng = self._spend_plan(plan, FitData(arrays=(), shape=(d, T)))
+        self._stream = StreamingPowerMethod(
+            d, settings.k, T, rng, n_oversamples=settings.p - settings.k,
+            data_norm=settings.bound, noise_multiplier=settings.noise,
+            centered=not settings.center, dtype=X.dtype,
+            digest=None if self.random_state is None else RowDigest(X.dtype, d))
+        self.method_ = "streaming_power"
+        std = 0.0
+        if settings.private:
+            std = _last(settings.noise) * row_power_sensitivity(settings.bound, settings.p) / T
+        self._stream_noise = eigenvalue_noise_level(std, settings.p, "power")
+        for attr in ("components_", "explained_variance_", "explained_variance_ratio_",
+                     "mean_", "n_samples_", "explained_variance_noise_"):
+            self.__dict__.pop(attr, None)
 
     # ------------------------------------------------------------------ transforming
     def transform(self, X):
