@@ -28,7 +28,7 @@ from benchmarks._common import timed, write_results  # noqa: E402
 from dptensor import PrivatePCA  # noqa: E402
 from dptensor.algorithms.exact import gram, gram_product, grid_rows, grid_vectors  # noqa: E402
 from dptensor.mechanisms import clip_rows  # noqa: E402
-from dptensor.pca import center_and_clip, private_mean, private_total  # noqa: E402
+from dptensor.algorithms.power import center_and_clip, private_mean, private_total  # noqa: E402
 
 NAME = "exact_sums"
 #: Rows have squared norm about 175 (std 2 down to 0.5 over 100 columns): B = 20 clips few of them.

@@ -15,7 +15,7 @@ import numpy as np
 from benchmarks._common import gemm_gflops, markdown_table, peak_memory, plot_path, timed, write_results
 from dptensor import PrivateTensorDecomposition
 from dptensor.algorithms.operators import SymmetricTensor
-from dptensor._power import random_unit_columns
+from dptensor.algorithms.power import random_unit_columns
 from dptensor.datasets import make_orthogonal_tensor
 from dptensor.metrics import recovery_error
 from dptensor.algorithms.tensor_power import choose_moment, n_power_queries

@@ -1,562 +1,60 @@
-r"""Private PCA: the noisy power method (Hardt–Price), its streaming form, and Analyze Gauss.
+r"""Private PCA, the estimator: the top-k principal subspace of rows or of a symmetric matrix.
 
-Three ways to release the top-k principal subspace of a symmetric matrix ``A`` under a
-Gaussian mechanism (SPEC §4):
-
-* the **noisy power method** ``X_l = QR(A X_{l-1} + G_l)``, ``L`` releases of a d x p block, each
-  priced at its own sensitivity: row-level for data (``A = sum_i x_i x_i^T`` over clipped rows,
-  never formed) or entry-level for a precomputed symmetric matrix (PPM, noise scaled by the
-  previous iterate's largest rows);
-* the **streaming power method** (SPM): one power step per disjoint block of rows, O(dp) memory,
-  and by parallel composition the whole stream costs one Gaussian release;
-* **Analyze Gauss** (Dwork–Talwar–Thakurta–Zhang): one symmetric Gaussian matrix added to ``A``,
-  then its top-k eigenvectors.
-
-The functions here are plain arrays-in, arrays-out algorithms (no scikit-learn, no budgets);
-:class:`PrivatePCA` plans the noise, records the spend and calls them. Every sensitivity used is
-derived in ``docs/derivations/pca.rst`` and checked by brute force in ``tests/test_pca.py``.
+:class:`PrivatePCA` checks its parameters, plans the noise (the budget's shares, the power
+schedule, the papers' calibrations), records the spend and sets its attributes; the algorithms it
+runs (the noisy power method, Analyze Gauss, the streaming power method, the private mean and
+total) are in :mod:`dptensor.algorithms.power` and :mod:`dptensor.algorithms.streaming_power`.
+Every sensitivity used is derived in ``docs/derivations/pca.rst``.
 """
 from __future__ import annotations
 
-import functools
 import math
-import numbers
 import warnings
-from typing import NamedTuple
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
-import scipy.linalg
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import PrivateEstimatorMixin
-from .algorithms.exact import (BITS, Exact, ExactGram, exact_gaussian_release, exact_memory, gram,
-                     gram_product, grid_rows, grid_vectors, map_rows, power_sensitivity, row_sum,
-                     rows_stat, sum_of_squares)
-from .algorithms.dask import DaskGramMatrix, RowChunks, check_dask_array, clip_chunks, dask_gram, is_dask_array
-from .algorithms.operators import DenseMatrix, GramMatrix
-from ._power import flip_signs
+from ._base import FitData, FitPlan, PrivateEstimatorMixin
+from .algorithms.dask import RowChunks, check_dask_array, is_dask_array
+from .algorithms.exact import exact_memory
 from ._memory import FLOAT, check_fits
-from .mechanisms.randomness import RowDigest, rekeyed
-from .exceptions import PrivacyWarning
-from ._validation import (check_data_norm, check_positive_int, check_verbose, validate_private_data,
-                          validate_stream_chunk)
-from .accounting import ComposedEvent, GaussianEvent, NonPrivateEvent, calibrate_gaussian, epsilon_of, gdp_mu
+from ._validation import (
+    check_data_norm,
+    check_positive_int,
+    check_verbose,
+    validate_private_data,
+    validate_stream_chunk,
+)
+from .accounting import (
+    ComposedEvent,
+    GaussianEvent,
+    NonPrivateEvent,
+    calibrate_gaussian,
+    epsilon_of,
+    gdp_mu,
+)
 from .accounting.calibration import paper_noisy_power_sigma
-from .mechanisms import (Rounding, clip_factors, clip_rows, gaussian_release,
-                         symmetric_gaussian_release)
+from .algorithms.pca_fit import entry_matrix_fit, exact_rows_fit, float_rows_fit
+from .algorithms.power import (
+    MAX_DENSE_FEATURES,
+    MEAN_SHARE,
+    TOTAL_SHARE,
+    auto_n_iter,
+    center_and_clip,
+    eigenvalue_noise_level,
+    power_schedule,
+    row_power_sensitivity,
+)
+from .algorithms.streaming_power import StreamingPowerMethod
+from .exceptions import PrivacyWarning
+from .mechanisms import clip_rows
+from .mechanisms.randomness import RowDigest
+
+__all__ = ["PrivatePCA"]
 
-__all__ = ["PrivatePCA", "PCAResult", "orthonormalize", "rayleigh_ritz", "noisy_power_method",
-           "analyze_gauss", "private_mean", "center_and_clip",
-           "row_power_sensitivity", "entry_power_sensitivity", "covariance_sensitivity",
-           "auto_n_iter", "power_schedule", "StreamingPowerMethod", "MEAN_SHARE", "FINAL_STEP_SHARE",
-           "TOTAL_SHARE", "MAX_DENSE_FEATURES", "total_variance_sensitivity", "private_total",
-           "eigenvalue_noise_level"]
-
-#: Share of the squared GDP budget ``mu^2`` spent on the private mean when ``centered=False``:
-#: ``mu_mean^2 = MEAN_SHARE mu^2`` and the spectral part gets the rest, so the whole fit is exactly
-#: ``mu``-GDP. The mean's error enters the covariance only to second order (``n ||e||^2``) while
-#: the spectral noise enters to first order, so a small share suffices; it raises the spectral
-#: noise by ``1/sqrt(0.9) - 1``, about 5%.
-MEAN_SHARE = 0.1
-
-#: Share of the squared GDP budget ``mu^2`` spent on the total variance ``sum_i ||c_i||^2`` of a
-#: private row-level fit (``calibration="exact"``), the denominator of ``explained_variance_ratio_``.
-#: Its sensitivity is ``B^2``, against ``n`` times a typical ``||c||^2``, so its relative error is
-#: about ``B^2 / (mu sqrt(0.02) n mean ||c||^2)``: 1.5% at ``mu = 1``, ``n = 2000`` and
-#: ``mean ||c||^2 = B^2 / 4``. It raises the spectral noise by ``1/sqrt(0.98) - 1``, about 1%.
-TOTAL_SHARE = 0.02
-
-#: Share of the spectral ``mu^2`` given to the last power step (exact calibration); see
-#: :func:`power_schedule`.
-FINAL_STEP_SHARE = 0.5
-
-#: ``method="auto"`` uses Analyze Gauss for row-level data with at most this many features (its
-#: d x d matrix is then at most 32 MB in float64 and its eigendecomposition takes seconds), and
-#: the power method beyond, where only O(dp) iterates fit comfortably.
-MAX_DENSE_FEATURES = 2000
-
-
-# --------------------------------------------------------------------------------------------
-# Sensitivities (derived in docs/derivations/pca.rst, brute-forced in tests/test_pca.py)
-# --------------------------------------------------------------------------------------------
-
-def row_power_sensitivity(data_norm: float, block: int) -> float:
-    r"""Exact l2 (Frobenius) sensitivity of ``A X`` for ``A = sum_i x_i x_i^T`` under replace-one.
-
-    Rows have norm at most ``data_norm = B`` and ``X`` is d x p with orthonormal columns. With
-    ``M = a a^T - b b^T`` (rank 2, eigenvalues ``l1 >= 0 >= l2``),
-    ``||M X||_F^2 = tr(X^T M^2 X)`` is at most the sum of the ``p`` largest eigenvalues of ``M^2``:
-    ``l1^2 + l2^2 = |a|^4 + |b|^4 - 2 (a.b)^2 <= 2 B^4`` for ``p >= 2``, and
-    ``max(l1^2, l2^2) <= B^4`` for ``p = 1``. Both are attained (orthogonal ``a, b`` of norm ``B``
-    inside the span of ``X``), so the sensitivity is ``sqrt(min(p, 2)) B^2``: a factor ``sqrt(2)``
-    below the triangle-inequality bound ``2 B^2``.
-
-    >>> round(row_power_sensitivity(1.0, 3), 6)
-    1.414214
-    """
-    return float(data_norm) ** 2 * math.sqrt(min(int(block), 2))
-
-
-def entry_power_sensitivity(X: np.ndarray, entry_bound: float = 1.0) -> float:
-    r"""Exact l2 sensitivity of ``A X`` under the symmetric matrix-entry relation.
-
-    Neighbouring symmetric matrices differ in one pair ``A_ij = A_ji`` (``i != j``) or one diagonal
-    entry, by at most ``entry_bound``. Then ``Delta(A X) = c (e_i X_j + e_j X_i)`` (row ``i`` of
-    the product moves by row ``j`` of ``X`` and vice versa), of Frobenius norm
-    ``|c| sqrt(||X_i||^2 + ||X_j||^2)``, or ``|c| ||X_i||`` on the diagonal. The largest is
-    ``entry_bound * sqrt(r_1^2 + r_2^2)`` with ``r_1 >= r_2`` the two largest row norms of ``X``:
-    at most ``sqrt(2 p) ||X||_inf``, the Hardt–Price scale times ``sqrt(2)`` for the pair.
-    ``X`` is a previous release, so a noise scale that depends on it is fine.
-    """
-    sq = np.einsum("ij,ij->i", X, X)
-    top = np.partition(sq, sq.size - 2)[-2:] if sq.size >= 2 else sq
-    return float(entry_bound) * math.sqrt(float(np.sum(top)))
-
-
-def total_variance_sensitivity(data_norm: float) -> float:
-    r"""Exact sensitivity of the total ``sum_i ||c_i||^2`` over rows clipped to ``||c|| <= B``: ``B^2``.
-
-    Replace-one changes one term from ``||a||^2`` to ``||b||^2``, both in ``[0, B^2]``, so the total
-    moves by at most ``B^2``, attained at ``||a|| = B``, ``b = 0``.
-
-    >>> total_variance_sensitivity(3.0)
-    9.0
-    """
-    return float(data_norm) ** 2
-
-
-def covariance_sensitivity(data_norm: float) -> float:
-    r"""Exact l2 sensitivity of the upper triangle (diagonal included) of ``sum_i x_i x_i^T``.
-
-    Replace-one with rows of norm at most ``B`` moves the matrix by ``M = a a^T - b b^T``; the
-    upper triangle has squared norm ``(||M||_F^2 + sum_i M_ii^2) / 2``, each term at most
-    ``2 B^4`` (``||M||_F^2 = |a|^4 + |b|^4 - 2 (a.b)^2``, ``sum_i (a_i^2 - b_i^2)^2 <=
-    sum_i a_i^4 + b_i^4``), both attained at ``a = B e_1``, ``b = B e_2``: ``sqrt(2) B^2``.
-    """
-    return math.sqrt(2.0) * float(data_norm) ** 2
-
-
-# --------------------------------------------------------------------------------------------
-# Algorithms
-# --------------------------------------------------------------------------------------------
-
-#: ``noisy_power_method``'s ``rounding`` when none is given: a float product then has no release.
-_NO_ROUNDING = object()
-
-
-class PCAResult(NamedTuple):
-    """What a spectral algorithm returns.
-
-    ``components`` (k, d) orthonormal rows, ``eigenvalues`` (k,) estimates of the matching
-    eigenvalues of ``A``, ``n_iter`` the number of products (releases) made, ``total`` the trace of
-    the released matrix (Analyze Gauss only, else ``None``), ``basis`` the last d x p iterate,
-    ``noise_std`` the std of each noise entry of the last release (0 without noise; a public number).
-    """
-
-    components: np.ndarray
-    eigenvalues: np.ndarray
-    n_iter: int
-    total: float | None = None
-    basis: np.ndarray | None = None
-    noise_std: float = 0.0
-
-
-def orthonormalize(Y: np.ndarray) -> np.ndarray:
-    """Orthonormal basis of the columns of ``Y`` (reduced QR), signs fixed so that ``diag(R) >= 0``.
-
-    Fixing the signs makes the factorisation unique, so the power method is a deterministic
-    function of its releases. Keeps ``Y``'s floating dtype.
-    """
-    Q, R = np.linalg.qr(Y)
-    signs = np.where(np.diagonal(R) < 0, -1.0, 1.0).astype(Q.dtype, copy=False)
-    return Q * signs
-
-
-def rayleigh_ritz(X: np.ndarray, Y: np.ndarray, n_components: int):
-    """Top-k directions and eigenvalue estimates from the last product ``Y = A X + G``.
-
-    Components are the top left singular vectors of ``Y`` (the most converged subspace, one step
-    past ``X``), ordered by singular value, i.e. by ``|eigenvalue|``. Eigenvalues are the Ritz values
-    of ``A`` on ``span(X)``: eigenvalues of the symmetric part of ``X^T Y = X^T A X + X^T G``, ordered
-    by magnitude; unlike singular values they are not inflated by the noise. Both are
-    post-processing of ``Y``, so they cost nothing more. Rows get a deterministic sign (largest
-    entry positive).
-    """
-    U = np.linalg.svd(Y, full_matrices=False)[0][:, :n_components]
-    H = X.T @ Y
-    ritz = np.linalg.eigvalsh((H + H.T) / 2)
-    ritz = ritz[np.argsort(-np.abs(ritz), kind="stable")][:n_components]
-    return flip_signs(U.T), ritz
-
-
-def noisy_power_method(operator, n_components: int, n_iter: int, rng: np.random.Generator, *,
-                       noise_multiplier: float = 0.0, sensitivity=1.0, n_oversamples: int = 0,
-                       init: np.ndarray | None = None, tol: float = 0.0, verbose: int = 0,
-                       dtype=None, rounding=_NO_ROUNDING) -> PCAResult:
-    r"""The noisy power method (Hardt & Price 2014, Fig. 1) on a symmetric operator.
-
-    ``X_0 = QR(G_0)`` from a data-independent Gaussian d x p start (``p = n_components +
-    n_oversamples``); for ``l = 1..n_iter``: ``Y_l = A X_{l-1} + G_l``, ``X_l = QR(Y_l)``, with
-    ``G_l`` entries ``N(0, (noise_multiplier * s_l)^2)``. The output is extracted from the last
-    product by :func:`rayleigh_ritz`.
-
-    Parameters
-    ----------
-    operator : object with ``shape == (d, d)`` and ``matmat(Q) -> A @ Q``
-        e.g. :class:`~dptensor._operators.GramMatrix` (data, ``X^T (X Q)``, never forming d x d)
-        or :class:`~dptensor._operators.DenseMatrix`; or :class:`~dptensor._exact.ExactGram`,
-        whose exact products are released on their grid (private fits on rows).
-    n_components, n_iter : int
-        ``n_iter`` is the number of products, each one Gaussian release when noise is added.
-    rng : numpy.random.Generator
-    noise_multiplier : float or sequence of n_iter floats, default=0
-        Gaussian multiplier ``z`` of every step, or one per step (see :func:`power_schedule`);
-        0: the exact power method.
-    sensitivity : float or callable, default=1
-        The l2 sensitivity ``s_l`` of one product, or ``sensitivity(X_prev) -> float`` for a scale
-        that depends on the previous (public) iterate, as in the entry-level PPM.
-    n_oversamples : int, default=0
-    init : array (d, p), optional
-        A public start; orthonormalised first.
-    rounding : Rounding, callable or None
-        The floating-point rounding of a float product ``A X`` (:class:`~dptensor.mechanisms.
-        Rounding`, or ``rounding(X_prev) -> Rounding``), added to its sensitivity; ``None`` says
-        the products are no float sums. Exact products (:class:`~dptensor._exact.Exact`) need
-        none. A noisy release of a float product without it is refused (``TypeError``): a
-        silent default would release the sum without its allowance.
-    tol : float, default=0
-        Stop early once the top-k part of the iterate moves by less than ``tol`` (spectral norm of
-        its component outside the previous span). Use only without noise: a private plan pays for every
-        release it planned, so stopping early would only waste it.
-
-    Returns
-    -------
-    PCAResult
-    """
-    d = operator.shape[0]
-    p = n_components + n_oversamples
-    dtype = np.dtype(dtype or np.float64)
-    X = orthonormalize(rng.standard_normal((d, p)).astype(dtype) if init is None
-                       else np.asarray(init, dtype=dtype))
-    z = np.broadcast_to(np.asarray(noise_multiplier, dtype=float), (n_iter,))
-    Y, std = None, 0.0
-    for it in range(1, n_iter + 1):
-        Y = operator.matmat(X)
-        std = 0.0
-        if z[it - 1] > 0:
-            s = sensitivity(X) if callable(sensitivity) else sensitivity
-            std = float(s) * float(z[it - 1])
-            if isinstance(Y, Exact):
-                Y = exact_gaussian_release(Y, s, z[it - 1], rng, dtype=dtype)
-            else:
-                step = _step_rounding(rounding, X)
-                Y = gaussian_release(Y, s, z[it - 1], rng, dtype=dtype, rounding=step)
-        if verbose and (it == n_iter or it % max(1, n_iter // 10) == 0):  # progress: public counts only
-            print(f"[noisy_power_method] step {it}/{n_iter} done (d={d}, p={p})", flush=True)
-        if it == n_iter:
-            break
-        X_next = orthonormalize(Y)
-        if tol > 0:
-            # QR keeps spans nested (the first j columns of X_l span A^l X_0[:, :j]), so the first
-            # k columns alone say whether the top-k subspace has settled.
-            Xk, Nk = X[:, :n_components], X_next[:, :n_components]
-            moved = np.linalg.norm(Nk - Xk @ (Xk.T @ Nk), ord=2)
-            if verbose > 1:
-                print(f"[noisy_power_method] iteration {it}: moved {moved:.3e}")
-            if moved <= tol:  # X spans an invariant subspace to within tol: Y = A X is final
-                break
-        X = X_next
-    components, eigenvalues = rayleigh_ritz(X, Y, n_components)
-    return PCAResult(components, eigenvalues, it, None, orthonormalize(Y), std)
-
-
-def _step_rounding(rounding, X):
-    """The rounding of one float power step's product (see :func:`noisy_power_method`)."""
-    if rounding is _NO_ROUNDING:
-        raise TypeError("a noisy power step on a float product needs rounding= (a Rounding, or "
-                        "None when the product is no float sum)")
-    return rounding(X) if callable(rounding) else rounding
-
-
-def analyze_gauss(C: np.ndarray, n_components: int, rng: np.random.Generator, *,
-                  noise_multiplier: float = 0.0, sensitivity: float = 1.0,
-                  order: str = "algebraic", rounding: Rounding | None = None) -> PCAResult:
-    r"""Analyze Gauss (Dwork, Talwar, Thakurta & Zhang 2014): top-k eigenvectors of ``C + E``.
-
-    ``C`` is the exact symmetric matrix (``sum_i x_i x_i^T`` over clipped rows, or a precomputed
-    ``A``); ``C + E`` is :func:`~dptensor.mechanisms.symmetric_gaussian_release` of ``C`` (Gaussian
-    noise of std ``noise_multiplier * sensitivity`` on the upper triangle, diagonal included,
-    mirrored), where ``sensitivity`` is that of ``C``'s upper triangle
-    (:func:`covariance_sensitivity` for rows).
-    One Gaussian release; everything after it is post-processing. ``C`` is not modified.
-    ``rounding``: that of a float sum ``C`` (:class:`~dptensor.mechanisms.Rounding`); ``None``
-    for an exact ``C`` (the grid sums of a private fit) or one whose every entry is one unit's own
-    value (a precomputed matrix under the entry unit: no sum).
-
-    ``order="algebraic"`` takes the largest eigenvalues (a covariance: noise can only create
-    spurious negative ones), ``"magnitude"`` the largest in absolute value (an indefinite ``A``,
-    matching what the power method converges to).
-    """
-    d = C.shape[0]
-    noisy = symmetric_gaussian_release(C, sensitivity, noise_multiplier, rng, rounding=rounding) \
-        if noise_multiplier > 0 else np.array(C, copy=True)
-    if order == "algebraic":
-        w, V = scipy.linalg.eigh(noisy, subset_by_index=[d - n_components, d - 1])
-        idx = np.argsort(-w, kind="stable")
-    else:
-        w, V = scipy.linalg.eigh(noisy)
-        idx = np.argsort(-np.abs(w), kind="stable")[:n_components]
-    return PCAResult(flip_signs(V[:, idx].T), w[idx], 1, float(np.trace(noisy)),
-                     noise_std=float(noise_multiplier * sensitivity) if noise_multiplier > 0 else 0.0)
-
-
-def eigenvalue_noise_level(noise_std: float, size: int, method: str) -> float:
-    r"""The typical size of the noise in a released eigenvalue: a public function of the noise plan.
-
-    Analyze Gauss: eigenvalues of ``C + E``, with ``E`` a symmetric d x d Gaussian matrix of entry
-    std ``sigma``. Weyl's inequality moves each by at most ``||E||_2``, which concentrates at
-    ``2 sqrt(d) sigma`` (the edge of the semicircle), and that is where the top eigenvalues of
-    pure noise sit: ``2 sqrt(d) sigma`` (``size = d``). Power methods: Ritz values, the
-    eigenvalues of ``X^T A X + sym(X^T G)`` with ``X`` orthonormal d x p and independent of the
-    last step's noise ``G``, so ``sym(X^T G)`` is a p x p symmetric Gaussian (diagonal std
-    ``sigma``, off-diagonal ``sigma / sqrt(2)``) of norm about ``sqrt(2 p) sigma`` (``size = p``).
-    An eigenvalue not clearly above this level (below twice it) is dominated by noise.
-
-    >>> eigenvalue_noise_level(1.0, 100, "analyze_gauss"), round(eigenvalue_noise_level(1.0, 2, "power"), 6)
-    (20.0, 2.0)
-    """
-    factor = 2.0 * math.sqrt(size) if method == "analyze_gauss" else math.sqrt(2.0 * size)
-    return factor * float(noise_std)
-
-
-def private_total(Xc, data_norm: float, noise_multiplier: float, rng: np.random.Generator) -> float:
-    """``sum_i ||c_i||^2`` over rows already clipped to ``data_norm``, plus ``N(0, (z B^2)^2)`` noise.
-
-    The total variance (times ``n - 1``), released for ``explained_variance_ratio_``; its
-    sensitivity is :func:`total_variance_sensitivity`, raised by the float sum's rounding
-    (:func:`total_rounding`). Summed in float64 whatever ``Xc``'s dtype (row blocks of float32
-    rows are widened one at a time). A Dask ``Xc``: one reduction.
-    """
-    total = float(_float64_sum(Xc, _sum_of_squares))
-    if noise_multiplier > 0:
-        sens = total_variance_sensitivity(data_norm)
-        total = float(gaussian_release(total, sens, noise_multiplier, rng,
-                                       rounding=total_rounding(data_norm, *Xc.shape)))
-    return total
-
-
-def total_rounding(data_norm: float, n_samples: int, n_features: int) -> Rounding:
-    """The rounding of ``sum_i ||c_i||^2`` in float64: one sum of the ``n d`` squares, each row's
-    adding at most ``B^2``: ``total = n B^2``, ``terms = n d`` (``docs/derivations/pca.rst``)."""
-    return Rounding(total=float(n_samples) * float(data_norm) ** 2,
-                    terms=int(n_samples) * int(n_features))
-
-
-def mean_rounding(data_norm: float, n_samples: int) -> Rounding:
-    """The rounding of the mean ``(1/n) sum_i c_i`` in float64: a sum of ``n`` rows of norm at
-    most ``B``, then the division: ``terms = n + 1``; in the mean's units
-    ``total = n B / n = B``."""
-    return Rounding(total=float(data_norm), terms=int(n_samples) + 1)
-
-
-def _sum_of_squares(M):
-    return (M * M).sum() if is_dask_array(M) else np.einsum("ij,ij->", M, M)
-
-
-#: Rows widened to float64 at once by the float64 sums of float32 rows (8 MB at d = 128).
-_BLOCK_ROWS = 8192
-
-
-def _float64_sum(X, fn):
-    """``fn`` (a sum over rows) of ``X`` in float64: on float32 rows a sum of ``fn`` of row blocks
-    widened one at a time (never a float64 copy of ``X``). A Dask ``X``: per chunk, one
-    reduction."""
-    if is_dask_array(X):
-        return np.asarray(fn(X.astype(np.float64)).compute()) if X.dtype != np.float64 \
-            else np.asarray(fn(X).compute())
-    if X.dtype == np.float64:
-        return fn(X)
-    return sum(fn(np.asarray(X[i:i + _BLOCK_ROWS], dtype=np.float64))
-               for i in range(0, X.shape[0], _BLOCK_ROWS))
-
-
-def private_mean(X: np.ndarray, data_norm, noise_multiplier: float, rng: np.random.Generator):
-    """Mean of rows already clipped to ``data_norm``, plus ``N(0, (z 2B/n)^2)`` noise.
-
-    Replacing one row moves the mean by ``||a - b|| / n <= 2 B / n`` (attained at ``b = -a``);
-    the float sum's rounding (:func:`mean_rounding`) raises it. Summed in float64 (row blocks of
-    float32 rows widened one at a time); returned in ``X``'s dtype.
-    """
-    n = X.shape[0]
-    mean = np.asarray(_float64_sum(X, lambda M: M.sum(axis=0))) / n
-    if noise_multiplier > 0:
-        mean = gaussian_release(mean, 2.0 * data_norm / n, noise_multiplier, rng,
-                                rounding=mean_rounding(data_norm, n))
-    return mean.astype(X.dtype, copy=False)
-
-
-def center_and_clip(X: np.ndarray, mean, data_norm, *, copy: bool = True) -> np.ndarray:
-    """``clip(x - mean, data_norm)`` for every row.
-
-    With ``mean`` a previous (public) release this is a fixed map applied row by row, so the
-    row-level sensitivities above hold for the centred rows with the same ``data_norm``. Rows are
-    re-clipped because ``||x - mean||`` can reach ``||x|| + ||mean||``; a row pulled in here only
-    shortens, it never turns. ``copy=False`` works in place on ``X`` (for an array the caller owns,
-    so that a fit holds one copy of the data, not two).
-    """
-    if copy:
-        return clip_rows(X - mean if mean is not None else X, data_norm)
-    if mean is not None:
-        X -= mean
-    if data_norm is not None:
-        with np.errstate(all="ignore"):  # silent whatever the rows hold (see clip_factors)
-            X *= clip_factors(X, data_norm)[:, None].astype(X.dtype)
-    return X
-
-
-def _clip_center_clip(chunk, data_norm, mean):
-    """The rows a private fit uses, from raw rows: clip, centre on the released mean, clip again."""
-    return center_and_clip(clip_rows(chunk, data_norm), mean, data_norm)
-
-def _grid_centred(chunk, data_norm, mean):
-    """The grid rows a private fit uses, from raw rows: on the grid, centred on the mean, again."""
-    M = grid_rows(chunk, data_norm)
-    return M if mean is None else grid_rows(M, data_norm, mean, scale=data_norm / 2.0 ** BITS)
-
-
-def power_schedule(mu: float, n_iter: int, final_share: float = None) -> np.ndarray:
-    """Per-step noise multipliers of ``n_iter`` power steps that are together exactly ``mu``-GDP.
-
-    The last step gets ``final_share`` of ``mu^2`` (default :data:`FINAL_STEP_SHARE`), the others
-    split the rest evenly: ``sum_l 1/z_l^2 = mu^2``. Only the last release's noise sets the error
-    the method ends at (earlier steps only have to bring the iterate near the top subspace, and the
-    power step contracts their error away), so weighting it beats Hardt–Price's even split: on a
-    spiked covariance (d = 50..200, 5 steps) sin^2 falls by about half.
-
-    >>> z = power_schedule(1.0, 5)
-    >>> round(float(np.sum(1 / z**2)), 12), round(float(z[-1]), 4)
-    (1.0, 1.4142)
-    """
-    share = FINAL_STEP_SHARE if final_share is None else float(final_share)
-    if n_iter == 1:
-        return np.array([1.0 / mu])
-    early = math.sqrt((n_iter - 1) / (1.0 - share)) / mu
-    return np.array([early] * (n_iter - 1) + [1.0 / (math.sqrt(share) * mu)])
-
-
-def auto_n_iter(n_features: int, private: bool) -> int:
-    """``n_iter="auto"``: the number of power steps used when none is given.
-
-    Private: ``ceil(ln(d) / 2) + 3``; every step costs noise, and on a clear eigengap a few steps
-    from a random start (whose angle to the top subspace grows like ``sqrt(d)``, hence the log)
-    reach the noise floor: 5 at d = 50, 6 at d = 200, 8 at d = 10^4. Non-private: up to 300 steps,
-    stopping once the iterate is still.
-    """
-    if not private:
-        return 300
-    return math.ceil(math.log(max(n_features, 2)) / 2) + 3
-
-
-class StreamingPowerMethod:
-    r"""The Streaming Power Method (Hardt & Price, Fig. 2) over disjoint blocks of rows.
-
-    Rows arrive in batches of any size; they fill blocks of exactly ``block_size`` rows. Unless the
-    data are declared centred, the first block only estimates the mean (released with noise
-    ``z 2B/T``); each later block ``l`` releases ``Y_l = (1/T) sum_{block} c c^T X_{l-1} + G_l`` with
-    ``c = clip(x - mean, B)`` and ``G_l`` at ``z * row_power_sensitivity(B, p) / T``, then
-    ``X_l = QR(Y_l)``. State is O(d p): the iterate, a d x p accumulator and a d-vector; no row is
-    kept. The result does not depend on how the stream is cut into batches (noise is drawn only when
-    a block completes, in block order).
-
-    Privacy: every row is in exactly one block and each block's release is one Gaussian at
-    multiplier ``z`` on that block alone, so by parallel composition (adaptive, on disjoint data) the
-    whole stream is ``1/z``-GDP under replace-one, however many blocks it has.
-    """
-
-    def __init__(self, n_features: int, n_components: int, block_size: int, rng: np.random.Generator, *,
-                 n_oversamples: int = 0, data_norm=None, noise_multiplier: float = 0.0,
-                 centered: bool = False, dtype=np.float64, digest: RowDigest | None = None):
-        self.n_components, self.block_size = int(n_components), int(block_size)
-        self.digest = digest  # a seeded stream keys each block's noise by the rows read so far
-        self.data_norm, self.noise_multiplier = data_norm, float(noise_multiplier)
-        self.rng = rng
-        self.dtype = np.dtype(dtype)
-        p = n_components + n_oversamples
-        self.basis = orthonormalize(rng.standard_normal((n_features, p)).astype(self.dtype))
-        self.mean = np.zeros(n_features, dtype=self.dtype) if centered else None
-        # The mean block's running sum and the power block's running product: exact integer sums
-        # of grid rows (:mod:`dptensor._exact`) when private, plain float sums otherwise.
-        exact = self.noise_multiplier > 0
-        self._sum = 0 if exact else np.zeros(n_features, dtype=self.dtype)
-        self._acc = 0 if exact else np.zeros((n_features, p), dtype=self.dtype)
-        self._count = 0
-        self.n_samples_seen = 0
-        self.n_blocks = 0
-        self.components = self.eigenvalues = None
-
-    def update(self, X: np.ndarray) -> "StreamingPowerMethod":
-        """Feed a batch of rows (not modified)."""
-        start, n = 0, X.shape[0]
-        while start < n:
-            take = min(n - start, self.block_size - self._count)
-            rows = X[start:start + take]
-            if self.digest is not None:
-                self.digest.update(rows)
-            if self.noise_multiplier > 0:
-                self._add_exact(rows)
-            elif self.mean is None:
-                self._sum += clip_rows(rows, self.data_norm).sum(axis=0)
-            else:
-                chunk = clip_rows(rows, self.data_norm)  # a new array unless unbounded: then copy
-                C = center_and_clip(chunk, self.mean, self.data_norm, copy=self.data_norm is None)
-                self._acc += C.T @ (C @ self.basis)
-            self._count += take
-            start += take
-            if self._count == self.block_size:
-                self._close_block()
-        self.n_samples_seen += n
-        return self
-
-    def _add_exact(self, rows):
-        """A private stream's rows, on the grid as a batch fit puts them, added to exact sums."""
-        B = self.data_norm
-        M = grid_rows(rows, B)
-        if self.mean is None:
-            self._sum = self._sum + row_sum(M).ints
-        else:
-            M = grid_rows(M, B, self.mean, scale=B / 2.0 ** BITS, out=M)
-            self._acc = self._acc + gram_product(M, grid_vectors(self.basis)).ints
-
-    def _close_block(self):
-        T, z, exact = self.block_size, self.noise_multiplier, self.noise_multiplier > 0
-        rng = self.rng if self.digest is None else rekeyed(self.rng, self.digest.words())
-        if self.mean is None:
-            if exact:
-                stat = Exact(self._sum, self.data_norm / T / 2.0 ** BITS)
-                self.mean = exact_gaussian_release(stat, 2.0 * self.data_norm / T, z, rng,
-                                                   dtype=self.dtype)
-            else:
-                self.mean = self._sum / T
-            self._sum = None  # the unnoised sum is needed no longer than this release
-        else:
-            if exact:
-                stat = Exact(self._acc, self.data_norm ** 2 / T / 4.0 ** BITS)
-                s = power_sensitivity(grid_vectors(self.basis), self.data_norm) / T
-                Y = exact_gaussian_release(stat, s, z, rng, dtype=self.dtype)
-                self._acc = 0
-            else:
-                Y = self._acc / T
-                self._acc[...] = 0
-            self.components, self.eigenvalues = rayleigh_ritz(self.basis, Y, self.n_components)
-            self.basis = orthonormalize(Y)
-            self.n_blocks += 1
-        self._count = 0
-
-
-# --------------------------------------------------------------------------------------------
-# The estimator
-# --------------------------------------------------------------------------------------------
 
 def _last(z) -> float:
     """The last (or only) multiplier of a plan: the one that sets the released error."""
@@ -569,7 +67,34 @@ _NEIGHBORS = (None, "row", "entry")
 _CALIBRATIONS = ("exact", "paper")
 
 
-class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstimatorMixin, BaseEstimator):
+@dataclass(frozen=True)
+class _Settings:
+    """A fit's validated parameters and, once planned, its noise multipliers: what the release
+    reads. ``k`` components, ``p = k + n_oversamples`` columns of the power block, ``bound`` the
+    unit's public bound; ``noise`` the spectral releases' multiplier (one, or one per power
+    step), ``mean_noise`` and ``total_noise`` those of the mean and the total variance (0: not
+    released with noise)."""
+
+    k: int
+    p: int
+    epsilon: float
+    delta: float
+    private: bool
+    precomputed: bool
+    neighbors: str
+    bound: float | None
+    method: str
+    n_iter: int
+    tol: float
+    center: bool
+    block_size: int | None = None
+    noise: Any = 0.0
+    mean_noise: float = 0.0
+    total_noise: float = 0.0
+
+
+class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstimatorMixin,
+                 BaseEstimator):
     r"""Differentially private PCA: noisy power method, streaming power method, or Analyze Gauss.
 
     Parameters
@@ -583,24 +108,25 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         (``PrivacyWarning``) when delta is not below ``1/n_samples``; a ``partial_fit`` stream,
         whose length is not known when it starts, is not checked.
     n_iter : int or "auto", default="auto"
-        Power steps (each one release). ``"auto"``: :func:`auto_n_iter` (private: 3 at d = 50, 5 at
-        d = 10^4; non-private: until the iterate is still, at most 300).
+        Power steps (each one release). ``"auto"``: :func:`~dptensor.algorithms.power.auto_n_iter`
+        (private: 3 at d = 50, 5 at d = 10^4; non-private: until the iterate is still, at most 300).
     n_oversamples : int, default=0
         Extra columns of the power block, ``p = n_components + n_oversamples``.
     method : {"auto", "power", "analyze_gauss"}, default="auto"
-        ``"auto"``: Analyze Gauss for row-level data with at most :data:`MAX_DENSE_FEATURES`
-        features, the power method otherwise (more features, a precomputed entry-level matrix, and
-        always for ``partial_fit``). See Notes. Memory: Analyze Gauss holds a few d x d arrays,
-        the power method n x p and d x p ones, beside the rows' clipped copy; a fit whose bound
-        exceeds what the process can allocate is refused before its spend
-        (:class:`~dptensor.MemoryRefusedError`, naming what to change).
+        ``"auto"``: Analyze Gauss for row-level data with at most
+        :data:`~dptensor.algorithms.power.MAX_DENSE_FEATURES` features, the power method otherwise
+        (more features, a precomputed entry-level matrix, and always for ``partial_fit``). See
+        Notes. Memory: Analyze Gauss holds a few d x d arrays, the power method n x p and d x p
+        ones, beside the rows' clipped copy; a fit whose bound exceeds what the process can allocate
+        is refused before its spend (:class:`~dptensor.MemoryRefusedError`, naming what to change).
     input : {"data", "precomputed"}, default="data"
-        ``"data"``: X is (n_samples, n_features). ``"precomputed"``: X is a symmetric d x d matrix ``A``
-        whose top-k eigenvectors (by magnitude) are wanted; ``transform`` then takes d-dimensional rows.
+        ``"data"``: X is (n_samples, n_features). ``"precomputed"``: X is a symmetric d x d matrix
+        ``A`` whose top-k eigenvectors (by magnitude) are wanted; ``transform`` then takes
+        d-dimensional rows.
     neighbors : {None, "row", "entry"}, default=None
         The privacy unit. ``"row"`` (the default for data): replace one row. ``"entry"`` (the
-        default, and the only choice, for precomputed input): one symmetric pair ``A_ij = A_ji`` (or one
-        diagonal entry) changes by at most ``data_norm`` (1 when ``data_norm`` is None).
+        default, and the only choice, for precomputed input): one symmetric pair ``A_ij = A_ji`` (or
+        one diagonal entry) changes by at most ``data_norm`` (1 when ``data_norm`` is None).
     data_norm : float or None, default=None
         Row-level: the public l2 bound rows are clipped to; required when epsilon is finite.
         Entry-level: the bound on an entry's change.
@@ -612,8 +138,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     calibration : {"exact", "paper"}, default="exact"
         ``"exact"``: the least noise meeting ``(epsilon, delta)`` by exact GDP composition, so the
         recorded cost equals the target. ``"paper"``: the papers' formulas (Hardt–Price
-        ``sigma = eps^-1 sqrt(4 p L ln(1/delta))`` times ``||X_{l-1}||_inf`` for entry-level PPM, its
-        multiplier ``sqrt(4 L ln(1/delta))/eps`` for row-level power steps, the classical
+        ``sigma = eps^-1 sqrt(4 p L ln(1/delta))`` times ``||X_{l-1}||_inf`` for entry-level PPM,
+        its multiplier ``sqrt(4 L ln(1/delta))/eps`` for row-level power steps, the classical
         ``sqrt(2 ln(1.25/delta))/eps`` for Analyze Gauss); the cost recorded is what that noise
         really costs.
     whiten : bool, default=False
@@ -640,18 +166,18 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     explained_variance_ratio_ : ndarray of shape (n_components,)
         ``explained_variance_`` over the total variance, a share of a whole (it sums to at most 1).
         The total is exact without privacy; a private row-level fit with ``calibration="exact"``
-        releases it from its own budget share :data:`TOTAL_SHARE` (``sum_i ||c_i||^2`` over the
-        clipped, centred rows plus Gaussian noise; sensitivity ``data_norm^2``); with
-        ``calibration="paper"`` or precomputed input, Analyze Gauss's released trace serves. When
-        noise pushes the released eigenvalues' sum above the released total, they are divided by
-        their own sum instead. Not set when no total is released (private power method with
-        ``calibration="paper"`` or on a precomputed matrix; ``partial_fit``).
+        releases it from its own budget share :data:`~dptensor.algorithms.power.TOTAL_SHARE`
+        (``sum_i ||c_i||^2`` over the clipped, centred rows plus Gaussian noise; sensitivity
+        ``data_norm^2``); with ``calibration="paper"`` or precomputed input, Analyze Gauss's
+        released trace serves. When noise pushes the released eigenvalues' sum above the released
+        total, they are divided by their own sum instead. Not set when no total is released (private
+        power method with ``calibration="paper"`` or on a precomputed matrix; ``partial_fit``).
     explained_variance_noise_ : ndarray of shape (n_components,)
         The typical size of the privacy noise in each released eigenvalue, in the units of
         ``explained_variance_``: a public function of the noise plan
-        (:func:`eigenvalue_noise_level`; 0 without privacy). A component whose
-        ``explained_variance_`` is not clearly above it (below twice it) is dominated by noise, and
-        ``fit`` warns (``UserWarning``) naming it.
+        (:func:`~dptensor.algorithms.power.eigenvalue_noise_level`; 0 without privacy). A component
+        whose ``explained_variance_`` is not clearly above it (below twice it) is dominated by
+        noise, and ``fit`` warns (``UserWarning``) naming it.
     mean_ : ndarray of shape (n_features,)
         The released (private) mean, or zeros when ``centered=True`` or the input is precomputed.
     n_components_, n_features_in_, feature_names_in_ :
@@ -661,7 +187,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     n_samples_seen_ : int
         Rows streamed through ``partial_fit``.
     method_ : str
-        The method ``"auto"`` resolved to (``"power"``, ``"analyze_gauss"`` or ``"streaming_power"``).
+        The method ``"auto"`` resolved to (``"power"``, ``"analyze_gauss"`` or
+        ``"streaming_power"``).
     n_iter_ : int
         Products released (power steps, completed power blocks, or 1 for Analyze Gauss).
     privacy_cost_ : PrivacyCost
@@ -672,16 +199,17 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     **Guarantee.** With a finite epsilon, a fit is ``(epsilon, delta)``-DP for the chosen unit: all
     it releases (``components_``, ``explained_variance_``, ``mean_``, the total behind the ratio) is
     post-processing of Gaussian releases whose sensitivities are derived in
-    ``docs/derivations/pca.rst``; ``n`` and ``d`` are public. A stream through ``partial_fit`` is ``(epsilon, delta)``-DP as a whole, under
-    replace-one of a streamed row, by parallel composition over disjoint blocks.
+    ``docs/derivations/pca.rst``; ``n`` and ``d`` are public. A stream through ``partial_fit`` is
+    ``(epsilon, delta)``-DP as a whole, under replace-one of a streamed row, by parallel
+    composition over disjoint blocks.
 
     **Which method.** Analyze Gauss releases one noisy d x d matrix; the row-level power method
-    releases ``n_iter`` noisy d x p products at the same sensitivity, so its noise is ``sqrt(n_iter)``
-    larger for the same budget and it is less accurate whenever the d x d matrix fits. It wins on
-    memory and time, O(n d p) per step and O(d p) state (d = 10^4 and beyond), and in streams. For
-    a precomputed matrix under entry-level privacy, the PPM noise scales with the iterate's largest
-    rows: on an incoherent matrix (rows of size ``sqrt(p/d)``) it is far below Analyze Gauss's; on a
-    coherent one it is not, and ``method="analyze_gauss"`` is better.
+    releases ``n_iter`` noisy d x p products at the same sensitivity, so its noise is
+    ``sqrt(n_iter)`` larger for the same budget and it is less accurate whenever the d x d matrix
+    fits. It wins on memory and time, O(n d p) per step and O(d p) state (d = 10^4 and beyond), and
+    in streams. For a precomputed matrix under entry-level privacy, the PPM noise scales with the
+    iterate's largest rows: on an incoherent matrix (rows of size ``sqrt(p/d)``) it is far below
+    Analyze Gauss's; on a coherent one it is not, and ``method="analyze_gauss"`` is better.
 
     Examples
     --------
@@ -698,10 +226,10 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
 
     _stream_attributes = ("_stream",)
 
-    def __init__(self, n_components=2, *, epsilon=np.inf, delta=None, n_iter="auto", n_oversamples=0,
-                 method="auto", input="data", neighbors=None, data_norm=None, centered=False,
-                 calibration="exact", whiten=False, block_size=None, accountant=None, random_state=None,
-                 verbose=0):
+    def __init__(self, n_components=2, *, epsilon=np.inf, delta=None, n_iter="auto",
+                 n_oversamples=0, method="auto", input="data", neighbors=None, data_norm=None,
+                 centered=False, calibration="exact", whiten=False, block_size=None,
+                 accountant=None, random_state=None, verbose=0):
         self.n_components = n_components
         self.epsilon = epsilon
         self.delta = delta
@@ -720,9 +248,11 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         self.verbose = verbose
 
     # ------------------------------------------------------------------ validation
-    def _check_params(self, n_features, *, streaming=False):
-        """Validated settings as a dict; raises ValueError/TypeError naming the parameter."""
-        for name, value, allowed in (("method", self.method, _METHODS), ("input", self.input, _INPUTS),
+    def _check_settings(self, n_features, *, streaming=False) -> _Settings:
+        """The validated parameters (no noise yet); raises ValueError/TypeError naming the one at
+        fault."""
+        for name, value, allowed in (("method", self.method, _METHODS),
+                                     ("input", self.input, _INPUTS),
                                      ("neighbors", self.neighbors, _NEIGHBORS),
                                      ("calibration", self.calibration, _CALIBRATIONS)):
             if value not in allowed:
@@ -736,84 +266,117 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         epsilon, delta = self._privacy_target()
         private = math.isfinite(epsilon)
         precomputed = self.input == "precomputed"
-        neighbors = self.neighbors or ("entry" if precomputed else "row")
-        if precomputed and neighbors != "entry":
-            raise ValueError("neighbors='row' needs the rows themselves (input='data'): a precomputed "
-                             "matrix hides the clipping that the row-level guarantee rests on")
-        if not precomputed and neighbors != "row":
-            raise ValueError("neighbors='entry' is the unit of a precomputed matrix "
-                             "(input='precomputed'); data input is private per row")
-        if neighbors == "entry":
-            bound = 1.0 if self.data_norm is None else check_data_norm(self.data_norm, np.inf)
-        else:
-            bound = check_data_norm(self.data_norm, epsilon)
-        if not isinstance(self.centered, (bool, np.bool_)):
-            raise TypeError(f"centered must be a bool, got {self.centered!r}")
-        if not isinstance(self.whiten, (bool, np.bool_)):
-            raise TypeError(f"whiten must be a bool, got {self.whiten!r}")
-        method = self.method
-        if streaming:
-            if method == "analyze_gauss" or precomputed:
-                raise ValueError("partial_fit runs the streaming power method on rows: it needs "
-                                 "method='auto' or 'power' and input='data'")
-            if private and self.calibration == "paper":
-                raise ValueError("calibration='paper' has no streaming form (Hardt–Price's SPM is not "
-                                 "private); use calibration='exact'")
-            method = "streaming_power"
-        elif method == "auto":
-            method = "analyze_gauss" if (not precomputed and n_features <= MAX_DENSE_FEATURES) else "power"
+        neighbors, bound = self._check_unit(precomputed, epsilon)
+        for name in ("centered", "whiten"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        method = self._check_method(n_features, precomputed, private, streaming)
         p = k + over
         if method != "analyze_gauss" and p > n_features:
-            raise ValueError(f"n_components + n_oversamples = {p} must be <= n_features={n_features}")
+            raise ValueError(f"n_components + n_oversamples = {p} must be <= "
+                             f"n_features={n_features}")
         if self.n_iter == "auto":
             n_iter, tol = auto_n_iter(n_features, private), (0.0 if private else 1e-13)
         else:
             n_iter, tol = check_positive_int(self.n_iter, "n_iter"), 0.0
-        return dict(k=k, p=p, epsilon=epsilon, delta=delta, private=private, precomputed=precomputed,
-                    neighbors=neighbors, bound=bound, method=method, n_iter=n_iter, tol=tol,
-                    center=not (self.centered or precomputed))
+        block_size = None
+        if streaming:
+            block_size = (max(1000, 10 * n_features) if self.block_size is None
+                          else check_positive_int(self.block_size, "block_size"))
+        return _Settings(k=k, p=p, epsilon=epsilon, delta=delta, private=private,
+                         precomputed=precomputed, neighbors=neighbors, bound=bound, method=method,
+                         n_iter=n_iter, tol=tol, center=not (self.centered or precomputed),
+                         block_size=block_size)
+
+    def _check_unit(self, precomputed, epsilon):
+        """``(neighbors, bound)``: the privacy unit and its public bound."""
+        neighbors = self.neighbors or ("entry" if precomputed else "row")
+        if precomputed and neighbors != "entry":
+            raise ValueError("neighbors='row' needs the rows themselves (input='data'): a "
+                             "precomputed matrix hides the clipping that the row-level guarantee "
+                             "rests on")
+        if not precomputed and neighbors != "row":
+            raise ValueError("neighbors='entry' is the unit of a precomputed matrix "
+                             "(input='precomputed'); data input is private per row")
+        if neighbors == "entry":
+            return neighbors, 1.0 if self.data_norm is None else check_data_norm(self.data_norm,
+                                                                                 np.inf)
+        return neighbors, check_data_norm(self.data_norm, epsilon)
+
+    def _check_method(self, n_features, precomputed, private, streaming):
+        """The method ``method`` resolves to for this input."""
+        if streaming:
+            if self.method == "analyze_gauss" or precomputed:
+                raise ValueError("partial_fit runs the streaming power method on rows: it needs "
+                                 "method='auto' or 'power' and input='data'")
+            if private and self.calibration == "paper":
+                raise ValueError("calibration='paper' has no streaming form (Hardt–Price's SPM "
+                                 "is not private); use calibration='exact'")
+            return "streaming_power"
+        if self.method == "auto":
+            dense = not precomputed and n_features <= MAX_DENSE_FEATURES
+            return "analyze_gauss" if dense else "power"
+        return self.method
 
     def _validate_input(self, X, reset):
         if is_dask_array(X):  # rows on a Dask cluster: checked lazily, never pulled here
             if self.input == "precomputed":
-                raise TypeError("input='precomputed' takes a d x d NumPy matrix, not a dask array; "
-                                "pass the rows themselves (input='data') to run on Dask")
+                raise TypeError("input='precomputed' takes a d x d NumPy matrix, not a dask "
+                                "array; pass the rows themselves (input='data') to run on Dask")
             return check_dask_array(self, X, reset=reset)
         X = validate_private_data(self, X, dtype=[np.float64, np.float32], reset=reset)
         if self.input == "precomputed":
             if X.shape[0] != X.shape[1]:
-                raise ValueError(f"input='precomputed' needs a square symmetric matrix, got shape {X.shape}")
+                raise ValueError("input='precomputed' needs a square symmetric matrix, got shape "
+                                 f"{X.shape}")
             scale = max(float(np.max(np.abs(X))), np.finfo(X.dtype).tiny)
             if np.max(np.abs(X - X.T)) > (1e-10 if X.dtype == np.float64 else 1e-5) * scale:
                 raise ValueError("input='precomputed' needs a symmetric matrix; X differs from X.T")
         return X
 
+    def _check_data(self, X) -> FitData:
+        """``X`` validated (never modified), and a private fit's delta checked against its ``n``
+        rows (public) before the spend."""
+        X = self._validate_input(X, reset=True)
+        if self.input != "precomputed":
+            epsilon, delta = self._privacy_target()
+            self._check_delta_for(X.shape[0], epsilon, delta)
+        return FitData(arrays=(X,), shape=X.shape)
+
     # ------------------------------------------------------------------ planning
-    def _plan(self, s):
-        """Noise multipliers and the privacy event for settings ``s`` (no data involved)."""
-        eps, delta = s["epsilon"], s["delta"]
-        if not s["private"]:
-            return dict(z=0.0, z_mean=0.0, z_total=0.0, event=None, n_queries=0)
-        method, center = s["method"], s["center"]
+    def _plan(self, shape, *, streaming=False) -> FitPlan:
+        """The fit's plan from its public shape: parameters checked, noise multipliers chosen,
+        the event priced, the memory bounded (no data involved). ``shape`` is ``(n_rows,
+        n_features)`` (rows held at once, for a stream's chunk), ``(d, d)`` for a precomputed
+        matrix."""
+        settings = self._check_settings(shape[1], streaming=streaming)
+        noise, event, queries = self._noise_plan(settings)
+        settings = replace(settings, **noise)
+        rows = None if settings.precomputed else shape[0]
+        return FitPlan(event=NonPrivateEvent("epsilon=inf") if event is None else event,
+                       delta=settings.delta, noise_multiplier=_last(settings.noise),
+                       n_queries=queries, calibration=self.calibration,
+                       memory=self._fit_memory(settings, rows, shape[1]), settings=settings)
+
+    def _noise_plan(self, settings):
+        """``(multipliers, event, n_queries)``: the noise of every release and the event they make
+        together (``None``: not private)."""
+        eps, delta = settings.epsilon, settings.delta
+        method, center = settings.method, settings.center
+        if not settings.private:
+            return dict(noise=0.0, mean_noise=0.0, total_noise=0.0), None, 0
         if method == "streaming_power":
             z = calibrate_gaussian(eps, delta, 1)
-            return dict(z=z, z_mean=z, z_total=0.0, event=GaussianEvent(z, 1), n_queries=1)
-        queries = s["n_iter"] if method == "power" else 1
+            return dict(noise=z, mean_noise=z, total_noise=0.0), GaussianEvent(z, 1), 1
+        queries = settings.n_iter if method == "power" else 1
         mu = gdp_mu(eps, delta)
-        # Exact row-level fits release the total variance from its own share (the ratio's denominator).
-        total = self.calibration == "exact" and not s["precomputed"]
-        spectral_share = 1.0 - (MEAN_SHARE if center else 0.0) - (TOTAL_SHARE if total else 0.0)
+        # Exact row-level fits release the total variance from its own share (the ratio's
+        # denominator).
+        total = self.calibration == "exact" and not settings.precomputed
         z_mean = 1.0 / (mu * math.sqrt(MEAN_SHARE)) if center else 0.0
         z_total = 1.0 / (mu * math.sqrt(TOTAL_SHARE)) if total else 0.0
-        if self.calibration == "exact":
-            z = power_schedule(mu * math.sqrt(spectral_share), queries)
-        elif method == "analyze_gauss":
-            z = math.sqrt(2.0 * math.log(1.25 / delta)) / eps
-        elif s["neighbors"] == "entry":  # noise sigma ||X||_inf, priced at sensitivity sqrt(2p) ||X||_inf
-            z = paper_noisy_power_sigma(eps, delta, s["p"], queries) / math.sqrt(2 * s["p"])
-        else:
-            z = paper_noisy_power_sigma(eps, delta, s["p"], queries) / math.sqrt(s["p"])
-        z = np.broadcast_to(np.asarray(z, dtype=float), (queries,))
+        z = np.broadcast_to(np.asarray(self._step_noise(settings, mu, queries), dtype=float),
+                            (queries,))
         if z[0] == z[-1]:  # an even split: one event of `queries` releases
             events = [GaussianEvent(float(z[0]), queries)]
         else:
@@ -826,178 +389,97 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         if self.calibration == "paper":
             cost = epsilon_of(event, delta)
             if cost > eps * (1 + 1e-9):
-                warnings.warn(f"calibration='paper' costs epsilon={cost:.4g} > the target {eps:g} under "
-                              f"this unit ({s['neighbors']}); the accountant records the true cost",
-                              PrivacyWarning, stacklevel=3)
-        return dict(z=z, z_mean=z_mean, z_total=z_total, event=event, n_queries=queries)
+                warnings.warn(f"calibration='paper' costs epsilon={cost:.4g} > the target {eps:g} "
+                              f"under this unit ({settings.neighbors}); the accountant records "
+                              "the true cost", PrivacyWarning, stacklevel=4)
+        return dict(noise=z, mean_noise=z_mean, total_noise=z_total), event, queries
 
-    def _record(self, s, plan, entropy, data_shape, n_rows, data=()):
-        """Record the fit's spend (epsilon = inf when not private); return its cost and generator.
-        ``n_rows``: the rows held in memory at once (``None``: on Dask workers)."""
-        event = NonPrivateEvent("epsilon=inf") if plan["event"] is None else plan["event"]
-        return self._spend(event, entropy=entropy, delta=s["delta"],
-                           memory=self._fit_memory(s, n_rows, data_shape),
-                           noise_multiplier=_last(plan["z"]), n_queries=plan["n_queries"],
-                           calibration=self.calibration, data_shape=data_shape, data=data)
+    def _step_noise(self, settings, mu, queries):
+        """The spectral releases' multiplier(s): exact GDP or the papers' formulas."""
+        eps, delta, p = settings.epsilon, settings.delta, settings.p
+        if self.calibration == "exact":
+            center, total = settings.center, not settings.precomputed
+            spectral_share = 1.0 - (MEAN_SHARE if center else 0.0) - (TOTAL_SHARE if total else 0.0)
+            return power_schedule(mu * math.sqrt(spectral_share), queries)
+        if settings.method == "analyze_gauss":
+            return math.sqrt(2.0 * math.log(1.25 / delta)) / eps
+        if settings.neighbors == "entry":  # noise sigma ||X||_inf, priced at sqrt(2p) ||X||_inf
+            return paper_noisy_power_sigma(eps, delta, p, queries) / math.sqrt(2 * p)
+        return paper_noisy_power_sigma(eps, delta, p, queries) / math.sqrt(p)
+
+    def _spend_plan(self, plan, data):
+        # Dask rows stay on the workers: the fit holds only its d x p (or d x d) arrays here.
+        if data.arrays and is_dask_array(data.arrays[0]):
+            plan = replace(plan, memory=self._fit_memory(plan.settings, None, data.shape[1]))
+        return super()._spend_plan(plan, data)
 
     @staticmethod
-    def _fit_memory(s, n_rows, data_shape):
+    def _fit_memory(settings, n_rows, d):
         """``(bytes, advice)``: the fit's peak allocation from its shape, an upper bound in float64.
 
         The rows' clipped and centred copy (``n_rows`` at once: all of them, one chunk of a
         stream, none for Dask or a precomputed matrix), then the d x d matrix of Analyze Gauss
         with its noise and eigendecomposition, or the power method's n x p and d x p products.
         """
-        d = data_shape[-1] if s["method"] != "streaming_power" else data_shape[0]
-        n = n_rows or 0
+        n, p = n_rows or 0, settings.p
         rows = n * d + 4 * n
-        if s["method"] == "analyze_gauss":
+        if settings.method == "analyze_gauss":
             peak, columns = rows + 6 * d * d, d
             advice = "Use method='power' (O(d p) memory), or fewer features"
         else:
-            peak, columns = rows + n * s["p"] * 2 + 12 * d * s["p"] + 4 * d, s["p"]
+            peak, columns = rows + n * p * 2 + 12 * d * p + 4 * d, p
             advice = "Use fewer components or rows at once (partial_fit in chunks, or a Dask array)"
-        exact = exact_memory(n, d, columns) if s["private"] else 0  # the exact sums' grid rows
+        exact = exact_memory(n, d, columns) if settings.private else 0  # the exact sums' grid rows
         return peak * FLOAT + exact, advice
 
     def _memory_estimate(self, n_samples, n_features):
         """``(bytes, advice)`` of a ``fit`` on ``n_samples`` x ``n_features`` data (no data
         read)."""
-        s = self._check_params(n_features)
-        return self._fit_memory(s, n_samples, (n_samples, n_features))
+        settings = self._check_settings(n_features)
+        return self._fit_memory(settings, n_samples, n_features)
 
     # ------------------------------------------------------------------ fitting
     def fit(self, X, y=None):
-        """Fit on data X (n_samples, n_features) or a precomputed symmetric matrix; one release plan.
+        """Fit on data X (n_samples, n_features) or a precomputed symmetric matrix; one plan.
 
         ``X`` is never modified. A NaN or an infinity anywhere in ``X`` is refused with
         ``ValueError`` before anything is spent (every row is in hand then); a stream through
         :meth:`partial_fit`, which spends first, maps such rows instead. Returns self.
         """
-        X = self._validate_input(X, reset=True)
-        s = self._check_params(X.shape[1])
-        for attr in ("_stream", "n_samples_seen_", "_stream_detached"):  # a batch fit ends any stream
+        return self._fit_private(X)
+
+    def _release(self, data, plan, rng):
+        """Everything after the spend: the releases of ``plan``, then the fitted attributes."""
+        X, settings = data.arrays[0], plan.settings
+        for attr in ("_stream", "n_samples_seen_", "_stream_detached"):  # a batch fit ends a stream
             self.__dict__.pop(attr, None)
-        if not s["precomputed"]:
-            self._check_delta_for(X.shape[0], s["epsilon"], s["delta"])
-        plan = self._plan(s)
-        entropy = self._entropy()
-        n_rows = None if is_dask_array(X) or s["precomputed"] else X.shape[0]
-        # before any noisy release
-        self.privacy_cost_, rng = self._record(s, plan, entropy, X.shape, n_rows, (X,))
-        if s["precomputed"]:
-            result = self._fit_matrix(X, s, plan, rng)
-            mean, scale = np.zeros(X.shape[1], dtype=X.dtype), 1.0
-            total = None if s["private"] else float(np.trace(X))
-        elif s["private"]:  # exact sums of grid rows (NumPy or Dask): sensitivities hold at any n
-            result, mean, total = self._fit_exact(X, s, plan, rng)
-            mean = np.zeros(X.shape[1], dtype=X.dtype) if mean is None else mean
-            self.n_samples_ = X.shape[0]
-            scale = 1.0 / max(X.shape[0] - 1, 1)
-        elif is_dask_array(X):  # Dask rows: the same steps, each data pass a reduction over row chunks
-            Xc = clip_chunks(X, s["bound"])
-            mean = private_mean(Xc, s["bound"], plan["z_mean"], rng) if s["center"] else None
-            # The power steps prepare each raw chunk inside their own task (no extra pass per step);
-            # the one-off passes (Analyze Gauss, the exact total) read the same rows lazily.
-            prepare = functools.partial(_clip_center_clip, data_norm=s["bound"], mean=mean)
-            Xc = X.map_blocks(prepare, dtype=X.dtype)
-            total = self._total(Xc, s, plan, rng)
-            result = self._fit_rows(Xc, s, plan, rng, raw=(X, prepare))
-            mean = np.zeros(X.shape[1], dtype=X.dtype) if mean is None else mean
-            self.n_samples_ = X.shape[0]
-            scale = 1.0 / max(X.shape[0] - 1, 1)
+        shared = dict(k=settings.k, p=settings.p, n_iter=settings.n_iter, bound=settings.bound,
+                      method=settings.method, noise=settings.noise, verbose=self.verbose)
+        if settings.precomputed:
+            result = entry_matrix_fit(X, rng, paper=self.calibration == "paper",
+                                      tol=settings.tol, **shared)
+            mean, scale = None, 1.0
+            total = None if settings.private else float(np.trace(X))
         else:
-            Xc = clip_rows(X, s["bound"])  # a new array when clipping; the caller's X is never written
-            mean = private_mean(Xc, s["bound"], plan["z_mean"], rng) if s["center"] else None
-            Xc = center_and_clip(Xc, mean, s["bound"], copy=Xc is X)
-            total = self._total(Xc, s, plan, rng)
-            result = self._fit_rows(Xc, s, plan, rng)
-            mean = np.zeros(X.shape[1], dtype=X.dtype) if mean is None else mean
+            rows = dict(center=settings.center, mean_noise=settings.mean_noise,
+                        total_noise=settings.total_noise, **shared)
+            if settings.private:  # exact sums of grid rows (NumPy or Dask): hold at any n
+                result, mean, total = exact_rows_fit(X, rng, **rows)
+            else:
+                result, mean, total = float_rows_fit(X, rng, private=False, tol=settings.tol,
+                                                     **rows)
             self.n_samples_ = X.shape[0]
             scale = 1.0 / max(X.shape[0] - 1, 1)
+        mean = np.zeros(X.shape[1], dtype=X.dtype) if mean is None else mean
         # The total variance: released from its own share (exact row-level fits), exact without
         # privacy, else the trace of Analyze Gauss's released matrix (calibration="paper",
         # precomputed input); the private power method otherwise releases none.
         if total is None and result.total is not None:
             total = result.total
-        self.method_ = s["method"]
-        size = X.shape[1] if s["method"] == "analyze_gauss" else s["p"]
-        noise = eigenvalue_noise_level(result.noise_std, size, s["method"])
-        self._set_spectrum(result, mean, scale, total, noise, floor=not s["precomputed"])
-        return self
-
-    @staticmethod
-    def _total(Xc, s, plan, rng):
-        """The released total ``sum_i ||c_i||^2``: noisy from its share, exact without privacy, else None."""
-        if s["private"] and not plan["z_total"]:
-            return None
-        return private_total(Xc, s["bound"], plan["z_total"], rng)
-
-    def _fit_exact(self, X, s, plan, rng):
-        """A private row-level fit on grid rows: every statistic an exact sum (exact_sums.rst).
-
-        The rows are ``grid_rows(x, B)`` for the mean, then those centred on the released mean and
-        put on the grid again: one public map per row, so each released statistic is exactly
-        ``sum_i f(x_i)`` with ``f`` in the range the sensitivity assumes, in any order.
-        """
-        B, n = s["bound"], X.shape[0]
-        M, mean = map_rows(X, grid_rows, B), None
-        if s["center"]:
-            stat = rows_stat(M, row_sum, B / n)
-            # released in float64, so that the centring is the same for float32 rows
-            mean = exact_gaussian_release(stat, 2.0 * B / n, plan["z_mean"], rng)
-            M = map_rows(X, _grid_centred, B, mean) if is_dask_array(X) \
-                else grid_rows(M, B, mean, scale=B / 2.0 ** BITS, out=M)
-        total = None
-        if plan["z_total"]:
-            stat = rows_stat(M, sum_of_squares, B ** 2)
-            sens = total_variance_sensitivity(B)
-            total = float(exact_gaussian_release(stat, sens, plan["z_total"], rng))
-        z = _last(plan["z"])
-        if s["method"] == "analyze_gauss":
-            sens = covariance_sensitivity(B)
-            C = rows_stat(M, gram, B ** 2).for_release(sens, z)  # the release rounds to this grid
-            result = analyze_gauss(C, s["k"], rng, noise_multiplier=z, sensitivity=sens,
-                                   rounding=None)  # C: an exact sum on the release's grid
-            result = result._replace(components=result.components.astype(X.dtype, copy=False))
-        else:
-            operator = ExactGram(M, B)
-            result = noisy_power_method(operator, s["k"], s["n_iter"], rng, noise_multiplier=plan["z"],
-                                        sensitivity=operator.sensitivity,
-                                        n_oversamples=s["p"] - s["k"], verbose=self.verbose,
-                                        dtype=X.dtype, rounding=None)  # exact products
-        return result, (None if mean is None else mean.astype(X.dtype, copy=False)), total
-
-    def _fit_rows(self, Xc, s, plan, rng, raw=None):
-        dask = is_dask_array(Xc)  # Dask rows: X^T X or X^T (X Q) summed over chunks on the workers
-        if s["method"] == "analyze_gauss":
-            sens = covariance_sensitivity(s["bound"]) if s["private"] else 1.0
-            return analyze_gauss(dask_gram(Xc) if dask else Xc.T @ Xc, s["k"], rng,
-                                 noise_multiplier=_last(plan["z"]), sensitivity=sens)
-        sens = row_power_sensitivity(s["bound"], s["p"]) if s["private"] else 1.0
-        operator = DaskGramMatrix(*raw) if dask else GramMatrix(Xc)
-        return noisy_power_method(operator, s["k"], s["n_iter"], rng, noise_multiplier=plan["z"],
-                                  sensitivity=sens, n_oversamples=s["p"] - s["k"], tol=s["tol"],
-                                  verbose=self.verbose, dtype=Xc.dtype)
-
-    def _fit_matrix(self, A, s, plan, rng):
-        bound = s["bound"]
-        if s["method"] == "analyze_gauss":  # the pair is one entry of the upper triangle
-            return analyze_gauss(A, s["k"], rng, noise_multiplier=_last(plan["z"]), sensitivity=bound,
-                                 order="magnitude", rounding=None)  # each entry a unit's own value
-        if self.calibration == "paper":
-            root = math.sqrt(2 * s["p"])
-
-            def sensitivity(X):  # noise sigma * bound * ||X||_inf exactly as the paper prints it
-                return bound * root * float(np.max(np.abs(X)))
-        else:
-            def sensitivity(X):
-                return entry_power_sensitivity(X, bound)
-        # OPEN: the products A X are float sums over entries that no public bound limits, so no
-        # public allowance covers their rounding (docs/derivations/pca.rst, "Rounding").
-        return noisy_power_method(DenseMatrix(A), s["k"], s["n_iter"], rng, noise_multiplier=plan["z"],
-                                  sensitivity=sensitivity, n_oversamples=s["p"] - s["k"], tol=s["tol"],
-                                  verbose=self.verbose, dtype=A.dtype, rounding=None)
+        self.method_ = settings.method
+        size = X.shape[1] if settings.method == "analyze_gauss" else settings.p
+        noise = eigenvalue_noise_level(result.noise_std, size, settings.method)
+        self._set_spectrum(result, mean, scale, total, noise, floor=not settings.precomputed)
 
     def _set_spectrum(self, result, mean, scale, total, noise, *, floor):
         self.components_ = result.components
@@ -1013,10 +495,11 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
                 self.explained_variance_ratio_ = self.explained_variance_ / (whole * scale)
         weak = np.flatnonzero(np.abs(self.explained_variance_) < 2 * self.explained_variance_noise_)
         if weak.size:
-            warnings.warn(f"the released explained_variance_ of component(s) {(weak + 1).tolist()} is below "
-                          "twice its noise level (explained_variance_noise_): those components are "
-                          "dominated by the privacy noise. Use fewer components, more data, a larger "
-                          "epsilon or a tighter data_norm.", UserWarning, stacklevel=3)
+            warnings.warn(f"the released explained_variance_ of component(s) "
+                          f"{(weak + 1).tolist()} is below twice its noise level "
+                          "(explained_variance_noise_): those components are dominated by the "
+                          "privacy noise. Use fewer components, more data, a larger epsilon or a "
+                          "tighter data_norm.", UserWarning, stacklevel=3)
         self.mean_ = mean
         self.n_components_ = result.components.shape[0]
         self.n_iter_ = result.n_iter
@@ -1026,7 +509,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
 
     # ------------------------------------------------------------------ streaming
     def partial_fit(self, X, y=None):
-        """Stream a batch of rows through the Streaming Power Method (see :class:`StreamingPowerMethod`).
+        """Stream a batch of rows through the Streaming Power Method
+        (:class:`~dptensor.algorithms.streaming_power.StreamingPowerMethod`).
 
         The first call plans and records the whole stream's cost (one Gaussian event, whatever its
         length). Components exist once the first power block has closed. ``fit`` starts over.
@@ -1054,7 +538,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         sensitivities are unchanged (``docs/derivations/pca.rst``). Nothing warns or reports how
         many rows were mapped: check the rows first if that matters to you.
         """
-        if is_dask_array(X):  # Dask rows: pulled one chunk at a time, in order (the cut does not matter)
+        # Dask rows: pulled one chunk at a time, in order (the cut does not matter)
+        if is_dask_array(X):
             for chunk in RowChunks(X):
                 self.partial_fit(chunk)
             return self
@@ -1062,24 +547,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         first = getattr(self, "_stream", None) is None
         X = validate_stream_chunk(self, X, reset=first, dtype=[np.float64, np.float32])
         if first:
-            d = X.shape[1]
-            s = self._check_params(d, streaming=True)
-            T = (max(1000, 10 * d) if self.block_size is None
-                 else check_positive_int(self.block_size, "block_size"))
-            plan = self._plan(s)
-            entropy = self._entropy()
-            # the stream holds one chunk and its block's sums at a time: this chunk stands for it
-            self.privacy_cost_, rng = self._record(s, plan, entropy, (d, T), X.shape[0])
-            self._stream = StreamingPowerMethod(
-                d, s["k"], T, rng, n_oversamples=s["p"] - s["k"], data_norm=s["bound"],
-                noise_multiplier=plan["z"], centered=not s["center"], dtype=X.dtype,
-                digest=None if self.random_state is None else RowDigest(X.dtype, d))
-            self.method_ = "streaming_power"
-            std = (_last(plan["z"]) * row_power_sensitivity(s["bound"], s["p"]) / T) if s["private"] else 0.0
-            self._stream_noise = eigenvalue_noise_level(std, s["p"], "power")
-            for attr in ("components_", "explained_variance_", "explained_variance_ratio_", "mean_",
-                         "n_samples_", "explained_variance_noise_"):
-                self.__dict__.pop(attr, None)
+            self._start_stream(X)
         else:  # a later chunk, larger maybe: refused by its shape alone, and the stream goes on
             check_fits(2 * X.size * FLOAT, "PrivatePCA.partial_fit",
                        "Pass the rows in smaller chunks (the result does not depend on the cut)")
@@ -1096,10 +564,33 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         if stream.components is not None:
             self.components_ = stream.components
             self.explained_variance_ = np.maximum(stream.eigenvalues, 0)
-            self.explained_variance_noise_ = np.full(self.explained_variance_.shape, self._stream_noise,
+            self.explained_variance_noise_ = np.full(self.explained_variance_.shape,
+                                                     self._stream_noise,
                                                      dtype=self.explained_variance_.dtype)
             self.n_components_ = stream.components.shape[0]
         return self
+
+    def _start_stream(self, X):
+        """A stream's first chunk: plan and spend the whole stream, open its state."""
+        d = X.shape[1]
+        # the stream holds one chunk and its block's sums at a time: this chunk stands for it
+        plan = self._plan((X.shape[0], d), streaming=True)
+        settings = plan.settings
+        T = settings.block_size
+        self.privacy_cost_, rng = self._spend_plan(plan, FitData(arrays=(), shape=(d, T)))
+        self._stream = StreamingPowerMethod(
+            d, settings.k, T, rng, n_oversamples=settings.p - settings.k,
+            data_norm=settings.bound, noise_multiplier=settings.noise,
+            centered=not settings.center, dtype=X.dtype,
+            digest=None if self.random_state is None else RowDigest(X.dtype, d))
+        self.method_ = "streaming_power"
+        std = 0.0
+        if settings.private:
+            std = _last(settings.noise) * row_power_sensitivity(settings.bound, settings.p) / T
+        self._stream_noise = eigenvalue_noise_level(std, settings.p, "power")
+        for attr in ("components_", "explained_variance_", "explained_variance_ratio_",
+                     "mean_", "n_samples_", "explained_variance_noise_"):
+            self.__dict__.pop(attr, None)
 
     # ------------------------------------------------------------------ transforming
     def transform(self, X):
@@ -1140,22 +631,23 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
 
     # ------------------------------------------------------------------ pricing and scoring
     def privacy_cost(self, n_samples, n_features):
-        """The cost and noise multiplier a ``fit`` on ``n_samples`` x ``n_features`` data would record.
+        """The cost and noise multiplier a ``fit`` on ``n_samples`` x ``n_features`` data would
+        record.
 
         Computed from the parameters alone, with the fit's own plan (:meth:`_plan`): no data is
         read and nothing is spent. Returns a :class:`~dptensor.PrivacyCost`.
         """
-        check_positive_int(n_samples, "n_samples")
-        s = self._check_params(check_positive_int(n_features, "n_features"))
-        plan = self._plan(s)
-        return self._preview(plan["event"], delta=s["delta"], noise_multiplier=_last(plan["z"]),
-                             n_queries=plan["n_queries"], calibration=self.calibration)
+        n = check_positive_int(n_samples, "n_samples")
+        d = check_positive_int(n_features, "n_features")
+        return self._preview_plan(self._plan((n, d)))
 
     def _score_units(self, X, y=None):
-        """Per-row captured variance and its public range ``(0, 1)`` (``None`` without ``data_norm``)."""
+        """Per-row captured variance and its public range ``(0, 1)`` (``None`` without
+        ``data_norm``)."""
         check_is_fitted(self, "components_")
         if self.input == "precomputed":
-            raise ValueError("score needs rows (input='data'); a precomputed matrix has no per-row score")
+            raise ValueError("score needs rows (input='data'); a precomputed matrix has no "
+                             "per-row score")
         X = validate_private_data(self, X, dtype=[np.float64, np.float32], reset=False)
         V = self.components_
         if self.data_norm is None:

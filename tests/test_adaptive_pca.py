@@ -10,10 +10,12 @@ import pytest
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from dptensor import AdaptivePrivatePCA, BudgetExceededError, PrivacyAccountant
-from dptensor import adaptive_pca as mod
+from dptensor.algorithms import adaptive_power as mod
 from dptensor.accounting import AboveThresholdEvent, ComposedEvent, GaussianEvent
-from dptensor.adaptive_pca import (choose_threshold, contributions, filtered_sensitivity, filtered_update,
-                                   grid_counts, svt_epsilon_for, threshold_grid, zcdp_rho)
+from dptensor.algorithms.adaptive_power import (choose_threshold, contributions,
+                                               filtered_sensitivity, filtered_update, grid_counts,
+                                               svt_epsilon_for, threshold_grid, zcdp_rho)
+from dptensor.mechanisms import clip_rows
 from dptensor.metrics import sin_theta_distance
 
 
@@ -24,7 +26,7 @@ def gaussian_rows(n, d, rng, spike=5.0, data_norm=3.0):
     scale = np.ones(d)
     scale[0] += spike
     X = (rng.standard_normal((n, d)) * np.sqrt(scale / scale.sum())) @ Q.T
-    return mod.clip_rows(X, data_norm), Q[:, :1].T
+    return clip_rows(X, data_norm), Q[:, :1].T
 
 
 def spiked_rows(n, d, rng, spikes=(5.0,)):
@@ -170,7 +172,7 @@ def test_counts_sensitivity_is_one_brute_force():
 def test_implicit_deflation_equals_projecting_the_rows():
     # The loop never forms P a; its contributions and update must be those of the projected rows.
     rng = np.random.default_rng(7)
-    X = mod.clip_rows(rng.standard_normal((50, 6)), 1.0)
+    X = clip_rows(rng.standard_normal((50, 6)), 1.0)
     V = np.linalg.qr(rng.standard_normal((6, 2)))[0].T
     P = np.eye(6) - V.T @ V
     x = P @ rng.standard_normal(6)
@@ -342,7 +344,7 @@ def test_component_variances_sensitivity_brute_force():
         V = np.linalg.qr(rng.standard_normal((d, k)))[0].T
         worst = 0.0
         for _ in range(3000):
-            a, b = (mod.clip_rows(rng.standard_normal((1, d)) * s, B)[0] for s in rng.uniform(0.1, 5, 2))
+            a, b = (clip_rows(rng.standard_normal((1, d)) * s, B)[0] for s in rng.uniform(0.1, 5, 2))
             worst = max(worst, np.linalg.norm((V @ a) ** 2 - (V @ b) ** 2))
         bound = math.sqrt(min(k, 2)) * B**2
         assert worst <= bound * (1 + 1e-12)

@@ -173,7 +173,6 @@ class _Releases:
 
     def __init__(self, monkeypatch, replay=None):
         import dptensor.mechanisms as cm
-        from dptensor import completion as completion_module
 
         self.log, self.replay = [], replay
         gauss, joint, lap = cm.gaussian_release, cm.joint_gaussian_release, cm.laplace_release
@@ -201,7 +200,6 @@ def _completion_fit(monkeypatch, X, y, layout, params, replay=None):
     import warnings
 
     from dptensor import PrivacyWarning
-    from dptensor import completion as completion_module
     from dptensor.algorithms.completion.observations import Observations
 
     with monkeypatch.context() as patch:
@@ -486,7 +484,6 @@ def test_completion_positions_are_indexed_before_the_spend(monkeypatch):
     public size) were built after the spend, so a public ``shape`` too large for memory (e.g.
     ``(10**12, 5)``: 7 TiB) raised MemoryError with the budget already recorded. They depend on
     the positions and the shape alone: built first, a failure there spends nothing."""
-    from dptensor import completion as completion_module
 
     def out_of_memory(*args, **kwargs):
         raise MemoryError("Unable to allocate 7.28 TiB")

@@ -9,7 +9,6 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from dptensor import BudgetExceededError, PrivacyAccountant, PrivacyWarning
 from completion_spies import patch_everywhere
-from dptensor import completion as completion_module
 from dptensor.algorithms.completion.als import als
 from dptensor.algorithms.completion.model import predict
 from dptensor.algorithms.completion.modes.base import OFFSET_SHARE
@@ -921,7 +920,7 @@ def test_spectral_start_with_a_fixed_mode_stays_on_the_scale_of_the_data(rng):
     """A mode without a factor enters the projected step as one public constant direction: the
     released start keeps that factor all ones and is on the data's scale."""
     from dptensor.algorithms.completion.offsets import OffsetNoise, row_offsets
-    from dptensor.algorithms.completion.model import init_model, offsets
+    from dptensor.algorithms.completion.model import init_model
     from dptensor.algorithms.completion.spectral import spectral_start
 
     X, y, _, _ = _ratings_like(4, observed=0.5)

@@ -10,7 +10,7 @@ import pytest
 import dptensor.algorithms.exact as ex
 from dptensor import PrivatePCA
 from dptensor.mechanisms import Rounding, clip_rows, gaussian_release, grid_step
-from dptensor.pca import private_mean
+from dptensor.algorithms.power import private_mean
 
 ONE = 2 ** ex.BITS
 

@@ -26,8 +26,9 @@ from dptensor.latent.lda import (DOCUMENT_SENSITIVITY, LDA_FIRST_SHARE, PAIR_PAR
                                  document_moments, document_norms, document_weights,
                                  topic_noise_std)
 from dptensor.mechanisms import clip_rows, symmetric_gaussian_release
-from dptensor.pca import auto_n_iter, covariance_sensitivity, power_schedule, row_power_sensitivity
 from dptensor.algorithms.tensor_power import row_sensitivity
+from dptensor.algorithms.power import (auto_n_iter, covariance_sensitivity, power_schedule,
+                                     row_power_sensitivity)
 
 pytestmark = pytest.mark.filterwarnings("ignore::dptensor.PrivacyWarning")
 

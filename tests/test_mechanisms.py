@@ -9,7 +9,7 @@ from scipy import integrate, stats
 from dptensor import PrivatePCA
 from dptensor.mechanisms import (GRID_BITS, above_threshold, clip_rows, gaussian_release,
                                  joint_gaussian_release, laplace_release, symmetric_gaussian_release)
-from dptensor.pca import center_and_clip
+from dptensor.algorithms.power import center_and_clip
 
 P_MIN = 1e-3  # seeded draws: a fixed p-value; below this the sampler is wrong, not unlucky
 

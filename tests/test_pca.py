@@ -13,17 +13,19 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-import dptensor.pca as pca_mod
 import dptensor.algorithms.exact as exact_mod
+import dptensor.algorithms.pca_fit as pca_fit_mod
+import dptensor.algorithms.power as power_mod
 from dptensor import BudgetExceededError, PrivacyAccountant, PrivacyWarning, PrivatePCA
 from dptensor.accounting import ComposedEvent, GaussianEvent, epsilon_of, gdp_mu
 from dptensor.datasets import make_spiked_covariance
 from dptensor.metrics import sin_theta_distance
-from dptensor.pca import (MEAN_SHARE, TOTAL_SHARE, StreamingPowerMethod, analyze_gauss, center_and_clip,
-                          covariance_sensitivity, entry_power_sensitivity, noisy_power_method, orthonormalize,
-                          power_schedule, row_power_sensitivity,
-                          total_variance_sensitivity)
 from dptensor.algorithms.operators import DenseMatrix
+from dptensor.algorithms.power import (MEAN_SHARE, TOTAL_SHARE, analyze_gauss, center_and_clip,
+                                     covariance_sensitivity, entry_power_sensitivity,
+                                     noisy_power_method, orthonormalize, power_schedule,
+                                     row_power_sensitivity, total_variance_sensitivity)
+from dptensor.algorithms.streaming_power import StreamingPowerMethod
 from dptensor.mechanisms import Rounding, clip_rows
 
 
@@ -123,8 +125,8 @@ def test_row_power_sensitivity_brute_force(p, rng):
     # Rows inside the ball (not only on the sphere) never exceed it either.
     a = rng.standard_normal((2000, d)) * rng.uniform(0, 1, (2000, 1))
     b = rng.standard_normal((2000, d))
-    a = pca_mod.clip_rows(a, B)
-    b = pca_mod.clip_rows(b, B)
+    a = power_mod.clip_rows(a, B)
+    b = power_mod.clip_rows(b, B)
     moves = np.linalg.norm(a[:, :, None] * (a @ X)[:, None, :] - b[:, :, None] * (b @ X)[:, None, :],
                            axis=(1, 2))
     assert moves.max() <= exact * (1 + 1e-12)
@@ -160,7 +162,7 @@ def test_entry_power_sensitivity_exhaustive(p, rng):
 
 def test_private_mean_sensitivity(rng):
     n, d, B = 50, 4, 3.0
-    X = pca_mod.clip_rows(rng.standard_normal((n, d)) * 5, B)
+    X = power_mod.clip_rows(rng.standard_normal((n, d)) * 5, B)
     Y = X.copy()
     Y[0] = -X[0]  # the extreme replacement b = -a
     move = np.linalg.norm(X.mean(0) - Y.mean(0))
@@ -172,7 +174,7 @@ def test_analyze_gauss_noise_has_the_planned_scale(rng):
     C = rng.standard_normal((300, 300))
     C = C + C.T
     res = analyze_gauss(C, 2, np.random.default_rng(7), noise_multiplier=1.5, sensitivity=2.0)
-    noisy = pca_mod.symmetric_gaussian_release(C, 2.0, 1.5, np.random.default_rng(7))  # the same release
+    noisy = power_mod.symmetric_gaussian_release(C, 2.0, 1.5, np.random.default_rng(7))  # the same release
     np.testing.assert_array_equal(noisy, noisy.T)
     upper = (noisy - C)[np.triu_indices(300)]
     assert np.std(upper) == pytest.approx(3.0, rel=0.01)  # 45150 draws: relative std error 0.3%
@@ -181,12 +183,12 @@ def test_analyze_gauss_noise_has_the_planned_scale(rng):
 
 
 class _Spy:
-    """Records every Gaussian release (shape, sensitivity, multiplier) made by dptensor.pca, in order."""
+    """Records every Gaussian release (shape, sensitivity, multiplier) made by a PCA fit, in order."""
 
     def __init__(self, monkeypatch):
         self.calls, self.roundings = [], []
         for name in ("gaussian_release", "symmetric_gaussian_release"):
-            monkeypatch.setattr(pca_mod, name, self._spy(getattr(pca_mod, name)))
+            monkeypatch.setattr(power_mod, name, self._spy(getattr(power_mod, name)))
         monkeypatch.setattr(exact_mod, "gaussian_release", self._spy(exact_mod.gaussian_release))
 
     def _spy(self, real):
@@ -269,7 +271,7 @@ def test_paper_calibration_reproduces_hardt_price_sigma(monkeypatch):
         def matmat(self, Q):
             seen.append(Q.copy())
             return super().matmat(Q)
-    monkeypatch.setattr(pca_mod, "DenseMatrix", Recording)
+    monkeypatch.setattr(pca_fit_mod, "DenseMatrix", Recording)
     spy = _Spy(monkeypatch)
     est = PrivatePCA(2, n_oversamples=1, epsilon=eps, delta=delta, n_iter=L, input="precomputed",
                      calibration="paper", random_state=0).fit(A)
@@ -437,7 +439,7 @@ def test_auto_method_rule():
     A = np.cov(X.T)
     assert PrivatePCA(2, input="precomputed").fit(A).method_ == "power"
     assert PrivatePCA(2, block_size=10).partial_fit(X).method_ == "streaming_power"
-    wide = np.random.default_rng(0).standard_normal((3, pca_mod.MAX_DENSE_FEATURES + 1))
+    wide = np.random.default_rng(0).standard_normal((3, power_mod.MAX_DENSE_FEATURES + 1))
     assert PrivatePCA(1, n_iter=2, random_state=0).fit(wide).method_ == "power"
 
 
@@ -639,19 +641,19 @@ def test_float_mean_and_total_releases_carry_their_rounding(monkeypatch):
     n, d, B = 20000, 7, 3.0
     X = clip_rows(rng.standard_normal((n, d)).astype(np.float32) * 2, B)
     seen = []
-    real = pca_mod.gaussian_release
+    real = power_mod.gaussian_release
 
     def spy(value, sensitivity, z, rng, dtype=None, *, rounding):
         seen.append(rounding)
         return real(value, sensitivity, z, rng, dtype, rounding=rounding)
-    monkeypatch.setattr(pca_mod, "gaussian_release", spy)
-    mean = pca_mod.private_mean(X, B, 1.0, np.random.default_rng(0))
-    total = pca_mod.private_total(X, B, 1.0, np.random.default_rng(0))
+    monkeypatch.setattr(power_mod, "gaussian_release", spy)
+    mean = power_mod.private_mean(X, B, 1.0, np.random.default_rng(0))
+    total = power_mod.private_total(X, B, 1.0, np.random.default_rng(0))
     assert mean.dtype == np.float32 and np.isfinite(total)
     assert seen == [(B, n + 1, np.float64), (n * B**2, n * d, np.float64)]
     # the sums themselves run in float64: without noise they match a float64 sum of the rows
     X64 = X.astype(np.float64)
-    assert pca_mod.private_total(X, B, 0.0, None) == pytest.approx(np.sum(X64 * X64), rel=1e-14)
+    assert power_mod.private_total(X, B, 0.0, None) == pytest.approx(np.sum(X64 * X64), rel=1e-14)
 
 
 def test_noisy_power_step_on_a_float_product_needs_its_rounding():

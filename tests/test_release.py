@@ -29,8 +29,8 @@ from dptensor.algorithms.exact import grid_rows, row_sum
 from dptensor.algorithms.operators import moment_tensor
 from dptensor.datasets import make_low_rank_tensor
 from dptensor.mechanisms import clip_rows, gaussian_release, grid_step
-from dptensor.pca import center_and_clip, covariance_sensitivity
 from dptensor.algorithms.streaming_tensor import block_statistics
+from dptensor.algorithms.power import center_and_clip, covariance_sensitivity
 
 pytestmark = pytest.mark.filterwarnings("ignore::dptensor.PrivacyWarning")
 

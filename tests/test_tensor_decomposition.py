@@ -14,7 +14,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 import dptensor.algorithms.exact as exact_mod
 from dptensor import BudgetExceededError, PrivacyAccountant, PrivateTensorDecomposition
 from dptensor.algorithms.operators import SymmetricTensor, ThirdMoment, moment_tensor
-from dptensor._power import normalize_columns, random_unit_columns, select_restart
+from dptensor.algorithms.power import normalize_columns, random_unit_columns, select_restart
 from dptensor.accounting import epsilon_of
 from dptensor.mechanisms import clip_rows, symmetric_gaussian_release
 from dptensor.metrics import match_components, recovery_error

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from sklearn.model_selection import KFold, cross_validate
 
-from dptensor import (AdaptivePrivatePCA, PrivacyWarning, PrivatePCA, PrivateTensorCompletion,
+from dptensor import (AdaptivePrivatePCA, PrivatePCA, PrivateTensorCompletion,
                       PrivateTensorDecomposition, StreamingTensorPower)
 from dptensor.latent import PrivateGaussianMixture, PrivateLatentDirichletAllocation
 

@@ -38,7 +38,7 @@ import scipy.sparse.linalg
 from .operators import SymmetricTensor, TensorOperator, ThirdMoment, moment_tensor
 from ..accounting.composition import gdp_mu
 from ..accounting.events import ComposedEvent, GaussianEvent
-from ..pca import auto_n_iter, noisy_power_method, power_schedule
+from .power import auto_n_iter, noisy_power_method, power_schedule
 from ..mechanisms import Rounding, gaussian_release, symmetric_gaussian_release
 from .tensor_power import (PowerNoise, choose_moment, n_power_queries,
                                        tensor_power_method)

@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from .._power import normalize_columns, random_unit_columns, select_restart
+from .power import normalize_columns, random_unit_columns, select_restart
 from ..mechanisms import clip_rows, joint_gaussian_release
 from ..mechanisms.randomness import RowDigest, rekeyed
 from .exact import BITS, Exact, grid_rows, grid_vectors, moment_product, moment_sensitivities

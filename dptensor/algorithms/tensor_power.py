@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._power import normalize_columns, random_unit_columns, select_restart
+from .power import normalize_columns, random_unit_columns, select_restart
 from ..accounting.calibration import calibrate_gaussian, paper_tensor_power_noise
 from ..mechanisms import Rounding, clip_rows, gaussian_release, symmetric_gaussian_release
 from .exact import Exact, exact_gaussian_release, grid_vectors, moment_sensitivities

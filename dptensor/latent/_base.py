@@ -11,8 +11,8 @@ from .._memory import FLOAT
 from .._validation import check_positive_int, check_verbose
 from ..accounting.events import NonPrivateEvent
 from ..algorithms.dask import is_dask_array, reduce_row_chunks
-from ..pca import MAX_DENSE_FEATURES, auto_n_iter
 from ..algorithms.moments import decompose_whitened, n_third_queries, plan_noise
+from ..algorithms.power import MAX_DENSE_FEATURES, auto_n_iter
 
 __all__ = ["SpectralLatentModel", "LatentSettings"]
 

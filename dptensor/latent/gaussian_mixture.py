@@ -9,8 +9,9 @@ from ..algorithms.dask import check_dask_array, clip_chunks, is_dask_array, redu
 from ..algorithms.operators import SymmetricTensor, moment_tensor
 from .._validation import check_data_norm, validate_private_data
 from ..mechanisms import clip_rows
-from ..pca import covariance_sensitivity, row_power_sensitivity, total_variance_sensitivity
 from ..algorithms.tensor_power import n_power_queries, row_sensitivity
+from ..algorithms.power import (covariance_sensitivity, row_power_sensitivity,
+                               total_variance_sensitivity)
 from ._base import BLOCK_ROWS, SpectralLatentModel
 from ..algorithms.moments import (ImplicitMatrix, power_subspace, release, release_second, rounding, sym3,
                         top_eigenpairs, whiten, whitened_rows_operator, whitening_roundings)

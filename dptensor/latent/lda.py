@@ -17,8 +17,8 @@ from sklearn.utils.validation import check_is_fitted
 from ..algorithms.dask import check_dask_array, is_dask_array
 from ..algorithms.operators import moment_tensor
 from .._validation import validate_private_data
-from ..pca import MAX_DENSE_FEATURES
 from ..algorithms.tensor_power import row_sensitivity
+from ..algorithms.power import MAX_DENSE_FEATURES
 from ._base import SpectralLatentModel
 from ..algorithms.moments import (ImplicitMatrix, power_subspace, release, release_second, rounding, sym3,
                         top_eigenpairs, whiten, whitening_roundings)

@@ -17,7 +17,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from .._base import FitData, FitPlan, PrivateEstimatorMixin, SearchTag
-from .._guards import fixed_floating_point, silenced
+from .._guards import silenced
 from .._memory import FLOAT, prechecked
 from ..accounting import PrivacyAccountant
 from ..algorithms.completion.observations import check_indices

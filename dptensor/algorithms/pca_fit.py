@@ -1,0 +1,159 @@
+r"""The releases of one PCA fit, in order, from its noise plan: the mean, the total, the spectrum.
+
+Three paths, each a fixed sequence of the releases the plan priced:
+
+* :func:`exact_rows_fit`: a private fit on rows, every statistic an exact sum of grid rows
+  (``docs/derivations/exact_sums.rst``), so each sensitivity holds at any ``n`` and in any order;
+* :func:`float_rows_fit`: rows in floating point, NumPy or Dask (a fit without privacy);
+* :func:`entry_matrix_fit`: a precomputed symmetric matrix under the entry unit.
+
+The caller (:class:`~dptensor.PrivatePCA`) has checked the parameters and spent the budget; these
+take the multipliers and the public bound as given.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from .._dask import DaskGramMatrix, clip_chunks, dask_gram, is_dask_array
+from .._exact import (
+    BITS,
+    ExactGram,
+    exact_gaussian_release,
+    gram,
+    grid_rows,
+    map_rows,
+    row_sum,
+    rows_stat,
+    sum_of_squares,
+)
+from .._operators import DenseMatrix, GramMatrix
+from ..mechanisms import clip_rows
+from .power import (
+    analyze_gauss,
+    center_and_clip,
+    clip_center_clip,
+    covariance_sensitivity,
+    entry_power_sensitivity,
+    grid_centred,
+    noisy_power_method,
+    private_mean,
+    private_total,
+    row_power_sensitivity,
+    total_variance_sensitivity,
+)
+
+__all__ = ["exact_rows_fit", "float_rows_fit", "entry_matrix_fit"]
+
+
+def _last(z) -> float:
+    """The last (or only) multiplier of a plan: the one that sets the released error."""
+    return float(np.ravel(z)[-1])
+
+
+def exact_rows_fit(X, rng, *, k, p, n_iter, bound, method, center, noise, mean_noise,
+                   total_noise, verbose=0):
+    """``(result, mean, total)`` of a private row-level fit on grid rows (``mean``, ``total``:
+    ``None`` when not released).
+
+    The rows are ``grid_rows(x, B)`` for the mean, then those centred on the released mean and
+    put on the grid again: one public map per row, so each released statistic is exactly
+    ``sum_i f(x_i)`` with ``f`` in the range the sensitivity assumes, in any order.
+    """
+    B, n = bound, X.shape[0]
+    M, mean = map_rows(X, grid_rows, B), None
+    if center:
+        stat = rows_stat(M, row_sum, B / n)
+        # released in float64, so that the centring is the same for float32 rows
+        mean = exact_gaussian_release(stat, 2.0 * B / n, mean_noise, rng)
+        M = map_rows(X, grid_centred, B, mean) if is_dask_array(X) \
+            else grid_rows(M, B, mean, scale=B / 2.0 ** BITS, out=M)
+    total = None
+    if total_noise:
+        stat = rows_stat(M, sum_of_squares, B ** 2)
+        sens = total_variance_sensitivity(B)
+        total = float(exact_gaussian_release(stat, sens, total_noise, rng))
+    z = _last(noise)
+    if method == "analyze_gauss":
+        sens = covariance_sensitivity(B)
+        C = rows_stat(M, gram, B ** 2).for_release(sens, z)  # the release rounds to this grid
+        result = analyze_gauss(C, k, rng, noise_multiplier=z, sensitivity=sens,
+                               rounding=None)  # C: an exact sum on the release's grid
+        result = result._replace(components=result.components.astype(X.dtype, copy=False))
+    else:
+        operator = ExactGram(M, B)
+        result = noisy_power_method(operator, k, n_iter, rng, noise_multiplier=noise,
+                                    sensitivity=operator.sensitivity, n_oversamples=p - k,
+                                    verbose=verbose, dtype=X.dtype,
+                                    rounding=None)  # exact products
+    return result, (None if mean is None else mean.astype(X.dtype, copy=False)), total
+
+
+def float_rows_fit(X, rng, *, k, p, n_iter, bound, method, center, private, noise, mean_noise,
+                   total_noise, tol=0.0, verbose=0):
+    """``(result, mean, total)`` of a fit on rows in floating point, NumPy or Dask: clip,
+    centre on the mean, clip again, then the total and the spectrum (``mean``, ``total``:
+    ``None`` when not computed). The caller's ``X`` is never written."""
+    spectrum = functools.partial(_rows_spectrum, k=k, p=p, n_iter=n_iter, bound=bound,
+                                 method=method, private=private, noise=noise, tol=tol,
+                                 verbose=verbose)
+    if is_dask_array(X):  # Dask rows: the same steps, each data pass a reduction over chunks
+        Xc = clip_chunks(X, bound)
+        mean = private_mean(Xc, bound, mean_noise, rng) if center else None
+        # The power steps prepare each raw chunk inside their own task (no extra pass per
+        # step); the one-off passes (Analyze Gauss, the exact total) read the same rows lazily.
+        prepare = functools.partial(clip_center_clip, data_norm=bound, mean=mean)
+        Xc = X.map_blocks(prepare, dtype=X.dtype)
+        total = _total(Xc, bound, private, total_noise, rng)
+        return spectrum(Xc, rng, raw=(X, prepare)), mean, total
+    Xc = clip_rows(X, bound)  # a new array when clipping; the caller's X is never written
+    mean = private_mean(Xc, bound, mean_noise, rng) if center else None
+    Xc = center_and_clip(Xc, mean, bound, copy=Xc is X)
+    total = _total(Xc, bound, private, total_noise, rng)
+    return spectrum(Xc, rng), mean, total
+
+
+def _total(Xc, bound, private, total_noise, rng):
+    """The released total ``sum_i ||c_i||^2``: noisy from its share, exact without privacy,
+    else None."""
+    if private and not total_noise:
+        return None
+    return private_total(Xc, bound, total_noise, rng)
+
+
+def _rows_spectrum(Xc, rng, *, k, p, n_iter, bound, method, private, noise, tol, verbose,
+                   raw=None):
+    dask = is_dask_array(Xc)  # Dask rows: X^T X or X^T (X Q) summed over chunks on the workers
+    if method == "analyze_gauss":
+        sens = covariance_sensitivity(bound) if private else 1.0
+        return analyze_gauss(dask_gram(Xc) if dask else Xc.T @ Xc, k, rng,
+                             noise_multiplier=_last(noise), sensitivity=sens)
+    sens = row_power_sensitivity(bound, p) if private else 1.0
+    operator = DaskGramMatrix(*raw) if dask else GramMatrix(Xc)
+    return noisy_power_method(operator, k, n_iter, rng, noise_multiplier=noise, sensitivity=sens,
+                              n_oversamples=p - k, tol=tol, verbose=verbose, dtype=Xc.dtype)
+
+
+def entry_matrix_fit(A, rng, *, k, p, n_iter, bound, method, noise, paper=False, tol=0.0,
+                     verbose=0):
+    """The spectrum of a precomputed symmetric matrix under the entry unit: Analyze Gauss (the
+    pair is one entry of the upper triangle) or the PPM, its noise scaled by the previous
+    iterate's largest rows (``paper``: ``sqrt(2p) ||X||_inf`` as Hardt–Price print it)."""
+    if method == "analyze_gauss":
+        return analyze_gauss(A, k, rng, noise_multiplier=_last(noise), sensitivity=bound,
+                             order="magnitude", rounding=None)  # each entry a unit's own value
+    if paper:
+        root = math.sqrt(2 * p)
+
+        def sensitivity(X):  # noise sigma * bound * ||X||_inf exactly as the paper prints it
+            return bound * root * float(np.max(np.abs(X)))
+    else:
+        def sensitivity(X):
+            return entry_power_sensitivity(X, bound)
+    # OPEN: the products A X are float sums over entries that no public bound limits, so no
+    # public allowance covers their rounding (docs/derivations/pca.rst, "Rounding").
+    return noisy_power_method(DenseMatrix(A), k, n_iter, rng, noise_multiplier=noise,
+                              sensitivity=sensitivity, n_oversamples=p - k, tol=tol,
+                              verbose=verbose, dtype=A.dtype, rounding=None)
