@@ -58,7 +58,7 @@ SHARES = {"first": 0.1, "second": 0.45, "third": 0.45}
 
 #: With the whitening from the private power method, the share of the second moment's budget given
 #: to the last release, the p x p projection ``V^T M2 V`` (the power steps share the rest as
-#: :func:`~dptensor.pca.power_schedule` splits it). The subspace's error grows like ``sqrt(d)``
+#: :func:`~dptensor.algorithms.power.power_schedule` splits it). The subspace's error grows like ``sqrt(d)``
 #: times its steps' noise and the projection's like ``sqrt(p)``, so the subspace gets most of it:
 #: measured on the benchmark's topic model (2000 words, 10^5 documents, epsilon 1 to 16), 0.1 gave
 #: a 5% smaller error than 0.2 and 15% smaller than 0.35; 0.05 was no better.
@@ -98,7 +98,7 @@ def plan_noise(epsilon: float, delta: float, n_third_queries: int, n_power: int 
 
     The first moments are ``n_first`` releases sharing ``SHARES["first"]`` evenly; the second
     moment one release (Analyze Gauss, ``n_power=0``) or ``n_power`` power steps scheduled by
-    :func:`~dptensor.pca.power_schedule` and one projection with :data:`PROJECTION_SHARE` of
+    :func:`~dptensor.algorithms.power.power_schedule` and one projection with :data:`PROJECTION_SHARE` of
     ``SHARES["second"]``; the third moment one release (perturbation) or ``n_third_queries``
     adaptive ones (the private power method). ``shares`` (default :data:`SHARES`) splits ``mu^2``
     between the three groups; they must sum to 1. Under Gaussian-DP the releases compose to
@@ -196,7 +196,7 @@ def power_subspace(operator, k: int, plan: NoisePlan, rng, *, step_sensitivity: 
 
     ``operator`` applies the symmetric d x d ``M2`` to a d x p block (``matmat``), never forming
     it. Private: ``plan.n_power`` steps of the noisy power method
-    (:func:`~dptensor.pca.noisy_power_method`, ``p = min(2k, d)``: k oversampled columns), each
+    (:func:`~dptensor.algorithms.power.noisy_power_method`, ``p = min(2k, d)``: k oversampled columns), each
     one Gaussian release of ``M2 Q`` at ``step_sensitivity``; V spans the last one. Then one
     symmetric Gaussian release of the p x p ``V^T M2 V`` (upper triangle at
     ``projection_sensitivity``, a Frobenius-norm bound when ``frobenius``). Each sensitivity is

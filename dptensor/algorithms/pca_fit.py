@@ -17,8 +17,8 @@ import math
 
 import numpy as np
 
-from .._dask import DaskGramMatrix, clip_chunks, dask_gram, is_dask_array
-from .._exact import (
+from .dask import DaskGramMatrix, clip_chunks, dask_gram, is_dask_array
+from .exact import (
     BITS,
     ExactGram,
     exact_gaussian_release,
@@ -29,7 +29,7 @@ from .._exact import (
     rows_stat,
     sum_of_squares,
 )
-from .._operators import DenseMatrix, GramMatrix
+from .operators import DenseMatrix, GramMatrix
 from ..mechanisms import clip_rows
 from .power import (
     analyze_gauss,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._exact import (
+from .exact import (
     BITS,
     Exact,
     exact_gaussian_release,
@@ -53,7 +53,7 @@ class StreamingPowerMethod:
         self.basis = orthonormalize(rng.standard_normal((n_features, p)).astype(self.dtype))
         self.mean = np.zeros(n_features, dtype=self.dtype) if centered else None
         # The mean block's running sum and the power block's running product: exact integer sums
-        # of grid rows (:mod:`dptensor._exact`) when private, plain float sums otherwise.
+        # of grid rows (:mod:`dptensor.algorithms.exact`) when private, plain float sums otherwise.
         exact = self.noise_multiplier > 0
         self._sum = 0 if exact else np.zeros(n_features, dtype=self.dtype)
         self._acc = 0 if exact else np.zeros((n_features, p), dtype=self.dtype)

@@ -384,7 +384,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         eigenpairs); ``"power"`` never forms it: the top-k subspace of ``M2`` comes from the (noisy)
         power method over the documents, each step one release of ``M2 Q`` (d x 2k), then one
         release of the 2k x 2k projection. ``"auto"``: the power method, except for a private fit
-        of at most 2000 words (``dptensor.pca.MAX_DENSE_FEATURES``), where one Analyze Gauss
+        of at most 2000 words (``dptensor.algorithms.power.MAX_DENSE_FEATURES``), where one Analyze Gauss
         release measured less noisy for the same budget. The d x d matrix (a few of them) and
         copies of the counts' stored entries set the fit's memory; a fit whose bound exceeds what
         the process can allocate is refused before its spend

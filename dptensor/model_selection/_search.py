@@ -7,23 +7,21 @@ from copy import deepcopy
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone
 from sklearn.model_selection import ParameterGrid, ParameterSampler
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import FunctionTransformer
 from sklearn.utils import get_tags
 from sklearn.utils.metaestimators import available_if
-from sklearn.utils.validation import check_array, check_is_fitted
+from sklearn.utils.validation import check_is_fitted
 
-from .._base import FitData, FitPlan, PrivateEstimatorMixin, SearchTag
+from .._base import FitData, FitPlan, PrivateEstimatorMixin
 from .._guards import silenced
 from .._memory import FLOAT, prechecked
-from ..accounting import PrivacyAccountant
-from ..algorithms.completion.observations import check_indices
 from ..algorithms.exact import exact_gaussian_release, range_mean
-from .._validation import check_numeric_array
+from ._accountants import accountant_keys, find_accountants, without_accountants
 from ._selection import calibrate_search, check_distribution, draw_n_runs
+from ._units import as_units, check_units, public_overrides
 
 __all__ = ["PrivateGridSearchCV", "PrivateRandomizedSearchCV", "MAX_SCORE_NOISE"]
 
@@ -164,7 +162,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         est = clone(self.estimator).set_params(**clone(params, safe=False))
         est.set_params(**{prefix + "epsilon": epsilon, prefix + "delta": delta,
                           prefix + "random_state": seed, **dict(overrides)})
-        return _without_accountants(est)
+        return without_accountants(est)
 
     def _charged_accountant(self):
         """The one accountant the search charges: its own, or the one held anywhere in what it
@@ -183,10 +181,10 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         return own if own is not None else next((a for _, a in found.values()), None)
 
     def _held_accountants(self):
-        yield from _accountants(self.estimator, "estimator")
+        yield from find_accountants(self.estimator, "estimator")
         for params in self._candidates():
             for key, value in params.items():
-                yield from _accountants(value, f"the grid's {key!r}")
+                yield from find_accountants(value, f"the grid's {key!r}")
 
     def _settings(self, n_samples, n_features) -> "SearchSettings":
         """Everything the search decides and prices before the first fit (no data read)."""
@@ -262,12 +260,12 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         return self._fit_private(X, y)
 
     def _check_data(self, X, y=None) -> FitData:
-        X, y = _as_units(X, y, alone=not isinstance(self.estimator, Pipeline))
+        X, y = as_units(X, y, alone=not isinstance(self.estimator, Pipeline))
         if y is not None and len(y) != len(X):
             raise ValueError(f"y has {len(y)} values but X has {len(X)} units")
         prefix, learner = self._learner()
-        _check_units(learner, X, y)
-        overrides = _public_overrides(prefix, learner, X)
+        check_units(learner, X, y)
+        overrides = public_overrides(prefix, learner, X)
         return FitData(arrays=(X, y), shape=X.shape,
                        public=dict(overrides=overrides, nbytes=X.nbytes))
 
@@ -301,7 +299,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
             # The refit's seed was drawn from the search's own stream: with it (and the public
             # description) anyone regenerates the refit's noise, so it never stays on the model.
             # The accountants taken off for the search go back: a later fit is charged to them.
-            taken = _accountant_keys(clone(self.estimator).set_params(**best_params))
+            taken = accountant_keys(clone(self.estimator).set_params(**best_params))
             self.best_estimator_.set_params(**{settings.prefix + "random_state": None, **taken})
         self.best_index_ = best_index
         self.best_params_ = dict(best_params)
@@ -596,46 +594,6 @@ class PrivateRandomizedSearchCV(_PrivateSearch):
         return self._sampled
 
 
-def _accountants(obj, where, seen=None):
-    """``(where, accountant)`` for every :class:`~dptensor.PrivacyAccountant` in ``obj``, at any
-    depth: an estimator's parameters (pipeline steps, estimators held as parameters), lists,
-    tuples, sets, dicts and other objects' attributes, as ``clone`` copies them."""
-    if isinstance(obj, PrivacyAccountant):
-        yield where, obj
-        return
-    seen = set() if seen is None else seen
-    if id(obj) in seen or isinstance(obj, (str, bytes, numbers.Number, np.ndarray, type)):
-        return
-    seen.add(id(obj))
-    if hasattr(obj, "get_params"):
-        items = ((f"{where}.{k}", v) for k, v in obj.get_params(deep=False).items())
-    elif isinstance(obj, dict):
-        items = ((f"{where}[{k!r}]", v) for k, v in obj.items())
-    elif isinstance(obj, (list, tuple, set, frozenset)):
-        items = ((f"{where}[{i}]", v) for i, v in enumerate(obj))
-    else:
-        items = ((f"{where}.{k}", v) for k, v in getattr(obj, "__dict__", {}).items())
-    for place, value in items:
-        yield from _accountants(value, place, seen)
-
-
-def _accountant_keys(est) -> dict:
-    """``{parameter: accountant}`` for the accountants ``est.set_params`` can reach."""
-    return {k: v for k, v in est.get_params(deep=True).items() if isinstance(v, PrivacyAccountant)}
-
-
-def _without_accountants(est):
-    """``est`` with every accountant taken off, or a refusal (before any spend) naming one that
-    cannot be: a run that kept one would record itself there, and the number of runs is secret."""
-    est.set_params(**dict.fromkeys(_accountant_keys(est)))
-    for where, _ in _accountants(est, "estimator"):
-        raise ValueError(f"{where} is an accountant the search cannot take off its runs (not a "
-                         "parameter that set_params reaches): each run would record itself there, "
-                         "and the number of runs is secret. Give the accountant to the search "
-                         "(accountant=...) and none inside the estimator")
-    return est
-
-
 def _public_seed(random_state):
     return int(random_state) % 2**32 if isinstance(random_state, numbers.Integral) else None
 
@@ -643,66 +601,6 @@ def _public_seed(random_state):
 def _seed(rng) -> int:
     """A fresh 63-bit seed for one candidate's fit, from the search's own generator."""
     return int(rng.integers(2**63 - 1))
-
-
-def _as_units(X, y, *, alone: bool):
-    """``(X, y)`` checked before the search spends: a failure in a candidate's fit would come after.
-
-    X must be 2-D (rows, or completion's index tuples). An estimator searched ``alone`` gets its
-    data as given, so X must also be numeric and finite, as its fit requires (a pipeline's
-    stateless steps may transform X first, so only the shape is checked there); ``y``, when
-    given, must be finite numbers.
-    """
-    if sp.issparse(X):
-        raise TypeError("a private search takes dense X: sparse input is not supported (the split "
-                        "and the checks before the spend work on dense rows); pass X.toarray()")
-    X = np.asarray(X)
-    if X.ndim != 2:
-        raise ValueError(f"a private search splits units (rows of X); X must be 2-D, got {X.ndim} "
-                         f"dimension(s): reshape a single feature with X.reshape(-1, 1)")
-    if alone:  # refuses strings, complex numbers (in words that quote none of X), NaN, inf
-        X = check_array(check_numeric_array(X), dtype="numeric", ensure_min_samples=0)
-    if y is not None:
-        y = np.asarray(y)
-        if alone and y.dtype.kind == "O":  # numbers held as objects, as the estimator takes them
-            try:
-                y = y.astype(np.float64)
-            except (TypeError, ValueError):
-                raise ValueError("y must hold finite numbers, and some entry is no number"
-                                 ) from None
-        # kind, not np.number: complex numbers are numbers, and scikit-learn's check prints them
-        if alone and not (y.dtype.kind in "biuf" and np.all(np.isfinite(y))):
-            raise ValueError("y must hold finite numbers (no NaN or infinity): pass only the observed "
-                             "entries")
-    return X, y
-
-
-def search_tag(learner) -> SearchTag:
-    """What the estimator declares the search needs to know of it (:class:`~dptensor._base.SearchTag`)."""
-    return getattr(learner, "_search_tag", None) or SearchTag()
-
-
-def _check_units(learner, X, y):
-    """The data checks every candidate's fit would make, made once before the spend: a search
-    refused for its data (NaN, infinity, text, bad indices) leaves the ledger unchanged."""
-    if search_tag(learner).indices:
-        check_indices(X, learner.shape)  # X holds index tuples
-    else:
-        # check_numeric_array first: scikit-learn's check quotes a string and prints complex data
-        check_array(check_numeric_array(X), dtype="numeric", ensure_all_finite=True, ensure_2d=False,
-                    input_name="X")
-    if y is not None:
-        check_array(check_numeric_array(y, "y", ensure_2d=False), dtype="numeric", ensure_all_finite=True,
-                    ensure_2d=False, input_name="y")
-
-
-def _public_overrides(prefix, learner, X) -> dict:
-    """Public settings a candidate trained on part of the units needs to cover all of them."""
-    if search_tag(learner).indices and learner.shape is None:
-        # index tuples: the tensor's shape from all observed positions (public), so that candidates
-        # trained on the training entries can predict the validation ones
-        return {prefix + "shape": tuple(int(v) + 1 for v in np.max(X, axis=0))}
-    return {}
 
 
 def _results(candidates, best_index, best_score) -> dict:
