@@ -251,8 +251,11 @@ def _grid_panel(ax, rows):
         if not np.all(np.isnan(ys)):  # a peer that finished no cell gets a note, not a legend entry
             ax.plot(eps, ys, label=label, **style)
     # Large hollow circles: the default stays visible where it is the same fit as a method above.
-    same = {r["default_method"] for r in rows}
-    label = "PrivatePCA default" + (f" (= {_METHOD_NAMES.get(*same, *same)})" if len(same) == 1 else "")
+    picked = {r["default_method"] for r in rows}
+    label = "PrivatePCA default"
+    if len(picked) == 1:
+        method = picked.pop()
+        label += f" (= {_METHOD_NAMES.get(method, method)})"
     ax.plot(eps, [r["default_sin2"] for r in rows], "o", ms=11, mfc="none", mew=1.5, color="C3",
             label=label, zorder=3)
     ax.set_xscale("log")
