@@ -262,8 +262,8 @@ def _plot(prices):
     ax.set_xlabel("candidates (expected runs)")
     ax.set_ylabel("total epsilon, refit included")
     ax.set_title(f"Search cost, each candidate at epsilon = {CANDIDATE_EPSILON}, delta = {DELTA:g}")
-    estimators = ax.legend(title="one colour per curve (estimators that share it)", fontsize=8, title_fontsize=8,
-                           loc="upper left")
+    estimators = ax.legend(title="one colour per curve (estimators that share it)", fontsize=8,
+                           title_fontsize=8, loc="upper left")
     ax.add_artist(estimators)
     styles = [Line2D([], [], color="0.3", marker="o", ls="-", label="private search"),
               Line2D([], [], color="0.3", marker="x", ls="--", ms=8, label="naive composition")]
