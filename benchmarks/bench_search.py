@@ -280,7 +280,7 @@ def _same_curves(prices, rtol=1e-3):
     for name in dict.fromkeys(r["estimator"] for r in prices):
         rows = sorted((r for r in prices if r["estimator"] == name), key=lambda r: r["candidates"])
         curve = np.array([[r["private + refit"], r["naive + refit"]] for r in rows])
-        for names, first, seen in groups:
+        for names, _, seen in groups:
             if seen.shape == curve.shape and np.allclose(seen, curve, rtol=rtol, atol=0):
                 names.append(name)
                 break
