@@ -227,10 +227,11 @@ def plot(records, coh):
     n_max = max(r["n"] for r in records)
     ds = sorted({r["d"] for r in records})
     fig, axes = plt.subplots(1, len(ds) + 1, figsize=(4.2 * (len(ds) + 1), 4.0))
+    label = _default_label([r for r in records if r["n"] == n_max])  # one legend for all panels
     for ax, d in zip(axes, ds):
         rows = sorted((r for r in records if r["d"] == d and r["n"] == n_max),
                       key=lambda r: r["epsilon"])
-        _grid_panel(ax, rows)
+        _grid_panel(ax, rows, label)
         ax.set_title(f"row-level, d={d}, n={n_max}")
     _coherence_panel(axes[-1], coh)
     handles, labels = axes[0].get_legend_handles_labels()
@@ -244,20 +245,15 @@ def plot(records, coh):
     return path
 
 
-def _grid_panel(ax, rows):
+def _grid_panel(ax, rows, default_label):
     eps = [r["epsilon"] for r in rows]
     for key, label, style in _GRID_LINES:
         ys = [np.nan if r[key] is None else r[key] for r in rows]
         if not np.all(np.isnan(ys)):  # a peer that finished no cell gets a note, not a legend entry
             ax.plot(eps, ys, label=label, **style)
     # Large hollow circles: the default stays visible where it is the same fit as a method above.
-    picked = {r["default_method"] for r in rows}
-    label = "PrivatePCA default"
-    if len(picked) == 1:
-        method = picked.pop()
-        label += f" (= {_METHOD_NAMES.get(method, method)})"
     ax.plot(eps, [r["default_sin2"] for r in rows], "o", ms=11, mfc="none", mew=1.5, color="C3",
-            label=label, zorder=3)
+            label=default_label, zorder=3)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xticks(eps, [f"{e:g}" for e in eps])
@@ -267,6 +263,15 @@ def _grid_panel(ax, rows):
 
 
 _METHOD_NAMES = {"analyze_gauss": "Analyze Gauss", "power": "power method"}
+
+
+def _default_label(rows):
+    """Name the method the default resolved to when it is the same in every plotted cell."""
+    picked = {r["default_method"] for r in rows}
+    if len(picked) != 1:
+        return "PrivatePCA default"
+    method = picked.pop()
+    return f"PrivatePCA default (= {_METHOD_NAMES.get(method, method)})"
 
 
 def _missing_note(records):
