@@ -91,6 +91,11 @@ def write_results(name: str, records: list[dict], *, summary: str = "", columns=
     return path
 
 
+def load_results(name: str) -> dict:
+    """The payload a benchmark wrote to ``<name>.json``: redraw its picture without rerunning it."""
+    return json.loads((RESULTS / f"{name}.json").read_text())
+
+
 def plot_path(name: str) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     return RESULTS / f"{name}.png"

@@ -39,7 +39,8 @@ from sklearn.decomposition import PCA
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import peak_memory, plot_path, timed, write_results  # noqa: E402
+from benchmarks._common import (load_results, peak_memory, plot_path, timed,  # noqa: E402
+                                write_results)
 from dptensor import PrivatePCA  # noqa: E402
 from dptensor.datasets import make_spiked_covariance  # noqa: E402
 from dptensor.metrics import sin_theta_distance  # noqa: E402
@@ -208,7 +209,15 @@ def coherence(quick):
     return records
 
 
+# Fixed colours: a method keeps its colour in every panel, bars included.
+_GRID_LINES = (("analyze_gauss_sin2", "Analyze Gauss", dict(marker="s", ls="--", color="C1")),
+               ("power_sin2", "power method", dict(marker="^", ls="-.", color="C2")),
+               ("diffprivlib_sin2", "diffprivlib", dict(marker="x", ls=":", color="C4")),
+               ("sklearn_sin2", "scikit-learn PCA (non-private)", dict(color="k", ls="-")))
+
+
 def plot(records, coh):
+    """Part 1 at the largest n (one panel per d) and part 3; redraws from the saved JSON too."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -217,36 +226,85 @@ def plot(records, coh):
         return None
     n_max = max(r["n"] for r in records)
     ds = sorted({r["d"] for r in records})
-    fig, axes = plt.subplots(1, len(ds) + 1, figsize=(4.2 * (len(ds) + 1), 3.6))
+    fig, axes = plt.subplots(1, len(ds) + 1, figsize=(4.2 * (len(ds) + 1), 4.0))
+    label = _default_label([r for r in records if r["n"] == n_max])  # one legend for all panels
     for ax, d in zip(axes, ds):
-        rows = sorted((r for r in records if r["d"] == d and r["n"] == n_max), key=lambda r: r["epsilon"])
-        eps = [r["epsilon"] for r in rows]
-        for key, label, style in (("default_sin2", "PrivatePCA default", "o-"),
-                                  ("analyze_gauss_sin2", "Analyze Gauss", "s--"),
-                                  ("power_sin2", "power method", "^-."),
-                                  ("diffprivlib_sin2", "diffprivlib", "x:"),
-                                  ("sklearn_sin2", "sklearn (non-private)", "k-")):
-            ys = [r[key] if r[key] is not None else np.nan for r in rows]
-            ax.plot(eps, ys, style, label=label)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_title(f"d={d}, n={n_max}")
-        ax.set_xlabel("epsilon")
-        ax.set_ylabel("sin^2 to true top-3")
-    axes[0].legend(fontsize=7)
-    ax = axes[-1]
-    x = np.arange(len(coh))
-    ax.bar(x - 0.2, [r["power_sin2"] for r in coh], 0.4, label="entry-level PPM")
-    ax.bar(x + 0.2, [r["analyze_gauss_sin2"] for r in coh], 0.4, label="Analyze Gauss")
-    ax.set_xticks(x, [f"{r['coherence']}\nmu0={r['mu0']:.0f}" for r in coh], fontsize=7)
-    ax.set_yscale("log")
-    ax.set_title(f"precomputed, entry unit, d={coh[0]['d']}, eps=1")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+        rows = sorted((r for r in records if r["d"] == d and r["n"] == n_max),
+                      key=lambda r: r["epsilon"])
+        _grid_panel(ax, rows, label)
+        ax.set_title(f"row-level, d={d}, n={n_max}")
+    _coherence_panel(axes[-1], coh)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.05), ncol=len(labels),
+               fontsize=8, frameon=False)
+    fig.text(0.5, 0.01, _missing_note(records), fontsize=8, color="0.3", ha="center")
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     path = plot_path(NAME)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _grid_panel(ax, rows, default_label):
+    eps = [r["epsilon"] for r in rows]
+    for key, label, style in _GRID_LINES:
+        ys = [np.nan if r[key] is None else r[key] for r in rows]
+        if not np.all(np.isnan(ys)):  # a peer that finished no cell gets a note, not a legend entry
+            ax.plot(eps, ys, label=label, **style)
+    # Large hollow circles: the default stays visible where it is the same fit as a method above.
+    ax.plot(eps, [r["default_sin2"] for r in rows], "o", ms=11, mfc="none", mew=1.5, color="C3",
+            label=default_label, zorder=3)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks(eps, [f"{e:g}" for e in eps])
+    ax.minorticks_off()
+    ax.set_xlabel("epsilon")
+    ax.set_ylabel("sin^2 to the true top-3 subspace")
+
+
+_METHOD_NAMES = {"analyze_gauss": "Analyze Gauss", "power": "power method"}
+
+
+def _default_label(rows):
+    """Name the method the default resolved to when it is the same in every plotted cell."""
+    picked = {r["default_method"] for r in rows}
+    if len(picked) != 1:
+        return "PrivatePCA default"
+    method = picked.pop()
+    return f"PrivatePCA default (= {_METHOD_NAMES.get(method, method)})"
+
+
+def _missing_note(records):
+    finished = sum(r["diffprivlib_sin2"] is not None for r in records)
+    if finished:
+        return "diffprivlib: gaps are cells that timed out (see pca.md)"
+    statuses = {r["diffprivlib_status"].split(" (")[0].split(":")[0] for r in records}
+    return (f"diffprivlib finished none of the {len(records)} cells "
+            f"({' / '.join(sorted(statuses))}; see pca.md), so it has no line.")
+
+
+def _coherence_panel(ax, coh):
+    x = np.arange(len(coh))
+    ax.bar(x - 0.2, [r["power_sin2"] for r in coh], 0.4, label="entry-level PPM", color="C2")
+    ax.bar(x + 0.2, [r["analyze_gauss_sin2"] for r in coh], 0.4, label="entry-level Analyze Gauss",
+           color="C1")
+    ax.set_xticks(x, [f"{_coherence_name(r['coherence'])}\nmu0 = {r['mu0']:.0f}" for r in coh],
+                  fontsize=8)
+    ax.set_yscale("log")
+    ax.set_xlabel("top eigenvectors (coherence mu0: 1 = spread out)")
+    ax.set_ylabel("sin^2 to the true top-3 subspace")
+    ax.set_title(f"entry level, precomputed, d={coh[0]['d']}, eps=1")
+    ax.legend(fontsize=7, loc="upper left")
+
+
+def _coherence_name(kind):
+    return {"incoherent": "Hadamard", "random": "random"}.get(kind, f"{kind}-sparse")
+
+
+def replot():
+    """Redraw ``pca.png`` from ``pca.json`` (no benchmark rerun)."""
+    saved = load_results(NAME)
+    return plot(saved["records"], saved["coherence"])
 
 
 def run(quick: bool = False) -> list[dict]:
@@ -285,4 +343,7 @@ def _table(rows):
 
 
 if __name__ == "__main__":
-    run(quick="--quick" in sys.argv)
+    if "--plot-only" in sys.argv:  # redraw the picture from the saved JSON
+        replot()
+    else:
+        run(quick="--quick" in sys.argv)

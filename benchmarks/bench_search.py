@@ -32,7 +32,7 @@ from sklearn.model_selection import GridSearchCV
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import plot_path, write_results  # noqa: E402
+from benchmarks._common import load_results, plot_path, write_results  # noqa: E402
 from dptensor import (AdaptivePrivatePCA, PrivacyWarning, PrivatePCA, PrivateTensorCompletion,  # noqa: E402
                       PrivateTensorDecomposition, StreamingTensorPower)
 from dptensor.accounting import ComposedEvent, epsilon_of  # noqa: E402
@@ -234,28 +234,68 @@ def _table(rows, columns):
 
 
 def _plot(prices):
+    """Price against candidates, one line per distinct curve; redraws from the saved JSON too."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.lines import Line2D
+        from matplotlib.ticker import NullLocator
     except ImportError:
         return
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name in dict.fromkeys(r["estimator"] for r in prices):
-        rows = [r for r in prices if r["estimator"] == name]
+    fig, ax = plt.subplots(figsize=(7, 4.6))
+    for i, (names, rows) in enumerate(_same_curves(prices)):
         m = [r["candidates"] for r in rows]
-        line, = ax.plot(m, [r["private + refit"] for r in rows], "o-", label=f"{name}: private")
-        ax.plot(m, [r["naive + refit"] for r in rows], "x--", color=line.get_color(), alpha=0.6)
+        color = f"C{i}"
+        ax.plot(m, [r["private + refit"] for r in rows], "o-", color=color, label="\n".join(names))
+        ax.plot(m, [r["naive + refit"] for r in rows], "x--", color=color, ms=8)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ms = sorted({r["candidates"] for r in prices})
+    ax.set_xticks(ms, [str(m) for m in ms])
+    ax.xaxis.set_minor_locator(NullLocator())
+    costs = [r[k] for r in prices for k in ("private + refit", "naive + refit")]
+    ys = 2.0 ** np.arange(np.floor(np.log2(min(costs))), np.ceil(np.log2(max(costs))) + 1)
+    ax.set_yticks(ys, [f"{y:g}" for y in ys])  # plain numbers, not 6x10^0
+    ax.yaxis.set_minor_locator(NullLocator())
     ax.set_xlabel("candidates (expected runs)")
-    ax.set_ylabel("total epsilon (with refit)")
-    ax.set_title(f"Search cost, each candidate at epsilon={CANDIDATE_EPSILON} (dashed: naive)")
-    ax.legend(fontsize=7)
+    ax.set_ylabel("total epsilon, refit included")
+    ax.set_title(f"Search cost, each candidate at epsilon = {CANDIDATE_EPSILON}, delta = {DELTA:g}")
+    estimators = ax.legend(title="one colour per curve (estimators that share it)", fontsize=8,
+                           title_fontsize=8, loc="upper left")
+    ax.add_artist(estimators)
+    styles = [Line2D([], [], color="0.3", marker="o", ls="-", label="private search"),
+              Line2D([], [], color="0.3", marker="x", ls="--", ms=8, label="naive composition")]
+    ax.legend(handles=styles, fontsize=8, loc="lower right")
     fig.tight_layout()
     fig.savefig(plot_path(NAME), dpi=110)
+    plt.close(fig)
+
+
+def _same_curves(prices, rtol=1e-3):
+    """[(estimator names, rows)] with estimators whose two curves agree to ``rtol`` merged: drawn
+    separately they lie on top of each other and only the last colour shows."""
+    groups = []
+    for name in dict.fromkeys(r["estimator"] for r in prices):
+        rows = sorted((r for r in prices if r["estimator"] == name), key=lambda r: r["candidates"])
+        curve = np.array([[r["private + refit"], r["naive + refit"]] for r in rows])
+        for names, _, seen in groups:
+            if seen.shape == curve.shape and np.allclose(seen, curve, rtol=rtol, atol=0):
+                names.append(name)
+                break
+        else:
+            groups.append(([name], rows, curve))
+    return [(names, rows) for names, rows, _ in groups]
+
+
+def replot():
+    """Redraw ``search.png`` from ``search.json`` (no benchmark rerun)."""
+    _plot(load_results(NAME)["price"])
 
 
 if __name__ == "__main__":
-    run(quick="--quick" in sys.argv)
+    if "--plot-only" in sys.argv:  # redraw the picture from the saved JSON
+        replot()
+    else:
+        run(quick="--quick" in sys.argv)

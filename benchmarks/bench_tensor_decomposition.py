@@ -12,7 +12,8 @@ import time
 
 import numpy as np
 
-from benchmarks._common import gemm_gflops, markdown_table, peak_memory, plot_path, timed, write_results
+from benchmarks._common import (gemm_gflops, load_results, markdown_table, peak_memory, plot_path,
+                                timed, write_results)
 from dptensor import PrivateTensorDecomposition
 from dptensor.algorithms.operators import SymmetricTensor
 from dptensor.algorithms.power import random_unit_columns
@@ -193,39 +194,75 @@ def bench_privacy_utility(quick: bool):
 
 
 def _plot(records):
+    """Utility against epsilon and d, and the moment crossover; redraws from the saved JSON too."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    for part, ax, xkey, xlabel in (("utility_vs_epsilon", axes[0], "epsilon", "epsilon (d fixed)"),
-                                   ("utility_vs_d", axes[1], "d", "d (epsilon = 1)")):
-        sub = [r for r in records if r["part"] == part]
-        for label, _, _ in VARIANTS:
-            pts = [(r[xkey], r["top_error"]) for r in sub if r["variant"] == label]
-            if pts:
-                ax.plot(*zip(*pts), marker="o", label=label)
-        ax.set_xscale("log")
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("top-component error ||v1 - v1_hat||")
-        ax.set_title(part.replace("_", " ") + " (lambda = 1000, 700, 500; incoherent)")
-        ax.legend()
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
+    # Legends where these curves leave room: low epsilon has no low error, small d no high one.
+    for part, ax, xkey, where in (("utility_vs_epsilon", axes[0], "epsilon", "lower left"),
+                                  ("utility_vs_d", axes[1], "d", "center left")):
+        _utility_panel(ax, [r for r in records if r["part"] == part], xkey, where)
+    axes[0].set_xlabel(f"epsilon (d = {_only(records, 'utility_vs_epsilon', 'd')})")
+    axes[1].set_xlabel(f"d (epsilon = {_only(records, 'utility_vs_d', 'epsilon'):g})")
+    seeds = {r["failed_seeds"].split("/")[1] for r in records if "failed_seeds" in r}
+    for ax, against in zip(axes, ("epsilon", "d")):
+        ax.set_title(f"privacy-utility against {against} (mean over {'/'.join(seeds)} seeds)",
+                     fontsize=10)
     cross = [r for r in records if r["part"] == "crossover"]
     if cross:
-        S = [r["column_queries"] for r in cross]
-        axes[2].plot(S, [r["implicit_s"] for r in cross], marker="o", label="implicit X^T (XU)^2")
-        axes[2].plot(S, [r["dense_s"] for r in cross], marker="o", label="dense (incl. forming T)")
-        axes[2].axvline(cross[0]["model_crossover_S"], ls="--", c="gray", label="cost-model crossover")
-        axes[2].set_xscale("log")
-        axes[2].set_yscale("log")
-        axes[2].set_xlabel("column-queries k L (R+1)")
-        axes[2].set_ylabel("fit seconds")
-        axes[2].set_title(f"moment crossover ({cross[0]['case'].rsplit(' ', 1)[0]})")
-        axes[2].legend()
-    fig.tight_layout()
+        _crossover_panel(axes[2], cross)
+    fig.text(0.01, 0.01, "left and middle: tensor-entry privacy, one component, "
+             "lambda = 1000, 700, 500, incoherent components", fontsize=8, color="0.3")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     fig.savefig(plot_path(NAME), dpi=110)
     plt.close(fig)
+
+
+def _only(records, part, key):
+    """The one value ``key`` takes in ``part`` (the quantity held fixed there)."""
+    values = {r[key] for r in records if r["part"] == part}
+    return values.pop() if len(values) == 1 else "varied"
+
+
+def _utility_panel(ax, rows, xkey, where):
+    for (label, _, _), marker in zip(VARIANTS, "os^"):
+        pts = sorted((r[xkey], r["top_error"]) for r in rows if r["variant"] == label)
+        if pts:
+            ax.plot(*zip(*pts), marker=marker, label=label)
+    _plain_log_ticks(ax, sorted({r[xkey] for r in rows}))
+    ax.set_ylabel("top-component error ||v1 - v1_hat||")
+    ax.legend(fontsize=8, loc=where)
+
+
+def _crossover_panel(ax, cross):
+    S = [r["column_queries"] for r in cross]
+    ax.plot(S, [r["implicit_s"] for r in cross], marker="o", label="implicit X^T (XU)^2")
+    ax.plot(S, [r["dense_s"] for r in cross], marker="s", label="dense (incl. forming T)")
+    ax.axvline(cross[0]["model_crossover_S"], ls="--", c="gray", label="cost-model crossover")
+    ax.set_yscale("log")
+    _plain_log_ticks(ax, S)
+    ax.set_xlabel("column-queries k L (R+1)")
+    ax.set_ylabel("fit seconds")
+    ax.set_title(f"moment crossover, non-private ({cross[0]['case'].rsplit(' ', 1)[0]})",
+                 fontsize=10)
+    ax.legend(fontsize=8, loc="upper left")
+
+
+def _plain_log_ticks(ax, values):
+    """A log x-axis labelled at the measured values only: no crowded minor labels like 3x10^1."""
+    from matplotlib.ticker import NullLocator
+
+    ax.set_xscale("log")
+    ax.set_xticks(values, [f"{v:g}" for v in values])
+    ax.xaxis.set_minor_locator(NullLocator())
+
+
+def replot():
+    """Redraw the picture from ``tensor_decomposition.json`` (no benchmark rerun)."""
+    _plot(load_results(NAME)["records"])
 
 
 def _summary(records, peak, quick, load):
@@ -290,4 +327,7 @@ def run(quick: bool = False) -> list[dict]:
 
 
 if __name__ == "__main__":
-    run(quick="--quick" in sys.argv)
+    if "--plot-only" in sys.argv:  # redraw the picture from the saved JSON
+        replot()
+    else:
+        run(quick="--quick" in sys.argv)
