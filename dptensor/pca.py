@@ -20,6 +20,7 @@ from sklearn.utils.validation import check_is_fitted
 from ._base import FitData, FitPlan, PrivateEstimatorMixin
 from .algorithms.dask import RowChunks, check_dask_array, is_dask_array
 from .algorithms.exact import exact_memory
+from .algorithms.exact_entries import DIGITS
 from ._memory import FLOAT, check_fits
 from ._validation import (
     check_data_norm,
@@ -430,6 +431,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             peak, columns = rows + n * p * 2 + 12 * d * p + 4 * d, p
             advice = "Use fewer components or rows at once (partial_fit in chunks, or a Dask array)"
         exact = exact_memory(n, d, columns) if settings.private else 0  # the exact sums' grid rows
+        if settings.private and settings.precomputed and settings.method == "power":
+            exact += (DIGITS + 1) * d * d * FLOAT  # the exact entry products' digits
         return peak * FLOAT + exact, advice
 
     def _memory_estimate(self, n_samples, n_features):

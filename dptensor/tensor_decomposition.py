@@ -24,6 +24,7 @@ from .accounting.events import GaussianEvent, NonPrivateEvent
 from .algorithms.dask import (DaskThirdMoment, check_dask_array, clip_chunks, dask_moment_tensor,
                               is_dask_array)
 from .algorithms.exact import ExactThirdMoment, exact_memory, grid_rows, map_rows
+from .algorithms.exact_entries import DIGITS, ExactEntryTensor
 from .algorithms.operators import SymmetricTensor, ThirdMoment, moment_tensor
 from .algorithms.tensor_power import (ENTRY_SENSITIVITY, PowerNoise, choose_moment,
                                       dense_moment_rounding, moment_fit_scores, n_power_queries,
@@ -229,7 +230,11 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         else:
             base, rows, dtype = self._moment_operator(data.arrays[0], settings)
         noise = None
-        if settings.private and settings.method == "power":
+        if settings.private and settings.method == "power" and data.extra is not None:
+            # a tensor's entries are each a unit, of any size: exact queries on their grid
+            base = ExactEntryTensor(data.extra, 1.0)
+            noise = PowerNoise(plan.noise_multiplier, None, entry_bound=base.bound)
+        elif settings.private and settings.method == "power":
             noise = PowerNoise(plan.noise_multiplier, settings.sensitivity, rows=rows)
             if settings.moment == "implicit":  # exact sums of grid rows at any n
                 raw, B = data.arrays[0], settings.data_norm
@@ -262,9 +267,6 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
             X = clip_rows(raw, data_norm)
             base = (SymmetricTensor(moment_tensor(X, np.float64 if settings.private else None))
                     if settings.moment == "dense" else ThirdMoment(X))
-        # OPEN: a 3-way tensor's power queries are float sums over entries that no public bound
-        # limits (rows=None there): no public allowance covers their rounding
-        # (tensor_decomposition.rst).
         return base, (data_norm, X.shape[0]), X.dtype
 
     @staticmethod
@@ -285,8 +287,9 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         small = 8 * d * (k + L) + 4 * L * L
         advice = ("Use moment='implicit' (O(n L) per step instead of d^3), fewer features, or "
                   "method='power' (input perturbation forms the d^3 tensor)")
-        if len(shape) == 3:
-            return (4 * d**3 + small) * FLOAT, advice
+        if len(shape) == 3:  # a private power method holds the entries' exact digits too
+            exact = DIGITS + 1 if math.isfinite(self.epsilon) and self.method == "power" else 0
+            return ((4 + exact) * d**3 + small) * FLOAT, advice
         rows = 0 if dask else 2 * n * d  # the clipped copy, and a chunk's slice of it
         if self._moment_for(shape, itemsize, dask, k) == "dense":
             perturbed = math.isfinite(self.epsilon) and self.method == "input_perturbation"

@@ -390,3 +390,103 @@ def test_a_search_scores_mean_is_an_exact_sum_of_per_unit_grid_values():
             moved[k] = new
             t2, b2 = range_mean(moved, lo, hi)._rational()
             assert abs(Fraction(int(t2), b2) - Fraction(int(top), bottom)) <= bound
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry-level products: exact whatever the entries' sizes
+# ---------------------------------------------------------------------------------------------
+
+def _wide_symmetric(rng, d):
+    A = rng.standard_normal((d, d)) * np.exp(rng.uniform(-30, 35, (d, d)))  # within the cap
+    return (A + A.T) / 2
+
+
+def test_entry_products_are_exact_sums_of_the_grid_entries():
+    """``g A_q X_q`` in rationals, for entries across 28 orders of magnitude (a float product
+    loses the small ones entirely), and the same integers for the permuted problem."""
+    from dptensor.algorithms.exact_entries import ExactEntryMatrix
+    rng = np.random.default_rng(11)
+    d, p, B = 150, 3, 0.7
+    A = _wide_symmetric(rng, d)
+    V = np.linalg.qr(rng.standard_normal((d, p)))[0]
+    op = ExactEntryMatrix(A, B)
+    assert B * 2.0 ** -(ex.BITS + 1) < op.step <= B * 2.0 ** -ex.BITS
+    got = op.matmat(V)
+    Aq = np.rint(A / op.step)
+    K = ex.grid_vectors(V)
+    for i in range(0, d, 13):
+        for j in range(p):
+            exact = sum(int(Aq[i, k]) * int(K[k, j]) for k in range(d))
+            assert got.ints[i, j] == exact
+    perm = rng.permutation(d)
+    moved = ExactEntryMatrix(A[np.ix_(perm, perm)], B).matmat(V[perm])
+    assert np.array_equal(moved.ints, got.ints[perm])
+
+
+def test_entry_neighbours_move_the_exact_product_by_at_most_the_sensitivity():
+    """One pair of entries moved by the bound (on top of entries of any size): the change of the
+    exact statistic, in rationals, is within ``entry_power_sensitivity(X_q, B + g)``."""
+    from dptensor.algorithms.exact_entries import ExactEntryMatrix
+    from dptensor.algorithms.power import entry_power_sensitivity
+    rng = np.random.default_rng(12)
+    d, p, B = 40, 2, 1.0
+    for trial in range(20):
+        A = _wide_symmetric(rng, d)
+        i, j = rng.integers(d, size=2)
+        A2 = A.copy()
+        change = B * rng.uniform(-1, 1)
+        A2[i, j] += change
+        A2[j, i] = A2[i, j]
+        V = np.linalg.qr(rng.standard_normal((d, p)))[0]
+        op, op2 = ExactEntryMatrix(A, B), ExactEntryMatrix(A2, B)
+        delta = [Fraction(int(a - b)) * Fraction(op.matmat(V).unit)
+                 for a, b in zip(op.matmat(V).ints.ravel(), op2.matmat(V).ints.ravel())]
+        bound = Fraction(entry_power_sensitivity(op.grid_iterate(V), op.bound))
+        assert sum(c * c for c in delta) <= bound ** 2 * (1 + Fraction(1, 10 ** 12)), trial
+
+
+def test_private_precomputed_power_method_releases_exact_products(monkeypatch):
+    """The entry-level PPM of a precomputed matrix releases exact products on their grid (no float
+    sum over entries, whose rounding no public bound limits)."""
+    import dptensor.algorithms.power as power
+    released = []
+    real = power.exact_gaussian_release
+
+    def spy(stat, *args, **kwargs):
+        released.append(stat)
+        return real(stat, *args, **kwargs)
+    monkeypatch.setattr(power, "exact_gaussian_release", spy)
+    rng = np.random.default_rng(13)
+    A = _wide_symmetric(rng, 30)
+    PrivatePCA(2, epsilon=2.0, input="precomputed", method="power", n_iter=4,
+               random_state=0).fit(A)
+    assert len(released) == 4 and all(isinstance(s, ex.Exact) for s in released)
+
+
+def test_tensor_entry_queries_are_exact_and_the_private_power_method_releases_them(monkeypatch):
+    """A 3-way tensor's power queries on the entry grid: exact in integers (two contractions),
+    and what a private fit on a tensor releases."""
+    import itertools
+
+    import dptensor.algorithms.tensor_power as tp
+    from dptensor import PrivateTensorDecomposition
+    from dptensor.algorithms.exact_entries import ExactEntryTensor
+    rng = np.random.default_rng(14)
+    d, L = 6, 2
+    T = rng.standard_normal((d, d, d)) * np.exp(rng.uniform(-20, 30, (d, d, d)))
+    T = sum(np.transpose(T, p) for p in itertools.permutations(range(3))) / 6
+    op = ExactEntryTensor(T, 1.0)
+    U = np.linalg.qr(rng.standard_normal((d, L)))[0]
+    vector, scalar = op.apply_evaluate(U)
+    Tq, K = np.rint(T / op.step), ex.grid_vectors(U)
+    for col in range(L):
+        ref = [sum(int(Tq[i, j, k]) * int(K[j, col]) * int(K[k, col])
+                   for j in range(d) for k in range(d)) for i in range(d)]
+        assert list(vector.ints[:, col]) == ref
+        assert scalar.ints[col] == sum(r * int(K[i, col]) for i, r in enumerate(ref))
+    released = []
+    real = tp.exact_gaussian_release
+    monkeypatch.setattr(tp, "exact_gaussian_release",
+                        lambda stat, *a, **k: released.append(stat) or real(stat, *a, **k))
+    PrivateTensorDecomposition(1, epsilon=2.0, n_restarts=2, n_iter=2, random_state=0).fit(T)
+    assert released and all(isinstance(s, ex.Exact) for s in released)

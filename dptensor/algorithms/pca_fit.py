@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 from .dask import DaskGramMatrix, clip_chunks, dask_gram, is_dask_array
+from .exact_entries import ExactEntryMatrix
 from .exact import (
     BITS,
     ExactGram,
@@ -144,16 +145,20 @@ def entry_matrix_fit(A, rng, *, k, p, n_iter, bound, method, noise, paper=False,
     if method == "analyze_gauss":
         return analyze_gauss(A, k, rng, noise_multiplier=_last(noise), sensitivity=bound,
                              order="magnitude", rounding=None)  # each entry a unit's own value
-    if paper:
-        root = math.sqrt(2 * p)
+    if not np.any(np.asarray(noise) > 0):  # no release: the float products are the fit's own
+        return noisy_power_method(DenseMatrix(A), k, n_iter, rng, n_oversamples=p - k, tol=tol,
+                                  verbose=verbose, dtype=A.dtype)
+    # Private: exact products of the entries on their grid (exact_entries), released on their
+    # own grid; no float rounding of sums over entries of unbounded size reaches the release.
+    operator = ExactEntryMatrix(A, bound)
+    root = math.sqrt(2 * p)
 
-        def sensitivity(X):  # noise sigma * bound * ||X||_inf exactly as the paper prints it
-            return bound * root * float(np.max(np.abs(X)))
-    else:
-        def sensitivity(X):
-            return entry_power_sensitivity(X, bound)
-    # OPEN: the products A X are float sums over entries that no public bound limits, so no
-    # public allowance covers their rounding (docs/derivations/pca.rst, "Rounding").
-    return noisy_power_method(DenseMatrix(A), k, n_iter, rng, noise_multiplier=noise,
+    def sensitivity(X):
+        Xq = operator.grid_iterate(X)
+        if paper:  # noise sigma * bound * ||X||_inf exactly as the paper prints it
+            return operator.bound * root * float(np.max(np.abs(Xq)))
+        return entry_power_sensitivity(Xq, operator.bound)
+
+    return noisy_power_method(operator, k, n_iter, rng, noise_multiplier=noise,
                               sensitivity=sensitivity, n_oversamples=p - k, tol=tol,
-                              verbose=verbose, dtype=A.dtype, rounding=None)
+                              verbose=verbose, dtype=A.dtype)

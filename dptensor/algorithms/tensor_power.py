@@ -21,7 +21,7 @@ import numpy as np
 from .power import normalize_columns, random_unit_columns, select_restart
 from ..accounting.calibration import calibrate_gaussian, paper_tensor_power_noise
 from ..mechanisms import Rounding, clip_rows, gaussian_release, symmetric_gaussian_release
-from .exact import Exact, exact_gaussian_release, grid_vectors, moment_sensitivities
+from .exact import BITS, Exact, exact_gaussian_release, grid_vectors, moment_sensitivities
 from .operators import DeflatedTensor
 
 __all__ = ["PowerNoise", "tensor_power_method", "plan_noise_multiplier", "n_power_queries",
@@ -94,6 +94,10 @@ class PowerNoise:
     #: The rounding of a vector query on another float operator (the latent models' corrected
     #: moments), to which the deflation's subtraction and the scalar query are added here.
     query: Rounding | None = None
+    #: The entry bound of a tensor on its exact entry grid
+    #: (:class:`~dptensor.algorithms.exact_entries.ExactEntryTensor`): the queries are exact, at
+    #: the entry-level sensitivities of the grid columns with each entry moving by this much.
+    entry_bound: float | None = None
 
     def roundings(self, d: int, eigenvalues):
         """(vector-query, scalar-query) :class:`~dptensor.mechanisms.Rounding`, or
@@ -111,6 +115,9 @@ class PowerNoise:
         """(vector-query, scalar-query) sensitivities, one per column of U, shape (L,) each."""
         if self.grid is not None:
             return moment_sensitivities(grid_vectors(U), *self.grid)
+        if self.entry_bound is not None:
+            vector, scalar = entry_sensitivities(grid_vectors(U) * 2.0 ** -BITS)
+            return vector * self.entry_bound, scalar * self.entry_bound
         if self.row_sensitivity is None:
             return entry_sensitivities(U)
         s = np.full(U.shape[1], float(self.row_sensitivity))
