@@ -144,3 +144,22 @@ def test_privacy_cost_previews_the_grouped_fit_at_the_number_of_groups():
         pca.fit(X, groups=groups)
     preview = pca.privacy_cost(501, 3)
     assert preview.noise_multiplier == pca.privacy_cost_.noise_multiplier
+
+
+def test_estimators_without_a_group_bound_refuse_groups_before_any_spend():
+    from dptensor import (AdaptivePrivatePCA, PrivateGaussianMixture,
+                          PrivateLatentDirichletAllocation, PrivateTensorDecomposition,
+                          StreamingTensorPower)
+    from dptensor.model_selection import PrivateGridSearchCV
+
+    X = np.abs(np.random.default_rng(0).standard_normal((50, 4)))
+    budget = PrivacyAccountant(epsilon=10.0, delta=1e-5)
+    for cls in (AdaptivePrivatePCA, PrivateTensorDecomposition, StreamingTensorPower,
+                PrivateGaussianMixture, PrivateLatentDirichletAllocation):
+        with pytest.raises(ValueError, match="does not take groups"):
+            cls(epsilon=1.0, accountant=budget).fit(X, groups=np.arange(50))
+    search = PrivateGridSearchCV(PrivatePCA(1, data_norm=1.0), {"n_components": [1, 2]},
+                                 epsilon=1.0, accountant=budget)
+    with pytest.raises(ValueError, match="does not take groups"):
+        search.fit(X, groups=np.arange(50))
+    assert budget.history() == []
