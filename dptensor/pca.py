@@ -205,7 +205,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     sqrt(sum_i ||c_i||^2))``, to the total and the covariance: replacing a whole group moves
     each release by at most one row's sensitivity. ``n`` is the number of groups (public);
     ``privacy_cost_.unit`` and the ledger say ``"group of rows"``. Refused before any spend: bad
-    labels, ``epsilon=inf``, dask, precomputed input, ``partial_fit`` (``docs/derivations/pca.rst``).
+    labels, ``epsilon=inf``, dask, precomputed input, ``partial_fit`` (``derivations/pca.rst``).
 
     **Which method.** Analyze Gauss releases one noisy d x d matrix; the row-level power method
     releases ``n_iter`` noisy d x p products at the same sensitivity, so its noise is
@@ -371,8 +371,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         return FitPlan(event=NonPrivateEvent("epsilon=inf") if event is None else event,
                        delta=settings.delta, noise_multiplier=_last(settings.noise),
                        n_queries=queries, calibration=self.calibration,
-                       memory=self._fit_memory(settings, rows, shape[1], grouped), settings=settings,
-                       unit="group of rows" if grouped else None)
+                       memory=self._fit_memory(settings, rows, shape[1], grouped),
+                       settings=settings, unit="group of rows" if grouped else None)
 
     def _noise_plan(self, settings):
         """``(multipliers, event, n_queries)``: the noise of every release and the event they make

@@ -147,9 +147,13 @@ def test_privacy_cost_previews_the_grouped_fit_at_the_number_of_groups():
 
 
 def test_estimators_without_a_group_bound_refuse_groups_before_any_spend():
-    from dptensor import (AdaptivePrivatePCA, PrivateGaussianMixture,
-                          PrivateLatentDirichletAllocation, PrivateTensorDecomposition,
-                          StreamingTensorPower)
+    from dptensor import (
+        AdaptivePrivatePCA,
+        PrivateGaussianMixture,
+        PrivateLatentDirichletAllocation,
+        PrivateTensorDecomposition,
+        StreamingTensorPower,
+    )
     from dptensor.model_selection import PrivateGridSearchCV
 
     X = np.abs(np.random.default_rng(0).standard_normal((50, 4)))

@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from .exact import BITS, CHUNK, Exact, _IntSum, _int_norms, _shrink, grid_vectors
+from .exact import BITS, CHUNK, Exact, _int_norms, _IntSum, _shrink, grid_vectors
 
 __all__ = ["group_average_rows", "group_scale_rows", "gram_product_split",
            "group_power_sensitivity", "ExactGroupGram", "group_sums_of_squares"]
