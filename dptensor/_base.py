@@ -16,7 +16,7 @@ import functools
 import inspect
 import math
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -28,7 +28,7 @@ from ._guards import fixed_floating_point
 from .exceptions import PrivacyWarning
 from ._memory import check_fits
 from .mechanisms.randomness import data_digest, digest_bytes, fingerprint, seed_entropy, spend_generator
-from ._validation import check_delta_for_n, check_privacy
+from ._validation import check_delta_for_n, check_groups, check_privacy
 
 __all__ = ["PrivacyCost", "PrivacyWarning", "PrivateEstimatorMixin", "NO_PRIVACY_COST", "FitPlan",
            "FitData", "SearchTag"]
@@ -50,6 +50,9 @@ class PrivacyCost:
     n_queries: int
     calibration: str
     event: PrivacyEvent | None = None
+    #: The privacy unit when a fit protects another than its estimator's documented one
+    #: (``"group of rows"`` for a fit given ``groups``); ``None``: the documented unit.
+    unit: str | None = None
 
     @property
     def private(self) -> bool:
@@ -68,7 +71,8 @@ class FitPlan:
     a fit without a guarantee); ``noise_multiplier``, ``n_queries`` and ``calibration`` go into
     :class:`PrivacyCost`; ``memory`` is ``(bytes, advice)``, the fit's peak allocation and the
     parameter to change when it does not fit; ``settings`` the estimator's validated parameters
-    and noise plan, for its release step.
+    and noise plan, for its release step; ``unit`` the privacy unit when it is not the
+    estimator's documented one (``"group of rows"``), named in the ledger and the cost.
     """
 
     event: PrivacyEvent
@@ -78,6 +82,7 @@ class FitPlan:
     calibration: str = "none"
     memory: tuple = (0.0, "")
     settings: Any = field(default_factory=dict)
+    unit: str | None = None
 
     @property
     def private(self) -> bool:
@@ -198,12 +203,13 @@ class PrivateEstimatorMixin:
         return self._spend(plan.event, entropy=self._entropy(), delta=plan.delta,
                            memory=plan.memory, noise_multiplier=plan.noise_multiplier,
                            n_queries=plan.n_queries, calibration=plan.calibration,
-                           data_shape=data.shape, data=data.arrays)
+                           data_shape=data.shape, data=data.arrays, unit=plan.unit)
 
     def _preview_plan(self, plan: FitPlan) -> PrivacyCost:
         """The :class:`PrivacyCost` the fit of ``plan`` would record (no data, no spend)."""
-        return self._preview(plan.event, delta=plan.delta, noise_multiplier=plan.noise_multiplier,
+        cost = self._preview(plan.event, delta=plan.delta, noise_multiplier=plan.noise_multiplier,
                              n_queries=plan.n_queries, calibration=plan.calibration)
+        return cost if plan.unit is None else replace(cost, unit=plan.unit)
 
     def _privacy_target(self, *, gaussian: bool = True) -> tuple[float, float]:
         """Validated ``(epsilon, delta)``; ``delta=None`` means the accountant's delta."""
@@ -218,6 +224,36 @@ class PrivateEstimatorMixin:
     def _check_delta_for(self, n_samples: int, epsilon: float, delta: float, unit: str = "row") -> None:
         """Warn when ``delta >= 1/n`` for a private fit on ``n`` records (before the spend)."""
         check_delta_for_n(delta, int(n_samples), epsilon, unit)
+
+    def _check_groups_allowed(self, X) -> None:
+        """Refuse ``groups`` where it cannot hold, before anything is read or spent: a fit on a
+        dask array (the labels must meet the rows in memory) or without privacy (nothing is
+        bounded then)."""
+        name = type(self).__name__
+        if type(X).__module__.startswith("dask"):
+            raise TypeError(f"{name}.fit with groups needs the rows in memory (a NumPy array): "
+                            "a fit on a dask array cannot take groups")
+        if not math.isfinite(self._privacy_target()[0]):
+            raise ValueError(f"{name}: groups bounds what one group of rows contributes to a "
+                             "private fit; with epsilon=inf nothing is bounded: drop groups, or "
+                             "set a finite epsilon")
+
+    def _refuse_groups(self, groups, why: str) -> None:
+        """Refuse ``groups`` in a fit that cannot bound a whole group yet, before anything is
+        read or spent; ``why`` says what is missing."""
+        if groups is not None:
+            raise ValueError(f"{type(self).__name__} does not take groups yet: {why}. Its unit is "
+                             "one row; to protect a person with several rows, combine them into "
+                             "one row first, or use PrivatePCA, which takes groups")
+
+    def _check_groups(self, groups, n_rows: int):
+        """``(codes, n_groups)`` of validated ``groups`` (:func:`~dptensor._validation.
+        check_groups`), the delta checked against the public number of groups. The number of
+        rows is not public under this unit: it sizes memory and keys noise, never a release."""
+        codes, n_groups = check_groups(groups, n_rows)
+        epsilon, delta = self._privacy_target()
+        self._check_delta_for(n_groups, epsilon, delta, unit="group")
+        return codes, n_groups
 
     def __repr__(self, N_CHAR_MAX=700):
         # epsilon is always shown, even at its default: a reader of the repr must see the privacy level.
@@ -235,7 +271,7 @@ class PrivateEstimatorMixin:
 
     def _spend(self, event: PrivacyEvent, *, entropy: int, delta: float, memory: tuple[float, str],
                noise_multiplier: float = 0.0, n_queries: int = 0, calibration: str = "none",
-               data_shape=(), data=()):
+               data_shape=(), data=(), unit=None):
         """Check and record ``event`` with the accountant (if any); return the cost record and the
         fit's noise generator.
 
@@ -261,6 +297,8 @@ class PrivateEstimatorMixin:
         seeded = self.random_state is not None and not isinstance(event, NonPrivateEvent)
         check_fits(memory[0] + (digest_bytes(*data) if seeded else 0), f"{name}.fit", memory[1])
         label = f"{name}(epsilon={self.epsilon:g})"
+        if unit is not None:  # a unit other than the documented one is said in the ledger
+            label = f"{name}(epsilon={self.epsilon:g}, unit={unit!r})"
         # Before the spend: digesting reads the data (a Dask pass) and must not fail after it.
         digest = data_digest(*data) if seeded else ()
         accountant = self._charged_accountant()
@@ -287,7 +325,7 @@ class PrivateEstimatorMixin:
         key = fingerprint(name, params, shape, repr(event), delta) + digest
         cost = PrivacyCost(epsilon=own, delta=delta, noise_multiplier=float(noise_multiplier),
                            n_queries=int(n_queries), calibration=calibration if private else "none",
-                           event=event)
+                           event=event, unit=unit)
         return cost, spend_generator(entropy, spend_index=index, key=key)
 
     def _preview(self, event, *, delta: float, noise_multiplier: float = 0.0, n_queries: int = 0,

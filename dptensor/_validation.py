@@ -19,7 +19,7 @@ except ImportError:  # pragma: no cover - older scikit-learn
 __all__ = ["check_epsilon", "check_delta", "check_privacy", "check_positive_int", "check_data_norm",
            "check_symmetric_tensor", "check_random_generator", "check_finite", "check_delta_for_n",
            "check_numeric_array", "validate_private_data", "validate_stream_chunk",
-           "zero_nonfinite_rows"]
+           "zero_nonfinite_rows", "check_groups"]
 
 
 def check_privacy(epsilon, delta, accountant=None, *, gaussian=True) -> tuple[float, float]:
@@ -266,3 +266,40 @@ def check_random_generator(random_state) -> np.random.Generator:
     if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
         return np.random.default_rng(int(random_state))
     raise TypeError(f"random_state must be None, an int, a RandomState or a Generator, got {random_state!r}")
+
+
+def check_groups(groups, n_rows: int):
+    """``(codes, n_groups)``: each row's group as an integer ``0 .. n_groups - 1``, in the order
+    of the sorted labels, from ``groups`` (one label a row; rows sharing a label are one person).
+
+    Refused in words that quote no label (a label may be a name): not one-dimensional, of a
+    length other than the rows', empty, or holding a NaN or a missing value. Call it before
+    the spend: every row's label is in hand then.
+    """
+    try:
+        labels = np.asarray(groups)
+    except (ValueError, TypeError):
+        raise ValueError("groups must be a 1-D array of labels, one a row") from None
+    if labels.ndim != 1:
+        raise ValueError(f"groups must be a 1-D array of labels, one a row; got shape "
+                         f"{labels.shape}")
+    if labels.shape[0] != n_rows:
+        raise ValueError(f"groups has {labels.shape[0]} labels but X has {n_rows} rows: "
+                         "give one label a row")
+    if labels.dtype.kind == "c":
+        raise ValueError("groups must hold real numbers or strings, not complex numbers")
+    if labels.dtype.kind == "f" and not np.all(np.isfinite(labels)):
+        raise ValueError("groups holds a NaN or an infinity: every row needs the label of the "
+                         "person it belongs to")
+    if labels.dtype.kind == "O":
+        if any(v is None or (isinstance(v, float) and not math.isfinite(v)) for v in labels):
+            raise ValueError("groups holds a missing label (None or NaN): every row needs the "
+                             "label of the person it belongs to")
+        try:
+            _, codes = np.unique(labels, return_inverse=True)
+        except TypeError:
+            raise TypeError("groups holds labels that cannot be compared (mixed types)") from None
+    else:
+        _, codes = np.unique(labels, return_inverse=True)
+    codes = np.asarray(codes, dtype=np.int64).reshape(-1)
+    return codes, int(codes.max()) + 1 if codes.size else 0

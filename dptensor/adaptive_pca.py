@@ -209,8 +209,13 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         self.random_state = random_state
         self.verbose = verbose
 
-    def fit(self, X, y=None):
-        """Fit on rows ``X`` (n, d); ``y`` is ignored."""
+    def fit(self, X, y=None, *, groups=None):
+        """Fit on rows ``X`` (n, d); ``y`` is ignored. ``groups`` is refused (before any
+        spend): the adaptive steps' sensitivities are derived per row, not yet per group."""
+        self._refuse_groups(
+            groups,
+            "its adaptive steps (the private threshold tests and the final release)"
+            " have sensitivities derived per row, not yet per group")
         return self._fit_private(X)
 
     def _check_data(self, X) -> FitData:

@@ -38,7 +38,8 @@ from .accounting import (
     gdp_mu,
 )
 from .accounting.calibration import paper_noisy_power_sigma
-from .algorithms.pca_fit import entry_matrix_fit, exact_rows_fit, float_rows_fit
+from .algorithms.pca_fit import _last, entry_matrix_fit, exact_rows_fit, float_rows_fit
+from .algorithms.pca_fit import grouped_rows_fit
 from .algorithms.power import (
     MAX_DENSE_FEATURES,
     MEAN_SHARE,
@@ -55,11 +56,6 @@ from .mechanisms import clip_rows
 from .mechanisms.randomness import RowDigest
 
 __all__ = ["PrivatePCA"]
-
-
-def _last(z) -> float:
-    """The last (or only) multiplier of a plan: the one that sets the released error."""
-    return float(np.ravel(z)[-1])
 
 
 _METHODS = ("auto", "power", "analyze_gauss")
@@ -204,6 +200,14 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     ``(epsilon, delta)``-DP as a whole, under replace-one of a streamed row, by parallel
     composition over disjoint blocks.
 
+    **Groups of rows.** ``fit(X, groups=labels)`` protects each group (rows sharing a label: a
+    person's visits, sessions, transactions) as one unit. Each group adds its average row
+    (clipped) to the mean, and its centred rows, scaled together by ``min(1, data_norm /
+    sqrt(sum_i ||c_i||^2))``, to the total and the covariance: replacing a whole group moves
+    each release by at most one row's sensitivity. ``n`` is the number of groups (public);
+    ``privacy_cost_.unit`` and the ledger say ``"group of rows"``. Refused before any spend: bad
+    labels, ``epsilon=inf``, dask, precomputed input, ``partial_fit`` (``derivations/pca.rst``).
+
     **Which method.** Analyze Gauss releases one noisy d x d matrix; the row-level power method
     releases ``n_iter`` noisy d x p products at the same sensitivity, so its noise is
     ``sqrt(n_iter)`` larger for the same budget and it is less accurate whenever the d x d matrix
@@ -335,29 +339,41 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
                 raise ValueError("input='precomputed' needs a symmetric matrix; X differs from X.T")
         return X
 
-    def _check_data(self, X) -> FitData:
-        """``X`` validated (never modified), and a private fit's delta checked against its ``n``
-        rows (public) before the spend."""
+    def _check_data(self, X, groups=None) -> FitData:
+        """``X`` (and ``groups``) validated, the delta checked against the public ``n``."""
+        if groups is not None:
+            return self._check_grouped(X, groups)
         X = self._validate_input(X, reset=True)
         if self.input != "precomputed":
             epsilon, delta = self._privacy_target()
             self._check_delta_for(X.shape[0], epsilon, delta)
         return FitData(arrays=(X,), shape=X.shape)
 
+    def _check_grouped(self, X, groups) -> FitData:
+        """A fit whose unit is a group of rows: private, on rows in memory, one label a row."""
+        if self.input == "precomputed":
+            raise ValueError("groups labels rows: a precomputed matrix has none (its unit: entry)")
+        self._check_groups_allowed(X)
+        X = self._validate_input(X, reset=True)
+        codes, n_groups = self._check_groups(groups, X.shape[0])
+        return FitData(arrays=(X, codes), shape=(n_groups, X.shape[1]), extra=codes,
+                       public=dict(n_rows=X.shape[0], grouped=True))
+
     # ------------------------------------------------------------------ planning
-    def _plan(self, shape, *, streaming=False) -> FitPlan:
+    def _plan(self, shape, *, streaming=False, n_rows=None, grouped=False) -> FitPlan:
         """The fit's plan from its public shape: parameters checked, noise multipliers chosen,
         the event priced, the memory bounded (no data involved). ``shape`` is ``(n_rows,
-        n_features)`` (rows held at once, for a stream's chunk), ``(d, d)`` for a precomputed
-        matrix."""
+        n_features)`` (a stream's chunk; ``(n_groups, d)`` with groups, ``n_rows`` then sizing
+        the memory), ``(d, d)`` for a precomputed matrix."""
         settings = self._check_settings(shape[1], streaming=streaming)
         noise, event, queries = self._noise_plan(settings)
         settings = replace(settings, **noise)
-        rows = None if settings.precomputed else shape[0]
+        rows = None if settings.precomputed else (shape[0] if n_rows is None else n_rows)
         return FitPlan(event=NonPrivateEvent("epsilon=inf") if event is None else event,
                        delta=settings.delta, noise_multiplier=_last(settings.noise),
                        n_queries=queries, calibration=self.calibration,
-                       memory=self._fit_memory(settings, rows, shape[1]), settings=settings)
+                       memory=self._fit_memory(settings, rows, shape[1], grouped),
+                       settings=settings, unit="group of rows" if grouped else None)
 
     def _noise_plan(self, settings):
         """``(multipliers, event, n_queries)``: the noise of every release and the event they make
@@ -415,7 +431,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         return super()._spend_plan(plan, data)
 
     @staticmethod
-    def _fit_memory(settings, n_rows, d):
+    def _fit_memory(settings, n_rows, d, grouped=False):
         """``(bytes, advice)``: the fit's peak allocation from its shape, an upper bound in float64.
 
         The rows' clipped and centred copy (``n_rows`` at once: all of them, one chunk of a
@@ -433,6 +449,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         exact = exact_memory(n, d, columns) if settings.private else 0  # the exact sums' grid rows
         if settings.private and settings.precomputed and settings.method == "power":
             exact += (DIGITS + 1) * d * d * FLOAT  # the exact entry products' digits
+        if grouped:  # the group-scaled copy of the grid rows and the split power products
+            exact += (n * d + 4 * n + 4 * n * p) * FLOAT
         return peak * FLOAT + exact, advice
 
     def _memory_estimate(self, n_samples, n_features):
@@ -442,14 +460,17 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         return self._fit_memory(settings, n_samples, n_features)
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, X, y=None):
+    def fit(self, X, y=None, *, groups=None):
         """Fit on data X (n_samples, n_features) or a precomputed symmetric matrix; one plan.
 
         ``X`` is never modified. A NaN or an infinity anywhere in ``X`` is refused with
         ``ValueError`` before anything is spent (every row is in hand then); a stream through
         :meth:`partial_fit`, which spends first, maps such rows instead. Returns self.
+
+        ``groups`` (shape (n_samples,)): rows sharing a label are one person, protected as a
+        whole; ``n`` is the number of groups. See the class Notes, "Groups of rows".
         """
-        return self._fit_private(X)
+        return self._fit_private(X) if groups is None else self._fit_private(X, groups)
 
     def _release(self, data, plan, rng):
         """Everything after the spend: the releases of ``plan``, then the fitted attributes."""
@@ -466,13 +487,16 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         else:
             rows = dict(center=settings.center, mean_noise=settings.mean_noise,
                         total_noise=settings.total_noise, **shared)
-            if settings.private:  # exact sums of grid rows (NumPy or Dask): hold at any n
+            if data.extra is not None:  # groups of rows: one group is the unit
+                result, mean, total = grouped_rows_fit(X, rng, codes=data.extra,
+                                                       n_groups=data.shape[0], **rows)
+            elif settings.private:  # exact sums of grid rows (NumPy or Dask): hold at any n
                 result, mean, total = exact_rows_fit(X, rng, **rows)
             else:
                 result, mean, total = float_rows_fit(X, rng, private=False, tol=settings.tol,
                                                      **rows)
-            self.n_samples_ = X.shape[0]
-            scale = 1.0 / max(X.shape[0] - 1, 1)
+            self.n_samples_ = data.shape[0]  # the number of groups, with groups
+            scale = 1.0 / max(data.shape[0] - 1, 1)
         mean = np.zeros(X.shape[1], dtype=X.dtype) if mean is None else mean
         # The total variance: released from its own share (exact row-level fits), exact without
         # privacy, else the trace of Analyze Gauss's released matrix (calibration="paper",
@@ -511,7 +535,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
                   f"epsilon={self.privacy_cost_.epsilon:.4g}")
 
     # ------------------------------------------------------------------ streaming
-    def partial_fit(self, X, y=None):
+    def partial_fit(self, X, y=None, *, groups=None):
         """Stream a batch of rows through the Streaming Power Method
         (:class:`~dptensor.algorithms.streaming_power.StreamingPowerMethod`).
 
@@ -525,6 +549,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             holds a NaN or an infinity is used as a zero row (see Notes); a non-private stream
             refuses it with ``ValueError``.
         y : ignored
+        groups : None
+            Refused (a group could span two blocks): use :meth:`fit` with ``groups``.
 
         Returns
         -------
@@ -541,6 +567,9 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         sensitivities are unchanged (``docs/derivations/pca.rst``). Nothing warns or reports how
         many rows were mapped: check the rows first if that matters to you.
         """
+        if groups is not None:
+            raise ValueError("partial_fit takes no groups: one group's rows could fall in two "
+                             "power blocks and count in both. Use fit(X, groups=groups)")
         # Dask rows: pulled one chunk at a time, in order (the cut does not matter)
         if is_dask_array(X):
             for chunk in RowChunks(X):

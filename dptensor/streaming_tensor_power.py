@@ -189,7 +189,7 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
 
     # ------------------------------------------------------------------ fitting
 
-    def fit(self, X, y=None):
+    def fit(self, X, y=None, *, groups=None):
         """Stream ``X`` from a fresh state: an array (n_samples, n_features), or an iterable of such batches.
 
         A list or tuple is one array of rows; pass ``iter(batches)`` or a generator to stream
@@ -205,11 +205,16 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
             with :meth:`partial_fit`: when private, a row with a NaN or an infinity, in any batch,
             is used as a zero row (see :meth:`partial_fit`); when not, it is refused.
         y : ignored
+        groups : None
+            Refused before any spend: the stream's blocks are cut by row count, so one group's
+            rows could fall in two blocks and be counted in both.
 
         Returns
         -------
         self
         """
+        self._refuse_groups(groups, "its blocks are cut by row count, so one group's rows "
+                            "could fall in two blocks and count in both")
         self._reset()
         if _is_batch_iterable(X):  # a stream of batches: it spends at its first batch
             return self._fit_batches(X)

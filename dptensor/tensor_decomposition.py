@@ -169,13 +169,20 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         self.verbose = verbose
 
     # -- fit -----------------------------------------------------------------------------------
-    def fit(self, X, y=None):
+    def fit(self, X, y=None, *, groups=None):
         """Decompose X (n x d data, or a d x d x d symmetric tensor); ``y`` is ignored.
+        ``groups`` is refused before any spend: the exact third-moment products round each
+        row's projections, an allowance that would grow with a group's size.
 
         A ``dask.array.Array`` of data stays where it is: it is validated lazily and every power
         step is one reduction over its row chunks (see ``docs/dask.rst``); the noise is drawn here,
         as for an in-memory X, so the fit and its privacy cost are the same.
         """
+        self._refuse_groups(
+            groups,
+            "its exact third-moment products round each row's projections, and that"
+            " allowance grows with a group's size; a per-group bound is not derived"
+            " yet")
         return self._fit_private(X)
 
     def _check_data(self, X) -> FitData:

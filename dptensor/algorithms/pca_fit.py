@@ -30,6 +30,7 @@ from .exact import (
     rows_stat,
     sum_of_squares,
 )
+from .groups import ExactGroupGram, group_average_rows, group_scale_rows
 from .operators import DenseMatrix, GramMatrix
 from ..mechanisms import clip_rows
 from .power import (
@@ -46,7 +47,7 @@ from .power import (
     total_variance_sensitivity,
 )
 
-__all__ = ["exact_rows_fit", "float_rows_fit", "entry_matrix_fit"]
+__all__ = ["exact_rows_fit", "grouped_rows_fit", "float_rows_fit", "entry_matrix_fit"]
 
 
 def _last(z) -> float:
@@ -89,6 +90,44 @@ def exact_rows_fit(X, rng, *, k, p, n_iter, bound, method, center, noise, mean_n
                                     sensitivity=operator.sensitivity, n_oversamples=p - k,
                                     verbose=verbose, dtype=X.dtype,
                                     rounding=None)  # exact products
+    return result, (None if mean is None else mean.astype(X.dtype, copy=False)), total
+
+
+def grouped_rows_fit(X, rng, *, codes, n_groups, k, p, n_iter, bound, method, center, noise,
+                     mean_noise, total_noise, verbose=0):
+    """:func:`exact_rows_fit` with one group of rows as the unit (``codes``: each row's group,
+    ``0 .. n_groups - 1``).
+
+    The mean is that of the groups' average grid rows (one vector in the ball per group, over the
+    public ``n_groups``); the rows are centred on it and put on the grid again, one by one; then
+    every group is scaled onto the ball as a whole (:func:`~dptensor.algorithms.groups.
+    group_scale_rows`), so the total, the Gram matrix and the exact power products
+    (:class:`~dptensor.algorithms.groups.ExactGroupGram`) move by at most one row's sensitivity
+    when a whole group is replaced (``docs/derivations/pca.rst``, "Groups of rows").
+    """
+    B, G = bound, int(n_groups)
+    M, mean = grid_rows(X, B), None
+    if center:
+        stat = row_sum(group_average_rows(M, codes, G), B / G)
+        mean = exact_gaussian_release(stat, 2.0 * B / G, mean_noise, rng)
+        M = grid_rows(M, B, mean, scale=B / 2.0 ** BITS, out=M)
+    M = group_scale_rows(M, codes, G)
+    total = None
+    if total_noise:
+        stat = sum_of_squares(M, B ** 2)
+        total = float(exact_gaussian_release(stat, total_variance_sensitivity(B), total_noise, rng))
+    z = _last(noise)
+    if method == "analyze_gauss":
+        sens = covariance_sensitivity(B)
+        C = gram(M, B ** 2).for_release(sens, z)
+        result = analyze_gauss(C, k, rng, noise_multiplier=z, sensitivity=sens,
+                               rounding=None)  # C: an exact sum on the release's grid
+    else:
+        operator = ExactGroupGram(M, B)
+        result = noisy_power_method(operator, k, n_iter, rng, noise_multiplier=noise,
+                                    sensitivity=operator.sensitivity, n_oversamples=p - k,
+                                    verbose=verbose, dtype=X.dtype, rounding=None)  # exact
+    result = result._replace(components=result.components.astype(X.dtype, copy=False))
     return result, (None if mean is None else mean.astype(X.dtype, copy=False)), total
 
 

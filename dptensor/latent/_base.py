@@ -138,8 +138,14 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
                  check_positive_int(n_features, "n_features"))
         return self._preview_plan(self._plan(shape))
 
-    def fit(self, X, y=None):
-        """Learn the model from X by the method of moments; ``y`` is ignored. Returns self."""
+    def fit(self, X, y=None, *, groups=None):
+        """Learn the model from X by the method of moments; ``y`` is ignored. Returns self.
+        ``groups`` is refused before any spend: the moments are bounded per row (a document,
+        for LDA), not yet per group of rows."""
+        self._refuse_groups(
+            groups,
+            "its moments (counts, pairs, triples, the whitening) are bounded per "
+            "row (a document for LDA), not yet per group")
         return self._fit_private(X)
 
     def _check_data(self, X) -> FitData:

@@ -250,13 +250,20 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         """
         return self._preview_plan(self._plan((int(n_samples), int(n_features))))
 
-    def fit(self, X, y=None):
+    def fit(self, X, y=None, *, groups=None):
         """Run the private search on ``X`` (rows, or the index tuples of observed entries) and ``y``.
+
+        ``groups`` is refused before any spend: a search by group (a split keeping each group
+        whole, scores averaged per group over the public number of groups) is not built yet.
 
         Prices the whole search, records it as one event with the accountant (the search's, or the
         one found in the estimator: refused with :class:`~dptensor.BudgetExceededError` before
         any fit if over budget), then runs it, silenced: only the search's own messages print.
         """
+        if groups is not None:
+            raise ValueError(f"{type(self).__name__} does not take groups yet: its split and its "
+                             "released score are per unit (row or observed value), not per group "
+                             "of rows. Fit the estimator itself with groups")
         return self._fit_private(X, y)
 
     def _check_data(self, X, y=None) -> FitData:
