@@ -34,9 +34,9 @@ __all__ = ["coherence", "make_orthogonal_tensor", "make_orthogonal_moment_data",
            "moment_data_norm_bound", "make_spiked_covariance", "make_low_rank_tensor",
            "load_movielens_100k"]
 
-# E[max_{||u||=1} <G, u⊗3>] / sqrt(d) for G with iid N(0, 1) entries tends to the ground-state energy
-# of the spherical 3-spin glass, about 1.657 (Crisanti & Sommers 1992; Auffinger, Ben Arous & Cerny
-# 2013). Dividing by it makes the operator norm of the noise tensor about `noise` for large d.
+# E[max_{||u||=1} <G, u⊗3>] / sqrt(d) for G with iid N(0, 1) entries tends to the ground-state
+# energy of the spherical 3-spin glass, about 1.657 (Crisanti & Sommers 1992; Auffinger, Ben Arous
+# & Cerny 2013). Dividing by it makes the noise tensor's operator norm about `noise` for large d.
 _SPIN3_GROUND_STATE = 1.657
 
 
@@ -45,7 +45,7 @@ _SPIN3_GROUND_STATE = 1.657
 # --------------------------------------------------------------------------------------------
 
 def coherence(components) -> float:
-    r"""Wang–Anandkumar incoherence ``mu0 = (d/k) max_i ||V^T e_i||^2`` of orthonormal rows V (k, d).
+    r"""Wang–Anandkumar incoherence ``mu0 = (d/k) max_i ||V^T e_i||^2`` of orthonormal rows V.
 
     It lies in ``[1, d/k]``: 1 when the components' mass is spread evenly over all coordinates,
     ``d/k`` when some coordinate lies entirely in their span.
@@ -77,7 +77,8 @@ def _incoherent_basis(d, k, rng):
         basis = scipy.linalg.hadamard(d).astype(float) / np.sqrt(d)
         rows = rng.choice(d, size=k, replace=False)
     else:
-        basis = scipy.fft.dct(np.eye(d), type=2, norm="ortho", axis=0)  # rows: cosines of frequency f
+        # Rows: cosines of frequency f.
+        basis = scipy.fft.dct(np.eye(d), type=2, norm="ortho", axis=0)
         if k > d - 1:
             rows = rng.choice(d, size=k, replace=False)
         else:
@@ -87,7 +88,7 @@ def _incoherent_basis(d, k, rng):
 
 
 def _haar_basis(d, k, rng):
-    """k rows of a Haar-random orthogonal matrix (QR of a Gaussian matrix, signs fixed by R's diagonal)."""
+    """k rows of a Haar-random orthogonal matrix (QR of a Gaussian, signs fixed by R's diagonal)."""
     Q, R = np.linalg.qr(rng.standard_normal((d, k)))
     return (Q * np.sign(np.diag(R))).T
 
@@ -111,7 +112,8 @@ def _components(d, k, coherence_kind, rng):
     elif isinstance(coherence_kind, numbers.Integral) and not isinstance(coherence_kind, bool):
         s = check_positive_int(coherence_kind, "coherence")
         return _sparse_basis(d, k, s, rng)
-    raise ValueError(f'coherence must be "incoherent", "random" or a sparsity s >= 1, got {coherence_kind!r}')
+    raise ValueError(f'coherence must be "incoherent", "random" or a sparsity s >= 1, '
+                     f'got {coherence_kind!r}')
 
 
 def _dims(d, k):
@@ -144,7 +146,8 @@ def _check_positive(value, name):
 # Orthogonal tensors and data whose third moment is one
 # --------------------------------------------------------------------------------------------
 
-def make_orthogonal_tensor(d, k, eigenvalues=None, *, coherence="incoherent", noise=0.0, random_state=None):
+def make_orthogonal_tensor(d, k, eigenvalues=None, *, coherence="incoherent", noise=0.0,
+                           random_state=None):
     r"""A symmetric orthogonally decomposable tensor ``T = sum_i lambda_i v_i⊗3 (+ E)``.
 
     Parameters
@@ -205,7 +208,8 @@ def _two_point_skewed(shape, skewness, rng):
 
     The value ``sqrt(q/p)`` with probability p and ``-sqrt(p/q)`` with probability q = 1 - p has
     mean 0, variance 1 and third moment ``(q - p) / sqrt(p q)``; solving for the target gives
-    ``p q = 1 / (skewness^2 + 4)``. Bounded, so clipped rows keep the moment when the bound is large.
+    ``p q = 1 / (skewness^2 + 4)``. Bounded, so clipped rows keep the moment when the bound is
+    large.
     """
     p, q = _two_point_probabilities(skewness)
     hit = rng.random(shape) < p
@@ -284,7 +288,8 @@ def make_orthogonal_moment_data(n, d, k, *, eigenvalues=None, coherence="incoher
     return X, lam, V
 
 
-def make_spiked_covariance(n, d, k, *, spike=5.0, coherence="random", data_norm=None, random_state=None):
+def make_spiked_covariance(n, d, k, *, spike=5.0, coherence="random", data_norm=None,
+                           random_state=None):
     r"""Gaussian data with covariance ``I + sum_i spike_i v_i v_i^T``.
 
     Each row is ``x = sum_i sqrt(spike_i) h_i v_i + g`` with ``h ~ N(0, I_k)``, ``g ~ N(0, I_d)``.
@@ -347,16 +352,18 @@ def _cp_full(factors):
     return np.einsum(spec, *factors, optimize=True)
 
 
-def make_low_rank_tensor(shape=(20, 20, 20), rank=3, *, missing_ratio=0.5, snr=None, random_state=None):
+def make_low_rank_tensor(shape=(20, 20, 20), rank=3, *, missing_ratio=0.5, snr=None,
+                         random_state=None):
     r"""The tensor completion study: a rank-r CP tensor, min-max scaled, with noise and holes.
 
     1. Factors ``A_m`` (n_m x rank) with iid N(0, 1) entries, each column scaled to unit l2 norm.
     2. ``X0 = [[A_1, ..., A_order]]``, min-max scaled to [0, 1]:
        ``tensor = (X0 - offset) / scale`` with ``offset = min X0``, ``scale = max X0 - min X0``.
-    3. ``noisy = tensor + N(0, sigma^2)`` with ``sigma^2 = var(tensor) / snr`` (the variance over all
-       entries; ``snr=1``: noise variance equals signal variance, as in the study); ``snr=None``
-       adds no noise.
-    4. A uniformly random ``round(missing_ratio * size)`` entries are held out; the rest are observed.
+    3. ``noisy = tensor + N(0, sigma^2)`` with ``sigma^2 = var(tensor) / snr`` (the variance over
+       all entries; ``snr=1``: noise variance equals signal variance, as in the study);
+       ``snr=None`` adds no noise.
+    4. A uniformly random ``round(missing_ratio * size)`` entries are held out; the rest are
+       observed.
 
     Parameters
     ----------
@@ -374,7 +381,8 @@ def make_low_rank_tensor(shape=(20, 20, 20), rank=3, *, missing_ratio=0.5, snr=N
         ``"indices"`` (n_obs, order) int64 observed positions (in C order);
         ``"values"`` (n_obs,) the noisy values there;
         ``"test_indices"`` (n_missing, order) int64 held-out positions;
-        ``"test_values"`` (n_missing,) the *noiseless* tensor there (what a completion should recover);
+        ``"test_values"`` (n_missing,) the *noiseless* tensor there (what a completion should
+        recover);
         ``"test_values_noisy"`` (n_missing,) the noisy tensor there;
         ``"tensor"`` the noiseless array in [0, 1]; ``"noisy"`` the noisy array;
         ``"factors"`` list of the unit-column factors; ``"offset"``, ``"scale"`` floats with
@@ -445,8 +453,8 @@ def _read_ratings(path):
     """(user, item, rating, timestamp) columns of a tab-separated ml-100k ratings file."""
     raw = np.loadtxt(path, dtype=np.int64, delimiter="\t", ndmin=2)
     if raw.shape[1] != 4:
-        raise ValueError(f"{path}: expected 4 tab-separated columns (user, item, rating, timestamp), "
-                         f"got {raw.shape[1]}")
+        raise ValueError(f"{path}: expected 4 tab-separated columns (user, item, rating, "
+                         f"timestamp), got {raw.shape[1]}")
     return raw
 
 
@@ -457,8 +465,8 @@ def _download_ml100k(folder: Path):
         payload = response.read()
     digest = hashlib.md5(payload).hexdigest()
     if digest != ML100K_MD5:
-        raise OSError(f"the downloaded {ML100K_URL} has MD5 {digest}, not the published {ML100K_MD5}; "
-                      "refusing to use it")
+        raise OSError(f"the downloaded {ML100K_URL} has MD5 {digest}, not the published "
+                      f"{ML100K_MD5}; refusing to use it")
     tmp = folder.with_name(folder.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
@@ -504,7 +512,8 @@ def load_movielens_100k(data_home=None, download=True, split="ua"):
     dict rather than a Bunch, whose ``.values`` would be the dict method)
         ``"indices"`` (n_train, 3) int64 and ``"values"`` (n_train,) float64 ratings 1..5;
         ``"test_indices"``, ``"test_values"`` likewise (empty for ``"all"``);
-        ``"shape"`` (3-tuple); ``"t0"`` (unix time of day 0); ``"split"``; ``"value_range"`` ``(1.0, 5.0)``.
+        ``"shape"`` (3-tuple); ``"t0"`` (unix time of day 0); ``"split"``;
+        ``"value_range"`` ``(1.0, 5.0)``.
     """
     if split not in _SPLIT_FILES:
         raise ValueError(f'split must be "ua", "ub" or "all", got {split!r}')
@@ -514,8 +523,8 @@ def load_movielens_100k(data_home=None, download=True, split="ua"):
     if not all(p.is_file() for p in needed):
         if not download:
             missing = ", ".join(str(p) for p in needed if not p.is_file())
-            raise FileNotFoundError(f"MovieLens-100K files not found ({missing}); pass download=True, or "
-                                    f"unpack {ML100K_URL} into {folder.parent}")
+            raise FileNotFoundError(f"MovieLens-100K files not found ({missing}); pass "
+                                    f"download=True, or unpack {ML100K_URL} into {folder.parent}")
         _download_ml100k(folder)
     train = _read_ratings(needed[0])
     test = _read_ratings(needed[1]) if test_name is not None else np.empty((0, 4), dtype=np.int64)
@@ -533,8 +542,9 @@ def load_movielens_100k(data_home=None, download=True, split="ua"):
     indices, values = tensorize(train)
     test_indices, test_values = tensorize(test)
     shape = tuple(int(m) + 1 for m in np.concatenate([indices, test_indices]).max(axis=0))
-    return {"indices": indices, "values": values, "test_indices": test_indices, "test_values": test_values,
-            "shape": shape, "t0": t0, "split": split, "value_range": (1.0, 5.0)}
+    return {"indices": indices, "values": values, "test_indices": test_indices,
+            "test_values": test_values, "shape": shape, "t0": t0, "split": split,
+            "value_range": (1.0, 5.0)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -569,8 +579,8 @@ def gaussian_mixture_norm_bound(means, sigma, d) -> float:
     return float(np.sqrt(top + sigma**2 * d) + 3.0 * sigma)
 
 
-def make_lda_corpus(n_docs, n_words, k, *, alpha0=1.0, topic_concentration=0.1, doc_length=(100, 500),
-                    random_state=None):
+def make_lda_corpus(n_docs, n_words, k, *, alpha0=1.0, topic_concentration=0.1,
+                    doc_length=(100, 500), random_state=None):
     """A word-count corpus drawn from latent Dirichlet allocation.
 
     Topics are ``Dirichlet(topic_concentration)`` over ``n_words`` words; each document draws
@@ -613,7 +623,8 @@ def load_reuters():
 
     spec = importlib.util.find_spec("lda")
     if spec is None or not spec.submodule_search_locations:
-        raise ImportError("load_reuters needs the 'lda' package, whose wheel ships the corpus: pip install lda")
+        raise ImportError("load_reuters needs the 'lda' package, whose wheel ships the corpus: "
+                          "pip install lda")
     folder = Path(list(spec.submodule_search_locations)[0]) / "tests"
     vocab = tuple((folder / "reuters.tokens").read_text().split())
     titles = tuple(line.strip() for line in (folder / "reuters.titles").read_text().splitlines())
@@ -628,4 +639,5 @@ def load_reuters():
     return counts, vocab, titles
 
 
-__all__ += ["make_gaussian_mixture", "gaussian_mixture_norm_bound", "make_lda_corpus", "load_reuters"]
+__all__ += ["make_gaussian_mixture", "gaussian_mixture_norm_bound", "make_lda_corpus",
+            "load_reuters"]

@@ -23,7 +23,7 @@ def _check_nonnegative(value, name):
 
 
 def _scatter(ids, values, fill, shape):
-    """A dense array of ``shape`` holding ``values`` at flat positions ``ids`` and ``fill`` elsewhere."""
+    """A dense array of ``shape``: ``values`` at the flat positions ``ids``, ``fill`` elsewhere."""
     out = np.full(int(np.prod(shape)), fill, dtype=float)
     out[ids] = values
     return out.reshape(shape)
@@ -133,8 +133,8 @@ class BiScaler(BaseEstimator):
         indices = np.asarray(indices)
         values = np.asarray(values, dtype=float).ravel()
         if indices.ndim != 2 or indices.shape[0] != values.shape[0]:
-            raise ValueError(f"indices (n_obs, 3) and values (n_obs,) must match, got {indices.shape} "
-                             f"and {values.shape}")
+            raise ValueError(f"indices (n_obs, 3) and values (n_obs,) must match, got "
+                             f"{indices.shape} and {values.shape}")
         if values.size == 0:
             raise ValueError("values is empty")
         if not np.all(np.isfinite(values)):
@@ -145,7 +145,7 @@ class BiScaler(BaseEstimator):
         row_ids, col_ids = self._groups(indices)
         row_axis, col_axis = [a for a in range(3) if a != self.axis]
         n_s, n_r, n_c = self.shape_[self.axis], self.shape_[row_axis], self.shape_[col_axis]
-        # Work on the observed groups only: the slices are sparse, most (slice, row) pairs are empty.
+        # Work on the observed groups only: slices are sparse, most (slice, row) pairs are empty.
         row_ids, rows = np.unique(row_ids, return_inverse=True)
         col_ids, cols = np.unique(col_ids, return_inverse=True)
         n_rows, n_cols = len(row_ids), len(col_ids)
@@ -160,7 +160,8 @@ class BiScaler(BaseEstimator):
         tau, gamma = np.ones(n_rows), np.ones(n_cols)
 
         def centre(groups, target, w, n):
-            return np.bincount(groups, target * w, n) / np.maximum(np.bincount(groups, w, n) + shrink, 1e-300)
+            total = np.maximum(np.bincount(groups, w, n) + shrink, 1e-300)
+            return np.bincount(groups, target * w, n) / total
 
         def scale(groups, sq, free, count):
             var = (np.bincount(groups, sq, len(count)) + prior) / np.maximum(count + prior, 1e-300)
@@ -207,7 +208,7 @@ class BiScaler(BaseEstimator):
 
 
 def bi_scale(indices, values, shape=None, **params):
-    """Bi-scale values per slice: returns ``(z, scaler)``; ``scaler.inverse_transform(indices, z)`` undoes it.
+    """Bi-scale values per slice: ``(z, scaler)``, undone by ``scaler.inverse_transform(indices, z)``.
 
     ``params`` go to :class:`BiScaler`, which documents the model.
     """
