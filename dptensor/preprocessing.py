@@ -208,9 +208,10 @@ class BiScaler(BaseEstimator):
 
 
 def bi_scale(indices, values, shape=None, **params):
-    """Bi-scale values per slice: ``(z, scaler)``, undone by ``scaler.inverse_transform(indices, z)``.
+    """Bi-scale values per slice: returns ``(z, scaler)``.
 
-    ``params`` go to :class:`BiScaler`, which documents the model.
+    ``scaler.inverse_transform(indices, z)`` undoes it; ``params`` go to :class:`BiScaler`, which
+    documents the model.
     """
     scaler = BiScaler(**params)
     return scaler.fit_transform(indices, values, shape), scaler
