@@ -61,7 +61,10 @@ def bench_tensorly(quick: bool):
     rows = []
     for d, k in sizes:
         T, lam, V = make_orthogonal_tensor(d, k, noise=0.01, random_state=0)
-        ours = lambda: PrivateTensorDecomposition(k, n_restarts=OUR_L, n_iter=OUR_R, random_state=0).fit(T)
+        def ours():
+            return PrivateTensorDecomposition(k, n_restarts=OUR_L, n_iter=OUR_R,
+                                              random_state=0).fit(T)
+
         t_ours, c_ours, model = _median_time(ours, 3)
         # TensorLy does the same work for every component, so at d=200 we time 2 of them and scale.
         k_tl = k if (quick or d < 200) else 2

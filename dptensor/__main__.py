@@ -31,7 +31,8 @@ def _bench(args) -> int:
     names = sorted(n.removeprefix("bench_") for n in discover())
     unknown = [n for n in args.only or [] if n.removeprefix("bench_") not in names]
     if unknown:
-        print(f"unknown benchmark {', '.join(unknown)}; choose from {', '.join(names)}", file=sys.stderr)
+        print(f"unknown benchmark {', '.join(unknown)}; choose from {', '.join(names)}",
+              file=sys.stderr)
         return 2
     argv = ["--quick"] if args.quick else []
     return bench_main(argv + (["--only", *args.only] if args.only else []))
@@ -59,9 +60,11 @@ def _ledger(args) -> int:
     print(f"remaining  epsilon={'unlimited' if unlimited else f'{max(0.0, total - spent):.6g}'}")
     print(f"chain      {hashes[-1]} (after the last spend; see 'The ledger file' in the guide)")
     for e in entries:
-        when = datetime.datetime.fromtimestamp(e.time, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        when = datetime.datetime.fromtimestamp(e.time, datetime.timezone.utc)
+        when = when.strftime("%Y-%m-%d %H:%M:%S")
         params = ", ".join(f"{k}={v}" for k, v in e.parameters.items())
-        print(f"{e.index:>4d}  {when} UTC  pid={e.pid:<7d} {e.label or '-'}  {e.mechanism}({params})  "
+        print(f"{e.index:>4d}  {when} UTC  pid={e.pid:<7d} {e.label or '-'}  "
+              f"{e.mechanism}({params})  "
               f"eps={e.epsilon:.4g} delta={e.delta:g}  chain={hashes[e.index + 1][:16]}")
     return 0
 
@@ -93,7 +96,8 @@ def _info(args) -> int:
 def main(argv=None) -> int:
     from . import __version__
 
-    parser = argparse.ArgumentParser(prog="dptensor", description="Private and streaming spectral learning.")
+    parser = argparse.ArgumentParser(prog="dptensor",
+                                     description="Private and streaming spectral learning.")
     parser.add_argument("--version", action="version", version=f"dptensor {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="fit the seven estimators on synthetic data; print a "
@@ -105,9 +109,11 @@ def main(argv=None) -> int:
     bench = sub.add_parser("bench", help="run the benchmark suite, writing benchmarks/results/")
     bench.add_argument("--quick", action="store_true", help="small sizes only")
     bench.add_argument("--only", nargs="+", metavar="NAME",
-                       help="run only these benchmarks (e.g. pca, completion: benchmarks/bench_NAME.py)")
+                       help="run only these benchmarks "
+                            "(e.g. pca, completion: benchmarks/bench_NAME.py)")
     bench.set_defaults(func=_bench)
-    ledger = sub.add_parser("ledger", help="print a ledger file: budget, spent, remaining and every spend")
+    ledger = sub.add_parser("ledger",
+                            help="print a ledger file: budget, spent, remaining and every spend")
     ledger.add_argument("path", help="the SQLite file of a PrivacyAccountant(..., ledger=PATH)")
     ledger.add_argument("--upgrade", action="store_true",
                         help="first give a ledger of an older dptensor the hash chain that detects "

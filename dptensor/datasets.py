@@ -8,8 +8,8 @@ Generators (each reproducible through ``random_state``; components are rows, sha
 * :func:`make_low_rank_tensor` -- the tensor completion study (low-rank CP tensor, noise, holes);
 
 with the coherence of the components under control (SPEC §7, :func:`coherence`). Then the
-MovieLens-100K loader (:func:`load_movielens_100k`) and the per-time-slice bi-scaling of
-ratings (:class:`BiScaler`, :func:`bi_scale`).
+MovieLens-100K loader (:func:`load_movielens_100k`); the per-time-slice bi-scaling of its
+ratings lives in :mod:`dptensor.preprocessing` (importable from here as well).
 """
 from __future__ import annotations
 
@@ -25,17 +25,18 @@ from pathlib import Path
 import numpy as np
 import scipy.fft
 import scipy.linalg
-from sklearn.base import BaseEstimator
 
-from .algorithms.operators import symmetrize_tensor
 from ._validation import check_positive_int, check_random_generator
+from .algorithms.operators import symmetrize_tensor
+from .preprocessing import BiScaler, _check_nonnegative, bi_scale  # noqa: F401 (re-exports)
 
-__all__ = ["coherence", "make_orthogonal_tensor", "make_orthogonal_moment_data", "moment_data_norm_bound",
-           "make_spiked_covariance", "make_low_rank_tensor", "load_movielens_100k", "BiScaler", "bi_scale"]
+__all__ = ["coherence", "make_orthogonal_tensor", "make_orthogonal_moment_data",
+           "moment_data_norm_bound", "make_spiked_covariance", "make_low_rank_tensor",
+           "load_movielens_100k"]
 
-# E[max_{||u||=1} <G, u⊗3>] / sqrt(d) for G with iid N(0, 1) entries tends to the ground-state energy
-# of the spherical 3-spin glass, about 1.657 (Crisanti & Sommers 1992; Auffinger, Ben Arous & Cerny
-# 2013). Dividing by it makes the operator norm of the noise tensor about `noise` for large d.
+# E[max_{||u||=1} <G, u⊗3>] / sqrt(d) for G with iid N(0, 1) entries tends to the ground-state
+# energy of the spherical 3-spin glass, about 1.657 (Crisanti & Sommers 1992; Auffinger, Ben Arous
+# & Cerny 2013). Dividing by it makes the noise tensor's operator norm about `noise` for large d.
 _SPIN3_GROUND_STATE = 1.657
 
 
@@ -44,7 +45,7 @@ _SPIN3_GROUND_STATE = 1.657
 # --------------------------------------------------------------------------------------------
 
 def coherence(components) -> float:
-    r"""Wang–Anandkumar incoherence ``mu0 = (d/k) max_i ||V^T e_i||^2`` of orthonormal rows V (k, d).
+    r"""Wang–Anandkumar incoherence ``mu0 = (d/k) max_i ||V^T e_i||^2`` of orthonormal rows V.
 
     It lies in ``[1, d/k]``: 1 when the components' mass is spread evenly over all coordinates,
     ``d/k`` when some coordinate lies entirely in their span.
@@ -76,7 +77,8 @@ def _incoherent_basis(d, k, rng):
         basis = scipy.linalg.hadamard(d).astype(float) / np.sqrt(d)
         rows = rng.choice(d, size=k, replace=False)
     else:
-        basis = scipy.fft.dct(np.eye(d), type=2, norm="ortho", axis=0)  # rows: cosines of frequency f
+        # Rows: cosines of frequency f.
+        basis = scipy.fft.dct(np.eye(d), type=2, norm="ortho", axis=0)
         if k > d - 1:
             rows = rng.choice(d, size=k, replace=False)
         else:
@@ -86,7 +88,7 @@ def _incoherent_basis(d, k, rng):
 
 
 def _haar_basis(d, k, rng):
-    """k rows of a Haar-random orthogonal matrix (QR of a Gaussian matrix, signs fixed by R's diagonal)."""
+    """k rows of a Haar-random orthogonal matrix (QR of a Gaussian, signs fixed by R's diagonal)."""
     Q, R = np.linalg.qr(rng.standard_normal((d, k)))
     return (Q * np.sign(np.diag(R))).T
 
@@ -110,7 +112,8 @@ def _components(d, k, coherence_kind, rng):
     elif isinstance(coherence_kind, numbers.Integral) and not isinstance(coherence_kind, bool):
         s = check_positive_int(coherence_kind, "coherence")
         return _sparse_basis(d, k, s, rng)
-    raise ValueError(f'coherence must be "incoherent", "random" or a sparsity s >= 1, got {coherence_kind!r}')
+    raise ValueError(f'coherence must be "incoherent", "random" or a sparsity s >= 1, '
+                     f'got {coherence_kind!r}')
 
 
 def _dims(d, k):
@@ -139,17 +142,12 @@ def _check_positive(value, name):
     return float(value)
 
 
-def _check_nonnegative(value, name):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (0 <= value < np.inf):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return float(value)
-
-
 # --------------------------------------------------------------------------------------------
 # Orthogonal tensors and data whose third moment is one
 # --------------------------------------------------------------------------------------------
 
-def make_orthogonal_tensor(d, k, eigenvalues=None, *, coherence="incoherent", noise=0.0, random_state=None):
+def make_orthogonal_tensor(d, k, eigenvalues=None, *, coherence="incoherent", noise=0.0,
+                           random_state=None):
     r"""A symmetric orthogonally decomposable tensor ``T = sum_i lambda_i v_i⊗3 (+ E)``.
 
     Parameters
@@ -210,7 +208,8 @@ def _two_point_skewed(shape, skewness, rng):
 
     The value ``sqrt(q/p)`` with probability p and ``-sqrt(p/q)`` with probability q = 1 - p has
     mean 0, variance 1 and third moment ``(q - p) / sqrt(p q)``; solving for the target gives
-    ``p q = 1 / (skewness^2 + 4)``. Bounded, so clipped rows keep the moment when the bound is large.
+    ``p q = 1 / (skewness^2 + 4)``. Bounded, so clipped rows keep the moment when the bound is
+    large.
     """
     p, q = _two_point_probabilities(skewness)
     hit = rng.random(shape) < p
@@ -289,7 +288,8 @@ def make_orthogonal_moment_data(n, d, k, *, eigenvalues=None, coherence="incoher
     return X, lam, V
 
 
-def make_spiked_covariance(n, d, k, *, spike=5.0, coherence="random", data_norm=None, random_state=None):
+def make_spiked_covariance(n, d, k, *, spike=5.0, coherence="random", data_norm=None,
+                           random_state=None):
     r"""Gaussian data with covariance ``I + sum_i spike_i v_i v_i^T``.
 
     Each row is ``x = sum_i sqrt(spike_i) h_i v_i + g`` with ``h ~ N(0, I_k)``, ``g ~ N(0, I_d)``.
@@ -352,16 +352,18 @@ def _cp_full(factors):
     return np.einsum(spec, *factors, optimize=True)
 
 
-def make_low_rank_tensor(shape=(20, 20, 20), rank=3, *, missing_ratio=0.5, snr=None, random_state=None):
+def make_low_rank_tensor(shape=(20, 20, 20), rank=3, *, missing_ratio=0.5, snr=None,
+                         random_state=None):
     r"""The tensor completion study: a rank-r CP tensor, min-max scaled, with noise and holes.
 
     1. Factors ``A_m`` (n_m x rank) with iid N(0, 1) entries, each column scaled to unit l2 norm.
     2. ``X0 = [[A_1, ..., A_order]]``, min-max scaled to [0, 1]:
        ``tensor = (X0 - offset) / scale`` with ``offset = min X0``, ``scale = max X0 - min X0``.
-    3. ``noisy = tensor + N(0, sigma^2)`` with ``sigma^2 = var(tensor) / snr`` (the variance over all
-       entries; ``snr=1``: noise variance equals signal variance, as in the study); ``snr=None``
-       adds no noise.
-    4. A uniformly random ``round(missing_ratio * size)`` entries are held out; the rest are observed.
+    3. ``noisy = tensor + N(0, sigma^2)`` with ``sigma^2 = var(tensor) / snr`` (the variance over
+       all entries; ``snr=1``: noise variance equals signal variance, as in the study);
+       ``snr=None`` adds no noise.
+    4. A uniformly random ``round(missing_ratio * size)`` entries are held out; the rest are
+       observed.
 
     Parameters
     ----------
@@ -379,7 +381,8 @@ def make_low_rank_tensor(shape=(20, 20, 20), rank=3, *, missing_ratio=0.5, snr=N
         ``"indices"`` (n_obs, order) int64 observed positions (in C order);
         ``"values"`` (n_obs,) the noisy values there;
         ``"test_indices"`` (n_missing, order) int64 held-out positions;
-        ``"test_values"`` (n_missing,) the *noiseless* tensor there (what a completion should recover);
+        ``"test_values"`` (n_missing,) the *noiseless* tensor there (what a completion should
+        recover);
         ``"test_values_noisy"`` (n_missing,) the noisy tensor there;
         ``"tensor"`` the noiseless array in [0, 1]; ``"noisy"`` the noisy array;
         ``"factors"`` list of the unit-column factors; ``"offset"``, ``"scale"`` floats with
@@ -450,8 +453,8 @@ def _read_ratings(path):
     """(user, item, rating, timestamp) columns of a tab-separated ml-100k ratings file."""
     raw = np.loadtxt(path, dtype=np.int64, delimiter="\t", ndmin=2)
     if raw.shape[1] != 4:
-        raise ValueError(f"{path}: expected 4 tab-separated columns (user, item, rating, timestamp), "
-                         f"got {raw.shape[1]}")
+        raise ValueError(f"{path}: expected 4 tab-separated columns (user, item, rating, "
+                         f"timestamp), got {raw.shape[1]}")
     return raw
 
 
@@ -462,8 +465,8 @@ def _download_ml100k(folder: Path):
         payload = response.read()
     digest = hashlib.md5(payload).hexdigest()
     if digest != ML100K_MD5:
-        raise OSError(f"the downloaded {ML100K_URL} has MD5 {digest}, not the published {ML100K_MD5}; "
-                      "refusing to use it")
+        raise OSError(f"the downloaded {ML100K_URL} has MD5 {digest}, not the published "
+                      f"{ML100K_MD5}; refusing to use it")
     tmp = folder.with_name(folder.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
@@ -509,7 +512,8 @@ def load_movielens_100k(data_home=None, download=True, split="ua"):
     dict rather than a Bunch, whose ``.values`` would be the dict method)
         ``"indices"`` (n_train, 3) int64 and ``"values"`` (n_train,) float64 ratings 1..5;
         ``"test_indices"``, ``"test_values"`` likewise (empty for ``"all"``);
-        ``"shape"`` (3-tuple); ``"t0"`` (unix time of day 0); ``"split"``; ``"value_range"`` ``(1.0, 5.0)``.
+        ``"shape"`` (3-tuple); ``"t0"`` (unix time of day 0); ``"split"``;
+        ``"value_range"`` ``(1.0, 5.0)``.
     """
     if split not in _SPLIT_FILES:
         raise ValueError(f'split must be "ua", "ub" or "all", got {split!r}')
@@ -519,8 +523,8 @@ def load_movielens_100k(data_home=None, download=True, split="ua"):
     if not all(p.is_file() for p in needed):
         if not download:
             missing = ", ".join(str(p) for p in needed if not p.is_file())
-            raise FileNotFoundError(f"MovieLens-100K files not found ({missing}); pass download=True, or "
-                                    f"unpack {ML100K_URL} into {folder.parent}")
+            raise FileNotFoundError(f"MovieLens-100K files not found ({missing}); pass "
+                                    f"download=True, or unpack {ML100K_URL} into {folder.parent}")
         _download_ml100k(folder)
     train = _read_ratings(needed[0])
     test = _read_ratings(needed[1]) if test_name is not None else np.empty((0, 4), dtype=np.int64)
@@ -538,205 +542,9 @@ def load_movielens_100k(data_home=None, download=True, split="ua"):
     indices, values = tensorize(train)
     test_indices, test_values = tensorize(test)
     shape = tuple(int(m) + 1 for m in np.concatenate([indices, test_indices]).max(axis=0))
-    return {"indices": indices, "values": values, "test_indices": test_indices, "test_values": test_values,
-            "shape": shape, "t0": t0, "split": split, "value_range": (1.0, 5.0)}
-
-
-# --------------------------------------------------------------------------------------------
-# Bi-scaling per time slice
-# --------------------------------------------------------------------------------------------
-
-def _scatter(ids, values, fill, shape):
-    """A dense array of ``shape`` holding ``values`` at flat positions ``ids`` and ``fill`` elsewhere."""
-    out = np.full(int(np.prod(shape)), fill, dtype=float)
-    out[ids] = values
-    return out.reshape(shape)
-
-
-class BiScaler(BaseEstimator):
-    r"""Standardise the rows and columns of every slice of a sparse 3-way array (bi-scaling).
-
-    Bi-scaling (Hastie, Mazumder, Lee & Zadeh 2015) models each observed entry of a matrix as
-    ``x_ij = alpha_i + beta_j + tau_i gamma_j z_ij`` and chooses row and column centres
-    ``alpha, beta`` and scales ``tau, gamma`` so that the ``z`` have mean 0 and variance 1 along
-    every row and every column, over the observed entries. Here each slice along ``axis`` (the
-    day, for (user, item, day) ratings) is bi-scaled on its own, as in the tensor completion study
-    on MovieLens-100K: ``alpha`` is indexed by (slice, row), ``beta`` by (slice, column), and so on.
-
-    What is fitted, exactly: the values are first standardised globally,
-    ``u = (x - mean_) / std_``, then
-
-    .. math:: u_{sij} = \alpha_{si} + \beta_{sj} + \tau_{si}\gamma_{sj} z_{sij}
-
-    by alternating exact updates (holding the others fixed) until no parameter (centres, and
-    scales on a log scale) moves by more than ``tol``:
-
-    * ``alpha_si = sum_j w (u - beta) / (sum_j w + shrinkage)`` with ``w = 1/(tau gamma)``, which
-      makes the row means of ``z`` zero (exactly when ``shrinkage=0``); ``beta`` likewise;
-    * ``tau_si^2 = (sum_j ((u - alpha - beta)/gamma)^2 + scale_prior) / (m_si + scale_prior)``
-      over the row's ``m_si`` entries, which makes the row variances of ``z`` one (exactly when
-      ``scale_prior=0``); ``gamma`` likewise.
-
-    Why the two priors: a slice of a ratings tensor is very sparse (a user rates a handful of
-    items a day), and with ``scale_prior=0`` a row whose few entries the centres fit exactly has
-    zero variance, its scale collapses to 0 and the scales of its columns blow up (measured: log
-    scales past 80 on MovieLens-like data). ``scale_prior`` pseudo-residuals of size one global
-    standard deviation keep every scale bounded; on well-filled rows and columns they change
-    little; ``shrinkage`` does the same for the centres. Rows or columns with fewer than
-    ``min_count`` entries keep scale 1, and groups never
-    observed keep centre 0 and scale 1, so :meth:`inverse_transform` is defined at every index.
-
-    Parameters
-    ----------
-    axis : int, default=2
-        The slicing axis; the other two are the rows and columns.
-    max_iter : int, default=100
-    tol : float, default=1e-6
-    min_count : int, default=2
-        Fewest entries a row/column needs in a slice to get its own scale.
-    shrinkage : float >= 0, default=1.0
-        Pseudo-entries at the global mean in every centre update. They pin down the additive
-        model's free constant (``alpha + c, beta - c`` fit a slice equally well): without them the
-        alternation drifts for hundreds of iterations on sparse slices (measured on
-        MovieLens-like data: not converged after 300 at ``shrinkage=0.1``, 45 iterations at 1).
-    scale_prior : float >= 0, default=1.0
-        Pseudo-residuals (of one global standard deviation) in every scale update.
-
-    Attributes
-    ----------
-    shape_ : tuple
-    mean_, std_ : float
-        The global standardisation.
-    row_center_, row_scale_ : arrays of shape (n_slices, n_rows)
-        ``alpha`` and ``tau`` (in units of ``std_``).
-    col_center_, col_scale_ : arrays of shape (n_slices, n_cols)
-        ``beta`` and ``gamma``.
-    n_iter_ : int
-
-    Examples
-    --------
-    >>> idx = np.array([[0, 0, 0], [0, 1, 0], [1, 0, 0], [1, 1, 0]])
-    >>> z, scaler = bi_scale(idx, [1.0, 2.0, 3.0, 5.0])
-    >>> np.allclose(scaler.inverse_transform(idx, z), [1.0, 2.0, 3.0, 5.0])
-    True
-    """
-
-    def __init__(self, axis=2, max_iter=100, tol=1e-6, min_count=2, shrinkage=1.0, scale_prior=1.0):
-        self.axis = axis
-        self.max_iter = max_iter
-        self.tol = tol
-        self.min_count = min_count
-        self.shrinkage = shrinkage
-        self.scale_prior = scale_prior
-
-    def _groups(self, indices):
-        """Flat (slice, row) and (slice, column) group ids of each index triple."""
-        indices = np.asarray(indices)
-        if indices.ndim != 2 or indices.shape[1] != 3:
-            raise ValueError(f"indices must have shape (n_obs, 3), got {indices.shape}")
-        if not np.issubdtype(indices.dtype, np.integer):
-            raise TypeError(f"indices must be integers, got dtype {indices.dtype}")
-        if np.any(indices < 0) or np.any(indices >= np.asarray(self.shape_)):
-            raise ValueError(f"indices out of bounds for shape {self.shape_}")
-        row_axis, col_axis = [a for a in range(3) if a != self.axis]
-        n_r, n_c = self.shape_[row_axis], self.shape_[col_axis]
-        s = indices[:, self.axis]
-        return s * n_r + indices[:, row_axis], s * n_c + indices[:, col_axis]
-
-    def fit(self, indices, values, shape=None):
-        """Learn centres and scales from the observed ``values`` at ``indices`` (n_obs, 3).
-
-        ``shape`` defaults to one past the largest index along each axis.
-        """
-        if self.axis not in (0, 1, 2):
-            raise ValueError(f"axis must be 0, 1 or 2, got {self.axis!r}")
-        check_positive_int(self.max_iter, "max_iter")
-        check_positive_int(self.min_count, "min_count")
-        shrink = _check_nonnegative(self.shrinkage, "shrinkage")
-        prior = _check_nonnegative(self.scale_prior, "scale_prior")
-        indices = np.asarray(indices)
-        values = np.asarray(values, dtype=float).ravel()
-        if indices.ndim != 2 or indices.shape[0] != values.shape[0]:
-            raise ValueError(f"indices (n_obs, 3) and values (n_obs,) must match, got {indices.shape} "
-                             f"and {values.shape}")
-        if values.size == 0:
-            raise ValueError("values is empty")
-        if not np.all(np.isfinite(values)):
-            raise ValueError("values contains NaN or infinity")
-        if shape is None:
-            shape = tuple(int(m) + 1 for m in indices.max(axis=0))
-        self.shape_ = tuple(int(m) for m in shape)
-        row_ids, col_ids = self._groups(indices)
-        row_axis, col_axis = [a for a in range(3) if a != self.axis]
-        n_s, n_r, n_c = self.shape_[self.axis], self.shape_[row_axis], self.shape_[col_axis]
-        # Work on the observed groups only: the slices are sparse, most (slice, row) pairs are empty.
-        row_ids, rows = np.unique(row_ids, return_inverse=True)
-        col_ids, cols = np.unique(col_ids, return_inverse=True)
-        n_rows, n_cols = len(row_ids), len(col_ids)
-
-        self.mean_ = float(values.mean())
-        self.std_ = float(values.std()) or 1.0
-        u = (values - self.mean_) / self.std_
-        row_count = np.bincount(rows, minlength=n_rows)
-        col_count = np.bincount(cols, minlength=n_cols)
-        row_free, col_free = row_count >= self.min_count, col_count >= self.min_count
-        alpha, beta = np.zeros(n_rows), np.zeros(n_cols)
-        tau, gamma = np.ones(n_rows), np.ones(n_cols)
-
-        def centre(groups, target, w, n):
-            return np.bincount(groups, target * w, n) / np.maximum(np.bincount(groups, w, n) + shrink, 1e-300)
-
-        def scale(groups, sq, free, count):
-            var = (np.bincount(groups, sq, len(count)) + prior) / np.maximum(count + prior, 1e-300)
-            return np.where(free & (var > 0), np.sqrt(np.maximum(var, 1e-300)), 1.0)
-
-        for it in range(1, int(self.max_iter) + 1):
-            old = np.concatenate([alpha, beta, np.log(tau), np.log(gamma)])
-            w = 1.0 / (tau[rows] * gamma[cols])
-            alpha = centre(rows, u - beta[cols], w, n_rows)
-            beta = centre(cols, u - alpha[rows], w, n_cols)
-            resid = u - alpha[rows] - beta[cols]
-            tau = scale(rows, (resid / gamma[cols]) ** 2, row_free, row_count)
-            gamma = scale(cols, (resid / tau[rows]) ** 2, col_free, col_count)
-            new = np.concatenate([alpha, beta, np.log(tau), np.log(gamma)])
-            if np.max(np.abs(new - old)) < self.tol:
-                break
-        self.n_iter_ = it
-        self.row_center_ = _scatter(row_ids, alpha, 0.0, (n_s, n_r))
-        self.row_scale_ = _scatter(row_ids, tau, 1.0, (n_s, n_r))
-        self.col_center_ = _scatter(col_ids, beta, 0.0, (n_s, n_c))
-        self.col_scale_ = _scatter(col_ids, gamma, 1.0, (n_s, n_c))
-        return self
-
-    def _parts(self, indices):
-        if not hasattr(self, "row_center_"):
-            raise ValueError("this BiScaler is not fitted yet; call fit first")
-        rows, cols = self._groups(indices)
-        centre = self.row_center_.ravel()[rows] + self.col_center_.ravel()[cols]
-        scale = self.row_scale_.ravel()[rows] * self.col_scale_.ravel()[cols]
-        return centre, scale
-
-    def transform(self, indices, values):
-        """``z = ((x - mean_) / std_ - alpha - beta) / (tau gamma)`` at the given indices."""
-        centre, scale = self._parts(indices)
-        return ((np.asarray(values, dtype=float).ravel() - self.mean_) / self.std_ - centre) / scale
-
-    def inverse_transform(self, indices, z):
-        """``x = mean_ + std_ (alpha + beta + tau gamma z)``: back to the original scale."""
-        centre, scale = self._parts(indices)
-        return self.mean_ + self.std_ * (centre + scale * np.asarray(z, dtype=float).ravel())
-
-    def fit_transform(self, indices, values, shape=None):
-        return self.fit(indices, values, shape).transform(indices, values)
-
-
-def bi_scale(indices, values, shape=None, **params):
-    """Bi-scale values per slice: returns ``(z, scaler)``; ``scaler.inverse_transform(indices, z)`` undoes it.
-
-    ``params`` go to :class:`BiScaler`, which documents the model.
-    """
-    scaler = BiScaler(**params)
-    return scaler.fit_transform(indices, values, shape), scaler
+    return {"indices": indices, "values": values, "test_indices": test_indices,
+            "test_values": test_values, "shape": shape, "t0": t0, "split": split,
+            "value_range": (1.0, 5.0)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -771,8 +579,8 @@ def gaussian_mixture_norm_bound(means, sigma, d) -> float:
     return float(np.sqrt(top + sigma**2 * d) + 3.0 * sigma)
 
 
-def make_lda_corpus(n_docs, n_words, k, *, alpha0=1.0, topic_concentration=0.1, doc_length=(100, 500),
-                    random_state=None):
+def make_lda_corpus(n_docs, n_words, k, *, alpha0=1.0, topic_concentration=0.1,
+                    doc_length=(100, 500), random_state=None):
     """A word-count corpus drawn from latent Dirichlet allocation.
 
     Topics are ``Dirichlet(topic_concentration)`` over ``n_words`` words; each document draws
@@ -815,7 +623,8 @@ def load_reuters():
 
     spec = importlib.util.find_spec("lda")
     if spec is None or not spec.submodule_search_locations:
-        raise ImportError("load_reuters needs the 'lda' package, whose wheel ships the corpus: pip install lda")
+        raise ImportError("load_reuters needs the 'lda' package, whose wheel ships the corpus: "
+                          "pip install lda")
     folder = Path(list(spec.submodule_search_locations)[0]) / "tests"
     vocab = tuple((folder / "reuters.tokens").read_text().split())
     titles = tuple(line.strip() for line in (folder / "reuters.titles").read_text().splitlines())
@@ -830,4 +639,5 @@ def load_reuters():
     return counts, vocab, titles
 
 
-__all__ += ["make_gaussian_mixture", "gaussian_mixture_norm_bound", "make_lda_corpus", "load_reuters"]
+__all__ += ["make_gaussian_mixture", "gaussian_mixture_norm_bound", "make_lda_corpus",
+            "load_reuters"]

@@ -1,15 +1,15 @@
 """The main job: every estimator on embedded synthetic data, one shared budget, one table.
 
-``python -m dptensor demo`` fits each of the seven estimators at a few epsilons, a few seeded
-draws at each (and once without privacy), all spending from one
-:class:`~dptensor.PrivacyAccountant`, then prints a privacy-utility table (the median of the draws
-and their range), notes on what it shows, the accountant's total, and writes a PNG of the curves
-when matplotlib is installed. The data are generated here with fixed seeds, so no download is
-needed; the noise uses fixed ``random_state`` values too, so the table is reproducible (a real
-release would leave ``random_state=None``). Every spend draws its own noise stream from that seed *and* its place in
-the ledger (see :mod:`dptensor.mechanisms.randomness`), so the fits share no noise and the ledger's total is
-what the table's releases cost together. The non-private references are fitted outside the
-budget, which would refuse them (they cost epsilon = infinity).
+``python -m dptensor demo`` fits each of the seven estimators at a few epsilons, a few seeded draws
+at each (and once without privacy), all spending from one :class:`~dptensor.PrivacyAccountant`, then
+prints a privacy-utility table (the median of the draws and their range), notes on what it shows,
+the accountant's total, and writes a PNG of the curves when matplotlib is installed. The data are
+generated here with fixed seeds, so no download is needed; the noise uses fixed ``random_state``
+values too, so the table is reproducible (a real release would leave ``random_state=None``). Every
+spend draws its own noise stream from that seed *and* its place in the ledger (see
+:mod:`dptensor.mechanisms.randomness`), so the fits share no noise and the ledger's total is what
+the table's releases cost together. The non-private references are fitted outside the budget, which
+would refuse them (they cost epsilon = infinity).
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from typing import Callable
 
 import numpy as np
 
-from .exceptions import PrivacyWarning
 from .accounting import PrivacyAccountant
+from .exceptions import PrivacyWarning
 
 #: Epsilons each estimator is fitted at (``np.inf`` is the non-private reference).
 EPSILONS = (0.5, 1.0, 2.0, 4.0)
@@ -92,7 +92,8 @@ def _pca_studies(quick: bool) -> list[Study]:
                                        random_state=seed).fit(x1)
         return float(sin_theta_distance(model.components_, v1))
 
-    return [Study("PrivatePCA", "sin^2 angle", pca), Study("AdaptivePrivatePCA", "sin^2 angle", adaptive)]
+    return [Study("PrivatePCA", "sin^2 angle", pca),
+            Study("AdaptivePrivatePCA", "sin^2 angle", adaptive)]
 
 
 def _completion_study(quick: bool) -> Study:
@@ -113,7 +114,8 @@ def _completion_study(quick: bool) -> Study:
         model.fit(data["indices"], data["values"])
         return rmse(data["test_values"][test], model.predict(data["test_indices"][test]))
 
-    mean_rmse = rmse(data["test_values"][test], np.full(len(data["test_values"][test]), data["values"].mean()))
+    mean_rmse = rmse(data["test_values"][test],
+                     np.full(len(data["test_values"][test]), data["values"].mean()))
     return Study("PrivateTensorCompletion", "held-out RMSE", completion,
                  baseline=("the observed-mean predictor (on this 100^3 study with 1e5 values, "
                            "private completion at epsilon <= 1 gains little over it: privacy "
@@ -124,17 +126,21 @@ def _latent_studies(quick: bool) -> list[Study]:
     from .datasets import gaussian_mixture_norm_bound, make_gaussian_mixture, make_lda_corpus
     from .latent import PrivateGaussianMixture, PrivateLatentDirichletAllocation, match_rows
 
-    X, means, _, _ = make_gaussian_mixture(20_000 if quick else 50_000, 20, 4, separation=1.0, random_state=6)
+    X, means, _, _ = make_gaussian_mixture(20_000 if quick else 50_000, 20, 4, separation=1.0,
+                                           random_state=6)
     bound = gaussian_mixture_norm_bound(means, 1.0, 20)  # from the generator's parameters
-    C, topics, _ = make_lda_corpus(8_000 if quick else 20_000, 50, 3, doc_length=(20, 60), random_state=5)
+    C, topics, _ = make_lda_corpus(8_000 if quick else 20_000, 50, 3, doc_length=(20, 60),
+                                   random_state=5)
 
     def mixture(eps, budget, seed):
-        model = PrivateGaussianMixture(4, epsilon=eps, data_norm=bound, accountant=budget, random_state=seed)
+        model = PrivateGaussianMixture(4, epsilon=eps, data_norm=bound, accountant=budget,
+                                       random_state=seed)
         dist = match_rows(model.fit(X).means_, means)[1]
         return float(dist.mean() / np.linalg.norm(means, axis=1).mean())
 
     def topics_l1(eps, budget, seed):
-        model = PrivateLatentDirichletAllocation(3, epsilon=eps, accountant=budget, random_state=seed).fit(C)
+        model = PrivateLatentDirichletAllocation(3, epsilon=eps, accountant=budget,
+                                                 random_state=seed).fit(C)
         perm, _ = match_rows(model.components_, topics)
         return float(np.abs(model.components_[perm] - topics).sum(axis=1).mean())
 
@@ -143,7 +149,8 @@ def _latent_studies(quick: bool) -> list[Study]:
 
 
 def studies(quick: bool = False) -> list[Study]:
-    return [*_tensor_studies(quick), *_pca_studies(quick), _completion_study(quick), *_latent_studies(quick)]
+    return [*_tensor_studies(quick), *_pca_studies(quick), _completion_study(quick),
+            *_latent_studies(quick)]
 
 
 #: Seeded draws per epsilon: the table and the plot show their median and their range, so that a

@@ -20,7 +20,7 @@ DEFAULT_DELTA = 1e-5
 
 
 class PrivacyWarning(UserWarning):
-    """A mode whose privacy guarantee rests on an assumption the library cannot check, or is absent."""
+    """A mode with no privacy guarantee, or resting on an assumption the library cannot check."""
 
 
 class PrivacyAccountingError(BaseException):
@@ -55,14 +55,16 @@ class BudgetExceededError(PrivacyAccountingError):
         who = f" by {label}" if label else ""
         why = f": {reason}" if reason else ""
         super().__init__(
-            f"privacy budget exceeded: spent epsilon={spent:.6g}, requested epsilon={requested:.6g}{who}, "
-            f"total budget epsilon={total:.6g} (all at delta={delta:g}); the fit was refused before "
-            f"touching the data and nothing was recorded{why}")
+            f"privacy budget exceeded: spent epsilon={spent:.6g}, requested "
+            f"epsilon={requested:.6g}{who}, total budget epsilon={total:.6g} (all at "
+            f"delta={delta:g}); the fit was refused before touching the data and nothing was "
+            f"recorded{why}")
 
     # Exceptions are pickled as ``cls(*args)``; keep every field so the error survives the trip
     # back from a process worker (joblib/loky re-raises it in the parent).
     def __reduce__(self):
-        return (type(self), (self.spent, self.requested, self.total, self.delta, self.label, self.reason))
+        return (type(self), (self.spent, self.requested, self.total, self.delta, self.label,
+                             self.reason))
 
 
 class LedgerNotSharedError(PrivacyAccountingError):
@@ -77,7 +79,8 @@ class LedgerNotSharedError(PrivacyAccountingError):
 def check_epsilon(epsilon, name="epsilon") -> float:
     """A number > 0; ``np.inf`` means no privacy."""
     if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or math.isnan(epsilon):
-        raise TypeError(f"{name} must be a real number > 0 (np.inf for no privacy), got {epsilon!r}")
+        raise TypeError(f"{name} must be a real number > 0 (np.inf for no privacy), "
+                        f"got {epsilon!r}")
     if not epsilon > 0:
         raise ValueError(f"{name} must be > 0 (np.inf for no privacy), got {epsilon!r}")
     return float(epsilon)

@@ -20,7 +20,8 @@ def _as_rows(A, name) -> np.ndarray:
     if A.ndim == 1:
         A = A[None, :]
     if A.ndim != 2 or A.shape[0] == 0 or A.shape[1] == 0:
-        raise ValueError(f"{name} must be a non-empty 2-D array of components (k, d), got shape {A.shape}")
+        raise ValueError(f"{name} must be a non-empty 2-D array of components (k, d), "
+                         f"got shape {A.shape}")
     if not np.all(np.isfinite(A)):
         raise ValueError(f"{name} contains NaN or infinity")
     return A
@@ -79,7 +80,7 @@ def match_components(estimated, true):
 
 
 def recovery_error(estimated, true):
-    """Per-true-component l2 error ``||s_i v_hat_{pi(i)} - v_i||_2`` after matching up to sign and order.
+    """Per-component l2 error ``||s_i v_hat_{pi(i)} - v_i||_2`` after matching up to sign and order.
 
     Neither input is rescaled, so with unit-norm rows the error is ``sqrt(2 - 2 |cos|)`` and lies in
     ``[0, sqrt(2)]``.
@@ -127,7 +128,8 @@ def eigenvalue_error(estimated_values, true_values, estimated=None, true=None):
 
     Examples
     --------
-    >>> eigenvalue_error([2.0, 1.1], [1.0, 2.0], [[0, 1.0], [1.0, 0]], [[1.0, 0], [0, 1.0]]).round(3).tolist()
+    >>> eigenvalue_error([2.0, 1.1], [1.0, 2.0], [[0, 1.0], [1.0, 0]],
+    ...                  [[1.0, 0], [0, 1.0]]).round(3).tolist()
     [0.1, 0.0]
     """
     est_vals = np.asarray(estimated_values, dtype=float).ravel()
@@ -232,7 +234,8 @@ def rmse(y_true, y_pred):
     """
     y_true, y_pred = np.asarray(y_true, dtype=float), np.asarray(y_pred, dtype=float)
     if y_true.shape != y_pred.shape:
-        raise ValueError(f"y_true and y_pred must have the same shape, got {y_true.shape} and {y_pred.shape}")
+        raise ValueError(f"y_true and y_pred must have the same shape, got {y_true.shape} and "
+                         f"{y_pred.shape}")
     if y_true.size == 0:
         raise ValueError("y_true is empty")
     return float(np.sqrt(np.mean((y_true - y_pred) ** 2)))

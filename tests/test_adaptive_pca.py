@@ -91,6 +91,7 @@ def test_a_few_large_rows_are_filtered_many_are_not():
     rng = np.random.default_rng(4)
     few = np.r_[np.full(n - 10, 0.1), np.ones(10)]       # 10 rows < margin: drop them, theta = 0.125
     many = np.r_[np.full(n - 400, 0.1), np.ones(400)]    # 400 rows >> margin: keep all, theta = 1
+    assert 10 < margin and 400 > 10 * margin             # the two cases are what they claim to be
     picks = np.array([choose_threshold(few, grid, eps1, beta, rng) for _ in range(200)])
     # The count at 0.125 clears the target by 26 against Lap(8) + Lap(4) noise: most runs stop
     # there; a miss (probability 0.025) moves one grid point up, where the count clears by the
@@ -140,7 +141,6 @@ def test_filtered_update_sensitivity_brute_force():
                     p = Z @ x
                     return filtered_update(Z, p, contributions(p, np.einsum("ij,ij->i", Z, Z)), theta)
 
-                base = update(X)
                 for i, b in itertools.product(range(n), cands):
                     for first in (X[i], edge[0] * (1 - 1e-12)):
                         Xa, Xb = X.copy(), X.copy()

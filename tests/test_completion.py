@@ -10,7 +10,6 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from dptensor import BudgetExceededError, PrivacyAccountant, PrivacyWarning
 from completion_spies import patch_everywhere
 from dptensor.algorithms.completion.als import als
-from dptensor.algorithms.completion.model import predict
 from dptensor.algorithms.completion.modes.base import OFFSET_SHARE
 from dptensor.algorithms.completion.modes.statistics import (GRAM_SHARE, STATS_OFFSET_SHARE,
                                                              offsets_and_scale)

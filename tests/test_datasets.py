@@ -8,13 +8,15 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 from dptensor import datasets
-from dptensor.datasets import (BiScaler, bi_scale, coherence, load_movielens_100k, make_low_rank_tensor,
-                               make_orthogonal_moment_data, make_orthogonal_tensor, make_spiked_covariance)
+from dptensor.datasets import (coherence, load_movielens_100k, make_low_rank_tensor,
+                               make_orthogonal_moment_data, make_orthogonal_tensor,
+                               make_spiked_covariance)
+from dptensor.preprocessing import BiScaler, bi_scale
 
 
 def _outer3_sum(lam, V):
     """sum_i lam_i v_i (x) v_i (x) v_i by explicit outer products (a reference independent of einsum)."""
-    return sum(l * np.multiply.outer(np.multiply.outer(v, v), v) for l, v in zip(lam, V))
+    return sum(lam_i * np.multiply.outer(np.multiply.outer(v, v), v) for lam_i, v in zip(lam, V))
 
 
 def _top_eigen_power(T, restarts=100, iters=60, seed=0):
@@ -394,6 +396,12 @@ def test_bi_scaling_stays_bounded_on_sparse_slices():
     assert np.abs(np.log(scaler.row_scale_)).max() < 3 and np.abs(np.log(scaler.col_scale_)).max() < 3
     assert np.all(np.isfinite(z)) and np.abs(z).max() < 10
     np.testing.assert_allclose(scaler.inverse_transform(idx, z), values, atol=1e-10)
+
+
+def test_bi_scaling_is_still_importable_from_datasets():
+    """It moved to dptensor.preprocessing; code importing it from dptensor.datasets keeps working."""
+    from dptensor import preprocessing
+    assert datasets.BiScaler is preprocessing.BiScaler and datasets.bi_scale is preprocessing.bi_scale
 
 
 def test_bi_scaling_bad_input():

@@ -71,8 +71,8 @@ def test_statistics_are_the_sums_of_per_row_integers_brute_force(rng):
     assert int(ex.sum_of_squares(M).ints) == sum(v * v for r in rows for v in r)
 
     def w(r):  # rint(m^T K / 2**BITS), half to even, one row alone
-        return [round(Fraction(sum(r[j] * k[j][l] for j in range(4)), ONE)) for l in range(2)]
-    product = [[sum(r[a] * w(r)[l] for r in rows) for l in range(2)] for a in range(4)]
+        return [round(Fraction(sum(r[j] * k[j][c] for j in range(4)), ONE)) for c in range(2)]
+    product = [[sum(r[a] * w(r)[c] for r in rows) for c in range(2)] for a in range(4)]
     assert ex.gram_product(M, K).ints.tolist() == product
 
 

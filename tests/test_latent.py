@@ -1079,11 +1079,11 @@ def test_lda_summands_within_their_public_bounds():
     docs = np.array(list(docs_up_to(4, 6)))
     ratios, cubes = [], []
     for c in docs:
-        l = c.sum()
-        parts = np.linalg.norm(np.outer(c, c) + np.diag(c)) / (l * (l - 1))
+        m = c.sum()  # the document's length
+        parts = np.linalg.norm(np.outer(c, c) + np.diag(c)) / (m * (m - 1))
         ratios.append(parts / np.linalg.norm(brute_pair_and_triple(c)[0]))
         S1, S2, S3 = (c @ rho**j for j in (1, 2, 3))
-        cubes.append((S1**3 + 3 * S1 * S2 + 2 * S3) / (l * (l - 1) * (l - 2)))
+        cubes.append((S1**3 + 3 * S1 * S2 + 2 * S3) / (m * (m - 1) * (m - 2)))
     assert max(ratios) <= 2 + math.sqrt(3) + 1e-12 < PAIR_PARTS_RATIO
     assert max(cubes) == pytest.approx(10 * rho.max()**3) and 10 < TRIPLE_PARTS_RATIO
     bound = 0.5 * np.median(cubes)

@@ -14,8 +14,8 @@ from .errors import PrivacyAccountingError
 from .events import PrivacyEvent
 from .ledger import LedgerEntry, MemoryLedger, SQLiteLedger, now, stored_budget
 
-__all__ = ["PrivacyAccountant", "PrivacyAccountingError", "BudgetExceededError", "LedgerNotSharedError",
-           "DEFAULT_DELTA"]
+__all__ = ["PrivacyAccountant", "PrivacyAccountingError", "BudgetExceededError",
+           "LedgerNotSharedError", "DEFAULT_DELTA"]
 
 # Accountants alive in this process, by id: unpickling one here returns the very same object, so a
 # pickle round trip (or a thread-based joblib backend) never forks the ledger.
@@ -77,7 +77,8 @@ class PrivacyAccountant:
         if ledger is not None and not isinstance(ledger, (str, os.PathLike)):
             raise TypeError(f"ledger must be None (in memory) or the path of a SQLite file, "
                             f"got {type(ledger).__name__}")
-        self._store = MemoryLedger() if ledger is None else SQLiteLedger(ledger, self.epsilon, self.delta)
+        self._store = (MemoryLedger() if ledger is None
+                       else SQLiteLedger(ledger, self.epsilon, self.delta))
         # The absolute path: a pickle reloaded in another working directory uses the same file.
         self.ledger = None if ledger is None else self._store.path
         self._id = uuid.uuid4().hex
@@ -103,7 +104,7 @@ class PrivacyAccountant:
 
     @fixed_floating_point
     def spent(self) -> tuple[float, float]:
-        """``(epsilon, delta)`` of all recorded spends composed, epsilon reported at the accountant's delta."""
+        """``(epsilon, delta)`` of all recorded spends composed, at the accountant's delta."""
         entries = self.history()
         if not entries:
             return (0.0, 0.0)
@@ -127,12 +128,13 @@ class PrivacyAccountant:
     # ------------------------------------------------------------------ spending
     @fixed_floating_point
     def check(self, event: PrivacyEvent, *, label: str = "") -> None:
-        """Raise :class:`BudgetExceededError` if ``event`` does not fit the budget; record nothing."""
+        """Raise :class:`BudgetExceededError` unless ``event`` fits the budget; record nothing."""
         self._refuse_if_orphan()
         self._within_budget([e.event for e in self.history()], event, label)
 
     @fixed_floating_point
-    def spend(self, event: PrivacyEvent, *, label: str = "", delta: float | None = None) -> LedgerEntry:
+    def spend(self, event: PrivacyEvent, *, label: str = "",
+              delta: float | None = None) -> LedgerEntry:
         """Check ``event`` against the budget and record it, atomically; return its ledger entry.
 
         ``delta`` is the delta at which the entry's own cost is reported (the estimator's target);
@@ -146,8 +148,8 @@ class PrivacyAccountant:
 
         def decide(entries):
             self._within_budget([e.event for e in entries], event, label)
-            return LedgerEntry(time=now(), label=label, event=event, epsilon=own_eps, delta=own_delta,
-                               index=len(entries))
+            return LedgerEntry(time=now(), label=label, event=event, epsilon=own_eps,
+                               delta=own_delta, index=len(entries))
 
         return self._store.transact(decide)
 
@@ -159,31 +161,33 @@ class PrivacyAccountant:
             spent = epsilon_of(past, self.delta) if past else 0.0
             reason = getattr(event, "reason", "")
             if reason:
-                reason = (f"this release has no privacy guarantee ({reason}), so it costs epsilon=inf; "
-                          "set a finite epsilon (and the public bound it needs) to fit under this budget")
+                reason = (f"this release has no privacy guarantee ({reason}), so it costs "
+                          "epsilon=inf; set a finite epsilon (and the public bound it needs) to "
+                          "fit under this budget")
             elif self.delta == 0 and math.isinf(epsilon_of(event, self.delta)):
                 reason = ("this accountant's delta is 0 (pure DP), and a Gaussian release has no "
                           "pure-epsilon guarantee, so it costs epsilon=inf at delta=0. Give the "
                           "accountant a delta > 0 (say 1e-5), or fit under it only pure (Laplace) "
                           "mechanisms, such as PrivateTensorCompletion(perturbation='input')")
-            raise BudgetExceededError(spent, epsilon_of(event, self.delta), self.epsilon, self.delta, label,
-                                      reason)
+            raise BudgetExceededError(spent, epsilon_of(event, self.delta), self.epsilon,
+                                      self.delta, label, reason)
 
     def _refuse_if_orphan(self):
         # Checked at every spend, not only on unpickling: a forked child inherits the object itself.
         if self.ledger is None and os.getpid() != self._pid:
             raise LedgerNotSharedError(
-                f"this PrivacyAccountant keeps its ledger in memory, in the process that created it "
-                f"(pid {self._pid}); this is a copy in another process (pid {os.getpid()}), where a spend "
-                "would be lost to the original ledger, so the fit was refused before touching the data. "
-                "It happens when a model saved with an in-memory accountant (pickle, joblib.dump) is "
-                "reloaded in another process and fitted again, and in a process-based search or "
-                "cross-validation (n_jobs > 1). To refit a reloaded model, set a new accountant on it, "
-                "model.set_params(accountant=PrivacyAccountant(epsilon, delta)): its fits then spend "
-                "from that new budget, which does not know what the original one spent on the same "
-                "data. To share one budget across processes and restarts, use a file ledger, "
-                "PrivacyAccountant(epsilon, delta, ledger='budget.sqlite'); a search can also run with "
-                "n_jobs=1 or a thread backend.")
+                f"this PrivacyAccountant keeps its ledger in memory, in the process that created "
+                f"it (pid {self._pid}); this is a copy in another process (pid {os.getpid()}), "
+                "where a spend would be lost to the original ledger, so the fit was refused before "
+                "touching the data. It happens when a model saved with an in-memory accountant "
+                "(pickle, joblib.dump) is reloaded in another process and fitted again, and in a "
+                "process-based search or cross-validation (n_jobs > 1). To refit a reloaded model, "
+                "set a new accountant on it, "
+                "model.set_params(accountant=PrivacyAccountant(epsilon, delta)): its fits then "
+                "spend from that new budget, which does not know what the original one spent on "
+                "the same data. To share one budget across processes and restarts, use a file "
+                "ledger, PrivacyAccountant(epsilon, delta, ledger='budget.sqlite'); a search can "
+                "also run with n_jobs=1 or a thread backend.")
 
     # ------------------------------------------------------------------ identity
     def __sklearn_clone__(self):
@@ -206,10 +210,11 @@ class PrivacyAccountant:
 
     def __str__(self):
         eps, _ = self.spent()
-        lines = [f"{self!r}: spent epsilon={eps:.4g} of {self.epsilon:.4g} at delta={self.delta:g}, "
-                 f"{len(self.history())} spends"]
+        lines = [f"{self!r}: spent epsilon={eps:.4g} of {self.epsilon:.4g} "
+                 f"at delta={self.delta:g}, {len(self.history())} spends"]
         history = self.history()
-        width = max([40] + [len(e.label or "-") for e in history])  # one column, however long a label
+        # One column, however long a label.
+        width = max([40] + [len(e.label or "-") for e in history])
         for e in history:
             lines.append(f"  {e.label or '-':<{width}s} {e.mechanism:<16s} "
                          f"eps={e.epsilon:.4g} delta={e.delta:g}")

@@ -17,7 +17,7 @@ __all__ = ["calibrate_gaussian", "calibrate", "paper_tensor_power_noise", "paper
 
 
 def calibrate_gaussian(epsilon: float, delta: float, n_queries: int) -> float:
-    """Noise multiplier ``z`` such that ``n_queries`` adaptive Gaussian releases are exactly ``(epsilon, delta)``-DP.
+    """Noise multiplier z making ``n_queries`` adaptive Gaussian releases exactly (eps, delta)-DP.
 
     ``z = sqrt(n_queries) / mu*`` where ``mu*`` is the largest GDP parameter meeting the target: the
     least noise any calibration of Gaussian releases can add.
@@ -99,5 +99,5 @@ def _check_target(epsilon, delta):
     if not 0 <= delta < 1:
         raise ValueError(f"delta must be in [0, 1), got {delta!r}")
     if math.isfinite(epsilon) and delta == 0:
-        raise ValueError("delta must be > 0 for Gaussian noise: with delta=0 every Gaussian release "
-                         "has infinite epsilon")
+        raise ValueError("delta must be > 0 for Gaussian noise: with delta=0 every Gaussian "
+                         "release has infinite epsilon")

@@ -6,7 +6,10 @@ Two exact-or-tight tools, and the cheaper of their answers is used:
   ``(1/z)``-GDP and ``K`` adaptive ones are ``sqrt(sum 1/z_i^2)``-GDP, exactly. A ``mu``-GDP
   mechanism is ``(eps, delta(eps))``-DP for
 
-  .. math:: \delta(\varepsilon) = \Phi(-\varepsilon/\mu + \mu/2) - e^{\varepsilon}\Phi(-\varepsilon/\mu - \mu/2),
+  .. math::
+
+     \delta(\varepsilon) = \Phi(-\varepsilon/\mu + \mu/2)
+                           - e^{\varepsilon}\Phi(-\varepsilon/\mu - \mu/2),
 
   and no smaller curve holds, so while every event is Gaussian this is the optimum.
 * **Rényi DP** over a grid of orders, with the conversion of Canonne, Kamath & Steinke (2020):
@@ -28,11 +31,12 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import log_ndtr
 
-from .events import (AboveThresholdEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent, PrivacyEvent,
-                     PrivateSelectionEvent)
+from .events import (AboveThresholdEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent,
+                     PrivacyEvent, PrivateSelectionEvent)
 
-__all__ = ["gdp_delta", "gdp_epsilon", "gdp_mu", "rdp_curve", "rdp_epsilon", "rdp_delta", "epsilon_of",
-           "selection_rdp", "repeat_and_select_rdp", "tnb_gamma", "tnb_mean", "ORDERS"]
+__all__ = ["gdp_delta", "gdp_epsilon", "gdp_mu", "rdp_curve", "rdp_epsilon", "rdp_delta",
+           "epsilon_of", "selection_rdp", "repeat_and_select_rdp", "tnb_gamma", "tnb_mean",
+           "ORDERS"]
 
 #: Rényi orders searched by the RDP conversion: dense where small budgets live, sparse beyond.
 ORDERS = np.concatenate([np.linspace(1.01, 8.0, 400), np.linspace(8.05, 64.0, 560),
@@ -77,7 +81,7 @@ def gdp_mu(epsilon: float, delta: float) -> float:
 
 
 def _pure_rdp(epsilon: float, orders: np.ndarray) -> np.ndarray:
-    """RDP of any pure ``epsilon``-DP mechanism (Bun & Steinke 2016, Prop. 3.3), never above epsilon."""
+    """RDP of any pure ``epsilon``-DP mechanism (Bun & Steinke 2016, Prop. 3.3), at most epsilon."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         tight = np.log((np.sinh(orders * epsilon) - np.sinh((orders - 1) * epsilon))
                        / np.sinh(epsilon)) / (orders - 1)
@@ -154,7 +158,7 @@ def _leaves(events):
 
 
 def rdp_delta(rdp: np.ndarray, epsilon: float, orders: np.ndarray = ORDERS) -> float:
-    """delta at which an RDP curve is ``epsilon``-DP: the Canonne–Kamath–Steinke conversion inverted.
+    """delta at which an RDP curve is ``epsilon``-DP: the Canonne–Kamath–Steinke bound inverted.
 
     ``log delta = min_a (a - 1)(rdp(a) - epsilon + log(1 - 1/a)) - log a``, capped at 1.
     """
@@ -168,7 +172,7 @@ def rdp_delta(rdp: np.ndarray, epsilon: float, orders: np.ndarray = ORDERS) -> f
 # --------------------------------------------------------------------------------------------
 
 def tnb_mean(gamma: float, shape: float) -> float:
-    """Mean of the truncated negative binomial law ``P[K=k] ∝ binom(k+shape-1, k) (1-gamma)^k``, k >= 1.
+    """Mean of the truncated negative binomial ``P[K=k] ∝ binom(k+shape-1, k) (1-gamma)^k``, k >= 1.
 
     ``shape=0`` is the logarithmic law, ``shape=1`` the geometric one (mean ``1/gamma``).
     """
@@ -180,7 +184,7 @@ def tnb_mean(gamma: float, shape: float) -> float:
 
 
 def tnb_gamma(shape: float, mean: float) -> float:
-    """The ``gamma`` whose truncated negative binomial law of ``shape`` has the given mean (>= 1)."""
+    """The ``gamma`` at which the truncated negative binomial of ``shape`` has ``mean`` (>= 1)."""
     if mean <= 1:
         return 1.0
     if shape == 1:
@@ -191,7 +195,7 @@ def tnb_gamma(shape: float, mean: float) -> float:
 
 def repeat_and_select_rdp(rdp: np.ndarray, mean: float, shape: float,
                           orders: np.ndarray = ORDERS) -> np.ndarray:
-    r"""RDP of running a mechanism of RDP curve ``rdp`` a random number K of times, releasing the best.
+    r"""RDP of running a mechanism of RDP curve ``rdp`` a random K times and releasing the best run.
 
     Truncated negative binomial K of ``shape`` (Papernot & Steinke 2022, Thm. 2), for every
     ``lambda > 1`` and any ``lambda_hat >= 1``:

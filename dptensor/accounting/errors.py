@@ -1,4 +1,4 @@
-"""The accountant's refusals (defined in :mod:`dptensor.exceptions`, the leaf every module shares)."""
+"""The accountant's refusals (defined in :mod:`dptensor.exceptions`, a leaf all modules share)."""
 from __future__ import annotations
 
 from ..exceptions import LedgerError, PrivacyAccountingError

@@ -51,7 +51,7 @@ class GaussianEvent(PrivacyEvent):
 
 @dataclass(frozen=True)
 class LaplaceEvent(PrivacyEvent):
-    """``count`` adaptive Laplace releases, each pure ``epsilon``-DP (scale = sensitivity/epsilon)."""
+    """``count`` adaptive Laplace releases, each pure ``epsilon``-DP (scale sensitivity/epsilon)."""
 
     epsilon: float
     count: int = 1
@@ -64,7 +64,7 @@ class LaplaceEvent(PrivacyEvent):
 
 @dataclass(frozen=True)
 class AboveThresholdEvent(PrivacyEvent):
-    """One run of AboveThreshold (Dwork–Roth Alg. 1): pure ``epsilon``-DP whatever the number of queries."""
+    """One AboveThreshold run (Dwork–Roth Alg. 1): pure ``epsilon``-DP for any number of queries."""
 
     epsilon: float
     count: int = 1
@@ -133,7 +133,8 @@ class PrivateSelectionEvent(PrivacyEvent):
     def __post_init__(self):
         object.__setattr__(self, "candidates", tuple(self.candidates))
         if not self.candidates or not all(isinstance(e, PrivacyEvent) for e in self.candidates):
-            raise TypeError("PrivateSelectionEvent takes a non-empty tuple of candidate PrivacyEvents")
+            raise TypeError("PrivateSelectionEvent takes a non-empty tuple of candidate "
+                            "PrivacyEvents")
         if not isinstance(self.score, PrivacyEvent):
             raise TypeError("PrivateSelectionEvent needs the score's PrivacyEvent")
         if not (math.isfinite(self.mean) and self.mean >= 1):
@@ -148,7 +149,8 @@ class PrivateSelectionEvent(PrivacyEvent):
                 "shape": "inf" if math.isinf(self.shape) else self.shape, "refit": self.refit}
 
 
-_KINDS = {cls.mechanism: cls for cls in (GaussianEvent, LaplaceEvent, AboveThresholdEvent, NonPrivateEvent)}
+_KINDS = {cls.mechanism: cls
+          for cls in (GaussianEvent, LaplaceEvent, AboveThresholdEvent, NonPrivateEvent)}
 
 
 def event_from_dict(data: dict) -> PrivacyEvent:

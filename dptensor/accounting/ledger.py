@@ -102,10 +102,9 @@ class SQLiteLedger:
     file and what to do; a raw ``sqlite3`` error never reaches the caller.
 
     The file remembers the budget it was created with, and is created only where no file exists
-    (written aside, then linked into place). Opening it with another budget, opening a database
-    of another application, an empty SQLite database, an empty file (a ledger truncated to 0
-    bytes), or a file that is not SQLite raises :class:`LedgerError`: a budget is never silently
-    restarted.
+    (written aside, then linked into place). Opening it with another budget, opening a database of
+    another application, an empty SQLite database, an empty file (a ledger truncated to 0 bytes), or
+    a file that is not SQLite raises :class:`LedgerError`: a budget is never silently restarted.
 
     Every read (here, at each spend, and for :meth:`entries`) checks that the file holds exactly
     the tables and triggers dptensor creates, the whole hash chain, and that the file still holds
@@ -145,8 +144,8 @@ class SQLiteLedger:
             local.conn, local.pid, local.file = conn, os.getpid(), file
         elif _file_id(self.path) != local.file:
             raise LedgerError(f"the ledger file {self.path!r} was deleted or replaced while this "
-                              "accountant was using it; its budget cannot be continued in another file. "
-                              "Restore the file, or start a new budget with a new accountant")
+                              "accountant was using it; its budget cannot be continued in another "
+                              "file. Restore the file, or start a new budget with a new accountant")
         return local.conn
 
     def _open(self, mode: str) -> sqlite3.Connection:
@@ -212,10 +211,10 @@ class SQLiteLedger:
 
     def _check_budget(self, stored):
         if stored != self._budget:
-            raise LedgerError(f"{self.path!r} holds a budget of (epsilon={stored[0]}, delta={stored[1]}), "
-                              f"not (epsilon={self._budget[0]}, delta={self._budget[1]}); open it with "
-                              "the same budget (PrivacyAccountant.open reads it from the file), or start "
-                              "a new file")
+            raise LedgerError(
+                f"{self.path!r} holds a budget of (epsilon={stored[0]}, delta={stored[1]}), not "
+                f"(epsilon={self._budget[0]}, delta={self._budget[1]}); open it with the same "
+                "budget (PrivacyAccountant.open reads it from the file), or start a new file")
 
     def _read(self, conn, seen) -> tuple[list[tuple], list[str]]:
         """The checked spends (as stored) and chain hashes of the file; run inside a transaction,
@@ -552,8 +551,8 @@ def _check_schema_1(conn, path):
 def _existing(path) -> str:
     path = resolve(path)
     if not os.path.isfile(path):
-        raise LedgerError(f"there is no ledger file at {path!r}: opening reads the budget of an existing "
-                          "ledger; start a new one with PrivacyAccountant(epsilon, delta, "
+        raise LedgerError(f"there is no ledger file at {path!r}: opening reads the budget of an "
+                          "existing ledger; start a new one with PrivacyAccountant(epsilon, delta, "
                           f"ledger={path!r})")
     _check_not_empty(path)
     return path
@@ -641,31 +640,31 @@ def _check_location(path):
                           f"{os.path.join(path, 'budget.sqlite')!r}")
     parent = os.path.dirname(path)
     if not os.path.isdir(parent):
-        raise LedgerError(f"cannot keep a ledger at {path!r}: the directory {parent!r} does not exist; "
-                          "create it first, or choose another path")
+        raise LedgerError(f"cannot keep a ledger at {path!r}: the directory {parent!r} does not "
+                          "exist; create it first, or choose another path")
     if os.path.exists(path) and not os.access(path, os.R_OK | os.W_OK):
-        raise LedgerError(f"the ledger file {path!r} cannot be read and written by this process (file "
-                          "permissions or a read-only file system); make it writable, or copy it to a "
-                          "writable place and open the copy")
+        raise LedgerError(f"the ledger file {path!r} cannot be read and written by this process "
+                          "(file permissions or a read-only file system); make it writable, or "
+                          "copy it to a writable place and open the copy")
     # SQLite creates the file, and a journal beside it at every write, in this directory.
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise LedgerError(f"cannot keep a ledger at {path!r}: the directory {parent!r} is not writable "
-                          "(SQLite writes a journal beside the file at every spend); choose a writable "
-                          "directory")
+        raise LedgerError(f"cannot keep a ledger at {path!r}: the directory {parent!r} is not "
+                          "writable (SQLite writes a journal beside the file at every spend); "
+                          "choose a writable directory")
 
 
 def _access_error(path, exc) -> LedgerError:
     """A sqlite3 failure on the file at ``path`` as a LedgerError that says what to check."""
     text = str(exc)
     if "readonly" in text or "read-only" in text:
-        hint = ("the file, its directory or its file system is read-only: make them writable, or copy "
-                "the file to a writable place and open the copy")
+        hint = ("the file, its directory or its file system is read-only: make them writable, or "
+                "copy the file to a writable place and open the copy")
     elif "locked" in text or "busy" in text:
         hint = "another process held the ledger's lock for too long; retry when it is done"
     else:
-        hint = ("check that the file still exists where the accountant was created (a reloaded model "
-                "keeps using the same absolute path), and that it and its directory can be read and "
-                "written by this process")
+        hint = ("check that the file still exists where the accountant was created (a reloaded "
+                "model keeps using the same absolute path), and that it and its directory can be "
+                "read and written by this process")
     return LedgerError(f"the ledger file {path!r} cannot be used ({exc}): {hint}")
 
 
@@ -677,9 +676,10 @@ def _file_id(path) -> tuple[int, int]:
     try:
         st = os.stat(path)
     except OSError as exc:
-        raise LedgerError(f"the ledger file {path!r} does not exist ({exc.strerror}): it was moved or "
-                          "deleted, or this accountant was reloaded where the file is not. Restore the "
-                          "file at that path, or give the estimator a new accountant") from exc
+        raise LedgerError(
+            f"the ledger file {path!r} does not exist ({exc.strerror}): it was moved or deleted, "
+            "or this accountant was reloaded where the file is not. Restore the file at that "
+            "path, or give the estimator a new accountant") from exc
     return (st.st_dev, st.st_ino)
 
 

@@ -61,8 +61,8 @@ def seed_entropy(random_state) -> int:
     elif isinstance(random_state, np.random.RandomState):
         words = random_state.randint(0, 2**32, size=ENTROPY_BITS // 32, dtype=np.uint64)
     else:
-        raise TypeError("random_state must be None, a non-negative int, a RandomState or a Generator, "
-                        f"got {random_state!r}")
+        raise TypeError("random_state must be None, a non-negative int, a RandomState or a "
+                        f"Generator, got {random_state!r}")
     return int(sum(int(w) << (32 * i) for i, w in enumerate(words)))
 
 
@@ -124,7 +124,7 @@ def _dask_leaves(array):
 
 
 def digest_bytes(*arrays) -> int:
-    """An upper bound of what :func:`data_digest` of ``arrays`` allocates (from shapes and types)."""
+    """An upper bound of what :func:`data_digest` of ``arrays`` allocates (from shapes, types)."""
     total = 0
     for array in arrays:
         if array is None or (hasattr(array, "dask") and hasattr(array, "to_delayed")):
@@ -188,7 +188,8 @@ def rekeyed(rng: np.random.Generator, key: tuple[int, ...]) -> np.random.Generat
     return np.random.Generator(np.random.PCG64(seq))
 
 
-def spend_generator(entropy: int, *, spend_index: int, key: tuple[int, ...] = ()) -> np.random.Generator:
+def spend_generator(entropy: int, *, spend_index: int,
+                    key: tuple[int, ...] = ()) -> np.random.Generator:
     """The noise generator of one spend: ``entropy`` hashed with the spend's position and key.
 
     ``spend_index`` is the spend's position in its ledger, or ``-1`` for a fit without an
@@ -209,7 +210,8 @@ def _describe(value) -> str:
     if isinstance(value, (list, tuple)):
         return "(" + ",".join(_describe(v) for v in value) + ")"
     if isinstance(value, dict):
-        return "{" + ",".join(f"{_describe(k)}:{_describe(value[k])}" for k in sorted(value, key=str)) + "}"
+        items = (f"{_describe(k)}:{_describe(value[k])}" for k in sorted(value, key=str))
+        return "{" + ",".join(items) + "}"
     if isinstance(value, np.ndarray):
         return f"array{value.shape}" + _describe(value.ravel().tolist())
     if isinstance(value, type):

@@ -4,17 +4,17 @@ Each takes a sensitivity, a noise multiplier or epsilon, and an explicit
 ``numpy.random.Generator``. None of them touches the accountant: the caller records the matching
 :mod:`dptensor.accounting` event *before* calling them.
 
-The ``*_release`` functions take the true value and return the released one. They are safe
-against floating-point attacks (Mironov 2012): the value is rounded to a public power-of-two grid
-``gamma`` (a ``2**-GRID_BITS`` fraction of the noise scale) and integer noise drawn *exactly* by
-:mod:`dptensor.mechanisms.samplers` is added on that grid, so the set of possible outputs is the same grid
-for every input. The noise is ``round(S L)`` or ``round(S N)`` for an exact continuous Laplace or
-Gaussian variable: the release is a post-processing of the continuous mechanism applied to the
-rounded query, whose sensitivity the rounding raises by at most one grid step per coordinate.
-The noise scale is raised to absorb that step (a relative ``zeta = z sqrt(size) 2**-GRID_BITS``
-for Gauss, ``size 2**-GRID_BITS / epsilon`` for Laplace), so each release is priced exactly by the
-same :class:`~dptensor.accounting.GaussianEvent` or :class:`~dptensor.accounting.LaplaceEvent`
-as before. Derivation: ``docs/derivations/sampling.rst``.
+The ``*_release`` functions take the true value and return the released one. They are safe against
+floating-point attacks (Mironov 2012): the value is rounded to a public power-of-two grid ``gamma``
+(a ``2**-GRID_BITS`` fraction of the noise scale) and integer noise drawn *exactly* by
+:mod:`dptensor.mechanisms.samplers` is added on that grid, so the set of possible outputs is the
+same grid for every input. The noise is ``round(S L)`` or ``round(S N)`` for an exact continuous
+Laplace or Gaussian variable: the release is a post-processing of the continuous mechanism applied
+to the rounded query, whose sensitivity the rounding raises by at most one grid step per coordinate.
+The noise scale is raised to absorb that step (a relative ``zeta = z sqrt(size) 2**-GRID_BITS`` for
+Gauss, ``size 2**-GRID_BITS / epsilon`` for Laplace), so each release is priced exactly by the same
+:class:`~dptensor.accounting.GaussianEvent` or :class:`~dptensor.accounting.LaplaceEvent` as before.
+Derivation: ``docs/derivations/sampling.rst``.
 
 Every noisy release of the library goes through these functions: none adds NumPy's continuous
 noise to a value, since a value plus such noise can betray the value through the set of doubles
@@ -29,8 +29,9 @@ import numpy as np
 
 from .samplers import rounded_gaussian, rounded_laplace
 
-__all__ = ["above_threshold", "clip_factors", "clip_rows", "gaussian_release", "joint_gaussian_release",
-           "laplace_release", "symmetric_gaussian_release", "grid_step", "GRID_BITS", "Rounding"]
+__all__ = ["above_threshold", "clip_factors", "clip_rows", "gaussian_release",
+           "joint_gaussian_release", "laplace_release", "symmetric_gaussian_release", "grid_step",
+           "GRID_BITS", "Rounding"]
 
 #: The grid step is the largest power of two at most ``2**-GRID_BITS`` times the noise scale.
 GRID_BITS = 30
@@ -52,7 +53,8 @@ class Rounding(NamedTuple):
     the computed statistics of neighbours differ by at most the exact sensitivity plus
     :meth:`allowance` ``= 2 gamma_m total``, which the release adds to the sensitivity
     (``docs/derivations/exact_sums.rst``, "Sums in floating point"). Statistics summed exactly
-    (:mod:`dptensor.algorithms.exact`) and values that are no sum are released with ``rounding=None``.
+    (:mod:`dptensor.algorithms.exact`) and values that are no sum are released with
+    ``rounding=None``.
     """
 
     total: float
@@ -80,7 +82,10 @@ def _with_rounding(sensitivity, rounding):
 
 
 def grid_step(scale):
-    """The public grid of a noise scale: the largest power of two ``<= scale * 2**-GRID_BITS`` (exact)."""
+    """The public grid of a noise scale: the largest power of two ``<= scale * 2**-GRID_BITS``.
+
+    Computed exactly.
+    """
     _, exponent = np.frexp(np.asarray(scale, dtype=np.float64))  # scale = m 2**e, m in [0.5, 1)
     return np.ldexp(1.0, exponent - 1 - GRID_BITS)
 
@@ -90,7 +95,8 @@ def _on_grid(value, gamma, name="value"):
     with np.errstate(over="ignore", invalid="ignore"):
         n = np.divide(value, gamma)
         n = np.rint(n, out=n) if isinstance(n, np.ndarray) else np.rint(n)
-        total = np.sum(n)  # one pass: inf or nan here if any value is (or the values are absurdly large)
+        # One pass: inf or nan here if any value is (or the values are absurdly large).
+        total = np.sum(n)
     if not np.isfinite(total):
         raise ValueError(f"{name} must be finite, and far below 2**1000 times the noise scale")
     return n
@@ -98,7 +104,7 @@ def _on_grid(value, gamma, name="value"):
 
 def gaussian_release(value, sensitivity, noise_multiplier, rng: np.random.Generator, dtype=None,
                      *, rounding: Rounding | None = None):
-    """``value`` plus Gaussian noise of std ``noise_multiplier * sensitivity``, sampled exactly on a grid.
+    """``value`` plus Gaussian noise of std ``noise_multiplier * sensitivity``, exact on a grid.
 
     ``sensitivity`` is the l2 sensitivity of ``value`` (or of each group of its coordinates that
     shares one sensitivity; it may be an array broadcasting against ``value``, say one per column).
@@ -111,7 +117,8 @@ def gaussian_release(value, sensitivity, noise_multiplier, rng: np.random.Genera
     value = np.asarray(value, dtype=np.float64)
     z = float(noise_multiplier)
     sensitivity = _with_rounding(sensitivity, rounding)
-    scale = np.asarray(sensitivity, dtype=np.float64) * z   # per group (say per column), not per value
+    # Per group (say per column), not per value.
+    scale = np.asarray(sensitivity, dtype=np.float64) * z
     if np.any(scale < 0) or z < 0:
         raise ValueError("sensitivity and noise_multiplier must be >= 0")
     zeta = z * math.sqrt(value.size) * 2.0 ** -GRID_BITS * _UP
@@ -131,7 +138,7 @@ def gaussian_release(value, sensitivity, noise_multiplier, rng: np.random.Genera
 
 def laplace_release(value, sensitivity, epsilon, rng: np.random.Generator, dtype=None,
                     *, rounding: Rounding | None = None):
-    """``value`` plus ``Lap(sensitivity/epsilon)`` noise, sampled exactly on a grid: pure ``epsilon``-DP.
+    """``value`` plus ``Lap(sensitivity/epsilon)`` noise, exact on a grid: pure ``epsilon``-DP.
 
     ``sensitivity`` is the l1 sensitivity of ``value`` (or of each coordinate, when each is its own
     release). The release is ``gamma round(n + S L)`` with ``n = rint(value/gamma)`` and
@@ -155,9 +162,10 @@ def laplace_release(value, sensitivity, epsilon, rng: np.random.Generator, dtype
     return out if dtype is None else out.astype(dtype, copy=False)
 
 
-def symmetric_gaussian_release(T, sensitivity, noise_multiplier, rng: np.random.Generator, dtype=None,
-                               frobenius: bool = False, *, rounding: Rounding | None = None):
-    """A symmetric matrix or order-3 tensor ``T`` released with Gaussian noise on its distinct entries.
+def symmetric_gaussian_release(T, sensitivity, noise_multiplier, rng: np.random.Generator,
+                               dtype=None, frobenius: bool = False, *,
+                               rounding: Rounding | None = None):
+    """A symmetric matrix or order-3 tensor ``T`` with Gaussian noise on its distinct entries.
 
     The entries ``T[i, j]`` with ``i <= j`` (``T[i, j, k]`` with ``i <= j <= k``) are the query,
     ``sensitivity`` their l2 sensitivity; they go through :func:`gaussian_release` and are copied
@@ -205,14 +213,15 @@ def joint_gaussian_release(parts, sensitivity, noise_multiplier, rng: np.random.
     the release together (``sqrt(N)`` for all ``N`` of them), which a call per part would not.
     """
     parts = [np.asarray(p, dtype=np.float64) for p in parts]
-    flat = gaussian_release(np.concatenate([p.ravel() for p in parts]), sensitivity, noise_multiplier,
-                            rng, rounding=rounding)
+    flat = gaussian_release(np.concatenate([p.ravel() for p in parts]), sensitivity,
+                            noise_multiplier, rng, rounding=rounding)
     ends = np.cumsum([p.size for p in parts])[:-1]
     return [piece.reshape(p.shape) for piece, p in zip(np.split(flat, ends), parts)]
 
 
 def above_threshold(queries, threshold, epsilon, rng: np.random.Generator, sensitivity=1.0):
-    """AboveThreshold (Dwork & Roth, Alg. 1): index of the first query whose noisy value clears a noisy threshold.
+    """AboveThreshold (Dwork & Roth, Alg. 1): index of the first query whose noisy value clears a
+    noisy threshold.
 
     ``queries`` are the true answers, in order, each of sensitivity ``sensitivity``. The threshold
     gets ``Lap(2 s/eps)`` noise once and each query ``Lap(4 s/eps)``; the whole run is pure
@@ -249,7 +258,7 @@ _SQUARE_SAFE_MIN = 1e-280
 
 
 def clip_factors(X, data_norm) -> np.ndarray:
-    """Per-row factors ``min(1, data_norm / ||x||)`` (float64), exact for any finite ``X``, silently.
+    """Row factors ``min(1, data_norm / ||x||)`` (float64), exact for any finite ``X``, silently.
 
     Clipping runs after the spend, so it must neither warn nor fail on any data: a warning that a
     square overflowed (a row beyond ~1e154) or that ``data_norm / 0`` did (a zero row) would tell

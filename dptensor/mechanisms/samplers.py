@@ -49,7 +49,7 @@ __all__ = ["rounded_laplace", "rounded_gaussian", "laplace_pmf", "gaussian_pmf"]
 _W_LOG2 = 6                     # cell width w = 2**-6
 _W = 2.0 ** -_W_LOG2
 _W_EXACT = Fraction(1, 1 << _W_LOG2)
-_THETA_BITS = 52                # bits of theta on the full path (theta0 = k 2**-52 is an exact double)
+_THETA_BITS = 52                # bits of theta on the full path (theta0 = k 2**-52: a double)
 _FAST_BITS = 47                 # bits of theta on the fast path: bits 1..47 of U (bit 0: the sign)
 _V_BITS = 53                    # bits of each uniform in the Bernoulli series
 _MARGIN = 2.0 ** -49            # relative bound on the rounding error of the few float operations
@@ -57,7 +57,8 @@ _ROUND_TOL = 2.0 ** -50         # bounds the rounding error of S w (c + theta) +
 _TWO64 = 1 << 64
 _GUIDE_BITS = 16                # the guide table indexes segments by the top bits of U
 _CHUNK = 1 << 15                # values per fast-path chunk: its arrays stay in cache
-_RAW64 = (np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64)  # 64-bit raw words
+# Bit generators whose raw words are 64-bit.
+_RAW64 = (np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64)
 
 
 class _Table:
@@ -70,22 +71,26 @@ class _Table:
         self._cache = {}
         bounds = [self.cdf_floor(j, 64) for j in range(self.tail)]
         if any(b2 <= b1 for b1, b2 in zip(bounds, bounds[1:])) or bounds[-1] >= _TWO64:
-            raise RuntimeError("segment table is not strictly increasing")  # cannot happen for these sizes
+            # Cannot happen for these sizes.
+            raise RuntimeError("segment table is not strictly increasing")
         self.bounds = np.array(bounds, dtype=np.uint64)
-        self.upper = np.r_[self.bounds, np.uint64(_TWO64 - 1)]     # boundary above each segment (the
-        # tail's is a placeholder: no word lies above the tail)
-        self.lower = np.r_[np.uint64(0), self.bounds]               # boundary below each segment
+        # The boundary above each segment (the tail's is a placeholder: no word lies above the
+        # tail), and the one below.
+        self.upper = np.r_[self.bounds, np.uint64(_TWO64 - 1)]
+        self.lower = np.r_[np.uint64(0), self.bounds]
         # Guide: for each value of the top bits of U (a bucket), the first segment U can fall in.
         tops = np.arange(1 << _GUIDE_BITS, dtype=np.uint64) << np.uint64(64 - _GUIDE_BITS)
         self.guide = np.searchsorted(self.bounds, tops, side="right").astype(np.int64)
         # A bucket decides its segment when no boundary lies in it, first word included (a tie).
         ends = tops + np.uint64((1 << (64 - _GUIDE_BITS)) - 1)
-        decided = (self.upper[self.guide] > ends) & ((self.guide == 0) | (self.lower[self.guide] < tops))
-        # The fast path's table: c - 1 for a bucket inside rectangle c (1 + theta plus it is c + theta).
+        decided = ((self.upper[self.guide] > ends)
+                   & ((self.guide == 0) | (self.lower[self.guide] < tops)))
+        # The fast path's table: c - 1 for a bucket inside rectangle c (1 + theta plus it is
+        # c + theta).
         self.fast = np.where(decided & (self.guide < n_cells), self.guide - 1.0, -2.0)
 
     def _weights(self, prec: int):
-        """Envelope masses of the segments and of the tail, as Decimals accurate to ``prec`` digits."""
+        """Envelope masses of the segments and of the tail, as Decimals good to ``prec`` digits."""
         with localcontext() as ctx:
             ctx.prec = prec + 10
             w = Decimal(1) / (1 << _W_LOG2)
@@ -114,7 +119,7 @@ class _Table:
         return self._cache[prec]
 
     def cdf_floor(self, j: int, bits: int) -> int:
-        """``floor(2**bits * P(segment <= j))`` under the proposal, certified by a relative error margin.
+        """``floor(2**bits * P(segment <= j))`` under the proposal, certified by a relative margin.
 
         The Decimal sums carry ``prec + 10`` digits from correctly rounded terms (a cap, a
         difference of two heights, loses at most 5 of them: no cap is below 1e-4 of its height),
@@ -130,7 +135,8 @@ class _Table:
                 if int(lo) == int(hi):
                     return int(lo)
             prec *= 2
-        raise RuntimeError("cannot certify a table boundary")  # pragma: no cover - needs a dyadic CDF
+        # Unreachable unless the CDF is dyadic.
+        raise RuntimeError("cannot certify a table boundary")  # pragma: no cover
 
 
 _EXP = _Table("exp", 8 << _W_LOG2)
@@ -143,7 +149,7 @@ def _where(mask):
 
 
 def _raw(rng, size):
-    """``size`` uniform 64-bit words (uint64), straight from the bit generator when its words are 64-bit."""
+    """``size`` uniform 64-bit words (uint64), straight from the bit generator if its words are."""
     if isinstance(rng.bit_generator, _RAW64):
         return rng.bit_generator.random_raw(size)
     return rng.integers(0, _TWO64, size=size, dtype=np.uint64, endpoint=False)
@@ -349,8 +355,9 @@ def _slow_exponential(rng) -> tuple:
             continue
         theta = _Lazy(int(_uniform_bits(rng, 1, _THETA_BITS)[0]), _THETA_BITS, rng)
         lazy = {0: theta}  # (the cap's exact path refines this theta)
-        if seg < n or _cap_accept("exp", np.array([seg - n]), np.array([theta.value], dtype=np.uint64),
-                                  rng, lazy, np.array([0]))[0]:
+        if seg < n or _cap_accept("exp", np.array([seg - n]),
+                                  np.array([theta.value], dtype=np.uint64), rng, lazy,
+                                  np.array([0]))[0]:
             return offset + (seg % n) * _W_EXACT, theta
 
 
@@ -374,11 +381,11 @@ def _slow_gaussian_tail(S: Fraction, rng):
 
 # ---------------------------------------------------------------- the two paths
 def _round(x, Sw, bits):
-    """``(r, unsure)``: ``r = floor(x + 1/2)`` for ``x`` the computed ``S w (c + theta0)``, where the
-    true value lies anywhere in ``[S w (c + theta0), S w (c + theta0 + 2**-bits))``. ``r`` is its
-    rounding wherever ``unsure`` is False: x + 1/2 minus its floor (exact, by Sterbenz) keeps a
-    distance ``tol`` from 0 and 1, and ``tol`` bounds the interval's width and every rounding
-    error (about three of relative 2**-53) twice over."""
+    """``(r, unsure)``: ``r = floor(x + 1/2)`` for ``x`` the computed ``S w (c + theta0)``, where
+    the true value lies anywhere in ``[S w (c + theta0), S w (c + theta0 + 2**-bits))``. ``r`` is
+    its rounding wherever ``unsure`` is False: x + 1/2 minus its floor (exact, by Sterbenz) keeps a
+    distance ``tol`` from 0 and 1, and ``tol`` bounds the interval's width and every rounding error
+    (about three of relative 2**-53) twice over."""
     tol = Sw * 2.0 ** (1 - bits) + (x + 1.0) * _ROUND_TOL
     y = x + 0.5
     r = np.floor(y)
@@ -386,7 +393,7 @@ def _round(x, Sw, bits):
     return r, (y <= tol) | (y >= 1.0 - tol)
 
 
-_THETA_MASK = np.uint64(((1 << _FAST_BITS) - 1) << (52 - _FAST_BITS))  # bits 1..47 of U, shifted by 4
+_THETA_MASK = np.uint64(((1 << _FAST_BITS) - 1) << (52 - _FAST_BITS))  # bits 1..47 of U, shifted 4
 _ONE = np.uint64(0x3FF0000000000000)                                   # the bits of 1.0
 
 
@@ -479,7 +486,7 @@ def _scale(Sw, i) -> Fraction:
 
 
 def _rounded(table: _Table, S, shape, rng) -> np.ndarray:
-    """``sign * round(S * Y)`` for ``Y`` with density proportional to exp(-g) on [0, inf); float64 integers.
+    """``sign * round(S * Y)``, ``Y`` of density proportional to exp(-g) on [0, inf), in float64.
 
     ``S`` is a scalar or an array broadcasting to ``shape``. The fast path runs chunk by chunk;
     the values it leaves (unsettled roundings, words outside a rectangle) are finished after it.
@@ -493,7 +500,8 @@ def _rounded(table: _Table, S, shape, rng) -> np.ndarray:
     out, left = np.empty(size), []
     for start in range(0, size, _CHUNK):
         U = _raw(rng, min(_CHUNK, size - start))
-        i = _fast(table, Sw if Sw.ndim == 0 else Sw[start:start + U.size], U, tol, out[start:start + U.size])
+        chunk = slice(start, start + U.size)
+        i = _fast(table, Sw if Sw.ndim == 0 else Sw[chunk], U, tol, out[chunk])
         if i.size:
             left.append((i + start, U[i]))
     if left:
@@ -531,7 +539,7 @@ def rounded_laplace(S, rng: np.random.Generator, size=None) -> np.ndarray:
 
 
 def rounded_gaussian(S, rng: np.random.Generator, size=None) -> np.ndarray:
-    """Integers distributed exactly as ``round(S N)``, ``N`` standard normal, independent (as above)."""
+    """Integers distributed exactly as ``round(S N)``, ``N`` standard normal, independent."""
     S, shape = _check_scales(S, size)
     return _rounded(_HALF_NORMAL, S, shape, rng)
 

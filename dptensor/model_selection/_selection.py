@@ -1,4 +1,5 @@
-"""Private selection from private candidates: the law of the number of runs, its price and its calibration.
+"""Private selection from private candidates: the law of the number of runs, its price and its
+calibration.
 
 Pure functions of public quantities (events, targets, counts); the search estimators in
 :mod:`dptensor.model_selection._search` use them before they touch any data. Derived in
@@ -14,12 +15,14 @@ from scipy.optimize import brentq
 from ..accounting import GaussianEvent, PrivateSelectionEvent, epsilon_of, gdp_mu
 from ..accounting.composition import tnb_gamma
 
-__all__ = ["DISTRIBUTIONS", "check_distribution", "draw_n_runs", "selection_event", "calibrate_search"]
+__all__ = ["DISTRIBUTIONS", "check_distribution", "draw_n_runs", "selection_event",
+           "calibrate_search"]
 
 #: Laws of the number of runs the search may use, by name: the shape of the truncated negative
 #: binomial (0 logarithmic, 1 geometric) or ``inf`` for Poisson. ``distribution="auto"`` prices
 #: them all and takes the one that leaves each candidate the most budget.
-DISTRIBUTIONS = {"logarithmic": 0.0, "negative_binomial_0.5": 0.5, "geometric": 1.0, "poisson": math.inf}
+DISTRIBUTIONS = {"logarithmic": 0.0, "negative_binomial_0.5": 0.5, "geometric": 1.0,
+                 "poisson": math.inf}
 
 
 #: ``"auto"`` considers the Poisson law only when it draws no run at all (and so returns a
@@ -28,7 +31,7 @@ MAX_EMPTY_SEARCH = 0.01
 
 
 def check_distribution(distribution, mean: float = math.inf) -> dict:
-    """Validated ``distribution``: the ``{name: shape}`` laws to consider for ``mean`` expected runs."""
+    """Validated ``distribution``: the ``{name: shape}`` laws to try for ``mean`` expected runs."""
     if isinstance(distribution, str):
         if distribution == "auto":
             laws = dict(DISTRIBUTIONS)
@@ -37,15 +40,17 @@ def check_distribution(distribution, mean: float = math.inf) -> dict:
             return laws
         if distribution in DISTRIBUTIONS:
             return {distribution: DISTRIBUTIONS[distribution]}
-    elif isinstance(distribution, (int, float)) and not isinstance(distribution, bool) and distribution >= 0:
+    elif (isinstance(distribution, (int, float)) and not isinstance(distribution, bool)
+          and distribution >= 0):
         return {f"negative_binomial_{float(distribution):g}": float(distribution)}
-    raise ValueError(f"distribution must be 'auto', one of {sorted(DISTRIBUTIONS)} or a shape >= 0 (a "
-                     f"truncated negative binomial), got {distribution!r}")
+    raise ValueError(f"distribution must be 'auto', one of {sorted(DISTRIBUTIONS)} or a shape >= 0 "
+                     f"(a truncated negative binomial), got {distribution!r}")
 
 
 def draw_n_runs(shape: float, mean: float, rng: np.random.Generator) -> int:
-    """One draw of the number of runs K: Poisson(mean) for ``shape=inf``, else the truncated negative
-    binomial of ``shape`` with that mean (``P[K=k] ∝ binom(k+shape-1, k)(1-gamma)^k``, k >= 1)."""
+    """One draw of the number of runs K: Poisson(mean) for ``shape=inf``, else the truncated
+    negative binomial of ``shape`` with that mean (``P[K=k] ∝ binom(k+shape-1, k)(1-gamma)^k``, k >=
+    1)."""
     if math.isinf(shape):
         return int(rng.poisson(mean))
     gamma = tnb_gamma(shape, mean)
@@ -55,7 +60,8 @@ def draw_n_runs(shape: float, mean: float, rng: np.random.Generator) -> int:
         return int(rng.logseries(1.0 - gamma))
     if shape == 1:
         return int(rng.geometric(gamma))
-    while True:  # the negative binomial conditioned on K >= 1 (rejection of 0, probability gamma^shape)
+    # The negative binomial conditioned on K >= 1 (rejection of 0, probability gamma^shape).
+    while True:
         k = int(rng.negative_binomial(shape, gamma))
         if k >= 1:
             return k
@@ -63,14 +69,16 @@ def draw_n_runs(shape: float, mean: float, rng: np.random.Generator) -> int:
 
 def selection_event(candidates, candidate_epsilon: float, delta: float, mean: float, shape: float,
                     refit: bool) -> PrivateSelectionEvent:
-    """The search's event: ``candidates`` (their training events), a score at ``candidate_epsilon``'s
-    Gaussian-DP parameter (``z = 1/mu``), ``mean`` runs of law ``shape``, and the refit or not."""
+    """The search's event: ``candidates`` (their training events), a score at
+    ``candidate_epsilon``'s Gaussian-DP parameter (``z = 1/mu``), ``mean`` runs of law ``shape``,
+    and the refit or not."""
     score = GaussianEvent(1.0 / gdp_mu(candidate_epsilon, delta), 1)
     return PrivateSelectionEvent(tuple(dict.fromkeys(candidates)), score, float(mean), float(shape),
                                  bool(refit))
 
 
-def calibrate_search(events_at, epsilon: float, delta: float, mean: float, shapes: dict, refit: bool):
+def calibrate_search(events_at, epsilon: float, delta: float, mean: float, shapes: dict,
+                     refit: bool):
     """The largest per-candidate epsilon (and the law) whose whole search costs at most ``epsilon``.
 
     ``events_at(e)`` gives the candidates' training events when each targets ``(e, delta)``. The
