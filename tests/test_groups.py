@@ -167,3 +167,18 @@ def test_estimators_without_a_group_bound_refuse_groups_before_any_spend():
     with pytest.raises(ValueError, match="does not take groups"):
         search.fit(X, groups=np.arange(50))
     assert budget.history() == []
+
+
+def test_a_group_of_two_to_the_23_rows_of_the_largest_norm_is_still_scaled():
+    """Per-group sums of squares are exact at any size: 2**23 grid rows of norm 2**20 sum to
+    2**63, which an int64 sum wraps to a negative number (and so left the group unscaled)."""
+    from dptensor.algorithms.groups import group_scale_rows, group_sums_of_squares
+    n = 2 ** 23 + 1
+    M = np.full((n, 1), 2.0 ** 20)
+    codes = np.zeros(n, dtype=np.int64)
+    codes[-1] = 1  # a second group of one row
+    sums = group_sums_of_squares(M, codes, 2)
+    assert int(sums[0]) == 2 ** 63 and int(sums[1]) == 4 ** 20
+    scaled = group_scale_rows(M, codes, 2)
+    first = int(np.sum(scaled[:-1, 0].astype(np.int64) ** 2))
+    assert first <= 4 ** 20  # the whole group now adds at most what one row of norm B adds

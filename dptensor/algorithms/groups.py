@@ -48,11 +48,16 @@ def group_average_rows(M, codes, n_groups: int) -> np.ndarray:
 
 
 def group_sums_of_squares(M, codes, n_groups: int) -> np.ndarray:
-    """``S_g = sum_{i in g} ||m_i||^2`` for every group, exact (int64: below ``2**63`` while a
-    group has under ``2**22`` rows of the largest norm)."""
-    sums = np.zeros(int(n_groups), dtype=np.int64)
-    np.add.at(sums, np.asarray(codes), _int_norms(M))
-    return sums
+    """``S_g = sum_{i in g} ||m_i||^2`` for every group, exact at any group size (Python
+    integers, dtype object). Each row's square is below ``2**41``; its high and low 21-bit halves
+    are summed per group in int64 (below ``2**63`` up to ``2**42`` rows) and joined exactly: an
+    int64 sum of whole squares would wrap silently past ``2**22`` rows of the largest norm, and a
+    wrapped (negative) sum would leave a huge group unscaled."""
+    codes, norms = np.asarray(codes), _int_norms(M)
+    high, low = np.zeros(int(n_groups), dtype=np.int64), np.zeros(int(n_groups), dtype=np.int64)
+    np.add.at(high, codes, norms >> 21)
+    np.add.at(low, codes, norms & ((1 << 21) - 1))
+    return high.astype(object) * (1 << 21) + low.astype(object)
 
 
 def group_scale_rows(M, codes, n_groups: int) -> np.ndarray:
@@ -68,7 +73,8 @@ def group_scale_rows(M, codes, n_groups: int) -> np.ndarray:
     sums = group_sums_of_squares(M, codes, n_groups)
     over = sums > _LIMIT
     if over.any():
-        t = np.where(over, _ONE / np.sqrt(np.maximum(sums, 1).astype(np.float64)), 1.0)
+        roots = np.array([math.sqrt(v) if v > 0 else 1.0 for v in sums])  # float sqrt of ints
+        t = np.where(over, _ONE / roots, 1.0)
         M *= t[codes][:, None]
         np.trunc(M, out=M)
         still = group_sums_of_squares(M, codes, n_groups) > _LIMIT
