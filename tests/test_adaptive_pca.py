@@ -424,3 +424,16 @@ def test_filtered_update_sums_float32_rows_in_float64():
     want = X64.T @ np.where(c <= theta, proj.astype(np.float64), 0.0)
     assert got.dtype == np.float64
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_float32_rows_are_projected_in_float64(monkeypatch):
+    """The threshold tests and the update read each row's dot product with the iterate: in
+    float64 for float32 rows too, the precision the update's rounding allowance assumes."""
+    import dptensor.algorithms.adaptive_power as ap
+    seen = []
+    real = ap.contributions
+    monkeypatch.setattr(ap, "contributions", lambda proj, sq: seen.append(proj.dtype) or real(proj, sq))
+    X = np.random.default_rng(41).standard_normal((500, 8)).astype(np.float32)
+    AdaptivePrivatePCA(2, epsilon=2.0, data_norm=3.0, n_iter=2, random_state=0).fit(X)
+    assert seen and all(dtype == np.float64 for dtype in seen)
+    np.testing.assert_array_equal(ap.row_products(X, np.ones(8)), X.astype(np.float64) @ np.ones(8))

@@ -104,6 +104,17 @@ def filtered_update(X: np.ndarray, projections: np.ndarray, c: np.ndarray,
 BLOCK_ROWS = 8192
 
 
+def row_products(X: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``X x`` in float64 whatever ``X``'s dtype (float32 rows widened a block at a time): each
+    row's dot product then misses its exact value by ``gamma_d`` of float64, the per-row
+    rounding :func:`update_rounding` allows for (float32's would be ``2**29`` times more)."""
+    x = np.asarray(x, dtype=np.float64)
+    if X.dtype == np.float64:
+        return X @ x
+    return np.concatenate([np.asarray(X[i:i + BLOCK_ROWS], dtype=np.float64) @ x
+                           for i in range(0, X.shape[0], BLOCK_ROWS)] or [np.zeros(0)])
+
+
 def update_rounding(n_samples: int, n_features: int, theta: float, data_norm: float,
                     n_released: int) -> Rounding:
     """The rounding of a released power step, :func:`filtered_update` in float64, projected off
@@ -196,7 +207,7 @@ def adaptive_power_iteration(X, n_components: int, n_iter: int, *, rng: np.rando
     for k in range(n_components):
         x = _unit(project(rng.standard_normal(d)))  # public start: costs nothing
         for t in range(n_iter):
-            proj = X @ x.astype(X.dtype, copy=False)
+            proj = row_products(X, x)
             if private:
                 c = contributions(proj, sq_norms)
                 theta = choose_threshold(c, grid, svt_epsilon, beta, rng)
@@ -215,7 +226,7 @@ def adaptive_power_iteration(X, n_components: int, n_iter: int, *, rng: np.rando
             x = _unit(y) if np.linalg.norm(y) > 0 else x
         V = np.vstack([V, x[None, :]])
         # The next component sees the projected rows: their squared norms drop by (a . v_k)^2.
-        sq_norms = sq_norms - (X @ x.astype(X.dtype, copy=False)).astype(np.float64) ** 2
+        sq_norms = sq_norms - row_products(X, x) ** 2
     return V.astype(X.dtype, copy=False), thresholds
 
 
