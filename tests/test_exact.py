@@ -490,3 +490,14 @@ def test_tensor_entry_queries_are_exact_and_the_private_power_method_releases_th
                         lambda stat, *a, **k: released.append(stat) or real(stat, *a, **k))
     PrivateTensorDecomposition(1, epsilon=2.0, n_restarts=2, n_iter=2, random_state=0).fit(T)
     assert released and all(isinstance(s, ex.Exact) for s in released)
+
+
+def test_entry_digits_are_at_most_the_counted_three_at_the_cap():
+    """The memory check counts DIGITS copies of the entries: the clip keeps every entry, of
+    either sign and of any size (infinite included), within three signed digits."""
+    from dptensor.algorithms.exact_entries import DIGITS, ExactEntryMatrix
+    step = ExactEntryMatrix(np.zeros((1, 1)), 1.0).step
+    for value in (2.0 ** 77 * step, -(2.0 ** 77) * step, -(2.0 ** 77 - 2.0 ** 26) * step,
+                  1e308, -1e308, np.inf, -np.inf):
+        A = np.array([[value, 1.0], [1.0, -value]])
+        assert len(ExactEntryMatrix(A, 1.0)._digits) <= DIGITS, value

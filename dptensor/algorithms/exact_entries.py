@@ -30,9 +30,9 @@ __all__ = ["ExactEntryMatrix", "ExactEntryTensor", "entry_grid_step", "DIGITS"]
 
 _DIGIT = 2.0 ** 26  # a digit times a grid iterate entry (<= 2**20) is below 2**46
 _BLOCK = 64  # inner indices per float64 product: 64 * 2**46 = 2**52, every partial sum exact
-#: Grid entries are clipped to below ``2**78`` (``2**58`` entry bounds): three digits at most, so
+#: Grid entries are clipped to ``|A_q| <= 2**77`` (``2**57`` entry bounds): three digits at most, so
 #: the exact operator's memory is public (:data:`DIGITS` copies of the entries).
-_CAP = 2.0 ** 78 - 2.0 ** 26
+_CAP = 2.0 ** 77
 DIGITS = 3
 
 
@@ -58,7 +58,7 @@ class ExactEntryMatrix:
         self.bound = float(bound) + self.step
         with np.errstate(over="ignore"):  # a power of two: exact, as rint is
             grid = np.rint(A / self.step)
-        # Beyond 2**78 grid steps (and an overflow to infinity) an entry is clipped there: a
+        # Beyond 2**77 grid steps (and an overflow to infinity) an entry is clipped there: a
         # public per-entry map that never widens a change, and nothing after the spend fails.
         self._digits = _signed_digits(np.clip(grid, -_CAP, _CAP))
 
