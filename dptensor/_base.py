@@ -125,6 +125,9 @@ _GENERATORS = (np.random.Generator, np.random.RandomState, np.random.BitGenerato
 _NOT_PUBLIC_DESCRIPTION = ("accountant", "random_state", "verbose")
 
 
+#: What the input checks record on the estimator (scikit-learn's validate_data).
+_INPUT_ATTRIBUTES = ("n_features_in_", "feature_names_in_")
+
 #: Entry points that may spend: each runs under the library's floating-point settings.
 _SPENDING_METHODS = ("fit", "partial_fit", "fit_transform", "fit_predict", "privacy_cost")
 _FITTING_METHODS = ("fit", "partial_fit", "fit_transform", "fit_predict")
@@ -177,9 +180,18 @@ class PrivateEstimatorMixin:
     # -- the fit template ---------------------------------------------------------------------
     def _fit_private(self, *args):
         """Validate, plan, spend, release: the fixed order every fit runs (see the module doc)."""
-        data = self._check_data(*args)
-        plan = self._plan_for(data)
-        self.privacy_cost_, rng = self._spend_plan(plan, data)
+        before = {k: self.__dict__[k] for k in _INPUT_ATTRIBUTES if k in self.__dict__}
+        try:
+            data = self._check_data(*args)
+            plan = self._plan_for(data)
+            self.privacy_cost_, rng = self._spend_plan(plan, data)
+        except BaseException:
+            # a refused fit (bad input, budget, memory) leaves the estimator as it was: the
+            # input checks set n_features_in_, which would make it look fitted
+            for name in _INPUT_ATTRIBUTES:
+                self.__dict__.pop(name, None)
+            self.__dict__.update(before)
+            raise
         self._release(data, plan, rng)
         return self
 

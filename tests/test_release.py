@@ -19,6 +19,8 @@ import warnings
 import joblib
 import numpy as np
 import pytest
+
+import dptensor
 from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV, KFold
 
@@ -1023,3 +1025,21 @@ def test_an_int_seed_is_not_saved_with_a_private_model():
                                atol=float(grid_step(z_mean * 2 * B / N)))
     # An unfitted estimator (e.g. sent to a search's worker) keeps its seed: nothing was released.
     assert pickle.loads(pickle.dumps(PrivatePCA(2, random_state=42, **PRIVATE))).random_state == 42
+
+
+@pytest.mark.parametrize("make", [
+    lambda acc: dptensor.PrivatePCA(2, epsilon=5.0, data_norm=1.0, accountant=acc),
+    lambda acc: dptensor.AdaptivePrivatePCA(2, epsilon=5.0, data_norm=1.0, accountant=acc),
+    lambda acc: dptensor.PrivateTensorDecomposition(1, epsilon=5.0, data_norm=1.0,
+                                                    accountant=acc),
+])
+def test_a_fit_refused_for_its_budget_leaves_the_estimator_unfitted(make):
+    from sklearn.exceptions import NotFittedError
+    from sklearn.utils.validation import check_is_fitted
+    acc = dptensor.PrivacyAccountant(epsilon=1.0, delta=1e-5)
+    est = make(acc)
+    with pytest.raises(dptensor.BudgetExceededError):
+        est.fit(np.random.default_rng(0).standard_normal((200, 4)))
+    with pytest.raises(NotFittedError):
+        check_is_fitted(est)
+    assert not hasattr(est, "n_features_in_") and acc.spent()[0] == 0.0
