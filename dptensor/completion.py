@@ -62,6 +62,8 @@ from .algorithms.completion.model import Model, predict
 from .algorithms.completion.modes import AUTO, MODES
 from .algorithms.completion.modes.base import OFFSET_SHARE
 from .algorithms.completion.modes.solvers import AUTO_PRIOR_VAR, AUTO_REG_FLOOR, GD_DEFAULTS
+from .algorithms.completion.modes.user import MAX_RATINGS_PER_USER as USER_MAX_RATINGS
+from .algorithms.completion.user_level import ItemSide, predict_users
 from .algorithms.completion.observations import Observations, check_indices, to_observations
 
 __all__ = ["PrivateTensorCompletion", "to_observations", "complete", "check_indices",
@@ -241,8 +243,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     def __init__(self, rank=3, *, decomposition="cp", perturbation="auto", epsilon=np.inf, delta=None,
                  learning_rate=None, n_iter=None, reg="auto", reg_core=None, clip_norm=None,
                  value_range=None, shape=None, batch_size=None, fit_intercept=True, solver="auto",
-                 tol=1e-8, factor_modes=None, offset_share=None, accountant=None, random_state=None,
-                 verbose=0):
+                 tol=1e-8, factor_modes=None, offset_share=None, privacy_unit="value",
+                 max_ratings_per_user=None, accountant=None, random_state=None, verbose=0):
         self.rank = rank
         self.decomposition = decomposition
         self.perturbation = perturbation
@@ -261,21 +263,48 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         self.tol = tol
         self.factor_modes = factor_modes
         self.offset_share = offset_share
+        self.privacy_unit = privacy_unit
+        self.max_ratings_per_user = max_ratings_per_user
         self.accountant = accountant
         self.random_state = random_state
         self.verbose = verbose
 
     # ------------------------------------------------------------------ validation
+    def _check_unit(self):
+        """``(unit, m)``: the validated privacy unit and, at user level, the bound on each user's
+        entries. A user-level fit runs user-level DP-ALS: another perturbation is refused."""
+        if self.privacy_unit not in ("value", "user"):
+            raise ValueError(f'privacy_unit must be "value" or "user", got {self.privacy_unit!r}')
+        if self.privacy_unit == "value":
+            if self.max_ratings_per_user is not None:
+                raise ValueError('max_ratings_per_user bounds a user\'s entries: it needs '
+                                 'privacy_unit="user"')
+            return "value", None
+        if self.perturbation not in ("auto", "statistics"):
+            why = (" (its released factors are a function of who rated what, which a user-level "
+                   "guarantee must hide)" if self.perturbation == "implicit" else "")
+            raise ValueError(f'privacy_unit="user" runs user-level DP-ALS: use perturbation="auto" '
+                             f'or "statistics", not {self.perturbation!r}{why}')
+        if self.decomposition != "cp":
+            raise ValueError('privacy_unit="user" fits CP models (a user x item interaction)')
+        m = (USER_MAX_RATINGS if self.max_ratings_per_user is None
+             else check_positive_int(self.max_ratings_per_user, "max_ratings_per_user"))
+        return "user", m
+
     def _check_params(self):
         check_verbose(self.verbose)
-        rank = check_positive_int(self.rank, "rank")
+        unit, m = self._check_unit()
+        if unit == "user" and isinstance(self.rank, numbers.Integral) and self.rank == 0:
+            rank = 0  # offsets only: the item side without factors
+        else:
+            rank = check_positive_int(self.rank, "rank")
         if self.decomposition not in ("cp", "tucker"):
             raise ValueError(f'decomposition must be "cp" or "tucker", got {self.decomposition!r}')
         if self.perturbation != "auto" and not _is_mode(self.perturbation):
             raise ValueError(f'perturbation must be None, "auto", "input", "gradient", "output", '
                              f'"statistics" or "implicit", got {self.perturbation!r}')
         perturbation = self._resolved_perturbation()
-        mode = MODES[perturbation]
+        mode = MODES[("statistics", "user")] if unit == "user" else MODES[perturbation]
         if mode.cp_only and self.decomposition != "cp":
             raise ValueError(f'perturbation="{perturbation}" fits CP models; use "gradient" for '
                              'Tucker')
@@ -307,12 +336,15 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
                     solver=solver, lr=lr, n_iter=n_iter, clip=clip, reg=reg, reg_core=reg_core,
                     tol=tol, prior_var=AUTO_PRIOR_VAR if (auto and not gd) else None,
                     kind=self.decomposition, fit_intercept=self.fit_intercept,
-                    factor_modes=self.factor_modes)
+                    factor_modes=self.factor_modes, unit=unit, max_ratings_per_user=m)
 
     def _check_factor_modes(self, order):
         """The fixed modes (sorted tuple) from ``factor_modes`` and the tensor's order."""
         fixed = self._fixed_modes(order)
-        MODES[self._resolved_perturbation()].check_modes(order, fixed, self.factor_modes)
+        unit, _ = self._check_unit()
+        mode = MODES[("statistics", "user")] if unit == "user" else MODES[
+            self._resolved_perturbation()]
+        mode.check_modes(order, fixed, self.factor_modes)
         return fixed
 
     def _fixed_modes(self, order):
@@ -395,7 +427,10 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         X, y, shape = self._check_values(X, y)
         p["fixed"] = self._check_factor_modes(len(shape))
         epsilon, delta = self._privacy_target(gaussian=p["mode"].gaussian)
-        if p["perturbation"] is not None and math.isfinite(epsilon):
+        if p["unit"] == "user" and math.isfinite(epsilon):
+            # the unit is one user, and their number (the shape's first side) is public
+            self._check_delta_for(shape[0], epsilon, delta, unit="user")
+        elif p["perturbation"] is not None and math.isfinite(epsilon):
             # the unit is one observed value, and their number is public
             self._check_delta_for(len(y), epsilon, delta, unit="observed value")
         obs = Observations(X, shape)
@@ -411,14 +446,16 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         p["fixed"] = self._check_factor_modes(len(dims))
         mode = p["mode"]
         epsilon, delta = self._privacy_target(gaussian=mode.gaussian)  # validated before it is read
-        private = p["perturbation"] is not None and math.isfinite(epsilon)
-        if p["perturbation"] is None and math.isfinite(epsilon):
+        private = math.isfinite(epsilon) and (p["perturbation"] is not None or p["unit"] == "user")
+        if p["perturbation"] is None and math.isfinite(epsilon) and p["unit"] == "value":
             raise ValueError(f"epsilon={self.epsilon!r} needs a perturbation (\"auto\", "
                              "\"statistics\", \"implicit\", \"input\", \"gradient\" or \"output\"); "
                              "perturbation=None is the non-private fit (epsilon=np.inf)")
         vrange = self._check_value_range(private)
         noise, event = (mode.plan(p, epsilon, delta, len(dims)) if private
                         else (None, NonPrivateEvent("epsilon=inf")))
+        if p["unit"] == "user" and not private:
+            noise = mode.noise_free_plan(p, len(dims))
         memory = (self._fit_memory(p, n_obs, dims) if None not in dims else (0.0, ""))
         return FitPlan(event=event, delta=delta, noise_multiplier=noise["z"] if noise else 0.0,
                        n_queries=noise["n_queries"] if noise else 0, calibration="exact",
@@ -461,7 +498,11 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         with _blas_controller().limit(limits=1, user_api="blas"):
             model = p["mode"].fit(obs, ys, p, s["noise"], rng, history=history, private=private,
                                   progress=self._progress(private, scale))
-        self._set_model(model, shape, center, scale)
+        if p["unit"] == "user":
+            self._set_item_side(model, shape, center, scale)
+        else:
+            self._set_model(model, shape, center, scale)
+        self.privacy_unit_ = p["unit"]
         self.n_iter_ = p["n_iter"] if history is None else len(history)
         self.value_range_ = vrange
         self.perturbation_ = p["perturbation"]
@@ -480,6 +521,17 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             self.core_ = model.core * scale
         self.intercept_ = float(center + scale * model.intercept)
         self.biases_ = [b * scale for b in model.biases]
+        self.shape_ = tuple(shape)
+
+    def _set_item_side(self, side: ItemSide, shape, center, scale):
+        """The released item side of a user-level fit, in the caller's units: no user's offset or
+        factor (``biases_[0]`` and ``factors_[0]`` are empty; ``factors_[1]`` the item
+        factors, the other modes' factors ones)."""
+        k = side.V.shape[1]
+        self.factors_ = [np.zeros((0, k)), side.V * scale] + [np.ones((n, k)) for n in shape[2:]]
+        self.core_ = None
+        self.intercept_ = float(center + scale * side.intercept)
+        self.biases_ = [np.zeros(0)] + [b * scale for b in side.biases[1:]]
         self.shape_ = tuple(shape)
 
     def _fit_memory(self, p, n_obs, shape):
@@ -520,8 +572,15 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     def _model(self):
         return Model(factors=self.factors_, core=self.core_, intercept=self.intercept_, biases=self.biases_)
 
-    def predict(self, X):
+    def predict(self, X, history=None):
         """Predicted values at the index tuples ``X`` (n, order).
+
+        ``history=(X_hist, y_hist)`` (user-level fits, ``privacy_unit="user"``): each user's
+        offset and factor are solved from her own rows of the history against the released item
+        side (all of her rows: what she receives may depend on her own data; joint differential
+        privacy). A user with no history row, or at or past ``shape_[0]``, gets the item side
+        alone (cold start). Indices outside ``shape_`` or values outside ``value_range`` in the
+        history raise ``ValueError``. Without ``history`` every prediction is a cold start.
 
         An index at or past ``shape_[m]`` in mode ``m`` (a row never seen in training, e.g. a new
         user) is a cold start: that mode contributes no bias and no interaction, so the
@@ -536,6 +595,11 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         # reset=False checks the number of columns against the fit's (scikit-learn's message).
         X = validate_private_data(self, X, reset=False, dtype=None)
         X, _ = check_indices(X, None)
+        if getattr(self, "privacy_unit_", "value") == "user":
+            return self._predict_users(X, history)
+        if history is not None:
+            raise ValueError('history is for user-level fits (privacy_unit="user"): a value-level '
+                             'fit released its user factors')
         model = self._model()
         unseen = X >= np.asarray(self.shape_)
         if unseen.any():
@@ -552,6 +616,51 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             np.clip(out, *self.value_range_, out=out)
         return out
 
+    def _scaling(self):
+        """``(center, scale)`` of the fit's values (public: from ``value_range_``)."""
+        lo, hi = self.value_range_
+        return ((lo + hi) / 2 if self.fit_intercept else 0.0), hi - lo
+
+    def _check_history(self, history):
+        """The history's index tuples and scaled values, checked against ``shape_`` and
+        ``value_range_``."""
+        if not (isinstance(history, (tuple, list)) and len(history) == 2):
+            raise ValueError("history must be a pair (X_hist, y_hist) of index tuples and values")
+        Xh, yh = history
+        Xh, _ = check_indices(np.asarray(Xh), None)
+        yh = np.asarray(yh, dtype=np.float64).reshape(-1)
+        if Xh.shape[1] != len(self.shape_) or len(yh) != len(Xh):
+            raise ValueError(f"history needs (n, {len(self.shape_)}) index tuples and n values, "
+                             f"got {Xh.shape} and {yh.shape}")
+        if np.any(Xh >= np.asarray(self.shape_)):
+            raise ValueError(f"history holds an index outside the fitted shape {self.shape_}")
+        lo, hi = self.value_range_
+        if not np.all((yh >= lo) & (yh <= hi)):
+            raise ValueError(f"history holds a value outside value_range {self.value_range_} "
+                             "(or NaN)")
+        center, scale = self._scaling()
+        return Xh, (yh - center) / scale
+
+    def _predict_users(self, X, history):
+        """User-level predictions: the released item side, each user's side from her history."""
+        center, scale = self._scaling()
+        n = np.asarray(self.shape_)
+        known = np.all(X < n, axis=1)
+        Xs = np.where(X < n, X, 0)  # unseen rows: cold start, masked out below
+        k = self.factors_[1].shape[1]
+        side = ItemSide((self.intercept_ - center) / scale,
+                        [np.zeros(n[0])] + [b / scale for b in self.biases_[1:]],
+                        self.factors_[1] / scale if k else None)
+        if history is None:
+            Xh, yh = np.zeros((0, len(n)), dtype=np.int64), np.zeros(0)
+        else:
+            Xh, yh = self._check_history(history)
+        out = predict_users(Xs, side, Xh, yh, int(n[0]))
+        # a row past the fitted shape adds nothing: offsets of the modes it is seen in only
+        cold = offsets_of_known(X, n, side)
+        out = np.where(known, out, cold)
+        return np.clip(center + scale * out, *self.value_range_)
+
     # ------------------------------------------------------------------ pricing and scoring
     def privacy_cost(self, n_samples, n_features):
         """The cost and noise multiplier a ``fit`` on ``n_samples`` observed entries would record.
@@ -566,12 +675,12 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             raise ValueError(f"n_features (the tensor's order) must be >= 2, got {order}")
         return self._preview_plan(self._plan((int(n_samples),) + (None,) * order))
 
-    def _score_units(self, X, y=None):
+    def _score_units(self, X, y=None, history=None):
         """Per-entry negative clipped squared error and its public range ``(-1, 0)`` (``None``
         without ``value_range``)."""
         if y is None:
             raise ValueError("score needs y, the observed values at the index tuples X")
-        pred = self.predict(X)
+        pred = self.predict(X) if history is None else self.predict(X, history=history)
         y = np.asarray(y, dtype=np.float64).reshape(-1)
         if y.shape != pred.shape:
             raise ValueError(f"y has {y.size} values but X has {pred.size} index tuples")
@@ -581,16 +690,19 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         err = (np.clip(pred, lo, hi) - np.clip(y, lo, hi)) / (hi - lo)
         return -err**2, (-1.0, 0.0)
 
-    def score(self, X, y):
+    def score(self, X, y, history=None):
         """Negative clipped squared error, ``-mean(((clip(y_hat) - clip(y)) / (hi - lo))^2)``.
 
         Predictions and values are clipped to ``value_range = (lo, hi)``, so each entry's score
         lies in [-1, 0] and a replaced value moves the mean over ``n`` entries by at most ``1/n``.
         Without a value range it is the plain ``-mean((y_hat - y)^2)``, unbounded. This replaces
         the R^2 of ``RegressorMixin``, whose per-entry terms have no bound. The score reads ``y``
-        exactly (it is not private).
+        exactly (it is not private). ``history``: as in :meth:`predict` (user-level fits).
         """
-        return self._mean_score(X, y)
+        if history is None:
+            return self._mean_score(X, y)
+        values, _ = self._score_units(X, y, history=history)
+        return float(np.mean(values))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -602,6 +714,16 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         # score is a bounded negative squared error (see score), not R^2: its "good" is not > 0.5.
         tags.regressor_tags.poor_score = True
         return tags
+
+
+def offsets_of_known(X, shape, side: ItemSide):
+    """Cold-start predictions (scaled): the intercept and the offsets of every item-side mode
+    whose index lies inside the fitted ``shape``."""
+    out = np.full(len(X), float(side.intercept))
+    for k in range(1, X.shape[1]):
+        inside = X[:, k] < shape[k]
+        out[inside] += side.biases[k][X[inside, k]]
+    return out
 
 
 @functools.lru_cache(maxsize=1)
