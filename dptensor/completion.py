@@ -6,31 +6,12 @@ the value at any position. Five ways to make the fit private, all with one priva
 value of one observed entry** (the set of observed positions Omega, the tensor's shape and a
 value range ``[lo, hi]`` are public):
 
-* ``"statistics"`` (DP-ALS, the default private mode for CP, chosen by ``perturbation="auto"``):
-  private offsets, a released residual scale, a private spectral start, then alternating least
-  squares whose per-row right-hand sides are released with Gaussian noise (one release per mode
-  and sweep, by parallel composition across rows; the Gram matrices depend only on Omega and
-  released factors) and solved with empirical-Bayes shrinkage. Exactly ``(eps, delta)``.
-
-* ``"implicit"`` (CP with two modes with a factor): private offsets and residual scale, then the
-  interaction ``f(e) = z_i^T Y q_j + p_i^T W z'_j`` learned through Omega (``z_i``: the unit-norm
-  indicator of the partner rows observed with lead row ``i``, ``z'_j`` of the lead rows observed
-  with partner row ``j``; ``p``, ``q``: the modes' spectral embeddings; all public), from one
-  Gaussian release of its sufficient statistic, solved with an empirical-Bayes (Wiener) filter
-  (:mod:`dptensor.algorithms.completion.implicit`). Exactly ``(eps, delta)``.
-* ``"input"``: every observed value is clipped to ``[lo, hi]`` and gets ``Lap((hi - lo)/eps)``
-  noise; each entry is touched by one release, so the fit is pure ``eps``-DP by parallel
-  composition, and everything after is post-processing.
-* ``"gradient"``: private offsets (global mean and per-mode row effects), then full-batch
-  DP gradient descent over **all** factors (and the core): per-entry gradients clipped jointly to
-  ``clip_norm``, ``N(0, (2 z clip_norm)^2)`` noise on every coordinate of every summed gradient,
-  every step accounted; the whole fit is exactly ``(eps, delta)``.
-  This replaces the paper's gradient perturbation, whose budget claim does not hold (SPEC §6).
-* ``"output"``: the paper's bolt-on Laplace noise on the released last factor, with the paper's
-  sensitivity ``2 n_iter L lr``. That bound assumes a convex, Lipschitz, smooth loss, which CP and
-  Tucker losses are not: there is **no** formal guarantee, so the fit costs epsilon = infinity
-  (refused under a finite budget; otherwise recorded as not private and warned about with
-  :class:`~dptensor.PrivacyWarning`). For comparison only.
+``"statistics"`` (DP-ALS, the default private mode for CP), ``"implicit"``, ``"input"``,
+``"gradient"`` and (comparison only, epsilon = infinity) ``"output"``: see the class docstring.
+With ``privacy_unit="user"`` the unit is instead **one user** (mode 0) and her whole history,
+positions included: only the item side is released, each user's side is solved from her own
+ratings at prediction time (joint differential privacy; :mod:`dptensor.algorithms.completion.
+user_level`).
 
 The offsets are released with Gaussian noise when they hold a small share of the budget and with
 Laplace noise when they hold most of it (each entry touches one coordinate of each of their
@@ -63,7 +44,7 @@ from .algorithms.completion.modes import AUTO, MODES
 from .algorithms.completion.modes.base import OFFSET_SHARE
 from .algorithms.completion.modes.solvers import AUTO_PRIOR_VAR, AUTO_REG_FLOOR, GD_DEFAULTS
 from .algorithms.completion.modes.user import MAX_RATINGS_PER_USER as USER_MAX_RATINGS
-from .algorithms.completion.user_level import ItemSide, predict_users
+from .algorithms.completion.user_level import ItemSide, predict_released
 from .algorithms.completion.observations import Observations, check_indices, to_observations
 
 __all__ = ["PrivateTensorCompletion", "to_observations", "complete", "check_indices",
@@ -104,6 +85,17 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     are observed), ``shape`` and ``value_range`` public; they must be chosen without looking at the
     values. What is released: ``factors_``, ``core_``, ``intercept_``, ``biases_``. A private fit
     never computes, stores or prints its training loss.
+
+    ``privacy_unit="user"``: the unit is **one user** (mode 0): replacing her whole history
+    (which items, how many, the values) is the neighbour relation, and Omega is private. At most
+    ``max_ratings_per_user`` of her entries are used (a random subset, one per item, drawn after
+    the spend: a user over the bound is subsampled, not refused); the fit releases only the item
+    side (``intercept_``, the other modes' ``biases_``, ``factors_[1]``) from noisy sums over users,
+    one ``(epsilon, delta)`` event at user level (``privacy_cost_.event.unit == "user"``); no
+    user's offset or factor is stored (``biases_[0]``, ``factors_[0]`` are empty). ``predict`` and
+    ``score`` take ``history=(X_hist, y_hist)`` to solve each user's side from her own rows (joint
+    DP); ``rank=0`` is offsets only. Only ``perturbation="auto"``/``"statistics"``: ``"implicit"``
+    is refused (its factors are a noise-free function of who rated what).
 
     Guarantees:
 
@@ -201,6 +193,11 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         for MovieLens-100K); on a synthetic study without row effects 0.1 keeps 0.6 of the
         non-private gain at epsilon = 2 and 0.5 keeps 0.25.
         Choose it from public knowledge of the data, or with :mod:`dptensor.model_selection`.
+    privacy_unit : {"value", "user"}, default="value"
+        What one fit protects: one observed value (positions public), or one user (mode 0) and
+        her whole history (positions private).
+    max_ratings_per_user : int or None, default=None
+        ``privacy_unit="user"``: the public bound ``m`` on each user's entries (``None``: 64).
     accountant : PrivacyAccountant or None, default=None
         Records every fit's spend before its first noisy release; refuses fits over budget.
     random_state : None, int or Generator, default=None
@@ -275,21 +272,17 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         entries. A user-level fit runs user-level DP-ALS: another perturbation is refused."""
         if self.privacy_unit not in ("value", "user"):
             raise ValueError(f'privacy_unit must be "value" or "user", got {self.privacy_unit!r}')
+        m = self.max_ratings_per_user
+        if self.privacy_unit == "value" and m is not None:
+            raise ValueError('max_ratings_per_user bounds a user\'s entries: privacy_unit="user"')
         if self.privacy_unit == "value":
-            if self.max_ratings_per_user is not None:
-                raise ValueError('max_ratings_per_user bounds a user\'s entries: it needs '
-                                 'privacy_unit="user"')
             return "value", None
-        if self.perturbation not in ("auto", "statistics"):
-            why = (" (its released factors are a function of who rated what, which a user-level "
-                   "guarantee must hide)" if self.perturbation == "implicit" else "")
-            raise ValueError(f'privacy_unit="user" runs user-level DP-ALS: use perturbation="auto" '
-                             f'or "statistics", not {self.perturbation!r}{why}')
-        if self.decomposition != "cp":
-            raise ValueError('privacy_unit="user" fits CP models (a user x item interaction)')
-        m = (USER_MAX_RATINGS if self.max_ratings_per_user is None
-             else check_positive_int(self.max_ratings_per_user, "max_ratings_per_user"))
-        return "user", m
+        if self.perturbation not in ("auto", "statistics") or self.decomposition != "cp":
+            why = (" (its factors are a function of who rated what, which a user-level guarantee "
+                   "hides)" if self.perturbation == "implicit" else "")
+            raise ValueError('privacy_unit="user" runs user-level DP-ALS on a CP model: use '
+                             f'perturbation="auto" or "statistics", not {self.perturbation!r}{why}')
+        return "user", (USER_MAX_RATINGS if m is None else check_positive_int(m, "max_ratings_per_user"))
 
     def _check_params(self):
         check_verbose(self.verbose)
@@ -524,9 +517,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         self.shape_ = tuple(shape)
 
     def _set_item_side(self, side: ItemSide, shape, center, scale):
-        """The released item side of a user-level fit, in the caller's units: no user's offset or
-        factor (``biases_[0]`` and ``factors_[0]`` are empty; ``factors_[1]`` the item
-        factors, the other modes' factors ones)."""
+        """The item side of a user-level fit, in the caller's units: no user's offset or factor."""
         k = side.V.shape[1]
         self.factors_ = [np.zeros((0, k)), side.V * scale] + [np.ones((n, k)) for n in shape[2:]]
         self.core_ = None
@@ -616,50 +607,12 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             np.clip(out, *self.value_range_, out=out)
         return out
 
-    def _scaling(self):
-        """``(center, scale)`` of the fit's values (public: from ``value_range_``)."""
-        lo, hi = self.value_range_
-        return ((lo + hi) / 2 if self.fit_intercept else 0.0), hi - lo
-
-    def _check_history(self, history):
-        """The history's index tuples and scaled values, checked against ``shape_`` and
-        ``value_range_``."""
-        if not (isinstance(history, (tuple, list)) and len(history) == 2):
-            raise ValueError("history must be a pair (X_hist, y_hist) of index tuples and values")
-        Xh, yh = history
-        Xh, _ = check_indices(np.asarray(Xh), None)
-        yh = np.asarray(yh, dtype=np.float64).reshape(-1)
-        if Xh.shape[1] != len(self.shape_) or len(yh) != len(Xh):
-            raise ValueError(f"history needs (n, {len(self.shape_)}) index tuples and n values, "
-                             f"got {Xh.shape} and {yh.shape}")
-        if np.any(Xh >= np.asarray(self.shape_)):
-            raise ValueError(f"history holds an index outside the fitted shape {self.shape_}")
-        lo, hi = self.value_range_
-        if not np.all((yh >= lo) & (yh <= hi)):
-            raise ValueError(f"history holds a value outside value_range {self.value_range_} "
-                             "(or NaN)")
-        center, scale = self._scaling()
-        return Xh, (yh - center) / scale
-
     def _predict_users(self, X, history):
-        """User-level predictions: the released item side, each user's side from her history."""
-        center, scale = self._scaling()
-        n = np.asarray(self.shape_)
-        known = np.all(X < n, axis=1)
-        Xs = np.where(X < n, X, 0)  # unseen rows: cold start, masked out below
-        k = self.factors_[1].shape[1]
-        side = ItemSide((self.intercept_ - center) / scale,
-                        [np.zeros(n[0])] + [b / scale for b in self.biases_[1:]],
-                        self.factors_[1] / scale if k else None)
-        if history is None:
-            Xh, yh = np.zeros((0, len(n)), dtype=np.int64), np.zeros(0)
-        else:
-            Xh, yh = self._check_history(history)
-        out = predict_users(Xs, side, Xh, yh, int(n[0]))
-        # a row past the fitted shape adds nothing: offsets of the modes it is seen in only
-        cold = offsets_of_known(X, n, side)
-        out = np.where(known, out, cold)
-        return np.clip(center + scale * out, *self.value_range_)
+        """User-level predictions (:func:`~dptensor.algorithms.completion.user_level.predict_released`)."""
+        lo, hi = self.value_range_
+        scaling = ((lo + hi) / 2 if self.fit_intercept else 0.0), hi - lo
+        return predict_released(X, history, self.intercept_, self.biases_, self.factors_[1],
+                                self.shape_, self.value_range_, scaling)
 
     # ------------------------------------------------------------------ pricing and scoring
     def privacy_cost(self, n_samples, n_features):
@@ -714,16 +667,6 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         # score is a bounded negative squared error (see score), not R^2: its "good" is not > 0.5.
         tags.regressor_tags.poor_score = True
         return tags
-
-
-def offsets_of_known(X, shape, side: ItemSide):
-    """Cold-start predictions (scaled): the intercept and the offsets of every item-side mode
-    whose index lies inside the fitted ``shape``."""
-    out = np.full(len(X), float(side.intercept))
-    for k in range(1, X.shape[1]):
-        inside = X[:, k] < shape[k]
-        out[inside] += side.biases[k][X[inside, k]]
-    return out
 
 
 @functools.lru_cache(maxsize=1)

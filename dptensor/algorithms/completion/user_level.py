@@ -284,3 +284,47 @@ def predict_users(X, item_side: ItemSide, hist_X, hist_y, n_users):
     if V is not None:
         out += np.einsum("ek,ek->e", U[X[:, 0]], V[X[:, 1]])
     return out
+
+
+def check_history(history, shape, value_range, scaling):
+    """A prediction history's index tuples and scaled values, checked: ``ValueError`` for a
+    malformed pair, an index outside the fitted ``shape`` or a value outside ``value_range``."""
+    if not (isinstance(history, (tuple, list)) and len(history) == 2):
+        raise ValueError("history must be a pair (X_hist, y_hist) of index tuples and values")
+    Xh = np.asarray(history[0])
+    yh = np.asarray(history[1], dtype=np.float64).reshape(-1)
+    if Xh.ndim != 2 or Xh.shape[1] != len(shape) or len(yh) != len(Xh):
+        raise ValueError(f"history needs (n, {len(shape)}) index tuples and n values, "
+                         f"got {Xh.shape} and {yh.shape}")
+    if Xh.dtype.kind not in "iu" or np.any(Xh < 0) or np.any(Xh >= np.asarray(shape)):
+        raise ValueError(f"history holds an index outside the fitted shape {tuple(shape)} "
+                         "(or one that is no non-negative integer)")
+    lo, hi = value_range
+    if not np.all((yh >= lo) & (yh <= hi)):
+        raise ValueError(f"history holds a value outside value_range {tuple(value_range)} "
+                         "(or NaN)")
+    center, scale = scaling
+    return Xh.astype(np.int64), (yh - center) / scale
+
+
+def predict_released(X, history, intercept, biases, V, shape, value_range, scaling):
+    """Predictions in the caller's units from a released item side (``intercept``, ``biases``
+    with ``biases[0]`` empty, item factors ``V``, all in the caller's units). A user with
+    history rows gets her own offset and factor solved from them; a position with an index at
+    or past ``shape`` gets the offsets of the modes it lies inside (cold start)."""
+    center, scale = scaling
+    n = np.asarray(shape)
+    side = ItemSide((intercept - center) / scale,
+                    [np.zeros(n[0])] + [b / scale for b in biases[1:]],
+                    V / scale if V.shape[1] else None)
+    if history is None:
+        Xh, yh = np.zeros((0, len(n)), dtype=np.int64), np.zeros(0)
+    else:
+        Xh, yh = check_history(history, shape, value_range, scaling)
+    known = np.all(X < n, axis=1)
+    out = predict_users(np.where(X < n, X, 0), side, Xh, yh, int(n[0]))
+    cold = np.full(len(X), float(side.intercept))
+    for k in range(1, X.shape[1]):
+        inside = X[:, k] < n[k]
+        cold[inside] += side.biases[k][X[inside, k]]
+    return np.clip(center + scale * np.where(known, out, cold), *value_range)
