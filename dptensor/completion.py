@@ -6,31 +6,12 @@ the value at any position. Five ways to make the fit private, all with one priva
 value of one observed entry** (the set of observed positions Omega, the tensor's shape and a
 value range ``[lo, hi]`` are public):
 
-* ``"statistics"`` (DP-ALS, the default private mode for CP, chosen by ``perturbation="auto"``):
-  private offsets, a released residual scale, a private spectral start, then alternating least
-  squares whose per-row right-hand sides are released with Gaussian noise (one release per mode
-  and sweep, by parallel composition across rows; the Gram matrices depend only on Omega and
-  released factors) and solved with empirical-Bayes shrinkage. Exactly ``(eps, delta)``.
-
-* ``"implicit"`` (CP with two modes with a factor): private offsets and residual scale, then the
-  interaction ``f(e) = z_i^T Y q_j + p_i^T W z'_j`` learned through Omega (``z_i``: the unit-norm
-  indicator of the partner rows observed with lead row ``i``, ``z'_j`` of the lead rows observed
-  with partner row ``j``; ``p``, ``q``: the modes' spectral embeddings; all public), from one
-  Gaussian release of its sufficient statistic, solved with an empirical-Bayes (Wiener) filter
-  (:mod:`dptensor.algorithms.completion.implicit`). Exactly ``(eps, delta)``.
-* ``"input"``: every observed value is clipped to ``[lo, hi]`` and gets ``Lap((hi - lo)/eps)``
-  noise; each entry is touched by one release, so the fit is pure ``eps``-DP by parallel
-  composition, and everything after is post-processing.
-* ``"gradient"``: private offsets (global mean and per-mode row effects), then full-batch
-  DP gradient descent over **all** factors (and the core): per-entry gradients clipped jointly to
-  ``clip_norm``, ``N(0, (2 z clip_norm)^2)`` noise on every coordinate of every summed gradient,
-  every step accounted; the whole fit is exactly ``(eps, delta)``.
-  This replaces the paper's gradient perturbation, whose budget claim does not hold (SPEC §6).
-* ``"output"``: the paper's bolt-on Laplace noise on the released last factor, with the paper's
-  sensitivity ``2 n_iter L lr``. That bound assumes a convex, Lipschitz, smooth loss, which CP and
-  Tucker losses are not: there is **no** formal guarantee, so the fit costs epsilon = infinity
-  (refused under a finite budget; otherwise recorded as not private and warned about with
-  :class:`~dptensor.PrivacyWarning`). For comparison only.
+``"statistics"`` (DP-ALS, the default private mode for CP), ``"implicit"``, ``"input"``,
+``"gradient"`` and (comparison only, epsilon = infinity) ``"output"``: see the class docstring.
+With ``privacy_unit="user"`` the unit is instead **one user** (mode 0) and her whole history,
+positions included: only the item side is released, each user's side is solved from her own
+ratings at prediction time (joint differential privacy; :mod:`dptensor.algorithms.completion.
+user_level`).
 
 The offsets are released with Gaussian noise when they hold a small share of the budget and with
 Laplace noise when they hold most of it (each entry touches one coordinate of each of their
@@ -62,6 +43,8 @@ from .algorithms.completion.model import Model, predict
 from .algorithms.completion.modes import AUTO, MODES
 from .algorithms.completion.modes.base import OFFSET_SHARE
 from .algorithms.completion.modes.solvers import AUTO_PRIOR_VAR, AUTO_REG_FLOOR, GD_DEFAULTS
+from .algorithms.completion.modes.user import MAX_RATINGS_PER_USER as USER_MAX_RATINGS
+from .algorithms.completion.user_level import ItemSide, predict_released
 from .algorithms.completion.observations import Observations, check_indices, to_observations
 
 __all__ = ["PrivateTensorCompletion", "to_observations", "complete", "check_indices",
@@ -102,6 +85,17 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     are observed), ``shape`` and ``value_range`` public; they must be chosen without looking at the
     values. What is released: ``factors_``, ``core_``, ``intercept_``, ``biases_``. A private fit
     never computes, stores or prints its training loss.
+
+    ``privacy_unit="user"``: the unit is **one user** (mode 0): replacing her whole history
+    (which items, how many, the values) is the neighbour relation, and Omega is private. At most
+    ``max_ratings_per_user`` of her entries are used (a random subset, one per item, drawn after
+    the spend: a user over the bound is subsampled, not refused); the fit releases only the item
+    side (``intercept_``, the other modes' ``biases_``, ``factors_[1]``) from noisy sums over users,
+    one ``(epsilon, delta)`` event at user level (``privacy_cost_.event.unit == "user"``); no
+    user's offset or factor is stored (``biases_[0]``, ``factors_[0]`` are empty). ``predict`` and
+    ``score`` take ``history=(X_hist, y_hist)`` to solve each user's side from her own rows (joint
+    DP); ``rank=0`` is offsets only. Only ``perturbation="auto"``/``"statistics"``: ``"implicit"``
+    is refused (its factors are a noise-free function of who rated what).
 
     Guarantees:
 
@@ -199,6 +193,11 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         for MovieLens-100K); on a synthetic study without row effects 0.1 keeps 0.6 of the
         non-private gain at epsilon = 2 and 0.5 keeps 0.25.
         Choose it from public knowledge of the data, or with :mod:`dptensor.model_selection`.
+    privacy_unit : {"value", "user"}, default="value"
+        What one fit protects: one observed value (positions public), or one user (mode 0) and
+        her whole history (positions private).
+    max_ratings_per_user : int or None, default=None
+        ``privacy_unit="user"``: the public bound ``m`` on each user's entries (``None``: 64).
     accountant : PrivacyAccountant or None, default=None
         Records every fit's spend before its first noisy release; refuses fits over budget.
     random_state : None, int or Generator, default=None
@@ -241,8 +240,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     def __init__(self, rank=3, *, decomposition="cp", perturbation="auto", epsilon=np.inf, delta=None,
                  learning_rate=None, n_iter=None, reg="auto", reg_core=None, clip_norm=None,
                  value_range=None, shape=None, batch_size=None, fit_intercept=True, solver="auto",
-                 tol=1e-8, factor_modes=None, offset_share=None, accountant=None, random_state=None,
-                 verbose=0):
+                 tol=1e-8, factor_modes=None, offset_share=None, privacy_unit="value",
+                 max_ratings_per_user=None, accountant=None, random_state=None, verbose=0):
         self.rank = rank
         self.decomposition = decomposition
         self.perturbation = perturbation
@@ -261,21 +260,44 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         self.tol = tol
         self.factor_modes = factor_modes
         self.offset_share = offset_share
+        self.privacy_unit = privacy_unit
+        self.max_ratings_per_user = max_ratings_per_user
         self.accountant = accountant
         self.random_state = random_state
         self.verbose = verbose
 
     # ------------------------------------------------------------------ validation
+    def _check_unit(self):
+        """``(unit, m)``: the validated privacy unit and, at user level, the bound on each user's
+        entries. A user-level fit runs user-level DP-ALS: another perturbation is refused."""
+        if self.privacy_unit not in ("value", "user"):
+            raise ValueError(f'privacy_unit must be "value" or "user", got {self.privacy_unit!r}')
+        m = self.max_ratings_per_user
+        if self.privacy_unit == "value" and m is not None:
+            raise ValueError('max_ratings_per_user bounds a user\'s entries: privacy_unit="user"')
+        if self.privacy_unit == "value":
+            return "value", None
+        if self.perturbation not in ("auto", "statistics") or self.decomposition != "cp":
+            why = (" (its factors are a function of who rated what, which a user-level guarantee "
+                   "hides)" if self.perturbation == "implicit" else "")
+            raise ValueError('privacy_unit="user" runs user-level DP-ALS on a CP model: use '
+                             f'perturbation="auto" or "statistics", not {self.perturbation!r}{why}')
+        return "user", (USER_MAX_RATINGS if m is None else check_positive_int(m, "max_ratings_per_user"))
+
     def _check_params(self):
         check_verbose(self.verbose)
-        rank = check_positive_int(self.rank, "rank")
+        unit, m = self._check_unit()
+        if unit == "user" and isinstance(self.rank, numbers.Integral) and self.rank == 0:
+            rank = 0  # offsets only: the item side without factors
+        else:
+            rank = check_positive_int(self.rank, "rank")
         if self.decomposition not in ("cp", "tucker"):
             raise ValueError(f'decomposition must be "cp" or "tucker", got {self.decomposition!r}')
         if self.perturbation != "auto" and not _is_mode(self.perturbation):
             raise ValueError(f'perturbation must be None, "auto", "input", "gradient", "output", '
                              f'"statistics" or "implicit", got {self.perturbation!r}')
         perturbation = self._resolved_perturbation()
-        mode = MODES[perturbation]
+        mode = MODES[("statistics", "user")] if unit == "user" else MODES[perturbation]
         if mode.cp_only and self.decomposition != "cp":
             raise ValueError(f'perturbation="{perturbation}" fits CP models; use "gradient" for '
                              'Tucker')
@@ -307,12 +329,15 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
                     solver=solver, lr=lr, n_iter=n_iter, clip=clip, reg=reg, reg_core=reg_core,
                     tol=tol, prior_var=AUTO_PRIOR_VAR if (auto and not gd) else None,
                     kind=self.decomposition, fit_intercept=self.fit_intercept,
-                    factor_modes=self.factor_modes)
+                    factor_modes=self.factor_modes, unit=unit, max_ratings_per_user=m)
 
     def _check_factor_modes(self, order):
         """The fixed modes (sorted tuple) from ``factor_modes`` and the tensor's order."""
         fixed = self._fixed_modes(order)
-        MODES[self._resolved_perturbation()].check_modes(order, fixed, self.factor_modes)
+        unit, _ = self._check_unit()
+        mode = MODES[("statistics", "user")] if unit == "user" else MODES[
+            self._resolved_perturbation()]
+        mode.check_modes(order, fixed, self.factor_modes)
         return fixed
 
     def _fixed_modes(self, order):
@@ -395,7 +420,10 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         X, y, shape = self._check_values(X, y)
         p["fixed"] = self._check_factor_modes(len(shape))
         epsilon, delta = self._privacy_target(gaussian=p["mode"].gaussian)
-        if p["perturbation"] is not None and math.isfinite(epsilon):
+        if p["unit"] == "user" and math.isfinite(epsilon):
+            # the unit is one user, and their number (the shape's first side) is public
+            self._check_delta_for(shape[0], epsilon, delta, unit="user")
+        elif p["perturbation"] is not None and math.isfinite(epsilon):
             # the unit is one observed value, and their number is public
             self._check_delta_for(len(y), epsilon, delta, unit="observed value")
         obs = Observations(X, shape)
@@ -411,14 +439,16 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         p["fixed"] = self._check_factor_modes(len(dims))
         mode = p["mode"]
         epsilon, delta = self._privacy_target(gaussian=mode.gaussian)  # validated before it is read
-        private = p["perturbation"] is not None and math.isfinite(epsilon)
-        if p["perturbation"] is None and math.isfinite(epsilon):
+        private = math.isfinite(epsilon) and (p["perturbation"] is not None or p["unit"] == "user")
+        if p["perturbation"] is None and math.isfinite(epsilon) and p["unit"] == "value":
             raise ValueError(f"epsilon={self.epsilon!r} needs a perturbation (\"auto\", "
                              "\"statistics\", \"implicit\", \"input\", \"gradient\" or \"output\"); "
                              "perturbation=None is the non-private fit (epsilon=np.inf)")
         vrange = self._check_value_range(private)
         noise, event = (mode.plan(p, epsilon, delta, len(dims)) if private
                         else (None, NonPrivateEvent("epsilon=inf")))
+        if p["unit"] == "user" and not private:
+            noise = mode.noise_free_plan(p, len(dims))
         memory = (self._fit_memory(p, n_obs, dims) if None not in dims else (0.0, ""))
         return FitPlan(event=event, delta=delta, noise_multiplier=noise["z"] if noise else 0.0,
                        n_queries=noise["n_queries"] if noise else 0, calibration="exact",
@@ -461,7 +491,11 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         with _blas_controller().limit(limits=1, user_api="blas"):
             model = p["mode"].fit(obs, ys, p, s["noise"], rng, history=history, private=private,
                                   progress=self._progress(private, scale))
-        self._set_model(model, shape, center, scale)
+        if p["unit"] == "user":
+            self._set_item_side(model, shape, center, scale)
+        else:
+            self._set_model(model, shape, center, scale)
+        self.privacy_unit_ = p["unit"]
         self.n_iter_ = p["n_iter"] if history is None else len(history)
         self.value_range_ = vrange
         self.perturbation_ = p["perturbation"]
@@ -480,6 +514,15 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             self.core_ = model.core * scale
         self.intercept_ = float(center + scale * model.intercept)
         self.biases_ = [b * scale for b in model.biases]
+        self.shape_ = tuple(shape)
+
+    def _set_item_side(self, side: ItemSide, shape, center, scale):
+        """The item side of a user-level fit, in the caller's units: no user's offset or factor."""
+        k = side.V.shape[1]
+        self.factors_ = [np.zeros((0, k)), side.V * scale] + [np.ones((n, k)) for n in shape[2:]]
+        self.core_ = None
+        self.intercept_ = float(center + scale * side.intercept)
+        self.biases_ = [np.zeros(0)] + [b * scale for b in side.biases[1:]]
         self.shape_ = tuple(shape)
 
     def _fit_memory(self, p, n_obs, shape):
@@ -520,8 +563,15 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     def _model(self):
         return Model(factors=self.factors_, core=self.core_, intercept=self.intercept_, biases=self.biases_)
 
-    def predict(self, X):
+    def predict(self, X, history=None):
         """Predicted values at the index tuples ``X`` (n, order).
+
+        ``history=(X_hist, y_hist)`` (user-level fits, ``privacy_unit="user"``): each user's
+        offset and factor are solved from her own rows of the history against the released item
+        side (all of her rows: what she receives may depend on her own data; joint differential
+        privacy). A user with no history row, or at or past ``shape_[0]``, gets the item side
+        alone (cold start). Indices outside ``shape_`` or values outside ``value_range`` in the
+        history raise ``ValueError``. Without ``history`` every prediction is a cold start.
 
         An index at or past ``shape_[m]`` in mode ``m`` (a row never seen in training, e.g. a new
         user) is a cold start: that mode contributes no bias and no interaction, so the
@@ -536,6 +586,11 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         # reset=False checks the number of columns against the fit's (scikit-learn's message).
         X = validate_private_data(self, X, reset=False, dtype=None)
         X, _ = check_indices(X, None)
+        if getattr(self, "privacy_unit_", "value") == "user":
+            return self._predict_users(X, history)
+        if history is not None:
+            raise ValueError('history is for user-level fits (privacy_unit="user"): a value-level '
+                             'fit released its user factors')
         model = self._model()
         unseen = X >= np.asarray(self.shape_)
         if unseen.any():
@@ -552,6 +607,13 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             np.clip(out, *self.value_range_, out=out)
         return out
 
+    def _predict_users(self, X, history):
+        """User-level predictions (:func:`~dptensor.algorithms.completion.user_level.predict_released`)."""
+        lo, hi = self.value_range_
+        scaling = ((lo + hi) / 2 if self.fit_intercept else 0.0), hi - lo
+        return predict_released(X, history, self.intercept_, self.biases_, self.factors_[1],
+                                self.shape_, self.value_range_, scaling)
+
     # ------------------------------------------------------------------ pricing and scoring
     def privacy_cost(self, n_samples, n_features):
         """The cost and noise multiplier a ``fit`` on ``n_samples`` observed entries would record.
@@ -566,12 +628,12 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             raise ValueError(f"n_features (the tensor's order) must be >= 2, got {order}")
         return self._preview_plan(self._plan((int(n_samples),) + (None,) * order))
 
-    def _score_units(self, X, y=None):
+    def _score_units(self, X, y=None, history=None):
         """Per-entry negative clipped squared error and its public range ``(-1, 0)`` (``None``
         without ``value_range``)."""
         if y is None:
             raise ValueError("score needs y, the observed values at the index tuples X")
-        pred = self.predict(X)
+        pred = self.predict(X) if history is None else self.predict(X, history=history)
         y = np.asarray(y, dtype=np.float64).reshape(-1)
         if y.shape != pred.shape:
             raise ValueError(f"y has {y.size} values but X has {pred.size} index tuples")
@@ -581,16 +643,19 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         err = (np.clip(pred, lo, hi) - np.clip(y, lo, hi)) / (hi - lo)
         return -err**2, (-1.0, 0.0)
 
-    def score(self, X, y):
+    def score(self, X, y, history=None):
         """Negative clipped squared error, ``-mean(((clip(y_hat) - clip(y)) / (hi - lo))^2)``.
 
         Predictions and values are clipped to ``value_range = (lo, hi)``, so each entry's score
         lies in [-1, 0] and a replaced value moves the mean over ``n`` entries by at most ``1/n``.
         Without a value range it is the plain ``-mean((y_hat - y)^2)``, unbounded. This replaces
         the R^2 of ``RegressorMixin``, whose per-entry terms have no bound. The score reads ``y``
-        exactly (it is not private).
+        exactly (it is not private). ``history``: as in :meth:`predict` (user-level fits).
         """
-        return self._mean_score(X, y)
+        if history is None:
+            return self._mean_score(X, y)
+        values, _ = self._score_units(X, y, history=history)
+        return float(np.mean(values))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -762,7 +762,7 @@ def test_private_fit_holds_only_released_values_and_public_parameters():
     model.fit(data["indices"], data["values"])
     fitted = {k for k in vars(model) if k.endswith("_") and not k.startswith("_")}
     assert fitted == {"factors_", "core_", "intercept_", "biases_", "shape_", "n_features_in_", "n_iter_",
-                      "value_range_", "perturbation_", "privacy_cost_"}
+                      "value_range_", "perturbation_", "privacy_cost_", "privacy_unit_"}
     assert not any(isinstance(v, (np.random.Generator, np.random.RandomState)) for v in vars(model).values())
 
 

@@ -1,7 +1,8 @@
 """The completion modes, registered in one place: a new mode is one module and one line here.
 
 ``MODES`` maps each value of ``PrivateTensorCompletion(perturbation=...)`` (``"auto"`` aside) to
-its :class:`~dptensor.algorithms.completion.modes.base.CompletionMode`; ``AUTO`` is what
+its :class:`~dptensor.algorithms.completion.modes.base.CompletionMode` (a pair
+``(perturbation, privacy_unit)`` for a unit other than the observed value); ``AUTO`` is what
 ``perturbation="auto"`` means for a private fit, by decomposition.
 """
 from __future__ import annotations
@@ -13,11 +14,13 @@ from .input import Input
 from .nonprivate import NonPrivate
 from .output import Output
 from .statistics import Statistics
+from .user import UserLevel
 
 __all__ = ["MODES", "AUTO", "CompletionMode"]
 
 MODES: dict = {None: NonPrivate(), "statistics": Statistics(), "implicit": Implicit(),
-               "input": Input(), "gradient": Gradient(), "output": Output()}
+               "input": Input(), "gradient": Gradient(), "output": Output(),
+               ("statistics", "user"): UserLevel()}
 
 #: ``perturbation="auto"`` with a finite epsilon: the best private mode for the decomposition.
 AUTO = {"cp": "statistics", "tucker": "gradient"}

@@ -1,0 +1,186 @@
+"""User-level completion (``privacy_unit="user"``): each released statistic's sensitivity under
+replace-one-user neighbours, checked by brute force; no user's factor on the fitted object; the
+item side is no noise-free function of the positions; the unit named; bad input refused."""
+import itertools
+import pickle
+
+import numpy as np
+import pytest
+
+from dptensor import PrivacyAccountant, PrivateTensorCompletion
+from dptensor.algorithms.completion import user_level as ul
+from dptensor.algorithms.completion.modes.user import UnitEvent
+
+M, N_USERS, N_ITEMS, CLIP, C = 3, 4, 5, 0.3, 0.7
+
+
+def _histories(rng, n=60):
+    """Histories of one user: every item set of size 0..M (distinct items), values at the
+    extremes and at random in [-1/2, 1/2], residuals in [-CLIP, CLIP], factors of norm <= C."""
+    out = []
+    for k in range(M + 1):
+        for items in itertools.combinations(range(N_ITEMS), k):
+            for _ in range(2):
+                y = rng.choice([-0.5, 0.5, rng.uniform(-0.5, 0.5)], size=k)
+                t = rng.choice([-CLIP, CLIP, rng.uniform(-CLIP, CLIP)], size=k)
+                u = rng.standard_normal(2)
+                u = u / np.linalg.norm(u) * (C if rng.random() < 0.7 else rng.random() * C)
+                out.append((np.array(items, dtype=int), y, t, u))
+    return out
+
+
+def _statistics(others, hist):
+    """Every released statistic with user 0's history ``hist`` and the others' fixed."""
+    items, y, t, u = hist
+    users = np.concatenate([np.zeros(len(items), dtype=int), others["users"]])
+    its = np.concatenate([items, others["items"]])
+    ys, ts = np.concatenate([y, others["y"]]), np.concatenate([t, others["t"]])
+    U = np.vstack([u, others["U"]])
+    G, r = ul.normal_equations(users, its, ts, U, N_ITEMS)
+    return {"global": np.array([ys.sum(), float(len(ys))]),
+            "counts": np.bincount(its, minlength=N_ITEMS).astype(float),
+            "sums": ul.row_sums(its, ts, N_ITEMS),
+            "cooccurrence": ul.cooccurrence(users, its, ts, N_USERS, N_ITEMS),
+            "gram": G, "rhs": r}
+
+
+SENSITIVITY = {"global": ul.global_sensitivity(M), "counts": ul.count_sensitivity(M),
+               "sums": ul.sum_sensitivity(M, CLIP),
+               "cooccurrence": ul.cooccurrence_sensitivity(M, CLIP),
+               "gram": ul.gram_sensitivity(M, C), "rhs": ul.rhs_sensitivity(M, CLIP, C)}
+
+
+def test_every_statistic_moves_within_its_sensitivity_when_a_whole_user_is_replaced():
+    rng = np.random.default_rng(0)
+    users = np.repeat(np.arange(1, N_USERS), M)
+    others = {"users": users, "items": np.tile(np.arange(M), N_USERS - 1),
+              "y": rng.uniform(-0.5, 0.5, len(users)), "t": rng.uniform(-CLIP, CLIP, len(users)),
+              "U": ul.clip_rows(rng.standard_normal((N_USERS - 1, 2)), C)}
+    hists = _histories(rng)
+    stats = [_statistics(others, h) for h in hists]
+    worst = dict.fromkeys(SENSITIVITY, 0.0)
+    for a, b in itertools.combinations(range(len(hists)), 2):
+        for name in SENSITIVITY:
+            worst[name] = max(worst[name], float(np.linalg.norm(stats[a][name] - stats[b][name])))
+    for name, sens in SENSITIVITY.items():
+        assert worst[name] <= sens * (1 + 1e-12), (name, worst[name], sens)
+        # and the bound is not loose by more than a factor of two: the worst case is reached
+        assert worst[name] >= sens / 2, (name, worst[name], sens)
+
+
+def test_a_repeated_row_needs_the_larger_bounds():
+    """Days repeat among a user's entries: a user's counts then move by sqrt(2) m, not sqrt(2m)."""
+    a = np.bincount(np.zeros(M, dtype=int), minlength=3).astype(float)
+    b = np.bincount(np.ones(M, dtype=int), minlength=3).astype(float)
+    assert np.linalg.norm(a - b) > ul.count_sensitivity(M, distinct=True)
+    assert np.linalg.norm(a - b) <= ul.count_sensitivity(M, distinct=False) * (1 + 1e-12)
+    assert np.linalg.norm(CLIP * a + CLIP * b) <= ul.sum_sensitivity(M, CLIP, distinct=False)
+
+
+def test_bounding_keeps_at_most_m_distinct_items_per_user_at_random():
+    rng = np.random.default_rng(1)
+    users = np.repeat(np.arange(5), [1, 10, 3, 40, 0 + 2])
+    items = rng.integers(0, 6, len(users))
+    picks = []
+    for seed in range(2):
+        keep = ul.bound_contributions(users, items, 5, 4, np.random.default_rng(seed))
+        pairs = set(zip(users[keep], items[keep]))
+        assert len(pairs) == len(keep)  # one entry per (user, item)
+        assert np.bincount(users[keep], minlength=5).max() <= 4
+        assert np.all(np.bincount(users[keep], minlength=5) == [
+            min(4, len(set(items[users == u]))) for u in range(5)])
+        picks.append(tuple(keep))
+    assert picks[0] != picks[1]
+
+
+def _ratings(seed=0, n_users=60, n_items=25):
+    rng = np.random.default_rng(seed)
+    X = np.array([(u, i) for u in range(n_users) for i in range(n_items) if rng.random() < 0.4])
+    a, b = rng.normal(0, 0.5, n_users), rng.normal(0, 0.7, n_items)
+    y = np.clip(np.rint(3.5 + a[X[:, 0]] + b[X[:, 1]] + rng.normal(0, 0.5, len(X))), 1, 5)
+    return X, y
+
+
+def _fit(X, y, **kw):
+    params = dict(rank=2, privacy_unit="user", epsilon=4.0, delta=1e-5, value_range=(1, 5),
+                  shape=(60, 25), random_state=0)
+    return PrivateTensorCompletion(**{**params, **kw}).fit(X, y)
+
+
+def test_no_user_factor_or_offset_is_stored_or_pickled():
+    X, y = _ratings()
+    est = _fit(X, y)
+    loaded = pickle.loads(pickle.dumps(est))
+    for obj in (est, loaded):
+        for name, value in vars(obj).items():
+            arrays = value if isinstance(value, list) else [value]
+            for arr in arrays:
+                if isinstance(arr, np.ndarray):
+                    assert 60 not in arr.shape, name  # nothing indexed by user
+    assert est.factors_[0].shape == (0, 2) and est.biases_[0].shape == (0,)
+    assert est.privacy_unit_ == "user"
+
+
+def test_fresh_entropy_releases_different_item_sides():
+    """No released value is a noise-free function of the positions: two fits on the same data
+    with fresh entropy differ in every item-side release (offsets and factors)."""
+    rng = np.random.default_rng(0)
+    X = np.array([(u, i) for u in range(300) for i in range(40) if rng.random() < 0.5])
+    p, q = rng.normal(0, 1, 300), rng.normal(0, 1, 40)
+    y = np.clip(np.rint(3 + 0.6 * p[X[:, 0]] * q[X[:, 1]] + rng.normal(0, 0.3, len(X))), 1, 5)
+    kw = dict(rank=1, epsilon=50.0, shape=(300, 40), random_state=None, max_ratings_per_user=40)
+    a, b = _fit(X, y, **kw), _fit(X, y, **kw)
+    assert np.abs(a.factors_[1]).max() > 0  # the interaction is learned, and noisy
+    assert np.all(a.biases_[1] != b.biases_[1])
+    assert a.intercept_ != b.intercept_
+    assert not np.allclose(a.factors_[1], b.factors_[1])
+
+
+def test_history_personalises_and_no_history_is_cold_start():
+    X, y = _ratings(1)
+    est = _fit(X, y, epsilon=50.0, rank=0)
+    test = np.array([[u, 3] for u in range(60)])
+    cold = est.predict(test)
+    assert np.ptp(cold) == 0  # the item side alone: one value for every user
+    warm = est.predict(test, history=(X, y))
+    assert np.ptp(warm) > 0.3
+    truth_mean = np.array([y[X[:, 0] == u].mean() for u in range(60)])
+    assert np.corrcoef(warm, truth_mean)[0, 1] > 0.8
+    assert est.score(X, y, history=(X, y)) > est.score(X, y)
+
+
+def test_one_event_at_user_level_previewed_and_named():
+    X, y = _ratings()
+    acc = PrivacyAccountant(epsilon=10.0, delta=1e-5)
+    est = PrivateTensorCompletion(rank=2, privacy_unit="user", epsilon=4.0, value_range=(1, 5),
+                                  shape=(60, 25), accountant=acc)
+    preview = est.privacy_cost(len(y), 2)
+    est.fit(X, y)
+    assert len(acc.history()) == 1
+    assert isinstance(est.privacy_cost_.event, UnitEvent) and est.privacy_cost_.event.unit == "user"
+    assert acc.history()[0].event.to_dict()["unit"] == "user"
+    assert preview.epsilon == pytest.approx(est.privacy_cost_.epsilon) == pytest.approx(4.0)
+    assert preview.event == est.privacy_cost_.event
+
+
+def test_bad_input_is_refused_with_a_reason():
+    X, y = _ratings()
+    with pytest.raises(ValueError, match="implicit.*who rated what"):
+        _fit(X, y, perturbation="implicit")
+    with pytest.raises(ValueError, match="privacy_unit"):
+        _fit(X, y, privacy_unit="person")
+    with pytest.raises(ValueError, match="max_ratings_per_user"):
+        PrivateTensorCompletion(max_ratings_per_user=5, epsilon=1.0, value_range=(1, 5)).fit(X, y)
+    est = _fit(X, y)
+    with pytest.raises(ValueError, match="outside the fitted shape"):
+        est.predict(X[:3], history=(X + [0, 30], y))
+    with pytest.raises(ValueError, match="outside value_range"):
+        est.predict(X[:3], history=(X, y + 10))
+    with pytest.raises(ValueError, match="history is for user-level"):
+        PrivateTensorCompletion(rank=2, value_range=(1, 5)).fit(X, y).predict(X, history=(X, y))
+
+
+def test_a_user_over_the_bound_is_subsampled_not_refused():
+    X, y = _ratings()
+    est = _fit(X, y, max_ratings_per_user=2)
+    assert np.all(np.isfinite(est.biases_[1]))
