@@ -453,7 +453,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         return FitPlan(event=event, delta=delta, noise_multiplier=noise["z"] if noise else 0.0,
                        n_queries=noise["n_queries"] if noise else 0, calibration="exact",
                        memory=memory, settings=dict(p=p, noise=noise, vrange=vrange,
-                                                    private=private))
+                                                    private=private),
+                       unit="user" if self.privacy_unit == "user" else None)
 
     # ------------------------------------------------------------------ fit
     def fit(self, X, y):

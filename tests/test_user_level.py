@@ -184,3 +184,15 @@ def test_a_user_over_the_bound_is_subsampled_not_refused():
     X, y = _ratings()
     est = _fit(X, y, max_ratings_per_user=2)
     assert np.all(np.isfinite(est.biases_[1]))
+
+
+def test_the_ledger_and_the_cost_name_the_user_unit():
+
+    rng = np.random.default_rng(5)
+    X = np.column_stack([rng.integers(0, 40, 600), rng.integers(0, 30, 600)])
+    y = rng.uniform(1, 5, 600)
+    acc = PrivacyAccountant(epsilon=10.0, delta=1e-5)
+    est = PrivateTensorCompletion(rank=0, epsilon=1.0, value_range=(1, 5), privacy_unit="user",
+                                  shape=(40, 30), accountant=acc, random_state=0).fit(X, y)
+    assert est.privacy_cost_.unit == "user"
+    assert "unit='user'" in acc.history()[-1].label
