@@ -109,8 +109,8 @@ class SearchTag:
 
     ``unit`` is the privacy unit's kind (``"row"``; ``"observed value"`` for completion), the unit
     the search splits into training and validation parts; ``score_bound`` the parameter that bounds
-    one unit's score (``"data_norm"``, ``"value_range"``); ``indices``: ``X`` holds index tuples into
-    a tensor of the public ``shape`` parameter (``y`` the values there), not feature rows.
+    one unit's score (``"data_norm"``, ``"value_range"``); ``indices``: ``X`` holds index tuples
+    into a tensor of the public ``shape`` parameter (``y`` the values there), not feature rows.
     """
 
     unit: str = "row"
@@ -118,7 +118,7 @@ class SearchTag:
     indices: bool = False
 
 
-#: Random generators a caller may pass as ``random_state``: never pickled or copied with an estimator.
+#: Generators a caller may pass as ``random_state``: never pickled or copied with an estimator.
 _GENERATORS = (np.random.Generator, np.random.RandomState, np.random.BitGenerator, np.random.SeedSequence)
 
 #: Parameters that change neither what a fit releases nor how: left out of a spend's fingerprint.
@@ -256,7 +256,8 @@ class PrivateEstimatorMixin:
         return codes, n_groups
 
     def __repr__(self, N_CHAR_MAX=700):
-        # epsilon is always shown, even at its default: a reader of the repr must see the privacy level.
+        # epsilon is always shown, even at its default: a reader of the repr must see the
+        # privacy level.
         text = super().__repr__(N_CHAR_MAX=N_CHAR_MAX)
         default = inspect.signature(type(self).__init__).parameters["epsilon"].default
         if get_config()["print_changed_only"] and repr(self.epsilon) == repr(default):
@@ -282,8 +283,8 @@ class PrivateEstimatorMixin:
 
         The generator is keyed by ``entropy`` (from :meth:`_entropy`), the spend's ledger position
         and the fit's public description, and, for a seeded fit, by a digest of ``data`` (every
-        array the fit reads: see :mod:`dptensor.mechanisms.randomness`), so no two spends draw the same
-        noise unless they are the same seeded fit of the same data. It is the caller's local:
+        array the fit reads: see :mod:`dptensor.mechanisms.randomness`), so no two spends draw the
+        same noise unless they are the same seeded fit of the same data. It is the caller's local:
         never store it on the estimator.
 
         ``memory`` is ``(bytes, advice)``: the fit's peak allocation, an upper bound from public

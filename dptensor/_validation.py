@@ -77,7 +77,8 @@ def check_verbose(verbose) -> int:
     return int(verbose)
 
 
-# data_norm^3 (a third moment's sensitivity) stays a normal float64, with room for the noise multiplier.
+# data_norm^3 (a third moment's sensitivity) stays a normal float64,
+# with room for the noise multiplier.
 DATA_NORM_RANGE = (1e-90, 1e90)
 
 

@@ -56,11 +56,11 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
                                  BaseEstimator):
     r"""Orthogonal decomposition ``T ~ sum_i lambda_i v_i⊗3`` by the robust tensor power method.
 
-    ``fit(X)`` accepts either a symmetric d x d x d tensor, or data X (n x d), decomposed through its
-    empirical third moment ``T = (1/n) sum_l x_l⊗3`` (never formed unless ``moment`` says so).
+    ``fit(X)`` accepts either a symmetric d x d x d tensor, or data X (n x d), decomposed through
+    its empirical third moment ``T = (1/n) sum_l x_l⊗3`` (never formed unless ``moment`` says so).
     With ``epsilon=np.inf`` it runs Alg. 1 (Wang & Anandkumar 2016): for each component, L random
-    restarts, R power steps ``u <- T(I,u,u)/||.||``, the restart with the largest ``T(u,u,u)``
-    wins, then deflation. With a finite epsilon it runs Alg. 3 (every query noised) or the
+    restarts, R power steps ``u <- T(I,u,u)/||.||``, the restart with the largest ``T(u,u,u)`` wins,
+    then deflation. With a finite epsilon it runs Alg. 3 (every query noised) or the
     input-perturbation baseline.
 
     Notes
@@ -110,13 +110,14 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         is finite; ignored for a 3-D X.
     moment : {"auto", "implicit", "dense"}, default="auto"
         How the third moment of 2-D data is held for ``method="power"``. ``"implicit"`` costs
-        O(ndL) per step and O(nd + dL) memory; ``"dense"`` forms T in O(nd^3) time and O(d^3) memory,
-        then costs O(d^3 L) per step; ``"auto"`` picks by :func:`choose_moment` (``"implicit"``
-        for a Dask X, whose d^3 tensor would be summed on the client, and for a private fit, whose
-        implicit queries are exact sums of grid rows: ``docs/derivations/exact_sums.rst``; a
-        private ``"dense"`` fit sums in float64, with the gap the privacy guide states). A fit
-        whose memory bound (these sizes, from the shape) exceeds what the process can allocate is
-        refused before its spend (:class:`~dptensor.MemoryRefusedError`).
+        O(ndL) per step and O(nd + dL) memory; ``"dense"`` forms T in O(nd^3) time and O(d^3)
+        memory, then costs O(d^3 L) per step; ``"auto"`` picks by :func:`choose_moment`
+        (``"implicit"`` for a Dask X, whose d^3 tensor would be summed on the client, and for a
+        private fit, whose implicit queries are exact sums of grid rows:
+        ``docs/derivations/exact_sums.rst``; a private ``"dense"`` fit sums in float64, with the gap
+        the privacy guide states). A fit whose memory bound (these sizes, from the shape) exceeds
+        what the process can allocate is refused before its spend
+        (:class:`~dptensor.MemoryRefusedError`).
     symmetrize : bool, default=False
         For a 3-D X that is not symmetric: use its symmetric part instead of raising. Changing one
         entry of X by at most 1 changes the symmetric part by ``sym(e_i⊗e_j⊗e_k)/6``, a sixth of a

@@ -58,10 +58,10 @@ SHARES = {"first": 0.1, "second": 0.45, "third": 0.45}
 
 #: With the whitening from the private power method, the share of the second moment's budget given
 #: to the last release, the p x p projection ``V^T M2 V`` (the power steps share the rest as
-#: :func:`~dptensor.algorithms.power.power_schedule` splits it). The subspace's error grows like ``sqrt(d)``
-#: times its steps' noise and the projection's like ``sqrt(p)``, so the subspace gets most of it:
-#: measured on the benchmark's topic model (2000 words, 10^5 documents, epsilon 1 to 16), 0.1 gave
-#: a 5% smaller error than 0.2 and 15% smaller than 0.35; 0.05 was no better.
+#: :func:`~dptensor.algorithms.power.power_schedule` splits it). The subspace's error grows like
+#: ``sqrt(d)`` times its steps' noise and the projection's like ``sqrt(p)``, so the subspace gets
+#: most of it: measured on the benchmark's topic model (2000 words, 10^5 documents, epsilon 1 to
+#: 16), 0.1 gave a 5% smaller error than 0.2 and 15% smaller than 0.35; 0.05 was no better.
 PROJECTION_SHARE = 0.1
 
 
@@ -98,11 +98,11 @@ def plan_noise(epsilon: float, delta: float, n_third_queries: int, n_power: int 
 
     The first moments are ``n_first`` releases sharing ``SHARES["first"]`` evenly; the second
     moment one release (Analyze Gauss, ``n_power=0``) or ``n_power`` power steps scheduled by
-    :func:`~dptensor.algorithms.power.power_schedule` and one projection with :data:`PROJECTION_SHARE` of
-    ``SHARES["second"]``; the third moment one release (perturbation) or ``n_third_queries``
-    adaptive ones (the private power method). ``shares`` (default :data:`SHARES`) splits ``mu^2``
-    between the three groups; they must sum to 1. Under Gaussian-DP the releases compose to
-    ``mu = sqrt(sum_j 1 / z_j^2)``, so the whole fit is exactly ``mu``-GDP.
+    :func:`~dptensor.algorithms.power.power_schedule` and one projection with
+    :data:`PROJECTION_SHARE` of ``SHARES["second"]``; the third moment one release (perturbation) or
+    ``n_third_queries`` adaptive ones (the private power method). ``shares`` (default
+    :data:`SHARES`) splits ``mu^2`` between the three groups; they must sum to 1. Under Gaussian-DP
+    the releases compose to ``mu = sqrt(sum_j 1 / z_j^2)``, so the whole fit is exactly ``mu``-GDP.
     """
     shares = SHARES if shares is None else shares
     if not math.isclose(sum(shares.values()), 1.0) or min(shares.values()) <= 0:
@@ -196,13 +196,13 @@ def power_subspace(operator, k: int, plan: NoisePlan, rng, *, step_sensitivity: 
 
     ``operator`` applies the symmetric d x d ``M2`` to a d x p block (``matmat``), never forming
     it. Private: ``plan.n_power`` steps of the noisy power method
-    (:func:`~dptensor.algorithms.power.noisy_power_method`, ``p = min(2k, d)``: k oversampled columns), each
-    one Gaussian release of ``M2 Q`` at ``step_sensitivity``; V spans the last one. Then one
-    symmetric Gaussian release of the p x p ``V^T M2 V`` (upper triangle at
+    (:func:`~dptensor.algorithms.power.noisy_power_method`, ``p = min(2k, d)``: k oversampled
+    columns), each one Gaussian release of ``M2 Q`` at ``step_sensitivity``; V spans the last one.
+    Then one symmetric Gaussian release of the p x p ``V^T M2 V`` (upper triangle at
     ``projection_sensitivity``, a Frobenius-norm bound when ``frobenius``). Each sensitivity is
-    raised by its rounding's allowance (:func:`whitening_roundings`). The noise is d x p per
-    step and p x p at the end: nothing of size d x d is formed or noised. Every product is one
-    pass over the data.
+    raised by its rounding's allowance (:func:`whitening_roundings`). The noise is d x p per step
+    and p x p at the end: nothing of size d x d is formed or noised. Every product is one pass over
+    the data.
 
     Without privacy the exact top-k eigenpairs: ``V`` the eigenvectors and ``V^T M2 V`` their
     eigenvalues, by Lanczos on single-vector products, or (``few_passes``, for data whose every
@@ -341,8 +341,8 @@ class CorrectedTensor(TensorOperator):
 def whitened_rows_operator(Y, n_queries: int):
     """``(1/n) sum_l y_l^(x)3`` of whitened rows Y (n x k), as a dense tensor or implicitly.
 
-    :func:`~dptensor.algorithms.tensor_power.choose_moment` picks the cheaper: with k small the dense
-    k^3 tensor (one GEMM) nearly always wins over ``n_queries`` implicit passes over the rows.
+    :func:`~dptensor.algorithms.tensor_power.choose_moment` picks the cheaper: with k small the
+    dense k^3 tensor (one GEMM) nearly always wins over ``n_queries`` implicit passes over the rows.
     """
     n, k = Y.shape
     if choose_moment(n, k, n_queries, Y.dtype.itemsize) == "dense":

@@ -66,9 +66,9 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
       see :meth:`_use_power`) and ``"n_first"`` (the number of first-moment releases);
     * ``_release_first(ctx, plan, rng)`` -> the released mean (it may leave other released
       first-moment values in ctx);
-    * ``_release_whitening(ctx, mean, plan, rng)`` -> a :class:`~dptensor.algorithms.moments.Whitening` from the
-      released second moment: Analyze Gauss on the d x d matrix, or
-      :func:`~dptensor.algorithms.moments.power_subspace` (never d x d);
+    * ``_release_whitening(ctx, mean, plan, rng)`` -> a
+      :class:`~dptensor.algorithms.moments.Whitening` from the released second moment: Analyze Gauss
+      on the d x d matrix, or :func:`~dptensor.algorithms.moments.power_subspace` (never d x d);
     * ``_whitened_third(ctx, whitening, mean)`` -> ``(data, correction, sensitivity, rounding)``
       (``rounding``: the data part's :class:`~dptensor.mechanisms.Rounding`);
     * ``_recover(ctx, components, eigenvalues, whitening, mean)`` sets the fitted attributes;
@@ -204,9 +204,9 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
     def _fit_memory(self, n, d, k, power, stored):
         """``(bytes, advice)``: the fit's peak allocation, in float64. ``stored``: the numbers the
         rows hold (``n d``; a sparse matrix's stored entries with their indices; ``None`` for
-        rows on Dask workers), of which the fit makes ``_row_copies`` after its spend. Then the d x d second moment with its noise and eigendecomposition (or the power method's
-        n x 2k and d x 2k products), the whitened rows (n x k) and the k^3 tensor with its
-        noise."""
+        rows on Dask workers), of which the fit makes ``_row_copies`` after its spend. Then the
+        d x d second moment with its noise and eigendecomposition (or the power method's n x 2k
+        and d x 2k products), the whitened rows (n x k) and the k^3 tensor with its noise."""
         p = 2 * k
         rows = self._row_copies * stored if stored is not None else 0
         n_local = n if stored is not None else 0

@@ -92,11 +92,11 @@ class PrivateGaussianMixture(SpectralLatentModel):
     The model: ``x = mu_h + sigma z`` with ``h ~ Categorical(weights)``, ``z ~ N(0, I_d)``, a
     common variance ``sigma^2`` and linearly independent means (k <= d). Its moments give
     ``M2 = E[x x^T] - sigma^2 I = sum_i w_i mu_i mu_i^T`` and ``M3 = E[x (x) x (x) x] -
-    sigma^2 sum_j (m (x) e_j (x) e_j + e_j (x) m (x) e_j + e_j (x) e_j (x) m) = sum_i w_i mu_i^(x)3``
-    with ``m = E[x]`` and ``sigma^2`` the mean of the ``d - k + 1`` smallest eigenvalues of the
-    covariance. One pass gives the mean and ``E[x x^T]``; the top-k eigenpairs of M2 whiten the
-    rows to k numbers each, whose third moment (k x k x k, never d x d x d), corrected by the
-    public low-rank terms, is decomposed by the robust tensor power method: eigenvalues
+    sigma^2 sum_j (m (x) e_j (x) e_j + e_j (x) m (x) e_j + e_j (x) e_j (x) m)
+    = sum_i w_i mu_i^(x)3`` with ``m = E[x]`` and ``sigma^2`` the mean of the ``d - k + 1`` smallest
+    eigenvalues of the covariance. One pass gives the mean and ``E[x x^T]``; the top-k eigenpairs of
+    M2 whiten the rows to k numbers each, whose third moment (k x k x k, never d x d x d), corrected
+    by the public low-rank terms, is decomposed by the robust tensor power method: eigenvalues
     ``1/sqrt(w_i)``, means ``mu_i = lambda_i U Lambda^(1/2) v_i``.
 
     Notes

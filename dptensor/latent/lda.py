@@ -2,8 +2,8 @@ r"""An LDA topic model learned by the method of moments, private per document.
 
 Every pass over the documents is a sum of per-document terms, written here as functions of one
 chunk of documents (``_*_sums``) that return partial sums: applied to the whole corpus in memory,
-or to each row chunk of a Dask array (:func:`~dptensor.algorithms.dask.reduce_row_chunks`), where only the
-sums (d, d x p or k^3 numbers) reach the client.
+or to each row chunk of a Dask array (:func:`~dptensor.algorithms.dask.reduce_row_chunks`), where
+only the sums (d, d x p or k^3 numbers) reach the client.
 """
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ DOCUMENT_SENSITIVITY = float(np.sqrt(2.0))
 
 #: The first moments' share of the Gaussian-DP budget ``mu^2`` (the clipping scale and the mean):
 #: removing their noise altogether changed the topic error by under 1% (2000 words, 10^5
-#: documents, epsilon 1), so they get half of the default :data:`~dptensor.algorithms.moments.SHARES` one.
+#: documents, epsilon 1), so they get half of the default
+#: :data:`~dptensor.algorithms.moments.SHARES` one.
 LDA_FIRST_SHARE = 0.05
 
 #: A fitted document has fewer words than this. Below it float64 counts are exact whole numbers and
@@ -289,7 +290,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
     ``sum(alpha) = alpha0`` (known), then each word from the topic-word distribution of a topic
     drawn from ``theta``. With ``x_1, x_2, x_3`` the indicators of three distinct word positions,
 
-    * ``M2 = E[x_1 (x) x_2] - alpha0/(alpha0+1) M1 (x) M1 = sum_i alpha_i / (alpha0 (alpha0+1)) mu_i mu_i^T``,
+    * ``M2 = E[x_1 (x) x_2] - alpha0/(alpha0+1) M1 (x) M1
+      = sum_i alpha_i / (alpha0 (alpha0+1)) mu_i mu_i^T``,
     * ``M3 = E[x_1 (x) x_2 (x) x_3] - alpha0/(alpha0+2) (E[x_1 (x) x_2 (x) M1] + 2 perms)
       + 2 alpha0^2 / ((alpha0+1)(alpha0+2)) M1^(x)3
       = sum_i 2 alpha_i / (alpha0 (alpha0+1)(alpha0+2)) mu_i^(x)3``,
@@ -384,8 +386,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         eigenpairs); ``"power"`` never forms it: the top-k subspace of ``M2`` comes from the (noisy)
         power method over the documents, each step one release of ``M2 Q`` (d x 2k), then one
         release of the 2k x 2k projection. ``"auto"``: the power method, except for a private fit
-        of at most 2000 words (``dptensor.algorithms.power.MAX_DENSE_FEATURES``), where one Analyze Gauss
-        release measured less noisy for the same budget. The d x d matrix (a few of them) and
+        of at most 2000 words (``dptensor.algorithms.power.MAX_DENSE_FEATURES``), where one Analyze
+        Gauss release measured less noisy for the same budget. The d x d matrix (a few of them) and
         copies of the counts' stored entries set the fit's memory; a fit whose bound exceeds what
         the process can allocate is refused before its spend
         (:class:`~dptensor.MemoryRefusedError`): choose ``"power"`` then.
@@ -523,7 +525,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
             # each document's ||E2(c)||_F / n lies in [1 / (d n), 1 / n]
             nu = max(float(release(np.float64(total / n), 1.0 / n, plan.z_first[0], rng,
                                    rounding=rounding(1.0, n))), 1.0 / d)
-            # clip * clip, not clip**2: a huge doc_clip gives inf (nothing clipped), never OverflowError
+            # clip * clip, not clip**2: a huge doc_clip gives inf (no clipping), never OverflowError
             tau1, tau2 = min(1.0, clip * np.sqrt(nu)), min(1.0, clip * clip * nu)
         ctx["tau"] = tau = (tau1, tau2)
         total, pairs = self._reduce(ctx, _moment_sums, tau, not ctx["power"])
@@ -535,7 +537,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         # The weighted mean's entries sum to the mean weight S (every c / l sums to 1; documents
         # too short to have terms weigh 0): read off the release (exact without privacy), floored
         # (post-processing) at the least weight a document of 3 words can have (||E1||,
-        # ||E2||_F <= 1), or at 1 / n. Every moment is divided by S: moments of one reweighted corpus.
+        # ||E2||_F <= 1), or at 1 / n. Every moment is divided by S: the moments of one
+        # reweighted corpus.
         if not plan.private and not np.sum(mean) > 0:  # exact without noise: no document has terms
             raise ValueError(f"no document has {MIN_DOCUMENT_LENGTH} words or more: a fit without privacy "
                              "has no moments to learn from (a private fit releases noise)")
@@ -558,8 +561,9 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
             noise = plan.z_second[0] * sensitivity / np.sqrt(2.0)
             if not plan.private:
                 return whiten(second - c * np.outer(mean, mean), k, rng)
-            # the subspace from the released E2 alone (it spans the topics too: E2 = M2 + c M1 M1^T),
-            # so the mean's noise, on every word, never moves it; M2 is whitened inside it
+            # the subspace from the released E2 alone (it spans the topics too:
+            # E2 = M2 + c M1 M1^T), so the mean's noise, on every word, never moves it; M2 is
+            # whitened inside it
             values, V = top_eigenpairs(second, k, rng)
             Vm = V.T @ mean
             return whiten(V.T @ second @ V - c * np.outer(Vm, Vm), k, rng, basis=V, noise=noise,

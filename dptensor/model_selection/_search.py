@@ -567,9 +567,9 @@ class PrivateGridSearchCV(_PrivateSearch):
 class PrivateRandomizedSearchCV(_PrivateSearch):
     __doc__ = ("""Private search over ``n_iter`` sampled settings, with scikit-learn's search interface.
 
-    The ``n_iter`` candidates are drawn first from ``param_distributions`` with ``ParameterSampler``,
-    seeded by ``random_state``'s entropy (public, independent of the data); the search then runs as
-    :class:`PrivateGridSearchCV` over them.
+    The ``n_iter`` candidates are drawn first from ``param_distributions`` with
+    ``ParameterSampler``, seeded by ``random_state``'s entropy (public, independent of the data);
+    the search then runs as :class:`PrivateGridSearchCV` over them.
 """ + _SEARCH_DOC.format(grid="""param_distributions : dict or list of dicts
         As in ``RandomizedSearchCV``: lists are sampled uniformly, distributions by ``rvs``.
     n_iter : int, default=10
