@@ -367,7 +367,8 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         ``(k, L, R, n, epsilon, delta, data_norm)``."""
         k = check_positive_int(self.n_components, "n_components")
         if k > d:
-            raise ValueError(f"n_components={k} must be <= n_features={d}: the components are orthonormal")
+            raise ValueError(f"n_components={k} must be <= n_features={d}: "
+                             "the components are orthonormal")
         L = check_positive_int(self.n_restarts, "n_restarts")
         R = check_positive_int(self.n_iter, "n_iter")
         if isinstance(self.batch_size, str) and self.batch_size == "auto":
@@ -419,9 +420,9 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         k, _, R, n, epsilon, delta, _ = self._check_params(d, n_rows)
         self._check_delta_for(n_rows, epsilon, delta)  # a stream of known length: its n is public
         if n_rows * passes < k * R * n:
-            raise ValueError(f"n_samples = {n_rows} is too few (over max_passes={passes}): the method "
-                             f"needs n_components * n_iter * batch_size = {k * R * n} rows. Pass more rows, "
-                             "or a smaller batch_size or n_iter")
+            raise ValueError(f"n_samples = {n_rows} is too few (over max_passes={passes}): the "
+                             f"method needs n_components * n_iter * batch_size = {k * R * n} "
+                             "rows. Pass more rows, or a smaller batch_size or n_iter")
 
     def _key(self):
         """The parameters a running stream depends on: changing one mid-stream is refused.
@@ -433,13 +434,14 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
 
     def _check_continuation(self, stream):
         if stream.closed:
-            raise RuntimeError("this private stream was closed by fit: feeding it more rows could put a row "
-                               "in a second block (say a second pass over the same data), which the privacy "
-                               "guarantee does not cover. Call fit again for a new stream (a new cost), "
-                               "or stream with partial_fit only.")
+            raise RuntimeError("this private stream was closed by fit: feeding it more rows could "
+                               "put a row in a second block (say a second pass over the same "
+                               "data), which the privacy guarantee does not cover. Call fit again "
+                               "for a new stream (a new cost), or stream with partial_fit only.")
         if self._key() != self._stream_key:
-            raise ValueError("parameters changed during a stream (n_components, n_restarts, n_iter, "
-                             "batch_size, epsilon, delta or data_norm); call fit to start a new stream")
+            raise ValueError("parameters changed during a stream (n_components, "
+                             "n_restarts, n_iter, batch_size, epsilon, delta or "
+                             "data_norm); call fit to start a new stream")
 
     def _publish(self, stream):
         done = stream.i

@@ -55,7 +55,8 @@ def check_dask_array(estimator, X, *, reset: bool = True, check_finite: bool = T
     Returns the (lazy) dask array to use.
     """
     if X.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D dask array (n_samples, n_features), got {X.ndim} dimensions")
+        raise ValueError(f"{name} must be a 2-D dask array (n_samples, "
+                         f"n_features), got {X.ndim} dimensions")
     if any(math.isnan(c) for c in X.chunks[0]):
         raise ValueError(f"{name} has unknown chunk sizes (n_samples must be known: it sets the "
                          f"sensitivity); call {name}.compute_chunk_sizes() first")
@@ -64,7 +65,8 @@ def check_dask_array(estimator, X, *, reset: bool = True, check_finite: bool = T
     if X.dtype not in (np.float32, np.float64):
         X = X.astype(np.float64)
     if X.shape[0] < 1 or X.shape[1] < 1:
-        raise ValueError(f"{name} must have at least one sample and one feature, got shape {X.shape}")
+        raise ValueError(f"{name} must have at least one sample "
+                         f"and one feature, got shape {X.shape}")
     if X.numblocks[1] > 1:
         X = X.rechunk({1: -1})
     d = X.shape[1]
@@ -228,7 +230,8 @@ class RowChunks:
 
     def __init__(self, X):
         if X.ndim != 2:
-            raise ValueError(f"X must be a 2-D dask array (n_samples, n_features), got {X.ndim} dimensions")
+            raise ValueError("X must be a 2-D dask array (n_samples, "
+                             f"n_features), got {X.ndim} dimensions")
         self.X = X.rechunk({1: -1}) if X.numblocks[1] > 1 else X  # each chunk: whole rows
 
     def __iter__(self):

@@ -1,4 +1,4 @@
-"""The fit every spectral latent model shares: validate, price, release the moments, whiten, decompose."""
+"""The fit the spectral latent models share: validate, price, release moments, whiten, decompose."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -88,14 +88,16 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         check_positive_int(self.n_restarts, "n_restarts")
         check_positive_int(self.n_iter, "n_iter")
         if self.method not in ("auto", "perturb", "power"):
-            raise ValueError(f"method must be one of ('auto', 'perturb', 'power'), got {self.method!r}")
+            raise ValueError("method must be one of ('auto', 'perturb', "
+                             f"'power'), got {self.method!r}")
         if self.whitening not in ("auto", "dense", "power"):
-            raise ValueError(f"whitening must be one of ('auto', 'dense', 'power'), got {self.whitening!r}")
+            raise ValueError("whitening must be one of ('auto', 'dense', "
+                             f"'power'), got {self.whitening!r}")
         check_verbose(self.verbose)
         return k
 
     def _use_power(self, d: int, private: bool) -> bool:
-        """Whether the whitening comes from the power method (public: d, the parameters, privacy)."""
+        """Whether the whitening comes from the power method (public: d, parameters, privacy)."""
         if self.whitening != "auto":
             return self.whitening == "power"
         return d > self._dense_max(private)
@@ -105,8 +107,8 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         one first-moment release (the mean) unless the model says more."""
         n, d = X.shape
         private = bool(np.isfinite(epsilon))
-        return {"rows": rows, "n": n, "d": d, "private": private, "power": self._use_power(d, private),
-                "n_first": 1, **extra}
+        return {"rows": rows, "n": n, "d": d, "private": private,
+                "power": self._use_power(d, private), "n_first": 1, **extra}
 
     def _dense_max(self, private: bool) -> int:
         """``whitening="auto"``: the largest d whose d x d second moment is formed."""
@@ -235,7 +237,7 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
 
     @staticmethod
     def _positive(eigenvalues):
-        """Eigenvalues floored just above zero: a noisy release may return one <= 0 (post-processing)."""
+        """Eigenvalues floored just above zero (post-processing): a noisy one may be <= 0."""
         lam = np.asarray(eigenvalues, dtype=float)
         floor = 1e-6 * max(float(np.max(np.abs(lam))), np.finfo(float).tiny)
         return np.where(lam > floor, lam, floor)

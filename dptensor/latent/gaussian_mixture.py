@@ -13,8 +13,9 @@ from ..algorithms.tensor_power import n_power_queries, row_sensitivity
 from ..algorithms.power import (covariance_sensitivity, row_power_sensitivity,
                                total_variance_sensitivity)
 from ._base import BLOCK_ROWS, SpectralLatentModel
-from ..algorithms.moments import (ImplicitMatrix, power_subspace, release, release_second, rounding, sym3,
-                        top_eigenpairs, whiten, whitened_rows_operator, whitening_roundings)
+from ..algorithms.moments import (ImplicitMatrix, power_subspace, release, release_second,
+                                  rounding, sym3, top_eigenpairs, whiten, whitened_rows_operator,
+                                  whitening_roundings)
 
 __all__ = ["PrivateGaussianMixture", "spherical_variance", "bottom_mean", "whitened_bound"]
 
@@ -87,7 +88,7 @@ def whitened_bound(data_norm: float, W, variance: float, whitened_clip) -> float
 
 
 class PrivateGaussianMixture(SpectralLatentModel):
-    r"""Spherical Gaussian mixture by moments, whitening and tensor decomposition (Hsu & Kakade 2013).
+    r"""Spherical Gaussian mixture by moments and tensor decomposition (Hsu & Kakade 2013).
 
     The model: ``x = mu_h + sigma z`` with ``h ~ Categorical(weights)``, ``z ~ N(0, I_d)``, a
     common variance ``sigma^2`` and linearly independent means (k <= d). Its moments give
@@ -185,9 +186,9 @@ class PrivateGaussianMixture(SpectralLatentModel):
     [0.3, 0.3, 0.3]
     """
 
-    def __init__(self, n_components=1, *, epsilon=np.inf, delta=None, data_norm=None, whitened_clip=2.0,
-                 method="auto", whitening="auto", n_restarts=10, n_iter=20, accountant=None,
-                 random_state=None, verbose=0):
+    def __init__(self, n_components=1, *, epsilon=np.inf, delta=None, data_norm=None,
+                 whitened_clip=2.0, method="auto", whitening="auto", n_restarts=10, n_iter=20,
+                 accountant=None, random_state=None, verbose=0):
         self.n_components = n_components
         self.epsilon = epsilon
         self.delta = delta
@@ -265,7 +266,8 @@ class PrivateGaussianMixture(SpectralLatentModel):
             bound_w = whitened_bound(ctx["bound"], W, ctx["variance"], self.whitened_clip)
             sensitivity = row_sensitivity(bound_w, n)
         k = W.shape[1]
-        if is_dask_array(ctx["rows"]):  # each chunk whitens, clips and cubes its own rows: k^3 numbers come back
+        if is_dask_array(ctx["rows"]):
+            # each chunk whitens, clips and cubes its own rows: k^3 numbers come back
             (total,) = reduce_row_chunks(ctx["rows"], _whitened_cube_sum, W, bound_w)
             data = SymmetricTensor(total / n)
         else:
@@ -302,7 +304,7 @@ class PrivateGaussianMixture(SpectralLatentModel):
         return float(np.mean(self.score_samples(X)))
 
     def predict_proba(self, X):
-        """Posterior probability of each component for each sample, shape (n_samples, n_components)."""
+        """Posterior probabilities of the components, shape (n_samples, n_components)."""
         logp = self._estimate_weighted_log_prob(X)
         return np.exp(logp - logsumexp(logp, axis=1, keepdims=True))
 

@@ -20,12 +20,12 @@ from .._validation import validate_private_data
 from ..algorithms.tensor_power import row_sensitivity
 from ..algorithms.power import MAX_DENSE_FEATURES
 from ._base import SpectralLatentModel
-from ..algorithms.moments import (ImplicitMatrix, power_subspace, release, release_second, rounding, sym3,
-                        top_eigenpairs, whiten, whitening_roundings)
+from ..algorithms.moments import (ImplicitMatrix, power_subspace, release, release_second,
+                                  rounding, sym3, top_eigenpairs, whiten, whitening_roundings)
 
-__all__ = ["PrivateLatentDirichletAllocation", "document_moments", "document_norms", "document_weights",
-           "topic_noise_std", "DOCUMENT_SENSITIVITY", "LDA_FIRST_SHARE", "MAX_DOCUMENT_LENGTH",
-           "MIN_DOCUMENT_LENGTH"]
+__all__ = ["PrivateLatentDirichletAllocation", "document_moments", "document_norms",
+           "document_weights", "topic_noise_std", "DOCUMENT_SENSITIVITY", "LDA_FIRST_SHARE",
+           "MAX_DOCUMENT_LENGTH", "MIN_DOCUMENT_LENGTH"]
 
 #: l2 sensitivity, times ``n / tau``, of the mean and (in Frobenius norm, over the whole matrix) of
 #: the pair moment when each document's term is clipped to norm ``tau <= 1`` (``tau = 1``:
@@ -70,11 +70,12 @@ def topic_noise_std(components, scale, whitening):
     outside the top subspace moves with std ``scale_i noise ||Lambda^(-1/2) v_i||``. All of it is
     public (released values and the plan), so using it is post-processing.
     """
-    return scale * whitening.noise * np.linalg.norm(np.asarray(components) @ whitening.noise_map.T, axis=1)
+    return scale * whitening.noise * np.linalg.norm(
+        np.asarray(components) @ whitening.noise_map.T, axis=1)
 
 
 def _counts(chunk):
-    """One chunk of documents as canonical CSR float64 counts (a Dask chunk arrives as a dense array).
+    """One chunk of documents as canonical CSR float64 counts (a Dask chunk arrives dense).
 
     Canonical: one stored entry per (document, word). A CSR matrix may hold a count split over
     duplicate entries; products sum them, but the per-document norms that set the clipping
@@ -96,13 +97,13 @@ MIN_DOCUMENT_LENGTH = 3
 
 
 def _per_document(values, length, positions):
-    """``values / positions`` where the document has at least ``MIN_DOCUMENT_LENGTH`` words, else 0."""
+    """``values / positions`` for documents of ``MIN_DOCUMENT_LENGTH`` words or more, else 0."""
     ok = length >= MIN_DOCUMENT_LENGTH
     return np.divide(values, positions, out=np.zeros(len(length)), where=ok)
 
 
 def document_norms(C):
-    r"""Per document: its length l, ``||E1(c)||`` and ``||E2(c)||_F`` (see :func:`document_moments`).
+    r"""Per document: length l, ``||E1(c)||`` and ``||E2(c)||_F`` (see :func:`document_moments`).
 
     ``||c / l|| = sqrt(sum c^2) / l`` and ``||c c^T - diag c||_F^2 = (sum c^2)^2 - 2 sum c^3 +
     sum c^2``, so both come from three sums over each document's counts. A document of fewer
@@ -113,7 +114,8 @@ def document_norms(C):
     sq = x * x
     length, s2, s3 = _row_sums(C, x), _row_sums(C, sq), _row_sums(C, sq * x)
     e1 = _per_document(np.sqrt(s2), length, length)
-    e2 = _per_document(np.sqrt(np.maximum(s2 * s2 - 2.0 * s3 + s2, 0.0)), length, length * (length - 1.0))
+    e2 = _per_document(np.sqrt(np.maximum(s2 * s2 - 2.0 * s3 + s2, 0.0)), length,
+                       length * (length - 1.0))
     return length, e1, e2
 
 
@@ -178,19 +180,19 @@ def _pair_sums(chunk, tau):
 
 
 def _moment_sums(chunk, tau, dense):
-    """The weighted mean's sum and, for the dense whitening, the weighted pair moment's: one pass."""
+    """The weighted mean's sum and, for a dense whitening, the weighted pair moment's (one pass)."""
     return _mean_sums(chunk, tau)[0], _pair_sums(chunk, tau)[0] if dense else 0.0
 
 
 def _pair_parts(chunk, tau):
-    """What ``E2 Q`` needs of a chunk, computed once: its counts, ``D = s / (l (l-1))`` and ``C^T D``."""
+    """What ``E2 Q`` needs of a chunk, once: its counts, ``D = s / (l (l-1))`` and ``C^T D``."""
     C = _counts(chunk)
     D = _pair_weights(C, tau)
     return C, D, np.asarray(C.T @ D).ravel()
 
 
 def _pair_apply(parts, Q):
-    """``sum_c s_c E2(c) Q = C^T (D (C Q)) - diag(C^T D) Q`` for a d x p block Q: O(nnz p), never d x d."""
+    """``sum_c s_c E2(c) Q = C^T (D (C Q)) - diag(C^T D) Q`` (Q: d x p) in O(nnz p), not d x d."""
     C, D, diag = parts
     return np.asarray(C.T @ (D[:, None] * np.asarray(C @ Q))) - diag[:, None] * Q
 
@@ -225,7 +227,8 @@ def _triple_sums(chunk, W, tau, bound):
         beta = np.maximum(S1**3 - 3.0 * S1 * S2 + 2.0 * S3, 0.0) + rounding * parts
         a = a * _clip_scale(a * np.maximum(beta, parts / TRIPLE_PARTS_RATIO), bound)
     Y = np.asarray(C @ W)
-    cube = moment_tensor(np.cbrt(a)[:, None] * Y) * Y.shape[0] if len(Y) else np.zeros((W.shape[1],) * 3)
+    cube = (moment_tensor(np.cbrt(a)[:, None] * Y) * Y.shape[0] if len(Y)
+            else np.zeros((W.shape[1],) * 3))
     return cube, np.asarray(C.T @ (a[:, None] * Y)), np.asarray(C.T @ a).ravel()
 
 
@@ -284,7 +287,7 @@ def document_moments(C):
 
 class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
                                        SpectralLatentModel):
-    r"""Latent Dirichlet allocation by moments, whitening and tensor decomposition (Anandkumar et al. 2012).
+    r"""Latent Dirichlet allocation by moments and tensor decomposition (Anandkumar et al. 2012).
 
     The model: each document draws topic proportions ``theta ~ Dirichlet(alpha)`` with
     ``sum(alpha) = alpha0`` (known), then each word from the topic-word distribution of a topic
@@ -427,7 +430,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
 
     def __init__(self, n_components=10, *, alpha0=1.0, epsilon=np.inf, delta=None, doc_clip=1.0,
                  topic_threshold=2.0, method="auto", whitening="auto", n_restarts=10, n_iter=20,
-                 max_transform_iter=50, refine_iter=0, accountant=None, random_state=None, verbose=0):
+                 max_transform_iter=50, refine_iter=0, accountant=None, random_state=None,
+                 verbose=0):
         self.n_components = n_components
         self.alpha0 = alpha0
         self.epsilon = epsilon
@@ -459,14 +463,16 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
             C = _counts(X)
             negative, fractional, long = _count_checks(C)
         if negative:  # scikit-learn's words for it, as its own LatentDirichletAllocation says
-            raise ValueError("Negative values in data: X must hold word counts (non-negative integers)")
+            raise ValueError("Negative values in data: X must hold "
+                             "word counts (non-negative integers)")
         if fractional:
-            raise ValueError("X must hold word counts (non-negative integers), and some entries are not "
-                             "whole numbers: normalised or tf-idf rows are not counts")
+            raise ValueError("X must hold word counts (non-negative integers), and some entries "
+                             "are not whole numbers: normalised or tf-idf rows are not counts")
         # documents of fewer than 3 words are not refused: they weigh nothing (document_weights)
         if fit and long:  # a fit only: transform reads no private data
-            raise ValueError("every document needs fewer than 2**53 words (counts beyond are not exact "
-                             "in float64, and their powers overflow); some have more: drop them first")
+            raise ValueError("every document needs fewer than 2**53 words "
+                             "(counts beyond are not exact in float64, and their "
+                             "powers overflow); some have more: drop them first")
         return C
 
     def _shares(self, ctx, k):
@@ -492,24 +498,27 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
             if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {steps!r}")
         if self.topic_threshold is not None and (
-                isinstance(self.topic_threshold, bool) or not isinstance(self.topic_threshold, numbers.Real)
+                isinstance(self.topic_threshold, bool)
+                or not isinstance(self.topic_threshold, numbers.Real)
                 or not 0 <= self.topic_threshold < np.inf):
             raise ValueError("topic_threshold must be None or a finite number >= 0, "
                              f"got {self.topic_threshold!r}")
         if self.refine_iter and np.isfinite(epsilon):
-            raise ValueError("refine_iter needs epsilon=np.inf: EM steps read the documents without "
-                             "noise, which no private fit may do")
+            raise ValueError("refine_iter needs epsilon=np.inf: EM steps read the "
+                             "documents without noise, which no private fit may do")
         clip = self.doc_clip
         if clip is not None:  # None is the way to clip nothing, so the error names it
-            if isinstance(clip, bool) or not isinstance(clip, numbers.Real) or not 0 < clip < np.inf:
+            if (isinstance(clip, bool) or not isinstance(clip, numbers.Real)
+                    or not 0 < clip < np.inf):
                 raise ValueError("doc_clip must be a finite number > 0, or None to clip nothing, "
                                  f"got {clip!r}")
             clip = float(clip)
             # tau_2 >= doc_clip^2 / d (nu >= 1 / d) is the mean weight's floor, divided by after the
             # spend: refused here, before it, where it would underflow to 0
             if clip * clip / X.shape[1] < np.finfo(float).tiny:
-                raise ValueError(f"doc_clip must be at least sqrt(n_features * {np.finfo(float).tiny:.3g}) "
-                                 f"(the clipping bound doc_clip**2 / n_features underflows), got {clip!r}")
+                raise ValueError("doc_clip must be at least sqrt(n_features * "
+                                 f"{np.finfo(float).tiny:.3g}) (the clipping bound "
+                                 f"doc_clip**2 / n_features underflows), got {clip!r}")
         clip = clip if np.isfinite(epsilon) else None
         # a clipped fit releases the clipping scale before the mean; M2 = E2 - c M1 M1^T
         return self._context(X, X, epsilon, clip=clip, n_first=2 if clip else 1,
@@ -537,17 +546,16 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         # The weighted mean's entries sum to the mean weight S (every c / l sums to 1; documents
         # too short to have terms weigh 0): read off the release (exact without privacy), floored
         # (post-processing) at the least weight a document of 3 words can have (||E1||,
-        # ||E2||_F <= 1), or at 1 / n. Every moment is divided by S: the moments of one
-        # reweighted corpus.
+        # ||E2||_F <= 1), or at 1 / n. Every moment is divided by S (as of one reweighted corpus).
         if not plan.private and not np.sum(mean) > 0:  # exact without noise: no document has terms
-            raise ValueError(f"no document has {MIN_DOCUMENT_LENGTH} words or more: a fit without privacy "
-                             "has no moments to learn from (a private fit releases noise)")
+            raise ValueError(f"no document has {MIN_DOCUMENT_LENGTH} words or more: a fit without "
+                             "privacy has no moments to learn from (a private fit releases noise)")
         floor = min(tau1, tau2) if clip else 1.0 / n
         ctx["weight"] = float(np.clip(np.sum(mean), floor, 1.0))
         return mean / ctx["weight"]
 
     def _release_whitening(self, ctx, mean, plan, rng):
-        """From the clipped pair moment: Analyze Gauss (d x d), or the power method (d x 2k, then 2k x 2k)."""
+        """From the clipped pair moment: Analyze Gauss (d x d) or power steps (d x 2k, 2k x 2k)."""
         n, d, k, c = ctx["n"], ctx["d"], self.n_components, ctx["c"]
         tau, weight = ctx["tau"], ctx["weight"]
         sensitivity = DOCUMENT_SENSITIVITY * (tau[1] or 1.0) / n
@@ -561,9 +569,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
             noise = plan.z_second[0] * sensitivity / np.sqrt(2.0)
             if not plan.private:
                 return whiten(second - c * np.outer(mean, mean), k, rng)
-            # the subspace from the released E2 alone (it spans the topics too:
-            # E2 = M2 + c M1 M1^T), so the mean's noise, on every word, never moves it; M2 is
-            # whitened inside it
+            # the subspace from the released E2 alone (E2 = M2 + c M1 M1^T spans the topics too), so
+            # the mean's noise, on every word, never moves it; M2 is whitened inside it
             values, V = top_eigenpairs(second, k, rng)
             Vm = V.T @ mean
             return whiten(V.T @ second @ V - c * np.outer(Vm, Vm), k, rng, basis=V, noise=noise,
@@ -578,7 +585,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
             def pair(Q):
                 return _pair_apply(parts, Q)
         sensitivity /= weight
-        operator = ImplicitMatrix(d, lambda Q: pair(Q) / (n * weight) - c * np.outer(mean, mean @ Q))
+        operator = ImplicitMatrix(d, lambda Q: (pair(Q) / (n * weight)
+                                                - c * np.outer(mean, mean @ Q)))
         # divided by the weight, and the public offset c m m^T (Frobenius norm c ||m||^2)
         _, step, projection = whitening_roundings(n, d, min(2 * k, d), summands / weight,
                                                   offset=c * float(mean @ mean))
@@ -587,7 +595,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
                               projection_rounding=projection, few_passes=is_dask_array(ctx["rows"]),
                               frobenius=True)
         # the subspace's noise is mostly the last power step's (it holds the largest share)
-        return whiten(P, k, rng, basis=V, noise=plan.z_second[-2] * sensitivity if plan.private else 0.0)
+        return whiten(P, k, rng, basis=V,
+                      noise=plan.z_second[-2] * sensitivity if plan.private else 0.0)
 
     def _whitened_third(self, ctx, whitening, mean):
         n, c, W = ctx["n"], ctx["c"], whitening.W
@@ -599,7 +608,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         bound = float(np.max(rho))
         if ctx["clip"]:
             bound = min(ctx["clip"] * max(float(mean @ rho), float(np.min(rho))), bound)
-        cube, Z, s = self._reduce(ctx, _triple_sums, W, ctx["tau"], bound**3 if ctx["clip"] else None)
+        cube, Z, s = self._reduce(ctx, _triple_sums, W, ctx["tau"],
+                                  bound**3 if ctx["clip"] else None)
         total = n * ctx["weight"]  # the weight is public: the sensitivity is divided by it too
         data = (cube - sym3(np.einsum("ia,ib,ic->abc", W, W, Z, optimize=True))
                 + 2.0 * np.einsum("i,ia,ib,ic->abc", s, W, W, W, optimize=True)) / total
@@ -660,7 +670,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         """
         check_is_fitted(self, "components_")
         C = _counts(self._validate(X, reset=False, fit=False))
-        return _fold_in(C, self.components_, np.maximum(self.alpha_, 0.0), self.max_transform_iter)[0]
+        return _fold_in(C, self.components_, np.maximum(self.alpha_, 0.0),
+                        self.max_transform_iter)[0]
 
     def score(self, X, y=None):
         """Log-likelihood of the words of X given the topics and each document's proportions from
@@ -671,7 +682,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         return float(np.sum(C.data * np.log(p)))
 
     def perplexity(self, X):
-        """``exp(-score(X) / number of words)``, as scikit-learn's ``perplexity`` (lower is better)."""
+        """``exp(-score(X) / number of words)``, scikit-learn's ``perplexity`` (lower is better)."""
         C = sp.csr_matrix(self._validate(X, reset=False, fit=False))
         return float(np.exp(-self.score(C) / C.sum()))
 

@@ -82,20 +82,21 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                 if step is None or step == "passthrough":
                     continue
                 if isinstance(step, PrivateEstimatorMixin):
-                    raise ValueError(f"pipeline step {step_name!r} is a dptensor estimator that is not the "
-                                     "last step: a private search supports one learning step, the last, "
-                                     "which fits and scores (earlier steps must be stateless)")
+                    raise ValueError(f"pipeline step {step_name!r} is a dptensor "
+                                     "estimator that is not the last step: a private "
+                                     "search supports one learning step, the last, which "
+                                     "fits and scores (earlier steps must be stateless)")
                 if isinstance(step, FunctionTransformer):
                     raise TypeError(
-                        f"pipeline step {step_name!r} is a FunctionTransformer: its function may mix rows "
-                        "(say subtract the column means), which breaks the per-row bounds the search's "
-                        "guarantee rests on, and that cannot be checked. Apply a row-by-row transform "
-                        "to X before the search instead")
+                        f"pipeline step {step_name!r} is a FunctionTransformer: its function "
+                        "may mix rows (say subtract the column means), which breaks the "
+                        "per-row bounds the search's guarantee rests on, and that cannot be "
+                        "checked. Apply a row-by-row transform to X before the search instead")
                 if get_tags(step).requires_fit:
                     raise TypeError(
-                        f"pipeline step {step_name!r} ({type(step).__name__}) learns from the data without "
-                        "privacy: a private search needs every step that learns to be a dptensor estimator "
-                        "(stateless transformers such as Normalizer are fine)")
+                        f"pipeline step {step_name!r} ({type(step).__name__}) learns from the data "
+                        "without privacy: a private search needs every step that learns to be a "
+                        "dptensor estimator (stateless transformers such as Normalizer are fine)")
             prefix, learner = f"{name}__", last
         else:
             prefix, learner = "", est
@@ -104,9 +105,9 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
             why = ("its score (for the latent models, a log-likelihood) has no public per-unit bound, so "
                    "it cannot be released privately" if isinstance(learner, PrivateEstimatorMixin)
                    else "it is not a dptensor estimator")
-            raise TypeError(f"{type(learner).__name__} cannot be searched privately: {why}. A private "
-                            "search fits and scores a dptensor estimator whose score has a public "
-                            "per-unit bound, alone or as the last step of a pipeline")
+            raise TypeError(f"{type(learner).__name__} cannot be searched privately: {why}. A "
+                            "private search fits and scores a dptensor estimator whose score has "
+                            "a public per-unit bound, alone or as the last step of a pipeline")
         return prefix, learner
 
     def _checked_candidates(self, prefix) -> list[dict]:
@@ -117,23 +118,23 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
             for key in c:
                 if key.removeprefix(prefix) in _SET_BY_SEARCH:
                     raise ValueError(
-                        f"the grid sets {key!r}, which the search sets on every candidate itself: each "
-                        "candidate's epsilon is calibrated so that the whole search meets the search's "
-                        "(epsilon, delta); vary the other hyperparameters")
+                        f"the grid sets {key!r}, which the search sets on every candidate itself: "
+                        "each candidate's epsilon is calibrated so that the whole search meets "
+                        "the search's (epsilon, delta); vary the other hyperparameters")
         for name in _SCORE_SCALE:
             values = {repr(c.get(prefix + name, None)) for c in candidates}
             if len(values) > 1:
-                raise ValueError(f"the grid varies {prefix + name!r}, which sets the scale of the score "
-                                 "(each unit's score is normalised by it): candidates would be ranked on "
-                                 "different scales. Fix it in the estimator and search the other "
-                                 "hyperparameters")
+                raise ValueError(f"the grid varies {prefix + name!r}, which sets the scale "
+                                 "of the score (each unit's score is normalised by it): "
+                                 "candidates would be ranked on different scales. Fix it "
+                                 "in the estimator and search the other hyperparameters")
         return candidates
 
     def _target(self):
         epsilon, delta = self._privacy_target()
         if not math.isfinite(epsilon):
-            raise ValueError(f"epsilon must be finite for a private search, got {self.epsilon!r}; use "
-                             "scikit-learn's GridSearchCV for a search without privacy")
+            raise ValueError(f"epsilon must be finite for a private search, got {self.epsilon!r}; "
+                             "use scikit-learn's GridSearchCV for a search without privacy")
         return epsilon, delta
 
     def _n_runs(self, n_candidates) -> float:
@@ -208,8 +209,9 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                 for n in ((n_train, n_samples) if self.refit else (n_train,)):
                     cost = est.privacy_cost(n, width)
                     if not cost.private:
-                        raise ValueError(f"candidate {params} has no finite privacy cost ({cost.event}): a "
-                                         "private search needs every candidate to be private")
+                        raise ValueError(f"candidate {params} has no finite privacy "
+                                         f"cost ({cost.event}): a private search "
+                                         "needs every candidate to be private")
                     events.append(cost.event)
             return events
 
@@ -217,10 +219,11 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         span_noise = event.score.noise_multiplier / n_val  # score noise std, in units of one unit's range
         if span_noise > MAX_SCORE_NOISE:
             need = math.ceil(event.score.noise_multiplier / MAX_SCORE_NOISE)
-            raise ValueError(f"the validation part ({n_val} units) is too small to score privately: the "
-                             f"score's noise std would be {span_noise:.3g} of one unit's score range "
-                             f"(at most {MAX_SCORE_NOISE:g}); it needs at least {need} units. Raise "
-                             "validation_fraction or epsilon, or pass more data")
+            raise ValueError(f"the validation part ({n_val} units) is too small to "
+                             "score privately: the score's noise std would be "
+                             f"{span_noise:.3g} of one unit's score range (at most "
+                             f"{MAX_SCORE_NOISE:g}); it needs at least {need} units. "
+                             "Raise validation_fraction or epsilon, or pass more data")
         return SearchSettings(prefix=prefix, learner=learner, candidates=candidates,
                               n_train=n_train, n_val=n_val, epsilon=e, delta=delta,
                               distribution=name, mean=mean, event=event, width=width)
@@ -370,8 +373,8 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                 learner, Xv = est[-1], est[:-1].transform(Xv)
             values, bounds = learner._score_units(Xv, None if y is None else y[val])
             if bounds is None:
-                raise ValueError(f"{type(learner).__name__}'s score has no per-unit bound (set data_norm "
-                                 "or value_range): it cannot be released privately")
+                raise ValueError(f"{type(learner).__name__}'s score has no per-unit bound (set "
+                                 "data_norm or value_range): it cannot be released privately")
             lo, hi = bounds
             # a unit's score clipped into [lo, hi], NaN counted as lo, on a grid of the range: a
             # per-unit map, summed exactly, so the sensitivity holds at any size, and a NaN cannot
