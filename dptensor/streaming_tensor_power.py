@@ -50,7 +50,7 @@ class StreamSettings:
 
 
 def _is_batch_iterable(X) -> bool:
-    """An iterable of batches (a generator, an iterator, a custom iterable), as opposed to one array.
+    """An iterable of batches (a generator, an iterator, a custom iterable), not one array.
 
     Arrays, lists and tuples (array-likes of rows), sparse matrices and data frames are one array.
     """
@@ -163,7 +163,8 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
     >>> V = np.linalg.qr(rng.standard_normal((8, 2)))[0].T          # two orthonormal rows
     >>> H = rng.exponential(size=(30000, 2)) - 1.0                  # skewed, zero mean
     >>> X = H @ V
-    >>> est = StreamingTensorPower(2, n_restarts=5, n_iter=5, batch_size=3000, random_state=0).fit(X)
+    >>> est = StreamingTensorPower(2, n_restarts=5, n_iter=5, batch_size=3000,
+    ...                            random_state=0).fit(X)
     >>> est.components_.shape, est.n_samples_seen_
     ((2, 8), 30000)
     >>> bool(np.all(np.max(np.abs(est.components_ @ V.T), axis=1) > 0.97))
@@ -190,7 +191,7 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
     # ------------------------------------------------------------------ fitting
 
     def fit(self, X, y=None, *, groups=None):
-        """Stream ``X`` from a fresh state: an array (n_samples, n_features), or an iterable of such batches.
+        """Stream ``X`` from a fresh state: an array (n_samples, n_features) or an iterable of them.
 
         A list or tuple is one array of rows; pass ``iter(batches)`` or a generator to stream
         batches. A finite array, or an iterable that can be iterated again, is cycled up to
@@ -254,8 +255,8 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
             event, sensitivity = GaussianEvent(z, 1), block_sensitivity(data_norm, n, L)
         else:
             event, z, sensitivity = NonPrivateEvent("epsilon=inf"), 0.0, 0.0
-        settings = StreamSettings(n_features=d, n_components=k, n_restarts=L, n_iter=R, batch_size=n,
-                                  data_norm=data_norm, sensitivity=sensitivity,
+        settings = StreamSettings(n_features=d, n_components=k, n_restarts=L, n_iter=R,
+                                  batch_size=n, data_norm=data_norm, sensitivity=sensitivity,
                                   max_passes=check_positive_int(self.max_passes, "max_passes"))
         memory = self._memory_estimate(n_rows if chunk_rows is None else chunk_rows, d)
         return FitPlan(event=event, delta=delta, noise_multiplier=z, n_queries=1,
@@ -462,7 +463,10 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
     # ------------------------------------------------------------------ using the fit
 
     def transform(self, X):
-        """Project X on the components found: ``X @ components_.T``, shape ``(n_samples, n_components_done_)``."""
+        """Project X on the components found: ``X @ components_.T``.
+
+        The result has shape ``(n_samples, n_components_done_)``.
+        """
         check_is_fitted(self, "components_")
         if self.n_components_done_ == 0:
             raise NotFittedError("no component is finished yet: stream more rows (the method needs "

@@ -46,8 +46,8 @@ from .tensor_power import (PowerNoise, choose_moment, n_power_queries,
 __all__ = ["SHARES", "PROJECTION_SHARE", "SPARE_TERMS", "NoisePlan", "plan_noise", "rounding",
            "whitening_roundings", "release", "release_second",
            "power_subspace", "ImplicitMatrix", "top_eigenpairs",
-           "Whitening", "whiten", "CorrectedTensor", "sym3", "whitened_rows_operator", "decompose_whitened",
-           "n_third_queries", "match_rows"]
+           "Whitening", "whiten", "CorrectedTensor", "sym3", "whitened_rows_operator",
+           "decompose_whitened", "n_third_queries", "match_rows"]
 
 #: Shares of the squared Gaussian-DP budget ``mu^2`` given to the three groups of releases, unless
 #: the model gives its own (the topic model does, see ``SpectralLatentModel._shares``). The
@@ -109,13 +109,14 @@ def plan_noise(epsilon: float, delta: float, n_third_queries: int, n_power: int 
         raise ValueError(f"the budget shares must be positive and sum to 1, got {shares}")
     n_third_queries = int(n_third_queries)
     if math.isinf(epsilon):
-        return NoisePlan((0.0,) * n_first, (0.0,) * (n_power + 1 if n_power else 1), 0.0, 0, int(n_power), None)
+        return NoisePlan((0.0,) * n_first, (0.0,) * (n_power + 1 if n_power else 1), 0.0, 0,
+                         int(n_power), None)
     mu = gdp_mu(epsilon, delta)
     z_first = (math.sqrt(n_first) / (mu * math.sqrt(shares["first"])),) * n_first
     second = mu * math.sqrt(shares["second"])
     if n_power:
-        z_second = (*(float(z) for z in power_schedule(second * math.sqrt(1.0 - PROJECTION_SHARE), n_power)),
-                    1.0 / (second * math.sqrt(PROJECTION_SHARE)))
+        steps = power_schedule(second * math.sqrt(1.0 - PROJECTION_SHARE), n_power)
+        z_second = (*(float(z) for z in steps), 1.0 / (second * math.sqrt(PROJECTION_SHARE)))
     else:
         z_second = (1.0 / second,)
     z_third = math.sqrt(n_third_queries) / (mu * math.sqrt(shares["third"]))
@@ -215,11 +216,13 @@ def power_subspace(operator, k: int, plan: NoisePlan, rng, *, step_sensitivity: 
         values, V = top_eigenpairs(operator, k, rng, dense_below=0)
         return V, np.diag(values)
     if plan.private:
-        result = noisy_power_method(operator, k, plan.n_power, rng, noise_multiplier=np.asarray(plan.z_second[:-1]),
+        result = noisy_power_method(operator, k, plan.n_power, rng,
+                                    noise_multiplier=np.asarray(plan.z_second[:-1]),
                                     sensitivity=step_sensitivity, rounding=step_rounding,
                                     n_oversamples=p - k)
     else:
-        result = noisy_power_method(operator, k, auto_n_iter(d, False), rng, n_oversamples=p - k, tol=1e-8)
+        result = noisy_power_method(operator, k, auto_n_iter(d, False), rng, n_oversamples=p - k,
+                                    tol=1e-8)
     V = result.basis
     P = V.T @ operator.matmat(V)
     P = (P + P.T) / 2.0
@@ -244,11 +247,12 @@ def top_eigenpairs(A, k: int, rng, *, dense_below: int = 600):
     if isinstance(A, np.ndarray) and (d <= dense_below or k >= d - 1):
         w, V = scipy.linalg.eigh(A, subset_by_index=[d - k, d - 1])
     else:
-        if not isinstance(A, np.ndarray):  # an implicit operator with ``matmat``: Lanczos on its products
+        if not isinstance(A, np.ndarray):
+            # an implicit operator with ``matmat``: Lanczos on its products
             operator = A
             A = scipy.sparse.linalg.LinearOperator(
-                (d, d), matvec=lambda v: operator.matmat(v.reshape(-1, 1)).ravel(), matmat=operator.matmat,
-                dtype=np.float64)
+                (d, d), matvec=lambda v: operator.matmat(v.reshape(-1, 1)).ravel(),
+                matmat=operator.matmat, dtype=np.float64)
         w, V = scipy.sparse.linalg.eigsh(A, k=k, which="LA", v0=rng.standard_normal(d), tol=1e-8,
                                          ncv=min(d, max(4 * k, 40)))
     order = np.argsort(-w, kind="stable")
@@ -257,7 +261,7 @@ def top_eigenpairs(A, k: int, rng, *, dense_below: int = 600):
 
 @dataclass(frozen=True)
 class Whitening:
-    """``W = U diag(values)^(-1/2)`` (d x k) and its left inverse ``(W^T)^+ = U diag(values)^(1/2)``.
+    """``W = U diag(values)^(-1/2)`` (d x k), with left inverse ``(W^T)^+ = U diag(values)^(1/2)``.
 
     ``noise`` is the standard deviation of the Gaussian noise on each entry of the released
     ``M2 u`` (``u`` a unit vector): public (a noise multiplier times a sensitivity), 0 without
@@ -307,10 +311,12 @@ def whiten(M2, k: int, rng, basis=None, noise: float = 0.0, basis_values=None) -
     floor = 1e-6 * max(float(np.max(np.abs(values))), np.finfo(float).tiny)
     values = np.maximum(values, floor)
     spread = None
-    if basis_values is not None:  # U_k's coefficient (Lambda^(1/2) v) on V's column l moves it by noise / value_l
+    if basis_values is not None:
+        # U_k's coefficient (Lambda^(1/2) v) on V's column l moves it by noise / value_l
         # (floored as the values are: a noise-dominated release can have non-positive ones)
         basis_values = np.asarray(basis_values, dtype=float)
-        basis_values = np.maximum(basis_values, 1e-6 * max(float(basis_values.max()), np.finfo(float).tiny))
+        basis_floor = 1e-6 * max(float(basis_values.max()), np.finfo(float).tiny)
+        basis_values = np.maximum(basis_values, basis_floor)
         spread = vectors * np.sqrt(values) / basis_values[:, None]
     return Whitening(vectors if basis is None else basis @ vectors, values, float(noise), spread)
 

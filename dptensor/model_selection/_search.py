@@ -1,4 +1,4 @@
-"""Private hyperparameter search: scikit-learn's search interface, one accounted (epsilon, delta)."""
+"""Private hyperparameter search: scikit-learn's interface, one accounted (epsilon, delta)."""
 from __future__ import annotations
 
 import math
@@ -74,7 +74,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ checks (no data, no spend)
     def _learner(self):
-        """``(prefix, learner)``: the dptensor estimator, alone or as the last step of a pipeline."""
+        """``(prefix, learner)``: the dptensor estimator, alone or the last step of a pipeline."""
         est = self.estimator
         if isinstance(est, Pipeline):
             *head, (name, last) = est.steps
@@ -102,8 +102,9 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
             prefix, learner = "", est
         if not (isinstance(learner, PrivateEstimatorMixin) and hasattr(learner, "privacy_cost")
                 and hasattr(learner, "_score_units")):
-            why = ("its score (for the latent models, a log-likelihood) has no public per-unit bound, so "
-                   "it cannot be released privately" if isinstance(learner, PrivateEstimatorMixin)
+            why = ("its score (for the latent models, a log-likelihood) has no public per-unit "
+                   "bound, so it cannot be released privately"
+                   if isinstance(learner, PrivateEstimatorMixin)
                    else "it is not a dptensor estimator")
             raise TypeError(f"{type(learner).__name__} cannot be searched privately: {why}. A "
                             "private search fits and scores a dptensor estimator whose score has "
@@ -216,7 +217,8 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
             return events
 
         e, name, event = calibrate_search(events_at, epsilon, delta, mean, shapes, bool(self.refit))
-        span_noise = event.score.noise_multiplier / n_val  # score noise std, in units of one unit's range
+        # the score's noise std, in units of one unit's score range
+        span_noise = event.score.noise_multiplier / n_val
         if span_noise > MAX_SCORE_NOISE:
             need = math.ceil(event.score.noise_multiplier / MAX_SCORE_NOISE)
             raise ValueError(f"the validation part ({n_val} units) is too small to "
@@ -244,7 +246,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ public
     def privacy_cost(self, n_samples, n_features):
-        """The whole search's cost on ``n_samples`` units of ``n_features`` columns, before any data.
+        """The search's cost on ``n_samples`` units of ``n_features`` columns, before any data.
 
         Returns a :class:`~dptensor.PrivacyCost` whose ``event`` is the
         :class:`~dptensor.accounting.PrivateSelectionEvent` a ``fit`` would record (candidates,
@@ -254,7 +256,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         return self._preview_plan(self._plan((int(n_samples), int(n_features))))
 
     def fit(self, X, y=None, *, groups=None):
-        """Run the private search on ``X`` (rows, or the index tuples of observed entries) and ``y``.
+        """Run the private search on ``X`` (rows, or index tuples of observed entries) and ``y``.
 
         ``groups`` is refused before any spend: a search by group (a split keeping each group
         whole, scores averaged per group over the public number of groups) is not built yet.
@@ -365,8 +367,8 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         best_index, best_score = None, -math.inf
         for _ in range(n_runs):
             index = int(rng.integers(len(settings.candidates)))
-            est = self._candidate(prefix, settings.candidates[index], settings.epsilon, settings.delta,
-                                  _seed(rng), overrides)
+            est = self._candidate(prefix, settings.candidates[index], settings.epsilon,
+                                  settings.delta, _seed(rng), overrides)
             est = est.fit(X[train], y[train]) if y is not None else est.fit(X[train])
             learner, Xv = est, X[val]
             if isinstance(est, Pipeline):
@@ -545,12 +547,13 @@ _SEARCH_DOC = """
 
 
 class PrivateGridSearchCV(_PrivateSearch):
-    __doc__ = ("""Private search over a grid of hyperparameters, with scikit-learn's search interface.
+    __doc__ = ("""Private search over a hyperparameter grid, with scikit-learn's interface.
 """ + _SEARCH_DOC.format(grid="""param_grid : dict or list of dicts
         As in ``GridSearchCV``: every combination is a candidate."""))
 
-    def __init__(self, estimator, param_grid, *, epsilon, delta=None, n_runs=None, validation_fraction=0.2,
-                 distribution="auto", refit=True, accountant=None, random_state=None, verbose=0):
+    def __init__(self, estimator, param_grid, *, epsilon, delta=None, n_runs=None,
+                 validation_fraction=0.2, distribution="auto", refit=True, accountant=None,
+                 random_state=None, verbose=0):
         self.estimator = estimator
         self.param_grid = param_grid
         self.epsilon = epsilon
@@ -568,7 +571,7 @@ class PrivateGridSearchCV(_PrivateSearch):
 
 
 class PrivateRandomizedSearchCV(_PrivateSearch):
-    __doc__ = ("""Private search over ``n_iter`` sampled settings, with scikit-learn's search interface.
+    __doc__ = ("""Private search over ``n_iter`` sampled settings, with scikit-learn's interface.
 
     The ``n_iter`` candidates are drawn first from ``param_distributions`` with
     ``ParameterSampler``, seeded by ``random_state``'s entropy (public, independent of the data);
@@ -578,9 +581,9 @@ class PrivateRandomizedSearchCV(_PrivateSearch):
     n_iter : int, default=10
         Number of candidates sampled."""))
 
-    def __init__(self, estimator, param_distributions, *, n_iter=10, epsilon, delta=None, n_runs=None,
-                 validation_fraction=0.2, distribution="auto", refit=True, accountant=None,
-                 random_state=None, verbose=0):
+    def __init__(self, estimator, param_distributions, *, n_iter=10, epsilon, delta=None,
+                 n_runs=None, validation_fraction=0.2, distribution="auto", refit=True,
+                 accountant=None, random_state=None, verbose=0):
         self.estimator = estimator
         self.param_distributions = param_distributions
         self.n_iter = n_iter
@@ -599,7 +602,8 @@ class PrivateRandomizedSearchCV(_PrivateSearch):
         key = (repr(self.param_distributions), self.n_iter, _public_seed(self.random_state))
         if getattr(self, "_sampled_key", None) != key:
             seed = key[2] if key[2] is not None else int(np.random.SeedSequence().entropy % 2**32)
-            self._sampled = list(ParameterSampler(self.param_distributions, self.n_iter, random_state=seed))
+            self._sampled = list(ParameterSampler(self.param_distributions, self.n_iter,
+                                                  random_state=seed))
             self._sampled_key = key
         return self._sampled
 
