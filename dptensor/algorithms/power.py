@@ -247,8 +247,7 @@ def noisy_power_method(operator, n_components: int, n_iter: int, rng: np.random.
             else:
                 step = _step_rounding(rounding, X)
                 Y = gaussian_release(Y, s, z[it - 1], rng, dtype=dtype, rounding=step)
-        # progress: public counts only
-        if verbose and (it == n_iter or it % max(1, n_iter // 10) == 0):
+        if verbose and (it == n_iter or it % max(1, n_iter // 10) == 0):  # public counts only
             print(f"[noisy_power_method] step {it}/{n_iter} done (d={d}, p={p})", flush=True)
         if it == n_iter:
             break
