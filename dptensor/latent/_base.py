@@ -56,23 +56,24 @@ def _stored_floats(X) -> int:
 class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
     """Base class: a subclass supplies its moments, its constants and how parameters map back.
 
-    Hooks (each a function of the data or of released values only). ``ctx`` is a dict local to
-    one fit (the prepared rows, the public bounds, released by-products such as a variance): it is
-    never stored on the estimator, so nothing unreleased outlives the fit, even a failed one.
+    Hooks (each a function of the data or of released values only). ``prepared`` is a dict local
+    to one fit (the prepared rows, the public bounds, released by-products such as a variance): it
+    is never stored on the estimator, so nothing unreleased outlives the fit, even a failed one.
 
     * ``_validate(X, reset)`` -> X (in memory, or a Dask array left lazy);
-    * ``_prepare(X, epsilon)`` -> ctx: checks the model's own parameters, prepares the rows, and
-      sets the public plan keys ``"power"`` (whether the whitening comes from the power method,
-      see :meth:`_use_power`) and ``"n_first"`` (the number of first-moment releases);
-    * ``_release_first(ctx, plan, rng)`` -> the released mean (it may leave other released
-      first-moment values in ctx);
-    * ``_release_whitening(ctx, mean, plan, rng)`` -> a
+    * ``_prepare(X, epsilon)`` -> ``prepared``: checks the model's own parameters, prepares the
+      rows, and sets the public plan keys ``"power"`` (whether the whitening comes from the power
+      method, see :meth:`_use_power`) and ``"n_first"`` (the number of first-moment releases);
+    * ``_release_first(prepared, plan, rng)`` -> the released mean (it may leave other released
+      first-moment values in ``prepared``);
+    * ``_release_whitening(prepared, mean, plan, rng)`` -> a
       :class:`~dptensor.algorithms.moments.Whitening` from the released second moment: Analyze Gauss
       on the d x d matrix, or :func:`~dptensor.algorithms.moments.power_subspace` (never d x d);
-    * ``_whitened_third(ctx, whitening, mean)`` -> ``(data, correction, sensitivity, rounding)``
-      (``rounding``: the data part's :class:`~dptensor.mechanisms.Rounding`);
-    * ``_recover(ctx, components, eigenvalues, whitening, mean)`` sets the fitted attributes;
-    * ``_refine(ctx, rows)``, only without privacy: improves them on the data (default: nothing).
+    * ``_whitened_third(prepared, whitening, mean)`` -> ``(data, correction, sensitivity,
+      rounding)`` (``rounding``: the data part's :class:`~dptensor.mechanisms.Rounding`);
+    * ``_recover(prepared, components, eigenvalues, whitening, mean)`` sets the fitted attributes;
+    * ``_refine(prepared, rows)``, only without privacy: improves them on the data (default:
+      nothing).
     """
 
     _unit = "row"  # the privacy unit, as named in warnings
@@ -103,8 +104,8 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         return d > self._dense_max(private)
 
     def _context(self, X, rows, epsilon, **extra) -> dict:
-        """A fit's ctx: the prepared rows and the public keys the plan reads (from the shape only);
-        one first-moment release (the mean) unless the model says more."""
+        """A fit's ``prepared`` dict: the prepared rows and the public keys the plan reads (from
+        the shape only); one first-moment release (the mean) unless the model says more."""
         n, d = X.shape
         private = bool(np.isfinite(epsilon))
         return {"rows": rows, "n": n, "d": d, "private": private,
@@ -114,17 +115,18 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         """``whitening="auto"``: the largest d whose d x d second moment is formed."""
         return MAX_DENSE_FEATURES
 
-    def _noise_plan(self, ctx, k, epsilon, delta):
+    def _noise_plan(self, prepared, k, epsilon, delta):
         """The fit's method and noise plan, from public parameters and the data's shape only."""
         # "auto": one perturbation of the k^3 tensor (noise of operator norm ~1.7 sqrt(k) z s)
         # beats k L (R+1) noisy power queries (each ~sqrt(k) z s sqrt(k L (R+1))) at row level.
         method = "perturb" if self.method == "auto" else self.method
-        n_power = auto_n_iter(ctx["d"], True) if ctx["power"] and np.isfinite(epsilon) else 0
+        power = prepared["power"] and np.isfinite(epsilon)
+        n_power = auto_n_iter(prepared["d"], True) if power else 0
         n_third = n_third_queries(method, k, self.n_restarts, self.n_iter)
-        return method, plan_noise(epsilon, delta, n_third, n_power, ctx["n_first"],
-                                  self._shares(ctx, k))
+        return method, plan_noise(epsilon, delta, n_third, n_power, prepared["n_first"],
+                                  self._shares(prepared, k))
 
-    def _shares(self, ctx, k):
+    def _shares(self, prepared, k):
         """How the fit splits its Gaussian-DP budget (public: the shape and the parameters only);
         ``None`` takes :data:`~dptensor.algorithms.moments.SHARES`."""
         return None
@@ -152,13 +154,13 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
 
     def _check_data(self, X) -> FitData:
         """X validated (a seeded fit's noise is keyed by the validated counts) and its rows
-        prepared (``extra``: the fit's ctx, see the class doc), before the spend."""
+        prepared (``extra``: the fit's ``prepared`` dict, see the class doc), before the spend."""
         X = self._validate(X, reset=True)
         self._check_common(X.shape[1])
         epsilon, delta = self._privacy_target()
-        ctx = self._prepare(X, epsilon)
+        prepared = self._prepare(X, epsilon)
         self._check_delta_for(X.shape[0], epsilon, delta, unit=self._unit)
-        return FitData(arrays=(X,), shape=X.shape, extra=ctx)
+        return FitData(arrays=(X,), shape=X.shape, extra=prepared)
 
     def _plan_for(self, data: FitData) -> FitPlan:
         X = data.arrays[0]
@@ -182,23 +184,23 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
                        settings=LatentSettings(k, method, noise))
 
     def _release(self, data: FitData, plan: FitPlan, rng) -> None:
-        """Release the moments, whiten, decompose and map back (``ctx``: the prepared rows)."""
-        ctx, settings = data.extra, plan.settings
+        """Release the moments, whiten, decompose and map back (``prepared``: see the class doc)."""
+        prepared, settings = data.extra, plan.settings
         noise = settings.noise
-        mean = self._release_first(ctx, noise, rng)
-        whitening = self._release_whitening(ctx, mean, noise, rng)
-        tensor, correction, sensitivity, rounding = self._whitened_third(ctx, whitening, mean)
-        rows = ctx.pop("rows")  # no release reads the data after this one
+        mean = self._release_first(prepared, noise, rng)
+        whitening = self._release_whitening(prepared, mean, noise, rng)
+        tensor, correction, sensitivity, rounding = self._whitened_third(prepared, whitening, mean)
+        rows = prepared.pop("rows")  # no release reads the data after this one
         components, eigenvalues = decompose_whitened(
             tensor, correction, settings.n_components, sensitivity=sensitivity,
             rounding=rounding, plan=noise, method=settings.method, n_restarts=self.n_restarts,
             n_iter=self.n_iter, rng=rng, verbose=self.verbose, frobenius=self._frobenius)
         self.method_ = settings.method if noise.private else "exact"
-        self.whitening_ = "power" if ctx["power"] else "dense"
+        self.whitening_ = "power" if prepared["power"] else "dense"
         self.n_samples_ = data.shape[0]
-        self._recover(ctx, components, eigenvalues, whitening, mean)
+        self._recover(prepared, components, eigenvalues, whitening, mean)
         if not noise.private:  # a non-private fit (epsilon = inf) may refine its estimate
-            self._refine(ctx, rows)
+            self._refine(prepared, rows)
 
     #: Copies of the rows a fit makes after its spend (the prepared rows are made before it).
     _row_copies = 0
@@ -223,17 +225,17 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         power = self._use_power(d, bool(np.isfinite(self.epsilon)))
         return self._fit_memory(n, d, self._check_common(d), power, n * d)
 
-    def _refine(self, ctx, rows):
+    def _refine(self, prepared, rows):
         """Non-private refinement of the fitted parameters (a model may define one); none here."""
 
     @staticmethod
-    def _reduce(ctx, partial, *args):
+    def _reduce(prepared, partial, *args):
         """``partial(rows, *args)`` (a tuple of sums over rows), in memory (in float64:
         :func:`float64_reduce`) or over a Dask array's row chunks (one reduction: only the sums
         reach the client)."""
-        if is_dask_array(ctx["rows"]):
-            return reduce_row_chunks(ctx["rows"], partial, *args)
-        return float64_reduce(ctx["rows"], partial, *args)
+        if is_dask_array(prepared["rows"]):
+            return reduce_row_chunks(prepared["rows"], partial, *args)
+        return float64_reduce(prepared["rows"], partial, *args)
 
     @staticmethod
     def _positive(eigenvalues):

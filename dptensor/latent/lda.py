@@ -475,11 +475,11 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
                              "powers overflow); some have more: drop them first")
         return C
 
-    def _shares(self, ctx, k):
+    def _shares(self, prepared, k):
         # error contributions: the pair moment's noise moves the k(d-k) coordinates of the top
         # subspace, the third moment's the k^2 of the whitened topics; with errors a_j/sqrt(s_j)
         # and a_j ~ sqrt(dof_j), s_j ~ a_j^(2/3) ~ dof_j^(1/3) minimises their sum
-        ratio = (max(ctx["d"] - k, 1) / k) ** (1.0 / 3.0)
+        ratio = (max(prepared["d"] - k, 1) / k) ** (1.0 / 3.0)
         rest = 1.0 - LDA_FIRST_SHARE
         return {"first": LDA_FIRST_SHARE, "second": rest * ratio / (1.0 + ratio),
                 "third": rest / (1.0 + ratio)}
@@ -524,22 +524,22 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         return self._context(X, X, epsilon, clip=clip, n_first=2 if clip else 1,
                              c=self.alpha0 / (self.alpha0 + 1.0))
 
-    def _release_first(self, ctx, plan, rng):
+    def _release_first(self, prepared, plan, rng):
         """The clipping bounds (a released scale) and the mean of the clipped ``c / l``."""
-        n, d, clip = ctx["n"], ctx["d"], ctx["clip"]
+        n, d, clip = prepared["n"], prepared["d"], prepared["clip"]
         tau1 = tau2 = None
         if clip:
-            (total,) = self._reduce(ctx, _scale_sums)
+            (total,) = self._reduce(prepared, _scale_sums)
             # every ||E2(c)||_F >= 1/d (its d^2 entries sum to 1): a public floor for a noisy scale
             # each document's ||E2(c)||_F / n lies in [1 / (d n), 1 / n]
             nu = max(float(release(np.float64(total / n), 1.0 / n, plan.z_first[0], rng,
                                    rounding=rounding(1.0, n))), 1.0 / d)
             # clip * clip, not clip**2: a huge doc_clip gives inf (no clipping), never OverflowError
             tau1, tau2 = min(1.0, clip * np.sqrt(nu)), min(1.0, clip * clip * nu)
-        ctx["tau"] = tau = (tau1, tau2)
-        total, pairs = self._reduce(ctx, _moment_sums, tau, not ctx["power"])
-        if not ctx["power"]:  # computed in the same pass; released next, by Analyze Gauss
-            ctx["second"] = pairs / n
+        prepared["tau"] = tau = (tau1, tau2)
+        total, pairs = self._reduce(prepared, _moment_sums, tau, not prepared["power"])
+        if not prepared["power"]:  # computed in the same pass; released next, by Analyze Gauss
+            prepared["second"] = pairs / n
         # each document's s_c c / (l n) is non-negative, of norm <= tau_1 / n
         mean = release(total / n, DOCUMENT_SENSITIVITY * (tau1 or 1.0) / n, plan.z_first[-1], rng,
                        rounding=rounding(tau1 or 1.0, n))
@@ -551,18 +551,18 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
             raise ValueError(f"no document has {MIN_DOCUMENT_LENGTH} words or more: a fit without "
                              "privacy has no moments to learn from (a private fit releases noise)")
         floor = min(tau1, tau2) if clip else 1.0 / n
-        ctx["weight"] = float(np.clip(np.sum(mean), floor, 1.0))
-        return mean / ctx["weight"]
+        prepared["weight"] = float(np.clip(np.sum(mean), floor, 1.0))
+        return mean / prepared["weight"]
 
-    def _release_whitening(self, ctx, mean, plan, rng):
+    def _release_whitening(self, prepared, mean, plan, rng):
         """From the clipped pair moment: Analyze Gauss (d x d) or power steps (d x 2k, 2k x 2k)."""
-        n, d, k, c = ctx["n"], ctx["d"], self.n_components, ctx["c"]
-        tau, weight = ctx["tau"], ctx["weight"]
+        n, d, k, c = prepared["n"], prepared["d"], self.n_components, prepared["c"]
+        tau, weight = prepared["tau"], prepared["weight"]
         sensitivity = DOCUMENT_SENSITIVITY * (tau[1] or 1.0) / n
         summands = PAIR_PARTS_RATIO * (tau[1] or 1.0)  # n documents' |pair summands|, over n
-        if not ctx["power"]:  # released, then divided by the public weight (post-processing)
+        if not prepared["power"]:  # released, then divided by the public weight (post-processing)
             analyze = whitening_roundings(n, d, min(2 * k, d), summands)[0]
-            second = release_second(ctx.pop("second"), sensitivity, plan, rng, frobenius=True,
+            second = release_second(prepared.pop("second"), sensitivity, plan, rng, frobenius=True,
                                     rounding=analyze) / weight
             sensitivity /= weight  # the divided matrix's, which the noise map below describes
             # off the diagonal the noise has std z s / sqrt(2), and so has each entry of E u
@@ -576,11 +576,11 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
             return whiten(V.T @ second @ V - c * np.outer(Vm, Vm), k, rng, basis=V, noise=noise,
                           basis_values=values)
         # M2 Q = E2 Q - c m (m^T Q): the mean is released, so only E2 Q depends on the documents
-        if is_dask_array(ctx["rows"]):  # each product: one reduction over the chunks
+        if is_dask_array(prepared["rows"]):  # each product: one reduction over the chunks
             def pair(Q):
-                return self._reduce(ctx, _pair_products, Q, tau)[0]
+                return self._reduce(prepared, _pair_products, Q, tau)[0]
         else:  # in memory the per-document weights are computed once
-            parts = _pair_parts(ctx["rows"], tau)
+            parts = _pair_parts(prepared["rows"], tau)
 
             def pair(Q):
                 return _pair_apply(parts, Q)
@@ -592,25 +592,25 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
                                                   offset=c * float(mean @ mean))
         V, P = power_subspace(operator, k, plan, rng, step_sensitivity=sensitivity,
                               projection_sensitivity=sensitivity, step_rounding=step,
-                              projection_rounding=projection, few_passes=is_dask_array(ctx["rows"]),
-                              frobenius=True)
+                              projection_rounding=projection,
+                              few_passes=is_dask_array(prepared["rows"]), frobenius=True)
         # the subspace's noise is mostly the last power step's (it holds the largest share)
         return whiten(P, k, rng, basis=V,
                       noise=plan.z_second[-2] * sensitivity if plan.private else 0.0)
 
-    def _whitened_third(self, ctx, whitening, mean):
-        n, c, W = ctx["n"], ctx["c"], whitening.W
+    def _whitened_third(self, prepared, whitening, mean):
+        n, c, W = prepared["n"], prepared["c"], whitening.W
         k = W.shape[1]
         u = W.T @ mean
         # every whitened triple term has norm <= beta_c <= r^3 (r = max ||w_i||); beta_c^(1/3) is
         # about the document's mean of ||w_i|| over its words, whose mean over documents is M1 . rho
         rho = np.linalg.norm(W, axis=1)
         bound = float(np.max(rho))
-        if ctx["clip"]:
-            bound = min(ctx["clip"] * max(float(mean @ rho), float(np.min(rho))), bound)
-        cube, Z, s = self._reduce(ctx, _triple_sums, W, ctx["tau"],
-                                  bound**3 if ctx["clip"] else None)
-        total = n * ctx["weight"]  # the weight is public: the sensitivity is divided by it too
+        if prepared["clip"]:
+            bound = min(prepared["clip"] * max(float(mean @ rho), float(np.min(rho))), bound)
+        cube, Z, s = self._reduce(prepared, _triple_sums, W, prepared["tau"],
+                                  bound**3 if prepared["clip"] else None)
+        total = n * prepared["weight"]  # the weight is public: the sensitivity is divided by it too
         data = (cube - sym3(np.einsum("ia,ib,ic->abc", W, W, Z, optimize=True))
                 + 2.0 * np.einsum("i,ia,ib,ic->abc", s, W, W, W, optimize=True)) / total
         a0 = float(self.alpha0)
@@ -618,13 +618,13 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         Q = np.eye(k) + c * np.outer(u, u)
         correction = (-a0 / (a0 + 2.0) * sym3(Q[:, :, None] * u[None, None, :])
                       + 2.0 * a0**2 / ((a0 + 1.0) * (a0 + 2.0)) * np.einsum("a,b,c->abc", u, u, u))
-        sensitivity = row_sensitivity(bound, n) / ctx["weight"] if ctx["private"] else 0.0
+        sensitivity = row_sensitivity(bound, n) / prepared["weight"] if prepared["private"] else 0.0
         # a document's three parts, by absolute value, are at most TRIPLE_PARTS_RATIO bound^3
         # (at most 10 r^3 >= 10 bound^3 unclipped, S_j <= l r^j); the words' sums add 2 d steps
-        parts = TRIPLE_PARTS_RATIO * bound**3 / ctx["weight"]
-        return data, correction, sensitivity, rounding(parts, n, 2 * ctx["d"])
+        parts = TRIPLE_PARTS_RATIO * bound**3 / prepared["weight"]
+        return data, correction, sensitivity, rounding(parts, n, 2 * prepared["d"])
 
-    def _recover(self, ctx, components, eigenvalues, whitening, mean):
+    def _recover(self, prepared, components, eigenvalues, whitening, mean):
         a0 = float(self.alpha0)
         lam = self._positive(eigenvalues)
         weight = (2.0 / ((a0 + 2.0) * lam)) ** 2  # alpha_i / (alpha0 (alpha0 + 1))
@@ -642,7 +642,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         self.components_ = np.where(sums > 0, topics / np.where(sums > 0, sums, 1.0), 1.0 / d)
         self.alpha_ = weight * a0 * (a0 + 1.0)
 
-    def _refine(self, ctx, rows):
+    def _refine(self, prepared, rows):
         """``refine_iter`` EM steps from the spectral topics (without privacy only).
 
         E-step: each document's proportions by :meth:`transform`'s fixed point with the current
@@ -652,10 +652,10 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         """
         if not self.refine_iter:
             return
-        ctx = {"rows": rows}
+        prepared = {"rows": rows}
         Phi, alpha = self.components_, np.maximum(self.alpha_, 0.0)
         for _ in range(self.refine_iter):
-            (counts,) = self._reduce(ctx, _em_sums, Phi, alpha, self.max_transform_iter)
+            (counts,) = self._reduce(prepared, _em_sums, Phi, alpha, self.max_transform_iter)
             Phi = np.maximum(Phi, _TINY) * counts + 1.0 / Phi.shape[0]
             Phi /= Phi.sum(axis=1, keepdims=True)
         self.components_ = Phi
