@@ -27,7 +27,8 @@ from .accounting.events import NonPrivateEvent, PrivacyEvent
 from ._guards import fixed_floating_point
 from .exceptions import PrivacyWarning
 from ._memory import check_fits
-from .mechanisms.randomness import data_digest, digest_bytes, fingerprint, seed_entropy, spend_generator
+from .mechanisms.randomness import (data_digest, digest_bytes, fingerprint, seed_entropy,
+                                    spend_generator)
 from ._validation import check_delta_for_n, check_groups, check_privacy
 
 __all__ = ["PrivacyCost", "PrivacyWarning", "PrivateEstimatorMixin", "NO_PRIVACY_COST", "FitPlan",
@@ -109,8 +110,8 @@ class SearchTag:
 
     ``unit`` is the privacy unit's kind (``"row"``; ``"observed value"`` for completion), the unit
     the search splits into training and validation parts; ``score_bound`` the parameter that bounds
-    one unit's score (``"data_norm"``, ``"value_range"``); ``indices``: ``X`` holds index tuples into
-    a tensor of the public ``shape`` parameter (``y`` the values there), not feature rows.
+    one unit's score (``"data_norm"``, ``"value_range"``); ``indices``: ``X`` holds index tuples
+    into a tensor of the public ``shape`` parameter (``y`` the values there), not feature rows.
     """
 
     unit: str = "row"
@@ -118,8 +119,9 @@ class SearchTag:
     indices: bool = False
 
 
-#: Random generators a caller may pass as ``random_state``: never pickled or copied with an estimator.
-_GENERATORS = (np.random.Generator, np.random.RandomState, np.random.BitGenerator, np.random.SeedSequence)
+#: Generators a caller may pass as ``random_state``: never pickled or copied with an estimator.
+_GENERATORS = (np.random.Generator, np.random.RandomState, np.random.BitGenerator,
+               np.random.SeedSequence)
 
 #: Parameters that change neither what a fit releases nor how: left out of a spend's fingerprint.
 _NOT_PUBLIC_DESCRIPTION = ("accountant", "random_state", "verbose")
@@ -233,7 +235,8 @@ class PrivateEstimatorMixin:
         may find it elsewhere, say on the estimator it searches)."""
         return self.accountant
 
-    def _check_delta_for(self, n_samples: int, epsilon: float, delta: float, unit: str = "row") -> None:
+    def _check_delta_for(self, n_samples: int, epsilon: float, delta: float,
+                         unit: str = "row") -> None:
         """Warn when ``delta >= 1/n`` for a private fit on ``n`` records (before the spend)."""
         check_delta_for_n(delta, int(n_samples), epsilon, unit)
 
@@ -268,7 +271,8 @@ class PrivateEstimatorMixin:
         return codes, n_groups
 
     def __repr__(self, N_CHAR_MAX=700):
-        # epsilon is always shown, even at its default: a reader of the repr must see the privacy level.
+        # epsilon is always shown, even at its default: a reader of the repr must see the
+        # privacy level.
         text = super().__repr__(N_CHAR_MAX=N_CHAR_MAX)
         default = inspect.signature(type(self).__init__).parameters["epsilon"].default
         if get_config()["print_changed_only"] and repr(self.epsilon) == repr(default):
@@ -294,8 +298,8 @@ class PrivateEstimatorMixin:
 
         The generator is keyed by ``entropy`` (from :meth:`_entropy`), the spend's ledger position
         and the fit's public description, and, for a seeded fit, by a digest of ``data`` (every
-        array the fit reads: see :mod:`dptensor.mechanisms.randomness`), so no two spends draw the same
-        noise unless they are the same seeded fit of the same data. It is the caller's local:
+        array the fit reads: see :mod:`dptensor.mechanisms.randomness`), so no two spends draw the
+        same noise unless they are the same seeded fit of the same data. It is the caller's local:
         never store it on the estimator.
 
         ``memory`` is ``(bytes, advice)``: the fit's peak allocation, an upper bound from public
@@ -329,7 +333,8 @@ class PrivateEstimatorMixin:
             warnings.warn(f"{name} released its fit without a privacy guarantee ({event.reason}); "
                           "it costs epsilon=inf. Set a finite epsilon for a private fit.",
                           PrivacyWarning, stacklevel=3)
-        params = {k: v for k, v in self.get_params(deep=False).items() if k not in _NOT_PUBLIC_DESCRIPTION}
+        params = {k: v for k, v in self.get_params(deep=False).items()
+                  if k not in _NOT_PUBLIC_DESCRIPTION}
         # The event holds every noise multiplier, the delta the accountant's: two fits whose noise
         # differs only in scale (one seed, two accountants' deltas) would cancel it in a ratio.
         # Clones share a seed: their data tells them apart.
@@ -342,7 +347,7 @@ class PrivateEstimatorMixin:
 
     def _preview(self, event, *, delta: float, noise_multiplier: float = 0.0, n_queries: int = 0,
                  calibration: str = "none") -> PrivacyCost:
-        """The :class:`PrivacyCost` a fit planning ``event`` would record, computed without data or spend.
+        """The :class:`PrivacyCost` a fit planning ``event`` would record, without data or spend.
 
         ``event=None`` is a non-private fit. The cost is reported at the accountant's delta when
         there is one (as a fit's ledger entry is), else at ``delta``.
@@ -390,8 +395,9 @@ class PrivateEstimatorMixin:
         """Refuse to continue a stream whose working state was left behind by a pickle or a copy."""
         if getattr(self, "_stream_detached", False):
             raise RuntimeError(
-                f"this {type(self).__name__} was pickled or copied while its stream was open. A stream's "
-                "working state (its noise generator, the rows of its unfinished block and their unnoised "
-                "sums) is not private, so it is never saved, and this copy cannot continue the stream. "
-                "Its fitted attributes are usable as they are; call fit (or partial_fit on a fresh "
-                "estimator) to start a new stream, which records a new cost.")
+                f"this {type(self).__name__} was pickled or copied while its stream "
+                "was open. A stream's working state (its noise generator, the rows of "
+                "its unfinished block and their unnoised sums) is not private, so it "
+                "is never saved, and this copy cannot continue the stream. Its fitted "
+                "attributes are usable as they are; call fit (or partial_fit on a "
+                "fresh estimator) to start a new stream, which records a new cost.")

@@ -28,7 +28,8 @@ def check_privacy(epsilon, delta, accountant=None, *, gaussian=True) -> tuple[fl
     With Gaussian noise and a finite epsilon, delta must be > 0.
     """
     if accountant is not None and not isinstance(accountant, PrivacyAccountant):
-        raise TypeError(f"accountant must be a PrivacyAccountant or None, got {type(accountant).__name__}")
+        raise TypeError("accountant must be a PrivacyAccountant or "
+                        f"None, got {type(accountant).__name__}")
     epsilon = check_epsilon(epsilon)
     if delta is None:
         delta = accountant.delta if accountant is not None else DEFAULT_DELTA
@@ -54,9 +55,10 @@ def check_delta_for_n(delta: float, n_samples: int, epsilon: float, unit: str = 
     import warnings
 
     if math.isfinite(epsilon) and n_samples > 0 and delta >= 1.0 / n_samples:
-        warnings.warn(f"delta={delta:g} is not below 1/n = 1/{n_samples} ({1.0 / n_samples:.3g}) for these "
-                      f"n={n_samples} {unit}s: a mechanism that publishes one {unit} at random in the clear "
-                      f"meets (0, 1/n)-DP, so delta should be well below 1/n (e.g. 1/n^2 or less)",
+        warnings.warn(f"delta={delta:g} is not below 1/n = 1/{n_samples} "
+                      f"({1.0 / n_samples:.3g}) for these n={n_samples} {unit}s: a "
+                      f"mechanism that publishes one {unit} at random in the clear meets "
+                      "(0, 1/n)-DP, so delta should be well below 1/n (e.g. 1/n^2 or less)",
                       PrivacyWarning, stacklevel=4)
 
 
@@ -69,7 +71,7 @@ def check_positive_int(value, name, minimum=1) -> int:
 
 
 def check_verbose(verbose) -> int:
-    """An int >= 0 (a bool is refused: ``verbose=True`` is almost always meant as 1, but says less)."""
+    """An int >= 0 (a bool is refused: ``verbose=True`` almost always means 1, but says less)."""
     if isinstance(verbose, bool) or not isinstance(verbose, numbers.Integral):
         raise TypeError(f"verbose must be an int >= 0, got {verbose!r}")
     if verbose < 0:
@@ -77,17 +79,18 @@ def check_verbose(verbose) -> int:
     return int(verbose)
 
 
-# data_norm^3 (a third moment's sensitivity) stays a normal float64, with room for the noise multiplier.
+# data_norm^3 (a third moment's sensitivity) stays a normal float64,
+# with room for the noise multiplier.
 DATA_NORM_RANGE = (1e-90, 1e90)
 
 
 def check_data_norm(data_norm, epsilon, name="data_norm"):
-    """Row-level privacy needs a public bound on row norms; ``None`` is allowed only without privacy."""
+    """Row-level privacy needs a public bound on row norms; ``None`` only without privacy."""
     if data_norm is None:
         if math.isfinite(epsilon):
-            raise ValueError(f"{name} is required when epsilon is finite: rows are clipped to this l2 norm "
-                             "and the noise is calibrated to it. Choose it from public knowledge, not "
-                             "from the data.")
+            raise ValueError(f"{name} is required when epsilon is finite: rows are "
+                             "clipped to this l2 norm and the noise is calibrated to "
+                             "it. Choose it from public knowledge, not from the data.")
         return None
     if isinstance(data_norm, bool) or not isinstance(data_norm, numbers.Real) or not (
             data_norm > 0 and math.isfinite(data_norm)):
@@ -95,8 +98,9 @@ def check_data_norm(data_norm, epsilon, name="data_norm"):
     if not DATA_NORM_RANGE[0] <= data_norm <= DATA_NORM_RANGE[1]:
         # Checked here, before the spend: the sensitivities are powers of it (up to the cube), and
         # one that over- or underflows would fail the fit after the spend, losing its budget.
-        raise ValueError(f"{name} must lie in [{DATA_NORM_RANGE[0]:g}, {DATA_NORM_RANGE[1]:g}] (its "
-                         f"powers enter the noise scales); rescale the data, got {data_norm!r}")
+        raise ValueError(f"{name} must lie in [{DATA_NORM_RANGE[0]:g}, "
+                         f"{DATA_NORM_RANGE[1]:g}] (its powers enter the "
+                         f"noise scales); rescale the data, got {data_norm!r}")
     return float(data_norm)
 
 
@@ -117,25 +121,27 @@ def check_numeric_array(X, name="X", allow_nd=False, ensure_2d=True):
         try:
             A = np.asarray(X)
         except (ValueError, TypeError):
-            raise ValueError(f"{name} must be a 2-D array of numbers (rows of equal length)") from None
+            raise ValueError(
+                f"{name} must be a 2-D array of numbers (rows of equal length)") from None
     kind = A.dtype.kind
     if kind in "OUS":  # numbers held as objects or as text convert, as scikit-learn's would
         try:
             kind = A.astype(np.float64).dtype.kind
         except TypeError:  # an entry that is no number at all (numpy's words, none of its values)
-            raise TypeError(f"{name} must hold real numbers: float() argument must be a string or a "
-                            "real number, and some entry is neither") from None
+            raise TypeError(f"{name} must hold real numbers: float() argument must be "
+                            "a string or a real number, and some entry is neither") from None
         except ValueError:
             pass
     if kind == "c":  # scikit-learn's words, without its print of the array
-        raise ValueError(f"Complex data not supported: {name} must hold real numbers (dtype {A.dtype})")
+        raise ValueError(f"Complex data not supported: {name} must "
+                         f"hold real numbers (dtype {A.dtype})")
     if kind not in "biuf":
-        raise ValueError(f"{name} must hold real numbers, and some entries are not (dtype {A.dtype}); "
-                         "raw text goes through a vectorizer first")
+        raise ValueError(f"{name} must hold real numbers, and some entries are not "
+                         f"(dtype {A.dtype}); raw text goes through a vectorizer first")
     if ensure_2d and A.ndim != 2 and not (allow_nd and A.ndim > 2):
-        raise ValueError(f"{name} must be 2-D (one row per sample), got shape {A.shape}. Reshape your "
-                         f"data: a single sample is {name}.reshape(1, -1), a single feature "
-                         f"{name}.reshape(-1, 1)")
+        raise ValueError(f"{name} must be 2-D (one row per sample), got shape {A.shape}. "
+                         f"Reshape your data: a single sample is {name}.reshape(1, -1), "
+                         f"a single feature {name}.reshape(-1, 1)")
     return X
 
 
@@ -245,8 +251,8 @@ def check_symmetric_tensor(T, *, symmetrize=False, rtol=1e-10, name="X") -> np.n
     # Two adjacent transpositions generate all 6 permutations: checking them checks every symmetry.
     for axes in ((1, 0, 2), (0, 2, 1)):
         if np.max(np.abs(T - T.transpose(axes))) > tol:
-            raise ValueError(f"{name} is not a symmetric tensor (it changes under transposing axes {axes}); "
-                             "pass symmetrize=True to use its symmetric part")
+            raise ValueError(f"{name} is not a symmetric tensor (it changes under transposing "
+                             f"axes {axes}); pass symmetrize=True to use its symmetric part")
     return T
 
 
@@ -265,7 +271,8 @@ def check_random_generator(random_state) -> np.random.Generator:
         return np.random.default_rng(random_state.randint(0, 2**31 - 1, size=4))
     if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
         return np.random.default_rng(int(random_state))
-    raise TypeError(f"random_state must be None, an int, a RandomState or a Generator, got {random_state!r}")
+    raise TypeError("random_state must be None, an int, a RandomState "
+                    f"or a Generator, got {random_state!r}")
 
 
 def check_groups(groups, n_rows: int):

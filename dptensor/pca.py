@@ -19,8 +19,6 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._base import FitData, FitPlan, PrivateEstimatorMixin
 from .algorithms.dask import RowChunks, check_dask_array, is_dask_array
-from .algorithms.exact import exact_memory
-from .algorithms.exact_entries import DIGITS
 from ._memory import FLOAT, check_fits
 from ._validation import (
     check_data_norm,
@@ -39,7 +37,7 @@ from .accounting import (
 )
 from .accounting.calibration import paper_noisy_power_sigma
 from .algorithms.pca_fit import _last, entry_matrix_fit, exact_rows_fit, float_rows_fit
-from .algorithms.pca_fit import grouped_rows_fit
+from .algorithms.pca_fit import fit_memory, grouped_rows_fit
 from .algorithms.power import (
     MAX_DENSE_FEATURES,
     MEAN_SHARE,
@@ -432,26 +430,11 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
 
     @staticmethod
     def _fit_memory(settings, n_rows, d, grouped=False):
-        """``(bytes, advice)``: the fit's peak allocation from its shape, an upper bound in float64.
-
-        The rows' clipped and centred copy (``n_rows`` at once: all of them, one chunk of a
-        stream, none for Dask or a precomputed matrix), then the d x d matrix of Analyze Gauss
-        with its noise and eigendecomposition, or the power method's n x p and d x p products.
-        """
-        n, p = n_rows or 0, settings.p
-        rows = n * d + 4 * n
-        if settings.method == "analyze_gauss":
-            peak, columns = rows + 6 * d * d, d
-            advice = "Use method='power' (O(d p) memory), or fewer features"
-        else:
-            peak, columns = rows + n * p * 2 + 12 * d * p + 4 * d, p
-            advice = "Use fewer components or rows at once (partial_fit in chunks, or a Dask array)"
-        exact = exact_memory(n, d, columns) if settings.private else 0  # the exact sums' grid rows
-        if settings.private and settings.precomputed and settings.method == "power":
-            exact += (DIGITS + 1) * d * d * FLOAT  # the exact entry products' digits
-        if grouped:  # the group-scaled copy of the grid rows and the split power products
-            exact += (n * d + 4 * n + 4 * n * p) * FLOAT
-        return peak * FLOAT + exact, advice
+        """``(bytes, advice)``: the fit's peak allocation from its shape (see
+        :func:`~dptensor.algorithms.pca_fit.fit_memory`)."""
+        return fit_memory(n_rows, d, p=settings.p, method=settings.method,
+                          private=settings.private, precomputed=settings.precomputed,
+                          grouped=grouped)
 
     def _memory_estimate(self, n_samples, n_features):
         """``(bytes, advice)`` of a ``fit`` on ``n_samples`` x ``n_features`` data (no data

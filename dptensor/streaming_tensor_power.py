@@ -50,7 +50,7 @@ class StreamSettings:
 
 
 def _is_batch_iterable(X) -> bool:
-    """An iterable of batches (a generator, an iterator, a custom iterable), as opposed to one array.
+    """An iterable of batches (a generator, an iterator, a custom iterable), not one array.
 
     Arrays, lists and tuples (array-likes of rows), sparse matrices and data frames are one array.
     """
@@ -163,7 +163,8 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
     >>> V = np.linalg.qr(rng.standard_normal((8, 2)))[0].T          # two orthonormal rows
     >>> H = rng.exponential(size=(30000, 2)) - 1.0                  # skewed, zero mean
     >>> X = H @ V
-    >>> est = StreamingTensorPower(2, n_restarts=5, n_iter=5, batch_size=3000, random_state=0).fit(X)
+    >>> est = StreamingTensorPower(2, n_restarts=5, n_iter=5, batch_size=3000,
+    ...                            random_state=0).fit(X)
     >>> est.components_.shape, est.n_samples_seen_
     ((2, 8), 30000)
     >>> bool(np.all(np.max(np.abs(est.components_ @ V.T), axis=1) > 0.97))
@@ -190,7 +191,7 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
     # ------------------------------------------------------------------ fitting
 
     def fit(self, X, y=None, *, groups=None):
-        """Stream ``X`` from a fresh state: an array (n_samples, n_features), or an iterable of such batches.
+        """Stream ``X`` from a fresh state: an array (n_samples, n_features) or an iterable of them.
 
         A list or tuple is one array of rows; pass ``iter(batches)`` or a generator to stream
         batches. A finite array, or an iterable that can be iterated again, is cycled up to
@@ -254,8 +255,8 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
             event, sensitivity = GaussianEvent(z, 1), block_sensitivity(data_norm, n, L)
         else:
             event, z, sensitivity = NonPrivateEvent("epsilon=inf"), 0.0, 0.0
-        settings = StreamSettings(n_features=d, n_components=k, n_restarts=L, n_iter=R, batch_size=n,
-                                  data_norm=data_norm, sensitivity=sensitivity,
+        settings = StreamSettings(n_features=d, n_components=k, n_restarts=L, n_iter=R,
+                                  batch_size=n, data_norm=data_norm, sensitivity=sensitivity,
                                   max_passes=check_positive_int(self.max_passes, "max_passes"))
         memory = self._memory_estimate(n_rows if chunk_rows is None else chunk_rows, d)
         return FitPlan(event=event, delta=delta, noise_multiplier=z, n_queries=1,
@@ -367,7 +368,8 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         ``(k, L, R, n, epsilon, delta, data_norm)``."""
         k = check_positive_int(self.n_components, "n_components")
         if k > d:
-            raise ValueError(f"n_components={k} must be <= n_features={d}: the components are orthonormal")
+            raise ValueError(f"n_components={k} must be <= n_features={d}: "
+                             "the components are orthonormal")
         L = check_positive_int(self.n_restarts, "n_restarts")
         R = check_positive_int(self.n_iter, "n_iter")
         if isinstance(self.batch_size, str) and self.batch_size == "auto":
@@ -419,9 +421,9 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         k, _, R, n, epsilon, delta, _ = self._check_params(d, n_rows)
         self._check_delta_for(n_rows, epsilon, delta)  # a stream of known length: its n is public
         if n_rows * passes < k * R * n:
-            raise ValueError(f"n_samples = {n_rows} is too few (over max_passes={passes}): the method "
-                             f"needs n_components * n_iter * batch_size = {k * R * n} rows. Pass more rows, "
-                             "or a smaller batch_size or n_iter")
+            raise ValueError(f"n_samples = {n_rows} is too few (over max_passes={passes}): the "
+                             f"method needs n_components * n_iter * batch_size = {k * R * n} "
+                             "rows. Pass more rows, or a smaller batch_size or n_iter")
 
     def _key(self):
         """The parameters a running stream depends on: changing one mid-stream is refused.
@@ -433,13 +435,14 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
 
     def _check_continuation(self, stream):
         if stream.closed:
-            raise RuntimeError("this private stream was closed by fit: feeding it more rows could put a row "
-                               "in a second block (say a second pass over the same data), which the privacy "
-                               "guarantee does not cover. Call fit again for a new stream (a new cost), "
-                               "or stream with partial_fit only.")
+            raise RuntimeError("this private stream was closed by fit: feeding it more rows could "
+                               "put a row in a second block (say a second pass over the same "
+                               "data), which the privacy guarantee does not cover. Call fit again "
+                               "for a new stream (a new cost), or stream with partial_fit only.")
         if self._key() != self._stream_key:
-            raise ValueError("parameters changed during a stream (n_components, n_restarts, n_iter, "
-                             "batch_size, epsilon, delta or data_norm); call fit to start a new stream")
+            raise ValueError("parameters changed during a stream (n_components, "
+                             "n_restarts, n_iter, batch_size, epsilon, delta or "
+                             "data_norm); call fit to start a new stream")
 
     def _publish(self, stream):
         done = stream.i
@@ -460,7 +463,10 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
     # ------------------------------------------------------------------ using the fit
 
     def transform(self, X):
-        """Project X on the components found: ``X @ components_.T``, shape ``(n_samples, n_components_done_)``."""
+        """Project X on the components found: ``X @ components_.T``.
+
+        The result has shape ``(n_samples, n_components_done_)``.
+        """
         check_is_fitted(self, "components_")
         if self.n_components_done_ == 0:
             raise NotFittedError("no component is finished yet: stream more rows (the method needs "

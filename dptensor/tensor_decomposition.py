@@ -52,15 +52,15 @@ class DecompositionSettings:
     sensitivity: float | None
 
 
-class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstimatorMixin,
-                                 BaseEstimator):
+class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
+                                 PrivateEstimatorMixin, BaseEstimator):
     r"""Orthogonal decomposition ``T ~ sum_i lambda_i v_i⊗3`` by the robust tensor power method.
 
-    ``fit(X)`` accepts either a symmetric d x d x d tensor, or data X (n x d), decomposed through its
-    empirical third moment ``T = (1/n) sum_l x_l⊗3`` (never formed unless ``moment`` says so).
+    ``fit(X)`` accepts either a symmetric d x d x d tensor, or data X (n x d), decomposed through
+    its empirical third moment ``T = (1/n) sum_l x_l⊗3`` (never formed unless ``moment`` says so).
     With ``epsilon=np.inf`` it runs Alg. 1 (Wang & Anandkumar 2016): for each component, L random
-    restarts, R power steps ``u <- T(I,u,u)/||.||``, the restart with the largest ``T(u,u,u)``
-    wins, then deflation. With a finite epsilon it runs Alg. 3 (every query noised) or the
+    restarts, R power steps ``u <- T(I,u,u)/||.||``, the restart with the largest ``T(u,u,u)`` wins,
+    then deflation. With a finite epsilon it runs Alg. 3 (every query noised) or the
     input-perturbation baseline.
 
     Notes
@@ -110,13 +110,14 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         is finite; ignored for a 3-D X.
     moment : {"auto", "implicit", "dense"}, default="auto"
         How the third moment of 2-D data is held for ``method="power"``. ``"implicit"`` costs
-        O(ndL) per step and O(nd + dL) memory; ``"dense"`` forms T in O(nd^3) time and O(d^3) memory,
-        then costs O(d^3 L) per step; ``"auto"`` picks by :func:`choose_moment` (``"implicit"``
-        for a Dask X, whose d^3 tensor would be summed on the client, and for a private fit, whose
-        implicit queries are exact sums of grid rows: ``docs/derivations/exact_sums.rst``; a
-        private ``"dense"`` fit sums in float64, with the gap the privacy guide states). A fit
-        whose memory bound (these sizes, from the shape) exceeds what the process can allocate is
-        refused before its spend (:class:`~dptensor.MemoryRefusedError`).
+        O(ndL) per step and O(nd + dL) memory; ``"dense"`` forms T in O(nd^3) time and O(d^3)
+        memory, then costs O(d^3 L) per step; ``"auto"`` picks by :func:`choose_moment`
+        (``"implicit"`` for a Dask X, whose d^3 tensor would be summed on the client, and for a
+        private fit, whose implicit queries are exact sums of grid rows:
+        ``docs/derivations/exact_sums.rst``; a private ``"dense"`` fit sums in float64, with the gap
+        the privacy guide states). A fit whose memory bound (these sizes, from the shape) exceeds
+        what the process can allocate is refused before its spend
+        (:class:`~dptensor.MemoryRefusedError`).
     symmetrize : bool, default=False
         For a 3-D X that is not symmetric: use its symmetric part instead of raising. Changing one
         entry of X by at most 1 changes the symmetric part by ``sym(e_i⊗e_j⊗e_k)/6``, a sixth of a
@@ -152,8 +153,8 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
     """
 
     def __init__(self, n_components=None, *, epsilon=np.inf, delta=None, n_restarts=10, n_iter=20,
-                 method="power", calibration="exact", data_norm=None, moment="auto", symmetrize=False,
-                 accountant=None, random_state=None, verbose=0):
+                 method="power", calibration="exact", data_norm=None, moment="auto",
+                 symmetrize=False, accountant=None, random_state=None, verbose=0):
         self.n_components = n_components
         self.epsilon = epsilon
         self.delta = delta
@@ -316,10 +317,11 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         return self._fit_memory((int(n_samples), int(n_features)), k)
 
     def _check_params(self, d: int) -> int:
-        k = d if self.n_components is None else check_positive_int(self.n_components, "n_components")
+        k = (d if self.n_components is None
+             else check_positive_int(self.n_components, "n_components"))
         if k > d:
-            raise ValueError(f"n_components must be <= n_features={d} (an orthogonal decomposition has at "
-                             f"most d components), got {k}")
+            raise ValueError(f"n_components must be <= n_features={d} (an orthogonal decomposition "
+                             f"has at most d components), got {k}")
         check_positive_int(self.n_restarts, "n_restarts")
         check_positive_int(self.n_iter, "n_iter")
         for name, allowed in (("method", ("power", "input_perturbation")),
@@ -344,13 +346,14 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         if dask:
             return "implicit"  # for data too big for one machine, never a d^3 tensor unless asked
         if math.isfinite(self.epsilon):
-            return "implicit"  # private: its sums are exact (dptensor.algorithms.exact); a dense T's are not
+            # private: its sums are exact (dptensor.algorithms.exact); a dense T's are not
+            return "implicit"
         steps = n_power_queries(k, self.n_restarts, self.n_iter)
         return choose_moment(shape[0], shape[1], steps, itemsize)
 
     # -- transform -----------------------------------------------------------------------------
     def transform(self, X):
-        """Project data onto the components: ``X @ components_.T``, shape (n_samples, n_components)."""
+        """Project X onto the components: ``X @ components_.T``, shape (n_samples, n_components)."""
         check_is_fitted(self)
         if is_dask_array(X):  # a lazy dask projection, computed where the rows are
             X = check_dask_array(self, X, reset=False, check_finite=False)
@@ -383,7 +386,8 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
     def _score_units(self, X, y=None):
         """Per-row moment-fit scores and their public range (see :func:`moment_fit_scores`)."""
         check_is_fitted(self)
-        X = validate_private_data(self, X, allow_nd=True, dtype=[np.float64, np.float32], reset=False)
+        X = validate_private_data(self, X, allow_nd=True, dtype=[np.float64, np.float32],
+                                  reset=False)
         if X.ndim == 3:
             raise ValueError("score takes rows (2-D X); for a tensor use -||T - T_hat||^2 directly")
         return moment_fit_scores(X, self.components_, self.eigenvalues_, self.data_norm)

@@ -24,8 +24,8 @@ import numpy as np
 from .operators import TensorOperator
 from ..mechanisms import clip_rows
 
-__all__ = ["is_dask_array", "check_dask_array", "clip_chunks", "reduce_row_chunks", "DaskThirdMoment",
-           "DaskGramMatrix", "RowChunks", "dask_moment_tensor", "dask_gram"]
+__all__ = ["is_dask_array", "check_dask_array", "clip_chunks", "reduce_row_chunks",
+           "DaskThirdMoment", "DaskGramMatrix", "RowChunks", "dask_moment_tensor", "dask_gram"]
 
 #: How many partial results one addition task combines: the reduction tree has depth
 #: ``log_8(number of chunks)`` and no task holds more than 8 partials.
@@ -42,8 +42,9 @@ def is_dask_array(X) -> bool:
     return module is not None and isinstance(X, getattr(module, "Array", ()))
 
 
-def check_dask_array(estimator, X, *, reset: bool = True, check_finite: bool = True, name: str = "X"):
-    """Validate a dask X lazily, as ``validate_data`` does an in-memory one, without materialising it.
+def check_dask_array(estimator, X, *, reset: bool = True, check_finite: bool = True,
+                     name: str = "X"):
+    """Validate a dask X lazily, as ``validate_data`` does an in-memory one, never materialising it.
 
     Checks that X is 2-D with known row-chunk sizes and a real dtype (float32 kept, other real
     dtypes cast to float64 lazily), puts each row in one chunk (clipping needs whole rows), and
@@ -55,7 +56,8 @@ def check_dask_array(estimator, X, *, reset: bool = True, check_finite: bool = T
     Returns the (lazy) dask array to use.
     """
     if X.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D dask array (n_samples, n_features), got {X.ndim} dimensions")
+        raise ValueError(f"{name} must be a 2-D dask array (n_samples, "
+                         f"n_features), got {X.ndim} dimensions")
     if any(math.isnan(c) for c in X.chunks[0]):
         raise ValueError(f"{name} has unknown chunk sizes (n_samples must be known: it sets the "
                          f"sensitivity); call {name}.compute_chunk_sizes() first")
@@ -64,7 +66,8 @@ def check_dask_array(estimator, X, *, reset: bool = True, check_finite: bool = T
     if X.dtype not in (np.float32, np.float64):
         X = X.astype(np.float64)
     if X.shape[0] < 1 or X.shape[1] < 1:
-        raise ValueError(f"{name} must have at least one sample and one feature, got shape {X.shape}")
+        raise ValueError(f"{name} must have at least one sample "
+                         f"and one feature, got shape {X.shape}")
     if X.numblocks[1] > 1:
         X = X.rechunk({1: -1})
     d = X.shape[1]
@@ -91,7 +94,7 @@ def clip_chunks(X, data_norm):
 
 
 def reduce_row_chunks(X, partial, *args, combine=None):
-    """``sum`` over the row chunks ``c`` of X of ``partial(c, *args)`` (a tuple of arrays), in one compute.
+    """``sum`` of ``partial(c, *args)`` (a tuple of arrays) over X's row chunks ``c``, one compute.
 
     ``args`` (small NumPy arrays, such as the d x L candidate block) enter the graph once and are
     shared by every chunk task. The partials are added in a tree with fan-in 8 on the workers
@@ -154,7 +157,7 @@ def _dense_moment_partial(chunk):
 
 
 class DaskThirdMoment(TensorOperator):
-    r"""The empirical third moment of a dask X (n x d), never formed: :class:`ThirdMoment` on a cluster.
+    r"""The third moment of a dask X (n x d), never formed: :class:`ThirdMoment` on a cluster.
 
     ``apply_evaluate(U)`` returns ``T(I,U,U) = X^T (X U)^2 / n`` and ``T(U,U,U) = sum (X U)^3 / n``
     from one reduction over the row chunks: each chunk task computes its ``X_c U`` once and both
@@ -228,7 +231,8 @@ class RowChunks:
 
     def __init__(self, X):
         if X.ndim != 2:
-            raise ValueError(f"X must be a 2-D dask array (n_samples, n_features), got {X.ndim} dimensions")
+            raise ValueError("X must be a 2-D dask array (n_samples, "
+                             f"n_features), got {X.ndim} dimensions")
         self.X = X.rechunk({1: -1}) if X.numblocks[1] > 1 else X  # each chunk: whole rows
 
     def __iter__(self):

@@ -46,8 +46,8 @@ from .tensor_power import (PowerNoise, choose_moment, n_power_queries,
 __all__ = ["SHARES", "PROJECTION_SHARE", "SPARE_TERMS", "NoisePlan", "plan_noise", "rounding",
            "whitening_roundings", "release", "release_second",
            "power_subspace", "ImplicitMatrix", "top_eigenpairs",
-           "Whitening", "whiten", "CorrectedTensor", "sym3", "whitened_rows_operator", "decompose_whitened",
-           "n_third_queries", "match_rows"]
+           "Whitening", "whiten", "CorrectedTensor", "sym3", "whitened_rows_operator",
+           "decompose_whitened", "n_third_queries", "match_rows"]
 
 #: Shares of the squared Gaussian-DP budget ``mu^2`` given to the three groups of releases, unless
 #: the model gives its own (the topic model does, see ``SpectralLatentModel._shares``). The
@@ -58,10 +58,10 @@ SHARES = {"first": 0.1, "second": 0.45, "third": 0.45}
 
 #: With the whitening from the private power method, the share of the second moment's budget given
 #: to the last release, the p x p projection ``V^T M2 V`` (the power steps share the rest as
-#: :func:`~dptensor.algorithms.power.power_schedule` splits it). The subspace's error grows like ``sqrt(d)``
-#: times its steps' noise and the projection's like ``sqrt(p)``, so the subspace gets most of it:
-#: measured on the benchmark's topic model (2000 words, 10^5 documents, epsilon 1 to 16), 0.1 gave
-#: a 5% smaller error than 0.2 and 15% smaller than 0.35; 0.05 was no better.
+#: :func:`~dptensor.algorithms.power.power_schedule` splits it). The subspace's error grows like
+#: ``sqrt(d)`` times its steps' noise and the projection's like ``sqrt(p)``, so the subspace gets
+#: most of it: measured on the benchmark's topic model (2000 words, 10^5 documents, epsilon 1 to
+#: 16), 0.1 gave a 5% smaller error than 0.2 and 15% smaller than 0.35; 0.05 was no better.
 PROJECTION_SHARE = 0.1
 
 
@@ -98,24 +98,25 @@ def plan_noise(epsilon: float, delta: float, n_third_queries: int, n_power: int 
 
     The first moments are ``n_first`` releases sharing ``SHARES["first"]`` evenly; the second
     moment one release (Analyze Gauss, ``n_power=0``) or ``n_power`` power steps scheduled by
-    :func:`~dptensor.algorithms.power.power_schedule` and one projection with :data:`PROJECTION_SHARE` of
-    ``SHARES["second"]``; the third moment one release (perturbation) or ``n_third_queries``
-    adaptive ones (the private power method). ``shares`` (default :data:`SHARES`) splits ``mu^2``
-    between the three groups; they must sum to 1. Under Gaussian-DP the releases compose to
-    ``mu = sqrt(sum_j 1 / z_j^2)``, so the whole fit is exactly ``mu``-GDP.
+    :func:`~dptensor.algorithms.power.power_schedule` and one projection with
+    :data:`PROJECTION_SHARE` of ``SHARES["second"]``; the third moment one release (perturbation) or
+    ``n_third_queries`` adaptive ones (the private power method). ``shares`` (default
+    :data:`SHARES`) splits ``mu^2`` between the three groups; they must sum to 1. Under Gaussian-DP
+    the releases compose to ``mu = sqrt(sum_j 1 / z_j^2)``, so the whole fit is exactly ``mu``-GDP.
     """
     shares = SHARES if shares is None else shares
     if not math.isclose(sum(shares.values()), 1.0) or min(shares.values()) <= 0:
         raise ValueError(f"the budget shares must be positive and sum to 1, got {shares}")
     n_third_queries = int(n_third_queries)
     if math.isinf(epsilon):
-        return NoisePlan((0.0,) * n_first, (0.0,) * (n_power + 1 if n_power else 1), 0.0, 0, int(n_power), None)
+        return NoisePlan((0.0,) * n_first, (0.0,) * (n_power + 1 if n_power else 1), 0.0, 0,
+                         int(n_power), None)
     mu = gdp_mu(epsilon, delta)
     z_first = (math.sqrt(n_first) / (mu * math.sqrt(shares["first"])),) * n_first
     second = mu * math.sqrt(shares["second"])
     if n_power:
-        z_second = (*(float(z) for z in power_schedule(second * math.sqrt(1.0 - PROJECTION_SHARE), n_power)),
-                    1.0 / (second * math.sqrt(PROJECTION_SHARE)))
+        steps = power_schedule(second * math.sqrt(1.0 - PROJECTION_SHARE), n_power)
+        z_second = (*(float(z) for z in steps), 1.0 / (second * math.sqrt(PROJECTION_SHARE)))
     else:
         z_second = (1.0 / second,)
     z_third = math.sqrt(n_third_queries) / (mu * math.sqrt(shares["third"]))
@@ -196,13 +197,13 @@ def power_subspace(operator, k: int, plan: NoisePlan, rng, *, step_sensitivity: 
 
     ``operator`` applies the symmetric d x d ``M2`` to a d x p block (``matmat``), never forming
     it. Private: ``plan.n_power`` steps of the noisy power method
-    (:func:`~dptensor.algorithms.power.noisy_power_method`, ``p = min(2k, d)``: k oversampled columns), each
-    one Gaussian release of ``M2 Q`` at ``step_sensitivity``; V spans the last one. Then one
-    symmetric Gaussian release of the p x p ``V^T M2 V`` (upper triangle at
+    (:func:`~dptensor.algorithms.power.noisy_power_method`, ``p = min(2k, d)``: k oversampled
+    columns), each one Gaussian release of ``M2 Q`` at ``step_sensitivity``; V spans the last one.
+    Then one symmetric Gaussian release of the p x p ``V^T M2 V`` (upper triangle at
     ``projection_sensitivity``, a Frobenius-norm bound when ``frobenius``). Each sensitivity is
-    raised by its rounding's allowance (:func:`whitening_roundings`). The noise is d x p per
-    step and p x p at the end: nothing of size d x d is formed or noised. Every product is one
-    pass over the data.
+    raised by its rounding's allowance (:func:`whitening_roundings`). The noise is d x p per step
+    and p x p at the end: nothing of size d x d is formed or noised. Every product is one pass over
+    the data.
 
     Without privacy the exact top-k eigenpairs: ``V`` the eigenvectors and ``V^T M2 V`` their
     eigenvalues, by Lanczos on single-vector products, or (``few_passes``, for data whose every
@@ -215,11 +216,13 @@ def power_subspace(operator, k: int, plan: NoisePlan, rng, *, step_sensitivity: 
         values, V = top_eigenpairs(operator, k, rng, dense_below=0)
         return V, np.diag(values)
     if plan.private:
-        result = noisy_power_method(operator, k, plan.n_power, rng, noise_multiplier=np.asarray(plan.z_second[:-1]),
+        result = noisy_power_method(operator, k, plan.n_power, rng,
+                                    noise_multiplier=np.asarray(plan.z_second[:-1]),
                                     sensitivity=step_sensitivity, rounding=step_rounding,
                                     n_oversamples=p - k)
     else:
-        result = noisy_power_method(operator, k, auto_n_iter(d, False), rng, n_oversamples=p - k, tol=1e-8)
+        result = noisy_power_method(operator, k, auto_n_iter(d, False), rng, n_oversamples=p - k,
+                                    tol=1e-8)
     V = result.basis
     P = V.T @ operator.matmat(V)
     P = (P + P.T) / 2.0
@@ -244,11 +247,12 @@ def top_eigenpairs(A, k: int, rng, *, dense_below: int = 600):
     if isinstance(A, np.ndarray) and (d <= dense_below or k >= d - 1):
         w, V = scipy.linalg.eigh(A, subset_by_index=[d - k, d - 1])
     else:
-        if not isinstance(A, np.ndarray):  # an implicit operator with ``matmat``: Lanczos on its products
+        if not isinstance(A, np.ndarray):
+            # an implicit operator with ``matmat``: Lanczos on its products
             operator = A
             A = scipy.sparse.linalg.LinearOperator(
-                (d, d), matvec=lambda v: operator.matmat(v.reshape(-1, 1)).ravel(), matmat=operator.matmat,
-                dtype=np.float64)
+                (d, d), matvec=lambda v: operator.matmat(v.reshape(-1, 1)).ravel(),
+                matmat=operator.matmat, dtype=np.float64)
         w, V = scipy.sparse.linalg.eigsh(A, k=k, which="LA", v0=rng.standard_normal(d), tol=1e-8,
                                          ncv=min(d, max(4 * k, 40)))
     order = np.argsort(-w, kind="stable")
@@ -257,7 +261,7 @@ def top_eigenpairs(A, k: int, rng, *, dense_below: int = 600):
 
 @dataclass(frozen=True)
 class Whitening:
-    """``W = U diag(values)^(-1/2)`` (d x k) and its left inverse ``(W^T)^+ = U diag(values)^(1/2)``.
+    """``W = U diag(values)^(-1/2)`` (d x k), with left inverse ``(W^T)^+ = U diag(values)^(1/2)``.
 
     ``noise`` is the standard deviation of the Gaussian noise on each entry of the released
     ``M2 u`` (``u`` a unit vector): public (a noise multiplier times a sensitivity), 0 without
@@ -307,10 +311,12 @@ def whiten(M2, k: int, rng, basis=None, noise: float = 0.0, basis_values=None) -
     floor = 1e-6 * max(float(np.max(np.abs(values))), np.finfo(float).tiny)
     values = np.maximum(values, floor)
     spread = None
-    if basis_values is not None:  # U_k's coefficient (Lambda^(1/2) v) on V's column l moves it by noise / value_l
+    if basis_values is not None:
+        # U_k's coefficient (Lambda^(1/2) v) on V's column l moves it by noise / value_l
         # (floored as the values are: a noise-dominated release can have non-positive ones)
         basis_values = np.asarray(basis_values, dtype=float)
-        basis_values = np.maximum(basis_values, 1e-6 * max(float(basis_values.max()), np.finfo(float).tiny))
+        basis_floor = 1e-6 * max(float(basis_values.max()), np.finfo(float).tiny)
+        basis_values = np.maximum(basis_values, basis_floor)
         spread = vectors * np.sqrt(values) / basis_values[:, None]
     return Whitening(vectors if basis is None else basis @ vectors, values, float(noise), spread)
 
@@ -341,8 +347,8 @@ class CorrectedTensor(TensorOperator):
 def whitened_rows_operator(Y, n_queries: int):
     """``(1/n) sum_l y_l^(x)3`` of whitened rows Y (n x k), as a dense tensor or implicitly.
 
-    :func:`~dptensor.algorithms.tensor_power.choose_moment` picks the cheaper: with k small the dense
-    k^3 tensor (one GEMM) nearly always wins over ``n_queries`` implicit passes over the rows.
+    :func:`~dptensor.algorithms.tensor_power.choose_moment` picks the cheaper: with k small the
+    dense k^3 tensor (one GEMM) nearly always wins over ``n_queries`` implicit passes over the rows.
     """
     n, k = Y.shape
     if choose_moment(n, k, n_queries, Y.dtype.itemsize) == "dense":

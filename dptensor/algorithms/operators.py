@@ -130,7 +130,8 @@ class DeflatedTensor(TensorOperator):
         if len(self.eigenvalues) == 0:
             return TU, tu
         cU, cu = self.correction(U)
-        if hasattr(TU, "minus"):  # an exact statistic (dptensor.algorithms.exact): the public part exactly
+        # an exact statistic (dptensor.algorithms.exact): the public part is taken off exactly
+        if hasattr(TU, "minus"):
             return TU.minus(cU), tu.minus(cu)
         return TU - cU.astype(TU.dtype, copy=False), tu - cu.astype(tu.dtype, copy=False)
 

@@ -18,11 +18,12 @@ import math
 import numpy as np
 
 from .dask import DaskGramMatrix, clip_chunks, dask_gram, is_dask_array
-from .exact_entries import ExactEntryMatrix
+from .exact_entries import DIGITS, ExactEntryMatrix
 from .exact import (
     BITS,
     ExactGram,
     exact_gaussian_release,
+    exact_memory,
     gram,
     grid_rows,
     map_rows,
@@ -32,6 +33,7 @@ from .exact import (
 )
 from .groups import ExactGroupGram, group_average_rows, group_scale_rows
 from .operators import DenseMatrix, GramMatrix
+from .._memory import FLOAT
 from ..mechanisms import clip_rows
 from .power import (
     analyze_gauss,
@@ -47,7 +49,8 @@ from .power import (
     total_variance_sensitivity,
 )
 
-__all__ = ["exact_rows_fit", "grouped_rows_fit", "float_rows_fit", "entry_matrix_fit"]
+__all__ = ["exact_rows_fit", "grouped_rows_fit", "float_rows_fit", "entry_matrix_fit",
+           "fit_memory"]
 
 
 def _last(z) -> float:
@@ -201,3 +204,28 @@ def entry_matrix_fit(A, rng, *, k, p, n_iter, bound, method, noise, paper=False,
     return noisy_power_method(operator, k, n_iter, rng, noise_multiplier=noise,
                               sensitivity=sensitivity, n_oversamples=p - k, tol=tol,
                               verbose=verbose, dtype=A.dtype)
+
+
+def fit_memory(n_rows, d, *, p, method, private, precomputed, grouped=False):
+    """``(bytes, advice)``: a PCA fit's peak allocation from its shape, an upper bound in float64.
+
+    The rows' clipped and centred copy (``n_rows`` at once: all of them, one chunk of a
+    stream, none for Dask or a precomputed matrix), then the d x d matrix of Analyze Gauss
+    with its noise and eigendecomposition, or the power method's n x p and d x p products
+    (``p`` columns); a private fit adds its exact statistics, and a grouped one (``grouped``)
+    the group-scaled copy of its grid rows.
+    """
+    n = n_rows or 0
+    rows = n * d + 4 * n
+    if method == "analyze_gauss":
+        peak, columns = rows + 6 * d * d, d
+        advice = "Use method='power' (O(d p) memory), or fewer features"
+    else:
+        peak, columns = rows + n * p * 2 + 12 * d * p + 4 * d, p
+        advice = "Use fewer components or rows at once (partial_fit in chunks, or a Dask array)"
+    exact = exact_memory(n, d, columns) if private else 0  # the exact sums' grid rows
+    if private and precomputed and method == "power":
+        exact += (DIGITS + 1) * d * d * FLOAT  # the exact entry products' digits
+    if grouped:  # the group-scaled copy of the grid rows and the split power products
+        exact += (n * d + 4 * n + 4 * n * p) * FLOAT
+    return peak * FLOAT + exact, advice

@@ -198,9 +198,10 @@ def noisy_power_method(operator, n_components: int, n_iter: int, rng: np.random.
     Parameters
     ----------
     operator : object with ``shape == (d, d)`` and ``matmat(Q) -> A @ Q``
-        e.g. :class:`~dptensor.algorithms.operators.GramMatrix` (data, ``X^T (X Q)``, never forming d x d)
-        or :class:`~dptensor.algorithms.operators.DenseMatrix`; or :class:`~dptensor.algorithms.exact.ExactGram`,
-        whose exact products are released on their grid (private fits on rows).
+        e.g. :class:`~dptensor.algorithms.operators.GramMatrix` (data, ``X^T (X Q)``, never forming
+        d x d) or :class:`~dptensor.algorithms.operators.DenseMatrix`; or
+        :class:`~dptensor.algorithms.exact.ExactGram`, whose exact products are released on their
+        grid (private fits on rows).
     n_components, n_iter : int
         ``n_iter`` is the number of products, each one Gaussian release when noise is added.
     rng : numpy.random.Generator
@@ -216,8 +217,8 @@ def noisy_power_method(operator, n_components: int, n_iter: int, rng: np.random.
     rounding : Rounding, callable or None
         The floating-point rounding of a float product ``A X`` (:class:`~dptensor.mechanisms.
         Rounding`, or ``rounding(X_prev) -> Rounding``), added to its sensitivity; ``None`` says
-        the products are no float sums. Exact products (:class:`~dptensor.algorithms.exact.Exact`) need
-        none. A noisy release of a float product without it is refused (``TypeError``): a
+        the products are no float sums. Exact products (:class:`~dptensor.algorithms.exact.Exact`)
+        need none. A noisy release of a float product without it is refused (``TypeError``): a
         silent default would release the sum without its allowance.
     tol : float, default=0
         Stop early once the top-k part of the iterate moves by less than ``tol`` (spectral norm of
@@ -246,8 +247,7 @@ def noisy_power_method(operator, n_components: int, n_iter: int, rng: np.random.
             else:
                 step = _step_rounding(rounding, X)
                 Y = gaussian_release(Y, s, z[it - 1], rng, dtype=dtype, rounding=step)
-        # progress: public counts only
-        if verbose and (it == n_iter or it % max(1, n_iter // 10) == 0):
+        if verbose and (it == n_iter or it % max(1, n_iter // 10) == 0):  # public counts only
             print(f"[noisy_power_method] step {it}/{n_iter} done (d={d}, p={p})", flush=True)
         if it == n_iter:
             break

@@ -1,4 +1,4 @@
-"""The fit every spectral latent model shares: validate, price, release the moments, whiten, decompose."""
+"""The fit the spectral latent models share: validate, price, release moments, whiten, decompose."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -56,23 +56,24 @@ def _stored_floats(X) -> int:
 class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
     """Base class: a subclass supplies its moments, its constants and how parameters map back.
 
-    Hooks (each a function of the data or of released values only). ``ctx`` is a dict local to
-    one fit (the prepared rows, the public bounds, released by-products such as a variance): it is
-    never stored on the estimator, so nothing unreleased outlives the fit, even a failed one.
+    Hooks (each a function of the data or of released values only). ``prepared`` is a dict local
+    to one fit (the prepared rows, the public bounds, released by-products such as a variance): it
+    is never stored on the estimator, so nothing unreleased outlives the fit, even a failed one.
 
     * ``_validate(X, reset)`` -> X (in memory, or a Dask array left lazy);
-    * ``_prepare(X, epsilon)`` -> ctx: checks the model's own parameters, prepares the rows, and
-      sets the public plan keys ``"power"`` (whether the whitening comes from the power method,
-      see :meth:`_use_power`) and ``"n_first"`` (the number of first-moment releases);
-    * ``_release_first(ctx, plan, rng)`` -> the released mean (it may leave other released
-      first-moment values in ctx);
-    * ``_release_whitening(ctx, mean, plan, rng)`` -> a :class:`~dptensor.algorithms.moments.Whitening` from the
-      released second moment: Analyze Gauss on the d x d matrix, or
-      :func:`~dptensor.algorithms.moments.power_subspace` (never d x d);
-    * ``_whitened_third(ctx, whitening, mean)`` -> ``(data, correction, sensitivity, rounding)``
-      (``rounding``: the data part's :class:`~dptensor.mechanisms.Rounding`);
-    * ``_recover(ctx, components, eigenvalues, whitening, mean)`` sets the fitted attributes;
-    * ``_refine(ctx, rows)``, only without privacy: improves them on the data (default: nothing).
+    * ``_prepare(X, epsilon)`` -> ``prepared``: checks the model's own parameters, prepares the
+      rows, and sets the public plan keys ``"power"`` (whether the whitening comes from the power
+      method, see :meth:`_use_power`) and ``"n_first"`` (the number of first-moment releases);
+    * ``_release_first(prepared, plan, rng)`` -> the released mean (it may leave other released
+      first-moment values in ``prepared``);
+    * ``_release_whitening(prepared, mean, plan, rng)`` -> a
+      :class:`~dptensor.algorithms.moments.Whitening` from the released second moment: Analyze Gauss
+      on the d x d matrix, or :func:`~dptensor.algorithms.moments.power_subspace` (never d x d);
+    * ``_whitened_third(prepared, whitening, mean)`` -> ``(data, correction, sensitivity,
+      rounding)`` (``rounding``: the data part's :class:`~dptensor.mechanisms.Rounding`);
+    * ``_recover(prepared, components, eigenvalues, whitening, mean)`` sets the fitted attributes;
+    * ``_refine(prepared, rows)``, only without privacy: improves them on the data (default:
+      nothing).
     """
 
     _unit = "row"  # the privacy unit, as named in warnings
@@ -88,41 +89,44 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         check_positive_int(self.n_restarts, "n_restarts")
         check_positive_int(self.n_iter, "n_iter")
         if self.method not in ("auto", "perturb", "power"):
-            raise ValueError(f"method must be one of ('auto', 'perturb', 'power'), got {self.method!r}")
+            raise ValueError("method must be one of ('auto', 'perturb', "
+                             f"'power'), got {self.method!r}")
         if self.whitening not in ("auto", "dense", "power"):
-            raise ValueError(f"whitening must be one of ('auto', 'dense', 'power'), got {self.whitening!r}")
+            raise ValueError("whitening must be one of ('auto', 'dense', "
+                             f"'power'), got {self.whitening!r}")
         check_verbose(self.verbose)
         return k
 
     def _use_power(self, d: int, private: bool) -> bool:
-        """Whether the whitening comes from the power method (public: d, the parameters, privacy)."""
+        """Whether the whitening comes from the power method (public: d, parameters, privacy)."""
         if self.whitening != "auto":
             return self.whitening == "power"
         return d > self._dense_max(private)
 
     def _context(self, X, rows, epsilon, **extra) -> dict:
-        """A fit's ctx: the prepared rows and the public keys the plan reads (from the shape only);
-        one first-moment release (the mean) unless the model says more."""
+        """A fit's ``prepared`` dict: the prepared rows and the public keys the plan reads (from
+        the shape only); one first-moment release (the mean) unless the model says more."""
         n, d = X.shape
         private = bool(np.isfinite(epsilon))
-        return {"rows": rows, "n": n, "d": d, "private": private, "power": self._use_power(d, private),
-                "n_first": 1, **extra}
+        return {"rows": rows, "n": n, "d": d, "private": private,
+                "power": self._use_power(d, private), "n_first": 1, **extra}
 
     def _dense_max(self, private: bool) -> int:
         """``whitening="auto"``: the largest d whose d x d second moment is formed."""
         return MAX_DENSE_FEATURES
 
-    def _noise_plan(self, ctx, k, epsilon, delta):
+    def _noise_plan(self, prepared, k, epsilon, delta):
         """The fit's method and noise plan, from public parameters and the data's shape only."""
         # "auto": one perturbation of the k^3 tensor (noise of operator norm ~1.7 sqrt(k) z s)
         # beats k L (R+1) noisy power queries (each ~sqrt(k) z s sqrt(k L (R+1))) at row level.
         method = "perturb" if self.method == "auto" else self.method
-        n_power = auto_n_iter(ctx["d"], True) if ctx["power"] and np.isfinite(epsilon) else 0
+        power = prepared["power"] and np.isfinite(epsilon)
+        n_power = auto_n_iter(prepared["d"], True) if power else 0
         n_third = n_third_queries(method, k, self.n_restarts, self.n_iter)
-        return method, plan_noise(epsilon, delta, n_third, n_power, ctx["n_first"],
-                                  self._shares(ctx, k))
+        return method, plan_noise(epsilon, delta, n_third, n_power, prepared["n_first"],
+                                  self._shares(prepared, k))
 
-    def _shares(self, ctx, k):
+    def _shares(self, prepared, k):
         """How the fit splits its Gaussian-DP budget (public: the shape and the parameters only);
         ``None`` takes :data:`~dptensor.algorithms.moments.SHARES`."""
         return None
@@ -150,13 +154,13 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
 
     def _check_data(self, X) -> FitData:
         """X validated (a seeded fit's noise is keyed by the validated counts) and its rows
-        prepared (``extra``: the fit's ctx, see the class doc), before the spend."""
+        prepared (``extra``: the fit's ``prepared`` dict, see the class doc), before the spend."""
         X = self._validate(X, reset=True)
         self._check_common(X.shape[1])
         epsilon, delta = self._privacy_target()
-        ctx = self._prepare(X, epsilon)
+        prepared = self._prepare(X, epsilon)
         self._check_delta_for(X.shape[0], epsilon, delta, unit=self._unit)
-        return FitData(arrays=(X,), shape=X.shape, extra=ctx)
+        return FitData(arrays=(X,), shape=X.shape, extra=prepared)
 
     def _plan_for(self, data: FitData) -> FitPlan:
         X = data.arrays[0]
@@ -180,23 +184,23 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
                        settings=LatentSettings(k, method, noise))
 
     def _release(self, data: FitData, plan: FitPlan, rng) -> None:
-        """Release the moments, whiten, decompose and map back (``ctx``: the prepared rows)."""
-        ctx, settings = data.extra, plan.settings
+        """Release the moments, whiten, decompose and map back (``prepared``: see the class doc)."""
+        prepared, settings = data.extra, plan.settings
         noise = settings.noise
-        mean = self._release_first(ctx, noise, rng)
-        whitening = self._release_whitening(ctx, mean, noise, rng)
-        tensor, correction, sensitivity, rounding = self._whitened_third(ctx, whitening, mean)
-        rows = ctx.pop("rows")  # no release reads the data after this one
+        mean = self._release_first(prepared, noise, rng)
+        whitening = self._release_whitening(prepared, mean, noise, rng)
+        tensor, correction, sensitivity, rounding = self._whitened_third(prepared, whitening, mean)
+        rows = prepared.pop("rows")  # no release reads the data after this one
         components, eigenvalues = decompose_whitened(
             tensor, correction, settings.n_components, sensitivity=sensitivity,
             rounding=rounding, plan=noise, method=settings.method, n_restarts=self.n_restarts,
             n_iter=self.n_iter, rng=rng, verbose=self.verbose, frobenius=self._frobenius)
         self.method_ = settings.method if noise.private else "exact"
-        self.whitening_ = "power" if ctx["power"] else "dense"
+        self.whitening_ = "power" if prepared["power"] else "dense"
         self.n_samples_ = data.shape[0]
-        self._recover(ctx, components, eigenvalues, whitening, mean)
+        self._recover(prepared, components, eigenvalues, whitening, mean)
         if not noise.private:  # a non-private fit (epsilon = inf) may refine its estimate
-            self._refine(ctx, rows)
+            self._refine(prepared, rows)
 
     #: Copies of the rows a fit makes after its spend (the prepared rows are made before it).
     _row_copies = 0
@@ -204,9 +208,9 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
     def _fit_memory(self, n, d, k, power, stored):
         """``(bytes, advice)``: the fit's peak allocation, in float64. ``stored``: the numbers the
         rows hold (``n d``; a sparse matrix's stored entries with their indices; ``None`` for
-        rows on Dask workers), of which the fit makes ``_row_copies`` after its spend. Then the d x d second moment with its noise and eigendecomposition (or the power method's
-        n x 2k and d x 2k products), the whitened rows (n x k) and the k^3 tensor with its
-        noise."""
+        rows on Dask workers), of which the fit makes ``_row_copies`` after its spend. Then the
+        d x d second moment with its noise and eigendecomposition (or the power method's n x 2k
+        and d x 2k products), the whitened rows (n x k) and the k^3 tensor with its noise."""
         p = 2 * k
         rows = self._row_copies * stored if stored is not None else 0
         n_local = n if stored is not None else 0
@@ -221,21 +225,21 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         power = self._use_power(d, bool(np.isfinite(self.epsilon)))
         return self._fit_memory(n, d, self._check_common(d), power, n * d)
 
-    def _refine(self, ctx, rows):
+    def _refine(self, prepared, rows):
         """Non-private refinement of the fitted parameters (a model may define one); none here."""
 
     @staticmethod
-    def _reduce(ctx, partial, *args):
+    def _reduce(prepared, partial, *args):
         """``partial(rows, *args)`` (a tuple of sums over rows), in memory (in float64:
         :func:`float64_reduce`) or over a Dask array's row chunks (one reduction: only the sums
         reach the client)."""
-        if is_dask_array(ctx["rows"]):
-            return reduce_row_chunks(ctx["rows"], partial, *args)
-        return float64_reduce(ctx["rows"], partial, *args)
+        if is_dask_array(prepared["rows"]):
+            return reduce_row_chunks(prepared["rows"], partial, *args)
+        return float64_reduce(prepared["rows"], partial, *args)
 
     @staticmethod
     def _positive(eigenvalues):
-        """Eigenvalues floored just above zero: a noisy release may return one <= 0 (post-processing)."""
+        """Eigenvalues floored just above zero (post-processing): a noisy one may be <= 0."""
         lam = np.asarray(eigenvalues, dtype=float)
         floor = 1e-6 * max(float(np.max(np.abs(lam))), np.finfo(float).tiny)
         return np.where(lam > floor, lam, floor)

@@ -13,8 +13,9 @@ from ..algorithms.tensor_power import n_power_queries, row_sensitivity
 from ..algorithms.power import (covariance_sensitivity, row_power_sensitivity,
                                total_variance_sensitivity)
 from ._base import BLOCK_ROWS, SpectralLatentModel
-from ..algorithms.moments import (ImplicitMatrix, power_subspace, release, release_second, rounding, sym3,
-                        top_eigenpairs, whiten, whitened_rows_operator, whitening_roundings)
+from ..algorithms.moments import (ImplicitMatrix, power_subspace, release, release_second,
+                                  rounding, sym3, top_eigenpairs, whiten, whitened_rows_operator,
+                                  whitening_roundings)
 
 __all__ = ["PrivateGaussianMixture", "spherical_variance", "bottom_mean", "whitened_bound"]
 
@@ -87,16 +88,16 @@ def whitened_bound(data_norm: float, W, variance: float, whitened_clip) -> float
 
 
 class PrivateGaussianMixture(SpectralLatentModel):
-    r"""Spherical Gaussian mixture by moments, whitening and tensor decomposition (Hsu & Kakade 2013).
+    r"""Spherical Gaussian mixture by moments and tensor decomposition (Hsu & Kakade 2013).
 
     The model: ``x = mu_h + sigma z`` with ``h ~ Categorical(weights)``, ``z ~ N(0, I_d)``, a
     common variance ``sigma^2`` and linearly independent means (k <= d). Its moments give
     ``M2 = E[x x^T] - sigma^2 I = sum_i w_i mu_i mu_i^T`` and ``M3 = E[x (x) x (x) x] -
-    sigma^2 sum_j (m (x) e_j (x) e_j + e_j (x) m (x) e_j + e_j (x) e_j (x) m) = sum_i w_i mu_i^(x)3``
-    with ``m = E[x]`` and ``sigma^2`` the mean of the ``d - k + 1`` smallest eigenvalues of the
-    covariance. One pass gives the mean and ``E[x x^T]``; the top-k eigenpairs of M2 whiten the
-    rows to k numbers each, whose third moment (k x k x k, never d x d x d), corrected by the
-    public low-rank terms, is decomposed by the robust tensor power method: eigenvalues
+    sigma^2 sum_j (m (x) e_j (x) e_j + e_j (x) m (x) e_j + e_j (x) e_j (x) m)
+    = sum_i w_i mu_i^(x)3`` with ``m = E[x]`` and ``sigma^2`` the mean of the ``d - k + 1`` smallest
+    eigenvalues of the covariance. One pass gives the mean and ``E[x x^T]``; the top-k eigenpairs of
+    M2 whiten the rows to k numbers each, whose third moment (k x k x k, never d x d x d), corrected
+    by the public low-rank terms, is decomposed by the robust tensor power method: eigenvalues
     ``1/sqrt(w_i)``, means ``mu_i = lambda_i U Lambda^(1/2) v_i``.
 
     Notes
@@ -185,9 +186,9 @@ class PrivateGaussianMixture(SpectralLatentModel):
     [0.3, 0.3, 0.3]
     """
 
-    def __init__(self, n_components=1, *, epsilon=np.inf, delta=None, data_norm=None, whitened_clip=2.0,
-                 method="auto", whitening="auto", n_restarts=10, n_iter=20, accountant=None,
-                 random_state=None, verbose=0):
+    def __init__(self, n_components=1, *, epsilon=np.inf, delta=None, data_norm=None,
+                 whitened_clip=2.0, method="auto", whitening="auto", n_restarts=10, n_iter=20,
+                 accountant=None, random_state=None, verbose=0):
         self.n_components = n_components
         self.epsilon = epsilon
         self.delta = delta
@@ -215,73 +216,76 @@ class PrivateGaussianMixture(SpectralLatentModel):
             rows = clip_chunks(X.astype(np.float64), bound)
         else:  # float32 rows stay float32: every sum over them runs on float64 blocks
             rows = clip_rows(X, bound)
-        ctx = self._context(X, rows, epsilon, bound=bound)
-        ctx["n_first"] = 2 if ctx["power"] else 1  # the power whitening also releases the trace
-        return ctx
+        prepared = self._context(X, rows, epsilon, bound=bound)
+        # the power whitening also releases the trace
+        prepared["n_first"] = 2 if prepared["power"] else 1
+        return prepared
 
-    def _release_first(self, ctx, plan, rng):
-        n, B = ctx["n"], ctx["bound"] or 0.0
-        total, square, gram = self._reduce(ctx, _moment_sums, not ctx["power"])
-        if not ctx["power"]:  # computed in the same pass; released next, by Analyze Gauss
-            ctx["second"] = gram / n
+    def _release_first(self, prepared, plan, rng):
+        n, B = prepared["n"], prepared["bound"] or 0.0
+        total, square, gram = self._reduce(prepared, _moment_sums, not prepared["power"])
+        if not prepared["power"]:  # computed in the same pass; released next, by Analyze Gauss
+            prepared["second"] = gram / n
         # each row's term x / n has norm <= B / n; its ||x||^2 / n lies in [0, B^2 / n]
         mean = release(total / n, 2.0 * B / n, plan.z_first[0], rng, rounding=rounding(B, n))
-        if ctx["power"]:
-            trace = rounding(B * B, n, ctx["d"])
-            ctx["trace"] = float(release(np.float64(square / n), total_variance_sensitivity(B) / n,
-                                         plan.z_first[1], rng, rounding=trace))
+        if prepared["power"]:
+            trace = rounding(B * B, n, prepared["d"])
+            prepared["trace"] = float(release(np.float64(square / n),
+                                              total_variance_sensitivity(B) / n, plan.z_first[1],
+                                              rng, rounding=trace))
         return mean
 
-    def _release_whitening(self, ctx, mean, plan, rng):
+    def _release_whitening(self, prepared, mean, plan, rng):
         """Analyze Gauss on ``E[x x^T]`` (d x d), or the power method on its implicit products.
 
         Power: ``E[x x^T] = M2 + sigma^2 I`` has M2's eigenvectors, so its top subspace V and the
         released projection ``P = V^T E[x x^T] V`` give the whitening of ``P - sigma^2 I`` and,
         with the released trace, the variance: the signal of ``Cov = E[x x^T] - m m^T`` lies in V.
         """
-        k, n, d, B = self.n_components, ctx["n"], ctx["d"], ctx["bound"] or 0.0
+        k, n, d, B = self.n_components, prepared["n"], prepared["d"], prepared["bound"] or 0.0
         # a row's term |x| |x|^T / n has Frobenius norm ||x||^2 / n <= B^2 / n
         analyze, step, projection = whitening_roundings(n, d, min(2 * k, d), B * B)
-        if not ctx["power"]:
-            second = release_second(ctx.pop("second"), covariance_sensitivity(B) / n, plan, rng,
-                                    rounding=analyze)
-            ctx["variance"] = spherical_variance(second - np.outer(mean, mean), k, rng)
-            return whiten(second - ctx["variance"] * np.eye(d), k, rng)
-        operator = ImplicitMatrix(d, lambda Q: self._reduce(ctx, _gram_product, Q)[0] / n)
+        if not prepared["power"]:
+            second = release_second(prepared.pop("second"), covariance_sensitivity(B) / n, plan,
+                                    rng, rounding=analyze)
+            prepared["variance"] = spherical_variance(second - np.outer(mean, mean), k, rng)
+            return whiten(second - prepared["variance"] * np.eye(d), k, rng)
+        operator = ImplicitMatrix(d, lambda Q: self._reduce(prepared, _gram_product, Q)[0] / n)
         V, P = power_subspace(operator, k, plan, rng,
                               step_sensitivity=row_power_sensitivity(B, min(2 * k, d)) / n,
                               projection_sensitivity=covariance_sensitivity(B) / n,
                               step_rounding=step, projection_rounding=projection,
-                              few_passes=is_dask_array(ctx["rows"]))
+                              few_passes=is_dask_array(prepared["rows"]))
         u = V.T @ mean
         top = np.sum(np.linalg.eigvalsh(P - np.outer(u, u))[::-1][:k - 1])
-        ctx["variance"] = bottom_mean(ctx["trace"] - float(mean @ mean), float(top), d, k)
-        return whiten(P - ctx["variance"] * np.eye(len(P)), k, rng, basis=V)
+        prepared["variance"] = bottom_mean(prepared["trace"] - float(mean @ mean), float(top), d, k)
+        return whiten(P - prepared["variance"] * np.eye(len(P)), k, rng, basis=V)
 
-    def _whitened_third(self, ctx, whitening, mean):
-        W, n = whitening.W, ctx["n"]
+    def _whitened_third(self, prepared, whitening, mean):
+        W, n = whitening.W, prepared["n"]
         sensitivity, bound_w = 0.0, None
-        if ctx["bound"] is not None:  # the whitened rows' bound follows from released values
-            bound_w = whitened_bound(ctx["bound"], W, ctx["variance"], self.whitened_clip)
+        if prepared["bound"] is not None:  # the whitened rows' bound follows from released values
+            bound_w = whitened_bound(prepared["bound"], W, prepared["variance"], self.whitened_clip)
             sensitivity = row_sensitivity(bound_w, n)
         k = W.shape[1]
-        if is_dask_array(ctx["rows"]):  # each chunk whitens, clips and cubes its own rows: k^3 numbers come back
-            (total,) = reduce_row_chunks(ctx["rows"], _whitened_cube_sum, W, bound_w)
+        if is_dask_array(prepared["rows"]):
+            # each chunk whitens, clips and cubes its own rows: k^3 numbers come back
+            (total,) = reduce_row_chunks(prepared["rows"], _whitened_cube_sum, W, bound_w)
             data = SymmetricTensor(total / n)
         else:
-            data = whitened_rows_operator(_whitened_rows(ctx["rows"], W, bound_w),
+            data = whitened_rows_operator(_whitened_rows(prepared["rows"], W, bound_w),
                                           n_power_queries(k, self.n_restarts, self.n_iter))
         m, G = W.T @ mean, W.T @ W
-        correction = -ctx["variance"] * sym3(G[:, :, None] * m[None, None, :])
+        correction = -prepared["variance"] * sym3(G[:, :, None] * m[None, None, :])
         # a whitened row's term |y|^(x)3 / n has Frobenius norm ||y||^3 / n <= B_W^3 / n
         return data, correction, sensitivity, rounding((bound_w or 0.0) ** 3, n)
 
-    def _recover(self, ctx, components, eigenvalues, whitening, mean):
+    def _recover(self, prepared, components, eigenvalues, whitening, mean):
         lam = self._positive(eigenvalues)
         weights = 1.0 / lam**2
         self.weights_ = weights / weights.sum()
         self.means_ = (lam[:, None] * components) @ whitening.unwhiten.T
-        self.covariances_ = np.full(len(lam), ctx["variance"])
+        self.covariances_ = np.full(len(lam), prepared["variance"])
 
     # -- scikit-learn's mixture interface ----------------------------------------------------
     def _estimate_weighted_log_prob(self, X):
@@ -302,7 +306,7 @@ class PrivateGaussianMixture(SpectralLatentModel):
         return float(np.mean(self.score_samples(X)))
 
     def predict_proba(self, X):
-        """Posterior probability of each component for each sample, shape (n_samples, n_components)."""
+        """Posterior probabilities of the components, shape (n_samples, n_components)."""
         logp = self._estimate_weighted_log_prob(X)
         return np.exp(logp - logsumexp(logp, axis=1, keepdims=True))
 

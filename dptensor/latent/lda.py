@@ -2,8 +2,8 @@ r"""An LDA topic model learned by the method of moments, private per document.
 
 Every pass over the documents is a sum of per-document terms, written here as functions of one
 chunk of documents (``_*_sums``) that return partial sums: applied to the whole corpus in memory,
-or to each row chunk of a Dask array (:func:`~dptensor.algorithms.dask.reduce_row_chunks`), where only the
-sums (d, d x p or k^3 numbers) reach the client.
+or to each row chunk of a Dask array (:func:`~dptensor.algorithms.dask.reduce_row_chunks`), where
+only the sums (d, d x p or k^3 numbers) reach the client.
 """
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ from .._validation import validate_private_data
 from ..algorithms.tensor_power import row_sensitivity
 from ..algorithms.power import MAX_DENSE_FEATURES
 from ._base import SpectralLatentModel
-from ..algorithms.moments import (ImplicitMatrix, power_subspace, release, release_second, rounding, sym3,
-                        top_eigenpairs, whiten, whitening_roundings)
+from ..algorithms.moments import (ImplicitMatrix, power_subspace, release, release_second,
+                                  rounding, sym3, top_eigenpairs, whiten, whitening_roundings)
 
-__all__ = ["PrivateLatentDirichletAllocation", "document_moments", "document_norms", "document_weights",
-           "topic_noise_std", "DOCUMENT_SENSITIVITY", "LDA_FIRST_SHARE", "MAX_DOCUMENT_LENGTH",
-           "MIN_DOCUMENT_LENGTH"]
+__all__ = ["PrivateLatentDirichletAllocation", "document_moments", "document_norms",
+           "document_weights", "topic_noise_std", "DOCUMENT_SENSITIVITY", "LDA_FIRST_SHARE",
+           "MAX_DOCUMENT_LENGTH", "MIN_DOCUMENT_LENGTH"]
 
 #: l2 sensitivity, times ``n / tau``, of the mean and (in Frobenius norm, over the whole matrix) of
 #: the pair moment when each document's term is clipped to norm ``tau <= 1`` (``tau = 1``:
@@ -36,7 +36,8 @@ DOCUMENT_SENSITIVITY = float(np.sqrt(2.0))
 
 #: The first moments' share of the Gaussian-DP budget ``mu^2`` (the clipping scale and the mean):
 #: removing their noise altogether changed the topic error by under 1% (2000 words, 10^5
-#: documents, epsilon 1), so they get half of the default :data:`~dptensor.algorithms.moments.SHARES` one.
+#: documents, epsilon 1), so they get half of the default
+#: :data:`~dptensor.algorithms.moments.SHARES` one.
 LDA_FIRST_SHARE = 0.05
 
 #: A fitted document has fewer words than this. Below it float64 counts are exact whole numbers and
@@ -69,11 +70,12 @@ def topic_noise_std(components, scale, whitening):
     outside the top subspace moves with std ``scale_i noise ||Lambda^(-1/2) v_i||``. All of it is
     public (released values and the plan), so using it is post-processing.
     """
-    return scale * whitening.noise * np.linalg.norm(np.asarray(components) @ whitening.noise_map.T, axis=1)
+    return scale * whitening.noise * np.linalg.norm(
+        np.asarray(components) @ whitening.noise_map.T, axis=1)
 
 
 def _counts(chunk):
-    """One chunk of documents as canonical CSR float64 counts (a Dask chunk arrives as a dense array).
+    """One chunk of documents as canonical CSR float64 counts (a Dask chunk arrives dense).
 
     Canonical: one stored entry per (document, word). A CSR matrix may hold a count split over
     duplicate entries; products sum them, but the per-document norms that set the clipping
@@ -95,13 +97,13 @@ MIN_DOCUMENT_LENGTH = 3
 
 
 def _per_document(values, length, positions):
-    """``values / positions`` where the document has at least ``MIN_DOCUMENT_LENGTH`` words, else 0."""
+    """``values / positions`` for documents of ``MIN_DOCUMENT_LENGTH`` words or more, else 0."""
     ok = length >= MIN_DOCUMENT_LENGTH
     return np.divide(values, positions, out=np.zeros(len(length)), where=ok)
 
 
 def document_norms(C):
-    r"""Per document: its length l, ``||E1(c)||`` and ``||E2(c)||_F`` (see :func:`document_moments`).
+    r"""Per document: length l, ``||E1(c)||`` and ``||E2(c)||_F`` (see :func:`document_moments`).
 
     ``||c / l|| = sqrt(sum c^2) / l`` and ``||c c^T - diag c||_F^2 = (sum c^2)^2 - 2 sum c^3 +
     sum c^2``, so both come from three sums over each document's counts. A document of fewer
@@ -112,7 +114,8 @@ def document_norms(C):
     sq = x * x
     length, s2, s3 = _row_sums(C, x), _row_sums(C, sq), _row_sums(C, sq * x)
     e1 = _per_document(np.sqrt(s2), length, length)
-    e2 = _per_document(np.sqrt(np.maximum(s2 * s2 - 2.0 * s3 + s2, 0.0)), length, length * (length - 1.0))
+    e2 = _per_document(np.sqrt(np.maximum(s2 * s2 - 2.0 * s3 + s2, 0.0)), length,
+                       length * (length - 1.0))
     return length, e1, e2
 
 
@@ -177,19 +180,19 @@ def _pair_sums(chunk, tau):
 
 
 def _moment_sums(chunk, tau, dense):
-    """The weighted mean's sum and, for the dense whitening, the weighted pair moment's: one pass."""
+    """The weighted mean's sum and, for a dense whitening, the weighted pair moment's (one pass)."""
     return _mean_sums(chunk, tau)[0], _pair_sums(chunk, tau)[0] if dense else 0.0
 
 
 def _pair_parts(chunk, tau):
-    """What ``E2 Q`` needs of a chunk, computed once: its counts, ``D = s / (l (l-1))`` and ``C^T D``."""
+    """What ``E2 Q`` needs of a chunk, once: its counts, ``D = s / (l (l-1))`` and ``C^T D``."""
     C = _counts(chunk)
     D = _pair_weights(C, tau)
     return C, D, np.asarray(C.T @ D).ravel()
 
 
 def _pair_apply(parts, Q):
-    """``sum_c s_c E2(c) Q = C^T (D (C Q)) - diag(C^T D) Q`` for a d x p block Q: O(nnz p), never d x d."""
+    """``sum_c s_c E2(c) Q = C^T (D (C Q)) - diag(C^T D) Q`` (Q: d x p) in O(nnz p), not d x d."""
     C, D, diag = parts
     return np.asarray(C.T @ (D[:, None] * np.asarray(C @ Q))) - diag[:, None] * Q
 
@@ -224,7 +227,8 @@ def _triple_sums(chunk, W, tau, bound):
         beta = np.maximum(S1**3 - 3.0 * S1 * S2 + 2.0 * S3, 0.0) + rounding * parts
         a = a * _clip_scale(a * np.maximum(beta, parts / TRIPLE_PARTS_RATIO), bound)
     Y = np.asarray(C @ W)
-    cube = moment_tensor(np.cbrt(a)[:, None] * Y) * Y.shape[0] if len(Y) else np.zeros((W.shape[1],) * 3)
+    cube = (moment_tensor(np.cbrt(a)[:, None] * Y) * Y.shape[0] if len(Y)
+            else np.zeros((W.shape[1],) * 3))
     return cube, np.asarray(C.T @ (a[:, None] * Y)), np.asarray(C.T @ a).ravel()
 
 
@@ -283,13 +287,14 @@ def document_moments(C):
 
 class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
                                        SpectralLatentModel):
-    r"""Latent Dirichlet allocation by moments, whitening and tensor decomposition (Anandkumar et al. 2012).
+    r"""Latent Dirichlet allocation by moments and tensor decomposition (Anandkumar et al. 2012).
 
     The model: each document draws topic proportions ``theta ~ Dirichlet(alpha)`` with
     ``sum(alpha) = alpha0`` (known), then each word from the topic-word distribution of a topic
     drawn from ``theta``. With ``x_1, x_2, x_3`` the indicators of three distinct word positions,
 
-    * ``M2 = E[x_1 (x) x_2] - alpha0/(alpha0+1) M1 (x) M1 = sum_i alpha_i / (alpha0 (alpha0+1)) mu_i mu_i^T``,
+    * ``M2 = E[x_1 (x) x_2] - alpha0/(alpha0+1) M1 (x) M1
+      = sum_i alpha_i / (alpha0 (alpha0+1)) mu_i mu_i^T``,
     * ``M3 = E[x_1 (x) x_2 (x) x_3] - alpha0/(alpha0+2) (E[x_1 (x) x_2 (x) M1] + 2 perms)
       + 2 alpha0^2 / ((alpha0+1)(alpha0+2)) M1^(x)3
       = sum_i 2 alpha_i / (alpha0 (alpha0+1)(alpha0+2)) mu_i^(x)3``,
@@ -384,8 +389,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         eigenpairs); ``"power"`` never forms it: the top-k subspace of ``M2`` comes from the (noisy)
         power method over the documents, each step one release of ``M2 Q`` (d x 2k), then one
         release of the 2k x 2k projection. ``"auto"``: the power method, except for a private fit
-        of at most 2000 words (``dptensor.algorithms.power.MAX_DENSE_FEATURES``), where one Analyze Gauss
-        release measured less noisy for the same budget. The d x d matrix (a few of them) and
+        of at most 2000 words (``dptensor.algorithms.power.MAX_DENSE_FEATURES``), where one Analyze
+        Gauss release measured less noisy for the same budget. The d x d matrix (a few of them) and
         copies of the counts' stored entries set the fit's memory; a fit whose bound exceeds what
         the process can allocate is refused before its spend
         (:class:`~dptensor.MemoryRefusedError`): choose ``"power"`` then.
@@ -425,7 +430,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
 
     def __init__(self, n_components=10, *, alpha0=1.0, epsilon=np.inf, delta=None, doc_clip=1.0,
                  topic_threshold=2.0, method="auto", whitening="auto", n_restarts=10, n_iter=20,
-                 max_transform_iter=50, refine_iter=0, accountant=None, random_state=None, verbose=0):
+                 max_transform_iter=50, refine_iter=0, accountant=None, random_state=None,
+                 verbose=0):
         self.n_components = n_components
         self.alpha0 = alpha0
         self.epsilon = epsilon
@@ -457,21 +463,23 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
             C = _counts(X)
             negative, fractional, long = _count_checks(C)
         if negative:  # scikit-learn's words for it, as its own LatentDirichletAllocation says
-            raise ValueError("Negative values in data: X must hold word counts (non-negative integers)")
+            raise ValueError("Negative values in data: X must hold "
+                             "word counts (non-negative integers)")
         if fractional:
-            raise ValueError("X must hold word counts (non-negative integers), and some entries are not "
-                             "whole numbers: normalised or tf-idf rows are not counts")
+            raise ValueError("X must hold word counts (non-negative integers), and some entries "
+                             "are not whole numbers: normalised or tf-idf rows are not counts")
         # documents of fewer than 3 words are not refused: they weigh nothing (document_weights)
         if fit and long:  # a fit only: transform reads no private data
-            raise ValueError("every document needs fewer than 2**53 words (counts beyond are not exact "
-                             "in float64, and their powers overflow); some have more: drop them first")
+            raise ValueError("every document needs fewer than 2**53 words "
+                             "(counts beyond are not exact in float64, and their "
+                             "powers overflow); some have more: drop them first")
         return C
 
-    def _shares(self, ctx, k):
+    def _shares(self, prepared, k):
         # error contributions: the pair moment's noise moves the k(d-k) coordinates of the top
         # subspace, the third moment's the k^2 of the whitened topics; with errors a_j/sqrt(s_j)
         # and a_j ~ sqrt(dof_j), s_j ~ a_j^(2/3) ~ dof_j^(1/3) minimises their sum
-        ratio = (max(ctx["d"] - k, 1) / k) ** (1.0 / 3.0)
+        ratio = (max(prepared["d"] - k, 1) / k) ** (1.0 / 3.0)
         rest = 1.0 - LDA_FIRST_SHARE
         return {"first": LDA_FIRST_SHARE, "second": rest * ratio / (1.0 + ratio),
                 "third": rest / (1.0 + ratio)}
@@ -490,113 +498,119 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
             if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {steps!r}")
         if self.topic_threshold is not None and (
-                isinstance(self.topic_threshold, bool) or not isinstance(self.topic_threshold, numbers.Real)
+                isinstance(self.topic_threshold, bool)
+                or not isinstance(self.topic_threshold, numbers.Real)
                 or not 0 <= self.topic_threshold < np.inf):
             raise ValueError("topic_threshold must be None or a finite number >= 0, "
                              f"got {self.topic_threshold!r}")
         if self.refine_iter and np.isfinite(epsilon):
-            raise ValueError("refine_iter needs epsilon=np.inf: EM steps read the documents without "
-                             "noise, which no private fit may do")
+            raise ValueError("refine_iter needs epsilon=np.inf: EM steps read the "
+                             "documents without noise, which no private fit may do")
         clip = self.doc_clip
         if clip is not None:  # None is the way to clip nothing, so the error names it
-            if isinstance(clip, bool) or not isinstance(clip, numbers.Real) or not 0 < clip < np.inf:
+            if (isinstance(clip, bool) or not isinstance(clip, numbers.Real)
+                    or not 0 < clip < np.inf):
                 raise ValueError("doc_clip must be a finite number > 0, or None to clip nothing, "
                                  f"got {clip!r}")
             clip = float(clip)
             # tau_2 >= doc_clip^2 / d (nu >= 1 / d) is the mean weight's floor, divided by after the
             # spend: refused here, before it, where it would underflow to 0
             if clip * clip / X.shape[1] < np.finfo(float).tiny:
-                raise ValueError(f"doc_clip must be at least sqrt(n_features * {np.finfo(float).tiny:.3g}) "
-                                 f"(the clipping bound doc_clip**2 / n_features underflows), got {clip!r}")
+                raise ValueError("doc_clip must be at least sqrt(n_features * "
+                                 f"{np.finfo(float).tiny:.3g}) (the clipping bound "
+                                 f"doc_clip**2 / n_features underflows), got {clip!r}")
         clip = clip if np.isfinite(epsilon) else None
         # a clipped fit releases the clipping scale before the mean; M2 = E2 - c M1 M1^T
         return self._context(X, X, epsilon, clip=clip, n_first=2 if clip else 1,
                              c=self.alpha0 / (self.alpha0 + 1.0))
 
-    def _release_first(self, ctx, plan, rng):
+    def _release_first(self, prepared, plan, rng):
         """The clipping bounds (a released scale) and the mean of the clipped ``c / l``."""
-        n, d, clip = ctx["n"], ctx["d"], ctx["clip"]
+        n, d, clip = prepared["n"], prepared["d"], prepared["clip"]
         tau1 = tau2 = None
         if clip:
-            (total,) = self._reduce(ctx, _scale_sums)
+            (total,) = self._reduce(prepared, _scale_sums)
             # every ||E2(c)||_F >= 1/d (its d^2 entries sum to 1): a public floor for a noisy scale
             # each document's ||E2(c)||_F / n lies in [1 / (d n), 1 / n]
             nu = max(float(release(np.float64(total / n), 1.0 / n, plan.z_first[0], rng,
                                    rounding=rounding(1.0, n))), 1.0 / d)
-            # clip * clip, not clip**2: a huge doc_clip gives inf (nothing clipped), never OverflowError
+            # clip * clip, not clip**2: a huge doc_clip gives inf (no clipping), never OverflowError
             tau1, tau2 = min(1.0, clip * np.sqrt(nu)), min(1.0, clip * clip * nu)
-        ctx["tau"] = tau = (tau1, tau2)
-        total, pairs = self._reduce(ctx, _moment_sums, tau, not ctx["power"])
-        if not ctx["power"]:  # computed in the same pass; released next, by Analyze Gauss
-            ctx["second"] = pairs / n
+        prepared["tau"] = tau = (tau1, tau2)
+        total, pairs = self._reduce(prepared, _moment_sums, tau, not prepared["power"])
+        if not prepared["power"]:  # computed in the same pass; released next, by Analyze Gauss
+            prepared["second"] = pairs / n
         # each document's s_c c / (l n) is non-negative, of norm <= tau_1 / n
         mean = release(total / n, DOCUMENT_SENSITIVITY * (tau1 or 1.0) / n, plan.z_first[-1], rng,
                        rounding=rounding(tau1 or 1.0, n))
         # The weighted mean's entries sum to the mean weight S (every c / l sums to 1; documents
         # too short to have terms weigh 0): read off the release (exact without privacy), floored
         # (post-processing) at the least weight a document of 3 words can have (||E1||,
-        # ||E2||_F <= 1), or at 1 / n. Every moment is divided by S: moments of one reweighted corpus.
+        # ||E2||_F <= 1), or at 1 / n. Every moment is divided by S (as of one reweighted corpus).
         if not plan.private and not np.sum(mean) > 0:  # exact without noise: no document has terms
-            raise ValueError(f"no document has {MIN_DOCUMENT_LENGTH} words or more: a fit without privacy "
-                             "has no moments to learn from (a private fit releases noise)")
+            raise ValueError(f"no document has {MIN_DOCUMENT_LENGTH} words or more: a fit without "
+                             "privacy has no moments to learn from (a private fit releases noise)")
         floor = min(tau1, tau2) if clip else 1.0 / n
-        ctx["weight"] = float(np.clip(np.sum(mean), floor, 1.0))
-        return mean / ctx["weight"]
+        prepared["weight"] = float(np.clip(np.sum(mean), floor, 1.0))
+        return mean / prepared["weight"]
 
-    def _release_whitening(self, ctx, mean, plan, rng):
-        """From the clipped pair moment: Analyze Gauss (d x d), or the power method (d x 2k, then 2k x 2k)."""
-        n, d, k, c = ctx["n"], ctx["d"], self.n_components, ctx["c"]
-        tau, weight = ctx["tau"], ctx["weight"]
+    def _release_whitening(self, prepared, mean, plan, rng):
+        """From the clipped pair moment: Analyze Gauss (d x d) or power steps (d x 2k, 2k x 2k)."""
+        n, d, k, c = prepared["n"], prepared["d"], self.n_components, prepared["c"]
+        tau, weight = prepared["tau"], prepared["weight"]
         sensitivity = DOCUMENT_SENSITIVITY * (tau[1] or 1.0) / n
         summands = PAIR_PARTS_RATIO * (tau[1] or 1.0)  # n documents' |pair summands|, over n
-        if not ctx["power"]:  # released, then divided by the public weight (post-processing)
+        if not prepared["power"]:  # released, then divided by the public weight (post-processing)
             analyze = whitening_roundings(n, d, min(2 * k, d), summands)[0]
-            second = release_second(ctx.pop("second"), sensitivity, plan, rng, frobenius=True,
+            second = release_second(prepared.pop("second"), sensitivity, plan, rng, frobenius=True,
                                     rounding=analyze) / weight
             sensitivity /= weight  # the divided matrix's, which the noise map below describes
             # off the diagonal the noise has std z s / sqrt(2), and so has each entry of E u
             noise = plan.z_second[0] * sensitivity / np.sqrt(2.0)
             if not plan.private:
                 return whiten(second - c * np.outer(mean, mean), k, rng)
-            # the subspace from the released E2 alone (it spans the topics too: E2 = M2 + c M1 M1^T),
-            # so the mean's noise, on every word, never moves it; M2 is whitened inside it
+            # the subspace from the released E2 alone (E2 = M2 + c M1 M1^T spans the topics too), so
+            # the mean's noise, on every word, never moves it; M2 is whitened inside it
             values, V = top_eigenpairs(second, k, rng)
             Vm = V.T @ mean
             return whiten(V.T @ second @ V - c * np.outer(Vm, Vm), k, rng, basis=V, noise=noise,
                           basis_values=values)
         # M2 Q = E2 Q - c m (m^T Q): the mean is released, so only E2 Q depends on the documents
-        if is_dask_array(ctx["rows"]):  # each product: one reduction over the chunks
+        if is_dask_array(prepared["rows"]):  # each product: one reduction over the chunks
             def pair(Q):
-                return self._reduce(ctx, _pair_products, Q, tau)[0]
+                return self._reduce(prepared, _pair_products, Q, tau)[0]
         else:  # in memory the per-document weights are computed once
-            parts = _pair_parts(ctx["rows"], tau)
+            parts = _pair_parts(prepared["rows"], tau)
 
             def pair(Q):
                 return _pair_apply(parts, Q)
         sensitivity /= weight
-        operator = ImplicitMatrix(d, lambda Q: pair(Q) / (n * weight) - c * np.outer(mean, mean @ Q))
+        operator = ImplicitMatrix(d, lambda Q: (pair(Q) / (n * weight)
+                                                - c * np.outer(mean, mean @ Q)))
         # divided by the weight, and the public offset c m m^T (Frobenius norm c ||m||^2)
         _, step, projection = whitening_roundings(n, d, min(2 * k, d), summands / weight,
                                                   offset=c * float(mean @ mean))
         V, P = power_subspace(operator, k, plan, rng, step_sensitivity=sensitivity,
                               projection_sensitivity=sensitivity, step_rounding=step,
-                              projection_rounding=projection, few_passes=is_dask_array(ctx["rows"]),
-                              frobenius=True)
+                              projection_rounding=projection,
+                              few_passes=is_dask_array(prepared["rows"]), frobenius=True)
         # the subspace's noise is mostly the last power step's (it holds the largest share)
-        return whiten(P, k, rng, basis=V, noise=plan.z_second[-2] * sensitivity if plan.private else 0.0)
+        return whiten(P, k, rng, basis=V,
+                      noise=plan.z_second[-2] * sensitivity if plan.private else 0.0)
 
-    def _whitened_third(self, ctx, whitening, mean):
-        n, c, W = ctx["n"], ctx["c"], whitening.W
+    def _whitened_third(self, prepared, whitening, mean):
+        n, c, W = prepared["n"], prepared["c"], whitening.W
         k = W.shape[1]
         u = W.T @ mean
         # every whitened triple term has norm <= beta_c <= r^3 (r = max ||w_i||); beta_c^(1/3) is
         # about the document's mean of ||w_i|| over its words, whose mean over documents is M1 . rho
         rho = np.linalg.norm(W, axis=1)
         bound = float(np.max(rho))
-        if ctx["clip"]:
-            bound = min(ctx["clip"] * max(float(mean @ rho), float(np.min(rho))), bound)
-        cube, Z, s = self._reduce(ctx, _triple_sums, W, ctx["tau"], bound**3 if ctx["clip"] else None)
-        total = n * ctx["weight"]  # the weight is public: the sensitivity is divided by it too
+        if prepared["clip"]:
+            bound = min(prepared["clip"] * max(float(mean @ rho), float(np.min(rho))), bound)
+        cube, Z, s = self._reduce(prepared, _triple_sums, W, prepared["tau"],
+                                  bound**3 if prepared["clip"] else None)
+        total = n * prepared["weight"]  # the weight is public: the sensitivity is divided by it too
         data = (cube - sym3(np.einsum("ia,ib,ic->abc", W, W, Z, optimize=True))
                 + 2.0 * np.einsum("i,ia,ib,ic->abc", s, W, W, W, optimize=True)) / total
         a0 = float(self.alpha0)
@@ -604,13 +618,13 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         Q = np.eye(k) + c * np.outer(u, u)
         correction = (-a0 / (a0 + 2.0) * sym3(Q[:, :, None] * u[None, None, :])
                       + 2.0 * a0**2 / ((a0 + 1.0) * (a0 + 2.0)) * np.einsum("a,b,c->abc", u, u, u))
-        sensitivity = row_sensitivity(bound, n) / ctx["weight"] if ctx["private"] else 0.0
+        sensitivity = row_sensitivity(bound, n) / prepared["weight"] if prepared["private"] else 0.0
         # a document's three parts, by absolute value, are at most TRIPLE_PARTS_RATIO bound^3
         # (at most 10 r^3 >= 10 bound^3 unclipped, S_j <= l r^j); the words' sums add 2 d steps
-        parts = TRIPLE_PARTS_RATIO * bound**3 / ctx["weight"]
-        return data, correction, sensitivity, rounding(parts, n, 2 * ctx["d"])
+        parts = TRIPLE_PARTS_RATIO * bound**3 / prepared["weight"]
+        return data, correction, sensitivity, rounding(parts, n, 2 * prepared["d"])
 
-    def _recover(self, ctx, components, eigenvalues, whitening, mean):
+    def _recover(self, prepared, components, eigenvalues, whitening, mean):
         a0 = float(self.alpha0)
         lam = self._positive(eigenvalues)
         weight = (2.0 / ((a0 + 2.0) * lam)) ** 2  # alpha_i / (alpha0 (alpha0 + 1))
@@ -628,7 +642,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         self.components_ = np.where(sums > 0, topics / np.where(sums > 0, sums, 1.0), 1.0 / d)
         self.alpha_ = weight * a0 * (a0 + 1.0)
 
-    def _refine(self, ctx, rows):
+    def _refine(self, prepared, rows):
         """``refine_iter`` EM steps from the spectral topics (without privacy only).
 
         E-step: each document's proportions by :meth:`transform`'s fixed point with the current
@@ -638,10 +652,10 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         """
         if not self.refine_iter:
             return
-        ctx = {"rows": rows}
+        prepared = {"rows": rows}
         Phi, alpha = self.components_, np.maximum(self.alpha_, 0.0)
         for _ in range(self.refine_iter):
-            (counts,) = self._reduce(ctx, _em_sums, Phi, alpha, self.max_transform_iter)
+            (counts,) = self._reduce(prepared, _em_sums, Phi, alpha, self.max_transform_iter)
             Phi = np.maximum(Phi, _TINY) * counts + 1.0 / Phi.shape[0]
             Phi /= Phi.sum(axis=1, keepdims=True)
         self.components_ = Phi
@@ -656,7 +670,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         """
         check_is_fitted(self, "components_")
         C = _counts(self._validate(X, reset=False, fit=False))
-        return _fold_in(C, self.components_, np.maximum(self.alpha_, 0.0), self.max_transform_iter)[0]
+        return _fold_in(C, self.components_, np.maximum(self.alpha_, 0.0),
+                        self.max_transform_iter)[0]
 
     def score(self, X, y=None):
         """Log-likelihood of the words of X given the topics and each document's proportions from
@@ -667,7 +682,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         return float(np.sum(C.data * np.log(p)))
 
     def perplexity(self, X):
-        """``exp(-score(X) / number of words)``, as scikit-learn's ``perplexity`` (lower is better)."""
+        """``exp(-score(X) / number of words)``, scikit-learn's ``perplexity`` (lower is better)."""
         C = sp.csr_matrix(self._validate(X, reset=False, fit=False))
         return float(np.exp(-self.score(C) / C.sum()))
 

@@ -1,4 +1,4 @@
-"""Private hyperparameter search: scikit-learn's search interface, one accounted (epsilon, delta)."""
+"""Private hyperparameter search: scikit-learn's interface, one accounted (epsilon, delta)."""
 from __future__ import annotations
 
 import math
@@ -74,7 +74,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ checks (no data, no spend)
     def _learner(self):
-        """``(prefix, learner)``: the dptensor estimator, alone or as the last step of a pipeline."""
+        """``(prefix, learner)``: the dptensor estimator, alone or the last step of a pipeline."""
         est = self.estimator
         if isinstance(est, Pipeline):
             *head, (name, last) = est.steps
@@ -82,31 +82,33 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                 if step is None or step == "passthrough":
                     continue
                 if isinstance(step, PrivateEstimatorMixin):
-                    raise ValueError(f"pipeline step {step_name!r} is a dptensor estimator that is not the "
-                                     "last step: a private search supports one learning step, the last, "
-                                     "which fits and scores (earlier steps must be stateless)")
+                    raise ValueError(f"pipeline step {step_name!r} is a dptensor "
+                                     "estimator that is not the last step: a private "
+                                     "search supports one learning step, the last, which "
+                                     "fits and scores (earlier steps must be stateless)")
                 if isinstance(step, FunctionTransformer):
                     raise TypeError(
-                        f"pipeline step {step_name!r} is a FunctionTransformer: its function may mix rows "
-                        "(say subtract the column means), which breaks the per-row bounds the search's "
-                        "guarantee rests on, and that cannot be checked. Apply a row-by-row transform "
-                        "to X before the search instead")
+                        f"pipeline step {step_name!r} is a FunctionTransformer: its function "
+                        "may mix rows (say subtract the column means), which breaks the "
+                        "per-row bounds the search's guarantee rests on, and that cannot be "
+                        "checked. Apply a row-by-row transform to X before the search instead")
                 if get_tags(step).requires_fit:
                     raise TypeError(
-                        f"pipeline step {step_name!r} ({type(step).__name__}) learns from the data without "
-                        "privacy: a private search needs every step that learns to be a dptensor estimator "
-                        "(stateless transformers such as Normalizer are fine)")
+                        f"pipeline step {step_name!r} ({type(step).__name__}) learns from the data "
+                        "without privacy: a private search needs every step that learns to be a "
+                        "dptensor estimator (stateless transformers such as Normalizer are fine)")
             prefix, learner = f"{name}__", last
         else:
             prefix, learner = "", est
         if not (isinstance(learner, PrivateEstimatorMixin) and hasattr(learner, "privacy_cost")
                 and hasattr(learner, "_score_units")):
-            why = ("its score (for the latent models, a log-likelihood) has no public per-unit bound, so "
-                   "it cannot be released privately" if isinstance(learner, PrivateEstimatorMixin)
+            why = ("its score (for the latent models, a log-likelihood) has no public per-unit "
+                   "bound, so it cannot be released privately"
+                   if isinstance(learner, PrivateEstimatorMixin)
                    else "it is not a dptensor estimator")
-            raise TypeError(f"{type(learner).__name__} cannot be searched privately: {why}. A private "
-                            "search fits and scores a dptensor estimator whose score has a public "
-                            "per-unit bound, alone or as the last step of a pipeline")
+            raise TypeError(f"{type(learner).__name__} cannot be searched privately: {why}. A "
+                            "private search fits and scores a dptensor estimator whose score has "
+                            "a public per-unit bound, alone or as the last step of a pipeline")
         return prefix, learner
 
     def _checked_candidates(self, prefix) -> list[dict]:
@@ -117,23 +119,23 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
             for key in c:
                 if key.removeprefix(prefix) in _SET_BY_SEARCH:
                     raise ValueError(
-                        f"the grid sets {key!r}, which the search sets on every candidate itself: each "
-                        "candidate's epsilon is calibrated so that the whole search meets the search's "
-                        "(epsilon, delta); vary the other hyperparameters")
+                        f"the grid sets {key!r}, which the search sets on every candidate itself: "
+                        "each candidate's epsilon is calibrated so that the whole search meets "
+                        "the search's (epsilon, delta); vary the other hyperparameters")
         for name in _SCORE_SCALE:
             values = {repr(c.get(prefix + name, None)) for c in candidates}
             if len(values) > 1:
-                raise ValueError(f"the grid varies {prefix + name!r}, which sets the scale of the score "
-                                 "(each unit's score is normalised by it): candidates would be ranked on "
-                                 "different scales. Fix it in the estimator and search the other "
-                                 "hyperparameters")
+                raise ValueError(f"the grid varies {prefix + name!r}, which sets the scale "
+                                 "of the score (each unit's score is normalised by it): "
+                                 "candidates would be ranked on different scales. Fix it "
+                                 "in the estimator and search the other hyperparameters")
         return candidates
 
     def _target(self):
         epsilon, delta = self._privacy_target()
         if not math.isfinite(epsilon):
-            raise ValueError(f"epsilon must be finite for a private search, got {self.epsilon!r}; use "
-                             "scikit-learn's GridSearchCV for a search without privacy")
+            raise ValueError(f"epsilon must be finite for a private search, got {self.epsilon!r}; "
+                             "use scikit-learn's GridSearchCV for a search without privacy")
         return epsilon, delta
 
     def _n_runs(self, n_candidates) -> float:
@@ -208,19 +210,22 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                 for n in ((n_train, n_samples) if self.refit else (n_train,)):
                     cost = est.privacy_cost(n, width)
                     if not cost.private:
-                        raise ValueError(f"candidate {params} has no finite privacy cost ({cost.event}): a "
-                                         "private search needs every candidate to be private")
+                        raise ValueError(f"candidate {params} has no finite privacy "
+                                         f"cost ({cost.event}): a private search "
+                                         "needs every candidate to be private")
                     events.append(cost.event)
             return events
 
         e, name, event = calibrate_search(events_at, epsilon, delta, mean, shapes, bool(self.refit))
-        span_noise = event.score.noise_multiplier / n_val  # score noise std, in units of one unit's range
+        # the score's noise std, in units of one unit's score range
+        span_noise = event.score.noise_multiplier / n_val
         if span_noise > MAX_SCORE_NOISE:
             need = math.ceil(event.score.noise_multiplier / MAX_SCORE_NOISE)
-            raise ValueError(f"the validation part ({n_val} units) is too small to score privately: the "
-                             f"score's noise std would be {span_noise:.3g} of one unit's score range "
-                             f"(at most {MAX_SCORE_NOISE:g}); it needs at least {need} units. Raise "
-                             "validation_fraction or epsilon, or pass more data")
+            raise ValueError(f"the validation part ({n_val} units) is too small to "
+                             "score privately: the score's noise std would be "
+                             f"{span_noise:.3g} of one unit's score range (at most "
+                             f"{MAX_SCORE_NOISE:g}); it needs at least {need} units. "
+                             "Raise validation_fraction or epsilon, or pass more data")
         return SearchSettings(prefix=prefix, learner=learner, candidates=candidates,
                               n_train=n_train, n_val=n_val, epsilon=e, delta=delta,
                               distribution=name, mean=mean, event=event, width=width)
@@ -241,7 +246,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ public
     def privacy_cost(self, n_samples, n_features):
-        """The whole search's cost on ``n_samples`` units of ``n_features`` columns, before any data.
+        """The search's cost on ``n_samples`` units of ``n_features`` columns, before any data.
 
         Returns a :class:`~dptensor.PrivacyCost` whose ``event`` is the
         :class:`~dptensor.accounting.PrivateSelectionEvent` a ``fit`` would record (candidates,
@@ -251,7 +256,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         return self._preview_plan(self._plan((int(n_samples), int(n_features))))
 
     def fit(self, X, y=None, *, groups=None):
-        """Run the private search on ``X`` (rows, or the index tuples of observed entries) and ``y``.
+        """Run the private search on ``X`` (rows, or index tuples of observed entries) and ``y``.
 
         ``groups`` is refused before any spend: a search by group (a split keeping each group
         whole, scores averaged per group over the public number of groups) is not built yet.
@@ -362,16 +367,16 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         best_index, best_score = None, -math.inf
         for _ in range(n_runs):
             index = int(rng.integers(len(settings.candidates)))
-            est = self._candidate(prefix, settings.candidates[index], settings.epsilon, settings.delta,
-                                  _seed(rng), overrides)
+            est = self._candidate(prefix, settings.candidates[index], settings.epsilon,
+                                  settings.delta, _seed(rng), overrides)
             est = est.fit(X[train], y[train]) if y is not None else est.fit(X[train])
             learner, Xv = est, X[val]
             if isinstance(est, Pipeline):
                 learner, Xv = est[-1], est[:-1].transform(Xv)
             values, bounds = learner._score_units(Xv, None if y is None else y[val])
             if bounds is None:
-                raise ValueError(f"{type(learner).__name__}'s score has no per-unit bound (set data_norm "
-                                 "or value_range): it cannot be released privately")
+                raise ValueError(f"{type(learner).__name__}'s score has no per-unit bound (set "
+                                 "data_norm or value_range): it cannot be released privately")
             lo, hi = bounds
             # a unit's score clipped into [lo, hi], NaN counted as lo, on a grid of the range: a
             # per-unit map, summed exactly, so the sensitivity holds at any size, and a NaN cannot
@@ -542,12 +547,13 @@ _SEARCH_DOC = """
 
 
 class PrivateGridSearchCV(_PrivateSearch):
-    __doc__ = ("""Private search over a grid of hyperparameters, with scikit-learn's search interface.
+    __doc__ = ("""Private search over a hyperparameter grid, with scikit-learn's interface.
 """ + _SEARCH_DOC.format(grid="""param_grid : dict or list of dicts
         As in ``GridSearchCV``: every combination is a candidate."""))
 
-    def __init__(self, estimator, param_grid, *, epsilon, delta=None, n_runs=None, validation_fraction=0.2,
-                 distribution="auto", refit=True, accountant=None, random_state=None, verbose=0):
+    def __init__(self, estimator, param_grid, *, epsilon, delta=None, n_runs=None,
+                 validation_fraction=0.2, distribution="auto", refit=True, accountant=None,
+                 random_state=None, verbose=0):
         self.estimator = estimator
         self.param_grid = param_grid
         self.epsilon = epsilon
@@ -565,19 +571,19 @@ class PrivateGridSearchCV(_PrivateSearch):
 
 
 class PrivateRandomizedSearchCV(_PrivateSearch):
-    __doc__ = ("""Private search over ``n_iter`` sampled settings, with scikit-learn's search interface.
+    __doc__ = ("""Private search over ``n_iter`` sampled settings, with scikit-learn's interface.
 
-    The ``n_iter`` candidates are drawn first from ``param_distributions`` with ``ParameterSampler``,
-    seeded by ``random_state``'s entropy (public, independent of the data); the search then runs as
-    :class:`PrivateGridSearchCV` over them.
+    The ``n_iter`` candidates are drawn first from ``param_distributions`` with
+    ``ParameterSampler``, seeded by ``random_state``'s entropy (public, independent of the data);
+    the search then runs as :class:`PrivateGridSearchCV` over them.
 """ + _SEARCH_DOC.format(grid="""param_distributions : dict or list of dicts
         As in ``RandomizedSearchCV``: lists are sampled uniformly, distributions by ``rvs``.
     n_iter : int, default=10
         Number of candidates sampled."""))
 
-    def __init__(self, estimator, param_distributions, *, n_iter=10, epsilon, delta=None, n_runs=None,
-                 validation_fraction=0.2, distribution="auto", refit=True, accountant=None,
-                 random_state=None, verbose=0):
+    def __init__(self, estimator, param_distributions, *, n_iter=10, epsilon, delta=None,
+                 n_runs=None, validation_fraction=0.2, distribution="auto", refit=True,
+                 accountant=None, random_state=None, verbose=0):
         self.estimator = estimator
         self.param_distributions = param_distributions
         self.n_iter = n_iter
@@ -596,7 +602,8 @@ class PrivateRandomizedSearchCV(_PrivateSearch):
         key = (repr(self.param_distributions), self.n_iter, _public_seed(self.random_state))
         if getattr(self, "_sampled_key", None) != key:
             seed = key[2] if key[2] is not None else int(np.random.SeedSequence().entropy % 2**32)
-            self._sampled = list(ParameterSampler(self.param_distributions, self.n_iter, random_state=seed))
+            self._sampled = list(ParameterSampler(self.param_distributions, self.n_iter,
+                                                  random_state=seed))
             self._sampled_key = key
         return self._sampled
 

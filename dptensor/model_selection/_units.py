@@ -1,4 +1,4 @@
-"""The units a search splits: checked before its spend, as every candidate's fit would check them."""
+"""The units a search splits: checked before its spend, as each candidate's fit would check them."""
 from __future__ import annotations
 
 import numpy as np
@@ -39,13 +39,13 @@ def as_units(X, y, *, alone: bool):
                                  ) from None
         # kind, not np.number: complex numbers are numbers, and scikit-learn's check prints them
         if alone and not (y.dtype.kind in "biuf" and np.all(np.isfinite(y))):
-            raise ValueError("y must hold finite numbers (no NaN or infinity): pass only the observed "
-                             "entries")
+            raise ValueError("y must hold finite numbers (no NaN or "
+                             "infinity): pass only the observed entries")
     return X, y
 
 
 def search_tag(learner) -> SearchTag:
-    """What the estimator declares the search needs to know of it (:class:`~dptensor._base.SearchTag`)."""
+    """What the estimator tells the search about itself (:class:`~dptensor._base.SearchTag`)."""
     return getattr(learner, "_search_tag", None) or SearchTag()
 
 
@@ -56,11 +56,11 @@ def check_units(learner, X, y):
         check_indices(X, learner.shape)  # X holds index tuples
     else:
         # check_numeric_array first: scikit-learn's check quotes a string and prints complex data
-        check_array(check_numeric_array(X), dtype="numeric", ensure_all_finite=True, ensure_2d=False,
-                    input_name="X")
+        check_array(check_numeric_array(X), dtype="numeric", ensure_all_finite=True,
+                    ensure_2d=False, input_name="X")
     if y is not None:
-        check_array(check_numeric_array(y, "y", ensure_2d=False), dtype="numeric", ensure_all_finite=True,
-                    ensure_2d=False, input_name="y")
+        check_array(check_numeric_array(y, "y", ensure_2d=False), dtype="numeric",
+                    ensure_all_finite=True, ensure_2d=False, input_name="y")
 
 
 def public_overrides(prefix, learner, X) -> dict:
