@@ -15,6 +15,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import dptensor.algorithms.exact as exact_mod
 import dptensor.algorithms.pca_fit as pca_fit_mod
+from dptensor.algorithms.exact_entries import ExactEntryMatrix
 import dptensor.algorithms.power as power_mod
 from dptensor import BudgetExceededError, PrivacyAccountant, PrivacyWarning, PrivatePCA
 from dptensor.accounting import ComposedEvent, GaussianEvent, epsilon_of, gdp_mu
@@ -267,19 +268,20 @@ def test_paper_calibration_reproduces_hardt_price_sigma(monkeypatch):
     A = A + A.T
     seen = []
 
-    class Recording(DenseMatrix):
+    class Recording(ExactEntryMatrix):  # the private products are exact on the entry grid
         def matmat(self, Q):
-            seen.append(Q.copy())
+            seen.append((self.grid_iterate(Q), self.bound))
             return super().matmat(Q)
-    monkeypatch.setattr(pca_fit_mod, "DenseMatrix", Recording)
+    monkeypatch.setattr(pca_fit_mod, "ExactEntryMatrix", Recording)
     spy = _Spy(monkeypatch)
     est = PrivatePCA(2, n_oversamples=1, epsilon=eps, delta=delta, n_iter=L, input="precomputed",
                      calibration="paper", random_state=0).fit(A)
     sigma = math.sqrt(4 * p * L * math.log(1 / delta)) / eps  # Hardt & Price, Claim 4.2
     assert len(spy.calls) == L == len(seen)
-    for (shape, s, z), Q in zip(spy.calls, seen):
-        assert shape == (d, p)
-        assert s * z == pytest.approx(sigma * np.abs(Q).max(), rel=1e-12)
+    for (shape, s, z), (Q, bound) in zip(spy.calls, seen):
+        # the grid iterate's ||X||_inf, each entry moving by the bound 1 plus one grid step
+        assert shape == (d, p) and 1.0 < bound < 1.0 + 1e-6
+        assert s * z == pytest.approx(sigma * bound * np.abs(Q).max(), rel=1e-12)
     # Priced honestly for the symmetric pair (sensitivity sqrt(2p)||X||_inf): below target here.
     assert est.privacy_cost_.event == GaussianEvent(sigma / math.sqrt(2 * p), L)
     assert est.privacy_cost_.epsilon < eps and est.privacy_cost_.calibration == "paper"
