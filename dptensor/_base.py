@@ -111,12 +111,15 @@ class SearchTag:
     ``unit`` is the privacy unit's kind (``"row"``; ``"observed value"`` for completion), the unit
     the search splits into training and validation parts; ``score_bound`` the parameter that bounds
     one unit's score (``"data_norm"``, ``"value_range"``); ``indices``: ``X`` holds index tuples
-    into a tensor of the public ``shape`` parameter (``y`` the values there), not feature rows.
+    into a tensor of the public ``shape`` parameter (``y`` the values there), not feature rows;
+    ``groups``: its ``fit`` takes ``groups=`` (a group of rows as its unit), so a search by
+    group may fit it.
     """
 
     unit: str = "row"
     score_bound: str = "data_norm"
     indices: bool = False
+    groups: bool = False
 
 
 #: Generators a caller may pass as ``random_state``: never pickled or copied with an estimator.

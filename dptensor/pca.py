@@ -17,7 +17,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import FitData, FitPlan, PrivateEstimatorMixin
+from ._base import FitData, FitPlan, PrivateEstimatorMixin, SearchTag
 from .algorithms.dask import RowChunks, check_dask_array, is_dask_array
 from ._memory import FLOAT, check_fits
 from ._validation import (
@@ -226,6 +226,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     >>> round(pca.privacy_cost_.epsilon, 6)
     1.0
     """
+
+    _search_tag = SearchTag(groups=True)  # fit(X, groups=...) bounds a group of rows
 
     _stream_attributes = ("_stream",)
 

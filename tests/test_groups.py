@@ -162,11 +162,47 @@ def test_estimators_without_a_group_bound_refuse_groups_before_any_spend():
                 PrivateGaussianMixture, PrivateLatentDirichletAllocation):
         with pytest.raises(ValueError, match="does not take groups"):
             cls(epsilon=1.0, accountant=budget).fit(X, groups=np.arange(50))
-    search = PrivateGridSearchCV(PrivatePCA(1, data_norm=1.0), {"n_components": [1, 2]},
+    search = PrivateGridSearchCV(AdaptivePrivatePCA(1, data_norm=1.0), {"n_iter": [1, 2]},
                                  epsilon=1.0, accountant=budget)
-    with pytest.raises(ValueError, match="does not take groups"):
+    with pytest.raises(ValueError, match="cannot be searched by group"):
         search.fit(X, groups=np.arange(50))
     assert budget.history() == []
+
+
+def test_a_search_by_group_keeps_groups_whole_and_scores_per_group(monkeypatch):
+    """Searched by group, every run trains on whole groups (the candidates get their groups), the
+    score averages each validation group once, and the sensitivity counts groups."""
+    import dptensor.model_selection._search as search_module
+    from dptensor.model_selection import PrivateGridSearchCV
+
+    rng = np.random.default_rng(8)
+    labels = np.repeat(np.arange(120), rng.integers(1, 6, 120))  # 120 people, 1-5 rows each
+    X = rng.standard_normal((labels.size, 5)) * 0.3
+    fits, releases = [], []
+    real_fit, real_release = search_module._fit_run, search_module.exact_gaussian_release
+
+    def fit_spy(est, X_, y, rows, codes):
+        fits.append((rows, None if codes is None else codes[rows]))
+        return real_fit(est, X_, y, rows, codes)
+
+    def release_spy(mean, sensitivity, *args, **kwargs):
+        releases.append(sensitivity)
+        return real_release(mean, sensitivity, *args, **kwargs)
+    monkeypatch.setattr(search_module, "_fit_run", fit_spy)
+    monkeypatch.setattr(search_module, "exact_gaussian_release", release_spy)
+    search = PrivateGridSearchCV(PrivatePCA(1, data_norm=1.0), {"n_components": [1, 2]},
+                                 epsilon=2.0, validation_fraction=0.5, random_state=0)
+    search.fit(X, groups=labels)
+    codes = np.unique(labels, return_inverse=True)[1]
+    for rows, run_codes in fits[:-1]:  # the runs (the last fit is the refit on every row)
+        train_groups = set(codes[rows])
+        rest = np.setdiff1d(np.arange(labels.size), rows)
+        assert train_groups.isdisjoint(codes[rest])  # no group on both sides
+        assert len(train_groups) == 60 and np.array_equal(run_codes, codes[rows])
+    assert len(fits[-1][0]) == labels.size
+    hi_lo = 1.0  # PrivatePCA's per-unit score range, normalised by data_norm
+    assert releases and all(s == pytest.approx(hi_lo / 60) for s in releases)
+    assert search.best_estimator_.privacy_cost_.unit == "group of rows"
 
 
 def test_a_group_of_two_to_the_23_rows_of_the_largest_norm_is_still_scaled():

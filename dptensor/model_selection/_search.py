@@ -19,9 +19,11 @@ from .._base import FitData, FitPlan, PrivateEstimatorMixin
 from .._guards import silenced
 from .._memory import FLOAT, prechecked
 from ..algorithms.exact import exact_gaussian_release, range_mean
+from .._validation import check_groups
 from ._accountants import accountant_keys, find_accountants, without_accountants
 from ._selection import calibrate_search, check_distribution, draw_n_runs
-from ._units import as_units, check_units, public_overrides
+from ._units import (as_units, check_units, public_overrides, search_tag, split_units,
+                     unit_scores)
 
 __all__ = ["PrivateGridSearchCV", "PrivateRandomizedSearchCV", "MAX_SCORE_NOISE"]
 
@@ -230,10 +232,11 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                               n_train=n_train, n_val=n_val, epsilon=e, delta=delta,
                               distribution=name, mean=mean, event=event, width=width)
 
-    def _plan(self, shape, overrides=None, nbytes=None) -> FitPlan:
+    def _plan(self, shape, overrides=None, nbytes=None, n_rows=None) -> FitPlan:
         """The search's :class:`~dptensor._base.FitPlan`: its one event (the candidates, the
         score, the law of the number of runs, the refit), priced from public values: the units'
-        shape, the public overrides (a completion's index space) and the units' bytes."""
+        shape (groups, when searched by group), the public overrides (a completion's index
+        space), the units' bytes and rows."""
         n_samples, n_features = int(shape[0]), int(shape[1]) if len(shape) > 1 else 1
         settings = self._settings(n_samples, n_features)
         overrides = {} if overrides is None else overrides
@@ -241,7 +244,8 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         return FitPlan(event=settings.event, delta=settings.delta,
                        noise_multiplier=settings.event.score.noise_multiplier,
                        n_queries=len(settings.candidates), calibration="exact",
-                       memory=self._memory(settings, (n_samples, n_features), nbytes, overrides),
+                       memory=self._memory(settings, (n_rows or n_samples, n_features), nbytes,
+                                           overrides),
                        settings=settings)
 
     # ------------------------------------------------------------------ public
@@ -258,28 +262,37 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
     def fit(self, X, y=None, *, groups=None):
         """Run the private search on ``X`` (rows, or index tuples of observed entries) and ``y``.
 
-        ``groups`` is refused before any spend: a search by group (a split keeping each group
-        whole, scores averaged per group over the public number of groups) is not built yet.
+        ``groups`` (one label a row; rows sharing one are one person): the unit becomes a group
+        of rows. The split keeps each group whole, each candidate is fitted with the training
+        rows' groups, and the released score is the mean over validation groups of each group's
+        mean score (one value in the score's range per group), over the public number of groups;
+        ``privacy_cost(n_samples, ...)`` then counts groups. Only estimators whose ``fit`` bounds a
+        group (:class:`~dptensor.PrivatePCA`) can be searched so; others are refused before any
+        spend.
 
         Prices the whole search, records it as one event with the accountant (the search's, or the
         one found in the estimator: refused with :class:`~dptensor.BudgetExceededError` before
         any fit if over budget), then runs it, silenced: only the search's own messages print.
         """
-        if groups is not None:
-            raise ValueError(f"{type(self).__name__} does not take groups yet: its split and its "
-                             "released score are per unit (row or observed value), not per group "
-                             "of rows. Fit the estimator itself with groups")
-        return self._fit_private(X, y)
+        return self._fit_private(X, y, groups)
 
-    def _check_data(self, X, y=None) -> FitData:
+    def _check_data(self, X, y=None, groups=None) -> FitData:
         X, y = as_units(X, y, alone=not isinstance(self.estimator, Pipeline))
         if y is not None and len(y) != len(X):
             raise ValueError(f"y has {len(y)} values but X has {len(X)} units")
         prefix, learner = self._learner()
         check_units(learner, X, y)
         overrides = public_overrides(prefix, learner, X)
-        return FitData(arrays=(X, y), shape=X.shape,
-                       public=dict(overrides=overrides, nbytes=X.nbytes))
+        public = dict(overrides=overrides, nbytes=X.nbytes, n_rows=X.shape[0])
+        if groups is None:
+            return FitData(arrays=(X, y), shape=X.shape, public=public)
+        if not search_tag(learner).groups:
+            raise ValueError(f"{type(learner).__name__} cannot be searched by group: its fit "
+                             "does not bound a group of rows. Search without groups, or search "
+                             "an estimator that takes them (PrivatePCA)")
+        codes, n_groups = check_groups(groups, X.shape[0])
+        return FitData(arrays=(X, y), shape=(n_groups,) + X.shape[1:], extra=codes,
+                       public=public)
 
     def _spend_plan(self, plan, data):
         settings = plan.settings
@@ -294,6 +307,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
 
     def _release(self, data, plan, rng):
         (X, y), settings, overrides = data.arrays, plan.settings, data.public["overrides"]
+        codes = data.extra
         # Runs and refit run user code (a step's verbose, an estimator or a library that prints,
         # warns or logs). A run's output would count the runs, whose number is secret, and tell
         # what each saw; the refit's would tell what the data made it do (a warning, a value
@@ -301,12 +315,12 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         # The worst candidate's memory was checked before the spend: a run's own check would
         # refuse after it (and how many runs there were is secret).
         with silenced(), prechecked():
-            best_index, best_score = self._run(X, y, settings, overrides, rng)
+            best_index, best_score = self._run(X, y, settings, overrides, rng, codes)
             best_params = settings.candidates[best_index]
             if self.refit:
                 est = self._candidate(settings.prefix, best_params, settings.epsilon,
                                       settings.delta, _seed(rng), overrides)
-                self.best_estimator_ = est.fit(X, y) if y is not None else est.fit(X)
+                self.best_estimator_ = _fit_run(est, X, y, np.arange(X.shape[0]), codes)
         if self.refit:
             # The refit's seed was drawn from the search's own stream: with it (and the public
             # description) anyone regenerates the refit's noise, so it never stays on the model.
@@ -356,12 +370,12 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         transformed = 2 * n_units * settings.width * FLOAT if settings.width != n_features else 0
         return worst + 2 * nbytes + transformed, advice
 
-    def _run(self, X, y, settings, overrides, rng):
+    def _run(self, X, y, settings, overrides, rng, codes=None):
         """The selection: ``(best index, released score)``. Everything it draws comes from ``rng``,
         the spend's generator: the split, the number of runs, each run's candidate and seed, and
         the scores' noise. Only the best run leaves this method."""
-        order = rng.permutation(X.shape[0])
-        train, val = order[:settings.n_train], order[settings.n_train:]
+        train, val, val_codes = split_units(rng, settings.n_train + settings.n_val,
+                                            settings.n_train, codes)
         event, prefix = settings.event, settings.prefix
         n_runs = draw_n_runs(event.shape, event.mean, rng)
         best_index, best_score = None, -math.inf
@@ -369,7 +383,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
             index = int(rng.integers(len(settings.candidates)))
             est = self._candidate(prefix, settings.candidates[index], settings.epsilon,
                                   settings.delta, _seed(rng), overrides)
-            est = est.fit(X[train], y[train]) if y is not None else est.fit(X[train])
+            est = _fit_run(est, X, y, train, codes)
             learner, Xv = est, X[val]
             if isinstance(est, Pipeline):
                 learner, Xv = est[-1], est[:-1].transform(Xv)
@@ -381,8 +395,8 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
             # a unit's score clipped into [lo, hi], NaN counted as lo, on a grid of the range: a
             # per-unit map, summed exactly, so the sensitivity holds at any size, and a NaN cannot
             # make the release refuse a non-finite value
-            mean = range_mean(values, lo, hi)
-            sensitivity = (hi - lo) / len(val) * (1.0 + 2.0 ** -52)
+            mean = range_mean(unit_scores(values, lo, hi, val_codes, settings.n_val), lo, hi)
+            sensitivity = (hi - lo) / settings.n_val * (1.0 + 2.0 ** -52)
             score = float(exact_gaussian_release(mean, sensitivity, event.score.noise_multiplier,
                                                  rng))
             if score > best_score:
@@ -615,6 +629,17 @@ def _public_seed(random_state):
 def _seed(rng) -> int:
     """A fresh 63-bit seed for one candidate's fit, from the search's own generator."""
     return int(rng.integers(2**63 - 1))
+
+
+def _fit_run(est, X, y, rows, codes):
+    """A candidate's fit on ``rows``, with their groups when searched by group (a pipeline routes
+    them to its last step)."""
+    kwargs = {}
+    if codes is not None:
+        name = est.steps[-1][0] + "__groups" if isinstance(est, Pipeline) else "groups"
+        kwargs[name] = codes[rows]
+    args = (X[rows],) if y is None else (X[rows], y[rows])
+    return est.fit(*args, **kwargs)
 
 
 def _results(candidates, best_index, best_score) -> dict:

@@ -9,7 +9,8 @@ from .._base import SearchTag
 from .._validation import check_numeric_array
 from ..algorithms.completion.observations import check_indices
 
-__all__ = ["as_units", "search_tag", "check_units", "public_overrides"]
+__all__ = ["as_units", "search_tag", "check_units", "public_overrides", "split_units",
+           "unit_scores"]
 
 
 def as_units(X, y, *, alone: bool):
@@ -70,3 +71,30 @@ def public_overrides(prefix, learner, X) -> dict:
         # trained on the training entries can predict the validation ones
         return {prefix + "shape": tuple(int(v) + 1 for v in np.max(X, axis=0))}
     return {}
+
+
+def split_units(rng, n_units: int, n_train: int, codes=None):
+    """``(train rows, validation rows, validation codes)``: a random split of the units, drawn
+    from the search's generator. Without ``codes`` a unit is a row; with them (each row's group,
+    ``0 .. n_units - 1``) a unit is a group, and all of a group's rows fall on one side."""
+    order = rng.permutation(n_units)
+    if codes is None:
+        return order[:n_train], order[n_train:], None
+    side = np.empty(n_units, dtype=np.int64)
+    side[order] = np.arange(n_units)  # a group's place in the permutation
+    place = side[codes]
+    train, val = np.flatnonzero(place < n_train), np.flatnonzero(place >= n_train)
+    return train, val, place[val] - n_train  # validation groups renumbered 0 .. n_val - 1
+
+
+def unit_scores(values, lo: float, hi: float, codes, n_units: int) -> np.ndarray:
+    """One score per validation unit: a row's own, or a group's mean of its rows' scores, each
+    clipped into ``[lo, hi]`` first (NaN counted as ``lo``): a group adds one value in the range,
+    as a row does, so the released mean's sensitivity is ``(hi - lo) / n_units`` either way."""
+    values = np.asarray(values, dtype=np.float64)
+    if codes is None:
+        return values
+    clipped = np.clip(np.where(np.isnan(values), lo, values), lo, hi)
+    sums = np.bincount(codes, weights=clipped, minlength=n_units)
+    counts = np.bincount(codes, minlength=n_units)
+    return np.clip(sums / np.maximum(counts, 1), lo, hi)
