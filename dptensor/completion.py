@@ -27,6 +27,7 @@ import math
 import numbers
 import operator
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
@@ -49,6 +50,19 @@ from .algorithms.completion.observations import Observations, check_indices, to_
 
 __all__ = ["PrivateTensorCompletion", "to_observations", "complete", "check_indices",
            "OFFSET_SHARE"]
+
+
+@dataclass(frozen=True)
+class _FitSettings:
+    """What a fit's release reads from its plan: the validated parameters (``params``, from
+    ``_check_params``), the mode's noise plan (``None`` for a non-private fit, except at user
+    level: its noise-free plan), the public value range (``None``: the observed one) and whether
+    the fit is private."""
+
+    params: dict
+    noise: dict | None
+    value_range: tuple[float, float] | None
+    private: bool
 
 
 def complete(estimator, shape=None):
@@ -467,8 +481,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         memory = (self._fit_memory(p, n_obs, dims) if None not in dims else (0.0, ""))
         return FitPlan(event=event, delta=delta, noise_multiplier=noise["z"] if noise else 0.0,
                        n_queries=noise["n_queries"] if noise else 0, calibration="exact",
-                       memory=memory, settings=dict(p=p, noise=noise, vrange=vrange,
-                                                    private=private),
+                       memory=memory, settings=_FitSettings(params=p, noise=noise,
+                                                            value_range=vrange, private=private),
                        unit="user" if self.privacy_unit == "user" else None)
 
     # ------------------------------------------------------------------ fit
@@ -481,8 +495,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
 
     def _release(self, data, plan, rng):
         """Scale the values, fit the mode's model, and set the attributes in the caller's units."""
-        y, obs, s = data.arrays[1], data.extra, plan.settings
-        p, vrange, private = s["p"], s["vrange"], s["private"]
+        y, obs, settings = data.arrays[1], data.extra, plan.settings
+        p, vrange, private = settings.params, settings.value_range, settings.private
         shape = obs.shape
         # Public affine rescaling: values clipped to the range, centred, divided by its width.
         if vrange is not None:
@@ -505,7 +519,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         # Every product here is skinny (entries x rank) or tiny (rank x rank per row): threaded
         # BLAS only adds synchronisation to them (measured several times slower on a busy machine).
         with _blas_controller().limit(limits=1, user_api="blas"):
-            model = p["mode"].fit(obs, ys, p, s["noise"], rng, history=history,
+            model = p["mode"].fit(obs, ys, p, settings.noise, rng, history=history,
                                   private=private, progress=self._progress(private, scale))
         if p["unit"] == "user":
             self._set_item_side(model, shape, center, scale)
