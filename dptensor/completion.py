@@ -25,7 +25,6 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-import operator
 import warnings
 from dataclasses import dataclass
 
@@ -39,10 +38,10 @@ from ._base import FitData, FitPlan, PrivateEstimatorMixin, SearchTag
 from ._memory import FLOAT
 from ._validation import check_positive_int, check_verbose, validate_private_data
 from .accounting import NonPrivateEvent
-from .algorithms.completion.memory import fit_floats
+from .algorithms.completion.memory import fit_advice, fit_floats
 from .algorithms.completion.model import Model, predict
-from .algorithms.completion.modes import AUTO, MODES
-from .algorithms.completion.modes.base import OFFSET_SHARE
+from .algorithms.completion.modes import AUTO, MODES, is_mode
+from .algorithms.completion.modes.base import OFFSET_SHARE, fixed_modes
 from .algorithms.completion.modes.solvers import AUTO_PRIOR_VAR, AUTO_REG_FLOOR, GD_DEFAULTS
 from .algorithms.completion.modes.user import MAX_RATINGS_PER_USER as USER_MAX_RATINGS
 from .algorithms.completion.user_level import ItemSide, predict_released
@@ -54,10 +53,8 @@ __all__ = ["PrivateTensorCompletion", "to_observations", "complete", "check_indi
 
 @dataclass(frozen=True)
 class _FitSettings:
-    """What a fit's release reads from its plan: the validated parameters (``params``, from
-    ``_check_params``), the mode's noise plan (``None`` for a non-private fit, except at user
-    level: its noise-free plan), the public value range (``None``: the observed one) and whether
-    the fit is private."""
+    """What the release reads from a fit's plan: the validated parameters, the mode's noise plan
+    (``None`` for a non-private fit at value level), the public value range, whether private."""
 
     params: dict
     noise: dict | None
@@ -315,7 +312,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             rank = check_positive_int(self.rank, "rank")
         if self.decomposition not in ("cp", "tucker"):
             raise ValueError(f'decomposition must be "cp" or "tucker", got {self.decomposition!r}')
-        if self.perturbation != "auto" and not _is_mode(self.perturbation):
+        if self.perturbation != "auto" and not is_mode(self.perturbation):
             raise ValueError(f'perturbation must be None, "auto", "input", "gradient", "output", '
                              f'"statistics" or "implicit", got {self.perturbation!r}')
         perturbation = self._resolved_perturbation()
@@ -355,32 +352,12 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
 
     def _check_factor_modes(self, order):
         """The fixed modes (sorted tuple) from ``factor_modes`` and the tensor's order."""
-        fixed = self._fixed_modes(order)
+        fixed = fixed_modes(self.factor_modes, order, self.decomposition)
         unit, _ = self._check_unit()
         mode = MODES[("statistics", "user")] if unit == "user" else MODES[
             self._resolved_perturbation()]
         mode.check_modes(order, fixed, self.factor_modes)
         return fixed
-
-    def _fixed_modes(self, order):
-        if self.factor_modes is None:
-            return ()
-        try:
-            modes = [operator.index(m) for m in self.factor_modes]
-        except TypeError:
-            modes = None
-        # a bool is an int to Python, but (True, False) is no list of modes
-        if modes is None or any(isinstance(m, (bool, np.bool_)) for m in self.factor_modes):
-            raise TypeError("factor_modes must be a sequence of integer mode indices, "
-                            f"got {self.factor_modes!r}")
-        if (len(set(modes)) != len(modes) or len(modes) < 2
-                or not all(0 <= m < order for m in modes)):
-            raise ValueError(f"factor_modes must hold at least two distinct modes in [0, {order}), "
-                             f"got {self.factor_modes!r}")
-        if self.decomposition != "cp" and len(modes) < order:
-            raise ValueError('factor_modes is for decomposition="cp": '
-                             'a Tucker model has a factor on every mode')
-        return tuple(m for m in range(order) if m not in modes)
 
     def _resolved_perturbation(self):
         """``perturbation="auto"``: non-private at ``epsilon=inf``, else the best private mode for
@@ -562,11 +539,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         mode = p["mode"].memory_mode(p["solver"])
         tucker = self.decomposition == "tucker"
         floats = fit_floats(n_obs, shape, p["rank"], tucker=tucker, mode=mode, fixed=p["fixed"])
-        advice = ("Lower rank (a Tucker core holds rank^order numbers, its Gram their square), "
-                  "or fit decomposition='cp'" if tucker else
-                  "Lower rank, leave modes out of factor_modes, or split the data (a mode with "
-                  "many rows costs n_m^2 for the spectral start of perturbation='statistics')")
-        return floats * FLOAT, advice
+        return floats * FLOAT, fit_advice(tucker)
 
     def _memory_estimate(self, n_samples, n_features):
         """``(bytes, advice)`` of a ``fit`` on ``n_samples`` entries of an order-``n_features``
@@ -708,11 +681,6 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
 def _blas_controller():
     """One controller of the BLAS thread pools, found once (finding them costs about 1 ms a fit)."""
     return ThreadpoolController()
-
-
-def _is_mode(value) -> bool:
-    """Whether ``value`` names a registered mode (compared by value: a list is no mode)."""
-    return value is None or (isinstance(value, str) and value in MODES)
 
 
 def _positive(value, name, default):
