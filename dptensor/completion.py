@@ -25,8 +25,8 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-import operator
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
@@ -38,10 +38,10 @@ from ._base import FitData, FitPlan, PrivateEstimatorMixin, SearchTag
 from ._memory import FLOAT
 from ._validation import check_positive_int, check_verbose, validate_private_data
 from .accounting import NonPrivateEvent
-from .algorithms.completion.memory import fit_floats
+from .algorithms.completion.memory import fit_advice, fit_floats
 from .algorithms.completion.model import Model, predict
-from .algorithms.completion.modes import AUTO, MODES
-from .algorithms.completion.modes.base import OFFSET_SHARE
+from .algorithms.completion.modes import AUTO, MODES, is_mode
+from .algorithms.completion.modes.base import OFFSET_SHARE, fixed_modes
 from .algorithms.completion.modes.solvers import AUTO_PRIOR_VAR, AUTO_REG_FLOOR, GD_DEFAULTS
 from .algorithms.completion.modes.user import MAX_RATINGS_PER_USER as USER_MAX_RATINGS
 from .algorithms.completion.user_level import ItemSide, predict_released
@@ -51,8 +51,20 @@ __all__ = ["PrivateTensorCompletion", "to_observations", "complete", "check_indi
            "OFFSET_SHARE"]
 
 
+@dataclass(frozen=True)
+class _FitSettings:
+    """What the release reads from a fit's plan: the validated parameters, the mode's noise plan
+    (``None`` for a non-private fit at value level), the public value range, whether private."""
+
+    params: dict
+    noise: dict | None
+    value_range: tuple[float, float] | None
+    private: bool
+
+
 def complete(estimator, shape=None):
-    """The dense completed array of a fitted :class:`PrivateTensorCompletion` (every position predicted).
+    """The dense completed array of a fitted :class:`PrivateTensorCompletion` (every position
+    predicted).
 
     Forms the full array, so only for shapes that fit in memory; ``predict`` at chosen positions
     never does. ``shape`` defaults to ``estimator.shape_``.
@@ -64,8 +76,8 @@ def complete(estimator, shape=None):
 
 
 class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimator):
-    r"""CP or Tucker tensor completion, private by noisy statistics, implicit feedback, input, gradient
-    or (comparison only) output perturbation.
+    r"""CP or Tucker tensor completion, private by noisy statistics, implicit feedback, input,
+    gradient or (comparison only) output perturbation.
 
     The model is ``y_hat(i_1..i_d) = intercept_ + sum_m biases_[m][i_m] + f(i_1..i_d)`` with
     ``f = sum_r prod_m factors_[m][i_m, r]`` (CP) or the Tucker product of ``core_`` with the rows
@@ -109,7 +121,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
       interaction's statistic (l2 sensitivity ``sqrt(2) min(1, 2 clip)``) with
       ``(1 - offset_share)`` of ``mu^2``, and the offsets and residual scale with the rest,
       Gaussian or Laplace.
-    * ``perturbation="input"``: pure ``epsilon``-DP (Laplace, parallel composition), ``delta`` unused.
+    * ``perturbation="input"``: pure ``epsilon``-DP (Laplace, parallel composition), ``delta``
+      unused.
     * ``perturbation="gradient"``: ``(epsilon, delta)``-DP, exactly: ``n_iter`` gradient releases of
       l2 sensitivity ``2 clip_norm`` with ``(1 - offset_share)`` of ``mu^2``, and (when
       ``fit_intercept``) ``order + 1`` offset releases with the rest, Gaussian or Laplace.
@@ -128,21 +141,22 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         CP rank, or the size of every side of the Tucker core (``"implicit"``: the columns of each
         mode's spectral embedding; the released CP factors have ``2 rank`` columns). With the
         number of entries, the shape and the model it sets the fit's memory
-        (:func:`~dptensor.algorithms.completion.memory.fit_floats`): a Tucker core holds ``rank^order``
-        numbers and its Gram their square, the spectral start of ``"statistics"`` an
-        ``n_m x n_m`` Gram per mode with a factor. A fit whose bound exceeds what the process can
-        allocate is refused before its spend (:class:`~dptensor.MemoryRefusedError`).
+        (:func:`~dptensor.algorithms.completion.memory.fit_floats`): a Tucker core holds
+        ``rank^order`` numbers and its Gram their square, the spectral start of ``"statistics"``
+        an ``n_m x n_m`` Gram per mode with a factor. A fit whose bound exceeds what the process
+        can allocate is refused before its spend (:class:`~dptensor.MemoryRefusedError`).
     decomposition : {"cp", "tucker"}, default="cp"
-    perturbation : {"auto", None, "statistics", "implicit", "input", "gradient", "output"}, default="auto"
-        ``"auto"``: the non-private fit at ``epsilon=np.inf``, otherwise ``"statistics"`` for CP
-        and ``"gradient"`` for Tucker (decided from public parameters only). ``None`` is the
-        non-private fit; a finite ``epsilon`` needs one of the others.
+    perturbation : {"auto", None, "statistics", "implicit", "input", "gradient", "output"}
+        ``"auto"`` (the default): the non-private fit at ``epsilon=np.inf``, otherwise
+        ``"statistics"`` for CP and ``"gradient"`` for Tucker (decided from public parameters
+        only). ``None`` is the non-private fit; a finite ``epsilon`` needs one of the others.
     epsilon : float, default=np.inf
         Privacy target; ``np.inf`` is the non-private fit, which costs epsilon = infinity.
     delta : float or None, default=None
         ``None`` takes the accountant's delta, else 1e-5. Unused by ``"input"``.
     learning_rate : float or None, default=None
-        Gradient-descent step (``None``: 0.35). Each row moves by ``lr`` times its Gauss-Newton step.
+        Gradient-descent step (``None``: 0.35). Each row moves by ``lr`` times its Gauss-Newton
+        step.
     n_iter : int or None, default=None
         Sweeps (ALS, default 100, stops early at ``tol``; DP-ALS, default 2) or gradient steps
         (default 5: every step of DP gradient descent costs budget, and a few well-preconditioned
@@ -166,8 +180,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         them the values are not centred: data whose mean is far from 0 (ratings on 1..5) is then
         poorly fitted, since the private modes clip residuals to a fraction of the value range.
     solver : {"auto", "als", "gd"}, default="auto"
-        ``"auto"``: ALS for ``None``, ``"input"``, ``"statistics"`` and ``"implicit"``, gradient descent for
-        ``"gradient"`` and ``"output"`` (which require it).
+        ``"auto"``: ALS for ``None``, ``"input"``, ``"statistics"`` and ``"implicit"``, gradient
+        descent for ``"gradient"`` and ``"output"`` (which require it).
     tol : float, default=1e-8
         ALS stops when the objective's relative decrease falls below ``tol``.
     factor_modes : tuple of int or None, default=None
@@ -185,11 +199,12 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         (Gaussian DP) and the offsets the rest, by Gaussian noise or, when that is less noisy
         (large shares), Laplace noise; for ``"output"``, ``offset_share`` of ``epsilon``;
         for ``"statistics"`` and ``"implicit"`` the share also pays for the released residual
-        scale (all of it without ``fit_intercept``). Unused by ``"input"`` (one Laplace release of every value),
-        by ``"gradient"`` and ``"output"`` without ``fit_intercept``, and without privacy.
-        ``None``: ``STATS_OFFSET_SHARE`` (0.1) for ``"statistics"``, ``IMPLICIT_OFFSET_SHARE``
-        (0.97) for ``"implicit"``, ``OFFSET_SHARE`` (0.5) for ``"gradient"`` and ``"output"``.
-        Data whose row effects carry most of the signal (ratings: user and item means) want most of the budget there (see the completion guide
+        scale (all of it without ``fit_intercept``). Unused by ``"input"`` (one Laplace release of
+        every value), by ``"gradient"`` and ``"output"`` without ``fit_intercept``, and without
+        privacy. ``None``: ``STATS_OFFSET_SHARE`` (0.1) for ``"statistics"``,
+        ``IMPLICIT_OFFSET_SHARE`` (0.97) for ``"implicit"``, ``OFFSET_SHARE`` (0.5) for
+        ``"gradient"`` and ``"output"``. Data whose row effects carry most of the signal (ratings:
+        user and item means) want most of the budget there (see the completion guide
         for MovieLens-100K); on a synthetic study without row effects 0.1 keeps 0.6 of the
         non-private gain at epsilon = 2 and 0.5 keeps 0.25.
         Choose it from public knowledge of the data, or with :mod:`dptensor.model_selection`.
@@ -229,7 +244,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     >>> from dptensor.datasets import make_low_rank_tensor
     >>> data = make_low_rank_tensor(random_state=0)
     >>> model = PrivateTensorCompletion(rank=3, random_state=0).fit(data["indices"], data["values"])
-    >>> bool(np.sqrt(np.mean((model.predict(data["test_indices"]) - data["test_values"])**2)) < 1e-3)
+    >>> error = model.predict(data["test_indices"]) - data["test_values"]
+    >>> bool(np.sqrt(np.mean(error**2)) < 1e-3)
     True
     """
 
@@ -237,11 +253,12 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     #: is bounded by ``value_range``.
     _search_tag = SearchTag(unit="observed value", score_bound="value_range", indices=True)
 
-    def __init__(self, rank=3, *, decomposition="cp", perturbation="auto", epsilon=np.inf, delta=None,
-                 learning_rate=None, n_iter=None, reg="auto", reg_core=None, clip_norm=None,
-                 value_range=None, shape=None, batch_size=None, fit_intercept=True, solver="auto",
-                 tol=1e-8, factor_modes=None, offset_share=None, privacy_unit="value",
-                 max_ratings_per_user=None, accountant=None, random_state=None, verbose=0):
+    def __init__(self, rank=3, *, decomposition="cp", perturbation="auto", epsilon=np.inf,
+                 delta=None, learning_rate=None, n_iter=None, reg="auto", reg_core=None,
+                 clip_norm=None, value_range=None, shape=None, batch_size=None, fit_intercept=True,
+                 solver="auto", tol=1e-8, factor_modes=None, offset_share=None,
+                 privacy_unit="value", max_ratings_per_user=None, accountant=None,
+                 random_state=None, verbose=0):
         self.rank = rank
         self.decomposition = decomposition
         self.perturbation = perturbation
@@ -282,7 +299,9 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
                    "hides)" if self.perturbation == "implicit" else "")
             raise ValueError('privacy_unit="user" runs user-level DP-ALS on a CP model: use '
                              f'perturbation="auto" or "statistics", not {self.perturbation!r}{why}')
-        return "user", (USER_MAX_RATINGS if m is None else check_positive_int(m, "max_ratings_per_user"))
+        if m is None:
+            return "user", USER_MAX_RATINGS
+        return "user", check_positive_int(m, "max_ratings_per_user")
 
     def _check_params(self):
         check_verbose(self.verbose)
@@ -293,7 +312,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             rank = check_positive_int(self.rank, "rank")
         if self.decomposition not in ("cp", "tucker"):
             raise ValueError(f'decomposition must be "cp" or "tucker", got {self.decomposition!r}')
-        if self.perturbation != "auto" and not _is_mode(self.perturbation):
+        if self.perturbation != "auto" and not is_mode(self.perturbation):
             raise ValueError(f'perturbation must be None, "auto", "input", "gradient", "output", '
                              f'"statistics" or "implicit", got {self.perturbation!r}')
         perturbation = self._resolved_perturbation()
@@ -304,9 +323,9 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         if self.solver not in ("auto", "als", "gd"):
             raise ValueError(f'solver must be "auto", "als" or "gd", got {self.solver!r}')
         if self.batch_size is not None:
-            raise ValueError("batch_size must be None: only full-batch gradient descent is offered, "
-                             "because Poisson subsampling would need an exactly accounted "
-                             "subsampled-Gaussian event")
+            raise ValueError("batch_size must be None: only full-batch gradient descent is "
+                             "offered, because Poisson subsampling would need an exactly "
+                             "accounted subsampled-Gaussian event")
         solver = (mode.solver or "als") if self.solver == "auto" else self.solver
         if mode.solver is not None and solver != mode.solver:
             raise ValueError(f'perturbation="{perturbation}" needs solver="{mode.solver}" '
@@ -333,34 +352,16 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
 
     def _check_factor_modes(self, order):
         """The fixed modes (sorted tuple) from ``factor_modes`` and the tensor's order."""
-        fixed = self._fixed_modes(order)
+        fixed = fixed_modes(self.factor_modes, order, self.decomposition)
         unit, _ = self._check_unit()
         mode = MODES[("statistics", "user")] if unit == "user" else MODES[
             self._resolved_perturbation()]
         mode.check_modes(order, fixed, self.factor_modes)
         return fixed
 
-    def _fixed_modes(self, order):
-        if self.factor_modes is None:
-            return ()
-        try:
-            modes = [operator.index(m) for m in self.factor_modes]
-        except TypeError:
-            modes = None
-        # a bool is an int to Python, but (True, False) is no list of modes
-        if modes is None or any(isinstance(m, (bool, np.bool_)) for m in self.factor_modes):
-            raise TypeError(f"factor_modes must be a sequence of integer mode indices, got {self.factor_modes!r}")
-        if len(set(modes)) != len(modes) or len(modes) < 2 or not all(0 <= m < order for m in modes):
-            raise ValueError(f"factor_modes must hold at least two distinct modes in [0, {order}), "
-                             f"got {self.factor_modes!r}")
-        if self.decomposition != "cp" and len(modes) < order:
-            raise ValueError('factor_modes is for decomposition="cp": '
-                             'a Tucker model has a factor on every mode')
-        return tuple(m for m in range(order) if m not in modes)
-
     def _resolved_perturbation(self):
-        """``perturbation="auto"``: non-private at ``epsilon=inf``, else the best private mode for the
-        decomposition (public parameters only): DP-ALS (``"statistics"``) for CP, DP gradient
+        """``perturbation="auto"``: non-private at ``epsilon=inf``, else the best private mode for
+        the decomposition (public parameters only): DP-ALS (``"statistics"``) for CP, DP gradient
         descent for Tucker."""
         if self.perturbation != "auto":
             return self.perturbation
@@ -371,29 +372,32 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     def _check_value_range(self, private):
         if self.value_range is None:
             if private:
-                raise ValueError("value_range is required when epsilon is finite: values are clipped to "
-                                 "this public (lo, hi) and the noise is calibrated to hi - lo. Choose it "
-                                 "from public knowledge (e.g. the rating scale), not from the data.")
+                raise ValueError("value_range is required when epsilon is finite: values are "
+                                 "clipped to this public (lo, hi) and the noise is calibrated to "
+                                 "hi - lo. Choose it from public knowledge (e.g. the rating "
+                                 "scale), not from the data.")
             return None
         try:
             lo, hi = (float(v) for v in self.value_range)
         except (TypeError, ValueError):
-            raise ValueError(f"value_range must be a pair (lo, hi) of numbers, got {self.value_range!r}")
+            raise ValueError("value_range must be a pair (lo, hi) of numbers, "
+                             f"got {self.value_range!r}")
         if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
             raise ValueError(f"value_range must be finite with lo < hi, got {self.value_range!r}")
         return lo, hi
 
     def _check_values(self, X, y):
         if y is None:
-            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
+            raise ValueError(f"{type(self).__name__} requires y to be passed, "
+                             "but the target y is None")
         # scikit-learn's own checks first (sparse, complex, NaN/inf, empty, n_features_in_), then
         # the index-specific ones.
         X = validate_private_data(self, X, reset=True, dtype=None, ensure_min_features=2)
         X, shape = check_indices(X, self.shape)
         y = np.asarray(y)
         if y.ndim == 2 and y.shape[1] == 1:
-            warnings.warn("A column-vector y was passed when a 1d array was expected; it is raveled",
-                          DataConversionWarning, stacklevel=3)
+            warnings.warn("A column-vector y was passed when a 1d array was expected; "
+                          "it is raveled", DataConversionWarning, stacklevel=3)
             y = y[:, 0]
         if y.ndim != 1:
             raise ValueError(f"y must be 1-D (one value per index tuple), got shape {y.shape}")
@@ -432,8 +436,9 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
 
     def _plan(self, shape) -> FitPlan:
         """The fit's plan from ``(n_obs, n_1, ..., n_d)`` (public): its mode's noise plan and
-        event (:meth:`CompletionMode.plan <dptensor.algorithms.completion.modes.base.CompletionMode.plan>`)
-        and, when every ``n_m`` is known, its memory."""
+        event (:meth:`CompletionMode.plan
+        <dptensor.algorithms.completion.modes.base.CompletionMode.plan>`) and, when every ``n_m``
+        is known, its memory."""
         n_obs, dims = int(shape[0]), tuple(shape[1:])
         p = self._check_params()
         p["fixed"] = self._check_factor_modes(len(dims))
@@ -442,8 +447,9 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         private = math.isfinite(epsilon) and (p["perturbation"] is not None or p["unit"] == "user")
         if p["perturbation"] is None and math.isfinite(epsilon) and p["unit"] == "value":
             raise ValueError(f"epsilon={self.epsilon!r} needs a perturbation (\"auto\", "
-                             "\"statistics\", \"implicit\", \"input\", \"gradient\" or \"output\"); "
-                             "perturbation=None is the non-private fit (epsilon=np.inf)")
+                             "\"statistics\", \"implicit\", \"input\", \"gradient\" or "
+                             "\"output\"); perturbation=None is the non-private fit "
+                             "(epsilon=np.inf)")
         vrange = self._check_value_range(private)
         noise, event = (mode.plan(p, epsilon, delta, len(dims)) if private
                         else (None, NonPrivateEvent("epsilon=inf")))
@@ -452,8 +458,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         memory = (self._fit_memory(p, n_obs, dims) if None not in dims else (0.0, ""))
         return FitPlan(event=event, delta=delta, noise_multiplier=noise["z"] if noise else 0.0,
                        n_queries=noise["n_queries"] if noise else 0, calibration="exact",
-                       memory=memory, settings=dict(p=p, noise=noise, vrange=vrange,
-                                                    private=private),
+                       memory=memory, settings=_FitSettings(params=p, noise=noise,
+                                                            value_range=vrange, private=private),
                        unit="user" if self.privacy_unit == "user" else None)
 
     # ------------------------------------------------------------------ fit
@@ -466,8 +472,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
 
     def _release(self, data, plan, rng):
         """Scale the values, fit the mode's model, and set the attributes in the caller's units."""
-        (X, y), obs, s = data.arrays, data.extra, plan.settings
-        p, vrange, private = s["p"], s["vrange"], s["private"]
+        y, obs, settings = data.arrays[1], data.extra, plan.settings
+        p, vrange, private = settings.params, settings.value_range, settings.private
         shape = obs.shape
         # Public affine rescaling: values clipped to the range, centred, divided by its width.
         if vrange is not None:
@@ -490,8 +496,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         # Every product here is skinny (entries x rank) or tiny (rank x rank per row): threaded
         # BLAS only adds synchronisation to them (measured several times slower on a busy machine).
         with _blas_controller().limit(limits=1, user_api="blas"):
-            model = p["mode"].fit(obs, ys, p, s["noise"], rng, history=history, private=private,
-                                  progress=self._progress(private, scale))
+            model = p["mode"].fit(obs, ys, p, settings.noise, rng, history=history,
+                                  private=private, progress=self._progress(private, scale))
         if p["unit"] == "user":
             self._set_item_side(model, shape, center, scale)
         else:
@@ -508,7 +514,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         spread over the modes with a factor; the others stay ones)."""
         if model.core is None:
             per = abs(scale) ** (1.0 / (len(shape) - len(model.fixed)))
-            self.factors_ = [U if m in model.fixed else U * per for m, U in enumerate(model.factors)]
+            self.factors_ = [U if m in model.fixed else U * per
+                             for m, U in enumerate(model.factors)]
             self.core_ = None
         else:
             self.factors_ = [U.copy() for U in model.factors]
@@ -532,11 +539,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         mode = p["mode"].memory_mode(p["solver"])
         tucker = self.decomposition == "tucker"
         floats = fit_floats(n_obs, shape, p["rank"], tucker=tucker, mode=mode, fixed=p["fixed"])
-        advice = ("Lower rank (a Tucker core holds rank^order numbers, its Gram their square), "
-                  "or fit decomposition='cp'" if tucker else
-                  "Lower rank, leave modes out of factor_modes, or split the data (a mode with "
-                  "many rows costs n_m^2 for the spectral start of perturbation='statistics')")
-        return floats * FLOAT, advice
+        return floats * FLOAT, fit_advice(tucker)
 
     def _memory_estimate(self, n_samples, n_features):
         """``(bytes, advice)`` of a ``fit`` on ``n_samples`` entries of an order-``n_features``
@@ -548,7 +551,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         return self._fit_memory(p, int(n_samples), tuple(int(v) for v in self.shape))
 
     def _progress(self, private, scale):
-        """Per-sweep/step progress for ``verbose``: the training RMSE only when the fit is not private."""
+        """Per-sweep/step progress for ``verbose``: the training RMSE only when the fit is not
+        private."""
         if not self.verbose:
             return None
         name = type(self).__name__
@@ -557,12 +561,14 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             if private or rmse is None:
                 print(f"[{name}] sweep/step {step + 1} done", flush=True)
             else:
-                print(f"[{name}] sweep/step {step + 1}: training RMSE {rmse * scale:.6g}", flush=True)
+                print(f"[{name}] sweep/step {step + 1}: training RMSE {rmse * scale:.6g}",
+                      flush=True)
         return report
 
     # ------------------------------------------------------------------ predict
     def _model(self):
-        return Model(factors=self.factors_, core=self.core_, intercept=self.intercept_, biases=self.biases_)
+        return Model(factors=self.factors_, core=self.core_, intercept=self.intercept_,
+                     biases=self.biases_)
 
     def predict(self, X, history=None):
         """Predicted values at the index tuples ``X`` (n, order).
@@ -609,7 +615,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         return out
 
     def _predict_users(self, X, history):
-        """User-level predictions (:func:`~dptensor.algorithms.completion.user_level.predict_released`)."""
+        """User-level predictions
+        (:func:`~dptensor.algorithms.completion.user_level.predict_released`)."""
         lo, hi = self.value_range_
         scaling = ((lo + hi) / 2 if self.fit_intercept else 0.0), hi - lo
         return predict_released(X, history, self.intercept_, self.biases_, self.factors_[1],
@@ -674,11 +681,6 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
 def _blas_controller():
     """One controller of the BLAS thread pools, found once (finding them costs about 1 ms a fit)."""
     return ThreadpoolController()
-
-
-def _is_mode(value) -> bool:
-    """Whether ``value`` names a registered mode (compared by value: a list is no mode)."""
-    return value is None or (isinstance(value, str) and value in MODES)
 
 
 def _positive(value, name, default):

@@ -21,6 +21,9 @@ Model, on values already centred and scaled by the caller::
     f = sum_r prod_m U_m[i_m, r]                           (CP)
     f = core x_1 U_1[i_1] x_2 U_2[i_2] ... x_d U_d[i_d]    (Tucker, core rank^order)
 
-Objective (both solvers): ``1/2 sum_Omega (y - x_hat)^2 + reg/2 sum_m ||U_m||^2 + reg_core/2 ||core||^2``
+Objective (both solvers)::
+
+    1/2 sum_Omega (y - x_hat)^2 + reg/2 sum_m ||U_m||^2 + reg_core/2 ||core||^2
+
 (+ ``reg/2 sum_m ||b_m||^2`` while ALS refines the biases).
 """

@@ -3,7 +3,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from .design import _grid_core_step, _grid_offsets, _grid_ssr, _interaction_sorted, _offsets_sorted, _ridge_solve, _row_bias, _tucker_core_step, grid_design, grid_value_sums, mode_design
+from .design import (
+    _grid_core_step,
+    _grid_offsets,
+    _grid_ssr,
+    _interaction_sorted,
+    _offsets_sorted,
+    _ridge_solve,
+    _row_bias,
+    _tucker_core_step,
+    grid_design,
+    grid_value_sums,
+    mode_design,
+)
 from .model import Model
 from .observations import Observations
 from .tucker import TuckerSweep3
@@ -30,7 +42,8 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
     else:
         Yg = grid.scatter(y)
         tucker3 = TuckerSweep3(grid, Yg, obs.counts) if model.core is not None and d == 3 else None
-        value_sums = grid_value_sums(grid, Yg, obs.counts[0]) if model.core is not None and tucker3 is None else None
+        value_sums = (grid_value_sums(grid, Yg, obs.counts[0])
+                      if model.core is not None and tucker3 is None else None)
     prev, mse = np.inf, None
     reg0, reg_core0 = reg, reg_core
     for sweep in range(n_iter):
@@ -55,7 +68,8 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
             else:
                 gram, rhs = grid.normal_equations(m, grid_design(model, m), Yg, obs.counts[m],
                                                   _grid_offsets(model, m),
-                                                  None if fit_biases else _row_bias(model, m), bias=fit_biases)
+                                                  None if fit_biases else _row_bias(model, m),
+                                                  bias=fit_biases)
             p = gram.shape[1]
             gram[:, np.arange(p), np.arange(p)] += reg + 1e-12
             sol = _ridge_solve(gram, rhs[:, :, None])[:, :, 0]
@@ -76,7 +90,8 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
         else:
             ssr = _grid_ssr(grid, Yg, model, grid_design(model, 0))
         mse = ssr / len(y)
-        loss = 0.5 * ssr + 0.5 * reg * sum(np.sum(model.factors[m] ** 2) for m in model.free_modes())
+        loss = 0.5 * ssr + 0.5 * reg * sum(np.sum(model.factors[m] ** 2)
+                                           for m in model.free_modes())
         if model.core is not None:
             loss += 0.5 * reg_core * np.sum(model.core**2)
         if history is not None:

@@ -8,7 +8,8 @@ from .model import Model, _CHUNK, _khatri_rao_cols, _unfold
 from .observations import DenseGrid, ModeLayout, _pair_index
 
 
-_SSR_BLOCK = 1 << 15  # grid cells per block of the residual sum of squares (256 KiB: stays in cache)
+# Grid cells per block of the residual sum of squares (256 KiB: stays in cache).
+_SSR_BLOCK = 1 << 15
 
 
 def mode_design(model: Model, layout: ModeLayout, m: int) -> np.ndarray:
@@ -58,7 +59,8 @@ def _core_normal_equations(model: Model, L: ModeLayout, base):
     and multiplied by themselves in one BLAS product (measured faster than grouping the entries
     by their mode-0 row and summing ``rank^(d-1)``-wide products per row).
     """
-    Rt = [np.take(np.ascontiguousarray(U.T), L.index[k], axis=1) for k, U in enumerate(model.factors)]
+    Rt = [np.take(np.ascontiguousarray(U.T), L.index[k], axis=1)
+          for k, U in enumerate(model.factors)]
     width = model.rank ** len(Rt)
     gram, rhs = np.zeros((width, width)), np.zeros(width)
     step = max(1, _CHUNK // width)
@@ -72,7 +74,8 @@ def _core_normal_equations(model: Model, L: ModeLayout, base):
 def _ridge_solve(gram, rhs):
     """``gram^{-1} rhs`` for (stacked) ridge normal equations; the least-norm solution where the
     ridge is lost in the Gram's rounding and leaves it singular (values under heavy input noise
-    grow the factors to ~1e15 while the ridge stays ~1e-3), where ``solve`` raised after the spend."""
+    grow the factors to ~1e15 while the ridge stays ~1e-3), where ``solve`` raised after the
+    spend."""
     try:
         return np.linalg.solve(gram, rhs)
     except np.linalg.LinAlgError:
@@ -100,14 +103,16 @@ def _grid_rows(mats, kron=False):
     out = mats[0]
     for M in mats[1:]:
         if kron:
-            out = (out[:, None, :, None] * M[None, :, None, :]).reshape(out.shape[0] * M.shape[0], -1)
+            n_rows = out.shape[0] * M.shape[0]
+            out = (out[:, None, :, None] * M[None, :, None, :]).reshape(n_rows, -1)
         else:
             out = (out[:, None, :] * M[None, :, :]).reshape(-1, out.shape[1])
     return out
 
 
 def grid_design(model: Model, m: int) -> np.ndarray:
-    """``K_m`` at every column of the mode-``m`` unfolding (C order of the other modes): ``(n_cols, rank)``.
+    """``K_m`` at every column of the mode-``m`` unfolding (C order of the other modes):
+    ``(n_cols, rank)``.
 
     CP: the elementwise products of the other modes' rows. Tucker: the core multiplied by the
     other factors one mode at a time, last first (each product puts its mode in front, so the
@@ -161,17 +166,19 @@ def _grid_ssr(grid: DenseGrid, Yg, model: Model, design0):
 
 def _project(T, mats):
     """``T`` ``(lead, n_1, ..., n_L)`` multiplied along every ``n_k`` by ``mats[k]`` ``(n_k, c_k)``:
-    ``(lead, c_1, ..., c_L)``. Each product drops axis 1 and appends its ``c_k``, so the next is on axis 1."""
+    ``(lead, c_1, ..., c_L)``. Each product drops axis 1 and appends its ``c_k``, so the next is on
+    axis 1."""
     for A in mats:
         T = np.tensordot(T, A, axes=([1], [0]))
     return T
 
 
-def _grid_core_normal_equations(model: Model, grid: DenseGrid, base, col_offset=None, row_offset=None,
-                                masked_row_offset=None):
+def _grid_core_normal_equations(model: Model, grid: DenseGrid, base, col_offset=None,
+                                row_offset=None, masked_row_offset=None):
     """The core's normal equations on the dense layout: ``sum_e kr_e kr_e^T`` and ``sum_e kr_e t_e``
     over the observed cells, ``kr_e`` the Kronecker product of the entry's rows and ``t_e =
-    base[e] - col_offset[c] - row_offset[i]`` (mode-0 unfolding, as :meth:`DenseGrid.normal_equations`).
+    base[e] - col_offset[c] - row_offset[i]`` (mode-0 unfolding, as
+    :meth:`DenseGrid.normal_equations`).
 
     Sums over mode 0 first: one product of the grid with the pair products ``u_i u_i^T`` of mode
     0's rows (and ``u_i``) gives every column's ``T_c = sum_i mask[i, c] u_i u_i^T`` and ``r_c =
@@ -215,7 +222,8 @@ def _grid_core_step(model: Model, grid: DenseGrid, Yg, reg_core, value_sums):
     mask with the column offsets."""
     col_offset, row_bias = _grid_offsets(model, 0), _row_bias(model, 0)
     masked = []
-    gram, rhs = _grid_core_normal_equations(model, grid, Yg, col_offset, row_bias, masked_row_offset=masked)
+    gram, rhs = _grid_core_normal_equations(model, grid, Yg, col_offset, row_bias,
+                                            masked_row_offset=masked)
     _set_core(model, gram, rhs, reg_core)
     c = model.core.ravel()
     # _set_core added reg_core + 1e-12 to the Gram's diagonal: c^T G c without it
@@ -229,6 +237,7 @@ def _grid_core_step(model: Model, grid: DenseGrid, Yg, reg_core, value_sums):
 
 
 def grid_value_sums(grid: DenseGrid, Yg, row_counts):
-    """``(sum y^2, column sums, row sums, row counts)`` of the values in the grid's mode-0 unfolding."""
+    """``(sum y^2, column sums, row sums, row counts)`` of the values in the grid's mode-0
+    unfolding."""
     Y0 = Yg.reshape(grid.shape[0], -1)
     return float(np.vdot(Y0, Y0)), Y0.sum(axis=0), Y0.sum(axis=1), row_counts

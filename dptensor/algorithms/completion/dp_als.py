@@ -14,7 +14,8 @@ from .releases import entry_rounding, release_rows
 
 
 def clip_designs(Kt, quantile, counts=None):
-    """Scale every entry's design ``Kt[:, e]`` to l2 norm at most ``C``, the ``quantile`` of the norms.
+    """Scale every entry's design ``Kt[:, e]`` to l2 norm at most ``C``, the ``quantile`` of the
+    norms.
 
     The designs depend only on Omega and released factors, so ``C`` is public; returns
     ``(clipped Kt, C)``. ``C`` bounds how far one value moves the right-hand side of its row.
@@ -33,12 +34,12 @@ def wiener_solve(gram, rhs, noise_var, counts, s2, floor=False):
 
     Row ``i`` observed ``b_i = G_i u_i + K_i^T eps + xi`` with ``G_i`` public, residual noise
     ``eps ~ (0, s2)`` per entry and release noise ``xi ~ N(0, noise_var I)``. With the prior
-    ``u_i ~ (0, tau^2 I)``, in the eigenbasis ``G_i = V diag(g) V^T`` each coordinate ``c = v^T b_i``
-    has second moment ``tau^2 g^2 + s2 g + noise_var`` and the posterior mean of ``v^T u_i`` is
-    ``tau^2 g c / (tau^2 g^2 + s2 g + noise_var)``. ``s2`` is given (the released residual scale:
-    ``g`` varies too little across rows to tell ``g`` from ``g^2``); ``tau^2`` is fitted across all
-    rows and directions by weighted least squares on ``c^2 - noise_var - s2 g`` (released sums and
-    public Grams only: post-processing). Rows without entries get 0.
+    ``u_i ~ (0, tau^2 I)``, in the eigenbasis ``G_i = V diag(g) V^T`` each coordinate
+    ``c = v^T b_i`` has second moment ``tau^2 g^2 + s2 g + noise_var`` and the posterior mean of
+    ``v^T u_i`` is ``tau^2 g c / (tau^2 g^2 + s2 g + noise_var)``. ``s2`` is given (the released
+    residual scale: ``g`` varies too little across rows to tell ``g`` from ``g^2``); ``tau^2`` is
+    fitted across all rows and directions by weighted least squares on ``c^2 - noise_var - s2 g``
+    (released sums and public Grams only: post-processing). Rows without entries get 0.
 
     ``floor``: an intermediate solve only sets the next designs' directions, so ``tau^2`` is kept
     at least at the noise level of a typical direction rather than letting every row collapse to 0.
@@ -52,7 +53,8 @@ def wiener_solve(gram, rhs, noise_var, counts, s2, floor=False):
     g, V = np.linalg.eigh(gram[seen])
     g = np.maximum(g, 0.0)
     c = np.einsum("ipq,ip->iq", V, rhs[seen])
-    tau2 = _fit_signal_variance(g.ravel(), c.ravel() ** 2, noise_var, s2, n_se=0.0 if floor else 2.0)
+    tau2 = _fit_signal_variance(g.ravel(), c.ravel() ** 2, noise_var, s2,
+                                n_se=0.0 if floor else 2.0)
     if floor:
         tau2 = max(tau2, noise_var / max(float(np.median(g)) ** 2, 1e-300))
     gain = tau2 * g / (tau2 * g**2 + s2 * g + noise_var + 1e-300)
@@ -106,7 +108,6 @@ def dp_als(obs: Observations, y: np.ndarray, model: Model, *, n_iter, noise_mult
     """
     if model.core is not None:
         raise ValueError("dp_als fits CP models")
-    d = obs.order
     free = model.free_modes()
     grid = obs.grid(model)
     if grid is None:
@@ -122,7 +123,8 @@ def dp_als(obs: Observations, y: np.ndarray, model: Model, *, n_iter, noise_mult
                 base = np.clip(y[L.perm] - _offsets_sorted(model, L), -clip, clip)
                 gram, rhs = L.normal_equations(Kt, base)
             else:
-                Kt, bound = clip_designs(grid_design(model, m).T, design_quantile, grid.column_counts(m))
+                Kt, bound = clip_designs(grid_design(model, m).T, design_quantile,
+                                         grid.column_counts(m))
                 gram, rhs = grid.normal_equations(m, Kt.T, base_grid, obs.counts[m])
             sens = bound * min(1.0, 2.0 * clip)
             std = noise_multiplier * sens

@@ -7,14 +7,22 @@ import math
 import numpy as np
 
 from ...mechanisms import Rounding, joint_gaussian_release
-from .design import _core_normal_equations, _grid_core_normal_equations, _grid_offsets, _row_bias, grid_design, mode_design
+from .design import (
+    _core_normal_equations,
+    _grid_core_normal_equations,
+    _grid_offsets,
+    _row_bias,
+    grid_design,
+    mode_design,
+)
 from .model import Model, interaction_design, offsets, predict
 from .observations import DenseGrid, Observations
 from .releases import entry_rounding
 
 
 def _grid_gradient_statistics(model: Model, grid: DenseGrid, Yg, counts, clip_norm):
-    """:func:`clipped_gradient` and the per-row sums of :func:`gradient_descent` on the dense layout.
+    """:func:`clipped_gradient` and the per-row sums of :func:`gradient_descent` on the dense
+    layout.
 
     Returns ``(grams, sums, core_gram, ssr)``: every mode's Gauss-Newton matrices and summed
     clipped gradients (negated), the core's (Tucker), and the residuals' sum of squares. Each
@@ -34,11 +42,13 @@ def _grid_gradient_statistics(model: Model, grid: DenseGrid, Yg, counts, clip_no
     if clip_norm is not None and np.isfinite(clip_norm):
         sq = np.zeros(grid.shape)
         for m, Z in enumerate(designs):
-            sq += np.expand_dims(np.einsum("cr,cr->c", Z, Z).reshape(grid.shape[:m] + grid.shape[m + 1:]), m)
+            others = grid.shape[:m] + grid.shape[m + 1:]
+            sq += np.expand_dims(np.einsum("cr,cr->c", Z, Z).reshape(others), m)
         if model.core is not None:
             rows = np.ones(grid.shape)
             for m, U in enumerate(model.factors):
-                rows = rows * np.einsum("ir,ir->i", U, U).reshape([-1 if k == m else 1 for k in range(d)])
+                along_m = [-1 if k == m else 1 for k in range(d)]
+                rows = rows * np.einsum("ir,ir->i", U, U).reshape(along_m)
             sq += rows
         norm = np.abs(resid) * np.sqrt(sq)
         weights = resid * np.minimum(1.0, clip_norm / np.maximum(norm, 1e-300))
@@ -97,8 +107,8 @@ def _step(model: Model, free, grams, sums, core_gram, *, learning_rate, reg, reg
 
 
 def gradient_descent(obs: Observations, y: np.ndarray, model: Model, *, learning_rate, n_iter, reg,
-                     reg_core, clip_norm=None, noise_multiplier=0.0, damping=0.0, rng=None, history=None,
-                     callback=None):
+                     reg_core, clip_norm=None, noise_multiplier=0.0, damping=0.0, rng=None,
+                     history=None, callback=None):
     """(DP) full-batch gradient descent over every factor and the core, in place on ``model``.
 
     Each step: the clipped per-entry gradients are summed per row (one sparse product per mode)
@@ -114,7 +124,6 @@ def gradient_descent(obs: Observations, y: np.ndarray, model: Model, *, learning
     (:func:`~dptensor.mechanisms.joint_gaussian_release` of all the sums together).
     The biases (offsets) stay fixed.
     """
-    d = obs.order
     X = obs.X
     noisy = noise_multiplier > 0
     if noisy and clip_norm is None:
@@ -131,8 +140,8 @@ def gradient_descent(obs: Observations, y: np.ndarray, model: Model, *, learning
             resid = base - np.einsum("er,er->e", design[0][0], design[1][0])
             ssr = float(resid @ resid)
             w, K, R = clipped_gradient(model, X, resid, clip_norm, design=design)
-            # The per-row gradient sums and Gauss-Newton matrices in one pass over the entries sorted
-            # by mode m (as in ALS): rhs = sum_e K_m[e] w_e = -gradient; then the core's.
+            # The per-row gradient sums and Gauss-Newton matrices in one pass over the entries
+            # sorted by mode m (as in ALS): rhs = sum_e K_m[e] w_e = -gradient; then the core's.
             grams, sums, core_gram = [], [], None
             for m in free:
                 L = obs.layout(m)
@@ -144,12 +153,14 @@ def gradient_descent(obs: Observations, y: np.ndarray, model: Model, *, learning
                 core_gram, core_sum = _core_normal_equations(model, L, w[L.perm])
                 sums.append(core_sum.reshape(model.core.shape))
         else:
-            grams, sums, core_gram, ssr = _grid_gradient_statistics(model, grid, Yg, obs.counts, clip_norm)
+            grams, sums, core_gram, ssr = _grid_gradient_statistics(model, grid, Yg, obs.counts,
+                                                                    clip_norm)
         rmse = math.sqrt(ssr / len(y))
         if history is not None:
             history.append(rmse)
         nf = len(free)
-        if noisy:  # one release of every sum of the step (the rows that hold an entry, and the core)
+        # One release of every sum of the step (the rows that hold an entry, and the core).
+        if noisy:
             seen = [obs.counts[m] > 0 for m in free]
             released = joint_gaussian_release([sums[j][seen[j]] for j in range(nf)] + sums[nf:],
                                               2.0 * clip_norm, noise_multiplier, rng,

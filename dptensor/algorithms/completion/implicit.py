@@ -1,4 +1,5 @@
-r"""Implicit-feedback interactions for completion: a two-mode term learned through the public positions.
+r"""Implicit-feedback interactions for completion: a two-mode term learned through the public
+positions.
 
 Which positions are observed (Omega) is public, and on ratings it says much about the values: who
 rated which items. :class:`ImplicitDesign` builds, from Omega alone, for two modes with a factor
@@ -44,15 +45,17 @@ LANCZOS_CHECK = 10
 
 
 class ImplicitDesign:
-    """The design of ``f(e) = z_{i(e)}^T Y q_{j(e)} + p_{i(e)}^T W z'_{j(e)}`` on the observed entries.
+    """The design of ``f(e) = z_{i(e)}^T Y q_{j(e)} + p_{i(e)}^T W z'_{j(e)}`` on the observed
+    entries.
 
-    ``lead`` (``i``, e.g. users) and ``partner`` (``j``, e.g. items) are the two modes with a factor.
-    A lead row's factor is the normalised sum of learned vectors (``Y``) over the partner rows it was
-    observed with (``z_i``, the rows of ``lead_z``), and symmetrically a partner row's factor sums
-    ``W`` over its lead rows (``z'_j``, the rows of ``partner_z``); ``q_j`` and ``p_i`` are the two
-    modes' spectral embeddings of Omega (``rank`` columns, rows of norm at most 1). All of it is a
-    function of Omega (public). The parameters are one flat vector ``(vec Y, vec W)``; each
-    entry's design has norm ``sqrt(|z_i|^2 |q_j|^2 + |z'_j|^2 |p_i|^2) <= sqrt(2)``: ``DESIGN_NORM``.
+    ``lead`` (``i``, e.g. users) and ``partner`` (``j``, e.g. items) are the two modes with a
+    factor. A lead row's factor is the normalised sum of learned vectors (``Y``) over the partner
+    rows it was observed with (``z_i``, the rows of ``lead_z``), and symmetrically a partner row's
+    factor sums ``W`` over its lead rows (``z'_j``, the rows of ``partner_z``); ``q_j`` and ``p_i``
+    are the two modes' spectral embeddings of Omega (``rank`` columns, rows of norm at most 1). All
+    of it is a function of Omega (public). The parameters are one flat vector ``(vec Y, vec W)``;
+    each entry's design has norm ``sqrt(|z_i|^2 |q_j|^2 + |z'_j|^2 |p_i|^2) <= sqrt(2)``:
+    ``DESIGN_NORM``.
 
     An entry's design depends only on its pair ``(i, j)``, so every product runs over the observed
     pairs (entries on several days of one pair are one pair, weighted by their count): ``f`` at
@@ -79,7 +82,8 @@ class ImplicitDesign:
         # each side; 0 for a row without entries
         self.lead_z = self._pairs_matrix(lead_scale[pi])
         self.partner_z = self._pairs_matrix(partner_scale[pj]).T.tocsr()
-        self.P, self.Q = spectral_embeddings(self._pairs_matrix(lead_scale[pi] * partner_scale[pj]), rank)
+        normalized = self._pairs_matrix(lead_scale[pi] * partner_scale[pj])
+        self.P, self.Q = spectral_embeddings(normalized, rank)
         self._Qt = np.ascontiguousarray(self.Q[pj].T)  # (rank, n_pairs)
         self._Pt = np.ascontiguousarray(self.P[pi].T)
         self._split = self.Q.size
@@ -109,7 +113,8 @@ class ImplicitDesign:
     def _pairs_adjoint(self, weights):
         """``sum_pairs weights x_pair``: a flat vector."""
         N = self._pairs_matrix(weights)
-        return np.concatenate([(self.lead_z.T @ (N @ self.Q)).ravel(), (self.partner_z.T @ (N.T @ self.P)).ravel()])
+        return np.concatenate([(self.lead_z.T @ (N @ self.Q)).ravel(),
+                               (self.partner_z.T @ (N.T @ self.P)).ravel()])
 
     def apply(self, theta):
         """``f(e)`` at every observed entry."""
@@ -117,14 +122,16 @@ class ImplicitDesign:
 
     def adjoint(self, w):
         """The sum over entries of ``w_e`` times the entry's design: a flat vector."""
-        return self._pairs_adjoint(np.bincount(self._pair_of_entry, weights=w, minlength=len(self.counts)))
+        pair_sums = np.bincount(self._pair_of_entry, weights=w, minlength=len(self.counts))
+        return self._pairs_adjoint(pair_sums)
 
     def gram(self, theta):
         """``adjoint(apply(theta))``, over the pairs."""
         return self._pairs_adjoint(self.counts * self._pair_values(theta))
 
     def factors(self, theta):
-        """The CP factors (lead, partner), ``2 rank`` columns each: ``[Z Y, P]`` and ``[Q, Z' W]``."""
+        """The CP factors (lead, partner), ``2 rank`` columns each: ``[Z Y, P]`` and
+        ``[Q, Z' W]``."""
         Y, W = self._parts(theta)
         return np.hstack([self.lead_z @ Y, self.P]), np.hstack([self.Q, self.partner_z @ W])
 
@@ -164,10 +171,10 @@ DESIGN_NORM = math.sqrt(2.0)
 
 
 def spectral_embeddings(normalized, rank):
-    """Both modes' spectral embeddings from the degree-normalised incidence matrix: its left and right
-    singular vectors 2 to ``rank + 1`` (the first pair is the degrees' square roots, which the
-    offsets already carry), scaled to unit root-mean-square and clipped to rows of norm at most 1.
-    Columns past the matrix's rank are 0."""
+    """Both modes' spectral embeddings from the degree-normalised incidence matrix: its left and
+    right singular vectors 2 to ``rank + 1`` (the first pair is the degrees' square roots, which
+    the offsets already carry), scaled to unit root-mean-square and clipped to rows of norm at
+    most 1. Columns past the matrix's rank are 0."""
     n_rows, n_cols = normalized.shape
     k = min(rank + 1, min(n_rows, n_cols))
     if n_rows * n_cols <= 250_000:
@@ -182,7 +189,8 @@ def spectral_embeddings(normalized, rank):
         u, vt = (big, small.T) if n_cols <= n_rows else (small, big.T)
     else:
         # ARPACK from a fixed start: a deterministic function of Omega
-        u, s, vt = sla.svds(normalized, k=k, v0=np.ones(min(n_rows, n_cols)) / math.sqrt(min(n_rows, n_cols)))
+        n_small = min(n_rows, n_cols)
+        u, s, vt = sla.svds(normalized, k=k, v0=np.ones(n_small) / math.sqrt(n_small))
     order = np.argsort(-s)[1:k]
 
     def embed(vectors, n):
@@ -284,7 +292,9 @@ def lanczos_function(op, b, h, *, rtol=LANCZOS_RTOL, maxiter=LANCZOS_MAXITER, ch
             T = np.diag(alpha) + np.diag(beta[:-1], 1) + np.diag(beta[:-1], -1)
             theta, S = np.linalg.eigh(T)
             new = basis[:j + 1].T @ (S @ (h(np.maximum(theta, 0.0)) * S[0])) * beta0
-            if exhausted or (estimate is not None and np.linalg.norm(new - estimate) <= rtol * np.linalg.norm(new)):
+            converged = (estimate is not None
+                         and np.linalg.norm(new - estimate) <= rtol * np.linalg.norm(new))
+            if exhausted or converged:
                 return new
             estimate = new
         basis[j + 1] = w / beta[-1]

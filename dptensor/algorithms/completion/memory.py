@@ -54,3 +54,12 @@ def fit_floats(n_obs, shape, rank, *, tucker, mode, fixed=()):
         kron = kronecker_start(n, shape, r, lead, fixed)
         total += grams + spectral_floats(n, shape, r, lead, fixed, kron=kron)
     return total
+
+
+def fit_advice(tucker):
+    """What to change when a fit's bound (:func:`fit_floats`) exceeds what can be allocated."""
+    if tucker:
+        return ("Lower rank (a Tucker core holds rank^order numbers, its Gram their square), "
+                "or fit decomposition='cp'")
+    return ("Lower rank, leave modes out of factor_modes, or split the data (a mode with "
+            "many rows costs n_m^2 for the spectral start of perturbation='statistics')")

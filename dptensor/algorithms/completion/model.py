@@ -116,7 +116,8 @@ def interaction_design(model: Model, X: np.ndarray):
     K = []
     for m in range(d):
         others = [R[k] for k in range(d) if k != m]
-        K.append(_blocked(lambda s: _khatri_rao_rows([o[s] for o in others]) @ _unfold(model.core, m).T,
+        core_m = _unfold(model.core, m).T
+        K.append(_blocked(lambda s: _khatri_rao_rows([o[s] for o in others]) @ core_m,
                           len(X), model.rank ** (d - 1), model.rank))
     return R, K
 

@@ -46,7 +46,8 @@ class Observations:
         # column-major: every pass reads one mode's indices, now contiguous (about 1.5x faster)
         self.X = np.asfortranarray(X)
         self.shape = tuple(int(n) for n in shape)
-        self.counts = [np.bincount(self.X[:, m], minlength=n).astype(float) for m, n in enumerate(self.shape)]
+        self.counts = [np.bincount(self.X[:, m], minlength=n).astype(float)
+                       for m, n in enumerate(self.shape)]
         self._layouts, self._designs = {}, {}
         if layout not in ("auto", "dense", "sparse"):
             raise ValueError(f"layout must be 'auto', 'dense' or 'sparse', got {layout!r}")
@@ -54,7 +55,8 @@ class Observations:
         self._grid = None
 
     def grid(self, model: "Model | None" = None, als=False) -> "DenseGrid | None":
-        """The dense layout (:class:`DenseGrid`) when it is the faster one for ``model``, else ``None``.
+        """The dense layout (:class:`DenseGrid`) when it is the faster one for ``model``, else
+        ``None``.
 
         Chosen from public quantities only (the shape, the number of observed entries and the kind
         of model): the grid is used when it has at most ``DENSE_RATIO`` cells per observed entry
@@ -72,7 +74,10 @@ class Observations:
             return None
         if self._layout == "auto":
             tucker = model is not None and model.core is not None
-            ratio = (DENSE_RATIO_TUCKER_ALS if als else DENSE_RATIO_TUCKER) if tucker else DENSE_RATIO
+            if tucker:
+                ratio = DENSE_RATIO_TUCKER_ALS if als else DENSE_RATIO_TUCKER
+            else:
+                ratio = DENSE_RATIO
             cells = math.prod(self.shape)
             if cells > ratio * len(self.X) or cells > DENSE_MAX_CELLS:
                 return None
@@ -91,8 +96,9 @@ class Observations:
         return self._layouts[m]
 
     def implicit_design(self, lead: int, partner: int, rank: int) -> ImplicitDesign:
-        """The implicit-feedback design of two modes (:class:`~dptensor.algorithms.completion.implicit.ImplicitDesign`),
-        built once: a function of Omega, so a fit can build it before its spend."""
+        """The implicit-feedback design of two modes
+        (:class:`~dptensor.algorithms.completion.implicit.ImplicitDesign`), built once: a function
+        of Omega, so a fit can build it before its spend."""
         key = (lead, partner, rank)
         if key not in self._designs:
             self._designs[key] = ImplicitDesign(self, lead, partner, rank)
@@ -107,7 +113,8 @@ class Observations:
         idx, n = self.X[:, m], self.shape[m]
         if W.ndim == 1:
             return np.bincount(idx, weights=W, minlength=n)
-        return np.stack([np.bincount(idx, weights=W[:, j], minlength=n) for j in range(W.shape[1])], axis=1)
+        return np.stack([np.bincount(idx, weights=W[:, j], minlength=n)
+                         for j in range(W.shape[1])], axis=1)
 
 
 class ModeLayout:
@@ -135,7 +142,8 @@ class ModeLayout:
         return out
 
     def normal_equations(self, Kt, base, bias=False):
-        """Every row's ``sum_e z_e z_e^T`` ``(n_rows, p, p)`` and ``sum_e z_e base_e`` ``(n_rows, p)``.
+        """Every row's ``sum_e z_e z_e^T`` ``(n_rows, p, p)`` and ``sum_e z_e base_e``
+        ``(n_rows, p)``.
 
         ``z_e`` is the column ``Kt[:, e]`` (``Kt`` is ``(r, n_obs)`` in sorted order), with a
         trailing 1 when ``bias`` (``p = r + 1``). All the per-entry terms (``r (r + 1) / 2``
@@ -160,7 +168,8 @@ class ModeLayout:
 
 @functools.lru_cache(maxsize=16)
 def _pair_index(k):
-    """Upper-triangle pairs ``(ia, ib)`` of ``k`` columns and the ``(k, k)`` map from a pair to its position."""
+    """Upper-triangle pairs ``(ia, ib)`` of ``k`` columns and the ``(k, k)`` map from a pair to its
+    position."""
     ia, ib = np.triu_indices(k)
     where = np.empty((k, k), dtype=np.intp)
     where[ia, ib] = where[ib, ia] = np.arange(len(ia))
@@ -170,7 +179,8 @@ def _pair_index(k):
 def _assemble(pair_sums, rhs_sums, counts, bias_sums=None):
     """Per-row Grams and right-hand sides from the sums of the upper-triangle products
     ``pair_sums`` (rows, r (r + 1) / 2) and of ``z_e base_e`` (rows, r); with ``bias_sums =
-    (sum z_e, sum base_e)`` a trailing unknown with a constant 1 in every design (the row's bias)."""
+    (sum z_e, sum base_e)`` a trailing unknown with a constant 1 in every design (the row's
+    bias)."""
     n_rows, r = rhs_sums.shape
     ia, ib, _ = _pair_index(r)
     p = r + 1 if bias_sums is not None else r

@@ -64,10 +64,13 @@ class OffsetNoise:
     def variance(self, k, sensitivity=1.0):
         """The noise variance of release ``k`` (``Lap(b)``: ``2 b^2``)."""
         level = float(self.levels[k])
-        return 2.0 * (sensitivity / level) ** 2 if self.mechanism == "laplace" else (level * sensitivity) ** 2
+        if self.mechanism == "laplace":
+            return 2.0 * (sensitivity / level) ** 2
+        return (level * sensitivity) ** 2
 
 
-def offset_noise(obs: Observations, mechanism: str, budget: float, n_global: int = 1) -> OffsetNoise:
+def offset_noise(obs: Observations, mechanism: str, budget: float,
+                 n_global: int = 1) -> OffsetNoise:
     """The offsets' releases for a group's ``budget`` (Laplace: its epsilon; Gaussian: its noise
     multiplier as ``n_global + order`` releases, ``mu^2 = (n_global + order) / budget^2``).
 
@@ -90,8 +93,8 @@ def offset_noise(obs: Observations, mechanism: str, budget: float, n_global: int
     return OffsetNoise(mechanism, np.concatenate([[glob], rows, np.full(n_global - 1, glob)]))
 
 
-def row_offsets(obs: Observations, y: np.ndarray, *, shrink=1.0, noise: OffsetNoise | None = None, rng=None,
-                empirical_bayes=False, spread=None):
+def row_offsets(obs: Observations, y: np.ndarray, *, shrink=1.0, noise: OffsetNoise | None = None,
+                rng=None, empirical_bayes=False, spread=None):
     """Global mean and per-mode row effects by one backfitting sweep, optionally released privately.
 
     With ``noise`` (:func:`offset_noise`; releases 0 to ``order``), ``intercept = (sum y + noise) /
@@ -137,7 +140,8 @@ def row_offsets(obs: Observations, y: np.ndarray, *, shrink=1.0, noise: OffsetNo
                                 lambda v: noise.release(m + 1, v, 1.0, rng, rounding=rounding))
             noise_var = noise.variance(m + 1)
         if noisy or empirical_bayes:
-            # Values that carry their own noise: their spread is measured directly (post-processing).
+            # Values that carry their own noise: their spread is measured directly
+            # (post-processing).
             s2_m = float(np.var(resid)) if (empirical_bayes and not noisy) else s2
             kappa, s2_fit = eb_shrinkage(sums, counts, noise_var, s2=s2_m, return_s2=True)
             if spread is not None:
@@ -186,8 +190,8 @@ def eb_shrinkage(sums, counts, noise_var, s2=None, return_s2=False, n_se=2.0):
     return (kappa, s2) if return_s2 else kappa
 
 
-def residual_scale(obs: Observations, y: np.ndarray, model: Model, *, noise: OffsetNoise | None, rng,
-                   index=-1, bound=0.5):
+def residual_scale(obs: Observations, y: np.ndarray, model: Model, *,
+                   noise: OffsetNoise | None, rng, index=-1, bound=0.5):
     """A released root-mean-square of the residuals after the offsets, to set the clipping level.
 
     Releases ``sum_e min(t_e^2, bound^2)`` with ``t_e = y_e - offsets_e`` (offsets released, so

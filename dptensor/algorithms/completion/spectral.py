@@ -155,7 +155,8 @@ def _gram_bases(obs: Observations, resid, model: Model, others, rng, *, z_g, gra
             counts = unfolding_columns(obs, m, free_others)[1]
             cap = max(2, math.ceil(column_cap * len(resid) / len(counts)))
         M, sens = unfolding_gram(obs, resid, m, gram_clip, cap, others=free_others)
-        if z_g > 0:  # one release of the strict upper triangle (the diagonal is 0, not released), mirrored
+        # One release of the strict upper triangle (the diagonal is 0, not released), mirrored.
+        if z_g > 0:
             iu = np.triu_indices(M.shape[0], 1)
             upper = gaussian_release(M[iu], sens, z_g, rng,
                                      rounding=gram_rounding(obs, m, gram_clip))
@@ -176,15 +177,16 @@ def _small_cp(obs: Observations, model: Model, W, bases, lead, others, rng, n_in
     bases into ``model``."""
     r = model.rank
     small_shape = (obs.shape[lead],) + tuple(bases[k].shape[1] for k in others)
-    cells = Observations(np.stack(np.unravel_index(np.arange(W.size), small_shape), axis=1), small_shape)
+    cells = Observations(np.stack(np.unravel_index(np.arange(W.size), small_shape), axis=1),
+                         small_shape)
     small, best = None, np.inf
     for _ in range(N_RESTARTS):  # CP-ALS has local optima; on released values restarts are free
         trial = init_model(small_shape, r, "cp", rng, scale=0.1)
         history = []
         try:
             with np.errstate(all="ignore"):
-                als(cells, W.ravel(), trial, reg=1e-6, reg_core=0.0, n_iter=n_inner, fit_biases=False,
-                    tol=1e-10, history=history)
+                als(cells, W.ravel(), trial, reg=1e-6, reg_core=0.0, n_iter=n_inner,
+                    fit_biases=False, tol=1e-10, history=history)
         except np.linalg.LinAlgError:  # a degenerate restart (tiny data): the next one may not be
             continue
         if history and np.isfinite(history[-1]) and history[-1] < best:
@@ -200,8 +202,8 @@ def _small_cp(obs: Observations, model: Model, W, bases, lead, others, rng, n_in
             model.factors[k] = B
 
 
-def spectral_start(obs: Observations, y: np.ndarray, model: Model, *, noise_multiplier, rng, clip, s2,
-                   gram_clip=None, column_cap=None, design_quantile=0.9, n_inner=50,
+def spectral_start(obs: Observations, y: np.ndarray, model: Model, *, noise_multiplier, rng, clip,
+                   s2, gram_clip=None, column_cap=None, design_quantile=0.9, n_inner=50,
                    gram_noise_multiplier=None):
     """Private warm start for CP: noisy spectral subspaces, one noisy projected step, a small CP.
 

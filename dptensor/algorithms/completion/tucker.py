@@ -53,7 +53,8 @@ class TuckerSweep3:
         return np.hstack([U, self._bias(model, k)[:, None] * U, U[:, ia] * U[:, ib]])
 
     def _others_offsets(self, model, m):
-        """``sum_c mask[i, c] o_c`` per row ``i`` of mode ``m``: the intercept and the other modes' biases."""
+        """``sum_c mask[i, c] o_c`` per row ``i`` of mode ``m``: the intercept and the other modes'
+        biases."""
         out = model.intercept * self.counts[m]
         for k in range(3):
             if k != m:
@@ -70,10 +71,12 @@ class TuckerSweep3:
             # (features first: the wide product runs several times faster than the tall one)
             self._pivot = (self._features(model, 2).T @ self._flat[0].T).reshape(-1, n[0], n[1])
             self._value = (U[2].T @ self._yflat[0].T).reshape(r, n[0], n[1])
-            Q = np.tensordot(self._pivot, self._features(model, 1), axes=([2], [0])).transpose(1, 2, 0)
+            F1 = self._features(model, 1)
+            Q = np.tensordot(self._pivot, F1, axes=([2], [0])).transpose(1, 2, 0)
             V = np.tensordot(self._value, U[1], axes=([2], [0])).transpose(1, 2, 0)  # (i, p1, p2)
         elif m == 1:
-            Q = np.tensordot(self._pivot, self._features(model, 0), axes=([1], [0])).transpose(1, 2, 0)
+            F0 = self._features(model, 0)
+            Q = np.tensordot(self._pivot, F0, axes=([1], [0])).transpose(1, 2, 0)
             V = np.tensordot(self._value, U[0], axes=([1], [0])).transpose(1, 2, 0)
         else:  # mode 0's features, fixed until the next sweep: one pass serves mode 2 and the core
             F0 = self._features(model, 0)
@@ -113,18 +116,20 @@ class TuckerSweep3:
         rhs = value - model.intercept * a - off
         _set_core(model, gram, rhs, reg_core)
         c = model.core.ravel()
-        fit = float(c @ gram @ c) - (reg_core + 1e-12) * float(c @ c)  # _set_core added to the diagonal
+        # _set_core added reg_core + 1e-12 to the Gram's diagonal: c^T G c without it
+        fit = float(c @ gram @ c) - (reg_core + 1e-12) * float(c @ c)
         return max(self._offset_squares(model) - 2.0 * float(c @ rhs) + fit, 0.0)
 
     def _offset_squares(self, model):
-        """``sum mask (Y - o)^2`` with ``o = intercept + b_0 + b_1 + b_2``, from the values' sums and
-        the mask's marginals."""
+        """``sum mask (Y - o)^2`` with ``o = intercept + b_0 + b_1 + b_2``, from the values' sums
+        and the mask's marginals."""
         mu = model.intercept
         b = [self._bias(model, k) for k in range(3)]
         total = float(self.counts[0].sum())
-        yo = mu * float(self.row_sums[0].sum()) + sum(float(b[k] @ self.row_sums[k]) for k in range(3))
-        oo = mu * mu * total + sum(2.0 * mu * float(b[k] @ self.counts[k]) + float(b[k] ** 2 @ self.counts[k])
-                                   for k in range(3))
+        yo = mu * float(self.row_sums[0].sum()) + sum(float(b[k] @ self.row_sums[k])
+                                                      for k in range(3))
+        oo = mu * mu * total + sum(2.0 * mu * float(b[k] @ self.counts[k])
+                                   + float(b[k] ** 2 @ self.counts[k]) for k in range(3))
         oo += 2.0 * sum(float(b[j] @ C @ b[k]) for (j, k), C in self.pair_counts.items())
         return self.yy - 2.0 * yo + oo
 
@@ -132,13 +137,14 @@ class TuckerSweep3:
 @functools.lru_cache(maxsize=16)
 def _kron_index(r, order):
     """Index into the features' product (:class:`TuckerSweep3`) giving the Kronecker Gram
-    ``sum (u u^T) (x) (v v^T) (x) ...`` of ``order`` modes: rows and columns ``(p, q, ...)`` in C order,
-    indexed as ``C[..., *idx]`` and reshaped to ``(r^order, r^order)``. Mode ``k``'s index is ``(r, r)``
-    on axes ``k`` and ``order + k`` and 1 on the others: broadcast by the indexing, where full index
-    arrays (``r^(2 order)`` entries each, 400 MB cached at rank 16) cost more than the Gram itself."""
+    ``sum (u u^T) (x) (v v^T) (x) ...`` of ``order`` modes: rows and columns ``(p, q, ...)`` in C
+    order, indexed as ``C[..., *idx]`` and reshaped to ``(r^order, r^order)``. Mode ``k``'s index
+    is ``(r, r)`` on axes ``k`` and ``order + k`` and 1 on the others: broadcast by the indexing,
+    where full index arrays (``r^(2 order)`` entries each, 400 MB cached at rank 16) cost more than
+    the Gram itself."""
     _, _, where = _pair_index(r)
-    return tuple((2 * r + where).reshape([r if a in (k, order + k) else 1 for a in range(2 * order)])
-                 for k in range(order))
+    shapes = [[r if a in (k, order + k) else 1 for a in range(2 * order)] for k in range(order)]
+    return tuple((2 * r + where).reshape(shape) for shape in shapes)
 
 
 def _kron_terms(Q, r):

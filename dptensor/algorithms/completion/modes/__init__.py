@@ -16,7 +16,7 @@ from .output import Output
 from .statistics import Statistics
 from .user import UserLevel
 
-__all__ = ["MODES", "AUTO", "CompletionMode"]
+__all__ = ["MODES", "AUTO", "CompletionMode", "is_mode"]
 
 MODES: dict = {None: NonPrivate(), "statistics": Statistics(), "implicit": Implicit(),
                "input": Input(), "gradient": Gradient(), "output": Output(),
@@ -24,3 +24,8 @@ MODES: dict = {None: NonPrivate(), "statistics": Statistics(), "implicit": Impli
 
 #: ``perturbation="auto"`` with a finite epsilon: the best private mode for the decomposition.
 AUTO = {"cp": "statistics", "tucker": "gradient"}
+
+
+def is_mode(value) -> bool:
+    """Whether ``value`` names a registered mode (compared by value: a list is no mode)."""
+    return value is None or (isinstance(value, str) and value in MODES)

@@ -16,12 +16,15 @@ mode's name.
 from __future__ import annotations
 
 import math
+import operator
+
+import numpy as np
 
 from ....accounting.composition import gdp_mu
 from ..offsets import offsets_plan
 from .solvers import ALS_ITER, GD_DEFAULTS
 
-__all__ = ["CompletionMode", "OFFSET_SHARE", "gaussian_split"]
+__all__ = ["CompletionMode", "OFFSET_SHARE", "fixed_modes", "gaussian_split"]
 
 #: Share of the budget spent on the private offsets when ``fit_intercept=True`` (gradient and output
 #: perturbation): the gradient steps get ``(1 - OFFSET_SHARE) mu^2`` in Gaussian DP, the offsets
@@ -82,3 +85,25 @@ def gaussian_split(p, epsilon, delta, order, statistics):
     mu_f = mu * math.sqrt(1.0 - p["offset_share"]) if n_o else mu
     offsets, lead = offsets_plan(n_o, mu, mu_f, epsilon, delta)
     return mu_f, offsets, lead, n_o
+
+
+def fixed_modes(factor_modes, order, decomposition):
+    """The modes without a factor (a sorted tuple) from the estimator's ``factor_modes`` (``None``:
+    every mode has one) and the tensor's order; refuses what names no set of modes to fit."""
+    if factor_modes is None:
+        return ()
+    try:
+        modes = [operator.index(m) for m in factor_modes]
+    except TypeError:
+        modes = None
+    # a bool is an int to Python, but (True, False) is no list of modes
+    if modes is None or any(isinstance(m, (bool, np.bool_)) for m in factor_modes):
+        raise TypeError("factor_modes must be a sequence of integer mode indices, "
+                        f"got {factor_modes!r}")
+    if len(set(modes)) != len(modes) or len(modes) < 2 or not all(0 <= m < order for m in modes):
+        raise ValueError(f"factor_modes must hold at least two distinct modes in [0, {order}), "
+                         f"got {factor_modes!r}")
+    if decomposition != "cp" and len(modes) < order:
+        raise ValueError('factor_modes is for decomposition="cp": '
+                         'a Tucker model has a factor on every mode')
+    return tuple(m for m in range(order) if m not in modes)
