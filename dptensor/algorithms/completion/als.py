@@ -36,6 +36,7 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
     """
     d, r = obs.order, model.rank
     grid = obs.grid(model, als=True)
+    layouts = ys = Yg = None
     if grid is None:
         layouts = [obs.layout(m) for m in range(d)]
         ys = [y[L.perm] for L in layouts]
@@ -83,12 +84,8 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
                 ssr = tucker3.core_step(model, reg_core)
             else:
                 ssr = _grid_core_step(model, grid, Yg, reg_core, value_sums)
-        elif grid is None:
-            L = layouts[d - 1]
-            resid = ys[-1] - _offsets_sorted(model, L) - _interaction_sorted(model, L, d - 1)
-            ssr = float(resid @ resid)
         else:
-            ssr = _grid_ssr(grid, Yg, model, grid_design(model, 0))
+            ssr = _cp_ssr(model, grid, Yg, layouts, ys, d)
         mse = ssr / len(y)
         loss = 0.5 * ssr + 0.5 * reg * sum(np.sum(model.factors[m] ** 2)
                                            for m in model.free_modes())
@@ -102,3 +99,13 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
             break
         prev = loss
     return model
+
+
+def _cp_ssr(model, grid, Yg, layouts, ys, d) -> float:
+    """A CP model's sum of squared residuals, on the last mode's layout or the dense grid."""
+    if grid is None:
+        layout = layouts[d - 1]
+        resid = (ys[-1] - _offsets_sorted(model, layout)
+                 - _interaction_sorted(model, layout, d - 1))
+        return float(resid @ resid)
+    return _grid_ssr(grid, Yg, model, grid_design(model, 0))
