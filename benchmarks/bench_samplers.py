@@ -1,5 +1,10 @@
 """Exact (floating-point safe) releases against the continuous NumPy noise they replace.
 
+First the goal rows: a Gaussian and a Laplace release of ``n`` values against NumPy's continuous
+sampler of the same size (``rng.standard_normal(n)``), at ``n = 1e3`` and ``1e6``, the three
+contenders interleaved call by call and the median of each taken, so a burst of load on the
+shared machine hits all three alike.
+
 For each of the library's largest releases, the time of ``value + continuous noise`` (today's
 path: NumPy's ziggurat normals or inverse-CDF Laplace) and of the exact release on a grid
 (:func:`dptensor.mechanisms.gaussian_release` and friends), side by side in one process, best of
@@ -9,12 +14,14 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import numpy as np
 
 from benchmarks._common import RESULTS, machine_info, markdown_table, timed
 from dptensor.algorithms.operators import symmetrize_tensor
-from dptensor.mechanisms import above_threshold, gaussian_release, laplace_release, symmetric_gaussian_release
+from dptensor.mechanisms import (above_threshold, gaussian_release, laplace_release,
+                                  symmetric_gaussian_release)
 
 
 # The library's continuous noise helpers before the exact releases replaced them, kept here verbatim
@@ -25,7 +32,8 @@ def gaussian_noise(shape, sensitivity, noise_multiplier, rng, dtype=np.float64):
 
 
 def laplace_noise(shape, sensitivity, epsilon, rng, dtype=np.float64):
-    return rng.laplace(0.0, float(sensitivity) / float(epsilon), size=shape).astype(dtype, copy=False)
+    noise = rng.laplace(0.0, float(sensitivity) / float(epsilon), size=shape)
+    return noise.astype(dtype, copy=False)
 
 
 def symmetric_gaussian_tensor(d, sensitivity, noise_multiplier, rng, dtype=np.float64):
@@ -91,12 +99,48 @@ def cases(quick: bool):
 
 
 SMALL_REPEAT = 200  # a call of microseconds needs many tries for its best time to settle
+#: Calls of each contender in the goal rows, by size (interleaved; medians).
+GOAL_REPEAT = {1_000: 2_001, 1_000_000: 21}
+
+
+def _one(fn, rng) -> float:
+    t0 = time.perf_counter()
+    fn(rng)
+    return time.perf_counter() - t0
+
+
+def goal_rows(quick: bool) -> list[dict]:
+    """A release of n values against ``rng.standard_normal(n)``: ratios of medians, interleaved."""
+    rows = []
+    for n, repeat in GOAL_REPEAT.items():
+        repeat = max(11, repeat // 10) if quick else repeat
+        value = np.random.default_rng(0).standard_normal(n)
+        contenders = {"numpy": lambda r: r.standard_normal(n),
+                      "gaussian": lambda r: gaussian_release(value, 1.0, 3.0, r),
+                      "laplace": lambda r: laplace_release(value, 1.0, 1.0, r)}
+        rng = np.random.default_rng(1)
+        times = {name: [] for name in contenders}
+        for name, fn in contenders.items():  # warm-up
+            fn(rng)
+        for _ in range(repeat):
+            for name, fn in contenders.items():
+                times[name].append(_one(fn, rng))
+        med = {name: float(np.median(t)) for name, t in times.items()}
+        for kind in ("gaussian", "laplace"):
+            rows.append({"release": f"{kind} release", "values": n, "repeats": repeat,
+                         "numpy_standard_normal_s": med["numpy"], "release_s": med[kind],
+                         "ratio": med[kind] / med["numpy"],
+                         "goal": 5.0 if n <= 1_000 else 1.3})
+            print(f"{kind} release of {n}: {med[kind]:.3g}s, standard_normal {med['numpy']:.3g}s, "
+                  f"ratio {med[kind] / med['numpy']:.2f}")
+    return rows
 
 
 def run(quick: bool = False) -> list[dict]:
     repeat = 3 if quick else 7
-    rows = []
     load_before = os.getloadavg()[0]
+    goals = goal_rows(quick)
+    rows = []
     for name, n_draws, old, new in cases(quick):
         rng = np.random.default_rng(1)
         tries = repeat if n_draws > 1000 else SMALL_REPEAT
@@ -105,21 +149,30 @@ def run(quick: bool = False) -> list[dict]:
         for _ in range(2):
             t_old = min(t_old, timed(old, rng, repeat=tries)[0])
             t_new = min(t_new, timed(new, rng, repeat=tries)[0])
-        rows.append({"release": name, "noise draws": n_draws, "continuous_s": t_old, "exact_s": t_new,
-                     "ratio": t_new / t_old, "exact_ns_per_draw": 1e9 * t_new / n_draws})
+        rows.append({"release": name, "noise draws": n_draws, "continuous_s": t_old,
+                     "exact_s": t_new, "ratio": t_new / t_old,
+                     "exact_ns_per_draw": 1e9 * t_new / n_draws})
         print(f"{name}: continuous {t_old:.4f}s, exact {t_new:.4f}s, ratio {t_new / t_old:.2f}")
     load_after = os.getloadavg()[0]
     RESULTS.mkdir(parents=True, exist_ok=True)
     info = machine_info()
     (RESULTS / "samplers.json").write_text(json.dumps(
         {"machine": info, "load": [load_before, load_after], "rounds": 2, "repeat": repeat,
-         "small_repeat": SMALL_REPEAT, "records": rows}, indent=2))
+         "small_repeat": SMALL_REPEAT, "goals": goals, "records": rows}, indent=2))
     md = ["# samplers", "",
-          f"Best of 2 x {repeat} runs of each release ({SMALL_REPEAT} for the one-call rows), alternating "
-          "continuous NumPy noise (the path before the exact releases, `value + noise`) and the exact "
-          "release on a grid, in one process. "
-          f"Load average before/after: {load_before:.1f}/{load_after:.1f} on {info['cpus']} CPUs "
-          "(a shared machine: timings are noisy, compare the ratios).", "",
+          "## Releases against NumPy's continuous sampler of the same size", "",
+          "A Gaussian (`gaussian_release(value, 1, 3, rng)`) and a Laplace release "
+          "(`laplace_release(value, 1, 1, rng)`) of n values against `rng.standard_normal(n)`, "
+          "the three interleaved call by call, medians of `repeats` calls each; `goal` is the "
+          "ratio aimed at.", "",
+          markdown_table(goals, ["release", "values", "repeats", "numpy_standard_normal_s",
+                                 "release_s", "ratio", "goal"]), "",
+          "## The library's largest releases against the continuous noise they replace", "",
+          f"Best of 2 x {repeat} runs of each release ({SMALL_REPEAT} for the one-call rows), "
+          "alternating continuous NumPy noise (the path before the exact releases, "
+          "`value + noise`) and the exact release on a grid, in one process. "
+          f"Load average before/after: {load_before:.1f}/{load_after:.1f} on {info['cpus']} "
+          "CPUs (a shared machine: timings are noisy, compare the ratios).", "",
           markdown_table(rows, ["release", "noise draws", "continuous_s", "exact_s", "ratio",
                                 "exact_ns_per_draw"])]
     (RESULTS / "samplers.md").write_text("\n".join(md) + "\n")

@@ -86,20 +86,49 @@ def grid_step(scale):
 
     Computed exactly.
     """
+    if isinstance(scale, float):  # one scale: the same frexp and ldexp, without array overhead
+        return np.float64(math.ldexp(1.0, math.frexp(scale)[1] - 1 - GRID_BITS))
     _, exponent = np.frexp(np.asarray(scale, dtype=np.float64))  # scale = m 2**e, m in [0.5, 1)
     return np.ldexp(1.0, exponent - 1 - GRID_BITS)
 
 
+#: Values at or beyond this many grid steps (or not finite) are refused: far inside the doubles,
+#: so neither ``value / gamma`` nor a sum of the rounded values can overflow.
+_GRID_LIMIT = 2.0 ** 1000
+_CHUNK = 1 << 16  # values per chunk of the rounding and the noise's addition (in cache)
+
+
+def _check_grid(value, gamma, name):
+    """Refuse non-finite values and values of ``2**1000`` grid steps or more, before dividing (no
+    floating-point warning can then arise). Two reductions, no temporary array."""
+    if value.size:
+        limit = _GRID_LIMIT * np.min(gamma)
+        if not (value.max() < limit and value.min() > -limit):  # nan fails too
+            raise ValueError(f"{name} must be finite, and far below 2**1000 times the noise "
+                             "scale")
+
+
 def _on_grid(value, gamma, name="value"):
     """``rint(value / gamma)``: exact, since gamma is a power of two."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        n = np.divide(value, gamma)
-        n = np.rint(n, out=n) if isinstance(n, np.ndarray) else np.rint(n)
-        # One pass: inf or nan here if any value is (or the values are absurdly large).
-        total = np.sum(n)
-    if not np.isfinite(total):
-        raise ValueError(f"{name} must be finite, and far below 2**1000 times the noise scale")
-    return n
+    _check_grid(np.asarray(value), gamma, name)
+    n = np.divide(value, gamma)
+    return np.rint(n, out=n) if isinstance(n, np.ndarray) else np.rint(n)
+
+
+def _noisy(value, gamma, noise):
+    """``(rint(value / gamma) + noise) * gamma`` (the release on its grid), into ``noise``.
+
+    ``gamma`` is one power of two; a large release runs chunk by chunk, in cache.
+    """
+    v, k = value.reshape(-1), noise.reshape(-1)
+    for start in range(0, v.size, _CHUNK):
+        part = v[start:start + _CHUNK]
+        _check_grid(part, gamma, "value")
+        n = np.divide(part, gamma)
+        np.rint(n, out=n)
+        n += k[start:start + _CHUNK]
+        np.multiply(n, gamma, out=k[start:start + _CHUNK])
+    return noise if noise.ndim else noise[()]  # one value: a scalar, as ``n + noise`` gives
 
 
 def gaussian_release(value, sensitivity, noise_multiplier, rng: np.random.Generator, dtype=None,
@@ -117,11 +146,19 @@ def gaussian_release(value, sensitivity, noise_multiplier, rng: np.random.Genera
     value = np.asarray(value, dtype=np.float64)
     z = float(noise_multiplier)
     sensitivity = _with_rounding(sensitivity, rounding)
+    zeta = z * math.sqrt(value.size) * 2.0 ** -GRID_BITS * _UP
+    if np.ndim(sensitivity) == 0 and z >= 0 and float(sensitivity) * z > 0:
+        # One scale (the common case): the same arithmetic on Python floats, without array
+        # overhead.
+        scale = float(sensitivity) * z
+        gamma = grid_step(scale)
+        S = scale / gamma * (1.0 + zeta) * _UP
+        out = _noisy(value, gamma, rounded_gaussian(S, rng, size=value.shape))
+        return out if dtype is None else out.astype(dtype, copy=False)
     # Per group (say per column), not per value.
     scale = np.asarray(sensitivity, dtype=np.float64) * z
     if np.any(scale < 0) or z < 0:
         raise ValueError("sensitivity and noise_multiplier must be >= 0")
-    zeta = z * math.sqrt(value.size) * 2.0 ** -GRID_BITS * _UP
     if np.all(scale > 0):
         gamma = grid_step(scale)
         S = scale / gamma * (1.0 + zeta) * _UP
@@ -158,7 +195,7 @@ def laplace_release(value, sensitivity, epsilon, rng: np.random.Generator, dtype
     zeta = value.size * 2.0 ** -GRID_BITS / float(epsilon) * _UP
     gamma = float(grid_step(scale))
     S = scale / gamma * (1.0 + zeta) * _UP
-    out = (_on_grid(value, gamma) + rounded_laplace(S, rng, size=value.shape)) * gamma
+    out = _noisy(value, gamma, rounded_laplace(S, rng, size=value.shape))
     return out if dtype is None else out.astype(dtype, copy=False)
 
 

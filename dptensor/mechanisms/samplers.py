@@ -56,7 +56,7 @@ _MARGIN = 2.0 ** -49            # relative bound on the rounding error of the fe
 _ROUND_TOL = 2.0 ** -50         # bounds the rounding error of S w (c + theta) + 1/2, relative to it
 _TWO64 = 1 << 64
 _GUIDE_BITS = 16                # the guide table indexes segments by the top bits of U
-_CHUNK = 1 << 15                # values per fast-path chunk: its arrays stay in cache
+_CHUNK = 1 << 16                # values per fast-path chunk: few Python calls, arrays in cache
 # Bit generators whose raw words are 64-bit.
 _RAW64 = (np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64)
 
@@ -162,18 +162,10 @@ def _uniform_bits(rng, size, bits):
 
 def _draw_segments(table: _Table, U: np.ndarray, rng) -> np.ndarray:
     """Segment indices of the words ``U`` by exact inversion (``table.tail``: beyond the table)."""
-    seg = table.guide[(U >> np.uint64(64 - _GUIDE_BITS)).astype(np.intp)]
-    # A linear search from the guide's start; with 2**16 guide entries nearly every value moves
-    # at most once, so the first step runs on whole arrays and the rest on the few left.
-    # upper[s] is the boundary above segment s; nothing lies above the tail.
-    move = (U >= table.upper[seg]) & (seg < table.tail)
-    seg += move
-    active = _where(move)
-    while active.size:
-        s = seg[active]
-        move = (U[active] >= table.upper[s]) & (s < table.tail)
-        active = active[move]
-        seg[active] = s[move] + 1
+    # The number of boundaries at or below U is its segment (upper[s] is the boundary above
+    # segment s; nothing lies above the tail): one binary search, cheap on the few words left
+    # by the fast path.
+    seg = table.bounds.searchsorted(U, side="right")
     # u = (U + R)/2^64 with R the bits not drawn: U equal to the boundary below its segment
     # (lower[s]) leaves u < CDF undecided.
     for i in _where(U == table.lower[seg]):  # probability about 2**-64 each
@@ -224,10 +216,11 @@ def _bernoulli_exp_series(a_lo, a_hi, rng):
     yes = v0 + 2.0 ** -_V_BITS <= a_lo   # V < a surely: continue (K = 1: the products are exact)
     result = v0 >= a_hi                  # V >= a surely: stop, K = 1
     pending = ~(yes | result)
-    V_pending = np.where(pending, V, np.uint64(0))
-    K = np.ones(n, dtype=np.int64)
+    # Read only where pending: V there is the first round's until a later round replaces it.
+    V_pending, K = V, np.ones(n, dtype=np.int64)
     active = _where(yes)
-    K[active] = 2
+    if active.size:
+        K[active] = 2
     while active.size:  # later rounds, on the few that continue
         V = _uniform_bits(rng, active.size, _V_BITS)
         v0 = V.astype(np.float64) * 2.0 ** -_V_BITS
@@ -296,18 +289,25 @@ def _truncated_exponential(A1, rng):
     """``u`` in [0, 1) with density proportional to ``exp(-A1 u)``, one for each ``A1`` (exact
     doubles, at most 1): ``u`` uniform, kept with probability ``exp(-A1 u)``, until kept. Returns
     ``u`` as 52-bit integers and the few the exact path refined, as ``_Lazy`` by position."""
-    u, lazy, todo = np.zeros(A1.size, dtype=np.uint64), {}, np.arange(A1.size)
-    while todo.size:
-        k, a = _uniform_bits(rng, todo.size, _THETA_BITS), A1[todo]
+    u, lazy, todo = None, {}, None
+    while todo is None or todo.size:
+        first = todo is None  # the first round runs on all of them: no gathers
+        k = _uniform_bits(rng, A1.size if first else todo.size, _THETA_BITS)
+        a = A1 if first else A1[todo]
         yes, pending, K, V = _bernoulli_exp_series(*_interval(lambda x: a * x, k), rng)
         for i in _where(pending).tolist():  # not settled by the bounds: exactly
             x, a_i = _Lazy(int(k[i]), _THETA_BITS, rng), Fraction(float(a[i]))
             yes[i] = _slow_bernoulli_exp(lambda t: a_i * t, x, rng, K=int(K[i]),
                                          V=_Lazy(int(V[i]), _V_BITS, rng))
             if yes[i]:
-                lazy[int(todo[i])] = x
-        u[todo[yes]] = k[yes]
-        todo = todo[~yes]
+                lazy[i if first else int(todo[i])] = x
+        if first:
+            if np.count_nonzero(yes) == yes.size:
+                return k, lazy
+            u, todo = np.where(yes, k, np.uint64(0)), _where(~yes)
+        else:
+            u[todo[yes]] = k[yes]
+            todo = todo[~yes]
     return u, lazy
 
 
@@ -321,7 +321,8 @@ def _cap_accept(kind: str, cell, theta_int, rng, lazy, positions):
     ``A(theta) < s``. Thetas the exact path refines are kept in ``lazy`` by position.
     """
     c_f = cell.astype(np.float64)
-    A1 = _A(kind, c_f, np.ones_like(c_f), _W)             # exact
+    # A(1), exact: w, or (2 c + 1) w^2/2
+    A1 = np.full(c_f.size, _W) if kind == "exp" else (2.0 * c_f + 1.0) * (_W * _W / 2)
     u, u_lazy = _truncated_exponential(A1, rng)
     a_lo, a_hi = _interval(lambda x: _A(kind, c_f, x, _W), theta_int)
     s_lo, s_hi = _interval(lambda x: A1 * x, u)
@@ -453,15 +454,19 @@ def _full(table: _Table, Sw, U, base, rng):
     """
     n = table.n_cells
     seg = _draw_segments(table, U, rng)
-    cell = seg % n
     T = _raw(rng, U.size)
     theta_int = T >> np.uint64(64 - _THETA_BITS)          # bit 0 of T is the sign
-    tail = seg == table.tail
-    done = ~tail
-    caps = _where((seg >= n) & ~tail)
-    lazy = {}
-    if caps.size:
-        done[caps] = _cap_accept(table.kind, cell[caps], theta_int[caps], rng, lazy, caps)
+    beyond = seg >= n                                     # a cap or the tail
+    if np.count_nonzero(beyond):  # (count_nonzero: far cheaper than any() on small arrays)
+        cell = seg % n
+        tail = seg == table.tail
+        done = ~tail
+        caps = _where(beyond & done)
+        lazy = {}
+        if caps.size:
+            done[caps] = _cap_accept(table.kind, cell[caps], theta_int[caps], rng, lazy, caps)
+    else:  # rectangles only: kept, nothing to accept
+        cell, tail, done, lazy = seg, None, np.ones(seg.size, dtype=bool), {}
     x = (base + cell).astype(np.float64)
     x += theta_int.astype(np.float64) * 2.0 ** -_THETA_BITS
     x *= Sw
@@ -469,7 +474,7 @@ def _full(table: _Table, Sw, U, base, rng):
     for i in _where(unsure & done).tolist():
         theta = lazy.get(i) or _Lazy(int(theta_int[i]), _THETA_BITS, rng)
         r[i] = _slow_round(_scale(Sw, i), int(base[i] + cell[i]) * _W_EXACT, _W_EXACT, theta)
-    if tail.any():
+    if tail is not None and np.count_nonzero(tail):
         if table is _EXP:  # memoryless: Y - L given Y >= L is Exp(1) again, drawn afresh
             base[tail] += n
         else:
@@ -493,9 +498,12 @@ def _rounded(table: _Table, S, shape, rng) -> np.ndarray:
     """
     size = math.prod(shape)
     Sw = np.asarray(S, dtype=np.float64) * _W                   # exact: w is a power of two
-    Sw = Sw if Sw.ndim == 0 else np.broadcast_to(Sw, shape).ravel()
+    if Sw.ndim:
+        Sw = np.broadcast_to(Sw, shape).ravel()
+        Sw_max = float(Sw.max(initial=0.0))
+    else:
+        Sw_max = float(Sw)
     # _round's tolerance at the largest value, c + theta <= n_cells
-    Sw_max = float(Sw.max(initial=0.0))
     tol = Sw_max * 2.0 ** (1 - _FAST_BITS) + (Sw_max * (table.n_cells + 1) + 1.0) * _ROUND_TOL
     out, left = np.empty(size), []
     for start in range(0, size, _CHUNK):
@@ -505,23 +513,37 @@ def _rounded(table: _Table, S, shape, rng) -> np.ndarray:
         if i.size:
             left.append((i + start, U[i]))
     if left:
-        idx, U = (np.concatenate(a) for a in zip(*left))
+        idx, U = left[0] if len(left) == 1 else (np.concatenate(a) for a in zip(*left))
         inside = table.fast[(U >> np.uint64(64 - _GUIDE_BITS)).view(np.int64)] > -1.5
-        _fast_exact(table, Sw, U[inside], idx[inside], out, rng)
-        idx, U = idx[~inside], U[~inside]
-        base = np.zeros(idx.size, dtype=np.int64)
-        while idx.size:  # the full path, and again for the rejected (by index)
-            values, done = _full(table, Sw if Sw.ndim == 0 else Sw[idx], U, base, rng)
-            out[idx[done]] = values[done]
-            idx, base = idx[~done], base[~done]
-            U = _raw(rng, idx.size)
+        if np.count_nonzero(inside):
+            _fast_exact(table, Sw, U[inside], idx[inside], out, rng)
+            idx, U = idx[~inside], U[~inside]
+        _finish(table, Sw, U, idx, out, rng)
     return out.reshape(shape)
+
+
+def _finish(table: _Table, Sw, U, idx, out, rng):
+    """The full path for the words ``U`` of positions ``idx``, and again (fresh words) for the
+    values it rejects."""
+    base = np.zeros(idx.size, dtype=np.int64)
+    while idx.size:
+        values, done = _full(table, Sw if Sw.ndim == 0 else Sw[idx], U, base, rng)
+        if np.count_nonzero(done) == done.size:
+            out[idx] = values
+            return
+        out[idx[done]] = values[done]
+        idx, base = idx[~done], base[~done]
+        U = _raw(rng, idx.size)
 
 
 def _check_scales(S, size):
     S = np.asarray(S, dtype=np.float64)
     shape = S.shape if size is None else ((size,) if np.ndim(size) == 0 else tuple(size))
-    if S.shape != shape and S.ndim and np.broadcast_shapes(S.shape, shape) != shape:
+    if not S.ndim:  # one scale (the common case: no reductions)
+        if not 0.0 < float(S) < np.inf:
+            raise ValueError("scales S must be > 0 and finite")
+        return S, shape
+    if S.shape != shape and np.broadcast_shapes(S.shape, shape) != shape:
         raise ValueError(f"scales of shape {S.shape} do not broadcast to {shape}")
     if S.size and not (S.min() > 0 and S.max() < np.inf):
         raise ValueError("scales S must be > 0 and finite")
