@@ -107,24 +107,29 @@ def write(rows):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for split, mark in (("ua", "o"), ("ub", "s")):
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for split, mark, colour in (("ua", "o", "C0"), ("ub", "s", "C1")):
         pts = [r for r in rows if r["split"] == split and np.isfinite(r["epsilon"])]
         ax.errorbar([r["epsilon"] for r in pts], [r["rmse"] for r in pts],
-                    [r["rmse_sd"] for r in pts], marker=mark, label=f"user level, {split}")
+                    [r["rmse_sd"] for r in pts], marker=mark, color=colour,
+                    label=f"user level, {split}")
         inf = [r["rmse"] for r in rows if r["split"] == split and not np.isfinite(r["epsilon"])]
-        ax.axhline(inf[0], ls=":", color="grey")
-    for eps, bar in BARS.items():
-        ax.plot([eps], [bar], "rv", label=f"bar at epsilon={eps:g}")
+        ax.axhline(inf[0], ls=":", color=colour, label=f"same path without noise, {split}")
+    ax.plot(list(BARS), list(BARS.values()), "rv", ls="none", label="the goal at each epsilon")
     ax.axhline(rows[0]["train_mean_rmse"], ls="--", color="k", label="training mean")
     ax.set_xscale("log")
+    ax.set_xticks(list(BARS), [f"{e:g}" for e in BARS])
     ax.set_xlabel("epsilon (user level, delta=1e-5)")
     ax.set_ylabel("test RMSE")
-    ax.set_title(f"User-level completion: {rows[0]['source']}\n(dotted: same path, no noise)")
-    ax.legend(fontsize=8)
+    ax.set_title(f"User-level completion: {rows[0]['source']}")
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
     fig.tight_layout()
     fig.savefig(RESULTS / "user_level.png", dpi=110)
 
 
 if __name__ == "__main__":
-    write(run())
+    import sys
+    if "--plot-only" in sys.argv:  # redraw from the saved results
+        write(json.loads((RESULTS / "user_level.json").read_text()))
+    else:
+        write(run())
