@@ -118,9 +118,9 @@ def test_searches_over_differently_configured_estimators_do_not_share_noise(monk
 
     states, run = [], _search._PrivateSearch._run
 
-    def spy(self, X, y, plan, overrides, rng):
+    def spy(self, X, y, plan, overrides, rng, codes=None):
         states.append(rng.bit_generator.state["state"]["state"])
-        return run(self, X, y, plan, overrides, rng)
+        return run(self, X, y, plan, overrides, rng, codes)
 
     monkeypatch.setattr(_search._PrivateSearch, "_run", spy)
     X = _rows(n=500)
