@@ -7,7 +7,7 @@ Estimators are imported lazily so that ``import dptensor`` stays cheap.
 """
 from importlib import import_module
 
-from ._base import PrivacyCost
+from ._base import NoisePreview, PrivacyCost
 from .exceptions import PrivacyWarning
 from ._memory import MemoryRefusedError
 from .accounting import (BudgetExceededError, LedgerError, LedgerNotSharedError, PrivacyAccountant,
@@ -27,7 +27,8 @@ _ESTIMATORS = {
 }
 
 __all__ = ["PrivacyAccountant", "BudgetExceededError", "LedgerError", "LedgerNotSharedError",
-           "MemoryRefusedError", "PrivacyAccountingError", "PrivacyCost", "PrivacyWarning",
+           "MemoryRefusedError", "NoisePreview", "PrivacyAccountingError", "PrivacyCost",
+           "PrivacyWarning",
            "__version__", *_ESTIMATORS]
 
 

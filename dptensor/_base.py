@@ -32,7 +32,7 @@ from .mechanisms.randomness import (data_digest, digest_bytes, fingerprint, seed
 from ._validation import check_delta_for_n, check_groups, check_privacy
 
 __all__ = ["PrivacyCost", "PrivacyWarning", "PrivateEstimatorMixin", "NO_PRIVACY_COST", "FitPlan",
-           "FitData", "SearchTag"]
+           "FitData", "SearchTag", "NoisePreview", "warn_noise_dominated"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,46 @@ class PrivacyCost:
 #: The cost of a non-private fit: nothing is released under a guarantee.
 NO_PRIVACY_COST = PrivacyCost(epsilon=math.inf, delta=0.0, noise_multiplier=0.0, n_queries=0,
                               calibration="none", event=None)
+
+@dataclass(frozen=True)
+class NoisePreview:
+    """What ``expected_noise(n_samples, n_features)`` reports before a fit: its main release's
+    noise against the largest signal the bound allows, from public quantities only.
+
+    ``noise`` is the noise level the fit records in its ``attribute`` (the typical size of the
+    privacy noise in the released eigenvalues it judges its components by); ``signal_bound`` the
+    largest such eigenvalue any data within the public bound can have (``None``: no public
+    bound). A component whose eigenvalue is below twice ``noise`` is dominated by the noise, so
+    a ``ratio`` of ``noise / signal_bound`` near or above 1/2 means that no data can be learned
+    at this epsilon and size: choose a larger epsilon, more data or fewer components first.
+    """
+
+    noise: float
+    signal_bound: float | None
+    attribute: str
+
+    @property
+    def ratio(self) -> float | None:
+        """``noise / signal_bound`` (``None`` without a bound; 0 without privacy)."""
+        if self.signal_bound is None:
+            return None
+        return self.noise / self.signal_bound if self.signal_bound > 0 else math.inf
+
+
+def warn_noise_dominated(values, noise, name: str, noise_name: str, advice: str) -> None:
+    """Warn (``UserWarning``) naming the components whose released ``values`` (``name``) are below
+    twice their noise level ``noise`` (``noise_name``).
+
+    Both are released or public (the released eigenvalues, a noise multiplier times a public
+    sensitivity), so a fit may warn after its spend: the warning is post-processing of its
+    releases. It names component numbers only, never a value.
+    """
+    weak = np.flatnonzero(np.abs(np.asarray(values)) < 2 * np.asarray(noise))
+    if weak.size:
+        warnings.warn(f"the released {name} of component(s) {(weak + 1).tolist()} is below "
+                      f"twice its noise level ({noise_name}): those components are dominated by "
+                      f"the privacy noise. {advice}", UserWarning, stacklevel=4)
+
 
 @dataclass(frozen=True)
 class FitPlan:

@@ -16,7 +16,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import FitData, FitPlan, PrivateEstimatorMixin
+from ._base import FitData, FitPlan, NoisePreview, PrivateEstimatorMixin, warn_noise_dominated
 from ._memory import FLOAT
 from ._validation import (check_data_norm, check_positive_int, check_symmetric_tensor,
                           check_verbose, validate_private_data)
@@ -27,12 +27,16 @@ from .algorithms.exact import ExactThirdMoment, exact_memory, grid_rows, map_row
 from .algorithms.exact_entries import DIGITS, ExactEntryTensor
 from .algorithms.operators import SymmetricTensor, ThirdMoment, moment_tensor
 from .algorithms.tensor_power import (ENTRY_SENSITIVITY, PowerNoise, choose_moment,
-                                      dense_moment_rounding, moment_fit_scores, n_power_queries,
+                                      dense_moment_rounding, eigenvalue_noise, moment_fit_scores,
+                                      n_power_queries,
                                       perturb_tensor, plan_noise_multiplier, row_sensitivity,
                                       tensor_power_method)
 from .mechanisms import clip_rows
 
 __all__ = ["PrivateTensorDecomposition"]
+
+#: What a noise-dominated fit's warning advises.
+_ADVICE = "Use fewer components, more data, a larger epsilon or a tighter data_norm."
 
 
 @dataclass(frozen=True)
@@ -134,6 +138,14 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
     components_ : ndarray of shape (n_components, n_features)
         Unit vectors ``v_i``, in the order found.
     eigenvalues_ : ndarray of shape (n_components,)
+    eigenvalues_noise_ : ndarray of shape (n_components,)
+        The typical size of the privacy noise in each released eigenvalue, in the units of
+        ``eigenvalues_``: a function of the noise plan and the released components only
+        (:func:`~dptensor.algorithms.tensor_power.eigenvalue_noise`; 0 without privacy). For
+        ``method="power"`` it is the norm of one power step's noise, ``sqrt(d) z s_2``; for input
+        perturbation, where the noise tensor's own top eigenvalues sit. A component whose
+        eigenvalue is below twice it is dominated by the noise, and ``fit`` warns
+        (``UserWarning``) naming it. :meth:`expected_noise` reports it before a fit on rows.
     n_features_in_ : int
     feature_names_in_ : ndarray of str
         Only for a 2-D X with string column names.
@@ -255,6 +267,14 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         self.components_, self.eigenvalues_ = tensor_power_method(
             base, settings.n_components, self.n_restarts, self.n_iter, rng, noise, dtype=dtype,
             verbose=self.verbose)
+        # A function of the released components and eigenvalues and of the public plan only, so
+        # it may be set and warned about after the spend (post-processing)
+        z = plan.noise_multiplier if settings.private else 0.0
+        self.eigenvalues_noise_ = eigenvalue_noise(z, settings.sensitivity, base.shape[0],
+                                                   settings.method,
+                                                   self.components_).astype(dtype)
+        warn_noise_dominated(self.eigenvalues_, self.eigenvalues_noise_, "eigenvalues_",
+                             "eigenvalues_noise_", _ADVICE)
 
     @staticmethod
     def _moment_operator(raw, settings: DecompositionSettings):
@@ -382,6 +402,22 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         shape = (check_positive_int(n_samples, "n_samples"),
                  check_positive_int(n_features, "n_features"))
         return self._preview_plan(self._plan(shape))
+
+    def expected_noise(self, n_samples, n_features):
+        """The noise level a ``fit`` on ``n_samples`` x ``n_features`` rows would record in
+        ``eigenvalues_noise_``, against the largest eigenvalue rows of norm ``data_norm`` can give
+        (``data_norm**3``): a :class:`~dptensor.NoisePreview`, from the fit's own plan (no data,
+        no spend), to choose epsilon before spending it. A component needs an eigenvalue above
+        twice ``noise``; when that is near ``signal_bound`` no data can be learned at this size.
+        """
+        shape = (check_positive_int(n_samples, "n_samples"),
+                 check_positive_int(n_features, "n_features"))
+        plan, d = self._plan(shape), shape[1]
+        settings = plan.settings
+        noise = eigenvalue_noise(plan.noise_multiplier, settings.sensitivity, d, settings.method,
+                                 np.zeros((1, d)))
+        bound = None if settings.data_norm is None else float(settings.data_norm) ** 3
+        return NoisePreview(float(noise[0]), bound, "eigenvalues_noise_")
 
     def _score_units(self, X, y=None):
         """Per-row moment-fit scores and their public range (see :func:`moment_fit_scores`)."""

@@ -355,8 +355,9 @@ def test_gmm_holds_only_released_values_and_reproduces(mixture):
     a, b = PrivateGaussianMixture(3, **kw).fit(X), PrivateGaussianMixture(3, **kw).fit(X)
     np.testing.assert_array_equal(a.means_, b.means_)
     fitted = {k for k in vars(a) if k.endswith("_") and not k.startswith("_")}
+    # m2_eigenvalues_ are released (the whitening's), their noise level public
     assert fitted == {"means_", "weights_", "covariances_", "method_", "whitening_", "n_samples_",
-                      "n_features_in_", "privacy_cost_"}
+                      "n_features_in_", "privacy_cost_", "m2_eigenvalues_", "m2_eigenvalues_noise_"}
     assert not [k for k in vars(a) if k.startswith("_")]
     assert "Generator" not in repr(pickle.loads(pickle.dumps(a)).__dict__)
 
@@ -930,7 +931,8 @@ def test_short_documents_weigh_nothing(whitening):
 @pytest.mark.parametrize("method", ["perturb", "power"])
 def test_a_corpus_of_short_documents_only(whitening, doc_clip, method):
     """No document of 3 words: a private fit releases noise, finite, at the previewed cost, with no
-    warning and no error (either would depend on the data); a fit without privacy, which has
+    warning and no error that would depend on the data (only the one that the released
+    eigenvalues are noise, a function of released values); a fit without privacy, which has
     nothing to learn from, says so (not an eigensolver's failure or an infinite alpha_)."""
     da = pytest.importorskip("dask.array")
     one = np.eye(8)
@@ -942,6 +944,7 @@ def test_a_corpus_of_short_documents_only(whitening, doc_clip, method):
         preview = private.privacy_cost(*X.shape)
         with warnings.catch_warnings():
             warnings.simplefilter("error")
+            warnings.filterwarnings("ignore", "the released m2_eigenvalues_", UserWarning)
             private.fit(data)
         assert private.privacy_cost_ == preview and len(budget.history()) == 1
         assert np.all(np.isfinite(private.components_)) and np.all(np.isfinite(private.alpha_))
@@ -1133,3 +1136,77 @@ def test_gmm_on_float32_rows_sums_in_float64_without_a_float64_copy():
     assert peak < 8 * X.size
     high = PrivateGaussianMixture(**kw).fit(X32.astype(np.float64))
     np.testing.assert_allclose(low.means_, high.means_, rtol=1e-9, atol=1e-9)
+
+
+# -- a fit that learns nothing says so, before and after (m2_eigenvalues_noise_, expected_noise) --
+
+def _latent_warnings(est, X):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est.fit(X)
+    return [str(w.message) for w in caught if w.category is UserWarning]
+
+
+_M2_WARNING = (r"the released m2_eigenvalues_ of component\(s\) \[[0-9, ]+\] is below twice its "
+               r"noise level \(m2_eigenvalues_noise_\): those components are dominated by the "
+               r"privacy noise\. Use fewer components, more data, a larger epsilon or a tighter "
+               r"bound \(data_norm, doc_clip\)\.")
+
+
+def _mixture_rows(n, seed):
+    rng = np.random.default_rng(seed)
+    return 4.0 * np.eye(5)[:3][rng.integers(0, 3, n)] + 0.5 * rng.standard_normal((n, 5))
+
+
+def _topic_corpus(n, seed, d=30, k=3):
+    rng = np.random.default_rng(seed)
+    topics = rng.dirichlet(np.full(d, 0.1), k)
+    theta = rng.dirichlet(np.full(k, 1.0 / k), n)
+    return np.array([rng.multinomial(50, t @ topics) for t in theta], dtype=float)
+
+
+@pytest.mark.parametrize("whitening", ["dense", "power"])
+def test_noise_dominated_latent_fits_warn_and_clear_ones_do_not(whitening):
+    import re
+    models = [(PrivateGaussianMixture(3, data_norm=6.0, whitening=whitening, random_state=0),
+               _mixture_rows(300, 0), _mixture_rows(200_000, 1)),
+              (PrivateLatentDirichletAllocation(3, whitening=whitening, random_state=0),
+               _topic_corpus(200, 2), _topic_corpus(50_000, 3))]
+    for est, small, large in models:
+        said = _latent_warnings(est.set_params(epsilon=0.3), small)
+        assert len(said) == 1 and re.fullmatch(_M2_WARNING, said[0])  # component numbers only
+        assert np.any(est.m2_eigenvalues_ < 2 * est.m2_eigenvalues_noise_)
+        assert _latent_warnings(est.set_params(epsilon=10.0), large) == []
+        assert np.all(est.m2_eigenvalues_ > 10 * est.m2_eigenvalues_noise_)
+
+
+@pytest.mark.parametrize("whitening", ["dense", "power"])
+def test_latent_expected_noise_is_the_noise_the_fit_records(whitening):
+    X = _mixture_rows(5000, 4)
+    gmm = PrivateGaussianMixture(3, epsilon=1.0, data_norm=6.0, whitening=whitening,
+                                 random_state=0)
+    preview = gmm.expected_noise(*X.shape)
+    plan = plan_noise(1.0, 1e-5, 1, auto_n_iter(5, True) if whitening == "power" else 0)
+    if whitening == "dense":  # Analyze Gauss's semicircle edge, 2 sqrt(d) sigma
+        expected = 2 * math.sqrt(5) * plan.z_second[0] * covariance_sensitivity(6.0) / 5000
+    else:  # the last power step's Ritz values, sqrt(2 p) sigma with p = 2k capped at d
+        expected = math.sqrt(2 * 5) * plan.z_second[-2] * math.sqrt(2) * 36.0 / 5000
+    assert preview.noise == pytest.approx(expected) and preview.signal_bound == 36.0
+    _latent_warnings(gmm, X)
+    np.testing.assert_allclose(gmm.m2_eigenvalues_noise_, preview.noise, rtol=1e-12)
+    # the topic model's preview is at the unclipped scale: the fit's own without clipping (up to
+    # the released mean weight, 1 here but for its noise), at most it with clipping
+    C = _topic_corpus(20_000, 5)
+    for clip in (None, 1.0):
+        lda = PrivateLatentDirichletAllocation(3, epsilon=1.0, doc_clip=clip, whitening=whitening,
+                                               random_state=0)
+        preview = lda.expected_noise(*C.shape)
+        assert preview.signal_bound == 1.0
+        _latent_warnings(lda, C)
+        if clip is None:
+            np.testing.assert_allclose(lda.m2_eigenvalues_noise_, preview.noise, rtol=0.05)
+        else:
+            assert np.all(lda.m2_eigenvalues_noise_ <= preview.noise)
+    free = PrivateGaussianMixture(3, data_norm=6.0, whitening=whitening)
+    assert free.expected_noise(*X.shape).noise == 0.0
+    assert np.all(free.fit(X).m2_eigenvalues_noise_ == 0)

@@ -465,3 +465,70 @@ def test_power_noise_adds_the_deflation_to_another_operators_query_rounding():
     assert (vector.total, vector.terms) == (3.0 + 3.5, 101)
     assert (scalar.total, scalar.terms) == (6.5, 101 + 8)
     assert PowerNoise(1.0, 0.5).roundings(7, ()) == (None, None)
+
+
+# -- a fit that learns nothing says so, before and after (eigenvalues_noise_, expected_noise) --
+
+_NOISE_WARNING = (r"the released eigenvalues_ of component\(s\) \[[0-9, ]+\] is below twice its "
+                  r"noise level \(eigenvalues_noise_\): those components are dominated by the "
+                  r"privacy noise\. Use fewer components, more data, a larger epsilon or a "
+                  r"tighter data_norm\.")
+
+
+def _spiked_rows(n, d, k, seed):
+    """Rows on k orthonormal directions (eigenvalues about 1/k) plus a little Gaussian noise."""
+    rng = np.random.default_rng(seed)
+    V = np.linalg.qr(rng.standard_normal((d, k)))[0].T
+    return V[rng.integers(0, k, n)] + 0.1 * rng.standard_normal((n, d)), V
+
+
+def _user_warnings(fit):
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit()
+    return [str(w.message) for w in caught if w.category is UserWarning]
+
+
+@pytest.mark.parametrize("method", ["power", "input_perturbation"])
+def test_a_noise_dominated_decomposition_warns_and_a_clear_one_does_not(method):
+    import re
+    X, _ = _spiked_rows(2000, 10, 3, seed=0)
+    weak = PrivateTensorDecomposition(3, epsilon=0.3, data_norm=2.0, method=method,
+                                      random_state=0)
+    said = _user_warnings(lambda: weak.fit(X))
+    assert len(said) == 1 and re.fullmatch(_NOISE_WARNING, said[0])  # component numbers only
+    assert np.any(np.abs(weak.eigenvalues_) < 2 * weak.eigenvalues_noise_)
+    X, V = _spiked_rows(200_000, 10, 3, seed=1)
+    clear = PrivateTensorDecomposition(3, epsilon=20.0, data_norm=2.0, method=method,
+                                       random_state=0)
+    assert _user_warnings(lambda: clear.fit(X)) == []
+    assert np.all(clear.eigenvalues_ > 10 * clear.eigenvalues_noise_)
+    assert np.max(recovery_error(clear.components_, V)) < 0.1
+
+
+@pytest.mark.parametrize("method", ["power", "input_perturbation"])
+def test_expected_noise_is_the_noise_the_fit_records(method):
+    X, _ = _spiked_rows(3000, 8, 2, seed=2)
+    est = PrivateTensorDecomposition(2, epsilon=2.0, data_norm=1.5, method=method, random_state=0)
+    preview = est.expected_noise(*X.shape)
+    z = est.privacy_cost(*X.shape).noise_multiplier
+    factor = 1.0 if method == "power" else 4.0  # a step's noise norm; the noise tensor's top
+    assert preview.noise == pytest.approx(factor * math.sqrt(8) * z * 2 * 1.5**3 / 3000)
+    assert preview.signal_bound == 1.5**3 and preview.ratio == preview.noise / 1.5**3
+    _user_warnings(lambda: est.fit(X))
+    np.testing.assert_allclose(est.eigenvalues_noise_, preview.noise, rtol=1e-12)
+    free = PrivateTensorDecomposition(2, data_norm=1.5)
+    assert free.expected_noise(*X.shape).noise == 0.0
+    assert np.all(free.fit(X).eigenvalues_noise_ == 0)
+
+
+def test_a_pure_noise_tensor_under_the_entry_unit_warns():
+    rng = np.random.default_rng(3)
+    T = symmetric_gaussian_release(np.zeros((8, 8, 8)), 1.0, 1.0, rng)  # no structure at all
+    est = PrivateTensorDecomposition(2, epsilon=1.0, random_state=0)
+    assert len(_user_warnings(lambda: est.fit(T))) == 1
+    # the step noise at the released components' peak entries (public once released)
+    peak = np.max(np.abs(est.components_), axis=1) ** 2
+    np.testing.assert_allclose(est.eigenvalues_noise_, math.sqrt(8) * 6.0 * peak
+                               * est.privacy_cost_.noise_multiplier)

@@ -38,7 +38,7 @@ import scipy.sparse.linalg
 from .operators import SymmetricTensor, TensorOperator, ThirdMoment, moment_tensor
 from ..accounting.composition import gdp_mu
 from ..accounting.events import ComposedEvent, GaussianEvent
-from .power import auto_n_iter, noisy_power_method, power_schedule
+from .power import auto_n_iter, eigenvalue_noise_level, noisy_power_method, power_schedule
 from ..mechanisms import Rounding, gaussian_release, symmetric_gaussian_release
 from .tensor_power import (PowerNoise, choose_moment, n_power_queries,
                                        tensor_power_method)
@@ -46,7 +46,8 @@ from .tensor_power import (PowerNoise, choose_moment, n_power_queries,
 __all__ = ["SHARES", "PROJECTION_SHARE", "SPARE_TERMS", "NoisePlan", "plan_noise", "rounding",
            "whitening_roundings", "release", "release_second",
            "power_subspace", "ImplicitMatrix", "top_eigenpairs",
-           "Whitening", "whiten", "CorrectedTensor", "sym3", "whitened_rows_operator",
+           "Whitening", "whiten", "topic_noise_std", "m2_noise_level", "CorrectedTensor", "sym3",
+           "whitened_rows_operator",
            "decompose_whitened", "n_third_queries", "match_rows"]
 
 #: Shares of the squared Gaussian-DP budget ``mu^2`` given to the three groups of releases, unless
@@ -319,6 +320,36 @@ def whiten(M2, k: int, rng, basis=None, noise: float = 0.0, basis_values=None) -
         basis_values = np.maximum(basis_values, basis_floor)
         spread = vectors * np.sqrt(values) / basis_values[:, None]
     return Whitening(vectors if basis is None else basis @ vectors, values, float(noise), spread)
+
+
+def topic_noise_std(components, scale, whitening):
+    r"""The standard deviation of the whitening's noise on each entry of each topic (first order).
+
+    A topic is ``mu_i = scale_i U Lambda^(1/2) v_i`` (``components`` holds the ``v_i`` as rows).
+    The released second moment carries noise ``E`` whose product with a unit vector has iid
+    entries of std ``whitening.noise``; to first order it moves ``u_j`` by
+    ``(I - U U^T) E u_j / lambda_j``, about independently across ``j``, so each entry of ``mu_i``
+    outside the top subspace moves with std ``scale_i noise ||Lambda^(-1/2) v_i||``. All of it is
+    public (released values and the plan), so using it is post-processing.
+    """
+    return scale * whitening.noise * np.linalg.norm(
+        np.asarray(components) @ whitening.noise_map.T, axis=1)
+
+
+def m2_noise_level(noise_std: float, d: int, k: int, power: bool) -> float:
+    """The typical size of the privacy noise in the top eigenvalues of the released ``M2``.
+
+    ``noise_std`` is :attr:`Whitening.noise`, the noise's std on each entry of the released
+    ``M2 u`` (a public multiplier times a public sensitivity). Analyze Gauss: the edge of the noise
+    matrix's semicircle, ``2 sqrt(d) noise_std``, where the top eigenvalues of pure noise sit; the
+    power method: the Ritz values' noise of its last step on ``p = min(2k, d)`` columns,
+    ``sqrt(2 p) noise_std`` (:func:`~dptensor.algorithms.power.eigenvalue_noise_level`, as
+    :class:`~dptensor.PrivatePCA` judges its components). An eigenvalue below twice it is
+    dominated by the noise, and so is the whitening made from it.
+    """
+    if power:
+        return eigenvalue_noise_level(noise_std, min(2 * k, d), "power")
+    return eigenvalue_noise_level(noise_std, d, "analyze_gauss")
 
 
 def sym3(A) -> np.ndarray:

@@ -6,12 +6,12 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from .._base import FitData, FitPlan, PrivateEstimatorMixin
+from .._base import FitData, FitPlan, NoisePreview, PrivateEstimatorMixin, warn_noise_dominated
 from .._memory import FLOAT
 from .._validation import check_positive_int, check_verbose
 from ..accounting.events import NonPrivateEvent
 from ..algorithms.dask import is_dask_array, reduce_row_chunks
-from ..algorithms.moments import decompose_whitened, n_third_queries, plan_noise
+from ..algorithms.moments import decompose_whitened, m2_noise_level, n_third_queries, plan_noise
 from ..algorithms.power import MAX_DENSE_FEATURES, auto_n_iter
 
 __all__ = ["SpectralLatentModel", "LatentSettings"]
@@ -73,8 +73,16 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
       rounding)`` (``rounding``: the data part's :class:`~dptensor.mechanisms.Rounding`);
     * ``_recover(prepared, components, eigenvalues, whitening, mean)`` sets the fitted attributes;
     * ``_refine(prepared, rows)``, only without privacy: improves them on the data (default:
-      nothing).
+      nothing);
+    * ``_m2_noise(prepared, n, plan)`` -> ``(std, signal_bound)``: the std of the released second
+      moment's noise on each entry of ``M2 u`` (:attr:`~dptensor.algorithms.moments.Whitening.
+      noise`) and the largest eigenvalue of ``M2`` the public bound allows, from public values
+      (for :meth:`expected_noise`; a fit's whitening records its own).
     """
+
+    #: What a noise-dominated fit's warning advises.
+    _advice = ("Use fewer components, more data, a larger epsilon or a tighter bound (data_norm, "
+               "doc_clip).")
 
     _unit = "row"  # the privacy unit, as named in warnings
     # whether the second moment's and the third moment's sensitivities are Frobenius-norm bounds
@@ -142,6 +150,21 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
                  check_positive_int(n_features, "n_features"))
         return self._preview_plan(self._plan(shape))
 
+    def expected_noise(self, n_samples, n_features):
+        """The noise level a ``fit`` on ``n_samples`` x ``n_features`` data would record in
+        ``m2_eigenvalues_noise_``, against the largest eigenvalue of ``M2`` the public bound allows:
+        a :class:`~dptensor.NoisePreview`, from the fit's own plan (no data, no spend), to choose
+        epsilon before spending it. The whitening, and every component, needs top eigenvalues of
+        ``M2`` above twice ``noise``; when that is near ``signal_bound`` no data can be learned.
+        """
+        n, d = (check_positive_int(n_samples, "n_samples"),
+                check_positive_int(n_features, "n_features"))
+        plan = self._plan((n, d))
+        public = self._prepare(np.zeros((0, d)), self._privacy_target()[0])
+        std, bound = self._m2_noise(public, n, plan.settings.noise)
+        noise = m2_noise_level(std, d, plan.settings.n_components, public["power"])
+        return NoisePreview(noise, bound, "m2_eigenvalues_noise_")
+
     def fit(self, X, y=None, *, groups=None):
         """Learn the model from X by the method of moments; ``y`` is ignored. Returns self.
         ``groups`` is refused before any spend: the moments are bounded per row (a document,
@@ -199,6 +222,13 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         self.whitening_ = "power" if prepared["power"] else "dense"
         self.n_samples_ = data.shape[0]
         self._recover(prepared, components, eigenvalues, whitening, mean)
+        # The released M2's top eigenvalues against their noise level, a function of the plan and
+        # of released values only: set and warned about after the spend (post-processing)
+        self.m2_eigenvalues_ = np.asarray(whitening.values, dtype=float)
+        self.m2_eigenvalues_noise_ = np.full(len(whitening.values), m2_noise_level(
+            whitening.noise, prepared["d"], settings.n_components, prepared["power"]))
+        warn_noise_dominated(self.m2_eigenvalues_, self.m2_eigenvalues_noise_, "m2_eigenvalues_",
+                             "m2_eigenvalues_noise_", self._advice)
         if not noise.private:  # a non-private fit (epsilon = inf) may refine its estimate
             self._refine(prepared, rows)
 

@@ -170,6 +170,15 @@ class PrivateGaussianMixture(SpectralLatentModel):
         ``"perturb"``, ``"power"``, or ``"exact"`` (no privacy).
     whitening_ : str
         ``"dense"`` or ``"power"``.
+    m2_eigenvalues_ : ndarray of shape (n_components,)
+        The top eigenvalues of the released ``M2`` (``E[x x^T] - sigma^2 I``, or its projection
+        on the power method's subspace), from which the whitening is made (floored just above 0).
+    m2_eigenvalues_noise_ : ndarray of shape (n_components,)
+        The typical size of the privacy noise in them, a public function of the noise plan
+        (:func:`~dptensor.algorithms.moments.m2_noise_level`; 0 without privacy). Below twice it
+        an eigenvalue, and the whitening and components made from it, are dominated by the noise,
+        and ``fit`` warns (``UserWarning``) naming them. :meth:`expected_noise` reports it, against
+        the largest eigenvalue ``data_norm**2``, before any fit.
     n_samples_ : int
     n_features_in_ : int
     privacy_cost_ : PrivacyCost
@@ -249,7 +258,8 @@ class PrivateGaussianMixture(SpectralLatentModel):
             second = release_second(prepared.pop("second"), covariance_sensitivity(B) / n, plan,
                                     rng, rounding=analyze)
             prepared["variance"] = spherical_variance(second - np.outer(mean, mean), k, rng)
-            return whiten(second - prepared["variance"] * np.eye(d), k, rng)
+            return whiten(second - prepared["variance"] * np.eye(d), k, rng,
+                          noise=self._m2_noise(prepared, n, plan)[0])
         operator = ImplicitMatrix(d, lambda Q: self._reduce(prepared, _gram_product, Q)[0] / n)
         V, P = power_subspace(operator, k, plan, rng,
                               step_sensitivity=row_power_sensitivity(B, min(2 * k, d)) / n,
@@ -259,7 +269,20 @@ class PrivateGaussianMixture(SpectralLatentModel):
         u = V.T @ mean
         top = np.sum(np.linalg.eigvalsh(P - np.outer(u, u))[::-1][:k - 1])
         prepared["variance"] = bottom_mean(prepared["trace"] - float(mean @ mean), float(top), d, k)
-        return whiten(P - prepared["variance"] * np.eye(len(P)), k, rng, basis=V)
+        return whiten(P - prepared["variance"] * np.eye(len(P)), k, rng, basis=V,
+                      noise=self._m2_noise(prepared, n, plan)[0])
+
+    def _m2_noise(self, prepared, n, plan):
+        """The std of the noise on each entry of the released ``E[x x^T] u`` (Analyze Gauss's
+        entries; the power method's last step), and ``B^2``, the largest eigenvalue of
+        ``E[x x^T]`` (``M2`` is below it) for rows of norm at most B."""
+        B = prepared["bound"]
+        if not plan.private:
+            return 0.0, None if B is None else B * B
+        if prepared["power"]:
+            p = min(2 * self.n_components, prepared["d"])
+            return plan.z_second[-2] * row_power_sensitivity(B, p) / n, B * B
+        return plan.z_second[0] * covariance_sensitivity(B) / n, B * B
 
     def _whitened_third(self, prepared, whitening, mean):
         W, n = whitening.W, prepared["n"]

@@ -21,7 +21,8 @@ from ..algorithms.tensor_power import row_sensitivity
 from ..algorithms.power import MAX_DENSE_FEATURES
 from ._base import SpectralLatentModel
 from ..algorithms.moments import (ImplicitMatrix, power_subspace, release, release_second,
-                                  rounding, sym3, top_eigenpairs, whiten, whitening_roundings)
+                                  rounding, sym3, top_eigenpairs, topic_noise_std, whiten,
+                                  whitening_roundings)
 
 __all__ = ["PrivateLatentDirichletAllocation", "document_moments", "document_norms",
            "document_weights", "topic_noise_std", "DOCUMENT_SENSITIVITY", "LDA_FIRST_SHARE",
@@ -58,20 +59,6 @@ PAIR_PARTS_RATIO = 4.0
 #: words weigh about alike has a ratio of at most 10 (at 3 words; it falls towards 1 with the
 #: length): only one whose parts cancel far more (one heavy word among light ones) is clipped.
 TRIPLE_PARTS_RATIO = 20.0
-
-
-def topic_noise_std(components, scale, whitening):
-    r"""The standard deviation of the whitening's noise on each entry of each topic (first order).
-
-    A topic is ``mu_i = scale_i U Lambda^(1/2) v_i`` (``components`` holds the ``v_i`` as rows).
-    The released second moment carries noise ``E`` whose product with a unit vector has iid
-    entries of std ``whitening.noise``; to first order it moves ``u_j`` by
-    ``(I - U U^T) E u_j / lambda_j``, about independently across ``j``, so each entry of ``mu_i``
-    outside the top subspace moves with std ``scale_i noise ||Lambda^(-1/2) v_i||``. All of it is
-    public (released values and the plan), so using it is post-processing.
-    """
-    return scale * whitening.noise * np.linalg.norm(
-        np.asarray(components) @ whitening.noise_map.T, axis=1)
 
 
 def _counts(chunk):
@@ -423,6 +410,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
     method_ : str
     whitening_ : str
         ``"dense"`` or ``"power"``.
+    m2_eigenvalues_, m2_eigenvalues_noise_ : ndarray of shape (n_components,)
+        As in :class:`PrivateGaussianMixture` (here ``signal_bound`` is 1: ``||E2||_F <= 1``).
     n_samples_ : int
     n_features_in_ : int
     privacy_cost_ : PrivacyCost
@@ -483,6 +472,11 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         rest = 1.0 - LDA_FIRST_SHARE
         return {"first": LDA_FIRST_SHARE, "second": rest * ratio / (1.0 + ratio),
                 "third": rest / (1.0 + ratio)}
+
+    def _m2_noise(self, prepared, n, plan):
+        # the pair moment's at the scale tau_2 / weight = 1: a clipped fit's is at most it
+        z = plan.z_second[-2 if prepared["power"] and plan.private else 0]
+        return z * (DOCUMENT_SENSITIVITY if prepared["power"] else 1.0) / n, 1.0
 
     def _dense_max(self, private):
         # without privacy the implicit path gives the same whitening, faster (Lanczos on sparse
