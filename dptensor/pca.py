@@ -1,9 +1,10 @@
 r"""Private PCA, the estimator: the top-k principal subspace of rows or of a symmetric matrix.
 
-:class:`PrivatePCA` checks its parameters, plans the noise (the budget's shares, the power
-schedule, the papers' calibrations), records the spend and sets its attributes; the algorithms it
-runs (the noisy power method, Analyze Gauss, the streaming power method, the private mean and
-total) are in :mod:`dptensor.algorithms.power` and :mod:`dptensor.algorithms.streaming_power`.
+:class:`PrivatePCA` checks its parameters, resolves its method, records the spend and sets its
+attributes; each method (its noise plan, its memory, its spectral step) is a class in
+:mod:`dptensor.algorithms.pca_methods`, and the algorithms they run (the noisy power method,
+Analyze Gauss, the streaming power method, the private mean and total) are in
+:mod:`dptensor.algorithms.power` and :mod:`dptensor.algorithms.streaming_power`.
 Every sensitivity used is derived in ``docs/derivations/pca.rst``.
 """
 from __future__ import annotations
@@ -27,27 +28,12 @@ from ._validation import (
     validate_private_data,
     validate_stream_chunk,
 )
-from .accounting import (
-    ComposedEvent,
-    GaussianEvent,
-    NonPrivateEvent,
-    calibrate_gaussian,
-    epsilon_of,
-    gdp_mu,
-)
-from .accounting.calibration import paper_noisy_power_sigma
-from .algorithms.pca_fit import _last, entry_matrix_fit, exact_rows_fit, float_rows_fit
+from .accounting import NonPrivateEvent, epsilon_of
+from .algorithms.pca_fit import entry_matrix_fit, exact_rows_fit, float_rows_fit
 from .algorithms.pca_fit import fit_memory, grouped_rows_fit
-from .algorithms.power import (
-    MAX_DENSE_FEATURES,
-    MEAN_SHARE,
-    TOTAL_SHARE,
-    auto_n_iter,
-    center_and_clip,
-    eigenvalue_noise_level,
-    power_schedule,
-    row_power_sensitivity,
-)
+from .algorithms.pca_methods import CHOICES, METHODS, PCAMethod, resolve
+from .algorithms.pca_methods import last_multiplier as _last
+from .algorithms.power import auto_n_iter, center_and_clip, row_power_sensitivity
 from .algorithms.streaming_power import StreamingPowerMethod
 from .exceptions import PrivacyWarning
 from .mechanisms import clip_rows
@@ -56,7 +42,7 @@ from .mechanisms.randomness import RowDigest
 __all__ = ["PrivatePCA"]
 
 
-_METHODS = ("auto", "power", "analyze_gauss")
+_METHODS = CHOICES  # "auto" and every batch method of algorithms/pca_methods.METHODS
 _INPUTS = ("data", "precomputed")
 _NEIGHBORS = (None, "row", "entry")
 _CALIBRATIONS = ("exact", "paper")
@@ -66,9 +52,9 @@ _CALIBRATIONS = ("exact", "paper")
 class _Settings:
     """A fit's validated parameters and, once planned, its noise multipliers: what the release
     reads. ``k`` components, ``p = k + n_oversamples`` columns of the power block, ``bound`` the
-    unit's public bound; ``noise`` the spectral releases' multiplier (one, or one per power
-    step), ``mean_noise`` and ``total_noise`` those of the mean and the total variance (0: not
-    released with noise)."""
+    unit's public bound, ``method`` the method run (:mod:`~dptensor.algorithms.pca_methods`);
+    ``noise`` the spectral releases' multiplier (one, or one per power step), ``mean_noise`` and
+    ``total_noise`` those of the mean and the total variance (0: not released with noise)."""
 
     k: int
     p: int
@@ -78,7 +64,7 @@ class _Settings:
     precomputed: bool
     neighbors: str
     bound: float | None
-    method: str
+    method: PCAMethod
     n_iter: int
     tol: float
     center: bool
@@ -277,7 +263,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
         method = self._check_method(n_features, precomputed, private, streaming)
         p = k + over
-        if method != "analyze_gauss" and p > n_features:
+        if method.block and p > n_features:
             raise ValueError(f"n_components + n_oversamples = {p} must be <= "
                              f"n_features={n_features}")
         if self.n_iter == "auto":
@@ -311,17 +297,14 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     def _check_method(self, n_features, precomputed, private, streaming):
         """The method ``method`` resolves to for this input."""
         if streaming:
-            if self.method == "analyze_gauss" or precomputed:
+            if precomputed or not (self.method == "auto" or METHODS[self.method].streams):
                 raise ValueError("partial_fit runs the streaming power method on rows: it needs "
                                  "method='auto' or 'power' and input='data'")
             if private and self.calibration == "paper":
                 raise ValueError("calibration='paper' has no streaming form (Hardt–Price's SPM "
                                  "is not private); use calibration='exact'")
-            return "streaming_power"
-        if self.method == "auto":
-            dense = not precomputed and n_features <= MAX_DENSE_FEATURES
-            return "analyze_gauss" if dense else "power"
-        return self.method
+            return METHODS["streaming_power"]
+        return resolve(self.method, n_features, precomputed)
 
     def _validate_input(self, X, reset):
         if is_dask_array(X):  # rows on a Dask cluster: checked lazily, never pulled here
@@ -377,52 +360,18 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
 
     def _noise_plan(self, settings):
         """``(multipliers, event, n_queries)``: the noise of every release and the event they make
-        together (``None``: not private)."""
-        eps, delta = settings.epsilon, settings.delta
-        method, center = settings.method, settings.center
+        together (``None``: not private), from the method's plan
+        (:meth:`~dptensor.algorithms.pca_methods.PCAMethod.noise_plan`)."""
         if not settings.private:
             return dict(noise=0.0, mean_noise=0.0, total_noise=0.0), None, 0
-        if method == "streaming_power":
-            z = calibrate_gaussian(eps, delta, 1)
-            return dict(noise=z, mean_noise=z, total_noise=0.0), GaussianEvent(z, 1), 1
-        queries = settings.n_iter if method == "power" else 1
-        mu = gdp_mu(eps, delta)
-        # Exact row-level fits release the total variance from its own share (the ratio's
-        # denominator).
-        total = self.calibration == "exact" and not settings.precomputed
-        z_mean = 1.0 / (mu * math.sqrt(MEAN_SHARE)) if center else 0.0
-        z_total = 1.0 / (mu * math.sqrt(TOTAL_SHARE)) if total else 0.0
-        z = np.broadcast_to(np.asarray(self._step_noise(settings, mu, queries), dtype=float),
-                            (queries,))
-        if z[0] == z[-1]:  # an even split: one event of `queries` releases
-            events = [GaussianEvent(float(z[0]), queries)]
-        else:
-            events = [GaussianEvent(float(z[0]), queries - 1), GaussianEvent(float(z[-1]), 1)]
-        if total:
-            events.insert(0, GaussianEvent(z_total, 1))
-        if center:
-            events.insert(0, GaussianEvent(z_mean, 1))
-        event = ComposedEvent(tuple(events)) if len(events) > 1 else events[0]
+        noise, event, queries = settings.method.noise_plan(settings, self.calibration)
         if self.calibration == "paper":
-            cost = epsilon_of(event, delta)
+            eps, cost = settings.epsilon, epsilon_of(event, settings.delta)
             if cost > eps * (1 + 1e-9):
                 warnings.warn(f"calibration='paper' costs epsilon={cost:.4g} > the target {eps:g} "
                               f"under this unit ({settings.neighbors}); the accountant records "
                               "the true cost", PrivacyWarning, stacklevel=4)
-        return dict(noise=z, mean_noise=z_mean, total_noise=z_total), event, queries
-
-    def _step_noise(self, settings, mu, queries):
-        """The spectral releases' multiplier(s): exact GDP or the papers' formulas."""
-        eps, delta, p = settings.epsilon, settings.delta, settings.p
-        if self.calibration == "exact":
-            center, total = settings.center, not settings.precomputed
-            spectral_share = 1.0 - (MEAN_SHARE if center else 0.0) - (TOTAL_SHARE if total else 0.0)
-            return power_schedule(mu * math.sqrt(spectral_share), queries)
-        if settings.method == "analyze_gauss":
-            return math.sqrt(2.0 * math.log(1.25 / delta)) / eps
-        if settings.neighbors == "entry":  # noise sigma ||X||_inf, priced at sqrt(2p) ||X||_inf
-            return paper_noisy_power_sigma(eps, delta, p, queries) / math.sqrt(2 * p)
-        return paper_noisy_power_sigma(eps, delta, p, queries) / math.sqrt(p)
+        return noise, event, queries
 
     def _spend_plan(self, plan, data):
         # Dask rows stay on the workers: the fit holds only its d x p (or d x d) arrays here.
@@ -488,9 +437,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         # precomputed input); the private power method otherwise releases none.
         if total is None and result.total is not None:
             total = result.total
-        self.method_ = settings.method
-        size = X.shape[1] if settings.method == "analyze_gauss" else settings.p
-        noise = eigenvalue_noise_level(result.noise_std, size, settings.method)
+        self.method_ = settings.method.name
+        noise = settings.method.noise_level(result.noise_std, X.shape[1], settings.p)
         self._set_spectrum(result, mean, scale, total, noise, floor=not settings.precomputed)
 
     def _set_spectrum(self, result, mean, scale, total, noise, *, floor):
@@ -600,11 +548,11 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             data_norm=settings.bound, noise_multiplier=settings.noise,
             centered=not settings.center, dtype=X.dtype,
             digest=None if self.random_state is None else RowDigest(X.dtype, d))
-        self.method_ = "streaming_power"
+        self.method_ = settings.method.name
         std = 0.0
         if settings.private:
             std = _last(settings.noise) * row_power_sensitivity(settings.bound, settings.p) / T
-        self._stream_noise = eigenvalue_noise_level(std, settings.p, "power")
+        self._stream_noise = settings.method.noise_level(std, d, settings.p)
         for attr in ("components_", "explained_variance_", "explained_variance_ratio_",
                      "mean_", "n_samples_", "explained_variance_noise_"):
             self.__dict__.pop(attr, None)

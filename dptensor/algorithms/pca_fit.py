@@ -8,7 +8,9 @@ Three paths, each a fixed sequence of the releases the plan priced:
 * :func:`entry_matrix_fit`: a precomputed symmetric matrix under the entry unit.
 
 The caller (:class:`~dptensor.PrivatePCA`) has checked the parameters and spent the budget; these
-take the multipliers and the public bound as given.
+take the multipliers and the public bound as given. Each path offers its spectral statistics (a
+:class:`~dptensor.algorithms.pca_methods.Source`) and the ``method`` (a
+:class:`~dptensor.algorithms.pca_methods.PCAMethod`) takes the one it releases.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import math
 import numpy as np
 
 from .dask import DaskGramMatrix, clip_chunks, dask_gram, is_dask_array
-from .exact_entries import DIGITS, ExactEntryMatrix
+from .exact_entries import ExactEntryMatrix
 from .exact import (
     BITS,
     ExactGram,
@@ -35,14 +37,13 @@ from .groups import ExactGroupGram, group_average_rows, group_scale_rows
 from .operators import DenseMatrix, GramMatrix
 from .._memory import FLOAT
 from ..mechanisms import clip_rows
+from .pca_methods import Source
 from .power import (
-    analyze_gauss,
     center_and_clip,
     clip_center_clip,
     covariance_sensitivity,
     entry_power_sensitivity,
     grid_centred,
-    noisy_power_method,
     private_mean,
     private_total,
     row_power_sensitivity,
@@ -51,11 +52,6 @@ from .power import (
 
 __all__ = ["exact_rows_fit", "grouped_rows_fit", "float_rows_fit", "entry_matrix_fit",
            "fit_memory"]
-
-
-def _last(z) -> float:
-    """The last (or only) multiplier of a plan: the one that sets the released error."""
-    return float(np.ravel(z)[-1])
 
 
 def exact_rows_fit(X, rng, *, k, p, n_iter, bound, method, center, noise, mean_noise,
@@ -80,19 +76,14 @@ def exact_rows_fit(X, rng, *, k, p, n_iter, bound, method, center, noise, mean_n
         stat = rows_stat(M, sum_of_squares, B ** 2)
         sens = total_variance_sensitivity(B)
         total = float(exact_gaussian_release(stat, sens, total_noise, rng))
-    z = _last(noise)
-    if method == "analyze_gauss":
-        sens = covariance_sensitivity(B)
-        C = rows_stat(M, gram, B ** 2).for_release(sens, z)  # the release rounds to this grid
-        result = analyze_gauss(C, k, rng, noise_multiplier=z, sensitivity=sens,
-                               rounding=None)  # C: an exact sum on the release's grid
-        result = result._replace(components=result.components.astype(X.dtype, copy=False))
-    else:
-        operator = ExactGram(M, B)
-        result = noisy_power_method(operator, k, n_iter, rng, noise_multiplier=noise,
-                                    sensitivity=operator.sensitivity, n_oversamples=p - k,
-                                    verbose=verbose, dtype=X.dtype,
-                                    rounding=None)  # exact products
+    sens = covariance_sensitivity(B)
+    source = Source(  # the release rounds to the Gram grid: C is an exact sum on it
+        gram=lambda z: (rows_stat(M, gram, B ** 2).for_release(sens, z), sens),
+        operator=lambda: _with_sensitivity(ExactGram(M, B)),
+        gauss=dict(rounding=None), power=dict(rounding=None))  # exact sums and products
+    result = method.spectrum(source, rng, k=k, p=p, n_iter=n_iter, noise=noise, verbose=verbose,
+                             dtype=X.dtype)
+    result = result._replace(components=result.components.astype(X.dtype, copy=False))
     return result, (None if mean is None else mean.astype(X.dtype, copy=False)), total
 
 
@@ -119,17 +110,12 @@ def grouped_rows_fit(X, rng, *, codes, n_groups, k, p, n_iter, bound, method, ce
     if total_noise:
         stat = sum_of_squares(M, B ** 2)
         total = float(exact_gaussian_release(stat, total_variance_sensitivity(B), total_noise, rng))
-    z = _last(noise)
-    if method == "analyze_gauss":
-        sens = covariance_sensitivity(B)
-        C = gram(M, B ** 2).for_release(sens, z)
-        result = analyze_gauss(C, k, rng, noise_multiplier=z, sensitivity=sens,
-                               rounding=None)  # C: an exact sum on the release's grid
-    else:
-        operator = ExactGroupGram(M, B)
-        result = noisy_power_method(operator, k, n_iter, rng, noise_multiplier=noise,
-                                    sensitivity=operator.sensitivity, n_oversamples=p - k,
-                                    verbose=verbose, dtype=X.dtype, rounding=None)  # exact
+    sens = covariance_sensitivity(B)
+    source = Source(gram=lambda z: (gram(M, B ** 2).for_release(sens, z), sens),
+                    operator=lambda: _with_sensitivity(ExactGroupGram(M, B)),
+                    gauss=dict(rounding=None), power=dict(rounding=None))  # exact, as above
+    result = method.spectrum(source, rng, k=k, p=p, n_iter=n_iter, noise=noise, verbose=verbose,
+                             dtype=X.dtype)
     result = result._replace(components=result.components.astype(X.dtype, copy=False))
     return result, (None if mean is None else mean.astype(X.dtype, copy=False)), total
 
@@ -166,17 +152,25 @@ def _total(Xc, bound, private, total_noise, rng):
     return private_total(Xc, bound, total_noise, rng)
 
 
+def _with_sensitivity(operator):
+    """``(operator, sensitivity)`` of an exact operator, which carries its own."""
+    return operator, operator.sensitivity
+
+
 def _rows_spectrum(Xc, rng, *, k, p, n_iter, bound, method, private, noise, tol, verbose,
                    raw=None):
     dask = is_dask_array(Xc)  # Dask rows: X^T X or X^T (X Q) summed over chunks on the workers
-    if method == "analyze_gauss":
-        sens = covariance_sensitivity(bound) if private else 1.0
-        return analyze_gauss(dask_gram(Xc) if dask else Xc.T @ Xc, k, rng,
-                             noise_multiplier=_last(noise), sensitivity=sens)
-    sens = row_power_sensitivity(bound, p) if private else 1.0
-    operator = DaskGramMatrix(*raw) if dask else GramMatrix(Xc)
-    return noisy_power_method(operator, k, n_iter, rng, noise_multiplier=noise, sensitivity=sens,
-                              n_oversamples=p - k, tol=tol, verbose=verbose, dtype=Xc.dtype)
+
+    def gram_(z):
+        return (dask_gram(Xc) if dask else Xc.T @ Xc,
+                covariance_sensitivity(bound) if private else 1.0)
+
+    def operator_():
+        return (DaskGramMatrix(*raw) if dask else GramMatrix(Xc),
+                row_power_sensitivity(bound, p) if private else 1.0)
+
+    return method.spectrum(Source(gram_, operator_, power=dict(tol=tol)), rng, k=k, p=p,
+                           n_iter=n_iter, noise=noise, verbose=verbose, dtype=Xc.dtype)
 
 
 def entry_matrix_fit(A, rng, *, k, p, n_iter, bound, method, noise, paper=False, tol=0.0,
@@ -184,12 +178,18 @@ def entry_matrix_fit(A, rng, *, k, p, n_iter, bound, method, noise, paper=False,
     """The spectrum of a precomputed symmetric matrix under the entry unit: Analyze Gauss (the
     pair is one entry of the upper triangle) or the PPM, its noise scaled by the previous
     iterate's largest rows (``paper``: ``sqrt(2p) ||X||_inf`` as Hardt–Price print it)."""
-    if method == "analyze_gauss":
-        return analyze_gauss(A, k, rng, noise_multiplier=_last(noise), sensitivity=bound,
-                             order="magnitude", rounding=None)  # each entry a unit's own value
+    # Analyze Gauss releases A itself: each entry a unit's own value, no float sum to allow for
+    source = Source(gram=lambda z: (A, bound), gauss=dict(order="magnitude", rounding=None),
+                    operator=lambda: _entry_operator(A, p, bound, noise, paper),
+                    power=dict(tol=tol))
+    return method.spectrum(source, rng, k=k, p=p, n_iter=n_iter, noise=noise, verbose=verbose,
+                           dtype=A.dtype)
+
+
+def _entry_operator(A, p, bound, noise, paper):
+    """``(operator, sensitivity)`` of the power products on a precomputed matrix."""
     if not np.any(np.asarray(noise) > 0):  # no release: the float products are the fit's own
-        return noisy_power_method(DenseMatrix(A), k, n_iter, rng, n_oversamples=p - k, tol=tol,
-                                  verbose=verbose, dtype=A.dtype)
+        return DenseMatrix(A), 1.0
     # Private: exact products of the entries on their grid (exact_entries), released on their
     # own grid; no float rounding of sums over entries of unbounded size reaches the release.
     operator = ExactEntryMatrix(A, bound)
@@ -201,31 +201,25 @@ def entry_matrix_fit(A, rng, *, k, p, n_iter, bound, method, noise, paper=False,
             return operator.bound * root * float(np.max(np.abs(Xq)))
         return entry_power_sensitivity(Xq, operator.bound)
 
-    return noisy_power_method(operator, k, n_iter, rng, noise_multiplier=noise,
-                              sensitivity=sensitivity, n_oversamples=p - k, tol=tol,
-                              verbose=verbose, dtype=A.dtype)
+    return operator, sensitivity
 
 
 def fit_memory(n_rows, d, *, p, method, private, precomputed, grouped=False):
     """``(bytes, advice)``: a PCA fit's peak allocation from its shape, an upper bound in float64.
 
     The rows' clipped and centred copy (``n_rows`` at once: all of them, one chunk of a
-    stream, none for Dask or a precomputed matrix), then the d x d matrix of Analyze Gauss
-    with its noise and eigendecomposition, or the power method's n x p and d x p products
-    (``p`` columns); a private fit adds its exact statistics, and a grouped one (``grouped``)
-    the group-scaled copy of its grid rows.
+    stream, none for Dask or a precomputed matrix), then the ``method``'s own arrays
+    (:meth:`~dptensor.algorithms.pca_methods.PCAMethod.memory`: Analyze Gauss's d x d matrix with
+    its noise and eigendecomposition, or the power method's n x p and d x p products); a private
+    fit adds its exact statistics, and a grouped one (``grouped``) the group-scaled copy of its
+    grid rows.
     """
     n = n_rows or 0
-    rows = n * d + 4 * n
-    if method == "analyze_gauss":
-        peak, columns = rows + 6 * d * d, d
-        advice = "Use method='power' (O(d p) memory), or fewer features"
-    else:
-        peak, columns = rows + n * p * 2 + 12 * d * p + 4 * d, p
-        advice = "Use fewer components or rows at once (partial_fit in chunks, or a Dask array)"
+    arrays, columns = method.memory(n, d, p)
+    peak = n * d + 4 * n + arrays
     exact = exact_memory(n, d, columns) if private else 0  # the exact sums' grid rows
-    if private and precomputed and method == "power":
-        exact += (DIGITS + 1) * d * d * FLOAT  # the exact entry products' digits
+    if private and precomputed:
+        exact += method.exact_entry_bytes(d)
     if grouped:  # the group-scaled copy of the grid rows and the split power products
         exact += (n * d + 4 * n + 4 * n * p) * FLOAT
-    return peak * FLOAT + exact, advice
+    return peak * FLOAT + exact, method.advice
