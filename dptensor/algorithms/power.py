@@ -27,6 +27,7 @@ import numpy as np
 import scipy.linalg
 
 from .dask import is_dask_array
+from .eigen import top_k_eigh, use_top_k
 from .exact import BITS, Exact, exact_gaussian_release, grid_rows
 from ..mechanisms import (
     Rounding,
@@ -291,12 +292,17 @@ def analyze_gauss(C: np.ndarray, n_components: int, rng: np.random.Generator, *,
 
     ``order="algebraic"`` takes the largest eigenvalues (a covariance: noise can only create
     spurious negative ones), ``"magnitude"`` the largest in absolute value (an indefinite ``A``,
-    matching what the power method converges to).
+    matching what the power method converges to). Few components of a large d
+    (:func:`~dptensor.algorithms.eigen.use_top_k`, public) are found by Lanczos on the released
+    matrix in the same order, at ``O(d^2)`` per product rather than one ``O(d^3)`` solve.
     """
     d = C.shape[0]
     noisy = symmetric_gaussian_release(C, sensitivity, noise_multiplier, rng, rounding=rounding) \
         if noise_multiplier > 0 else np.array(C, copy=True)
-    if order == "algebraic":
+    if use_top_k(d, n_components):  # few components of a large d: Lanczos, same order
+        w, V = top_k_eigh(noisy, n_components, order=order)
+        idx = np.arange(n_components)
+    elif order == "algebraic":
         w, V = scipy.linalg.eigh(noisy, subset_by_index=[d - n_components, d - 1])
         idx = np.argsort(-w, kind="stable")
     else:

@@ -9,6 +9,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ...mechanisms import Rounding, gaussian_release
+from ..eigen import top_k_eigh, use_top_k
 from .als import als
 from .design import _grid_rows
 from .dp_als import clip_designs, wiener_solve
@@ -138,6 +139,15 @@ def spectral_floats(n_obs, shape, rank, lead, fixed=(), kron=True):
     return step + cells * ((d + 3) * d + rank * (rank + 1) // 2 + 4 * rank + 8)
 
 
+def _top_vectors(M, r):
+    """The top ``r`` eigenvectors of the released Gram ``M`` (algebraic order): Lanczos where
+    :func:`~dptensor.algorithms.eigen.use_top_k` says (a large mode, few columns), else LAPACK."""
+    if use_top_k(M.shape[0], r):
+        return top_k_eigh(M, r)[1]
+    vals, vecs = np.linalg.eigh(M)
+    return vecs[:, np.argsort(vals)[::-1][:r]]
+
+
 def _gram_bases(obs: Observations, resid, model: Model, others, rng, *, z_g, gram_clip,
                 column_cap):
     """Step 1 of :func:`spectral_start`: each mode's basis (other than the lead's) from its
@@ -163,8 +173,7 @@ def _gram_bases(obs: Observations, resid, model: Model, others, rng, *, z_g, gra
             M = np.zeros_like(M)
             M[iu] = upper
             M += M.T
-        vals, vecs = np.linalg.eigh(M)
-        top = vecs[:, np.argsort(vals)[::-1][:r]]
+        top = _top_vectors(M, r)
         # a mode with fewer rows than the rank: the missing directions are 0
         bases[m] = np.hstack([top, np.zeros((top.shape[0], r - top.shape[1]))])
         used.append(sens)
@@ -213,7 +222,8 @@ def spectral_start(obs: Observations, y: np.ndarray, model: Model, *, noise_mult
 
     1. For each mode ``m >= 1``: release the upper triangle of :func:`unfolding_gram` (values
        clipped to ``gram_clip``, columns capped at ``column_cap`` times their mean count) plus
-       ``N(0, (z Delta_m)^2)`` per coordinate, mirrored. ``V_m`` = top ``rank`` eigenvectors.
+       ``N(0, (z Delta_m)^2)`` per coordinate, mirrored. ``V_m`` = top ``rank`` eigenvectors
+       (by Lanczos for a large mode: :func:`_top_vectors`).
     2. Mode 0: every row's right-hand side on the designs ``kron(V_1[e_1], ..., V_{d-1}[e_{d-1}])``
        clipped to norm ``C`` (:func:`clip_designs`), with ``clip(t_e, -clip, clip)``, plus
        ``N(0, (z D C)^2)``, ``D = min(1, 2 clip)``: one release, solved per row by

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...mechanisms import gaussian_release
+from ..eigen import top_k_eigh, use_top_k
 from .dp_als import wiener_solve
 from .offsets import eb_shrinkage
 from .releases import entry_rounding
@@ -226,11 +227,15 @@ def private_start(X, resid, shape, m, k, z, rng, clip):
     sens = cooccurrence_sensitivity(m, clip)
     M = _release(M, sens, z, rng, n_users, m * clip**2, n_users)
     M = (M + M.T) / 2.0
-    w, Q = np.linalg.eigh(M)
-    top = np.argsort(w)[::-1][:k]
+    if use_top_k(n_items, k):  # many items, few factors: Lanczos on the released matrix
+        w, Q = top_k_eigh(M, k)
+    else:
+        w, Q = np.linalg.eigh(M)
+        top = np.argsort(w)[::-1][:k]
+        w, Q = w[top], Q[:, top]
     # symmetrising halves the off-diagonal variance: the edge of a Wigner matrix of that scale
     edge = math.sqrt(2.0 * n_items) * z * sens
-    return Q[:, top] * math.sqrt(n_items) * (w[top] > edge)
+    return Q * math.sqrt(n_items) * (w > edge)
 
 
 def item_factor_sweep(X, base, shape, m, V, plan, rng, counts):

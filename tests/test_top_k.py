@@ -1,0 +1,142 @@
+"""Top-k eigensolvers on released matrices: the same subspace as the dense path, no d^3 solve.
+
+Each replaced site is run twice on the same seed, once on its top-k path and once with the
+dense path forced (the public rule patched to say no): the released noise is the same draw
+(the solver reads no generator), so the two must agree to solver tolerance. A second check
+per site makes every dense LAPACK eigendecomposition raise: the top-k path must not need one.
+"""
+
+import numpy as np
+import pytest
+import scipy.linalg
+
+from dptensor.algorithms import power
+from dptensor.algorithms.completion import spectral, user_level
+from dptensor.algorithms.eigen import top_k_eigh, use_top_k
+
+
+def subspace_distance(A, B):
+    """``sin`` of the largest principal angle between the column spans of ``A`` and ``B``."""
+    Qa, Qb = np.linalg.qr(A)[0], np.linalg.qr(B)[0]
+    return float(np.linalg.norm(Qa - Qb @ (Qb.T @ Qa), 2))
+
+
+def released_like(d, k, seed, *, negative=False):
+    """A spiked symmetric matrix plus a symmetric Gaussian release's noise (a clear gap)."""
+    rng = np.random.default_rng(seed)
+    U = np.linalg.qr(rng.standard_normal((d, k)))[0]
+    spikes = np.linspace(8.0, 5.0, k) * np.sqrt(d)
+    if negative:  # an indefinite matrix whose largest-magnitude eigenvalue is negative
+        spikes[0] = -spikes[0]
+    G = rng.standard_normal((d, d))
+    return (U * spikes) @ U.T + (G + G.T) / np.sqrt(2.0), U
+
+
+def no_dense(monkeypatch):
+    """Every dense eigendecomposition the sites could call raises."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("a dense d x d eigendecomposition on the top-k path")
+    monkeypatch.setattr(np.linalg, "eigh", refuse)
+    monkeypatch.setattr(scipy.linalg, "eigh", refuse)
+
+
+def test_rule_is_public_and_keeps_small_or_wide_problems_dense():
+    assert use_top_k(9066, 3) and use_top_k(500, 50)
+    assert not use_top_k(499, 3) and not use_top_k(1000, 101) and not use_top_k(1000, 0)
+
+
+@pytest.mark.parametrize("order", ["algebraic", "magnitude"])
+def test_solver_matches_lapack_in_the_same_order(order):
+    A, _ = released_like(700, 4, 0, negative=True)
+    w, V = top_k_eigh(A, 4, order=order)
+    full_w, full_V = np.linalg.eigh(A)
+    key = -full_w if order == "algebraic" else -np.abs(full_w)
+    idx = np.argsort(key, kind="stable")[:4]
+    np.testing.assert_allclose(w, full_w[idx], rtol=1e-9)
+    assert subspace_distance(V, full_V[:, idx]) < 1e-6
+    if order == "algebraic":  # the negative spike is no algebraic top eigenvalue
+        assert np.all(w > 0)
+    else:
+        assert w[0] < 0
+
+
+def test_solver_is_deterministic_and_reads_no_generator():
+    A, _ = released_like(600, 3, 1)
+    w1, V1 = top_k_eigh(A, 3)
+    w2, V2 = top_k_eigh(A, 3)
+    np.testing.assert_array_equal(w1, w2)
+    np.testing.assert_array_equal(V1, V2)
+
+
+def test_spectral_start_basis_agrees_with_dense(monkeypatch):
+    M, U = released_like(800, 3, 2)
+    fast = spectral._top_vectors(M, 3)
+    monkeypatch.setattr(spectral, "use_top_k", lambda d, k: False)
+    dense = spectral._top_vectors(M, 3)
+    assert fast.shape == dense.shape == (800, 3)
+    assert subspace_distance(fast, dense) < 1e-6
+    assert subspace_distance(fast, U) < 0.3  # and it is the signal's subspace
+
+
+def test_spectral_start_basis_needs_no_dense_solve(monkeypatch):
+    M, _ = released_like(800, 3, 3)
+    no_dense(monkeypatch)
+    assert spectral._top_vectors(M, 3).shape == (800, 3)
+
+
+def _user_level_data(seed, n_users=400, n_items=600, per_user=60, rank=3):
+    """Ratings-like residuals of a rank-3 model: each user rates ``per_user`` items."""
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((n_users, rank))
+    B = rng.standard_normal((n_items, rank))
+    users = np.repeat(np.arange(n_users), per_user)
+    items = np.concatenate([rng.choice(n_items, per_user, replace=False)
+                            for _ in range(n_users)])
+    resid = np.clip(0.15 * np.einsum("ek,ek->e", A[users], B[items]), -0.5, 0.5)
+    return np.stack([users, items], axis=1), resid, (n_users, n_items), per_user
+
+
+def _private_start(data, seed, rank=3, z=0.05):
+    X, resid, shape, m = data
+    return user_level.private_start(X, resid, shape, m, rank, z, np.random.default_rng(seed),
+                                    0.5)
+
+
+def test_user_level_start_agrees_with_dense(monkeypatch):
+    data = _user_level_data(4)
+    fast = _private_start(data, 5)
+    monkeypatch.setattr(user_level, "use_top_k", lambda d, k: False)
+    dense = _private_start(data, 5)
+    kept = np.linalg.norm(dense, axis=0) > 0
+    assert kept.sum() == 3  # every direction above the noise's edge, on both paths
+    np.testing.assert_array_equal(np.linalg.norm(fast, axis=0) > 0, kept)
+    assert subspace_distance(fast, dense) < 1e-6
+    np.testing.assert_allclose(np.linalg.norm(fast, axis=0), np.linalg.norm(dense, axis=0))
+
+
+def test_user_level_start_needs_no_dense_solve(monkeypatch):
+    data = _user_level_data(6)
+    no_dense(monkeypatch)
+    assert _private_start(data, 7).shape == (600, 3)
+
+
+@pytest.mark.parametrize("order", ["algebraic", "magnitude"])
+def test_analyze_gauss_agrees_with_dense(monkeypatch, order):
+    C, _ = released_like(700, 5, 8, negative=order == "magnitude")
+    C = (C + C.T) / 2.0
+    kwargs = dict(noise_multiplier=1.0, sensitivity=1.0, order=order)
+    fast = power.analyze_gauss(C, 5, np.random.default_rng(9), **kwargs)
+    monkeypatch.setattr(power, "use_top_k", lambda d, k: False)
+    dense = power.analyze_gauss(C, 5, np.random.default_rng(9), **kwargs)
+    np.testing.assert_allclose(fast.eigenvalues, dense.eigenvalues, rtol=1e-9)
+    # components carry deterministic signs: they agree entry by entry, not only as a span
+    np.testing.assert_allclose(fast.components, dense.components, atol=1e-6)
+    assert fast.total == dense.total and fast.noise_std == dense.noise_std
+
+
+def test_analyze_gauss_needs_no_dense_solve(monkeypatch):
+    C, _ = released_like(700, 5, 10)
+    no_dense(monkeypatch)
+    result = power.analyze_gauss((C + C.T) / 2.0, 5, np.random.default_rng(11),
+                                 noise_multiplier=1.0)
+    assert result.components.shape == (5, 700)
