@@ -123,6 +123,15 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
     explained_variance_noise_ : ndarray (n_components,)
         The std of the noise in each ``explained_variance_`` (public; 0 without privacy). ``fit``
         warns (``UserWarning``) when a component's variance is below twice it.
+    explained_variance_ratio_ : ndarray (n_components,)
+        Set only without privacy (``epsilon=np.inf``): ``explained_variance_`` over the total
+        uncentred variance ``sum_i ||a_i||^2 / (n - 1)`` of the (clipped) rows, the trace of the
+        second moment the components are taken from, so the ratios sum to at most 1. A private
+        fit releases no total, and a ratio over an unreleased one would not be private, so it is
+        not set (``AttributeError``); releasing a total would take its own share of the budget.
+    mean_ : ndarray (n_features,)
+        Zeros: the fit does not centre (the components are those of ``A^T A``), and
+        :meth:`transform` subtracts nothing. Set for scikit-learn's interface, not a release.
     variance_noise_multiplier_ : float
         Gaussian multiplier of the variances' release (0 when not private).
     svt_epsilon_ : float
@@ -267,6 +276,8 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         noise = z_var * row_power_sensitivity(data_norm, k) * scale if z_var else 0.0
         self.explained_variance_noise_ = np.full(k, noise, dtype=self.components_.dtype)
         self.variance_noise_multiplier_ = float(z_var)
+        self._set_ratio(X, scale, private=settings.svt_epsilon is not None)
+        self.mean_ = np.zeros(X.shape[1], dtype=self.components_.dtype)  # no centring: see mean_
         weak = np.flatnonzero(self.explained_variance_ < 2 * self.explained_variance_noise_)
         if weak.size:
             warnings.warn(f"the released explained_variance_ of component(s) "
@@ -276,6 +287,18 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         self.svt_epsilon_ = math.inf if settings.svt_epsilon is None else settings.svt_epsilon
         self.noise_multiplier_ = float(settings.noise)
         self._n_features_out = k
+
+    def _set_ratio(self, X, scale, *, private):
+        """``explained_variance_ratio_`` without privacy: over the exact uncentred total of the
+        clipped rows. A private fit releases no total (its plan spends nothing on one), so the
+        ratio is not set rather than formed from an unreleased statistic."""
+        self.__dict__.pop("explained_variance_ratio_", None)
+        if private:
+            return
+        total = float(np.einsum("ij,ij->", X, X, dtype=np.float64)) * scale
+        if total > 0:
+            self.explained_variance_ratio_ = (self.explained_variance_ / total).astype(
+                self.explained_variance_.dtype)
 
     def transform(self, X):
         """Project ``X`` onto the released components: ``X @ components_.T`` (no centering)."""

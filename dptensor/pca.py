@@ -32,6 +32,8 @@ from .accounting import NonPrivateEvent, epsilon_of
 from .algorithms.pca_fit import entry_matrix_fit, exact_rows_fit, float_rows_fit
 from .algorithms.pca_fit import fit_memory, grouped_rows_fit
 from .algorithms.pca_methods import CHOICES, METHODS, PCAMethod, resolve
+from .algorithms.pca_model import log_likelihood, model_covariance, model_precision
+from .algorithms.pca_model import noise_variance
 from .algorithms.pca_methods import last_multiplier as _last
 from .algorithms.power import auto_n_iter, center_and_clip, row_power_sensitivity
 from .algorithms.streaming_power import StreamingPowerMethod
@@ -159,6 +161,16 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         (:func:`~dptensor.algorithms.power.eigenvalue_noise_level`; 0 without privacy). A component
         whose ``explained_variance_`` is not clearly above it (below twice it) is dominated by
         noise, and ``fit`` warns (``UserWarning``) naming it.
+    singular_values_ : ndarray of shape (n_components,)
+        ``sqrt(explained_variance_ * (n_samples_ - 1))``, as scikit-learn relates them: released
+        values only. Not set for a precomputed matrix (no rows) or ``partial_fit``.
+    noise_variance_ : float
+        scikit-learn's ``(total - sum(explained_variance_)) / (min(n_samples_, n_features) - k)``
+        (0 when ``k >= min(n, d)``), ``total`` the released total variance behind
+        ``explained_variance_ratio_`` over ``n_samples_ - 1``, floored at 0. It and the model it
+        sets (:meth:`get_covariance`, :meth:`get_precision`, :meth:`score_samples`) exist only
+        where that total is released: not for precomputed input or ``partial_fit``, nor for the
+        private power method with ``calibration="paper"`` (its plan spends nothing on a total).
     mean_ : ndarray of shape (n_features,)
         The released (private) mean, or zeros when ``centered=True`` or the input is precomputed.
     n_components_, n_features_in_, feature_names_in_ :
@@ -440,6 +452,20 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         self.method_ = settings.method.name
         noise = settings.method.noise_level(result.noise_std, X.shape[1], settings.p)
         self._set_spectrum(result, mean, scale, total, noise, floor=not settings.precomputed)
+        self._set_model(None if settings.precomputed else data.shape[0])
+
+    def _set_model(self, n_rows):
+        """``singular_values_`` and ``noise_variance_`` from the released spectrum and total, as
+        scikit-learn's PCA defines them (post-processing); neither for a precomputed matrix."""
+        for attr in ("singular_values_", "noise_variance_"):
+            self.__dict__.pop(attr, None)
+        if n_rows is None:
+            return
+        ev = self.explained_variance_
+        self.singular_values_ = np.sqrt(ev * max(n_rows - 1, 1)).astype(ev.dtype)
+        if self._total_variance is not None:
+            self.noise_variance_ = noise_variance(self._total_variance, ev, n_rows,
+                                                  self.components_.shape[1])
 
     def _set_spectrum(self, result, mean, scale, total, noise, *, floor):
         self.components_ = result.components
@@ -447,10 +473,12 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         self.explained_variance_ = np.maximum(ev, 0) if floor else ev
         self.explained_variance_noise_ = np.full(ev.shape, noise * scale, dtype=ev.dtype)
         self.__dict__.pop("explained_variance_ratio_", None)
+        self._total_variance = None
         if total is not None:
             # Noise can push the released eigenvalues above the released total; dividing by the
             # larger of the two keeps the ratios a share of a whole (post-processing).
             whole = max(float(total), float(np.sum(np.abs(self.explained_variance_))) / scale)
+            self._total_variance = whole * scale  # the covariance's trace, as released
             if whole > 0:
                 self.explained_variance_ratio_ = self.explained_variance_ / (whole * scale)
         weak = np.flatnonzero(np.abs(self.explained_variance_) < 2 * self.explained_variance_noise_)
@@ -554,7 +582,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
             std = _last(settings.noise) * row_power_sensitivity(settings.bound, settings.p) / T
         self._stream_noise = settings.method.noise_level(std, d, settings.p)
         for attr in ("components_", "explained_variance_", "explained_variance_ratio_",
-                     "mean_", "n_samples_", "explained_variance_noise_"):
+                     "mean_", "n_samples_", "explained_variance_noise_", "singular_values_",
+                     "noise_variance_"):
             self.__dict__.pop(attr, None)
 
     # ------------------------------------------------------------------ transforming
@@ -634,3 +663,36 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         score itself is not private: it reads ``X`` exactly.
         """
         return self._mean_score(X, y)
+
+    # ------------------------------------------------------------------ the probabilistic model
+    def _model(self):
+        """The released parameters scikit-learn's model reads; refused where no total was
+        released (no ``noise_variance_``) or the input was a precomputed matrix."""
+        check_is_fitted(self, "components_")
+        if not hasattr(self, "noise_variance_"):
+            raise AttributeError(
+                "this fit released no total variance (or had no rows), so noise_variance_ and "
+                "the probabilistic model are not available: fit rows with "
+                "calibration='exact' (see the noise_variance_ attribute)")
+        return self.components_, self.explained_variance_, self.noise_variance_
+
+    def get_covariance(self):
+        """The model's covariance, scikit-learn's ``components_.T * (lambda - sigma^2)_+ *
+        components_ + sigma^2 I`` (with its scaling of the components when ``whiten``) on the
+        released ``components_``, ``explained_variance_`` and ``noise_variance_``:
+        post-processing, no cost. ``AttributeError`` where ``noise_variance_`` is not set."""
+        return model_covariance(*self._model(), whiten=self.whiten)
+
+    def get_precision(self):
+        """The inverse of :meth:`get_covariance`, by the matrix inversion lemma (post-processing).
+        ``ValueError`` when the covariance is singular (``noise_variance_ == 0``, k < d)."""
+        return model_precision(*self._model(), whiten=self.whiten)
+
+    def score_samples(self, X):
+        """Each row's log-likelihood under the model (scikit-learn's ``score_samples``):
+        ``X - mean_`` scored with :meth:`get_precision`, all released parameters. Like
+        :meth:`score`, it reads ``X`` exactly and is not a release. Not the per-row form of
+        :meth:`score` (captured variance)."""
+        precision = self.get_precision()
+        X = validate_private_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        return log_likelihood(X - self.mean_, precision)

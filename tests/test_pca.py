@@ -672,3 +672,101 @@ def test_noisy_power_step_on_a_float_product_needs_its_rounding():
     assert seen == [(3, 1), (3, 1)]
     res = noisy_power_method(DenseMatrix(A), 1, 50, np.random.default_rng(0), tol=1e-12)
     assert abs(res.components[0, 0]) == pytest.approx(1.0)  # without noise nothing is needed
+
+
+# ---------------------------------------------------------------- scikit-learn's model, released
+def _spiked_rows(n=4000, d=8, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((n, d)) * np.r_[4.0, 3.0, np.full(d - 2, 0.5)] / 3
+
+
+def _fit(est, X, how="fit"):
+    """``est`` fitted; a fit without privacy says so (asserted, not hidden)."""
+    if math.isfinite(est.epsilon):
+        return getattr(est, how)(X)
+    with pytest.warns(PrivacyWarning, match="epsilon=inf"):
+        return getattr(est, how)(X)
+
+
+def _sklearn_on(est):
+    """scikit-learn's PCA carrying ``est``'s released parameters, nothing fitted by it."""
+    ref = PCA(n_components=est.n_components_, whiten=est.whiten)
+    for name in ("components_", "explained_variance_", "noise_variance_", "mean_",
+                 "n_components_", "n_features_in_"):
+        setattr(ref, name, getattr(est, name))
+    return ref
+
+
+@pytest.mark.parametrize("whiten", [False, True])
+@pytest.mark.parametrize("kw", [dict(epsilon=np.inf), dict(epsilon=2.0, method="analyze_gauss"),
+                                dict(epsilon=2.0, method="power"),
+                                dict(epsilon=2.0, method="analyze_gauss", calibration="paper")])
+def test_probabilistic_model_is_sklearn_formulas_on_released_parameters(kw, whiten):
+    X = _spiked_rows()
+    est = _fit(PrivatePCA(n_components=2, data_norm=4.0, whiten=whiten, random_state=0, **kw), X)
+    ref = _sklearn_on(est)
+    Y = _spiked_rows(50, seed=1)
+    np.testing.assert_allclose(est.get_covariance(), ref.get_covariance(), rtol=1e-10)
+    np.testing.assert_allclose(est.get_precision(), ref.get_precision(), rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(est.score_samples(Y), ref.score_samples(Y), rtol=1e-10)
+    np.testing.assert_allclose(est.get_precision() @ est.get_covariance(), np.eye(8), atol=1e-9)
+
+
+@pytest.mark.parametrize("kw", [dict(epsilon=2.0, method="analyze_gauss"),
+                                dict(epsilon=2.0, method="power")])
+def test_noise_variance_and_singular_values_hold_released_values_only(kw):
+    X, n, d, k = _spiked_rows(), 4000, 8, 2
+    est = PrivatePCA(n_components=k, data_norm=4.0, random_state=3, **kw).fit(X)
+    ev = est.explained_variance_
+    # the released total, read back from the released ratios (it is their common denominator)
+    total = float(ev.sum() / est.explained_variance_ratio_.sum())
+    assert est.noise_variance_ == pytest.approx((total - ev.sum()) / (min(n, d) - k), rel=1e-12)
+    np.testing.assert_allclose(est.singular_values_, np.sqrt(ev * (n - 1)), rtol=1e-12)
+    # the unnoised statistics of the rows the fit used are not what was released
+    R = center_and_clip(clip_rows(X, 4.0), est.mean_, 4.0)
+    exact_total = float(np.sum(R * R)) / (n - 1)
+    exact_nv = (exact_total - ev.sum()) / (d - k)
+    assert abs(est.noise_variance_ - exact_nv) > 1e-9
+    assert not np.allclose(est.singular_values_, np.linalg.svd(R, compute_uv=False)[:k])
+
+
+def test_nonprivate_model_matches_a_fitted_sklearn_pca():
+    X = _spiked_rows()
+    est = _fit(PrivatePCA(n_components=3), X)
+    ref = PCA(n_components=3, svd_solver="full").fit(X)
+    assert est.noise_variance_ == pytest.approx(ref.noise_variance_, rel=1e-9)
+    np.testing.assert_allclose(est.singular_values_, ref.singular_values_, rtol=1e-9)
+    np.testing.assert_allclose(est.get_covariance(), ref.get_covariance(), atol=1e-10)
+    np.testing.assert_allclose(est.get_precision(), ref.get_precision(), rtol=1e-7, atol=1e-8)
+    np.testing.assert_allclose(est.score_samples(X[:20]), ref.score_samples(X[:20]), rtol=1e-9)
+
+
+def test_model_absent_where_no_total_is_released():
+    X = _spiked_rows()
+    paper = PrivatePCA(n_components=2, epsilon=2.0, method="power", calibration="paper",
+                       data_norm=4.0, random_state=0).fit(X)
+    assert not hasattr(paper, "explained_variance_ratio_") and hasattr(paper, "singular_values_")
+    A = X.T @ X
+    pre = _fit(PrivatePCA(n_components=2, input="precomputed"), A)
+    stream = _fit(PrivatePCA(n_components=2, block_size=1000), X, "partial_fit")
+    for est in (paper, pre, stream):
+        assert not hasattr(est, "noise_variance_")
+        for method in (est.get_covariance, est.get_precision):
+            with pytest.raises(AttributeError, match="no total variance"):
+                method()
+        with pytest.raises(AttributeError, match="no total variance"):
+            est.score_samples(X[:3])
+    assert not hasattr(pre, "singular_values_") and not hasattr(stream, "singular_values_")
+
+
+def test_model_precision_where_a_component_is_at_the_noise_level():
+    """A released eigenvalue below ``noise_variance_`` (noise can do that) gives no 1/0."""
+    from dptensor.algorithms.pca_model import model_covariance, model_precision
+    V = np.linalg.qr(np.random.default_rng(0).standard_normal((5, 2)))[0].T
+    ev = np.array([3.0, 0.2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        P = model_precision(V, ev, 0.5)
+    np.testing.assert_allclose(P, np.linalg.inv(model_covariance(V, ev, 0.5)), atol=1e-12)
+    with pytest.raises(ValueError, match="singular"):
+        model_precision(V, ev, 0.0)
