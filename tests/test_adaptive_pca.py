@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from dptensor import AdaptivePrivatePCA, BudgetExceededError, PrivacyAccountant
+from dptensor import AdaptivePrivatePCA, BudgetExceededError, PrivacyAccountant, PrivacyWarning
 from dptensor.algorithms import adaptive_power as mod
 from dptensor.accounting import AboveThresholdEvent, ComposedEvent, GaussianEvent
 from dptensor.algorithms.adaptive_power import (choose_threshold, contributions,
@@ -437,3 +437,51 @@ def test_float32_rows_are_projected_in_float64(monkeypatch):
     AdaptivePrivatePCA(2, epsilon=2.0, data_norm=3.0, n_iter=2, random_state=0).fit(X)
     assert seen and all(dtype == np.float64 for dtype in seen)
     np.testing.assert_array_equal(ap.row_products(X, np.ones(8)), X.astype(np.float64) @ np.ones(8))
+
+
+# ---------------------------------------------------------------- scikit-learn's attributes
+def test_ratio_without_privacy_is_over_the_clipped_uncentred_total():
+    rng = np.random.default_rng(12)
+    X, _ = spiked_rows(2000, 6, rng, spikes=(8.0, 3.0))
+    X = X + 0.3  # off-centre: the total is uncentred, as the components are
+    est = AdaptivePrivatePCA(n_components=2, epsilon=np.inf, data_norm=0.8, n_iter=200,
+                             random_state=0)
+    with pytest.warns(PrivacyWarning, match="epsilon=inf"):
+        est.fit(X)
+    C = clip_rows(X, 0.8)
+    w = np.linalg.eigvalsh(C.T @ C)[::-1]
+    # sklearn's explained_variance_ / total, both over n - 1: the top eigenvalues over the trace
+    np.testing.assert_allclose(est.explained_variance_ratio_, w[:2] / w.sum(), rtol=1e-9)
+    total = np.sum(C * C) / (C.shape[0] - 1)
+    np.testing.assert_allclose(est.explained_variance_ratio_, est.explained_variance_ / total,
+                               rtol=1e-12)
+    assert est.explained_variance_ratio_.sum() <= 1.0
+
+
+@pytest.mark.parametrize("epsilon", [np.inf, 2.0])
+def test_mean_is_zero_and_transform_is_sklearns_formula(epsilon):
+    rng = np.random.default_rng(13)
+    X, _ = spiked_rows(20_000, 5, rng, spikes=(10.0, 5.0))
+    X = (X + 0.5).astype(np.float32)
+    est = AdaptivePrivatePCA(n_components=2, epsilon=epsilon, data_norm=2.0, random_state=0)
+    if math.isfinite(epsilon):
+        est.fit(X)
+    else:
+        with pytest.warns(PrivacyWarning, match="epsilon=inf"):
+            est.fit(X)
+    assert est.mean_.dtype == np.float32 and not np.any(est.mean_)
+    np.testing.assert_allclose(est.transform(X[:10]), (X[:10] - est.mean_) @ est.components_.T,
+                               rtol=1e-6)
+
+
+def test_private_fit_sets_no_ratio_over_an_unreleased_total():
+    rng = np.random.default_rng(14)
+    X, _ = spiked_rows(20_000, 5, rng, spikes=(10.0, 5.0))
+    est = AdaptivePrivatePCA(n_components=2, epsilon=2.0, data_norm=2.0, random_state=0).fit(X)
+    assert not hasattr(est, "explained_variance_ratio_")
+    assert hasattr(est, "explained_variance_")  # the released values are there
+    with pytest.warns(PrivacyWarning, match="epsilon=inf"):
+        est.set_params(epsilon=np.inf).fit(X)  # a refit without privacy sets it ...
+    assert hasattr(est, "explained_variance_ratio_")
+    est.set_params(epsilon=2.0).fit(X)  # ... and a private refit removes it again
+    assert not hasattr(est, "explained_variance_ratio_")
