@@ -1280,7 +1280,8 @@ def test_gmm_float32_in_float32_out(small_mixture):
         assert getattr(gmm32, name).dtype == np.float32, name
         np.testing.assert_allclose(getattr(gmm32, name), getattr(gmm64, name), rtol=1e-4)
     assert gmm32.predict_proba(X32).dtype == gmm32.score_samples(X32).dtype == np.float32
-    assert gmm64.predict_proba(X32).dtype == np.float32  # the input's type, as scikit-learn's
+    # either in float64 gives float64, as scikit-learn's promotes them
+    assert gmm64.predict_proba(X32).dtype == np.float64
     assert gmm32.score_samples(X32.astype(np.float64)).dtype == np.float64
     np.testing.assert_array_equal(gmm32.predict(X32), gmm64.predict(X32))
 
@@ -1310,6 +1311,8 @@ def test_lda_float32_in_float32_out(corpus):
                                    atol=1e-7)
     assert model32.transform(C32).dtype == np.float32
     assert model32.transform(sp.csr_matrix(C32)).dtype == np.float32
-    assert model32.transform(C32.astype(np.float64)).dtype == np.float64
+    # the model's type whatever the input's, as scikit-learn's LatentDirichletAllocation
+    assert model32.transform(C32.astype(np.float64)).dtype == np.float32
+    assert model64.transform(C32).dtype == np.float64
     private = PrivateLatentDirichletAllocation(3, epsilon=1.0, random_state=0).fit(C32)
     assert private.components_.dtype == np.float32

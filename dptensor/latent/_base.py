@@ -15,7 +15,7 @@ from ..algorithms.dask import is_dask_array, reduce_row_chunks
 from ..algorithms.moments import decompose_whitened, m2_noise_level, n_third_queries, plan_noise
 from ..algorithms.power import MAX_DENSE_FEATURES, auto_n_iter
 
-__all__ = ["SpectralLatentModel", "LatentSettings", "fold_in", "in_input_float"]
+__all__ = ["SpectralLatentModel", "LatentSettings", "fold_in", "input_float"]
 
 
 @dataclass(frozen=True)
@@ -84,14 +84,6 @@ def input_float(X):
     if dtypes is not None and not hasattr(X, "dtype"):
         return np.float32 if len(dtypes) and all(t == np.float32 for t in dtypes) else np.float64
     return np.float32 if getattr(X, "dtype", None) == np.float32 else np.float64
-
-
-def in_input_float(values, X):
-    """``values`` as float32 when ``X`` is float32 (scikit-learn's float32 in, float32 out)."""
-    if input_float(X) != np.float32:
-        return values
-    with np.errstate(over="ignore"):
-        return values.astype(np.float32)
 
 
 class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):

@@ -199,7 +199,8 @@ class PrivateGaussianMixture(SpectralLatentModel):
     n_features_in_ : int
     privacy_cost_ : PrivacyCost
 
-    Float32 rows give float32 fitted arrays, ``score_samples`` and ``predict_proba``.
+    Float32 rows give float32 fitted arrays; ``score_samples`` and ``predict_proba`` are float32
+    when X and the fitted arrays are (as scikit-learn's).
 
     Examples
     --------
@@ -339,7 +340,8 @@ class PrivateGaussianMixture(SpectralLatentModel):
     def _estimate_weighted_log_prob(self, X):
         check_is_fitted(self, "means_")
         X = validate_private_data(self, X, reset=False, dtype=[np.float64, np.float32])
-        dtype = X.dtype  # computed in float64, returned in the input's float type (scikit-learn's)
+        # computed in float64, returned in the type of X and the parameters (scikit-learn's)
+        dtype = np.result_type(X.dtype, self.means_.dtype)
         X, means = X.astype(np.float64, copy=False), self.means_.astype(np.float64)
         var = np.maximum(self.covariances_.astype(np.float64), np.finfo(float).tiny)
         sq = (np.einsum("ij,ij->i", X, X)[:, None] - 2.0 * X @ means.T

@@ -19,7 +19,7 @@ from ..algorithms.operators import moment_tensor
 from .._validation import validate_private_data
 from ..algorithms.tensor_power import row_sensitivity
 from ..algorithms.power import MAX_DENSE_FEATURES
-from ._base import TINY, SpectralLatentModel, fold_in, in_input_float
+from ._base import TINY, SpectralLatentModel, fold_in
 from ..algorithms.moments import (ImplicitMatrix, power_subspace, release, release_second,
                                   rounding, sym3, top_eigenpairs, topic_noise_std, whiten,
                                   whitening_roundings)
@@ -396,7 +396,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
     n_features_in_ : int
     privacy_cost_ : PrivacyCost
 
-    Float32 counts give float32 ``components_``, ``alpha_`` and :meth:`transform` output.
+    Float32 counts give float32 ``components_`` and ``alpha_``, and :meth:`transform` returns
+    the type of ``components_``, as scikit-learn's does.
     There is no ``partial_fit``: the whitening is made from the pair moment of every document
     before the third moment can be whitened, so batches cannot be folded in one at a time, and
     each batch would be a new release with its own spend.
@@ -652,8 +653,9 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         """
         check_is_fitted(self, "components_")
         C = _counts(self._validate(X, reset=False, fit=False))
-        return in_input_float(fold_in(C, self.components_, np.maximum(self.alpha_, 0.0),
-                                      self.max_transform_iter)[0], X)
+        theta = fold_in(C, self.components_, np.maximum(self.alpha_, 0.0),
+                        self.max_transform_iter)[0]
+        return theta.astype(self.components_.dtype, copy=False)  # the model's, as scikit-learn's
 
     def score(self, X, y=None):
         """Log-likelihood of the words of X given the topics and each document's proportions from
