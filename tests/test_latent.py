@@ -355,9 +355,11 @@ def test_gmm_holds_only_released_values_and_reproduces(mixture):
     a, b = PrivateGaussianMixture(3, **kw).fit(X), PrivateGaussianMixture(3, **kw).fit(X)
     np.testing.assert_array_equal(a.means_, b.means_)
     fitted = {k for k in vars(a) if k.endswith("_") and not k.startswith("_")}
-    # m2_eigenvalues_ are released (the whitening's), their noise level public
+    # m2_eigenvalues_ are released (the whitening's), their noise level public; the precisions
+    # are the released variance's inverse, n_iter_ and converged_ public constants
     assert fitted == {"means_", "weights_", "covariances_", "method_", "whitening_", "n_samples_",
-                      "n_features_in_", "privacy_cost_", "m2_eigenvalues_", "m2_eigenvalues_noise_"}
+                      "n_features_in_", "privacy_cost_", "m2_eigenvalues_", "m2_eigenvalues_noise_",
+                      "precisions_", "precisions_cholesky_", "n_iter_", "converged_"}
     assert not [k for k in vars(a) if k.startswith("_")]
     assert "Generator" not in repr(pickle.loads(pickle.dumps(a)).__dict__)
 
@@ -1124,7 +1126,7 @@ def test_gmm_mean_between_neighbours_within_sensitivity_and_allowance():
 def test_gmm_on_float32_rows_sums_in_float64_without_a_float64_copy():
     """float32 rows stay float32 (their clipped copy is float32) and every sum runs on float64
     blocks: the fit's peak allocation stays below one float64 copy of X beside the float32 ones,
-    and its fitted means are those of the same rows in float64."""
+    and its fitted means are those of the same rows in float64, held as float32."""
     import tracemalloc
     X, _, _, _ = make_gaussian_mixture(100_000, 40, 2, separation=2.0, random_state=1)
     X32 = X.astype(np.float32)
@@ -1135,7 +1137,8 @@ def test_gmm_on_float32_rows_sums_in_float64_without_a_float64_copy():
     tracemalloc.stop()
     assert peak < 8 * X.size
     high = PrivateGaussianMixture(**kw).fit(X32.astype(np.float64))
-    np.testing.assert_allclose(low.means_, high.means_, rtol=1e-9, atol=1e-9)
+    assert low.means_.dtype == np.float32  # computed in float64, then held in the input's type
+    np.testing.assert_allclose(low.means_, high.means_, rtol=2**-23, atol=1e-9)
 
 
 # -- a fit that learns nothing says so, before and after (m2_eigenvalues_noise_, expected_noise) --
@@ -1210,3 +1213,106 @@ def test_latent_expected_noise_is_the_noise_the_fit_records(whitening):
     free = PrivateGaussianMixture(3, data_norm=6.0, whitening=whitening)
     assert free.expected_noise(*X.shape).noise == 0.0
     assert np.all(free.fit(X).m2_eigenvalues_noise_ == 0)
+
+
+# -- scikit-learn's mixture and LDA attributes, and float32 in, float32 out ------------------------
+@pytest.fixture(scope="module")
+def small_mixture():
+    X, means, weights, _ = make_gaussian_mixture(4000, 5, 3, separation=2.0, random_state=3)
+    return X
+
+
+def sklearn_twin(gmm):
+    """scikit-learn's spherical GaussianMixture holding the same (released) parameters."""
+    from sklearn.mixture import GaussianMixture
+    twin = GaussianMixture(gmm.n_components, covariance_type="spherical")
+    twin.weights_, twin.means_ = gmm.weights_, gmm.means_
+    twin.covariances_, twin.precisions_cholesky_ = gmm.covariances_, gmm.precisions_cholesky_
+    return twin
+
+
+@pytest.mark.parametrize("epsilon", [np.inf, 2.0])
+def test_gmm_bic_aic_and_precisions_are_scikit_learns_on_the_same_parameters(small_mixture,
+                                                                           epsilon):
+    X = small_mixture
+    B = float(np.max(np.linalg.norm(X, axis=1)))
+    gmm = PrivateGaussianMixture(3, epsilon=epsilon, data_norm=B, random_state=0).fit(X)
+    twin, n, k = sklearn_twin(gmm), len(X), 3
+    np.testing.assert_allclose(gmm.precisions_, 1.0 / gmm.covariances_)
+    np.testing.assert_allclose(gmm.score_samples(X), twin.score_samples(X), rtol=1e-10)
+    # one common variance where scikit-learn's spherical model counts k
+    assert gmm._n_parameters() == twin._n_parameters() - (k - 1) == 3 * 5 + 2 + 1
+    np.testing.assert_allclose(gmm.bic(X), twin.bic(X) - (k - 1) * np.log(n), rtol=1e-10)
+    np.testing.assert_allclose(gmm.aic(X), twin.aic(X) - 2 * (k - 1), rtol=1e-10)
+    assert gmm.n_iter_ == gmm.n_iter and gmm.converged_ is True
+    # the criterion prefers the true number of components to one
+    one = PrivateGaussianMixture(1, random_state=0).fit(X)
+    assert gmm.bic(X) < one.bic(X) and gmm.aic(X) < one.aic(X)
+
+
+def test_gmm_sample_draws_from_the_released_mixture_on_its_own_stream(small_mixture):
+    gmm = PrivateGaussianMixture(3, random_state=0).fit(small_mixture)
+    X, y = gmm.sample(60_000, random_state=1)
+    assert X.shape == (60_000, 5) and y.shape == (60_000,)
+    np.testing.assert_allclose(np.bincount(y, minlength=3) / len(y), gmm.weights_, atol=0.01)
+    for j in range(3):
+        np.testing.assert_allclose(X[y == j].mean(axis=0), gmm.means_[j], atol=0.05)
+        np.testing.assert_allclose(X[y == j].var(axis=0), gmm.covariances_[j], rtol=0.05)
+    np.testing.assert_array_equal(gmm.sample(7, random_state=1)[0],
+                                  gmm.sample(7, random_state=1)[0])  # seeded: reproducible
+    # None takes the estimator's random_state; a Generator advances
+    np.testing.assert_array_equal(gmm.sample(7)[0], gmm.sample(7, random_state=0)[0])
+    g = np.random.default_rng(5)
+    assert not np.array_equal(gmm.sample(7, random_state=g)[0], gmm.sample(7, random_state=g)[0])
+    # the stream is keyed apart from a seed's plain stream (and the fit's, keyed by its spend)
+    plain = np.random.default_rng(0).standard_normal(5)
+    assert not np.any(np.isin(np.round(gmm.sample(50, random_state=0)[0], 12), np.round(plain, 12)))
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="n_samples"):
+            gmm.sample(bad)
+
+
+def test_gmm_float32_in_float32_out(small_mixture):
+    X32 = small_mixture.astype(np.float32)
+    gmm32 = PrivateGaussianMixture(3, random_state=0).fit(X32)
+    gmm64 = PrivateGaussianMixture(3, random_state=0).fit(X32.astype(np.float64))
+    for name in ("means_", "weights_", "covariances_", "precisions_", "precisions_cholesky_"):
+        assert getattr(gmm32, name).dtype == np.float32, name
+        np.testing.assert_allclose(getattr(gmm32, name), getattr(gmm64, name), rtol=1e-4)
+    assert gmm32.predict_proba(X32).dtype == gmm32.score_samples(X32).dtype == np.float32
+    # either in float64 gives float64, as scikit-learn's promotes them
+    assert gmm64.predict_proba(X32).dtype == np.float64
+    assert gmm32.score_samples(X32.astype(np.float64)).dtype == np.float64
+    np.testing.assert_array_equal(gmm32.predict(X32), gmm64.predict(X32))
+
+
+def test_lda_perplexity_is_scikit_learns_formula_on_the_words_likelihood(corpus):
+    C, _, _ = corpus
+    model = PrivateLatentDirichletAllocation(3, random_state=0).fit(C)
+    docs = sp.csr_matrix(C[:300], dtype=float)
+    theta = model.transform(docs)
+    dense = docs.toarray()
+    log_lik = np.sum(dense * np.log(np.maximum(theta @ model.components_, 1e-300)))
+    np.testing.assert_allclose(model.score(docs), log_lik, rtol=1e-8)
+    np.testing.assert_allclose(model.perplexity(docs), np.exp(-log_lik / dense.sum()), rtol=1e-8)
+    assert model.n_iter_ == 0
+    refined = PrivateLatentDirichletAllocation(3, refine_iter=2, random_state=0).fit(C)
+    assert refined.n_iter_ == 2 and not hasattr(model, "partial_fit")
+
+
+def test_lda_float32_in_float32_out(corpus):
+    C, _, _ = corpus
+    C32 = C[:2000].toarray().astype(np.float32)
+    model32 = PrivateLatentDirichletAllocation(3, random_state=0).fit(C32)
+    model64 = PrivateLatentDirichletAllocation(3, random_state=0).fit(C32.astype(np.float64))
+    for name in ("components_", "alpha_"):
+        assert getattr(model32, name).dtype == np.float32, name
+        np.testing.assert_allclose(getattr(model32, name), getattr(model64, name), rtol=1e-5,
+                                   atol=1e-7)
+    assert model32.transform(C32).dtype == np.float32
+    assert model32.transform(sp.csr_matrix(C32)).dtype == np.float32
+    # the model's type whatever the input's, as scikit-learn's LatentDirichletAllocation
+    assert model32.transform(C32.astype(np.float64)).dtype == np.float32
+    assert model64.transform(C32).dtype == np.float64
+    private = PrivateLatentDirichletAllocation(3, epsilon=1.0, random_state=0).fit(C32)
+    assert private.components_.dtype == np.float32

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 
 from .._base import FitData, FitPlan, NoisePreview, PrivateEstimatorMixin, warn_noise_dominated
@@ -14,7 +15,7 @@ from ..algorithms.dask import is_dask_array, reduce_row_chunks
 from ..algorithms.moments import decompose_whitened, m2_noise_level, n_third_queries, plan_noise
 from ..algorithms.power import MAX_DENSE_FEATURES, auto_n_iter
 
-__all__ = ["SpectralLatentModel", "LatentSettings"]
+__all__ = ["SpectralLatentModel", "LatentSettings", "fold_in", "input_float"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,38 @@ def _stored_floats(X) -> int:
     if hasattr(X, "nnz"):
         return int(X.nnz) * 2 + X.shape[0] + 1
     return int(np.prod(X.shape))
+
+
+#: The floor of a topic-word probability when words are scored (a clipped topic has exact zeros).
+TINY = 1e-12
+
+
+def fold_in(C, Phi, alpha, n_steps):
+    """Each document's topic proportions by ``n_steps`` fixed-point steps (see ``transform``).
+
+    Returns ``(theta (n, k), p)`` with ``p`` the probability of each stored count's word under its
+    document's proportions (aligned with ``C.data``).
+    """
+    Phi = np.maximum(Phi, TINY)
+    k, n = Phi.shape[0], C.shape[0]
+    rows = np.repeat(np.arange(n), np.diff(C.indptr))
+    theta = np.full((n, k), 1.0 / k)
+    PhiT = Phi[:, C.indices].T  # (nnz, k)
+    for _ in range(n_steps):
+        p = np.einsum("zk,zk->z", theta[rows], PhiT)
+        ratio = sp.csr_matrix((C.data / p, C.indices, C.indptr), shape=C.shape)
+        theta = theta * (ratio @ Phi.T) + alpha
+        theta /= theta.sum(axis=1, keepdims=True)
+    return theta, np.einsum("zk,zk->z", theta[rows], PhiT)
+
+
+def input_float(X):
+    """float32 when X holds float32 (an array, a sparse or Dask array, or a DataFrame whose
+    columns all are), else float64: the type scikit-learn's estimators keep in their outputs."""
+    dtypes = getattr(X, "dtypes", None)  # a DataFrame's columns
+    if dtypes is not None and not hasattr(X, "dtype"):
+        return np.float32 if len(dtypes) and all(t == np.float32 for t in dtypes) else np.float64
+    return np.float32 if getattr(X, "dtype", None) == np.float32 else np.float64
 
 
 class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
@@ -178,10 +211,12 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
     def _check_data(self, X) -> FitData:
         """X validated (a seeded fit's noise is keyed by the validated counts) and its rows
         prepared (``extra``: the fit's ``prepared`` dict, see the class doc), before the spend."""
+        dtype = input_float(X)  # before validation: LDA's turns counts into float64
         X = self._validate(X, reset=True)
         self._check_common(X.shape[1])
         epsilon, delta = self._privacy_target()
         prepared = self._prepare(X, epsilon)
+        prepared["dtype"] = dtype
         self._check_delta_for(X.shape[0], epsilon, delta, unit=self._unit)
         return FitData(arrays=(X,), shape=X.shape, extra=prepared)
 
@@ -231,6 +266,20 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
                              "m2_eigenvalues_noise_", self._advice)
         if not noise.private:  # a non-private fit (epsilon = inf) may refine its estimate
             self._refine(prepared, rows)
+        self._cast_fitted(prepared["dtype"])
+
+    #: The fitted arrays held in the input's float dtype: float32 rows give float32 parameters,
+    #: as scikit-learn's mixtures and LDA do. Every sum and release runs in float64 before it.
+    _fitted_arrays = ()
+
+    def _cast_fitted(self, dtype) -> None:
+        """The fitted arrays as float32 when X was float32 (post-processing of released values)."""
+        if dtype != np.float32:
+            return
+        # a noisy value beyond float32's range becomes inf, never a warning that depends on it
+        with np.errstate(over="ignore"):
+            for name in self._fitted_arrays:
+                setattr(self, name, np.asarray(getattr(self, name)).astype(np.float32))
 
     #: Copies of the rows a fit makes after its spend (the prepared rows are made before it).
     _row_copies = 0

@@ -1,6 +1,8 @@
 r"""A spherical Gaussian mixture learned by the method of moments, private at row level."""
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 from scipy.special import logsumexp
 from sklearn.utils.validation import check_is_fitted
@@ -9,6 +11,7 @@ from ..algorithms.dask import check_dask_array, clip_chunks, is_dask_array, redu
 from ..algorithms.operators import SymmetricTensor, moment_tensor
 from .._validation import check_data_norm, validate_private_data
 from ..mechanisms import clip_rows
+from ..mechanisms.randomness import seed_entropy
 from ..algorithms.tensor_power import n_power_queries, row_sensitivity
 from ..algorithms.power import (covariance_sensitivity, row_power_sensitivity,
                                total_variance_sensitivity)
@@ -16,6 +19,10 @@ from ._base import BLOCK_ROWS, SpectralLatentModel
 from ..algorithms.moments import (ImplicitMatrix, power_subspace, release, release_second,
                                   rounding, sym3, top_eigenpairs, whiten, whitened_rows_operator,
                                   whitening_roundings)
+
+#: The spawn key of :meth:`PrivateGaussianMixture.sample`'s stream: one word, where a fit's noise
+#: has its spend's position and description (``spend_generator``), so the two never coincide.
+_SAMPLE_KEY = 0x73616D70
 
 __all__ = ["PrivateGaussianMixture", "spherical_variance", "bottom_mean", "whitened_bound"]
 
@@ -166,6 +173,15 @@ class PrivateGaussianMixture(SpectralLatentModel):
         Mixing weights, summing to 1.
     covariances_ : ndarray of shape (n_components,)
         The common spherical variance, repeated (scikit-learn's ``covariance_type="spherical"``).
+    precisions_, precisions_cholesky_ : ndarray of shape (n_components,)
+        ``1 / covariances_`` and its square root, from the released variance (floored just
+        above 0, as the scores floor it: a noisy variance can come out <= 0).
+    n_iter_ : int
+        Steps of the tensor power method per restart (``n_iter``): a method-of-moments fit has
+        no EM iterations, and its steps are fixed in advance, as its privacy cost prices them.
+    converged_ : bool
+        Always True: the fit stops after its fixed steps, not at a tolerance. It says nothing
+        of accuracy: ``m2_eigenvalues_noise_`` does.
     method_ : str
         ``"perturb"``, ``"power"``, or ``"exact"`` (no privacy).
     whitening_ : str
@@ -182,6 +198,9 @@ class PrivateGaussianMixture(SpectralLatentModel):
     n_samples_ : int
     n_features_in_ : int
     privacy_cost_ : PrivacyCost
+
+    Float32 rows give float32 fitted arrays; ``score_samples`` and ``predict_proba`` are float32
+    when X and the fitted arrays are (as scikit-learn's).
 
     Examples
     --------
@@ -309,16 +328,73 @@ class PrivateGaussianMixture(SpectralLatentModel):
         self.weights_ = weights / weights.sum()
         self.means_ = (lam[:, None] * components) @ whitening.unwhiten.T
         self.covariances_ = np.full(len(lam), prepared["variance"])
+        # the log-density's floor on a noisy variance (<= 0 at small n epsilon), as scored
+        self.precisions_ = 1.0 / np.maximum(self.covariances_, np.finfo(float).tiny)
+        self.precisions_cholesky_ = np.sqrt(self.precisions_)
+        self.n_iter_ = int(self.n_iter)  # fixed power steps per restart: no tolerance to reach
+        self.converged_ = True
+
+    _fitted_arrays = ("means_", "weights_", "covariances_", "precisions_", "precisions_cholesky_")
 
     # -- scikit-learn's mixture interface ----------------------------------------------------
     def _estimate_weighted_log_prob(self, X):
         check_is_fitted(self, "means_")
         X = validate_private_data(self, X, reset=False, dtype=[np.float64, np.float32])
-        var = np.maximum(self.covariances_, np.finfo(float).tiny)
-        sq = (np.einsum("ij,ij->i", X, X)[:, None] - 2.0 * X @ self.means_.T
-              + np.einsum("ij,ij->i", self.means_, self.means_)[None, :])
+        # computed in float64, returned in the type of X and the parameters (scikit-learn's)
+        dtype = np.result_type(X.dtype, self.means_.dtype)
+        X, means = X.astype(np.float64, copy=False), self.means_.astype(np.float64)
+        var = np.maximum(self.covariances_.astype(np.float64), np.finfo(float).tiny)
+        sq = (np.einsum("ij,ij->i", X, X)[:, None] - 2.0 * X @ means.T
+              + np.einsum("ij,ij->i", means, means)[None, :])
         d = X.shape[1]
-        return np.log(self.weights_) - 0.5 * (d * np.log(2 * np.pi * var) + sq / var)
+        with np.errstate(divide="ignore"):  # a weight of 0 (float32) scores -inf, as it should
+            logp = (np.log(self.weights_.astype(np.float64))
+                    - 0.5 * (d * np.log(2 * np.pi * var) + sq / var))
+        with np.errstate(over="ignore"):
+            return logp.astype(dtype, copy=False)
+
+    def _n_parameters(self) -> int:
+        """Free parameters: k d means, k - 1 weights and one common variance (scikit-learn's
+        spherical model has k variances: this one shares one, so counts k - 1 fewer)."""
+        k, d = self.means_.shape
+        return k * d + (k - 1) + 1
+
+    def bic(self, X):
+        """Bayesian information criterion on X, as ``GaussianMixture.bic``: ``-2 n score(X) +
+        p log n`` with p = :meth:`_n_parameters` (lower is better). It reads the released
+        parameters and the given X only, so scoring private data on it is the caller's release."""
+        log_lik = self.score_samples(X)
+        n = log_lik.shape[0]
+        return float(-2.0 * np.mean(log_lik) * n + self._n_parameters() * np.log(n))
+
+    def aic(self, X):
+        """Akaike information criterion on X, as ``GaussianMixture.aic``: ``-2 n score(X) + 2 p``
+        (lower is better; p as in :meth:`bic`)."""
+        log_lik = self.score_samples(X)
+        return float(-2.0 * np.mean(log_lik) * log_lik.shape[0] + 2 * self._n_parameters())
+
+    def sample(self, n_samples=1, random_state=None):
+        """Draw ``n_samples`` rows from the fitted (released) mixture, as
+        ``GaussianMixture.sample``: returns ``(X, y)``, the rows grouped by component ``y``.
+
+        ``random_state`` (None, int or Generator; ``None`` takes the estimator's) seeds its own
+        stream, keyed apart from every fit's noise: no draw here repeats or reveals a release's
+        noise. A variance the noise made <= 0 draws no spread (0).
+        """
+        check_is_fitted(self, "means_")
+        if isinstance(n_samples, bool) or not isinstance(n_samples, numbers.Integral) or (
+                n_samples < 1):
+            raise ValueError("Invalid value for 'n_samples': it must be an integer >= 1, "
+                             f"got {n_samples!r}")
+        state = self.random_state if random_state is None else random_state
+        rng = np.random.default_rng(np.random.SeedSequence(seed_entropy(state),
+                                                           spawn_key=(_SAMPLE_KEY,)))
+        weights = np.maximum(self.weights_.astype(np.float64), 0.0)
+        counts = rng.multinomial(int(n_samples), weights / weights.sum())
+        scale = np.sqrt(np.maximum(self.covariances_.astype(np.float64), 0.0))
+        X = np.vstack([mean + rng.standard_normal((m, len(mean))) * s
+                       for mean, s, m in zip(self.means_, scale, counts)])
+        return X, np.repeat(np.arange(len(counts)), counts)
 
     def score_samples(self, X):
         """Log-likelihood of each sample under the fitted mixture, shape (n_samples,)."""

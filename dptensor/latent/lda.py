@@ -19,7 +19,7 @@ from ..algorithms.operators import moment_tensor
 from .._validation import validate_private_data
 from ..algorithms.tensor_power import row_sensitivity
 from ..algorithms.power import MAX_DENSE_FEATURES
-from ._base import SpectralLatentModel
+from ._base import TINY, SpectralLatentModel, fold_in
 from ..algorithms.moments import (ImplicitMatrix, power_subspace, release, release_second,
                                   rounding, sym3, top_eigenpairs, topic_noise_std, whiten,
                                   whitening_roundings)
@@ -228,33 +228,10 @@ def _count_checks(chunk):
             int(np.sum(length >= MAX_DOCUMENT_LENGTH)))
 
 
-#: The floor of a topic-word probability when words are scored (a clipped topic has exact zeros).
-_TINY = 1e-12
-
-
-def _fold_in(C, Phi, alpha, n_steps):
-    """Each document's topic proportions by ``n_steps`` fixed-point steps (see ``transform``).
-
-    Returns ``(theta (n, k), p)`` with ``p`` the probability of each stored count's word under its
-    document's proportions (aligned with ``C.data``).
-    """
-    Phi = np.maximum(Phi, _TINY)
-    k, n = Phi.shape[0], C.shape[0]
-    rows = np.repeat(np.arange(n), np.diff(C.indptr))
-    theta = np.full((n, k), 1.0 / k)
-    PhiT = Phi[:, C.indices].T  # (nnz, k)
-    for _ in range(n_steps):
-        p = np.einsum("zk,zk->z", theta[rows], PhiT)
-        ratio = sp.csr_matrix((C.data / p, C.indices, C.indptr), shape=C.shape)
-        theta = theta * (ratio @ Phi.T) + alpha
-        theta /= theta.sum(axis=1, keepdims=True)
-    return theta, np.einsum("zk,zk->z", theta[rows], PhiT)
-
-
 def _em_sums(chunk, Phi, alpha, n_steps):
     """The E-step over one chunk: ``theta^T (C / (theta Phi))`` (k x d), to be multiplied by Phi."""
     C = _counts(chunk)
-    theta, p = _fold_in(C, Phi, alpha, n_steps)
+    theta, p = fold_in(C, Phi, alpha, n_steps)
     ratio = sp.csr_matrix((C.data / p, C.indices, C.indptr), shape=C.shape)
     return (np.asarray(ratio.T @ theta).T,)
 
@@ -412,9 +389,18 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         ``"dense"`` or ``"power"``.
     m2_eigenvalues_, m2_eigenvalues_noise_ : ndarray of shape (n_components,)
         As in :class:`PrivateGaussianMixture` (here ``signal_bound`` is 1: ``||E2||_F <= 1``).
+    n_iter_ : int
+        Passes of EM over the documents (``refine_iter``; 0 for the moments alone, which take a
+        fixed number of passes and iterate nothing to convergence).
     n_samples_ : int
     n_features_in_ : int
     privacy_cost_ : PrivacyCost
+
+    Float32 counts give float32 ``components_`` and ``alpha_``, and :meth:`transform` returns
+    the type of ``components_``, as scikit-learn's does.
+    There is no ``partial_fit``: the whitening is made from the pair moment of every document
+    before the third moment can be whitened, so batches cannot be folded in one at a time, and
+    each batch would be a new release with its own spend.
     """
 
     def __init__(self, n_components=10, *, alpha0=1.0, epsilon=np.inf, delta=None, doc_clip=1.0,
@@ -635,6 +621,9 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         # a topic with no positive mass left (pure noise) becomes uniform rather than NaN
         self.components_ = np.where(sums > 0, topics / np.where(sums > 0, sums, 1.0), 1.0 / d)
         self.alpha_ = weight * a0 * (a0 + 1.0)
+        self.n_iter_ = int(self.refine_iter)  # EM passes, scikit-learn's meaning (0 if private)
+
+    _fitted_arrays = ("components_", "alpha_")
 
     def _refine(self, prepared, rows):
         """``refine_iter`` EM steps from the spectral topics (without privacy only).
@@ -650,7 +639,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         Phi, alpha = self.components_, np.maximum(self.alpha_, 0.0)
         for _ in range(self.refine_iter):
             (counts,) = self._reduce(prepared, _em_sums, Phi, alpha, self.max_transform_iter)
-            Phi = np.maximum(Phi, _TINY) * counts + 1.0 / Phi.shape[0]
+            Phi = np.maximum(Phi, TINY) * counts + 1.0 / Phi.shape[0]
             Phi /= Phi.sum(axis=1, keepdims=True)
         self.components_ = Phi
 
@@ -664,19 +653,22 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         """
         check_is_fitted(self, "components_")
         C = _counts(self._validate(X, reset=False, fit=False))
-        return _fold_in(C, self.components_, np.maximum(self.alpha_, 0.0),
+        theta = fold_in(C, self.components_, np.maximum(self.alpha_, 0.0),
                         self.max_transform_iter)[0]
+        return theta.astype(self.components_.dtype, copy=False)  # the model's, as scikit-learn's
 
     def score(self, X, y=None):
         """Log-likelihood of the words of X given the topics and each document's proportions from
         :meth:`transform` (higher is better)."""
         check_is_fitted(self, "components_")
         C = _counts(self._validate(X, reset=False, fit=False))
-        p = _fold_in(C, self.components_, np.maximum(self.alpha_, 0.0), self.max_transform_iter)[1]
+        p = fold_in(C, self.components_, np.maximum(self.alpha_, 0.0), self.max_transform_iter)[1]
         return float(np.sum(C.data * np.log(p)))
 
     def perplexity(self, X):
-        """``exp(-score(X) / number of words)``, scikit-learn's ``perplexity`` (lower is better)."""
+        """``exp(-score(X) / number of words)``, scikit-learn's formula (lower is better). Its
+        ``score`` is a variational bound, with terms for a posterior over the topics; a moment
+        fit releases point topics and no posterior, so :meth:`score` is the words' likelihood."""
         C = sp.csr_matrix(self._validate(X, reset=False, fit=False))
         return float(np.exp(-self.score(C) / C.sum()))
 
