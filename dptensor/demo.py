@@ -194,7 +194,7 @@ def run_demo(quick: bool = False, plot: str | None = "dptensor_demo.png", epsilo
           f"seeded draws at each epsilon, one shared budget {budget!r}.\nNoise uses fixed seeds, "
           "keyed by each spend's place in the ledger, so the table is reproducible and no two fits "
           "share noise.\nThe non-private references are fitted outside the budget.\n")
-    rows = []
+    rows, noisy = [], []
     all_studies = studies(quick)
     jobs = [(s, eps) for s in all_studies for eps in (np.inf, *epsilons)]
     reference = {}
@@ -205,8 +205,15 @@ def run_demo(quick: bool = False, plot: str | None = "dptensor_demo.png", epsilo
                 reference[study.name] = study.fit_and_score(eps, None, 0)
             continue
         t0 = time.perf_counter()
-        errors = [study.fit_and_score(eps, budget, seed) for seed in range(n_draws)]
+        errors, warned = [], 0
+        for seed in range(n_draws):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                errors.append(study.fit_and_score(eps, budget, seed))
+            warned += _noise_dominated(caught)
         seconds = (time.perf_counter() - t0) / n_draws
+        if warned:
+            noisy.append(f"{study.name} at epsilon={eps:g} ({warned} of {n_draws} draws)")
         rows.append({"estimator": study.name, "epsilon": eps, "metric": study.metric,
                      "errors": errors, "error": float(np.median(errors)),
                      "non_private": reference[study.name], "seconds": seconds,
@@ -214,6 +221,10 @@ def run_demo(quick: bool = False, plot: str | None = "dptensor_demo.png", epsilo
     print(format_table(rows))
     print()
     print("\n".join(notes(all_studies, n_draws)))
+    if noisy:  # the estimators' own warnings, read off released values: expected at small epsilon
+        print("Some components were below twice their noise level, as their estimators warned "
+              "(expected at small epsilon; see each estimator's *_noise_ attribute): "
+              + "; ".join(noisy) + ".")
     print()
     print(str(budget).splitlines()[0] + " (print(budget) lists each spend)")
     if plot:
@@ -221,6 +232,19 @@ def run_demo(quick: bool = False, plot: str | None = "dptensor_demo.png", epsilo
         print(f"\nplot: {path}" if path else "\n(matplotlib not installed: no plot; "
               "pip install 'dptensor[plot]')")
     return 0
+
+
+def _noise_dominated(caught) -> int:
+    """1 if a fit warned that some of its components are noise-dominated (counted for the notes),
+    else 0; any other warning is shown as it came."""
+    hit = 0
+    for w in caught:
+        if issubclass(w.category, UserWarning) and "dominated by the privacy noise" in str(
+                w.message):
+            hit = 1
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return hit
 
 
 def notes(all_studies, n_draws) -> list[str]:
