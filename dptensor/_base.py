@@ -51,8 +51,8 @@ class PrivacyCost:
     n_queries: int
     calibration: str
     event: PrivacyEvent | None = None
-    #: The privacy unit when a fit protects another than its estimator's documented one
-    #: (``"group of rows"`` for a fit given ``groups``); ``None``: the documented unit.
+    #: The privacy unit the fit protects (``"row"``, ``"document"``, ``"observed value"``,
+    #: ``"user"``, ``"group of rows"``, ...), as its ledger label says; ``None``: no guarantee.
     unit: str | None = None
 
     @property
@@ -112,8 +112,8 @@ class FitPlan:
     a fit without a guarantee); ``noise_multiplier``, ``n_queries`` and ``calibration`` go into
     :class:`PrivacyCost`; ``memory`` is ``(bytes, advice)``, the fit's peak allocation and the
     parameter to change when it does not fit; ``settings`` the estimator's validated parameters
-    and noise plan, for its release step; ``unit`` the privacy unit when it is not the
-    estimator's documented one (``"group of rows"``), named in the ledger and the cost.
+    and noise plan, for its release step; ``unit`` the privacy unit the fit protects (a value,
+    a row, a document, a user, a group of rows), named in the ledger and the cost.
     """
 
     event: PrivacyEvent
@@ -266,7 +266,7 @@ class PrivateEstimatorMixin:
         """The :class:`PrivacyCost` the fit of ``plan`` would record (no data, no spend)."""
         cost = self._preview(plan.event, delta=plan.delta, noise_multiplier=plan.noise_multiplier,
                              n_queries=plan.n_queries, calibration=plan.calibration)
-        return cost if plan.unit is None else replace(cost, unit=plan.unit)
+        return replace(cost, unit=plan.unit) if cost.private else cost
 
     def _privacy_target(self, *, gaussian: bool = True) -> tuple[float, float]:
         """Validated ``(epsilon, delta)``; ``delta=None`` means the accountant's delta."""
@@ -355,8 +355,9 @@ class PrivateEstimatorMixin:
         # start, and the same seed then starts it alike on any data)
         seeded = self.random_state is not None and not isinstance(event, NonPrivateEvent)
         check_fits(memory[0] + (digest_bytes(*data) if seeded else 0), f"{name}.fit", memory[1])
+        private = not isinstance(event, NonPrivateEvent)
         label = f"{name}(epsilon={self.epsilon:g})"
-        if unit is not None:  # a unit other than the documented one is said in the ledger
+        if private and unit is not None:  # the ledger says what each entry protects
             label = f"{name}(epsilon={self.epsilon:g}, unit={unit!r})"
         # Before the spend: digesting reads the data (a Dask pass) and must not fail after it.
         digest = data_digest(*data) if seeded else ()
@@ -371,7 +372,6 @@ class PrivateEstimatorMixin:
                               PrivacyWarning, stacklevel=3)
         else:
             own, index = epsilon_of(event, delta), -1
-        private = not isinstance(event, NonPrivateEvent)
         if not private:
             warnings.warn(f"{name} released its fit without a privacy guarantee ({event.reason}); "
                           "it costs epsilon=inf. Set a finite epsilon for a private fit.",
@@ -385,7 +385,7 @@ class PrivateEstimatorMixin:
         key = fingerprint(name, params, shape, repr(event), delta) + digest
         cost = PrivacyCost(epsilon=own, delta=delta, noise_multiplier=float(noise_multiplier),
                            n_queries=int(n_queries), calibration=calibration if private else "none",
-                           event=event, unit=unit)
+                           event=event, unit=unit if private else None)
         return cost, spend_generator(entropy, spend_index=index, key=key)
 
     def _preview(self, event, *, delta: float, noise_multiplier: float = 0.0, n_queries: int = 0,

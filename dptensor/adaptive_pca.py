@@ -256,7 +256,7 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         return FitPlan(event=event if private else NonPrivateEvent("epsilon=inf"), delta=delta,
                        noise_multiplier=z, n_queries=rounds if private else 0,
                        calibration="exact" if private else "none",
-                       memory=self._memory_estimate(n, d), settings=settings)
+                       memory=self._memory_estimate(n, d), settings=settings, unit="row")
 
     def _release(self, data, plan, rng):
         """Everything after the spend: the rounds, the variances, the fitted attributes."""

@@ -460,7 +460,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
                        n_queries=noise["n_queries"] if noise else 0, calibration="exact",
                        memory=memory, settings=_FitSettings(params=p, noise=noise,
                                                             value_range=vrange, private=private),
-                       unit="user" if self.privacy_unit == "user" else None)
+                       unit="user" if self.privacy_unit == "user" else "observed value")
 
     # ------------------------------------------------------------------ fit
     def fit(self, X, y):

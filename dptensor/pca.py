@@ -47,6 +47,7 @@ __all__ = ["PrivatePCA"]
 _METHODS = CHOICES  # "auto" and every batch method of algorithms/pca_methods.METHODS
 _INPUTS = ("data", "precomputed")
 _NEIGHBORS = (None, "row", "entry")
+_UNITS = {"row": "row", "entry": "matrix entry"}  # the privacy unit, as the ledger names it
 _CALIBRATIONS = ("exact", "paper")
 
 
@@ -366,9 +367,9 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         rows = None if settings.precomputed else (shape[0] if n_rows is None else n_rows)
         return FitPlan(event=NonPrivateEvent("epsilon=inf") if event is None else event,
                        delta=settings.delta, noise_multiplier=_last(settings.noise),
-                       n_queries=queries, calibration=self.calibration,
+                       n_queries=queries, calibration=self.calibration, settings=settings,
                        memory=self._fit_memory(settings, rows, shape[1], grouped),
-                       settings=settings, unit="group of rows" if grouped else None)
+                       unit="group of rows" if grouped else _UNITS[settings.neighbors])
 
     def _noise_plan(self, settings):
         """``(multipliers, event, n_queries)``: the noise of every release and the event they make

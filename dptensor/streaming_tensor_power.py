@@ -260,7 +260,7 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
                                   max_passes=check_positive_int(self.max_passes, "max_passes"))
         memory = self._memory_estimate(n_rows if chunk_rows is None else chunk_rows, d)
         return FitPlan(event=event, delta=delta, noise_multiplier=z, n_queries=1,
-                       calibration="exact", memory=memory, settings=settings)
+                       calibration="exact", memory=memory, settings=settings, unit="row")
 
     def _release(self, data: FitData, plan: FitPlan, rng) -> None:
         """Stream the array's rows (a Dask array's row chunks, pulled one at a time) through the

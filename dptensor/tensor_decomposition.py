@@ -239,7 +239,8 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
             sensitivity=row_sensitivity(data_norm, shape[0]) if private and rows else None)
         return FitPlan(event=event, delta=delta, noise_multiplier=z, n_queries=K,
                        calibration=self.calibration, settings=settings,
-                       memory=self._fit_memory(shape, k, itemsize, dask))
+                       memory=self._fit_memory(shape, k, itemsize, dask),
+                       unit="row" if rows else "tensor entry")
 
     def _release(self, data: FitData, plan: FitPlan, rng) -> None:
         """The decomposition, from the plan's moment and noise: every query, or the tensor once

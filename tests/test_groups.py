@@ -47,7 +47,7 @@ def test_one_person_with_many_rows_does_not_steer_the_components(epsilon, method
     assert abs(centred.components_[0, 0]) > 0.9
     assert people.n_samples_ == 501
     assert people.privacy_cost_.unit == "group of rows"
-    assert rows.privacy_cost_.unit is None
+    assert rows.privacy_cost_.unit == "row"
 
 
 def _grid(X, B):

@@ -236,10 +236,10 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         memory = self._fit_memory(n, d, k, public["power"], n * d if stored == -1 else stored)
         if not noise.private:
             return FitPlan(event=NonPrivateEvent("epsilon=inf"), delta=delta, memory=memory,
-                           settings=LatentSettings(k, method, noise))
+                           settings=LatentSettings(k, method, noise), unit=self._unit)
         return FitPlan(event=noise.event, delta=delta, noise_multiplier=noise.z_third,
                        n_queries=noise.n_queries, calibration="exact", memory=memory,
-                       settings=LatentSettings(k, method, noise))
+                       settings=LatentSettings(k, method, noise), unit=self._unit)
 
     def _release(self, data: FitData, plan: FitPlan, rng) -> None:
         """Release the moments, whiten, decompose and map back (``prepared``: see the class doc)."""

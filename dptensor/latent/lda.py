@@ -16,6 +16,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..algorithms.dask import check_dask_array, is_dask_array
 from ..algorithms.operators import moment_tensor
+from .._base import SearchTag
 from .._validation import validate_private_data
 from ..algorithms.tensor_power import row_sensitivity
 from ..algorithms.power import MAX_DENSE_FEATURES
@@ -425,6 +426,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
 
     # -- the model's moments -----------------------------------------------------------------
     _unit = "document"
+    _search_tag = SearchTag(unit="document")
     _row_copies = 2  # the documents' pair sums scale copies of the (sparse) counts
     _frobenius = True  # every sensitivity below bounds the Frobenius norm of the change
 

@@ -215,6 +215,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                         raise ValueError(f"candidate {params} has no finite privacy "
                                          f"cost ({cost.event}): a private search "
                                          "needs every candidate to be private")
+                    _check_candidate_unit(params, cost.unit, search_tag(est).unit)
                     events.append(cost.event)
             return events
 
@@ -232,7 +233,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                               n_train=n_train, n_val=n_val, epsilon=e, delta=delta,
                               distribution=name, mean=mean, event=event, width=width)
 
-    def _plan(self, shape, overrides=None, nbytes=None, n_rows=None) -> FitPlan:
+    def _plan(self, shape, overrides=None, nbytes=None, n_rows=None, grouped=False) -> FitPlan:
         """The search's :class:`~dptensor._base.FitPlan`: its one event (the candidates, the
         score, the law of the number of runs, the refit), priced from public values: the units'
         shape (groups, when searched by group), the public overrides (a completion's index
@@ -246,7 +247,8 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                        n_queries=len(settings.candidates), calibration="exact",
                        memory=self._memory(settings, (n_rows or n_samples, n_features), nbytes,
                                            overrides),
-                       settings=settings)
+                       settings=settings,
+                       unit="group of rows" if grouped else search_tag(settings.learner).unit)
 
     # ------------------------------------------------------------------ public
     def privacy_cost(self, n_samples, n_features):
@@ -292,7 +294,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                              "an estimator that takes them (PrivatePCA)")
         codes, n_groups = check_groups(groups, X.shape[0])
         return FitData(arrays=(X, y), shape=(n_groups,) + X.shape[1:], extra=codes,
-                       public=public)
+                       public={**public, "grouped": True})
 
     def _spend_plan(self, plan, data):
         settings = plan.settings
@@ -658,3 +660,14 @@ def _results(candidates, best_index, best_score) -> dict:
     ranks[best_index] = 1
     results["rank_test_score"] = ranks
     return results
+
+
+def _check_candidate_unit(params, unit, searched):
+    """Refuse a candidate whose fit protects another unit than the one the search splits and
+    scores by: its guarantee would not be the search's (a user-level completion scored per
+    observed value protects one value in the search, not the user). A cost naming no unit (an
+    estimator from outside the library) is taken at the search's."""
+    if unit is not None and unit != searched:
+        raise ValueError(f"candidate {params} protects one {unit}, but the search splits and "
+                         f"scores by {searched}: its score would not protect a whole {unit}. "
+                         f"Search the estimator at its {searched} unit, or fit it on its own")
