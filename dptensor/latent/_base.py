@@ -7,7 +7,8 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 
-from .._base import FitData, FitPlan, NoisePreview, PrivateEstimatorMixin, warn_noise_dominated
+from .._base import (FitData, FitPlan, NoisePreview, PrivateEstimatorMixin, SearchTag,
+                     warn_noise_dominated)
 from .._memory import FLOAT
 from .._validation import check_positive_int, check_verbose
 from ..accounting.events import NonPrivateEvent
@@ -120,6 +121,9 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
                "doc_clip).")
 
     _unit = "row"  # the privacy unit, as named in warnings
+    # fit(X, groups=...) bounds a group of rows (a search still refuses these models: their
+    # score, a log-likelihood, has no public per-unit bound)
+    _search_tag = SearchTag(groups=True)
     # whether the second moment's and the third moment's sensitivities are Frobenius-norm bounds
     # of the whole symmetric array's change, so that its releases may use that geometry
     _frobenius = False
