@@ -295,3 +295,47 @@ def test_a_private_search_refuses_the_latent_models_for_their_score_not_their_gr
     with pytest.raises(TypeError, match="its score"):
         search.fit(X, groups=np.repeat(np.arange(20), 2))
     assert budget.history() == []
+
+
+def test_a_grouped_fit_releases_at_the_group_sensitivity_and_allowance(monkeypatch):
+    """The mean and the trace go to the mechanism at one row's sensitivity over G plus the margin,
+    with the grouped Rounding (terms from G): what the derivation states, not n's."""
+    import dptensor.algorithms.moments as moments
+
+    calls, real = [], moments.gaussian_release
+
+    def spy(value, sensitivity, z, rng, *, rounding):
+        calls.append((float(sensitivity), rounding))
+        return real(value, sensitivity, z, rng, rounding=rounding)
+    monkeypatch.setattr(moments, "gaussian_release", spy)
+    rng = np.random.default_rng(7)
+    X, labels = _people_mixture(rng, 400, 4.0 * np.eye(3))
+    B, G = 8.0, 400
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        PrivateGaussianMixture(2, epsilon=1.0, data_norm=B, whitening="power",
+                               random_state=0).fit(X, groups=labels)
+    (mean_sens, mean_r), (trace_sens, trace_r) = calls[:2]
+    outer, margin = group_moments.group_rounding(B, G)
+    assert mean_r == outer and mean_sens == 2 * B / G + margin
+    outer, margin = group_moments.group_rounding(B * B, G, 3)
+    assert trace_r == outer and trace_sens == B * B / G + margin
+    assert outer.terms == (GROUP_BATCH + 1) * (G + 1) + 3 + group_moments.SPARE_TERMS
+
+
+def test_float32_rows_give_the_grouped_statistics_of_float64_rows():
+    """float32 rows are summed in float64 blocks: the grouped statistics are those of the same
+    values held in float64, and the fitted arrays float32."""
+    rng = np.random.default_rng(8)
+    X, labels = _people_mixture(rng, 300, 4.0 * np.eye(3))
+    X = X.astype(np.float32)
+    W, Q, V = rng.standard_normal((3, 2)), _orthonormal(rng, 3, 2), _orthonormal(rng, 3, 2)
+    single, double = (_gmm_stats(X.astype(t), labels, 8.0, W, 3.0, Q, V)
+                      for t in (np.float32, np.float64))
+    for name in single:
+        assert np.allclose(single[name], double[name], rtol=1e-6, atol=1e-6), name
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = PrivateGaussianMixture(3, epsilon=20.0, data_norm=8.0, random_state=0).fit(
+            X, groups=labels)
+    assert fit.means_.dtype == np.float32

@@ -35,7 +35,7 @@ __all__ = ["GROUP_BATCH", "MAX_GROUP_ROWS", "GroupLayout", "group_layout", "grou
 GROUP_BATCH = 16
 #: A group of more rows than this weighs 0 in every moment (its rounding would pass the margin).
 MAX_GROUP_ROWS = 2 ** 30
-#: Rows per partial sum (float32 rows are cast to float64 one block at a time).
+#: Rows per partial sum of float32 rows (cast to float64 one block at a time).
 _BLOCK = 4096
 
 
@@ -78,10 +78,13 @@ def _as_float64(block):
 def group_reduce(rows, layout: GroupLayout, partial, *args):
     """``sum_parts (1/size) partial(part's rows, *args)``: a tuple of sums over rows (``partial``
     as :meth:`~dptensor.latent._base.SpectralLatentModel._reduce` takes it), each part summed in
-    float64 blocks of whole groups and divided by its size before it joins the others."""
+    float64 (float32 rows: in blocks of whole groups) and divided by its size before it joins
+    the others."""
     total = partial(_as_float64(rows[:0]), *args)  # zeros of the right shapes
+    narrow = isinstance(rows, np.ndarray) and rows.dtype != np.float64
     for start, stop, size in layout.parts:
-        step = max(size, (_BLOCK // size) * size)
+        # float32 rows: float64 copies of blocks of whole groups, never of the whole part
+        step = max(size, (_BLOCK // size) * size) if narrow else stop - start
         part = None
         for lo in range(start, stop, step):
             piece = partial(_as_float64(rows[lo:min(lo + step, stop)]), *args)

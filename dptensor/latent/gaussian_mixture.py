@@ -72,9 +72,14 @@ def _whitened_rows(rows, W, bound_w):
 
 
 def _cube_sum(Y):
-    """``sum_l y_l^(x)3`` of rows Y (one GEMM: ``(Y (x) Y)^T Y``)."""
+    """``sum_l y_l^(x)3`` of rows Y: GEMMs ``(Y (x) Y)^T Y`` over row blocks whose Khatri-Rao
+    product holds at most ``2**22`` numbers."""
     k = Y.shape[1]
-    return (((Y[:, :, None] * Y[:, None, :]).reshape(len(Y), k * k).T @ Y).reshape(k, k, k),)
+    out, step = np.zeros((k * k, k)), max(1, 2**22 // (k * k))
+    for start in range(0, len(Y), step):
+        Yc = Y[start:start + step]
+        out += (Yc[:, :, None] * Yc[:, None, :]).reshape(len(Yc), k * k).T @ Yc
+    return (out.reshape(k, k, k),)
 
 
 def _whitened_cube_sum(chunk, W, bound_w):
@@ -134,6 +139,15 @@ class PrivateGaussianMixture(SpectralLatentModel):
     third moment get shares 0.1, 0.45, 0.45 of the Gaussian-DP budget ``mu(epsilon, delta)^2``,
     one ``ComposedEvent`` recorded with ``accountant`` before any noisy release. Derivations:
     ``docs/derivations/latent.rst``.
+
+    *Groups of rows.* ``fit(X, groups=labels)`` protects each group (rows sharing a label: one
+    person's rows) as one unit. Every row of a group of ``m`` rows weighs ``1 / m`` in every
+    moment (the mean, the trace, ``E[x x^T]`` or its power steps and projection, the whitened
+    cube), so a group adds its average term, bounded as one row's, and ``n`` is the public
+    number of groups in every sensitivity; each group's sum is computed from its rows alone and
+    the rounding allowance counts groups, not rows (a group of more than 2**30 rows weighs 0).
+    ``privacy_cost_.unit`` and the ledger say ``"group of rows"``; ``n_samples_`` counts groups.
+    Refused before any spend: bad labels, ``epsilon=inf``, Dask input.
 
     Parameters
     ----------
@@ -201,6 +215,7 @@ class PrivateGaussianMixture(SpectralLatentModel):
         and ``fit`` warns (``UserWarning``) naming them. :meth:`expected_noise` reports it, against
         the largest eigenvalue ``data_norm**2``, before any fit.
     n_samples_ : int
+        Rows fitted (groups, for a fit given ``groups``).
     n_features_in_ : int
     privacy_cost_ : PrivacyCost
 

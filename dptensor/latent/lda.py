@@ -316,6 +316,12 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
     like ``sqrt(d) / n``, against an eigenvalue of order ``w ||mu||^2``, so a private fit needs many
     documents when the vocabulary is large. Derivations: ``docs/derivations/latent.rst``.
 
+    *Groups of rows.* ``fit(X, groups=labels)`` protects an author (her documents, how many, their
+    words) as one unit: each of her ``m`` documents' weights is divided by ``m`` in every moment,
+    so she adds her average terms, bounded as one document's, and ``n`` is the public number of
+    authors (``n_samples_``; ``privacy_cost_.unit`` ``"group of rows"``). Refused before any
+    spend: bad labels, ``epsilon=inf``, Dask input. See the mixture's notes and the derivation.
+
     Parameters
     ----------
     n_components : int, default=10
