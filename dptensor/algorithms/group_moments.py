@@ -83,8 +83,9 @@ def group_reduce(rows, layout: GroupLayout, partial, *args):
     total = partial(_as_float64(rows[:0]), *args)  # zeros of the right shapes
     narrow = isinstance(rows, np.ndarray) and rows.dtype != np.float64
     for start, stop, size in layout.parts:
-        # float32 rows: float64 copies of blocks of whole groups, never of the whole part
-        step = max(size, (_BLOCK // size) * size) if narrow else stop - start
+        # float32 rows: float64 copies of blocks (of whole small groups), never of a whole part
+        step = (_BLOCK // size) * size if size <= GROUP_BATCH else _BLOCK
+        step = step if narrow else stop - start
         part = None
         for lo in range(start, stop, step):
             piece = partial(_as_float64(rows[lo:min(lo + step, stop)]), *args)
