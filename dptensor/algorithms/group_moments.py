@@ -78,8 +78,8 @@ def _as_float64(block):
 def group_reduce(rows, layout: GroupLayout, partial, *args):
     """``sum_parts (1/size) partial(part's rows, *args)``: a tuple of sums over rows (``partial``
     as :meth:`~dptensor.latent._base.SpectralLatentModel._reduce` takes it), each part summed in
-    float64 (float32 rows: in blocks of whole groups) and divided by its size before it joins
-    the others."""
+    float64 (float32 rows: cast in blocks of at most 4096 rows, whole groups where they are
+    small) and divided by its size before it joins the others."""
     total = partial(_as_float64(rows[:0]), *args)  # zeros of the right shapes
     narrow = isinstance(rows, np.ndarray) and rows.dtype != np.float64
     for start, stop, size in layout.parts:
