@@ -7,11 +7,14 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 
-from .._base import FitData, FitPlan, NoisePreview, PrivateEstimatorMixin, warn_noise_dominated
+from .._base import (FitData, FitPlan, NoisePreview, PrivateEstimatorMixin, SearchTag,
+                     warn_noise_dominated)
 from .._memory import FLOAT
 from .._validation import check_positive_int, check_verbose
 from ..accounting.events import NonPrivateEvent
 from ..algorithms.dask import is_dask_array, reduce_row_chunks
+from ..algorithms.group_moments import (group_layout, group_reduce, unit_rounding,
+                                        unit_whitening_roundings)
 from ..algorithms.moments import decompose_whitened, m2_noise_level, n_third_queries, plan_noise
 from ..algorithms.power import MAX_DENSE_FEATURES, auto_n_iter
 
@@ -118,6 +121,9 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
                "doc_clip).")
 
     _unit = "row"  # the privacy unit, as named in warnings
+    # fit(X, groups=...) bounds a group of rows (a search still refuses these models: their
+    # score, a log-likelihood, has no public per-unit bound)
+    _search_tag = SearchTag(groups=True)
     # whether the second moment's and the third moment's sensitivities are Frobenius-norm bounds
     # of the whole symmetric array's change, so that its releases may use that geometry
     _frobenius = False
@@ -151,6 +157,19 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         private = bool(np.isfinite(epsilon))
         return {"rows": rows, "n": n, "d": d, "private": private,
                 "power": self._use_power(d, private), "n_first": 1, **extra}
+
+    @staticmethod
+    def _rounding(prepared, total, inner=0):
+        """``(Rounding, margin)`` of a release over the fit's units (rows, documents, or groups:
+        :func:`~dptensor.algorithms.group_moments.unit_rounding`); add the margin to the
+        sensitivity (0 without groups)."""
+        return unit_rounding(total, prepared["n"], inner, prepared.get("groups"))
+
+    @staticmethod
+    def _whitening_roundings(prepared, p, unit_total, offset=0.0):
+        """The second moment's ``(Rounding, margin)`` pairs (``whitening_roundings``'s three)."""
+        return unit_whitening_roundings(prepared["n"], prepared["d"], p, unit_total, offset,
+                                        prepared.get("groups"))
 
     def _dense_max(self, private: bool) -> int:
         """``whitening="auto"``: the largest d whose d x d second moment is formed."""
@@ -200,46 +219,62 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
 
     def fit(self, X, y=None, *, groups=None):
         """Learn the model from X by the method of moments; ``y`` is ignored. Returns self.
-        ``groups`` is refused before any spend: the moments are bounded per row (a document,
-        for LDA), not yet per group of rows."""
-        self._refuse_groups(
-            groups,
-            "its moments (counts, pairs, triples, the whitening) are bounded per "
-            "row (a document for LDA), not yet per group")
-        return self._fit_private(X)
+        ``groups`` (shape (n_samples,)): rows sharing a label are one person, protected as a
+        whole (a private fit on rows in memory); see the class Notes, "Groups of rows"."""
+        return self._fit_private(X) if groups is None else self._fit_private(X, groups)
 
-    def _check_data(self, X) -> FitData:
+    def _check_data(self, X, groups=None) -> FitData:
         """X validated (a seeded fit's noise is keyed by the validated counts) and its rows
-        prepared (``extra``: the fit's ``prepared`` dict, see the class doc), before the spend."""
+        prepared (``extra``: the fit's ``prepared`` dict, see the class doc), before the spend.
+        With ``groups`` the rows are sorted by group (:func:`~dptensor.algorithms.group_moments.
+        group_layout`) and ``n`` is the public number of groups."""
+        if groups is not None:
+            self._check_groups_allowed(X)
         dtype = input_float(X)  # before validation: LDA's turns counts into float64
         X = self._validate(X, reset=True)
         self._check_common(X.shape[1])
         epsilon, delta = self._privacy_target()
+        if groups is None:
+            prepared = self._prepare(X, epsilon)
+            prepared["dtype"] = dtype
+            self._check_delta_for(X.shape[0], epsilon, delta, unit=self._unit)
+            return FitData(arrays=(X,), shape=X.shape, extra=prepared)
+        codes, n_groups = self._check_groups(groups, X.shape[0])
+        layout = group_layout(codes, n_groups)
+        X = X[layout.order]
         prepared = self._prepare(X, epsilon)
-        prepared["dtype"] = dtype
-        self._check_delta_for(X.shape[0], epsilon, delta, unit=self._unit)
-        return FitData(arrays=(X,), shape=X.shape, extra=prepared)
+        prepared.update(dtype=dtype, groups=layout, n=n_groups)
+        return FitData(arrays=(X, codes[layout.order]), shape=(n_groups, X.shape[1]),
+                       extra=prepared, public=dict(n_rows=X.shape[0], grouped=True))
 
     def _plan_for(self, data: FitData) -> FitPlan:
         X = data.arrays[0]
-        return self._plan(data.shape, stored=None if is_dask_array(X) else _stored_floats(X))
+        return self._plan(data.shape, stored=None if is_dask_array(X) else _stored_floats(X),
+                          **data.public)
 
-    def _plan(self, shape, *, stored=-1) -> FitPlan:
+    def _plan(self, shape, *, stored=-1, n_rows=None, grouped=False) -> FitPlan:
         """The fit's parameters checked and its releases priced, from the shape of X; ``stored``
-        the numbers its rows hold (``None``: rows on Dask workers; by default dense rows)."""
+        the numbers its rows hold (``None``: rows on Dask workers; by default dense rows).
+        ``grouped``: ``shape`` is ``(n_groups, d)``, ``n_rows`` sizing the memory (the rows'
+        sorted copy counted as one more)."""
         n, d = shape
+        unit = "group of rows" if grouped else self._unit
         k = self._check_common(d)
         epsilon, delta = self._privacy_target()
         # the hooks read only the shape of X here (no rows): the plan depends on d alone
         public = self._prepare(np.zeros((0, d)), epsilon)
         method, noise = self._noise_plan(public, k, epsilon, delta)
-        memory = self._fit_memory(n, d, k, public["power"], n * d if stored == -1 else stored)
+        n = n if n_rows is None else n_rows
+        stored = n * d if stored == -1 else stored
+        memory = self._fit_memory(n, d, k, public["power"], stored)
+        if grouped:  # the rows sorted by group: one more copy, made before the spend
+            memory = (memory[0] + stored * FLOAT, memory[1])
         if not noise.private:
             return FitPlan(event=NonPrivateEvent("epsilon=inf"), delta=delta, memory=memory,
-                           settings=LatentSettings(k, method, noise), unit=self._unit)
+                           settings=LatentSettings(k, method, noise), unit=unit)
         return FitPlan(event=noise.event, delta=delta, noise_multiplier=noise.z_third,
                        n_queries=noise.n_queries, calibration="exact", memory=memory,
-                       settings=LatentSettings(k, method, noise), unit=self._unit)
+                       settings=LatentSettings(k, method, noise), unit=unit)
 
     def _release(self, data: FitData, plan: FitPlan, rng) -> None:
         """Release the moments, whiten, decompose and map back (``prepared``: see the class doc)."""
@@ -311,7 +346,10 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
     def _reduce(prepared, partial, *args):
         """``partial(rows, *args)`` (a tuple of sums over rows), in memory (in float64:
         :func:`float64_reduce`) or over a Dask array's row chunks (one reduction: only the sums
-        reach the client)."""
+        reach the client); with groups, each group's rows averaged
+        (:func:`~dptensor.algorithms.group_moments.group_reduce`)."""
+        if prepared.get("groups") is not None:
+            return group_reduce(prepared["rows"], prepared["groups"], partial, *args)
         if is_dask_array(prepared["rows"]):
             return reduce_row_chunks(prepared["rows"], partial, *args)
         return float64_reduce(prepared["rows"], partial, *args)

@@ -17,8 +17,7 @@ from ..algorithms.power import (covariance_sensitivity, row_power_sensitivity,
                                total_variance_sensitivity)
 from ._base import BLOCK_ROWS, SpectralLatentModel
 from ..algorithms.moments import (ImplicitMatrix, power_subspace, release, release_second,
-                                  rounding, sym3, top_eigenpairs, whiten, whitened_rows_operator,
-                                  whitening_roundings)
+                                  sym3, top_eigenpairs, whiten, whitened_rows_operator)
 
 #: The spawn key of :meth:`PrivateGaussianMixture.sample`'s stream: one word, where a fit's noise
 #: has its spend's position and description (``spend_generator``), so the two never coincide.
@@ -70,6 +69,17 @@ def _whitened_rows(rows, W, bound_w):
         return clip_rows(rows @ W, bound_w)
     return np.concatenate([clip_rows(rows[start:start + BLOCK_ROWS].astype(np.float64) @ W, bound_w)
                            for start in range(0, max(len(rows), 1), BLOCK_ROWS)])
+
+
+def _cube_sum(Y):
+    """``sum_l y_l^(x)3`` of rows Y: GEMMs ``(Y (x) Y)^T Y`` over row blocks whose Khatri-Rao
+    product holds at most ``2**22`` numbers."""
+    k = Y.shape[1]
+    out, step = np.zeros((k * k, k)), max(1, 2**22 // (k * k))
+    for start in range(0, len(Y), step):
+        Yc = Y[start:start + step]
+        out += (Yc[:, :, None] * Yc[:, None, :]).reshape(len(Yc), k * k).T @ Yc
+    return (out.reshape(k, k, k),)
 
 
 def _whitened_cube_sum(chunk, W, bound_w):
@@ -129,6 +139,15 @@ class PrivateGaussianMixture(SpectralLatentModel):
     third moment get shares 0.1, 0.45, 0.45 of the Gaussian-DP budget ``mu(epsilon, delta)^2``,
     one ``ComposedEvent`` recorded with ``accountant`` before any noisy release. Derivations:
     ``docs/derivations/latent.rst``.
+
+    *Groups of rows.* ``fit(X, groups=labels)`` protects each group (rows sharing a label: one
+    person's rows) as one unit. Every row of a group of ``m`` rows weighs ``1 / m`` in every
+    moment (the mean, the trace, ``E[x x^T]`` or its power steps and projection, the whitened
+    cube), so a group adds its average term, bounded as one row's, and ``n`` is the public
+    number of groups in every sensitivity; each group's sum is computed from its rows alone and
+    the rounding allowance counts groups, not rows (a group of more than 2**30 rows weighs 0).
+    ``privacy_cost_.unit`` and the ledger say ``"group of rows"``; ``n_samples_`` counts groups.
+    Refused before any spend: bad labels, ``epsilon=inf``, Dask input.
 
     Parameters
     ----------
@@ -196,6 +215,7 @@ class PrivateGaussianMixture(SpectralLatentModel):
         and ``fit`` warns (``UserWarning``) naming them. :meth:`expected_noise` reports it, against
         the largest eigenvalue ``data_norm**2``, before any fit.
     n_samples_ : int
+        Rows fitted (groups, for a fit given ``groups``).
     n_features_in_ : int
     privacy_cost_ : PrivacyCost
 
@@ -255,12 +275,14 @@ class PrivateGaussianMixture(SpectralLatentModel):
         if not prepared["power"]:  # computed in the same pass; released next, by Analyze Gauss
             prepared["second"] = gram / n
         # each row's term x / n has norm <= B / n; its ||x||^2 / n lies in [0, B^2 / n]
-        mean = release(total / n, 2.0 * B / n, plan.z_first[0], rng, rounding=rounding(B, n))
+        # (with groups: each group's average term, over the public number of groups n)
+        first, margin = self._rounding(prepared, B)
+        mean = release(total / n, 2.0 * B / n + margin, plan.z_first[0], rng, rounding=first)
         if prepared["power"]:
-            trace = rounding(B * B, n, prepared["d"])
+            trace, margin = self._rounding(prepared, B * B, prepared["d"])
             prepared["trace"] = float(release(np.float64(square / n),
-                                              total_variance_sensitivity(B) / n, plan.z_first[1],
-                                              rng, rounding=trace))
+                                              total_variance_sensitivity(B) / n + margin,
+                                              plan.z_first[1], rng, rounding=trace))
         return mean
 
     def _release_whitening(self, prepared, mean, plan, rng):
@@ -272,17 +294,19 @@ class PrivateGaussianMixture(SpectralLatentModel):
         """
         k, n, d, B = self.n_components, prepared["n"], prepared["d"], prepared["bound"] or 0.0
         # a row's term |x| |x|^T / n has Frobenius norm ||x||^2 / n <= B^2 / n
-        analyze, step, projection = whitening_roundings(n, d, min(2 * k, d), B * B)
+        # (a group's average term |x| |x|^T: PSD of trace <= B^2, as one row's)
+        (analyze, m_a), (step, m_s), (projection, m_p) = self._whitening_roundings(
+            prepared, min(2 * k, d), B * B)
         if not prepared["power"]:
-            second = release_second(prepared.pop("second"), covariance_sensitivity(B) / n, plan,
-                                    rng, rounding=analyze)
+            second = release_second(prepared.pop("second"), covariance_sensitivity(B) / n + m_a,
+                                    plan, rng, rounding=analyze)
             prepared["variance"] = spherical_variance(second - np.outer(mean, mean), k, rng)
             return whiten(second - prepared["variance"] * np.eye(d), k, rng,
                           noise=self._m2_noise(prepared, n, plan)[0])
         operator = ImplicitMatrix(d, lambda Q: self._reduce(prepared, _gram_product, Q)[0] / n)
         V, P = power_subspace(operator, k, plan, rng,
-                              step_sensitivity=row_power_sensitivity(B, min(2 * k, d)) / n,
-                              projection_sensitivity=covariance_sensitivity(B) / n,
+                              step_sensitivity=row_power_sensitivity(B, min(2 * k, d)) / n + m_s,
+                              projection_sensitivity=covariance_sensitivity(B) / n + m_p,
                               step_rounding=step, projection_rounding=projection,
                               few_passes=is_dask_array(prepared["rows"]))
         u = V.T @ mean
@@ -310,7 +334,11 @@ class PrivateGaussianMixture(SpectralLatentModel):
             bound_w = whitened_bound(prepared["bound"], W, prepared["variance"], self.whitened_clip)
             sensitivity = row_sensitivity(bound_w, n)
         k = W.shape[1]
-        if is_dask_array(prepared["rows"]):
+        if prepared.get("groups") is not None:  # each group's average cube, summed over groups
+            (total,) = self._reduce({"rows": _whitened_rows(prepared["rows"], W, bound_w),
+                                     "groups": prepared["groups"]}, _cube_sum)
+            data = total / n
+        elif is_dask_array(prepared["rows"]):
             # each chunk whitens, clips and cubes its own rows: k^3 numbers come back
             (total,) = reduce_row_chunks(prepared["rows"], _whitened_cube_sum, W, bound_w)
             data = SymmetricTensor(total / n)
@@ -320,7 +348,8 @@ class PrivateGaussianMixture(SpectralLatentModel):
         m, G = W.T @ mean, W.T @ W
         correction = -prepared["variance"] * sym3(G[:, :, None] * m[None, None, :])
         # a whitened row's term |y|^(x)3 / n has Frobenius norm ||y||^3 / n <= B_W^3 / n
-        return data, correction, sensitivity, rounding((bound_w or 0.0) ** 3, n)
+        third, margin = self._rounding(prepared, (bound_w or 0.0) ** 3)
+        return data, correction, sensitivity + margin if sensitivity else 0.0, third
 
     def _recover(self, prepared, components, eigenvalues, whitening, mean):
         lam = self._positive(eigenvalues)

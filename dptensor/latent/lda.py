@@ -22,8 +22,7 @@ from ..algorithms.tensor_power import row_sensitivity
 from ..algorithms.power import MAX_DENSE_FEATURES
 from ._base import TINY, SpectralLatentModel, fold_in
 from ..algorithms.moments import (ImplicitMatrix, power_subspace, release, release_second,
-                                  rounding, sym3, top_eigenpairs, topic_noise_std, whiten,
-                                  whitening_roundings)
+                                  sym3, top_eigenpairs, topic_noise_std, whiten)
 
 __all__ = ["PrivateLatentDirichletAllocation", "document_moments", "document_norms",
            "document_weights", "topic_noise_std", "DOCUMENT_SENSITIVITY", "LDA_FIRST_SHARE",
@@ -318,6 +317,12 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
     like ``sqrt(d) / n``, against an eigenvalue of order ``w ||mu||^2``, so a private fit needs many
     documents when the vocabulary is large. Derivations: ``docs/derivations/latent.rst``.
 
+    *Groups of rows.* ``fit(X, groups=labels)`` protects an author (her documents, how many, their
+    words) as one unit: each of her ``m`` documents' weights is divided by ``m`` in every moment,
+    so she adds her average terms, bounded as one document's, and ``n`` is the public number of
+    authors (``n_samples_``; ``privacy_cost_.unit`` ``"group of rows"``). Refused before any
+    spend: bad labels, ``epsilon=inf``, Dask input. See the mixture's notes and the derivation.
+
     Parameters
     ----------
     n_components : int, default=10
@@ -426,7 +431,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
 
     # -- the model's moments -----------------------------------------------------------------
     _unit = "document"
-    _search_tag = SearchTag(unit="document")
+    _search_tag = SearchTag(unit="document", groups=True)
     _row_copies = 2  # the documents' pair sums scale copies of the (sparse) counts
     _frobenius = True  # every sensitivity below bounds the Frobenius norm of the change
 
@@ -514,8 +519,9 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
             (total,) = self._reduce(prepared, _scale_sums)
             # every ||E2(c)||_F >= 1/d (its d^2 entries sum to 1): a public floor for a noisy scale
             # each document's ||E2(c)||_F / n lies in [1 / (d n), 1 / n]
-            nu = max(float(release(np.float64(total / n), 1.0 / n, plan.z_first[0], rng,
-                                   rounding=rounding(1.0, n))), 1.0 / d)
+            scale, margin = self._rounding(prepared, 1.0)
+            nu = max(float(release(np.float64(total / n), 1.0 / n + margin, plan.z_first[0], rng,
+                                   rounding=scale)), 1.0 / d)
             # clip * clip, not clip**2: a huge doc_clip gives inf (no clipping), never OverflowError
             tau1, tau2 = min(1.0, clip * np.sqrt(nu)), min(1.0, clip * clip * nu)
         prepared["tau"] = tau = (tau1, tau2)
@@ -523,8 +529,9 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         if not prepared["power"]:  # computed in the same pass; released next, by Analyze Gauss
             prepared["second"] = pairs / n
         # each document's s_c c / (l n) is non-negative, of norm <= tau_1 / n
-        mean = release(total / n, DOCUMENT_SENSITIVITY * (tau1 or 1.0) / n, plan.z_first[-1], rng,
-                       rounding=rounding(tau1 or 1.0, n))
+        first, margin = self._rounding(prepared, tau1 or 1.0)
+        mean = release(total / n, DOCUMENT_SENSITIVITY * (tau1 or 1.0) / n + margin,
+                       plan.z_first[-1], rng, rounding=first)
         # The weighted mean's entries sum to the mean weight S (every c / l sums to 1; documents
         # too short to have terms weigh 0): read off the release (exact without privacy), floored
         # (post-processing) at the least weight a document of 3 words can have (||E1||,
@@ -543,7 +550,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         sensitivity = DOCUMENT_SENSITIVITY * (tau[1] or 1.0) / n
         summands = PAIR_PARTS_RATIO * (tau[1] or 1.0)  # n documents' |pair summands|, over n
         if not prepared["power"]:  # released, then divided by the public weight (post-processing)
-            analyze = whitening_roundings(n, d, min(2 * k, d), summands)[0]
+            analyze, margin = self._whitening_roundings(prepared, min(2 * k, d), summands)[0]
+            sensitivity += margin
             second = release_second(prepared.pop("second"), sensitivity, plan, rng, frobenius=True,
                                     rounding=analyze) / weight
             sensitivity /= weight  # the divided matrix's, which the noise map below describes
@@ -558,7 +566,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
             return whiten(V.T @ second @ V - c * np.outer(Vm, Vm), k, rng, basis=V, noise=noise,
                           basis_values=values)
         # M2 Q = E2 Q - c m (m^T Q): the mean is released, so only E2 Q depends on the documents
-        if is_dask_array(prepared["rows"]):  # each product: one reduction over the chunks
+        if is_dask_array(prepared["rows"]) or prepared.get("groups"):  # a reduction, or by group
             def pair(Q):
                 return self._reduce(prepared, _pair_products, Q, tau)[0]
         else:  # in memory the per-document weights are computed once
@@ -570,15 +578,15 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         operator = ImplicitMatrix(d, lambda Q: (pair(Q) / (n * weight)
                                                 - c * np.outer(mean, mean @ Q)))
         # divided by the weight, and the public offset c m m^T (Frobenius norm c ||m||^2)
-        _, step, projection = whitening_roundings(n, d, min(2 * k, d), summands / weight,
-                                                  offset=c * float(mean @ mean))
-        V, P = power_subspace(operator, k, plan, rng, step_sensitivity=sensitivity,
-                              projection_sensitivity=sensitivity, step_rounding=step,
+        _, (step, m_s), (projection, m_p) = self._whitening_roundings(
+            prepared, min(2 * k, d), summands / weight, offset=c * float(mean @ mean))
+        V, P = power_subspace(operator, k, plan, rng, step_sensitivity=sensitivity + m_s,
+                              projection_sensitivity=sensitivity + m_p, step_rounding=step,
                               projection_rounding=projection,
                               few_passes=is_dask_array(prepared["rows"]), frobenius=True)
         # the subspace's noise is mostly the last power step's (it holds the largest share)
         return whiten(P, k, rng, basis=V,
-                      noise=plan.z_second[-2] * sensitivity if plan.private else 0.0)
+                      noise=plan.z_second[-2] * (sensitivity + m_s) if plan.private else 0.0)
 
     def _whitened_third(self, prepared, whitening, mean):
         n, c, W = prepared["n"], prepared["c"], whitening.W
@@ -604,7 +612,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         # a document's three parts, by absolute value, are at most TRIPLE_PARTS_RATIO bound^3
         # (at most 10 r^3 >= 10 bound^3 unclipped, S_j <= l r^j); the words' sums add 2 d steps
         parts = TRIPLE_PARTS_RATIO * bound**3 / prepared["weight"]
-        return data, correction, sensitivity, rounding(parts, n, 2 * prepared["d"])
+        third, margin = self._rounding(prepared, parts, 2 * prepared["d"])
+        return data, correction, sensitivity + margin if sensitivity else 0.0, third
 
     def _recover(self, prepared, components, eigenvalues, whitening, mean):
         a0 = float(self.alpha0)
