@@ -156,6 +156,20 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
     ``explained_variance_`` (one more Gaussian release, after the components).
     **Guarantee:** ``(epsilon, delta)``-DP for the whole fit, composed by the accountant.
 
+    **Groups of rows.** ``fit(X, groups=labels)`` protects each group (rows sharing a label: a
+    person's visits, sessions, transactions) as one unit: neighbours replace a whole group (its
+    rows, how many, their values); the number of groups ``G`` is public and takes the place of
+    ``n`` (the grid, the AboveThreshold target ``G - 6 ln(1/beta) / eps1``, the variances'
+    ``G - 1``), the number of rows is not. Rows go on the exact grid and each group is scaled as
+    a whole so that its squared norms add up to at most ``data_norm^2``; a round's
+    contribution and term are then those of the group, ``c_g = ||sum_{i in g} a_i (a_i . x)||``
+    and that sum, computed exactly, so one group moves every count by at most 1 and the
+    update by at most the lens ``s(theta)`` of one row (with a relative margin of about
+    ``d 2^-52`` for the float norm the test reads). Each component's rows are projected off the
+    released ones, put on the grid and scaled per group again. ``privacy_cost_.unit`` and the
+    ledger say ``"group of rows"``. Refused before any spend: bad labels, ``epsilon=inf``, dask
+    (``derivations/adaptive_pca.rst``, "Groups of rows").
+
     **Proof sketch.** Condition on everything released before the round (``x``, the components
     already found): all are public. (i) The grid is public; a count ``#{c_i <= theta_j}`` changes
     by at most 1 when one row is replaced, so AboveThreshold is pure ``eps1``-DP. (ii) Given the
