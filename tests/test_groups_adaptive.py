@@ -22,6 +22,7 @@ from dptensor.algorithms.adaptive_groups import (
     group_terms,
     group_update_sensitivity,
     group_variance_sensitivity,
+    grouped_adaptive_power_iteration,
     iterate_on_grid,
     kept_update,
 )
@@ -168,6 +169,25 @@ def test_group_terms_are_exact_for_a_group_spanning_blocks():
         exact = (Mi[rows] * t[rows][:, None]).sum(axis=0)
         assert list(group_terms(M, sorted_codes, k, 3)[g]) == list(exact)
         assert int(np.sum(Mi[rows] ** 2)) <= 4 ** BITS  # the group weighs one row
+
+
+def test_the_rounds_read_each_group_alone_wherever_its_rows_and_label_are():
+    """Rows shuffled and labels renamed (so every group's code and rows' places move): the
+    same draws give the same releases bit for bit, deflation included. Each group's mapped rows,
+    term and norm depend on the group alone, not on its place, as the proof needs."""
+    X, labels = _people(300, d=5, seed=6)
+    perm = np.random.default_rng(1).permutation(labels.size)
+    renamed = (labels * 7919) % 1009  # a bijection of 0..299 that reorders the labels
+    assert len(np.unique(renamed)) == 300
+
+    def run(X, labels):
+        codes = np.unique(labels, return_inverse=True)[1]
+        return grouped_adaptive_power_iteration(
+            X, codes, 300, 3, 3, rng=np.random.default_rng(0), data_norm=1.0,
+            svt_epsilon=0.5, noise_multiplier=0.05)[:2]
+
+    (V, t), (W, u) = run(X, labels), run(X[perm], renamed[perm])
+    assert np.array_equal(V, W) and np.array_equal(t, u)
 
 
 # ------------------------------------------------------------------ the estimator

@@ -56,11 +56,20 @@ def group_rows(X, codes, n_groups: int, data_norm: float):
 
 
 def deflated_rows(M, codes, n_groups: int, V, data_norm: float):
-    """Every grid row projected off the released rows of ``V`` (a public map per row, in float),
-    put on the grid again, and each group scaled onto the ball again: the rows of the next
-    component. Whatever the float rounding, the result meets the bounds exactly."""
-    V = np.asarray(V, dtype=np.float64)
-    Y = M - (M @ V.T) @ V
+    """Every grid row projected off the released rows of ``V``, put on the grid again, and each
+    group scaled onto the ball again: the rows of the next component.
+
+    The projection is onto the grid components ``K`` (``grid_vectors(V^T)``): ``s = M K`` is an
+    exact integer product, and ``m - sum_j s_j k_j 4**-BITS`` is formed elementwise, column
+    ``j`` after column ``j``, so each row's result is a function of that row alone, whatever its
+    position or the other rows (a BLAS product's rounding need not be). Whatever that rounding,
+    the result meets the bounds exactly after the grid and the scaling.
+    """
+    K = grid_vectors(np.asarray(V, dtype=np.float64).T)
+    S = M @ K * 2.0 ** (-2 * BITS)  # exact integers, then an exact power-of-two scaling
+    Y = np.array(M, dtype=np.float64)
+    for j in range(K.shape[1]):
+        Y -= S[:, j:j + 1] * K[:, j]
     Y = grid_rows(Y, data_norm, scale=float(data_norm) / 2.0 ** BITS, out=Y)
     return group_scale_rows(Y, codes, n_groups)
 
@@ -95,16 +104,20 @@ def group_terms(M, codes, k, n_groups: int) -> np.ndarray:
 def norm_margin(n_features: int) -> float:
     """``eta`` with ``||U_g|| <= (1 + eta) c_g`` for the float norm ``c_g`` of
     :func:`group_contributions`: the conversion to float64, the squares, a sum of ``d`` positive
-    terms in any order and the root take at most ``(d + 3) u`` off it; twice ``gamma_{d+4}``."""
+    terms and the root take at most ``(d + 3) u`` off it; twice ``gamma_{d+4}``."""
     m = (int(n_features) + 4) * 2.0 ** -53
     return 2.0 * m / (1.0 - m)
 
 
 def group_contributions(U, top: float) -> np.ndarray:
     """Each group's ``c_g``: the float64 norm of its exact term (integer units), capped at the
-    grid's top (where every group is kept). A function of the group alone."""
+    grid's top (where every group is kept). Squares and sums elementwise, column after column,
+    so ``c_g`` is a function of the group's term alone, whatever its row in ``U``."""
     F = U.astype(np.float64)
-    return np.minimum(np.sqrt(np.einsum("ij,ij->i", F, F)), float(top))
+    squares = np.zeros(F.shape[0])
+    for j in range(F.shape[1]):
+        squares += F[:, j] * F[:, j]
+    return np.minimum(np.sqrt(squares), float(top))
 
 
 def kept_update(U, c, theta: float, data_norm: float) -> Exact:
