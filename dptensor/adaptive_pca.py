@@ -28,6 +28,7 @@ from .accounting import (
 )
 from .algorithms.adaptive_groups import (
     GROUP_BLOCK,
+    SQUARES_BLOCK,
     group_component_variances,
     grouped_adaptive_power_iteration,
 )
@@ -379,12 +380,14 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         the per-row projections and weights of a round (a few n-vectors), the n x k products of
         the variances' release, and the d x k components. With groups (``n_samples`` groups of
         ``n_rows`` rows): the grid rows, their deflated copy and the scaling's copy, one block's
-        int64 products, and the groups' exact terms, their norms and the kept ones."""
+        int64 products, the groups' exact terms, their norms and the kept ones, and one block of
+        the variances' products."""
         n, d = int(n_samples), int(n_features)
         k = min(check_positive_int(self.n_components, "n_components"), d)
         if grouped:
             rows = int(n_rows)
-            peak = 3 * rows * d + 4 * rows + 3 * GROUP_BLOCK * d + 4 * n * d + 4 * d * (k + 2)
+            peak = (3 * rows * d + 4 * rows + 3 * GROUP_BLOCK * d + 4 * n * d + 4 * d * (k + 2)
+                    + 6 * min(rows, SQUARES_BLOCK) * k)
             return peak * FLOAT, "Pass fewer rows or features"
         peak = n * d + n * (2 * k + 8) + 4 * d * (k + 2)
         return peak * FLOAT, "Pass fewer rows or features"

@@ -15,6 +15,7 @@ from dptensor import AdaptivePrivatePCA, PrivacyAccountant
 from dptensor.algorithms.adaptive_groups import (
     GROUP_BLOCK,
     TERM_UNIT,
+    _exact_squares,
     deflated_rows,
     group_component_variances,
     group_contributions,
@@ -169,6 +170,9 @@ def test_group_terms_are_exact_for_a_group_spanning_blocks():
         exact = (Mi[rows] * t[rows][:, None]).sum(axis=0)
         assert list(group_terms(M, sorted_codes, k, 3)[g]) == list(exact)
         assert int(np.sum(Mi[rows] ** 2)) <= 4 ** BITS  # the group weighs one row
+    K = grid_vectors(np.linalg.qr(rng.standard_normal((2, 2)))[0])
+    T = Mi @ K.astype(np.int64).astype(object)
+    assert list(_exact_squares(M, K)) == list((T * T).sum(axis=0))  # the variances' integers
 
 
 def test_the_rounds_read_each_group_alone_wherever_its_rows_and_label_are():
