@@ -291,7 +291,7 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
                        noise_multiplier=z, n_queries=rounds if private else 0,
                        calibration="exact" if private else "none",
                        memory=self._memory_estimate(n, d, n_rows=n_rows, grouped=grouped),
-                       settings=settings, unit="group of rows" if grouped else None)
+                       settings=settings, unit="group of rows" if grouped else "row")
 
     def _release(self, data, plan, rng):
         """Everything after the spend: the rounds, the variances, the fitted attributes."""

@@ -53,7 +53,7 @@ def test_one_person_with_many_rows_does_not_steer_the_components(people, owner_r
     assert abs(rows.components_[0, 1]) > 0.9  # per row: the owner's e1 dominates
     assert abs(persons.components_[0, 0]) > 0.9  # per person: e0
     assert persons.privacy_cost_.unit == "group of rows"
-    assert rows.privacy_cost_.unit is None
+    assert rows.privacy_cost_.unit == "row"
     assert math.isclose(persons.privacy_cost_.epsilon, epsilon, rel_tol=1e-6)
 
 
@@ -250,7 +250,7 @@ def test_groups_none_is_the_row_level_fit():
     b = AdaptivePrivatePCA(2, epsilon=4.0, data_norm=1.0, random_state=3).fit(X, groups=None)
     assert np.array_equal(a.components_, b.components_)
     assert np.array_equal(a.thresholds_, b.thresholds_)
-    assert a.privacy_cost_.unit is None
+    assert a.privacy_cost_.unit == "row"
 
 
 def test_a_search_by_group_keeps_groups_whole(monkeypatch):
