@@ -16,7 +16,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import FitData, FitPlan, PrivateEstimatorMixin
+from ._base import FitData, FitPlan, PrivateEstimatorMixin, SearchTag
 from ._memory import FLOAT
 from ._validation import check_data_norm, check_positive_int, check_verbose, validate_private_data
 from .accounting import (
@@ -25,6 +25,12 @@ from .accounting import (
     GaussianEvent,
     NonPrivateEvent,
     calibrate,
+)
+from .algorithms.adaptive_groups import (
+    GROUP_BLOCK,
+    SQUARES_BLOCK,
+    group_component_variances,
+    grouped_adaptive_power_iteration,
 )
 from .algorithms.adaptive_power import (
     VARIANCE_SHARE,
@@ -151,6 +157,20 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
     ``explained_variance_`` (one more Gaussian release, after the components).
     **Guarantee:** ``(epsilon, delta)``-DP for the whole fit, composed by the accountant.
 
+    **Groups of rows.** ``fit(X, groups=labels)`` protects each group (rows sharing a label: a
+    person's visits, sessions, transactions) as one unit: neighbours replace a whole group (its
+    rows, how many, their values); the number of groups ``G`` is public and takes the place of
+    ``n`` (the grid, the AboveThreshold target ``G - 6 ln(1/beta) / eps1``, the variances'
+    ``G - 1``), the number of rows is not. Rows go on the exact grid and each group is scaled as
+    a whole so that its squared norms add up to at most ``data_norm^2``; a round's
+    contribution and term are then those of the group, ``c_g = ||sum_{i in g} a_i (a_i . x)||``
+    and that sum, computed exactly, so one group moves every count by at most 1 and the
+    update by at most the lens ``s(theta)`` of one row (with a relative margin of about
+    ``d 2^-52`` for the float norm the test reads). Each component's rows are projected off the
+    released ones, put on the grid and scaled per group again. ``privacy_cost_.unit`` and the
+    ledger say ``"group of rows"``. Refused before any spend: bad labels, ``epsilon=inf``, dask
+    (``derivations/adaptive_pca.rst``, "Groups of rows").
+
     **Proof sketch.** Condition on everything released before the round (``x``, the components
     already found): all are public. (i) The grid is public; a count ``#{c_i <= theta_j}`` changes
     by at most 1 when one row is replaced, so AboveThreshold is pure ``eps1``-DP. (ii) Given the
@@ -205,6 +225,8 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
     (1, 5)
     """
 
+    _search_tag = SearchTag(groups=True)  # fit(X, groups=...) bounds a group of rows
+
     def __init__(self, n_components=1, *, epsilon=np.inf, delta=None, n_iter=5, beta=0.05,
                  svt_fraction=0.1, data_norm=None, accountant=None, random_state=None, verbose=0):
         self.n_components = n_components
@@ -219,24 +241,36 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         self.verbose = verbose
 
     def fit(self, X, y=None, *, groups=None):
-        """Fit on rows ``X`` (n, d); ``y`` is ignored. ``groups`` is refused (before any
-        spend): the adaptive steps' sensitivities are derived per row, not yet per group."""
-        self._refuse_groups(
-            groups,
-            "its adaptive steps (the private threshold tests and the final release)"
-            " have sensitivities derived per row, not yet per group")
-        return self._fit_private(X)
+        """Fit on rows ``X`` (n, d); ``y`` is ignored.
 
-    def _check_data(self, X) -> FitData:
+        ``groups`` (shape (n_samples,)): rows sharing a label are one person, protected as a
+        whole; the rounds then count, filter and add groups, and ``n`` is the number of groups.
+        See the class Notes, "Groups of rows".
+        """
+        return self._fit_private(X) if groups is None else self._fit_private(X, groups)
+
+    def _check_data(self, X, groups=None) -> FitData:
         """``X`` validated (never modified), and a private fit's delta checked against its ``n``
-        rows (public) before the spend."""
+        rows (public) before the spend; with ``groups``, against the number of groups."""
+        if groups is not None:
+            return self._check_grouped(X, groups)
         epsilon, delta = self._privacy_target()
         X = validate_private_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=1)
         self._check_delta_for(X.shape[0], epsilon, delta)
         return FitData(arrays=(X,), shape=X.shape)
 
-    def _plan(self, shape) -> FitPlan:
-        """The fit's plan from its public shape ``(n, d)``: parameters checked, the budget split
+    def _check_grouped(self, X, groups) -> FitData:
+        """A fit whose unit is a group of rows: private, on rows in memory, one label a row.
+        The public shape is ``(n_groups, d)``; the number of rows only sizes the memory."""
+        self._check_groups_allowed(X)
+        X = validate_private_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=1)
+        codes, n_groups = self._check_groups(groups, X.shape[0])
+        return FitData(arrays=(X, codes), shape=(n_groups, X.shape[1]), extra=codes,
+                       public=dict(n_rows=X.shape[0], grouped=True))
+
+    def _plan(self, shape, *, n_rows=None, grouped=False) -> FitPlan:
+        """The fit's plan from its public shape ``(n, d)`` (``(n_groups, d)`` with groups, the
+        rows' count ``n_rows`` then sizing the memory only): parameters checked, the budget split
         (:meth:`_budget_split`), the event priced, the memory bounded."""
         n, d = shape
         epsilon, delta = self._privacy_target()
@@ -256,24 +290,18 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         return FitPlan(event=event if private else NonPrivateEvent("epsilon=inf"), delta=delta,
                        noise_multiplier=z, n_queries=rounds if private else 0,
                        calibration="exact" if private else "none",
-                       memory=self._memory_estimate(n, d), settings=settings, unit="row")
+                       memory=self._memory_estimate(n, d, n_rows=n_rows, grouped=grouped),
+                       settings=settings, unit="group of rows" if grouped else "row")
 
     def _release(self, data, plan, rng):
         """Everything after the spend: the rounds, the variances, the fitted attributes."""
-        X, settings = data.arrays[0], plan.settings
-        data_norm, k, z_var = settings.data_norm, settings.k, settings.variance_noise
-        # Clipped only now: a refused fit computes nothing from the data.
-        X = clip_rows(X, data_norm) if data_norm is not None else X
-        components, self.thresholds_ = adaptive_power_iteration(
-            X, k, settings.n_iter, rng=rng, data_norm=data_norm,
-            svt_epsilon=settings.svt_epsilon, noise_multiplier=settings.noise, beta=self.beta,
-            verbose=self.verbose)
-        # post-processing: a deterministic sign, as PrivatePCA
-        self.components_ = flip_signs(components)
-        scale = 1.0 / max(X.shape[0] - 1, 1)
-        variances = component_variances(X, self.components_, data_norm, z_var, rng) * scale
-        self.explained_variance_ = np.maximum(variances, 0.0).astype(self.components_.dtype)
-        noise = z_var * row_power_sensitivity(data_norm, k) * scale if z_var else 0.0
+        settings, k, z_var = plan.settings, plan.settings.k, plan.settings.variance_noise
+        release = self._rows_release if data.extra is None else self._groups_release
+        X, variances, sensitivity, n_units = release(data, settings, rng)
+        scale = 1.0 / max(n_units - 1, 1)
+        self.explained_variance_ = np.maximum(variances * scale, 0.0).astype(
+            self.components_.dtype)
+        noise = z_var * sensitivity * scale if z_var else 0.0
         self.explained_variance_noise_ = np.full(k, noise, dtype=self.components_.dtype)
         self.variance_noise_multiplier_ = float(z_var)
         self._set_ratio(X, scale, private=settings.svt_epsilon is not None)
@@ -287,6 +315,37 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         self.svt_epsilon_ = math.inf if settings.svt_epsilon is None else settings.svt_epsilon
         self.noise_multiplier_ = float(settings.noise)
         self._n_features_out = k
+
+    def _rows_release(self, data, settings, rng):
+        """The row-level rounds and variances: ``(clipped X, variances, their sensitivity, n)``;
+        sets ``components_`` and ``thresholds_``."""
+        X, data_norm, k = data.arrays[0], settings.data_norm, settings.k
+        # Clipped only now: a refused fit computes nothing from the data.
+        X = clip_rows(X, data_norm) if data_norm is not None else X
+        components, self.thresholds_ = adaptive_power_iteration(
+            X, k, settings.n_iter, rng=rng, data_norm=data_norm,
+            svt_epsilon=settings.svt_epsilon, noise_multiplier=settings.noise, beta=self.beta,
+            verbose=self.verbose)
+        # post-processing: a deterministic sign, as PrivatePCA
+        self.components_ = flip_signs(components)
+        variances = component_variances(X, self.components_, data_norm,
+                                        settings.variance_noise, rng)
+        sensitivity = row_power_sensitivity(data_norm, k) if data_norm is not None else 0.0
+        return X, variances, sensitivity, X.shape[0]
+
+    def _groups_release(self, data, settings, rng):
+        """The rounds over groups (one group of rows is the unit): exact sums of group-scaled
+        grid rows (:mod:`~dptensor.algorithms.adaptive_groups`); ``(X, variances, their
+        sensitivity, n_groups)``, the variances over the public number of groups."""
+        (X, codes), n_groups = data.arrays, data.shape[0]
+        components, self.thresholds_, M = grouped_adaptive_power_iteration(
+            X, codes, n_groups, settings.k, settings.n_iter, rng=rng,
+            data_norm=settings.data_norm, svt_epsilon=settings.svt_epsilon,
+            noise_multiplier=settings.noise, beta=self.beta, verbose=self.verbose)
+        self.components_ = flip_signs(components)
+        variances, sensitivity = group_component_variances(
+            M, self.components_, settings.data_norm, settings.variance_noise, rng)
+        return X, variances, sensitivity, n_groups
 
     def _set_ratio(self, X, scale, *, private):
         """``explained_variance_ratio_`` without privacy: over the exact uncentred total of the
@@ -316,12 +375,20 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
                              f"got {Z.shape}")
         return Z @ self.components_
 
-    def _memory_estimate(self, n_samples, n_features):
+    def _memory_estimate(self, n_samples, n_features, *, n_rows=None, grouped=False):
         """``(bytes, advice)``: the fit's peak allocation, in float64: the clipped copy of the rows,
         the per-row projections and weights of a round (a few n-vectors), the n x k products of
-        the variances' release, and the d x k components."""
+        the variances' release, and the d x k components. With groups (``n_samples`` groups of
+        ``n_rows`` rows): the grid rows, their deflated copy and the scaling's copy, one block's
+        int64 products, the groups' exact terms, their norms and the kept ones, and one block of
+        the variances' products."""
         n, d = int(n_samples), int(n_features)
         k = min(check_positive_int(self.n_components, "n_components"), d)
+        if grouped:
+            rows = int(n_rows)
+            peak = (3 * rows * d + 4 * rows + 3 * GROUP_BLOCK * d + 4 * n * d + 4 * d * (k + 2)
+                    + 6 * min(rows, SQUARES_BLOCK) * k)
+            return peak * FLOAT, "Pass fewer rows or features"
         peak = n * d + n * (2 * k + 8) + 4 * d * (k + 2)
         return peak * FLOAT, "Pass fewer rows or features"
 

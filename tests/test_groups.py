@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from dptensor import PrivacyAccountant, PrivatePCA
+from dptensor._base import SearchTag
 from dptensor.algorithms.exact import BITS, gram, grid_rows, grid_vectors, row_sum, sum_of_squares
 from dptensor.algorithms.groups import (
     gram_product_split,
@@ -146,16 +147,22 @@ def test_privacy_cost_previews_the_grouped_fit_at_the_number_of_groups():
     assert preview.noise_multiplier == pca.privacy_cost_.noise_multiplier
 
 
+class _RowsOnly(PrivatePCA):
+    """PrivatePCA telling a search it takes no groups: a search by group must refuse it."""
+
+    _search_tag = SearchTag()
+
+
 def test_estimators_without_a_group_bound_refuse_groups_before_any_spend():
-    from dptensor import AdaptivePrivatePCA, PrivateTensorDecomposition, StreamingTensorPower
+    from dptensor import PrivateTensorDecomposition, StreamingTensorPower
     from dptensor.model_selection import PrivateGridSearchCV
 
     X = np.abs(np.random.default_rng(0).standard_normal((50, 4)))
     budget = PrivacyAccountant(epsilon=10.0, delta=1e-5)
-    for cls in (AdaptivePrivatePCA, PrivateTensorDecomposition, StreamingTensorPower):
+    for cls in (PrivateTensorDecomposition, StreamingTensorPower):
         with pytest.raises(ValueError, match="does not take groups"):
             cls(epsilon=1.0, accountant=budget).fit(X, groups=np.arange(50))
-    search = PrivateGridSearchCV(AdaptivePrivatePCA(1, data_norm=1.0), {"n_iter": [1, 2]},
+    search = PrivateGridSearchCV(_RowsOnly(1, data_norm=1.0), {"n_iter": [1, 2]},
                                  epsilon=1.0, accountant=budget)
     with pytest.raises(ValueError, match="cannot be searched by group"):
         search.fit(X, groups=np.arange(50))
