@@ -147,19 +147,12 @@ def test_privacy_cost_previews_the_grouped_fit_at_the_number_of_groups():
 
 
 def test_estimators_without_a_group_bound_refuse_groups_before_any_spend():
-    from dptensor import (
-        AdaptivePrivatePCA,
-        PrivateGaussianMixture,
-        PrivateLatentDirichletAllocation,
-        PrivateTensorDecomposition,
-        StreamingTensorPower,
-    )
+    from dptensor import AdaptivePrivatePCA, PrivateGaussianMixture, PrivateLatentDirichletAllocation
     from dptensor.model_selection import PrivateGridSearchCV
 
     X = np.abs(np.random.default_rng(0).standard_normal((50, 4)))
     budget = PrivacyAccountant(epsilon=10.0, delta=1e-5)
-    for cls in (AdaptivePrivatePCA, PrivateTensorDecomposition, StreamingTensorPower,
-                PrivateGaussianMixture, PrivateLatentDirichletAllocation):
+    for cls in (AdaptivePrivatePCA, PrivateGaussianMixture, PrivateLatentDirichletAllocation):
         with pytest.raises(ValueError, match="does not take groups"):
             cls(epsilon=1.0, accountant=budget).fit(X, groups=np.arange(50))
     search = PrivateGridSearchCV(AdaptivePrivatePCA(1, data_norm=1.0), {"n_iter": [1, 2]},
