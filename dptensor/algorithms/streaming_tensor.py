@@ -219,7 +219,8 @@ class TensorPowerStream:
         if self.verbose and (self.t == self.R or self.t % max(1, self.R // 5) == 0):
             # progress: counts only (the rows seen so far and the block index are public)
             print(f"[StreamingTensorPower] component {self.i + 1}/{self.k}: "
-                  f"block {self.t}/{self.R} released ({self.n_seen_in_block_order()} rows read)",
+                  f"block {self.t}/{self.R} released ({self.n_seen_in_block_order()} "
+                  f"{'groups' if self.grouped else 'rows'} read)",
                   flush=True)
         if self.t == self.R:
             # lambda~ was measured at u_{R-1}, the candidate at u_R (Alg. 2).
