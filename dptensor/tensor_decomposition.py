@@ -26,7 +26,7 @@ from .algorithms.dask import (DaskThirdMoment, check_dask_array, clip_chunks, da
                               is_dask_array)
 from .algorithms.exact import ExactThirdMoment, exact_memory, grid_rows, map_rows
 from .algorithms.exact_entries import DIGITS, ExactEntryTensor
-from .algorithms.grouped_tensor import ExactGroupMoment, group_scale_cubes
+from .algorithms.grouped_tensor import ExactGroupMoment, group_scale_cubes, moment_tensor_split
 from .algorithms.operators import SymmetricTensor, ThirdMoment, moment_tensor
 from .algorithms.tensor_power import (ENTRY_SENSITIVITY, PowerNoise, choose_moment,
                                       dense_moment_rounding, eigenvalue_noise, moment_fit_scores,
@@ -97,9 +97,10 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
     that ``sum_i ||x_i||^3 <= data_norm^3`` (checked in integers), and every power query is an
     exact integer sum of them: replacing a whole group moves each query by at most one row's
     ``2 B^3 / n``, with ``n`` the number of groups (public). ``privacy_cost_.unit`` and the
-    ledger say ``"group of rows"``. Refused before any spend: a 3-D X (its unit is one entry),
-    bad labels, ``epsilon=inf``, dask, ``moment="dense"`` and ``method="input_perturbation"``
-    (float sums over rows, whose rounding allowance counts the rows: private under groups).
+    ledger say ``"group of rows"``. ``method="input_perturbation"`` releases the group-scaled
+    dense moment, summed exactly. Refused before any spend: a 3-D X (its unit is one entry),
+    bad labels, ``epsilon=inf``, dask and ``moment="dense"`` with ``method="power"`` (float
+    sums over rows, whose rounding allowance counts the rows: private under groups).
     See ``docs/derivations/tensor_decomposition.rst``, "Groups of rows".
 
     Parameters
@@ -237,14 +238,12 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
             raise ValueError("groups labels rows: a 3-D X is a tensor, whose unit is one entry "
                              "(no rows to group). Pass the rows (2-D X) to fit with groups")
         self._check_groups_allowed(X)
-        for bad, why in ((self.method == "input_perturbation", "method='input_perturbation'"),
-                         (self.moment == "dense", "moment='dense'")):
-            if bad:
-                raise ValueError(
-                    f"{type(self).__name__} with groups cannot use {why}: it releases a dense "
-                    "moment summed over rows in float64, whose rounding allowance counts the "
-                    "rows, and the row count is private when a group is the unit. Use "
-                    "method='power' with moment='auto' or 'implicit' (exact sums)")
+        if self.method == "power" and self.moment == "dense":
+            raise ValueError(
+                f"{type(self).__name__} with groups cannot use moment='dense' for the power "
+                "method: its queries are float sums over the rows, whose rounding allowance "
+                "counts the rows, and the row count is private when a group is the unit. Use "
+                "moment='auto' or 'implicit' (exact sums)")
         X = validate_private_data(self, X, dtype=[np.float64, np.float32])
         if X.ndim != 2:
             raise ValueError(f"X must be 2-D data (n_samples, n_features) with groups, got "
@@ -289,7 +288,7 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         (input perturbation), released through the Gaussian mechanism."""
         settings = plan.settings
         if settings.grouped:
-            base, noise, dtype = self._grouped_moment(data, plan)
+            base, noise, dtype = self._grouped_moment(data, plan, rng)
         else:
             base, noise, dtype = self._moment_and_noise(data, plan, rng)
         self.moment_ = settings.moment
@@ -306,13 +305,20 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
                              "eigenvalues_noise_", _ADVICE)
 
     @staticmethod
-    def _grouped_moment(data: FitData, plan: FitPlan):
+    def _grouped_moment(data: FitData, plan: FitPlan, rng):
         """``(operator, noise, dtype)`` of a grouped fit: each group's grid rows scaled so that
-        ``sum_i ||q_i||^3 <= 1``, every query an exact sum of them over ``G`` groups."""
+        ``sum_i ||q_i||^3 <= 1``, every query (or the dense moment, input perturbation) an exact
+        sum of them over ``G`` groups."""
         (raw, codes), settings = data.arrays, plan.settings
-        B, n_groups = settings.data_norm, data.shape[0]
+        B, n_groups, z = settings.data_norm, data.shape[0], plan.noise_multiplier
         M = group_scale_cubes(grid_rows(raw, B), codes, n_groups)
-        noise = PowerNoise(plan.noise_multiplier, settings.sensitivity, groups=(B, n_groups))
+        if settings.method == "input_perturbation":  # its distinct entries, on their grid
+            # an entry moves by 2 B^3 / G times the unit's rounding (B^3, / G): the margin
+            s = settings.sensitivity * (1 + 2.0 ** -50)
+            T = moment_tensor_split(M, B ** 3 / n_groups).for_release(s, z)
+            released = perturb_tensor(T, s, z, rng, rounding=None)  # exact: no allowance
+            return SymmetricTensor(released), None, raw.dtype
+        noise = PowerNoise(z, settings.sensitivity, groups=(B, n_groups))
         return ExactGroupMoment(M, B, n_groups), noise, raw.dtype
 
     def _moment_and_noise(self, data: FitData, plan: FitPlan, rng):
@@ -398,6 +404,9 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         columns: :func:`~dptensor.algorithms.grouped_tensor.moment_product_split`)."""
         n, d, L = shape[0], shape[1], self.n_restarts
         peak = 2 * n * d + exact_memory(n, d, 7 * L) / FLOAT + 8 * d * (k + L) + 4 * L * L
+        if self.method == "input_perturbation":  # the exact d^3 integers and the noisy tensor
+            # (three object arrays of Python integers, 8 words an entry, as exact_memory counts)
+            peak += 24 * d ** 3 + 4 * d ** 3 + 8 * min(n * d * d, 2 ** 22)
         return peak * FLOAT, "Use fewer restarts, or fewer rows per group (combine them first)"
 
     def _memory_estimate(self, n_samples, n_features):

@@ -19,7 +19,9 @@ from dptensor.algorithms.grouped_tensor import (
     group_moment_sensitivities,
     group_scale_cubes,
     moment_product_split,
+    moment_tensor_split,
 )
+from dptensor.algorithms.tensor_power import row_sensitivity
 
 _PARAMS = dict(n_restarts=4, n_iter=6)
 
@@ -148,10 +150,47 @@ def _match(components, V):
     return np.max(np.abs(components @ V.T), axis=1)
 
 
-@pytest.mark.parametrize("cls", [PrivateTensorDecomposition, StreamingTensorPower])
-def test_a_grouped_fit_recovers_the_components_at_large_epsilon(cls):
+def test_the_split_dense_moment_is_exact():
+    rng = np.random.default_rng(2)
+    M = grid_rows(np.vstack([rng.standard_normal((150, 4)) * 3, np.eye(4), -np.eye(4)]), 2.0)
+    ints = _ints(M)
+    assert (moment_tensor_split(M).ints == np.einsum("ia,ib,ic->abc", ints, ints, ints)).all()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_replacing_one_group_moves_the_dense_moments_distinct_entries_within_bound(seed):
+    """Input perturbation's release: the distinct entries ``i <= j <= k`` of the grouped dense
+    moment move (in l2) by at most ``2 B^3 / G`` when a whole group is replaced."""
+    rng = np.random.default_rng(seed)
+    d, B, G = 3, 2.0, 4
+    codes = np.r_[np.arange(G), rng.integers(0, G, 12)]
+    X = rng.standard_normal((codes.size, d))
+    upper = np.triu(np.ones((d, d), dtype=bool))
+    idx = np.nonzero(upper[:, :, None] & upper[None, :, :])
+
+    def entries(X_, codes_):
+        M = group_scale_cubes(grid_rows(X_, B), codes_, G)
+        stat = moment_tensor_split(M, B ** 3 / G)
+        return stat.ints[idx], stat.unit
+    base, unit = entries(X, codes)
+    bound, worst = row_sensitivity(B, G), 0.0
+    for g in range(G):
+        for rows in (np.full((30, d), B), -B * np.eye(d)[:1], rng.standard_normal((9, d)) * 4):
+            moved = math.sqrt(float(sum(v * v for v in entries(*_replace_group(
+                X, codes, g, rows))[0] - base))) * unit
+            assert moved <= bound * (1 + 2.0 ** -50)  # the margin the release adds
+            worst = max(worst, moved / bound)
+    assert worst > 0.4
+
+
+@pytest.mark.parametrize("cls,extra", [(PrivateTensorDecomposition, {}),
+                                       (PrivateTensorDecomposition,
+                                        {"method": "input_perturbation"}),
+                                       (StreamingTensorPower, {})])
+def test_a_grouped_fit_recovers_the_components_at_large_epsilon(cls, extra):
     X, groups, V = _skewed(10000)
-    est = cls(2, epsilon=1e4, data_norm=4.0, random_state=0, **_PARAMS).fit(X, groups=groups)
+    est = cls(2, epsilon=1e4, data_norm=4.0, random_state=0, **_PARAMS, **extra)
+    est.fit(X, groups=groups)
     assert np.all(_match(est.components_, V) > 0.99)
     assert est.privacy_cost_.unit == "group of rows"
     # a person's four rows are summed (within the bound): the eigenvalues are per person
@@ -227,9 +266,8 @@ def test_refusals_come_before_any_spend():
                 cls(1, **kw).fit(X, groups=labels)
         with pytest.raises(ValueError, match="groups"):
             cls(1, data_norm=1.0).fit(X, groups=groups)  # epsilon=inf bounds nothing
-    for extra in (dict(moment="dense"), dict(method="input_perturbation")):
-        with pytest.raises(ValueError, match="rounding allowance counts the rows"):
-            PrivateTensorDecomposition(1, **kw, **extra).fit(X, groups=groups)
+    with pytest.raises(ValueError, match="rounding allowance"):
+        PrivateTensorDecomposition(1, moment="dense", **kw).fit(X, groups=groups)
     T = np.zeros((3, 3, 3))
     with pytest.raises(ValueError, match="tensor, whose unit is one entry"):
         PrivateTensorDecomposition(1, epsilon=1.0, accountant=budget).fit(T, groups=[0, 1, 2])

@@ -13,6 +13,8 @@ whose rows have ``sum_{i in g} ||q_i||^3 <= 1`` adds at most what one row of nor
   rounding (the row-level :func:`~dptensor.algorithms.exact.moment_product` rounds each row's
   ``t^2``, an allowance that a group of many rows would multiply);
 * :func:`group_moment_sensitivities` is their sensitivity, without allowance;
+* :func:`moment_tensor_split` is the dense moment ``sum_i q_i^(x)3`` as exact integers (input
+  perturbation releases its distinct entries);
 * :func:`group_blocks` cuts the groups (not the rows) into a stream's blocks.
 
 Derivation: ``docs/derivations/tensor_decomposition.rst``, "Groups of rows".
@@ -26,7 +28,8 @@ import numpy as np
 from .exact import BITS, Exact, _int_norms, _IntSum, grid_vectors
 
 __all__ = ["group_cube_bounds", "group_scale_cubes", "moment_product_split",
-           "group_moment_sensitivities", "ExactGroupMoment", "group_blocks"]
+           "group_moment_sensitivities", "ExactGroupMoment", "group_blocks",
+           "moment_tensor_split"]
 
 _ONE = float(2 ** BITS)
 #: ``sum_{i in g} ||m_i||^3 <= 2**(3 BITS)`` is ``sum ||q_i||^3 <= 1``.
@@ -127,6 +130,27 @@ def moment_product_split(M, K, unit: float = 1.0) -> Exact:
     cubes = (K.astype(np.int64).astype(object) * S).sum(axis=0)
     ints = np.vstack([S * (1 << BITS), cubes[None, :]])
     return Exact(ints, unit / _ONE ** 6)
+
+
+def moment_tensor_split(M, unit: float = 1.0) -> Exact:
+    r"""The dense moment ``sum_i m_ia m_ib m_ic`` (d x d x d), exactly: no rounding anywhere.
+
+    Each pair product ``p = m_b m_c`` is an exact float64 integer (``|p| <= 4**BITS``), written
+    in the same balanced base-``2**11`` digits as :func:`moment_product_split`'s ``t`` (all
+    below ``2**10``), so every product ``m_a d_k`` is below ``2**30`` and a float64 sum of up to
+    ``2**22`` of them is exact; the four digit sums are joined in Python integers. Returns an
+    :class:`Exact` in ``unit 2**-(3 BITS)`` per integer.
+    """
+    d = M.shape[1]
+    rows = max(1, min(2 ** 22, 2 ** 22 // (d * d)))  # a chunk's d^2 pair digits: 4 x 32 MiB
+    acc = _IntSum()
+    for start in range(0, M.shape[0], rows):
+        C = np.asarray(M[start:start + rows], dtype=np.float64)
+        P = (C[:, :, None] * C[:, None, :]).reshape(len(C), d * d)
+        acc.add(C.T @ np.hstack(_digits(P)))
+    parts = acc.total((d, _DIGITS * d * d))
+    ints = sum(parts[:, k * d * d:(k + 1) * d * d] * (1 << (11 * k)) for k in range(_DIGITS))
+    return Exact(ints.reshape(d, d, d), unit / _ONE ** 3)
 
 
 def _check_columns(K):
