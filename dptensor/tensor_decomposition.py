@@ -97,10 +97,9 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
     that ``sum_i ||x_i||^3 <= data_norm^3`` (checked in integers), and every power query is an
     exact integer sum of them: replacing a whole group moves each query by at most one row's
     ``2 B^3 / n``, with ``n`` the number of groups (public). ``privacy_cost_.unit`` and the
-    ledger say ``"group of rows"``. ``method="input_perturbation"`` releases the group-scaled
-    dense moment, summed exactly. Refused before any spend: a 3-D X (its unit is one entry),
-    bad labels, ``epsilon=inf``, dask and ``moment="dense"`` with ``method="power"`` (float
-    sums over rows, whose rounding allowance counts the rows: private under groups).
+    ledger say ``"group of rows"``. ``moment="dense"`` and ``method="input_perturbation"`` use
+    the group-scaled dense moment, summed exactly. Refused before any spend: a 3-D X (its unit
+    is one entry), bad labels, ``epsilon=inf`` and dask.
     See ``docs/derivations/tensor_decomposition.rst``, "Groups of rows".
 
     Parameters
@@ -238,12 +237,6 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
             raise ValueError("groups labels rows: a 3-D X is a tensor, whose unit is one entry "
                              "(no rows to group). Pass the rows (2-D X) to fit with groups")
         self._check_groups_allowed(X)
-        if self.method == "power" and self.moment == "dense":
-            raise ValueError(
-                f"{type(self).__name__} with groups cannot use moment='dense' for the power "
-                "method: its queries are float sums over the rows, whose rounding allowance "
-                "counts the rows, and the row count is private when a group is the unit. Use "
-                "moment='auto' or 'implicit' (exact sums)")
         X = validate_private_data(self, X, dtype=[np.float64, np.float32])
         if X.ndim != 2:
             raise ValueError(f"X must be 2-D data (n_samples, n_features) with groups, got "
@@ -312,6 +305,12 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         (raw, codes), settings = data.arrays, plan.settings
         B, n_groups, z = settings.data_norm, data.shape[0], plan.noise_multiplier
         M = group_scale_cubes(grid_rows(raw, B), codes, n_groups)
+        if settings.moment == "dense" and settings.method == "power":
+            # the exact moment rounded once an entry: moment_roundings' n-row sum becomes one
+            # rounding (n = 1 counts it), the rest of its terms and total as for rows
+            T = moment_tensor_split(M, B ** 3 / n_groups).value()
+            noise = PowerNoise(z, settings.sensitivity, rows=(B, 1))
+            return SymmetricTensor(T), noise, raw.dtype
         if settings.method == "input_perturbation":  # its distinct entries, on their grid
             # an entry moves by 2 B^3 / G times the unit's rounding (B^3, / G): the margin
             s = settings.sensitivity * (1 + 2.0 ** -50)
@@ -404,7 +403,7 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         columns: :func:`~dptensor.algorithms.grouped_tensor.moment_product_split`)."""
         n, d, L = shape[0], shape[1], self.n_restarts
         peak = 2 * n * d + exact_memory(n, d, 7 * L) / FLOAT + 8 * d * (k + L) + 4 * L * L
-        if self.method == "input_perturbation":  # the exact d^3 integers and the noisy tensor
+        if self._moment_for((n, d), 8, False, k) == "dense":  # the exact d^3 integers, T
             # (three object arrays of Python integers, 8 words an entry, as exact_memory counts)
             peak += 24 * d ** 3 + 4 * d ** 3 + 8 * min(n * d * d, 2 ** 22)
         return peak * FLOAT, "Use fewer restarts, or fewer rows per group (combine them first)"

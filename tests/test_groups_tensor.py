@@ -186,6 +186,7 @@ def test_replacing_one_group_moves_the_dense_moments_distinct_entries_within_bou
 @pytest.mark.parametrize("cls,extra", [(PrivateTensorDecomposition, {}),
                                        (PrivateTensorDecomposition,
                                         {"method": "input_perturbation"}),
+                                       (PrivateTensorDecomposition, {"moment": "dense"}),
                                        (StreamingTensorPower, {})])
 def test_a_grouped_fit_recovers_the_components_at_large_epsilon(cls, extra):
     X, groups, V = _skewed(10000)
@@ -195,6 +196,28 @@ def test_a_grouped_fit_recovers_the_components_at_large_epsilon(cls, extra):
     assert est.privacy_cost_.unit == "group of rows"
     # a person's four rows are summed (within the bound): the eigenvalues are per person
     assert np.all(np.abs(est.eigenvalues_ - 4 * 0.25) < 0.2)
+
+
+def test_dense_grouped_queries_carry_an_allowance_of_public_terms(monkeypatch):
+    """A dense grouped fit rounds the exact moment once: its queries' allowance counts
+    ``d (d + 1) / 2 + 7`` terms whatever the number of rows (which is private)."""
+    import dptensor.algorithms.tensor_power as power_module
+
+    seen = []
+    real = power_module.gaussian_release
+
+    def spy(value, sensitivity, *args, rounding=None, **kwargs):
+        seen.append(rounding)
+        return real(value, sensitivity, *args, rounding=rounding, **kwargs)
+    monkeypatch.setattr(power_module, "gaussian_release", spy)
+    for rows_each in (1, 5):
+        X, groups, _ = _skewed(300, d=4, rows_each=rows_each)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            PrivateTensorDecomposition(1, epsilon=1.0, data_norm=2.0, moment="dense",
+                                       random_state=0, **_PARAMS).fit(X, groups=groups)
+    assert seen and {r.terms for r in seen} == {4 * 5 // 2 + 7, 4 * 5 // 2 + 7 + 5}
+    assert {r.total for r in seen} == {8.0}  # B^3, no deflation for the first component
 
 
 def _one_owner_data():
@@ -266,8 +289,6 @@ def test_refusals_come_before_any_spend():
                 cls(1, **kw).fit(X, groups=labels)
         with pytest.raises(ValueError, match="groups"):
             cls(1, data_norm=1.0).fit(X, groups=groups)  # epsilon=inf bounds nothing
-    with pytest.raises(ValueError, match="rounding allowance"):
-        PrivateTensorDecomposition(1, moment="dense", **kw).fit(X, groups=groups)
     T = np.zeros((3, 3, 3))
     with pytest.raises(ValueError, match="tensor, whose unit is one entry"):
         PrivateTensorDecomposition(1, epsilon=1.0, accountant=budget).fit(T, groups=[0, 1, 2])
