@@ -296,14 +296,6 @@ class PrivateEstimatorMixin:
                              "private fit; with epsilon=inf nothing is bounded: drop groups, or "
                              "set a finite epsilon")
 
-    def _refuse_groups(self, groups, why: str) -> None:
-        """Refuse ``groups`` in a fit that cannot bound a whole group yet, before anything is
-        read or spent; ``why`` says what is missing."""
-        if groups is not None:
-            raise ValueError(f"{type(self).__name__} does not take groups yet: {why}. Its unit is "
-                             "one row; to protect a person with several rows, combine them into "
-                             "one row first, or use PrivatePCA, which takes groups")
-
     def _check_groups(self, groups, n_rows: int):
         """``(codes, n_groups)`` of validated ``groups`` (:func:`~dptensor._validation.
         check_groups`), the delta checked against the public number of groups. The number of

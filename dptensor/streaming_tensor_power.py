@@ -17,12 +17,14 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import FitData, FitPlan, PrivateEstimatorMixin
+from ._base import FitData, FitPlan, PrivateEstimatorMixin, SearchTag
 from ._memory import FLOAT, check_fits
 from ._validation import (check_data_norm, check_positive_int, check_verbose, validate_private_data,
                           validate_stream_chunk)
 from .accounting import GaussianEvent, NonPrivateEvent, calibrate_gaussian
 from .algorithms.dask import RowChunks, check_dask_array, is_dask_array
+from .algorithms.exact import grid_rows
+from .algorithms.grouped_tensor import group_blocks, group_scale_cubes
 from .algorithms.streaming_tensor import MICRO_BLOCK_BYTES, TensorPowerStream, block_sensitivity
 from .algorithms.tensor_power import moment_fit_scores
 from .mechanisms.randomness import RowDigest
@@ -123,7 +125,8 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
     batch_size_ : int
         The block size used (``batch_size``, or the one ``"auto"`` chose).
     n_samples_seen_ : int
-        Rows consumed by the method (rows offered after the last component are not read).
+        Rows consumed by the method (rows offered after the last component are not read); with
+        groups, the groups consumed (their row count is private).
     privacy_cost_ : PrivacyCost
         The stream's cost: one Gaussian release (``n_queries=1``) by parallel composition.
     n_features_in_ : int
@@ -152,6 +155,18 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
     stream and records a new cost. When streaming through ``partial_fit`` yourself, feeding each
     row once is your promise: the estimator cannot tell a repeated row from a fresh one.
 
+    **Groups of rows.** ``fit(X, groups=labels)`` (X one array in memory) protects each group
+    (rows sharing a label: one person's rows) as one unit. The groups, not the rows, are cut into
+    blocks: a permutation of the groups drawn from the fit's generator (independent of the data)
+    is cut into blocks of ``batch_size`` groups (``"auto"``: ``n_groups // (n_components *
+    n_iter)``), so each group lies in one block. Each group's grid rows are scaled together so
+    that ``sum_i ||x_i||^3 <= data_norm^3`` and every block's queries are exact sums over its
+    groups, divided by ``batch_size``: replacing a group moves one block's release by at most
+    :func:`block_sensitivity` with ``n`` counting groups, and parallel composition holds as for
+    rows. ``n_samples_seen_`` counts groups; ``privacy_cost_.unit`` and the ledger say ``"group
+    of rows"``. Refused before any spend: bad labels, ``epsilon=inf``, dask, an iterable of
+    batches, too few groups, and ``partial_fit`` (``derivations/streaming_tensor_power.rst``).
+
     **After the last component** further rows are neither read nor counted (``fit`` stops
     drawing from its iterable). ``fit`` warns when the stream ends first; ``components_`` then
     holds the components finished so far.
@@ -172,6 +187,8 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
     """
 
     _stream_attributes = ("_stream",)
+
+    _search_tag = SearchTag(groups=True)  # fit(X, groups=...) bounds a group of rows
 
     def __init__(self, n_components=1, *, n_restarts=10, n_iter=10, batch_size="auto",
                  epsilon=np.inf, delta=None, data_norm=None, max_passes=1, accountant=None,
@@ -206,17 +223,21 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
             with :meth:`partial_fit`: when private, a row with a NaN or an infinity, in any batch,
             is used as a zero row (see :meth:`partial_fit`); when not, it is refused.
         y : ignored
-        groups : None
-            Refused before any spend: the stream's blocks are cut by row count, so one group's
-            rows could fall in two blocks and be counted in both.
+        groups : array-like of shape (n_samples,) or None
+            Rows sharing a label are one person, protected as a whole (X one array in memory,
+            private): ``batch_size`` then counts groups. See the class Notes, "Groups of rows".
 
         Returns
         -------
         self
         """
-        self._refuse_groups(groups, "its blocks are cut by row count, so one group's rows "
-                            "could fall in two blocks and count in both")
         self._reset()
+        if groups is not None:
+            if _is_batch_iterable(X):
+                raise TypeError("StreamingTensorPower.fit with groups needs X as one array: "
+                                "its blocks are cut by group, which needs every group's rows "
+                                "in hand, not an iterable of batches")
+            return self._fit_private(X, groups)
         if _is_batch_iterable(X):  # a stream of batches: it spends at its first batch
             return self._fit_batches(X)
         return self._fit_private(X)
@@ -228,9 +249,11 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
                              "privacy guarantee needs every row in at most one block")
         return passes
 
-    def _check_data(self, X) -> FitData:
+    def _check_data(self, X, groups=None) -> FitData:
         """One array (NumPy or Dask), checked whole before the spend; its length is public. The
         stream's noise is keyed by its blocks' rows (none are digested here)."""
+        if groups is not None:
+            return self._check_grouped(X, groups)
         passes = self._check_passes()
         if is_dask_array(X):  # NaN or inf refused by one pass before the spend, not mid-stream
             X = check_dask_array(self, X, reset=True)
@@ -240,14 +263,29 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         self._fit_rows = X.shape[0]  # public: the length "auto" sizes the blocks by
         return FitData(arrays=(), shape=(X.shape[1],), extra=X)
 
+    def _check_grouped(self, X, groups) -> FitData:
+        """A fit whose unit is a group of rows: private, one array in memory, enough groups to
+        finish every component with ``batch_size`` groups a block. ``extra``: ``(X, codes)``."""
+        self._check_groups_allowed(X)
+        passes = self._check_passes()
+        X = validate_private_data(self, X, reset=True, dtype=_FLOAT_DTYPES, order="C")
+        codes, n_groups = self._check_groups(groups, X.shape[0])
+        self._check_enough_rows((n_groups, X.shape[1]), passes, unit="group")
+        self._fit_rows = n_groups  # public: the number of groups "auto" sizes the blocks by
+        return FitData(arrays=(), shape=(X.shape[1],), extra=(X, codes),
+                       public=dict(n_rows=n_groups, chunk_rows=X.shape[0], grouped=True))
+
     def _plan_for(self, data: FitData) -> FitPlan:
+        if data.public:  # groups: the groups size the blocks, all the rows the memory
+            return self._plan(data.shape, **data.public)
         X = data.extra  # a Dask X is held one row chunk at a time: the largest sizes the memory
         chunk = max(X.chunks[0]) if is_dask_array(X) else X.shape[0]
         return self._plan(data.shape, n_rows=X.shape[0], chunk_rows=chunk)
 
-    def _plan(self, shape, *, n_rows=None, chunk_rows=None) -> FitPlan:
+    def _plan(self, shape, *, n_rows=None, chunk_rows=None, grouped=False) -> FitPlan:
         """The stream's parameters checked and its one Gaussian release priced, for ``shape =
-        (n_features,)``, ``n_rows`` rows in all (``None``: unknown) fed ``chunk_rows`` at once."""
+        (n_features,)``, ``n_rows`` rows in all (``None``: unknown; groups, with ``grouped``)
+        fed ``chunk_rows`` at once."""
         d = shape[0]
         k, L, R, n, epsilon, delta, data_norm = self._check_params(d, n_rows)
         if math.isfinite(epsilon):
@@ -259,12 +297,17 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
                                   batch_size=n, data_norm=data_norm, sensitivity=sensitivity,
                                   max_passes=check_positive_int(self.max_passes, "max_passes"))
         memory = self._memory_estimate(n_rows if chunk_rows is None else chunk_rows, d)
+        if grouped:  # the grid rows and their scaled copy, and a block's 7 L digit products
+            memory = (memory[0] + (2 * chunk_rows * d + 14 * L * (d + 1)) * FLOAT, memory[1])
         return FitPlan(event=event, delta=delta, noise_multiplier=z, n_queries=1,
-                       calibration="exact", memory=memory, settings=settings, unit="row")
+                       calibration="exact", memory=memory, settings=settings,
+                       unit="group of rows" if grouped else "row")
 
     def _release(self, data: FitData, plan: FitPlan, rng) -> None:
         """Stream the array's rows (a Dask array's row chunks, pulled one at a time) through the
         blocks, cycling it up to ``max_passes`` times; stop once every component is found."""
+        if data.public:
+            return self._release_groups(data, plan, rng)
         X = data.extra
         stream = self._open(plan, rng, X.dtype)
         chunks = RowChunks(X) if is_dask_array(X) else (X,)
@@ -275,6 +318,22 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
                     break
             if stream.done:
                 break
+        self._finish(stream)
+
+    def _release_groups(self, data: FitData, plan: FitPlan, rng) -> None:
+        """Blocks of whole groups: a permutation of the groups (from ``rng``, drawn before the
+        stream's starts) cut into blocks of ``batch_size`` groups, each released once."""
+        (X, codes), settings = data.extra, plan.settings
+        n_groups, per_block = data.public["n_rows"], settings.batch_size
+        blocks = group_blocks(codes, n_groups, per_block,
+                              settings.n_components * settings.n_iter, rng)
+        M = group_scale_cubes(grid_rows(X, settings.data_norm), codes, n_groups)
+        stream = self._open(plan, rng, X.dtype, grouped=True)
+        for rows in blocks:
+            before = stream.i
+            stream.feed_groups(M[rows])
+            self._report(stream, before)
+        self._publish(stream)
         self._finish(stream)
 
     def _fit_batches(self, batches):
@@ -306,7 +365,7 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
                 + ("" if self.privacy_cost_.private else ", or a larger max_passes") + ".",
                 UserWarning, stacklevel=4)
 
-    def partial_fit(self, X, y=None):
+    def partial_fit(self, X, y=None, *, groups=None):
         """Feed the next chunk of rows (any number) to the stream; the first call starts it.
 
         The result for a given sequence of rows does not depend on how it is cut into chunks.
@@ -318,6 +377,9 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
             The next rows, not modified. In a private stream a row that holds a NaN or an infinity
             is used as a zero row (see Notes); a non-private stream refuses it with ``ValueError``.
         y : ignored
+        groups : None
+            Refused: a group's rows could arrive in two chunks and fall in two blocks. Use
+            :meth:`fit` with ``groups``.
 
         Returns
         -------
@@ -335,6 +397,10 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         (``docs/derivations/streaming_tensor_power.rst``). Nothing warns or reports how many rows
         were mapped: check the rows first if that matters to you.
         """
+        if groups is not None:
+            raise ValueError("partial_fit takes no groups: one group's rows could arrive in two "
+                             "chunks and fall in two blocks, counted in both. Use "
+                             "fit(X, groups=groups)")
         if is_dask_array(X):  # Dask rows: fed chunk by chunk (the cut does not change the result)
             for chunk in RowChunks(X):
                 self.partial_fit(chunk)
@@ -357,11 +423,16 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
     def _feed(self, stream, X):
         before = stream.i
         stream.feed(np.ascontiguousarray(X, dtype=stream.dtype))
+        self._report(stream, before)
+        self._publish(stream)
+
+    def _report(self, stream, before):
+        """With ``verbose``, a line for each component finished (public counts and releases)."""
         if self.verbose:
+            unit = "groups" if stream.grouped else "rows"
             for i in range(before, stream.i):
                 print(f"[StreamingTensorPower] component {i + 1}/{stream.k}: "
-                      f"eigenvalue {stream.eigenvalues[i]:.4g} after {stream.n_seen} rows")
-        self._publish(stream)
+                      f"eigenvalue {stream.eigenvalues[i]:.4g} after {stream.n_seen} {unit}")
 
     def _check_params(self, d, n_rows=None):
         """Every parameter checked, for a stream of d features and ``n_rows`` rows (None: unknown):
@@ -399,7 +470,7 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         self.privacy_cost_, rng = self._spend_plan(plan, FitData(arrays=(), shape=(d,)))
         return self._open(plan, rng, dtype)
 
-    def _open(self, plan: FitPlan, rng, dtype) -> TensorPowerStream:
+    def _open(self, plan: FitPlan, rng, dtype, grouped: bool = False) -> TensorPowerStream:
         """The stream's state, after its spend: recorded before its first block is released."""
         settings = plan.settings
         self._stream_key = self._key()
@@ -410,20 +481,23 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
             n_restarts=settings.n_restarts, n_iter=settings.n_iter,
             batch_size=settings.batch_size, data_norm=settings.data_norm,
             sensitivity=settings.sensitivity, noise_multiplier=plan.noise_multiplier, rng=rng,
-            verbose=self.verbose, digest=digest)
+            verbose=self.verbose, digest=digest, grouped=grouped)
         return self._stream
 
-    def _check_enough_rows(self, shape, passes):
-        """Refuse, before any spend, a fit whose rows cannot finish every component."""
+    def _check_enough_rows(self, shape, passes, unit="row"):
+        """Refuse, before any spend, a fit whose rows (or groups) cannot finish every
+        component."""
         if len(shape) != 2 or 0 in shape:
             return  # partial_fit's validation names the problem
         n_rows, d = shape
         k, _, R, n, epsilon, delta, _ = self._check_params(d, n_rows)
-        self._check_delta_for(n_rows, epsilon, delta)  # a stream of known length: its n is public
+        if unit == "row":  # a stream of known length: its n is public (groups: checked already)
+            self._check_delta_for(n_rows, epsilon, delta)
         if n_rows * passes < k * R * n:
-            raise ValueError(f"n_samples = {n_rows} is too few (over max_passes={passes}): the "
+            name = "n_samples" if unit == "row" else "the number of groups"
+            raise ValueError(f"{name} = {n_rows} is too few (over max_passes={passes}): the "
                              f"method needs n_components * n_iter * batch_size = {k * R * n} "
-                             "rows. Pass more rows, or a smaller batch_size or n_iter")
+                             f"{unit}s. Pass more {unit}s, or a smaller batch_size or n_iter")
 
     def _key(self):
         """The parameters a running stream depends on: changing one mid-stream is refused.

@@ -16,7 +16,8 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import FitData, FitPlan, NoisePreview, PrivateEstimatorMixin, warn_noise_dominated
+from ._base import (FitData, FitPlan, NoisePreview, PrivateEstimatorMixin, SearchTag,
+                    warn_noise_dominated)
 from ._memory import FLOAT
 from ._validation import (check_data_norm, check_positive_int, check_symmetric_tensor,
                           check_verbose, validate_private_data)
@@ -25,6 +26,7 @@ from .algorithms.dask import (DaskThirdMoment, check_dask_array, clip_chunks, da
                               is_dask_array)
 from .algorithms.exact import ExactThirdMoment, exact_memory, grid_rows, map_rows
 from .algorithms.exact_entries import DIGITS, ExactEntryTensor
+from .algorithms.grouped_tensor import ExactGroupMoment, group_scale_cubes, moment_tensor_split
 from .algorithms.operators import SymmetricTensor, ThirdMoment, moment_tensor
 from .algorithms.tensor_power import (ENTRY_SENSITIVITY, PowerNoise, choose_moment,
                                       dense_moment_rounding, eigenvalue_noise, moment_fit_scores,
@@ -45,7 +47,8 @@ class DecompositionSettings:
 
     ``moment`` is ``"tensor"`` (3-D X), ``"implicit"`` or ``"dense"``; ``data_norm`` the rows'
     clip (``None`` for a tensor); ``sensitivity`` the row sensitivity of every query (``None``:
-    the tensor-entry unit, or no privacy).
+    the tensor-entry unit, or no privacy); ``grouped``: one group of rows is the unit (``n``,
+    in ``sensitivity``, is then the number of groups).
     """
 
     n_components: int
@@ -54,6 +57,7 @@ class DecompositionSettings:
     private: bool
     data_norm: float | None
     sensitivity: float | None
+    grouped: bool = False
 
 
 class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
@@ -87,6 +91,16 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
     cost equals the target; ``"paper"`` uses the paper's formula (``nu = 6 z``) and records what
     that noise really costs (less than the target). The cost is checked and recorded with
     ``accountant`` before the first noisy query.
+
+    **Groups of rows.** ``fit(X, groups=labels)`` (2-D X) protects each group (rows sharing a
+    label: one person's rows) as one unit. The grid rows of each group are scaled together so
+    that ``sum_i ||x_i||^3 <= data_norm^3`` (checked in integers), and every power query is an
+    exact integer sum of them: replacing a whole group moves each query by at most one row's
+    ``2 B^3 / n``, with ``n`` the number of groups (public). ``privacy_cost_.unit`` and the
+    ledger say ``"group of rows"``. ``moment="dense"`` and ``method="input_perturbation"`` use
+    the group-scaled dense moment, summed exactly. Refused before any spend: a 3-D X (its unit
+    is one entry), bad labels, ``epsilon=inf`` and dask.
+    See ``docs/derivations/tensor_decomposition.rst``, "Groups of rows".
 
     Parameters
     ----------
@@ -164,6 +178,8 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
     [3.0, 1.0]
     """
 
+    _search_tag = SearchTag(groups=True)  # fit(X, groups=...) bounds a group of rows
+
     def __init__(self, n_components=None, *, epsilon=np.inf, delta=None, n_restarts=10, n_iter=20,
                  method="power", calibration="exact", data_norm=None, moment="auto",
                  symmetrize=False, accountant=None, random_state=None, verbose=0):
@@ -184,23 +200,20 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
     # -- fit -----------------------------------------------------------------------------------
     def fit(self, X, y=None, *, groups=None):
         """Decompose X (n x d data, or a d x d x d symmetric tensor); ``y`` is ignored.
-        ``groups`` is refused before any spend: the exact third-moment products round each
-        row's projections, an allowance that would grow with a group's size.
+        ``groups`` (shape (n_samples,), 2-D X only): rows sharing a label are one person,
+        protected as a whole; see the class Notes, "Groups of rows".
 
         A ``dask.array.Array`` of data stays where it is: it is validated lazily and every power
         step is one reduction over its row chunks (see ``docs/dask.rst``); the noise is drawn here,
         as for an in-memory X, so the fit and its privacy cost are the same.
         """
-        self._refuse_groups(
-            groups,
-            "its exact third-moment products round each row's projections, and that"
-            " allowance grows with a group's size; a per-group bound is not derived"
-            " yet")
-        return self._fit_private(X)
+        return self._fit_private(X) if groups is None else self._fit_private(X, groups)
 
-    def _check_data(self, X) -> FitData:
+    def _check_data(self, X, groups=None) -> FitData:
         """X validated (a Dask X lazily, never materialised here); a tensor checked symmetric
         (``extra``: the tensor, or its symmetric part); rows warned about a ``delta >= 1/n``."""
+        if groups is not None:
+            return self._check_grouped(X, groups)
         if is_dask_array(X):
             X = check_dask_array(self, X)
         else:
@@ -216,13 +229,32 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         self._check_delta_for(X.shape[0], epsilon, delta)
         return FitData(arrays=(X,), shape=X.shape)
 
+    def _check_grouped(self, X, groups) -> FitData:
+        """A fit whose unit is a group of rows: private, on 2-D rows in memory, with a method
+        whose every query is an exact sum (refused otherwise, with the reason, before any
+        spend). ``shape`` is ``(n_groups, d)``; the row count only sizes the memory."""
+        if np.ndim(X) == 3:
+            raise ValueError("groups labels rows: a 3-D X is a tensor, whose unit is one entry "
+                             "(no rows to group). Pass the rows (2-D X) to fit with groups")
+        self._check_groups_allowed(X)
+        X = validate_private_data(self, X, dtype=[np.float64, np.float32])
+        if X.ndim != 2:
+            raise ValueError(f"X must be 2-D data (n_samples, n_features) with groups, got "
+                             f"{X.ndim} dimensions")
+        codes, n_groups = self._check_groups(groups, X.shape[0])
+        return FitData(arrays=(X, codes), shape=(n_groups, X.shape[1]),
+                       public=dict(n_rows=X.shape[0], grouped=True))
+
     def _plan_for(self, data: FitData) -> FitPlan:
         X = data.arrays[0]
-        return self._plan(data.shape, itemsize=X.dtype.itemsize, dask=is_dask_array(X))
+        return self._plan(data.shape, itemsize=X.dtype.itemsize, dask=is_dask_array(X),
+                          **data.public)
 
-    def _plan(self, shape, *, itemsize: int = 8, dask: bool = False) -> FitPlan:
+    def _plan(self, shape, *, itemsize: int = 8, dask: bool = False, n_rows=None,
+              grouped: bool = False) -> FitPlan:
         """The fit's parameters checked, its moment chosen and its spend priced, from the shape
-        of X (rows, or a tensor), its dtype's size and whether it lives on Dask."""
+        of X (rows, or a tensor; ``(n_groups, d)`` with groups, ``n_rows`` then sizing the
+        memory), its dtype's size and whether it lives on Dask."""
         epsilon, delta = self._privacy_target()
         k = self._check_params(shape[1])
         private, rows = math.isfinite(epsilon), len(shape) == 2
@@ -236,15 +268,60 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         settings = DecompositionSettings(
             n_components=k, method=self.method, private=private, data_norm=data_norm,
             moment=self._moment_for(shape, itemsize, dask, k) if rows else "tensor",
-            sensitivity=row_sensitivity(data_norm, shape[0]) if private and rows else None)
+            sensitivity=row_sensitivity(data_norm, shape[0]) if private and rows else None,
+            grouped=grouped)
+        memory = (self._grouped_memory((n_rows, shape[1]), k) if grouped
+                  else self._fit_memory(shape, k, itemsize, dask))
         return FitPlan(event=event, delta=delta, noise_multiplier=z, n_queries=K,
-                       calibration=self.calibration, settings=settings,
-                       memory=self._fit_memory(shape, k, itemsize, dask),
-                       unit="row" if rows else "tensor entry")
+                       calibration=self.calibration, settings=settings, memory=memory,
+                       unit="group of rows" if grouped else "row" if rows else "tensor entry")
 
     def _release(self, data: FitData, plan: FitPlan, rng) -> None:
         """The decomposition, from the plan's moment and noise: every query, or the tensor once
         (input perturbation), released through the Gaussian mechanism."""
+        settings = plan.settings
+        if settings.grouped:
+            base, noise, dtype = self._grouped_moment(data, plan, rng)
+        else:
+            base, noise, dtype = self._moment_and_noise(data, plan, rng)
+        self.moment_ = settings.moment
+        self.components_, self.eigenvalues_ = tensor_power_method(
+            base, settings.n_components, self.n_restarts, self.n_iter, rng, noise, dtype=dtype,
+            verbose=self.verbose)
+        # A function of the released components and eigenvalues and of the public plan only, so
+        # it may be set and warned about after the spend (post-processing)
+        z = plan.noise_multiplier if settings.private else 0.0
+        self.eigenvalues_noise_ = eigenvalue_noise(z, settings.sensitivity, base.shape[0],
+                                                   settings.method,
+                                                   self.components_).astype(dtype)
+        warn_noise_dominated(self.eigenvalues_, self.eigenvalues_noise_, "eigenvalues_",
+                             "eigenvalues_noise_", _ADVICE)
+
+    @staticmethod
+    def _grouped_moment(data: FitData, plan: FitPlan, rng):
+        """``(operator, noise, dtype)`` of a grouped fit: each group's grid rows scaled so that
+        ``sum_i ||q_i||^3 <= 1``, every query (or the dense moment, input perturbation) an exact
+        sum of them over ``G`` groups."""
+        (raw, codes), settings = data.arrays, plan.settings
+        B, n_groups, z = settings.data_norm, data.shape[0], plan.noise_multiplier
+        M = group_scale_cubes(grid_rows(raw, B), codes, n_groups)
+        if settings.moment == "dense" and settings.method == "power":
+            # the exact moment rounded once an entry: moment_roundings' n-row sum becomes one
+            # rounding (n = 1 counts it), the rest of its terms and total as for rows
+            T = moment_tensor_split(M, B ** 3 / n_groups).value()
+            noise = PowerNoise(z, settings.sensitivity, rows=(B, 1))
+            return SymmetricTensor(T), noise, raw.dtype
+        if settings.method == "input_perturbation":  # its distinct entries, on their grid
+            # an entry moves by 2 B^3 / G times the unit's rounding (B^3, / G): the margin
+            s = settings.sensitivity * (1 + 2.0 ** -50)
+            T = moment_tensor_split(M, B ** 3 / n_groups).for_release(s, z)
+            released = perturb_tensor(T, s, z, rng, rounding=None)  # exact: no allowance
+            return SymmetricTensor(released), None, raw.dtype
+        noise = PowerNoise(z, settings.sensitivity, groups=(B, n_groups))
+        return ExactGroupMoment(M, B, n_groups), noise, raw.dtype
+
+    def _moment_and_noise(self, data: FitData, plan: FitPlan, rng):
+        """``(operator, noise, dtype)`` of a fit on rows (one row the unit) or on a tensor."""
         settings = plan.settings
         if data.extra is not None:  # a tensor: the symmetric one checked before the spend
             base, rows, dtype = SymmetricTensor(data.extra), None, data.arrays[0].dtype
@@ -264,18 +341,7 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
                                    grid=(B, raw.shape[0]))
         if settings.private and settings.method == "input_perturbation":
             base = self._perturbed(base, rows, settings, plan.noise_multiplier, rng)
-        self.moment_ = settings.moment
-        self.components_, self.eigenvalues_ = tensor_power_method(
-            base, settings.n_components, self.n_restarts, self.n_iter, rng, noise, dtype=dtype,
-            verbose=self.verbose)
-        # A function of the released components and eigenvalues and of the public plan only, so
-        # it may be set and warned about after the spend (post-processing)
-        z = plan.noise_multiplier if settings.private else 0.0
-        self.eigenvalues_noise_ = eigenvalue_noise(z, settings.sensitivity, base.shape[0],
-                                                   settings.method,
-                                                   self.components_).astype(dtype)
-        warn_noise_dominated(self.eigenvalues_, self.eigenvalues_noise_, "eigenvalues_",
-                             "eigenvalues_noise_", _ADVICE)
+        return base, noise, dtype
 
     @staticmethod
     def _moment_operator(raw, settings: DecompositionSettings):
@@ -330,6 +396,17 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
             if math.isfinite(self.epsilon):  # its steps are exact sums of grid rows
                 peak += exact_memory(n, d, L, dask) / FLOAT
         return (peak + small) * FLOAT, advice
+
+    def _grouped_memory(self, shape, k):
+        """``(bytes, advice)`` of a grouped fit on ``n_rows x d`` rows: the grid rows and their
+        group-scaled copy, and one chunk's digit products with their exact totals (7 L
+        columns: :func:`~dptensor.algorithms.grouped_tensor.moment_product_split`)."""
+        n, d, L = shape[0], shape[1], self.n_restarts
+        peak = 2 * n * d + exact_memory(n, d, 7 * L) / FLOAT + 8 * d * (k + L) + 4 * L * L
+        if self._moment_for((n, d), 8, False, k) == "dense":  # the exact d^3 integers, T
+            # (three object arrays of Python integers, 8 words an entry, as exact_memory counts)
+            peak += 24 * d ** 3 + 4 * d ** 3 + 8 * min(n * d * d, 2 ** 22)
+        return peak * FLOAT, "Use fewer restarts, or fewer rows per group (combine them first)"
 
     def _memory_estimate(self, n_samples, n_features):
         """``(bytes, advice)`` of a ``fit`` on ``n_samples`` x ``n_features`` rows (no data

@@ -153,15 +153,11 @@ class _RowsOnly(PrivatePCA):
     _search_tag = SearchTag()
 
 
-def test_estimators_without_a_group_bound_refuse_groups_before_any_spend():
-    from dptensor import PrivateTensorDecomposition, StreamingTensorPower
+def test_a_search_refuses_groups_for_an_estimator_without_a_group_bound_before_any_spend():
     from dptensor.model_selection import PrivateGridSearchCV
 
     X = np.abs(np.random.default_rng(0).standard_normal((50, 4)))
     budget = PrivacyAccountant(epsilon=10.0, delta=1e-5)
-    for cls in (PrivateTensorDecomposition, StreamingTensorPower):
-        with pytest.raises(ValueError, match="does not take groups"):
-            cls(epsilon=1.0, accountant=budget).fit(X, groups=np.arange(50))
     search = PrivateGridSearchCV(_RowsOnly(1, data_norm=1.0), {"n_iter": [1, 2]},
                                  epsilon=1.0, accountant=budget)
     with pytest.raises(ValueError, match="cannot be searched by group"):

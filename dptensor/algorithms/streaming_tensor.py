@@ -27,6 +27,7 @@ from .power import normalize_columns, random_unit_columns, select_restart
 from ..mechanisms import clip_rows, joint_gaussian_release
 from ..mechanisms.randomness import RowDigest, rekeyed
 from .exact import BITS, Exact, grid_rows, grid_vectors, moment_product, moment_sensitivities
+from .grouped_tensor import group_moment_sensitivities, moment_product_split
 from .operators import DeflatedTensor, ThirdMoment
 
 __all__ = ["TensorPowerStream", "block_statistics", "block_sensitivity", "MICRO_BLOCK_BYTES"]
@@ -91,8 +92,10 @@ class TensorPowerStream:
     """
 
     def __init__(self, *, d, dtype, n_components, n_restarts, n_iter, batch_size, data_norm,
-                 sensitivity, noise_multiplier, rng, verbose=0, digest: RowDigest | None = None):
+                 sensitivity, noise_multiplier, rng, verbose=0, digest: RowDigest | None = None,
+                 grouped: bool = False):
         self.verbose = verbose
+        self.grouped = grouped  # blocks of whole groups (feed_groups); n counts groups then
         self.digest = digest  # a seeded stream keys each block's noise by the rows read so far
         self.d, self.dtype, self.k, self.L = d, np.dtype(dtype), n_components, n_restarts
         self.R, self.n, self.data_norm = n_iter, batch_size, data_norm
@@ -161,6 +164,16 @@ class TensorPowerStream:
         if self.rows_in_block == self.n:
             self._end_block()
 
+    def feed_groups(self, M):
+        """One whole block of ``n`` groups: their group-scaled grid rows
+        (:func:`~dptensor.algorithms.grouped_tensor.group_scale_cubes`), summed exactly with no
+        per-row rounding and released; ``n_seen`` counts groups (the row count is private)."""
+        if self.digest is not None:
+            self.digest.update(np.ascontiguousarray(M, dtype=self.dtype))
+        self.acc_exact = moment_product_split(M, grid_vectors(self.U)).ints
+        self.n_seen += self.n
+        self._end_block()
+
     def close(self):
         """Drop the working state: the generator, the row buffer and digest, the unnoised
         accumulators."""
@@ -183,14 +196,16 @@ class TensorPowerStream:
         ``sqrt(sum_l s_vec_l^2 + s_val_l^2)``.
         """
         K = grid_vectors(self.U)
-        # moment_product's unit
-        stat = Exact(self.acc_exact, self.data_norm ** 3 / self.n / 4.0 ** BITS)
+        # the unit of moment_product (rows), or of moment_product_split (groups)
+        shift = 6 * BITS if self.grouped else 2 * BITS
+        stat = Exact(self.acc_exact, self.data_norm ** 3 / self.n / 2.0 ** shift)
         deflation = DeflatedTensor(ThirdMoment(np.empty((0, self.d))), self.eigenvalues[:self.i],
                                    self.components[:self.i])  # only its public correction is used
         cU, cu = deflation.correction(self.U)
         TU = Exact(stat.ints[:-1], stat.unit).minus(cU)
         tu = Exact(stat.ints[-1], stat.unit).minus(cu)
-        s_vec, s_val = moment_sensitivities(K, self.data_norm, self.n)
+        sensitivities = group_moment_sensitivities if self.grouped else moment_sensitivities
+        s_vec, s_val = sensitivities(K, self.data_norm, self.n)
         s = math.sqrt(float(np.sum(s_vec ** 2) + np.sum(s_val ** 2))) * (1 + 2.0 ** -50)
         self.acc_exact = 0
         z = self.noise_multiplier
@@ -204,7 +219,8 @@ class TensorPowerStream:
         if self.verbose and (self.t == self.R or self.t % max(1, self.R // 5) == 0):
             # progress: counts only (the rows seen so far and the block index are public)
             print(f"[StreamingTensorPower] component {self.i + 1}/{self.k}: "
-                  f"block {self.t}/{self.R} released ({self.n_seen_in_block_order()} rows read)",
+                  f"block {self.t}/{self.R} released ({self.n_seen_in_block_order()} "
+                  f"{'groups' if self.grouped else 'rows'} read)",
                   flush=True)
         if self.t == self.R:
             # lambda~ was measured at u_{R-1}, the candidate at u_R (Alg. 2).

@@ -22,6 +22,7 @@ from .power import normalize_columns, random_unit_columns, select_restart
 from ..accounting.calibration import calibrate_gaussian, paper_tensor_power_noise
 from ..mechanisms import Rounding, clip_rows, gaussian_release, symmetric_gaussian_release
 from .exact import BITS, Exact, exact_gaussian_release, grid_vectors, moment_sensitivities
+from .grouped_tensor import group_moment_sensitivities
 from .operators import DeflatedTensor
 
 __all__ = ["PowerNoise", "tensor_power_method", "plan_noise_multiplier", "n_power_queries",
@@ -99,6 +100,9 @@ class PowerNoise:
     #: (:class:`~dptensor.algorithms.exact_entries.ExactEntryTensor`): the queries are exact, at
     #: the entry-level sensitivities of the grid columns with each entry moving by this much.
     entry_bound: float | None = None
+    #: ``(data_norm, n_groups)`` when the queries are exact sums of group-scaled grid rows
+    #: (:class:`~dptensor.algorithms.grouped_tensor.ExactGroupMoment`): one group is the unit.
+    groups: tuple | None = None
 
     def roundings(self, d: int, eigenvalues):
         """(vector-query, scalar-query) :class:`~dptensor.mechanisms.Rounding`, or
@@ -116,6 +120,8 @@ class PowerNoise:
         """(vector-query, scalar-query) sensitivities, one per column of U, shape (L,) each."""
         if self.grid is not None:
             return moment_sensitivities(grid_vectors(U), *self.grid)
+        if self.groups is not None:
+            return group_moment_sensitivities(grid_vectors(U), *self.groups)
         if self.entry_bound is not None:
             vector, scalar = entry_sensitivities(grid_vectors(U) * 2.0 ** -BITS)
             return vector * self.entry_bound, scalar * self.entry_bound

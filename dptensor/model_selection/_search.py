@@ -291,7 +291,8 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         if not search_tag(learner).groups:
             raise ValueError(f"{type(learner).__name__} cannot be searched by group: its fit "
                              "does not bound a group of rows. Search without groups, or search "
-                             "an estimator that takes them (PrivatePCA)")
+                             "an estimator whose fit takes them (PrivatePCA, AdaptivePrivatePCA, "
+                             "PrivateTensorDecomposition, StreamingTensorPower)")
         codes, n_groups = check_groups(groups, X.shape[0])
         return FitData(arrays=(X, y), shape=(n_groups,) + X.shape[1:], extra=codes,
                        public={**public, "grouped": True})
