@@ -13,7 +13,7 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import FunctionTransformer
 from sklearn.utils import get_tags
 from sklearn.utils.metaestimators import available_if
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import _get_feature_names, check_is_fitted
 
 from .._base import FitData, FitPlan, PrivateEstimatorMixin
 from .._guards import silenced
@@ -43,9 +43,20 @@ _SCORE_SCALE = ("data_norm", "value_range")
 
 def _delegate(method):
     def check(self):
+        _check_refit(self, method)
         est = self.best_estimator_ if hasattr(self, "best_estimator_") else self.estimator
         return hasattr(est, method)
     return check
+
+
+def _check_refit(search, method):
+    """scikit-learn's answer for a search that did not refit: the method does not exist, and
+    the message says why and what to do."""
+    if not search.refit:
+        raise AttributeError(
+            f"This {type(search).__name__} has refit=False: {method} is available only after "
+            "refitting on the best parameters. Set refit=True, or fit an estimator on "
+            "best_params_ yourself (a new private fit, with its own budget)")
 
 
 @dataclass(frozen=True)
@@ -232,11 +243,11 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                               n_train=n_train, n_val=n_val, epsilon=e, delta=delta,
                               distribution=name, mean=mean, event=event, width=width)
 
-    def _plan(self, shape, overrides=None, nbytes=None, n_rows=None) -> FitPlan:
+    def _plan(self, shape, overrides=None, nbytes=None, n_rows=None, names=None) -> FitPlan:
         """The search's :class:`~dptensor._base.FitPlan`: its one event (the candidates, the
         score, the law of the number of runs, the refit), priced from public values: the units'
         shape (groups, when searched by group), the public overrides (a completion's index
-        space), the units' bytes and rows."""
+        space), the units' bytes and rows (``names``, the columns, price nothing)."""
         n_samples, n_features = int(shape[0]), int(shape[1]) if len(shape) > 1 else 1
         settings = self._settings(n_samples, n_features)
         overrides = {} if overrides is None else overrides
@@ -277,13 +288,14 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         return self._fit_private(X, y, groups)
 
     def _check_data(self, X, y=None, groups=None) -> FitData:
+        names = _get_feature_names(X)  # a DataFrame's columns: public, the refit gets them back
         X, y = as_units(X, y, alone=not isinstance(self.estimator, Pipeline))
         if y is not None and len(y) != len(X):
             raise ValueError(f"y has {len(y)} values but X has {len(X)} units")
         prefix, learner = self._learner()
         check_units(learner, X, y)
         overrides = public_overrides(prefix, learner, X)
-        public = dict(overrides=overrides, nbytes=X.nbytes, n_rows=X.shape[0])
+        public = dict(overrides=overrides, nbytes=X.nbytes, n_rows=X.shape[0], names=names)
         if groups is None:
             return FitData(arrays=(X, y), shape=X.shape, public=public)
         if not search_tag(learner).groups:
@@ -307,6 +319,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
 
     def _release(self, data, plan, rng):
         (X, y), settings, overrides = data.arrays, plan.settings, data.public["overrides"]
+        names = data.public["names"]
         codes = data.extra
         # Runs and refit run user code (a step's verbose, an estimator or a library that prints,
         # warns or logs). A run's output would count the runs, whose number is secret, and tell
@@ -320,7 +333,10 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
             if self.refit:
                 est = self._candidate(settings.prefix, best_params, settings.epsilon,
                                       settings.delta, _seed(rng), overrides)
-                self.best_estimator_ = _fit_run(est, X, y, np.arange(X.shape[0]), codes)
+                # on the columns as the user named them (the same numbers: the same fit), so
+                # the model has their feature_names_in_ and checks them when it transforms
+                rows = X if names is None else _frame(X, names)
+                self.best_estimator_ = _fit_run(est, rows, y, None, codes)
         if self.refit:
             # The refit's seed was drawn from the search's own stream: with it (and the public
             # description) anyone regenerates the refit's noise, so it never stays on the model.
@@ -333,6 +349,9 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         self.candidate_epsilon_ = settings.epsilon
         self.distribution_ = settings.distribution
         self.cv_results_ = _results(settings.candidates, best_index, best_score)
+        self.n_splits_ = 1  # one train/validation split (see the class Notes)
+        if self.refit:
+            self._apply_output_config()
         if self.verbose:
             print(f"[{type(self).__name__}] chose {self.best_params_} (released score "
                   f"{best_score:.4g})")
@@ -429,8 +448,36 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         check_is_fitted(self, "best_estimator_")
         return self.best_estimator_.inverse_transform(X)
 
+    @available_if(_delegate("transform"))
+    def set_output(self, *, transform=None):
+        """scikit-learn's ``set_output``: the container ``transform`` returns (``"pandas"``,
+        ``"polars"``, ``"default"``), set on ``best_estimator_`` now and after every refit."""
+        if transform is not None:
+            self._sklearn_output_config = {"transform": transform}  # kept by clone
+            self._apply_output_config()
+        return self
+
+    def _apply_output_config(self):
+        transform = getattr(self, "_sklearn_output_config", {}).get("transform")
+        if transform is not None and hasattr(self, "best_estimator_"):
+            self.best_estimator_.set_output(transform=transform)
+
+    @available_if(_delegate("get_feature_names_out"))
+    def get_feature_names_out(self, input_features=None):
+        """``best_estimator_.get_feature_names_out(input_features)``."""
+        check_is_fitted(self, "best_estimator_")
+        return self.best_estimator_.get_feature_names_out(input_features)
+
+    @property
+    def feature_names_in_(self):
+        """The column names of the DataFrame fitted on, from ``best_estimator_`` (as
+        scikit-learn's searches); ``AttributeError`` when it had none."""
+        check_is_fitted(self, "best_estimator_")
+        return self.best_estimator_.feature_names_in_
+
     def score(self, X, y=None):
         """``best_estimator_.score(X, y)``: not private (it reads ``X`` and ``y`` exactly)."""
+        _check_refit(self, "score")
         check_is_fitted(self, "best_estimator_")
         return self.best_estimator_.score(X, y) if y is not None else self.best_estimator_.score(X)
 
@@ -504,6 +551,8 @@ _SEARCH_DOC = """
         (Poisson only when it draws no run with probability ``exp(-n_runs) <= 1%``).
     refit : bool, default=True
         Fit the chosen candidate on all the data (``best_estimator_``), within the same budget.
+        With ``refit=False`` there is no model: ``transform``, ``predict``, ``score`` and
+        ``set_output`` raise ``AttributeError`` saying so (as scikit-learn's searches do).
     accountant : PrivacyAccountant or None, default=None
         Records the whole search as one spend, before the first fit; refuses it if over budget.
         ``None``: the accountant found in what is searched, if any (on the estimator, any
@@ -531,8 +580,17 @@ _SEARCH_DOC = """
         The chosen candidate refitted on all the data (``refit=True``).
     cv_results_ : dict of arrays
         Released values only: ``params`` (every candidate, public), ``param_<name>``,
-        ``mean_test_score`` (the chosen candidate's released score, NaN elsewhere: the other runs'
-        scores are not released) and ``rank_test_score`` (1 for the chosen, 2 for the others).
+        ``split0_test_score`` and ``mean_test_score`` (the chosen candidate's released score on
+        the one split, NaN elsewhere: the other runs' scores are not released),
+        ``std_test_score`` (0 for the chosen: one split has no spread; NaN elsewhere) and
+        ``rank_test_score`` (1 for the chosen, 2 for the others). No timing keys
+        (``mean_fit_time``, ``std_score_time``, ...) and no ``refit_time_``: a fit's time is an
+        unnoised function of the data (and the runs' times would count the runs, which are
+        secret), so the search releases none.
+    n_splits_ : int
+        1: the units are split once into a training and a validation part.
+    feature_names_in_ : ndarray of str
+        The DataFrame's column names, from ``best_estimator_`` (``refit=True``).
     candidate_epsilon_ : float
         The epsilon each candidate's fit (and the refit) targeted.
     distribution_ : str
@@ -637,9 +695,18 @@ def _fit_run(est, X, y, rows, codes):
     kwargs = {}
     if codes is not None:
         name = est.steps[-1][0] + "__groups" if isinstance(est, Pipeline) else "groups"
-        kwargs[name] = codes[rows]
+        kwargs[name] = codes if rows is None else codes[rows]
+    if rows is None:  # all of them (the refit), X as it is
+        return est.fit(X, **kwargs) if y is None else est.fit(X, y, **kwargs)
     args = (X[rows],) if y is None else (X[rows], y[rows])
     return est.fit(*args, **kwargs)
+
+
+def _frame(X, names):
+    """The units as a DataFrame with the user's column names (no copy of the numbers)."""
+    import pandas as pd  # a DataFrame was given, so pandas is there
+
+    return pd.DataFrame(X, columns=names, copy=False)
 
 
 def _results(candidates, best_index, best_score) -> dict:
@@ -653,7 +720,11 @@ def _results(candidates, best_index, best_score) -> dict:
         results[f"param_{name}"] = values
     scores = np.full(m, np.nan)
     scores[best_index] = best_score
-    results["mean_test_score"] = scores
+    results["split0_test_score"] = scores  # the one split's released score
+    results["mean_test_score"] = scores.copy()  # a mean over the one split
+    spread = np.full(m, np.nan)
+    spread[best_index] = 0.0  # one split: no spread (and not a noise estimate)
+    results["std_test_score"] = spread
     ranks = np.full(m, 2, dtype=np.int32)
     ranks[best_index] = 1
     results["rank_test_score"] = ranks
