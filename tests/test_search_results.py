@@ -68,3 +68,23 @@ def test_a_search_without_refit_says_it_has_no_model(method, X):
 def test_a_refitted_search_transforms(X):
     search = _search().fit(X)
     np.testing.assert_array_equal(search.transform(X), search.best_estimator_.transform(X))
+
+
+def test_the_docs_table_says_what_every_estimators_score_means():
+    import pathlib
+    import re
+
+    import dptensor
+    import dptensor.latent
+
+    text = (pathlib.Path(__file__).parent.parent / "docs" / "model_selection.rst").read_text()
+    table = text[text.index(".. list-table::"):]
+    table = table[:table.index("\n\n", table.index("* - Estimator"))]
+    rows = re.findall(r"^   \* - (.+)$", table, flags=re.M)[1:]  # the header row first
+    named = {name for row in rows for name in re.findall(r"``(\w+)``", row)}
+    estimators = {name for module in (dptensor, dptensor.latent) for name in module.__all__
+                  if hasattr(getattr(module, name), "score")
+                  and hasattr(getattr(module, name), "fit")
+                  and not name.endswith("SearchCV")}
+    assert estimators and estimators <= named, estimators - named
+    assert "higher is better" in text[text.index("What each estimator's ``score`` means"):]
