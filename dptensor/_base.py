@@ -167,8 +167,9 @@ class SearchTag:
 _GENERATORS = (np.random.Generator, np.random.RandomState, np.random.BitGenerator,
                np.random.SeedSequence)
 
-#: Parameters that change neither what a fit releases nor how: left out of a spend's fingerprint.
-_NOT_PUBLIC_DESCRIPTION = ("accountant", "random_state", "verbose")
+#: Parameters that change neither what a fit releases nor how: left out of a spend's fingerprint
+#: (``n_jobs``: a search's runs in parallel release what they release one after another).
+_NOT_PUBLIC_DESCRIPTION = ("accountant", "random_state", "verbose", "n_jobs")
 
 
 #: What the input checks record on the estimator (scikit-learn's validate_data).

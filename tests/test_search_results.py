@@ -88,3 +88,59 @@ def test_the_docs_table_says_what_every_estimators_score_means():
                   and not name.endswith("SearchCV")}
     assert estimators and estimators <= named, estimators - named
     assert "higher is better" in text[text.index("What each estimator's ``score`` means"):]
+
+
+def _released(search):
+    return (search.best_index_, search.best_score_, search.best_params_,
+            search.best_estimator_.components_.tolist(), search.privacy_cost_)
+
+
+@pytest.mark.parametrize("kind", ["grid", "randomized"])
+def test_n_jobs_releases_what_one_job_releases_at_the_same_price_and_ledger(kind, X):
+    from dptensor import PrivacyAccountant
+
+    results = {}
+    for jobs in (None, 1, 2, -1):
+        budget = PrivacyAccountant(epsilon=10.0, delta=1e-5)
+        search = _search(kind, n_jobs=jobs, accountant=budget, n_runs=6)
+        cost = search.privacy_cost(*X.shape)
+        search.fit(X)
+        history = [(e.label, e.mechanism, e.epsilon, e.delta) for e in budget.history()]
+        results[jobs] = (_released(search), cost, history, search.cv_results_["mean_test_score"])
+    first = results[None]
+    for jobs, other in results.items():
+        assert other[0] == first[0] and other[1] == first[1] and other[2] == first[2], jobs
+        np.testing.assert_array_equal(other[3], first[3])
+    assert len(first[2]) == 1  # one entry, the whole search
+
+
+def test_parallel_runs_draw_independent_noise(X, monkeypatch):
+    """Every run gets its own fit seed and its own score-noise stream, drawn before any run: two
+    threads never share (or correlate) a stream, whichever runs which."""
+    import copy
+    import threading
+
+    from dptensor.model_selection import _search as search_module
+
+    seen = []
+    original = search_module._PrivateSearch._one_run
+
+    def spy(self, parts, settings, overrides, index, seed, noise_rng):
+        # what this run's score noise is drawn from, read off a copy (the run's own is untouched)
+        draws = copy.deepcopy(noise_rng).standard_normal(4000)
+        seen.append((threading.get_ident(), seed, draws))
+        return original(self, parts, settings, overrides, index, seed, noise_rng)
+    monkeypatch.setattr(search_module._PrivateSearch, "_one_run", spy)
+    _search(n_jobs=2, n_runs=12).fit(X)
+    assert len(seen) >= 4 and len({thread for thread, _, _ in seen}) == 2  # both threads ran
+    seeds = [seed for _, seed, _ in seen]
+    assert len(set(seeds)) == len(seeds)  # each fit its own seed (its own spend stream)
+    corr = np.corrcoef(np.array([draws for _, _, draws in seen]))
+    off_diagonal = corr[~np.eye(len(seen), dtype=bool)]
+    assert np.abs(off_diagonal).max() < 0.08  # 4000 draws: |r| ~ 0.016 for independent streams
+
+
+def test_n_jobs_is_checked_before_the_spend(X):
+    for bad in (0, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="n_jobs must be None or a nonzero int"):
+            _search(n_jobs=bad).fit(X)
