@@ -343,7 +343,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                 # on the columns as the user named them (the same numbers: the same fit), so
                 # the model has their feature_names_in_ and checks them when it transforms
                 rows = X if names is None else _frame(X, names)
-                self.best_estimator_ = _fit_run(est, rows, y, None, codes)
+                self.best_estimator_ = _fit_run(est, rows, y, np.arange(X.shape[0]), codes)
         if self.refit:
             # The refit's seed was drawn from the search's own stream: with it (and the public
             # description) anyone regenerates the refit's noise, so it never stays on the model.
@@ -611,10 +611,9 @@ def _fit_run(est, X, y, rows, codes):
     kwargs = {}
     if codes is not None:
         name = est.steps[-1][0] + "__groups" if isinstance(est, Pipeline) else "groups"
-        kwargs[name] = codes if rows is None else codes[rows]
-    if rows is None:  # all of them (the refit), X as it is
-        return est.fit(X, **kwargs) if y is None else est.fit(X, y, **kwargs)
-    args = (X[rows],) if y is None else (X[rows], y[rows])
+        kwargs[name] = codes[rows]
+    Xr = X.iloc[rows] if hasattr(X, "iloc") else X[rows]  # a DataFrame (the refit) by position
+    args = (Xr,) if y is None else (Xr, y[rows])
     return est.fit(*args, **kwargs)
 
 
