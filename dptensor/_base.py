@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn import get_config
 
 from .accounting import epsilon_of
@@ -27,7 +28,7 @@ from .accounting.events import NonPrivateEvent, PrivacyEvent
 from ._guards import fixed_floating_point
 from .exceptions import PrivacyWarning
 from ._memory import check_fits
-from .mechanisms.randomness import (data_digest, digest_bytes, fingerprint, seed_entropy,
+from .mechanisms.randomness import (AsDense, data_digest, digest_bytes, fingerprint, seed_entropy,
                                     spend_generator)
 from ._validation import check_delta_for_n, check_groups, check_privacy
 
@@ -166,8 +167,9 @@ class SearchTag:
 _GENERATORS = (np.random.Generator, np.random.RandomState, np.random.BitGenerator,
                np.random.SeedSequence)
 
-#: Parameters that change neither what a fit releases nor how: left out of a spend's fingerprint.
-_NOT_PUBLIC_DESCRIPTION = ("accountant", "random_state", "verbose")
+#: Parameters that change neither what a fit releases nor how: left out of a spend's fingerprint
+#: (``n_jobs``: a search's runs in parallel release what they release one after another).
+_NOT_PUBLIC_DESCRIPTION = ("accountant", "random_state", "verbose", "n_jobs")
 
 
 #: What the input checks record on the estimator (scikit-learn's validate_data).
@@ -221,6 +223,9 @@ class PrivateEstimatorMixin:
 
     #: What a private search needs to know of the estimator (:class:`SearchTag`).
     _search_tag = SearchTag()
+    #: Whether a fit on sparse rows releases what the fit on the same rows dense does (the PCA
+    #: family): its seeded noise is then keyed by the dense rows' digest, so the two agree.
+    _sparse_as_dense = False
 
     # -- the fit template ---------------------------------------------------------------------
     def _fit_private(self, *args):
@@ -260,7 +265,15 @@ class PrivateEstimatorMixin:
         return self._spend(plan.event, entropy=self._entropy(), delta=plan.delta,
                            memory=plan.memory, noise_multiplier=plan.noise_multiplier,
                            n_queries=plan.n_queries, calibration=plan.calibration,
-                           data_shape=data.shape, data=data.arrays, unit=plan.unit)
+                           data_shape=data.shape, data=self._digested(data.arrays),
+                           unit=plan.unit)
+
+    def _digested(self, arrays) -> tuple:
+        """The arrays whose digest keys a seeded fit's noise: sparse ones as their dense rows
+        where the fit's releases are those of the dense fit (:attr:`_sparse_as_dense`)."""
+        if not self._sparse_as_dense:
+            return arrays
+        return tuple(AsDense(a) if sp.issparse(a) else a for a in arrays)
 
     def _preview_plan(self, plan: FitPlan) -> PrivacyCost:
         """The :class:`PrivacyCost` the fit of ``plan`` would record (no data, no spend)."""

@@ -13,6 +13,7 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
@@ -36,10 +37,12 @@ from .algorithms.adaptive_power import (
     VARIANCE_SHARE,
     adaptive_power_iteration,
     component_variances,
+    row_sq_norms,
     svt_epsilon_for,
     zcdp_rho,
 )
 from .algorithms.power import flip_signs, row_power_sensitivity
+from .algorithms.sparse import map_row_blocks, row_blocks
 from .mechanisms import clip_rows
 
 __all__ = ["AdaptivePrivatePCA"]
@@ -212,6 +215,15 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
     ``n``), the round uses the top ``data_norm^2``: every row is kept and the noise is that of the
     unfiltered power step, sensitivity ``data_norm^2`` (the lens at the top is the whole ball).
 
+    **Sparse rows.** ``fit``, ``transform`` and ``score`` take ``scipy.sparse`` CSR or CSC
+    rows. The rows are clipped a densified block at a time and kept sparse (the same values as
+    the dense clip); every pass (the products ``X x``, the kept rows' update, the variances)
+    densifies one block of rows at a time: memory O(nnz + block d + d k) beside the matrix, a
+    block holding about ``2**22`` entries (:data:`~dptensor.algorithms.sparse.BLOCK_ENTRIES`).
+    The releases, their sensitivities and their rounding allowances are those of the dense fit;
+    with the same seed the noise is the same (the seed is keyed by the dense rows' digest), so
+    the results equal the dense fit's up to the order of the float64 sums.
+
     Examples
     --------
     >>> import numpy as np
@@ -249,13 +261,16 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         """
         return self._fit_private(X) if groups is None else self._fit_private(X, groups)
 
+    _sparse_as_dense = True  # a fit on sparse rows releases the dense fit's values, to rounding
+
     def _check_data(self, X, groups=None) -> FitData:
         """``X`` validated (never modified), and a private fit's delta checked against its ``n``
         rows (public) before the spend; with ``groups``, against the number of groups."""
         if groups is not None:
             return self._check_grouped(X, groups)
         epsilon, delta = self._privacy_target()
-        X = validate_private_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=1)
+        X = validate_private_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=1,
+                                  accept_sparse=("csr", "csc"))
         self._check_delta_for(X.shape[0], epsilon, delta)
         return FitData(arrays=(X,), shape=X.shape)
 
@@ -321,7 +336,7 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         sets ``components_`` and ``thresholds_``."""
         X, data_norm, k = data.arrays[0], settings.data_norm, settings.k
         # Clipped only now: a refused fit computes nothing from the data.
-        X = clip_rows(X, data_norm) if data_norm is not None else X
+        X = _clip(X, data_norm) if data_norm is not None else X
         components, self.thresholds_ = adaptive_power_iteration(
             X, k, settings.n_iter, rng=rng, data_norm=data_norm,
             svt_epsilon=settings.svt_epsilon, noise_multiplier=settings.noise, beta=self.beta,
@@ -354,7 +369,8 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         self.__dict__.pop("explained_variance_ratio_", None)
         if private:
             return
-        total = float(np.einsum("ij,ij->", X, X, dtype=np.float64)) * scale
+        total = float(np.sum(row_sq_norms(X)) if sp.issparse(X) else
+                      np.einsum("ij,ij->", X, X, dtype=np.float64)) * scale
         if total > 0:
             self.explained_variance_ratio_ = (self.explained_variance_ / total).astype(
                 self.explained_variance_.dtype)
@@ -362,8 +378,18 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
     def transform(self, X):
         """Project ``X`` onto the released components: ``X @ components_.T`` (no centering)."""
         check_is_fitted(self)
-        X = validate_private_data(self, X, dtype=[np.float64, np.float32], reset=False)
-        return X @ self.components_.T.astype(X.dtype, copy=False)
+        X = self._validate_rows(X)
+        return map_row_blocks(lambda A: A @ self.components_.T.astype(A.dtype, copy=False), X)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True  # CSR and CSC rows, read a dense block at a time
+        return tags
+
+    def _validate_rows(self, X):
+        """Rows to project or score (dense, or sparse CSR/CSC read a dense block at a time)."""
+        return validate_private_data(self, X, dtype=[np.float64, np.float32], reset=False,
+                                     accept_sparse=("csr", "csc"))
 
     def inverse_transform(self, X):
         """Map projections back to feature space: ``X @ components_`` (the components' span, no
@@ -425,13 +451,14 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         """Per-row captured variance and its public range ``(0, 1)`` (``None`` without
         ``data_norm``)."""
         check_is_fitted(self)
-        X = validate_private_data(self, X, dtype=[np.float64, np.float32], reset=False)
-        if self.data_norm is None:
-            P = X @ self.components_.T
-            return np.einsum("ij,ij->i", P, P), None
-        B = float(self.data_norm)
-        P = clip_rows(X, B) @ self.components_.T
-        return np.clip(np.einsum("ij,ij->i", P, P) / B**2, 0.0, 1.0), (0.0, 1.0)
+        X = self._validate_rows(X)
+        B = None if self.data_norm is None else float(self.data_norm)
+
+        def captured(A):
+            P = clip_rows(A, B) @ self.components_.T  # clip_rows(A, None) is A
+            return np.einsum("ij,ij->i", P, P) if B is None else np.clip(
+                np.einsum("ij,ij->i", P, P) / B**2, 0.0, 1.0)
+        return map_row_blocks(captured, X), None if B is None else (0.0, 1.0)
 
     def score(self, X, y=None):
         """Captured variance: the mean over rows of ``||V clip(x)||^2 / data_norm^2``, higher is
@@ -443,6 +470,15 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         score reads ``X`` exactly (it is not private).
         """
         return self._mean_score(X, y)
+
+
+def _clip(X, data_norm):
+    """``clip_rows``; sparse rows clipped one densified block at a time and stored sparse again
+    (the same values as the dense clip: each row is scaled on its own)."""
+    if not sp.issparse(X):
+        return clip_rows(X, data_norm)
+    blocks = [sp.csr_matrix(clip_rows(A, data_norm)) for A in row_blocks(X)]
+    return sp.vstack(blocks, format="csr") if blocks else X.tocsr()
 
 
 def _check_open_unit(value, name):

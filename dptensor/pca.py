@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
@@ -29,13 +30,14 @@ from ._validation import (
     validate_stream_chunk,
 )
 from .accounting import NonPrivateEvent, epsilon_of
-from .algorithms.pca_fit import entry_matrix_fit, exact_rows_fit, float_rows_fit
-from .algorithms.pca_fit import fit_memory, grouped_rows_fit
+from .algorithms.pca_fit import (entry_matrix_fit, exact_rows_fit, fit_memory, float_rows_fit,
+                                 grouped_rows_fit)
 from .algorithms.pca_methods import CHOICES, METHODS, PCAMethod, resolve
-from .algorithms.pca_model import log_likelihood, model_covariance, model_precision
-from .algorithms.pca_model import noise_variance
 from .algorithms.pca_methods import last_multiplier as _last
+from .algorithms.pca_model import noise_variance
+from ._pca_model import ProbabilisticPCAMixin
 from .algorithms.power import auto_n_iter, center_and_clip, row_power_sensitivity
+from .algorithms.sparse import SparseRows, block_rows, map_row_blocks, row_blocks
 from .algorithms.streaming_power import StreamingPowerMethod
 from .exceptions import PrivacyWarning
 from .mechanisms import clip_rows
@@ -77,8 +79,8 @@ class _Settings:
     total_noise: float = 0.0
 
 
-class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstimatorMixin,
-                 BaseEstimator):
+class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ProbabilisticPCAMixin,
+                 PrivateEstimatorMixin, BaseEstimator):
     r"""Differentially private PCA: noisy power method, streaming power method, or Analyze Gauss.
 
     Parameters
@@ -105,8 +107,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         is refused before its spend (:class:`~dptensor.MemoryRefusedError`, naming what to change).
     input : {"data", "precomputed"}, default="data"
         ``"data"``: X is (n_samples, n_features). ``"precomputed"``: X is a symmetric d x d matrix
-        ``A`` whose top-k eigenvectors (by magnitude) are wanted; ``transform`` then takes
-        d-dimensional rows.
+        ``A`` whose top-k eigenvectors (by magnitude) are wanted; ``transform`` takes d-rows.
     neighbors : {None, "row", "entry"}, default=None
         The privacy unit. ``"row"`` (the default for data): replace one row. ``"entry"`` (the
         default, and the only choice, for precomputed input): one symmetric pair ``A_ij = A_ji`` (or
@@ -174,8 +175,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         private power method with ``calibration="paper"`` (its plan spends nothing on a total).
     mean_ : ndarray of shape (n_features,)
         The released (private) mean, or zeros when ``centered=True`` or the input is precomputed.
-    n_components_, n_features_in_, feature_names_in_ :
-        As in scikit-learn.
+    n_components_, n_features_in_, feature_names_in_ : as in scikit-learn.
     n_samples_ : int
         Rows used by ``fit`` (public under the replace-one relation).
     n_samples_seen_ : int
@@ -205,6 +205,17 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     ``privacy_cost_.unit`` and the ledger say ``"group of rows"``. Refused before any spend: bad
     labels, ``epsilon=inf``, dask, precomputed input, ``partial_fit`` (``derivations/pca.rst``).
 
+    **Sparse rows.** ``fit``, ``partial_fit``, ``transform``, ``score`` and ``score_samples``
+    take ``scipy.sparse`` CSR or CSC rows (``input="data"``; a precomputed matrix is dense).
+    Every pass over the rows densifies one block of about ``2**22`` entries at a time
+    (:mod:`dptensor.algorithms.sparse`), so a fit holds O(block d + d^2) beside the matrix
+    (Analyze Gauss; O(block d + d p) for the power method), and the centring happens on each
+    block's dense copy: no mean is ever subtracted from the sparse matrix. Each statistic is the
+    dense fit's per-row map summed over the blocks: a private fit's exact sums on the grid are
+    the same integers, so with the same seed (keyed by the dense rows' digest) it releases the
+    dense fit's values bit for bit, at the same sensitivities; a fit without privacy (float
+    sums) agrees to rounding. ``fit`` with ``groups`` needs dense rows.
+
     **Which method.** Analyze Gauss releases one noisy d x d matrix; the row-level power method
     releases ``n_iter`` noisy d x p products at the same sensitivity, so its noise is
     ``sqrt(n_iter)`` larger for the same budget and it is less accurate whenever the d x d matrix
@@ -229,6 +240,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     _search_tag = SearchTag(groups=True)  # fit(X, groups=...) bounds a group of rows
 
     _stream_attributes = ("_stream",)
+    _sparse_as_dense = True  # a fit on sparse rows releases the dense fit's values
 
     def __init__(self, n_components=2, *, epsilon=np.inf, delta=None, n_iter="auto",
                  n_oversamples=0, method="auto", input="data", neighbors=None, data_norm=None,
@@ -325,7 +337,10 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
                 raise TypeError("input='precomputed' takes a d x d NumPy matrix, not a dask "
                                 "array; pass the rows themselves (input='data') to run on Dask")
             return check_dask_array(self, X, reset=reset)
-        X = validate_private_data(self, X, dtype=[np.float64, np.float32], reset=reset)
+        # sparse rows are read a dense block at a time; a precomputed matrix is dense
+        sparse = ("csr", "csc") if self.input == "data" else False
+        X = validate_private_data(self, X, dtype=[np.float64, np.float32], reset=reset,
+                                  accept_sparse=sparse)
         if self.input == "precomputed":
             if X.shape[0] != X.shape[1]:
                 raise ValueError("input='precomputed' needs a square symmetric matrix, got shape "
@@ -350,6 +365,9 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         if self.input == "precomputed":
             raise ValueError("groups labels rows: a precomputed matrix has none (its unit: entry)")
         self._check_groups_allowed(X)
+        if sp.issparse(X):  # the group scaling holds every grid row at once
+            raise TypeError("PrivatePCA.fit with groups needs dense rows: a sparse X would be "
+                            "densified whole. Fit without groups, or pass X.toarray()")
         X = self._validate_input(X, reset=True)
         codes, n_groups = self._check_groups(groups, X.shape[0])
         return FitData(arrays=(X, codes), shape=(n_groups, X.shape[1]), extra=codes,
@@ -390,6 +408,9 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         # Dask rows stay on the workers: the fit holds only its d x p (or d x d) arrays here.
         if data.arrays and is_dask_array(data.arrays[0]):
             plan = replace(plan, memory=self._fit_memory(plan.settings, None, data.shape[1]))
+        elif data.arrays and sp.issparse(data.arrays[0]):  # one dense block of rows at a time
+            d = data.shape[1]
+            plan = replace(plan, memory=self._fit_memory(plan.settings, block_rows(d), d))
         return super()._spend_plan(plan, data)
 
     @staticmethod
@@ -422,6 +443,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     def _release(self, data, plan, rng):
         """Everything after the spend: the releases of ``plan``, then the fitted attributes."""
         X, settings = data.arrays[0], plan.settings
+        if sp.issparse(X):  # read one densified block of rows at a time
+            X = SparseRows(X)
         for attr in ("_stream", "n_samples_seen_", "_stream_detached"):  # a batch fit ends a stream
             self.__dict__.pop(attr, None)
         shared = dict(k=settings.k, p=settings.p, n_iter=settings.n_iter, bound=settings.bound,
@@ -506,7 +529,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
 
         Parameters
         ----------
-        X : array-like of shape (n_rows, n_features), or a dask array (fed chunk by chunk)
+        X : array-like or sparse matrix of shape (n_rows, n_features), or a dask array (fed chunk
+            by chunk; sparse rows one densified block at a time)
             The next rows of the stream, any number. Not modified. In a private stream a row that
             holds a NaN or an infinity is used as a zero row (see Notes); a non-private stream
             refuses it with ``ValueError``.
@@ -536,6 +560,10 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         if is_dask_array(X):
             for chunk in RowChunks(X):
                 self.partial_fit(chunk)
+            return self
+        if sp.issparse(X) and X.shape[0]:  # sparse rows: one densified block at a time
+            for block in row_blocks(X):
+                self.partial_fit(block)
             return self
         self._check_stream_attached()
         first = getattr(self, "_stream", None) is None
@@ -594,8 +622,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         if is_dask_array(X):  # a lazy dask projection, computed where the rows are
             X = check_dask_array(self, X, reset=False, check_finite=False)
         else:
-            X = validate_private_data(self, X, dtype=[np.float64, np.float32], reset=False)
-        Z = (X - self.mean_) @ self.components_.T
+            X = self._validate_rows(X)
+        Z = map_row_blocks(lambda R: (R - self.mean_) @ self.components_.T, X)
         if self.whiten:
             Z = Z / self._whitening_scale()
         return Z
@@ -622,6 +650,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        tags.input_tags.sparse = True
         return tags
 
     # ------------------------------------------------------------------ pricing and scoring
@@ -643,15 +672,19 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         if self.input == "precomputed":
             raise ValueError("score needs rows (input='data'); a precomputed matrix has no "
                              "per-row score")
-        X = validate_private_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        X = self._validate_rows(X)
         V = self.components_
         if self.data_norm is None:
-            R = X - self.mean_
-            return np.einsum("ij,ij->i", R @ V.T, R @ V.T), None
+            def captured(R):
+                P = (R - self.mean_) @ V.T
+                return np.einsum("ij,ij->i", P, P)
+            return map_row_blocks(captured, X), None
         B = float(self.data_norm)
-        R = center_and_clip(clip_rows(X, B), self.mean_, B)  # the rows as the fit used them
-        P = R @ V.T
-        return np.clip(np.einsum("ij,ij->i", P, P) / B**2, 0.0, 1.0), (0.0, 1.0)
+
+        def captured_share(R):
+            P = center_and_clip(clip_rows(R, B), self.mean_, B) @ V.T  # rows as the fit used them
+            return np.clip(np.einsum("ij,ij->i", P, P) / B**2, 0.0, 1.0)
+        return map_row_blocks(captured_share, X), (0.0, 1.0)
 
     def score(self, X, y=None):
         """Captured variance: the mean over rows of ``||V r||^2 / data_norm^2``, higher is better.
@@ -664,36 +697,3 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         score itself is not private: it reads ``X`` exactly.
         """
         return self._mean_score(X, y)
-
-    # ------------------------------------------------------------------ the probabilistic model
-    def _model(self):
-        """The released parameters scikit-learn's model reads; refused where no total was
-        released (no ``noise_variance_``) or the input was a precomputed matrix."""
-        check_is_fitted(self, "components_")
-        if not hasattr(self, "noise_variance_"):
-            raise AttributeError(
-                "this fit released no total variance (or had no rows), so noise_variance_ and "
-                "the probabilistic model are not available: fit rows with "
-                "calibration='exact' (see the noise_variance_ attribute)")
-        return self.components_, self.explained_variance_, self.noise_variance_
-
-    def get_covariance(self):
-        """The model's covariance, scikit-learn's ``components_.T * (lambda - sigma^2)_+ *
-        components_ + sigma^2 I`` (with its scaling of the components when ``whiten``) on the
-        released ``components_``, ``explained_variance_`` and ``noise_variance_``:
-        post-processing, no cost. ``AttributeError`` where ``noise_variance_`` is not set."""
-        return model_covariance(*self._model(), whiten=self.whiten)
-
-    def get_precision(self):
-        """The inverse of :meth:`get_covariance`, by the matrix inversion lemma (post-processing).
-        ``ValueError`` when the covariance is singular (``noise_variance_ == 0``, k < d)."""
-        return model_precision(*self._model(), whiten=self.whiten)
-
-    def score_samples(self, X):
-        """Each row's log-likelihood under the model (scikit-learn's ``score_samples``):
-        ``X - mean_`` scored with :meth:`get_precision`, all released parameters. Like
-        :meth:`score`, it reads ``X`` exactly and is not a release. Not the per-row form of
-        :meth:`score` (captured variance)."""
-        precision = self.get_precision()
-        X = validate_private_data(self, X, dtype=[np.float64, np.float32], reset=False)
-        return log_likelihood(X - self.mean_, precision)

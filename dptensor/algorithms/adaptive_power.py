@@ -14,9 +14,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import scipy.sparse as sp
 
 from ..mechanisms import Rounding, above_threshold, gaussian_release
 from .power import row_power_sensitivity
+from .sparse import block_rows, map_row_blocks, row_blocks
 
 __all__ = ["adaptive_power_iteration", "threshold_grid", "contributions", "grid_counts",
            "choose_threshold", "filtered_update", "filtered_sensitivity", "svt_epsilon_for",
@@ -92,11 +94,12 @@ def filtered_update(X: np.ndarray, projections: np.ndarray, c: np.ndarray,
     float64 copy of ``X``), so its rounding is :func:`update_rounding`'s.
     """
     weights = np.where(c <= theta, projections.astype(np.float64, copy=False), 0.0)
-    if X.dtype == np.float64:
+    if X.dtype == np.float64 and not sp.issparse(X):
         return X.T @ weights
     out = np.zeros(X.shape[1])
-    for i in range(0, X.shape[0], BLOCK_ROWS):
-        out += np.asarray(X[i:i + BLOCK_ROWS], dtype=np.float64).T @ weights[i:i + BLOCK_ROWS]
+    rows = _block(X)
+    for i, block in enumerate(row_blocks(X, rows)):  # sparse rows: densified blocks
+        out += np.asarray(block, dtype=np.float64).T @ weights[i * rows:(i + 1) * rows]
     return out
 
 
@@ -104,15 +107,26 @@ def filtered_update(X: np.ndarray, projections: np.ndarray, c: np.ndarray,
 BLOCK_ROWS = 8192
 
 
+def _block(X) -> int:
+    """Rows per float64 block: :data:`BLOCK_ROWS`, fewer for wide sparse rows (whose densified
+    block :func:`~dptensor.algorithms.sparse.block_rows` bounds)."""
+    return min(BLOCK_ROWS, block_rows(X.shape[1])) if sp.issparse(X) else BLOCK_ROWS
+
+
 def row_products(X: np.ndarray, x: np.ndarray) -> np.ndarray:
     """``X x`` in float64 whatever ``X``'s dtype (float32 rows widened a block at a time): each
     row's dot product then misses its exact value by ``gamma_d`` of float64, the per-row
     rounding :func:`update_rounding` allows for (float32's would be ``2**29`` times more)."""
     x = np.asarray(x, dtype=np.float64)
-    if X.dtype == np.float64:
+    if X.dtype == np.float64 and not sp.issparse(X):
         return X @ x
-    return np.concatenate([np.asarray(X[i:i + BLOCK_ROWS], dtype=np.float64) @ x
-                           for i in range(0, X.shape[0], BLOCK_ROWS)] or [np.zeros(0)])
+    return np.concatenate([np.asarray(block, dtype=np.float64) @ x
+                           for block in row_blocks(X, _block(X))] or [np.zeros(0)])
+
+
+def row_sq_norms(X) -> np.ndarray:
+    """``||a_i||^2`` of every row in float64 (sparse rows: from densified blocks)."""
+    return map_row_blocks(lambda A: np.einsum("ij,ij->i", A, A, dtype=np.float64), X)
 
 
 def update_rounding(n_samples: int, n_features: int, theta: float, data_norm: float,
@@ -197,7 +211,7 @@ def adaptive_power_iteration(X, n_components: int, n_iter: int, *, rng: np.rando
     n, d = X.shape
     private = svt_epsilon is not None
     grid = threshold_grid(n, data_norm) if private else None
-    sq_norms = np.einsum("ij,ij->i", X, X, dtype=np.float64)
+    sq_norms = row_sq_norms(X)
     V = np.zeros((0, d), dtype=np.float64)
     thresholds = np.full((n_components, n_iter), np.inf)
 
@@ -221,7 +235,9 @@ def adaptive_power_iteration(X, n_components: int, n_iter: int, *, rng: np.rando
                     print(f"[AdaptivePrivatePCA] component {k + 1} round {t + 1}: "
                           f"theta = {theta:.4g}")
             else:
-                y = (X.T @ proj).astype(np.float64)
+                # X^T (X x); sparse rows through filtered_update's blocks, every row kept
+                y = filtered_update(X, proj, proj, np.inf) if sp.issparse(X) \
+                    else (X.T @ proj).astype(np.float64)
             y = project(y)
             x = _unit(y) if np.linalg.norm(y) > 0 else x
         V = np.vstack([V, x[None, :]])
@@ -254,7 +270,11 @@ def component_variances(X: np.ndarray, components: np.ndarray, data_norm, noise_
     terms whose l2 norm is at most ``sum_j (a . v_j)^2 <= B^2``: ``total = n B^2``, ``terms = n``.
     """
     V = components.astype(X.dtype, copy=False)
-    totals = np.sum((X @ V.T).astype(np.float64) ** 2, axis=0)
+    totals = np.zeros(V.shape[0]) if sp.issparse(X) else None
+    for block in row_blocks(X) if totals is not None else ():  # sparse rows, densified blocks
+        totals += np.sum((block @ V.T).astype(np.float64) ** 2, axis=0)
+    if totals is None:
+        totals = np.sum((X @ V.T).astype(np.float64) ** 2, axis=0)
     if noise_multiplier > 0:
         n = X.shape[0]
         totals = gaussian_release(totals, row_power_sensitivity(data_norm, V.shape[0]),

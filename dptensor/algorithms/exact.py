@@ -28,12 +28,13 @@ from typing import NamedTuple
 import numpy as np
 
 from .dask import is_dask_array
+from .sparse import SparseRows
 from ..mechanisms import gaussian_release, grid_step
 
 __all__ = ["BITS", "CHUNK", "Exact", "grid_rows", "grid_vectors", "row_sum", "gram", "gram_product",
            "moment_product", "moment_sensitivities", "ExactThirdMoment",
            "sum_of_squares", "power_sensitivity", "exact_gaussian_release", "rows_stat", "map_rows",
-           "ExactGram"]
+           "is_lazy", "ExactGram"]
 
 #: Bits of a grid coordinate: a row's coordinates are integer multiples of ``2**-BITS`` of ``B``.
 BITS = 20
@@ -328,16 +329,28 @@ def exact_gaussian_release(stat: Exact, sensitivity, noise_multiplier, rng, dtyp
 
 
 def map_rows(X, fn, *args):
-    """``fn(X, *args)``, or lazily chunk by chunk for a dask X (each chunk holds whole rows)."""
+    """``fn(X, *args)``, or lazily chunk by chunk for a dask X (each chunk holds whole rows) or
+    block by block for sparse rows (:class:`~dptensor.algorithms.sparse.SparseRows`)."""
+    if isinstance(X, SparseRows):
+        return X.map(fn, *args)
     return X.map_blocks(fn, *args, dtype=X.dtype) if is_dask_array(X) else fn(X, *args)
+
+
+def is_lazy(X) -> bool:
+    """Whether ``X``'s rows are read chunk by chunk (a dask array, sparse rows), not held."""
+    return is_dask_array(X) or isinstance(X, SparseRows)
 
 
 def rows_stat(M, statistic, *args) -> Exact:
     """``statistic(M, *args)`` for grid rows ``M``: NumPy, or a dask array summed over its chunks.
 
     A dask ``M``'s chunks each give the exact integers of their rows and the tree of additions
-    adds Python integers, so the result is the one-shot statistic, bit for bit.
+    adds Python integers, so the result is the one-shot statistic, bit for bit; so do the dense
+    blocks of sparse rows (:class:`~dptensor.algorithms.sparse.SparseRows`), added in order.
     """
+    if isinstance(M, SparseRows):
+        unit = statistic(np.zeros((0, M.shape[1])), *args).unit  # public: no row is read
+        return Exact(M.block_sum(lambda B: statistic(B, *args).ints), unit)
     if not is_dask_array(M):
         return statistic(M, *args)
     from .dask import reduce_row_chunks

@@ -28,6 +28,7 @@ from .exact import (
     exact_memory,
     gram,
     grid_rows,
+    is_lazy,
     map_rows,
     row_sum,
     rows_stat,
@@ -35,6 +36,7 @@ from .exact import (
 )
 from .groups import ExactGroupGram, group_average_rows, group_scale_rows
 from .operators import DenseMatrix, GramMatrix
+from .sparse import SparseGram, SparseRows
 from .._memory import FLOAT
 from ..mechanisms import clip_rows
 from .pca_methods import Source
@@ -69,7 +71,7 @@ def exact_rows_fit(X, rng, *, k, p, n_iter, bound, method, center, noise, mean_n
         stat = rows_stat(M, row_sum, B / n)
         # released in float64, so that the centring is the same for float32 rows
         mean = exact_gaussian_release(stat, 2.0 * B / n, mean_noise, rng)
-        M = map_rows(X, grid_centred, B, mean) if is_dask_array(X) \
+        M = map_rows(X, grid_centred, B, mean) if is_lazy(X) \
             else grid_rows(M, B, mean, scale=B / 2.0 ** BITS, out=M)
     total = None
     if total_noise:
@@ -128,6 +130,12 @@ def float_rows_fit(X, rng, *, k, p, n_iter, bound, method, center, private, nois
     spectrum = functools.partial(_rows_spectrum, k=k, p=p, n_iter=n_iter, bound=bound,
                                  method=method, private=private, noise=noise, tol=tol,
                                  verbose=verbose)
+    if isinstance(X, SparseRows):  # the same steps, each data pass over densified row blocks
+        Xc = X.map(clip_rows, bound)
+        mean = private_mean(Xc, bound, mean_noise, rng) if center else None
+        Xc = X.map(_clip_center_clip, bound, mean)
+        total = _total(Xc, bound, private, total_noise, rng)
+        return spectrum(Xc, rng), mean, total
     if is_dask_array(X):  # Dask rows: the same steps, each data pass a reduction over chunks
         Xc = clip_chunks(X, bound)
         mean = private_mean(Xc, bound, mean_noise, rng) if center else None
@@ -142,6 +150,13 @@ def float_rows_fit(X, rng, *, k, p, n_iter, bound, method, center, private, nois
     Xc = center_and_clip(Xc, mean, bound, copy=Xc is X)
     total = _total(Xc, bound, private, total_noise, rng)
     return spectrum(Xc, rng), mean, total
+
+
+def _clip_center_clip(block, bound, mean):
+    """The in-memory path's steps on one block of rows, in the same operations (so the same
+    rounding): clip into a new array, then centre and clip that one in place."""
+    Xc = clip_rows(block, bound)
+    return center_and_clip(Xc, mean, bound, copy=Xc is block)
 
 
 def _total(Xc, bound, private, total_noise, rng):
@@ -160,14 +175,15 @@ def _with_sensitivity(operator):
 def _rows_spectrum(Xc, rng, *, k, p, n_iter, bound, method, private, noise, tol, verbose,
                    raw=None):
     dask = is_dask_array(Xc)  # Dask rows: X^T X or X^T (X Q) summed over chunks on the workers
+    sparse = isinstance(Xc, SparseRows)  # sparse rows: summed over densified blocks
 
     def gram_(z):
-        return (dask_gram(Xc) if dask else Xc.T @ Xc,
-                covariance_sensitivity(bound) if private else 1.0)
+        C = dask_gram(Xc) if dask else Xc.block_sum(lambda B: B.T @ B) if sparse else Xc.T @ Xc
+        return C, covariance_sensitivity(bound) if private else 1.0
 
     def operator_():
-        return (DaskGramMatrix(*raw) if dask else GramMatrix(Xc),
-                row_power_sensitivity(bound, p) if private else 1.0)
+        op = DaskGramMatrix(*raw) if dask else SparseGram(Xc) if sparse else GramMatrix(Xc)
+        return op, row_power_sensitivity(bound, p) if private else 1.0
 
     return method.spectrum(Source(gram_, operator_, power=dict(tol=tol)), rng, k=k, p=p,
                            n_iter=n_iter, noise=noise, verbose=verbose, dtype=Xc.dtype)

@@ -28,6 +28,7 @@ import scipy.linalg
 
 from .dask import is_dask_array
 from .eigen import top_k_eigh, use_top_k
+from .sparse import SparseRows
 from .exact import BITS, Exact, exact_gaussian_release, grid_rows
 from ..mechanisms import (
     Rounding,
@@ -377,6 +378,8 @@ def _float64_sum(X, fn):
     """``fn`` (a sum over rows) of ``X`` in float64: on float32 rows a sum of ``fn`` of row blocks
     widened one at a time (never a float64 copy of ``X``). A Dask ``X``: per chunk, one
     reduction."""
+    if isinstance(X, SparseRows):  # densified row blocks, each widened to float64
+        return X.block_sum(lambda B: fn(np.asarray(B, dtype=np.float64)))
     if is_dask_array(X):
         return np.asarray(fn(X.astype(np.float64)).compute()) if X.dtype != np.float64 \
             else np.asarray(fn(X).compute())

@@ -38,7 +38,8 @@ import secrets
 
 import numpy as np
 
-__all__ = ["seed_entropy", "spend_generator", "fingerprint", "data_digest", "RowDigest", "rekeyed"]
+__all__ = ["seed_entropy", "spend_generator", "fingerprint", "data_digest", "RowDigest", "rekeyed",
+           "AsDense"]
 
 #: Bits of entropy drawn from the operating system (or from a given generator) per fit.
 ENTROPY_BITS = 128
@@ -88,9 +89,32 @@ def _leaf(block) -> bytes:
     return hashlib.sha256(memoryview(block.reshape(-1)).cast("B")).digest()
 
 
+class AsDense:
+    """A sparse matrix to digest as the dense array it stands for, one densified leaf at a time.
+
+    For an estimator whose fit on sparse rows releases what its fit on the dense rows does (the
+    PCA family): the same seed then keys the same noise on either, so the two fits agree. Costs
+    one leaf's dense copy (:data:`LEAF_BYTES`) and a pass over ``n d`` entries, as the fit does.
+    """
+
+    def __init__(self, X):
+        self.X = X.tocsr()
+        self.shape, self.dtype = self.X.shape, self.X.dtype
+
+    def leaves(self):
+        step = _leaf_rows(self.shape, self.dtype)
+        for start in range(0, self.shape[0], step):
+            yield self.X[start:start + step].toarray()  # C order, as a dense leaf
+
+
 def _update(digest, array) -> None:
     """Hash an array's dtype, shape and rows: a tree of leaves of ``_leaf_rows`` rows, so a Dask
     array (its leaves hashed where its chunks live) digests as the same NumPy array does."""
+    if isinstance(array, AsDense):  # the bytes the dense array would give, leaf by leaf
+        digest.update(str((array.dtype.str, array.shape)).encode())
+        for leaf in array.leaves():
+            digest.update(_leaf(leaf))
+        return
     if hasattr(array, "tocsr") and hasattr(array, "nnz"):  # a SciPy sparse matrix or array
         csr = array.tocsr()
         digest.update(f"sparse{csr.shape}".encode())
@@ -129,6 +153,10 @@ def digest_bytes(*arrays) -> int:
     for array in arrays:
         if array is None or (hasattr(array, "dask") and hasattr(array, "to_delayed")):
             continue  # a Dask array's leaves are hashed on the workers
+        if isinstance(array, AsDense):  # one densified leaf and its CSR slice
+            row = int(array.shape[1]) * array.dtype.itemsize
+            total += 2 * _leaf_rows(array.shape, array.dtype) * row
+            continue
         if hasattr(array, "tocsr") and hasattr(array, "nnz"):
             total += 2 * (array.nnz * (array.dtype.itemsize + 8) + 8 * (array.shape[0] + 1))
             continue

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from copy import deepcopy
 from dataclasses import dataclass
 
@@ -13,12 +14,15 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import FunctionTransformer
 from sklearn.utils import get_tags
 from sklearn.utils.metaestimators import available_if
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import _get_feature_names, check_is_fitted
 
 from .._base import FitData, FitPlan, PrivateEstimatorMixin
 from .._guards import silenced
 from .._memory import FLOAT, prechecked
 from ..algorithms.exact import exact_gaussian_release, range_mean
+from ..mechanisms.randomness import rekeyed
+from ._parallel import in_parallel
+from ._search_doc import SEARCH_DOC as _SEARCH_DOC
 from .._validation import check_groups
 from ._accountants import accountant_keys, find_accountants, without_accountants
 from ._selection import calibrate_search, check_distribution, draw_n_runs
@@ -43,9 +47,20 @@ _SCORE_SCALE = ("data_norm", "value_range")
 
 def _delegate(method):
     def check(self):
+        _check_refit(self, method)
         est = self.best_estimator_ if hasattr(self, "best_estimator_") else self.estimator
         return hasattr(est, method)
     return check
+
+
+def _check_refit(search, method):
+    """scikit-learn's answer for a search that did not refit: the method does not exist, and
+    the message says why and what to do."""
+    if not search.refit:
+        raise AttributeError(
+            f"This {type(search).__name__} has refit=False: {method} is available only after "
+            "refitting on the best parameters. Set refit=True, or fit an estimator on "
+            "best_params_ yourself (a new private fit, with its own budget)")
 
 
 @dataclass(frozen=True)
@@ -197,6 +212,9 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         epsilon, delta = self._target()
         if self.refit not in (True, False):
             raise ValueError(f"refit must be True or False, got {self.refit!r}")
+        if self.n_jobs is not None and (isinstance(self.n_jobs, bool) or not isinstance(
+                self.n_jobs, numbers.Integral) or self.n_jobs == 0):
+            raise ValueError(f"n_jobs must be None or a nonzero int, got {self.n_jobs!r}")
         mean = self._n_runs(len(candidates))
         shapes = check_distribution(self.distribution, mean)
         n_train, n_val = self._sizes(n_samples)
@@ -233,11 +251,12 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                               n_train=n_train, n_val=n_val, epsilon=e, delta=delta,
                               distribution=name, mean=mean, event=event, width=width)
 
-    def _plan(self, shape, overrides=None, nbytes=None, n_rows=None, grouped=False) -> FitPlan:
+    def _plan(self, shape, overrides=None, nbytes=None, n_rows=None, names=None,
+              grouped=False) -> FitPlan:
         """The search's :class:`~dptensor._base.FitPlan`: its one event (the candidates, the
         score, the law of the number of runs, the refit), priced from public values: the units'
         shape (groups, when searched by group), the public overrides (a completion's index
-        space), the units' bytes and rows."""
+        space), the units' bytes and rows (``names``, the columns, price nothing)."""
         n_samples, n_features = int(shape[0]), int(shape[1]) if len(shape) > 1 else 1
         settings = self._settings(n_samples, n_features)
         overrides = {} if overrides is None else overrides
@@ -279,13 +298,14 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         return self._fit_private(X, y, groups)
 
     def _check_data(self, X, y=None, groups=None) -> FitData:
+        names = _get_feature_names(X)  # a DataFrame's columns: public, the refit gets them back
         X, y = as_units(X, y, alone=not isinstance(self.estimator, Pipeline))
         if y is not None and len(y) != len(X):
             raise ValueError(f"y has {len(y)} values but X has {len(X)} units")
         prefix, learner = self._learner()
         check_units(learner, X, y)
         overrides = public_overrides(prefix, learner, X)
-        public = dict(overrides=overrides, nbytes=X.nbytes, n_rows=X.shape[0])
+        public = dict(overrides=overrides, nbytes=X.nbytes, n_rows=X.shape[0], names=names)
         if groups is None:
             return FitData(arrays=(X, y), shape=X.shape, public=public)
         if not search_tag(learner).groups:
@@ -310,6 +330,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
 
     def _release(self, data, plan, rng):
         (X, y), settings, overrides = data.arrays, plan.settings, data.public["overrides"]
+        names = data.public["names"]
         codes = data.extra
         # Runs and refit run user code (a step's verbose, an estimator or a library that prints,
         # warns or logs). A run's output would count the runs, whose number is secret, and tell
@@ -323,7 +344,10 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
             if self.refit:
                 est = self._candidate(settings.prefix, best_params, settings.epsilon,
                                       settings.delta, _seed(rng), overrides)
-                self.best_estimator_ = _fit_run(est, X, y, np.arange(X.shape[0]), codes)
+                # on the columns as the user named them (the same numbers: the same fit), so
+                # the model has their feature_names_in_ and checks them when it transforms
+                rows = X if names is None else _frame(X, names)
+                self.best_estimator_ = _fit_run(est, rows, y, np.arange(X.shape[0]), codes)
         if self.refit:
             # The refit's seed was drawn from the search's own stream: with it (and the public
             # description) anyone regenerates the refit's noise, so it never stays on the model.
@@ -336,6 +360,9 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         self.candidate_epsilon_ = settings.epsilon
         self.distribution_ = settings.distribution
         self.cv_results_ = _results(settings.candidates, best_index, best_score)
+        self.n_splits_ = 1  # one train/validation split (see the class Notes)
+        if self.refit:
+            self._apply_output_config()
         if self.verbose:
             print(f"[{type(self).__name__}] chose {self.best_params_} (released score "
                   f"{best_score:.4g})")
@@ -369,44 +396,68 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                 need, why = estimate(n, settings.width)
                 if need > worst:
                     worst, advice = need, f"The largest is candidate {params}: {why}"
-        # its own copies of the parts, and the pipeline's transformed parts
+        # its own copies of the parts, and the pipeline's transformed parts; n_jobs runs at once
+        # each hold a fit and a copy of the parts (a bound whatever the number of runs drawn)
+        jobs = self._n_workers()
         transformed = 2 * n_units * settings.width * FLOAT if settings.width != n_features else 0
-        return worst + 2 * nbytes + transformed, advice
+        return jobs * (worst + transformed) + (1 + jobs) * nbytes, advice
 
     def _run(self, X, y, settings, overrides, rng, codes=None):
         """The selection: ``(best index, released score)``. Everything it draws comes from ``rng``,
-        the spend's generator: the split, the number of runs, each run's candidate and seed, and
-        the scores' noise. Only the best run leaves this method."""
+        the spend's generator, in one fixed order before any run: the split, the number of runs,
+        then each run's candidate, its fit's seed and its score's noise generator (128 bits of
+        ``rng`` keyed by the run's position). So the runs' noise is the same whether they run one
+        after another or ``n_jobs`` at a time, no two runs share a stream, and the best run (the
+        first of the highest released scores) is the same. Only the best run leaves."""
         train, val, val_codes = split_units(rng, settings.n_train + settings.n_val,
                                             settings.n_train, codes)
-        event, prefix = settings.event, settings.prefix
+        event = settings.event
         n_runs = draw_n_runs(event.shape, event.mean, rng)
+        runs = [(int(rng.integers(len(settings.candidates))), _seed(rng), rekeyed(rng, (i,)))
+                for i in range(n_runs)]
+        parts = (X, y, train, val, val_codes, codes)
+
+        def one(run):
+            return self._one_run(parts, settings, overrides, *run)
+        scores = in_parallel(one, runs, self._n_workers(n_runs))
         best_index, best_score = None, -math.inf
-        for _ in range(n_runs):
-            index = int(rng.integers(len(settings.candidates)))
-            est = self._candidate(prefix, settings.candidates[index], settings.epsilon,
-                                  settings.delta, _seed(rng), overrides)
-            est = _fit_run(est, X, y, train, codes)
-            learner, Xv = est, X[val]
-            if isinstance(est, Pipeline):
-                learner, Xv = est[-1], est[:-1].transform(Xv)
-            values, bounds = learner._score_units(Xv, None if y is None else y[val])
-            if bounds is None:
-                raise ValueError(f"{type(learner).__name__}'s score has no per-unit bound (set "
-                                 "data_norm or value_range): it cannot be released privately")
-            lo, hi = bounds
-            # a unit's score clipped into [lo, hi], NaN counted as lo, on a grid of the range: a
-            # per-unit map, summed exactly, so the sensitivity holds at any size, and a NaN cannot
-            # make the release refuse a non-finite value
-            mean = range_mean(unit_scores(values, lo, hi, val_codes, settings.n_val), lo, hi)
-            sensitivity = (hi - lo) / settings.n_val * (1.0 + 2.0 ** -52)
-            score = float(exact_gaussian_release(mean, sensitivity, event.score.noise_multiplier,
-                                                 rng))
+        for (index, _, _), score in zip(runs, scores):
             if score > best_score:
                 best_index, best_score = index, score
         if best_index is None:  # no run (a Poisson law drew 0): a data-independent choice
             return int(rng.integers(len(settings.candidates))), math.nan
         return best_index, best_score
+
+    def _n_workers(self, n_runs=None) -> int:
+        """Threads for the runs: ``n_jobs`` (``None``: 1; -1: every CPU, -2: all but one, as
+        joblib counts), at most one a run."""
+        if self.n_jobs is None:
+            return 1
+        jobs = self.n_jobs if self.n_jobs > 0 else (os.cpu_count() or 1) + 1 + self.n_jobs
+        return max(1, int(jobs) if n_runs is None else min(int(jobs), n_runs))
+
+    def _one_run(self, parts, settings, overrides, index, seed, noise_rng) -> float:
+        """One run: candidate ``index`` fitted privately (``seed``) on the training part, its
+        score on the validation part released with ``noise_rng``'s noise."""
+        X, y, train, val, val_codes, codes = parts
+        est = self._candidate(settings.prefix, settings.candidates[index], settings.epsilon,
+                              settings.delta, seed, overrides)
+        est = _fit_run(est, X, y, train, codes)
+        learner, Xv = est, X[val]
+        if isinstance(est, Pipeline):
+            learner, Xv = est[-1], est[:-1].transform(Xv)
+        values, bounds = learner._score_units(Xv, None if y is None else y[val])
+        if bounds is None:
+            raise ValueError(f"{type(learner).__name__}'s score has no per-unit bound (set "
+                             "data_norm or value_range): it cannot be released privately")
+        lo, hi = bounds
+        # a unit's score clipped into [lo, hi], NaN counted as lo, on a grid of the range: a
+        # per-unit map, summed exactly, so the sensitivity holds at any size, and a NaN cannot
+        # make the release refuse a non-finite value
+        mean = range_mean(unit_scores(values, lo, hi, val_codes, settings.n_val), lo, hi)
+        sensitivity = (hi - lo) / settings.n_val * (1.0 + 2.0 ** -52)
+        return float(exact_gaussian_release(mean, sensitivity,
+                                            settings.event.score.noise_multiplier, noise_rng))
 
     # ------------------------------------------------------------------ delegation
     @available_if(_delegate("predict"))
@@ -432,8 +483,36 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         check_is_fitted(self, "best_estimator_")
         return self.best_estimator_.inverse_transform(X)
 
+    @available_if(_delegate("transform"))
+    def set_output(self, *, transform=None):
+        """scikit-learn's ``set_output``: the container ``transform`` returns (``"pandas"``,
+        ``"polars"``, ``"default"``), set on ``best_estimator_`` now and after every refit."""
+        if transform is not None:
+            self._sklearn_output_config = {"transform": transform}  # kept by clone
+            self._apply_output_config()
+        return self
+
+    def _apply_output_config(self):
+        transform = getattr(self, "_sklearn_output_config", {}).get("transform")
+        if transform is not None and hasattr(self, "best_estimator_"):
+            self.best_estimator_.set_output(transform=transform)
+
+    @available_if(_delegate("get_feature_names_out"))
+    def get_feature_names_out(self, input_features=None):
+        """``best_estimator_.get_feature_names_out(input_features)``."""
+        check_is_fitted(self, "best_estimator_")
+        return self.best_estimator_.get_feature_names_out(input_features)
+
+    @property
+    def feature_names_in_(self):
+        """The column names of the DataFrame fitted on, from ``best_estimator_`` (as
+        scikit-learn's searches); ``AttributeError`` when it had none."""
+        check_is_fitted(self, "best_estimator_")
+        return self.best_estimator_.feature_names_in_
+
     def score(self, X, y=None):
         """``best_estimator_.score(X, y)``: not private (it reads ``X`` and ``y`` exactly)."""
+        _check_refit(self, "score")
         check_is_fitted(self, "best_estimator_")
         return self.best_estimator_.score(X, y) if y is not None else self.best_estimator_.score(X)
 
@@ -457,112 +536,6 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         return tags
 
 
-_SEARCH_DOC = """
-    The search releases ``best_params_``, ``best_score_`` (the chosen run's noisy score) and the
-    refitted ``best_estimator_``, all covered by one ``(epsilon, delta)`` recorded with the
-    accountant as one :class:`~dptensor.accounting.PrivateSelectionEvent` before the first fit.
-
-    How it runs (Papernot & Steinke 2022). The units (rows of ``X``; for
-    :class:`~dptensor.PrivateTensorCompletion`, observed entries) are split once, at random from the
-    search's seed, into a training part and a validation part of share ``validation_fraction``.
-    The search draws a random number of runs ``K`` (mean ``n_runs``; the law is chosen by
-    ``distribution``); each run trains a uniformly random candidate privately on the training part
-    and releases its score on the validation part (the estimator's ``score``, bounded per unit,
-    plus Gaussian noise at its sensitivity). Only the best run is output: neither ``K`` nor the
-    other runs are released. With ``refit=True`` the chosen candidate is then fitted privately on
-    all the data.
-
-    Budget. The grid gives every hyperparameter except ``epsilon``, ``delta``, ``accountant`` and
-    ``random_state``, which the search sets (nor may it vary ``data_norm`` or ``value_range``, which
-    set the scale of the scores being compared): every candidate trains at one common
-    ``candidate_epsilon_`` (at the search's delta), its score is released with the same Gaussian-DP
-    parameter, and the refit trains at that epsilon too. ``candidate_epsilon_`` is the largest value
-    for which the whole search (runs, selection and refit, priced in Rényi DP and converted to
-    ``delta``) costs at most ``epsilon``; ``privacy_cost(n_samples, n_features)`` shows it before
-    any data is read. A changed unit lies in one part only, so a run costs the larger of its fit's
-    and its score's costs, not their sum; derived in ``docs/derivations/private_selection.rst``.
-
-    Parameters
-    ----------
-    estimator : dptensor estimator or Pipeline
-        A dptensor estimator, or a pipeline whose last step is one and whose other steps are
-        stateless and act on each row alone (such as ``Normalizer``); a ``FunctionTransformer``
-        is refused, since its function may mix rows.
-    {grid}
-    epsilon : float
-        The whole search's budget (finite).
-    delta : float or None, default=None
-        ``None`` takes the accountant's delta (1e-5 without an accountant).
-    n_runs : float or None, default=None
-        Expected number of runs ``E[K]`` (>= 1); ``None``: the number of candidates. More runs try
-        more candidates and cost more, logarithmically.
-    validation_fraction : float, default=0.2
-        Share of the units held out to score candidates. Refused (before any spend) when the
-        score's noise std would exceed ``MAX_SCORE_NOISE`` of one unit's score range.
-    distribution : str or float, default="auto"
-        ``"auto"``, ``"logarithmic"``, ``"negative_binomial_0.5"``, ``"geometric"``, ``"poisson"``,
-        or a shape >= 0. The law of the number of runs: a truncated negative binomial of the given
-        shape (0 is the
-        logarithmic law, 1 the geometric) or Poisson. ``"auto"`` prices each and takes the cheapest
-        (Poisson only when it draws no run with probability ``exp(-n_runs) <= 1%``).
-    refit : bool, default=True
-        Fit the chosen candidate on all the data (``best_estimator_``), within the same budget.
-    accountant : PrivacyAccountant or None, default=None
-        Records the whole search as one spend, before the first fit; refuses it if over budget.
-        ``None``: the accountant found in what is searched, if any (on the estimator, any
-        pipeline step at any depth, an estimator held as a parameter, a grid value), is charged
-        the same way. Two different accountants (this one and one found, or two found), or one
-        held where the search cannot take it off its runs, are refused before any spend. The
-        runs record nothing themselves (one ledger entry per run would count them), and the
-        refitted ``best_estimator_`` gets back the accountants it held, for its later fits.
-    random_state : None, int or Generator, default=None
-        ``None`` (fresh entropy) for real releases.
-    verbose : int, default=0
-        Prints two lines: the price before the spend (from public shapes and parameters) and the
-        choice at the end (released values). Nothing else: see *Output* below.
-
-    Attributes
-    ----------
-    best_params_ : dict
-        The chosen candidate's hyperparameters.
-    best_score_ : float
-        Its released (noisy) validation score; NaN when no run was drawn (Poisson law only: the
-        choice is then uniformly random, independent of the data).
-    best_index_ : int
-        Its index in ``cv_results_["params"]``.
-    best_estimator_ : estimator
-        The chosen candidate refitted on all the data (``refit=True``).
-    cv_results_ : dict of arrays
-        Released values only: ``params`` (every candidate, public), ``param_<name>``,
-        ``mean_test_score`` (the chosen candidate's released score, NaN elsewhere: the other runs'
-        scores are not released) and ``rank_test_score`` (1 for the chosen, 2 for the others).
-    candidate_epsilon_ : float
-        The epsilon each candidate's fit (and the refit) targeted.
-    distribution_ : str
-        The law of the number of runs used.
-    privacy_cost_ : PrivacyCost
-        The whole search's cost, as recorded.
-
-    Notes
-    -----
-    **Guarantee.** ``(epsilon, delta)``-DP for the estimator's unit (a row; an observed entry's
-    value for completion) as a whole: choice, released score and refit. The search's wall time
-    grows with the number of runs, which is not covered; neither is anything computed from the
-    data outside ``fit`` (``score`` reads data exactly).
-
-    **Output.** The runs' number and outcomes are secret, so nothing a run does (fitting,
-    transforming, scoring) reaches ``sys.stdout``, ``sys.stderr``, file descriptors 1 and 2,
-    ``warnings`` or ``logging``: a pipeline's or step's ``verbose``, a user's step or a library
-    that prints, warns or logs, all are silenced, in this process or in a joblib worker running
-    the search. The refit is silenced too: that it happens is public, but what it prints could
-    depend on the data. joblib calls inside run in the search's process.
-
-    **Differences from scikit-learn.** One train/validation split, not k folds (k folds would train
-    each unit's candidates k times); only the chosen run's score is released; failures are not
-    turned into NaN scores (a candidate whose fit raises stops the search, after its spend).
-"""
-
-
 class PrivateGridSearchCV(_PrivateSearch):
     __doc__ = ("""Private search over a hyperparameter grid, with scikit-learn's interface.
 """ + _SEARCH_DOC.format(grid="""param_grid : dict or list of dicts
@@ -570,7 +543,7 @@ class PrivateGridSearchCV(_PrivateSearch):
 
     def __init__(self, estimator, param_grid, *, epsilon, delta=None, n_runs=None,
                  validation_fraction=0.2, distribution="auto", refit=True, accountant=None,
-                 random_state=None, verbose=0):
+                 random_state=None, n_jobs=None, verbose=0):
         self.estimator = estimator
         self.param_grid = param_grid
         self.epsilon = epsilon
@@ -581,6 +554,7 @@ class PrivateGridSearchCV(_PrivateSearch):
         self.refit = refit
         self.accountant = accountant
         self.random_state = random_state
+        self.n_jobs = n_jobs
         self.verbose = verbose
 
     def _candidates(self):
@@ -600,7 +574,7 @@ class PrivateRandomizedSearchCV(_PrivateSearch):
 
     def __init__(self, estimator, param_distributions, *, n_iter=10, epsilon, delta=None,
                  n_runs=None, validation_fraction=0.2, distribution="auto", refit=True,
-                 accountant=None, random_state=None, verbose=0):
+                 accountant=None, random_state=None, n_jobs=None, verbose=0):
         self.estimator = estimator
         self.param_distributions = param_distributions
         self.n_iter = n_iter
@@ -612,6 +586,7 @@ class PrivateRandomizedSearchCV(_PrivateSearch):
         self.refit = refit
         self.accountant = accountant
         self.random_state = random_state
+        self.n_jobs = n_jobs
         self.verbose = verbose
 
     def _candidates(self):
@@ -641,8 +616,16 @@ def _fit_run(est, X, y, rows, codes):
     if codes is not None:
         name = est.steps[-1][0] + "__groups" if isinstance(est, Pipeline) else "groups"
         kwargs[name] = codes[rows]
-    args = (X[rows],) if y is None else (X[rows], y[rows])
+    Xr = X.iloc[rows] if hasattr(X, "iloc") else X[rows]  # a DataFrame (the refit) by position
+    args = (Xr,) if y is None else (Xr, y[rows])
     return est.fit(*args, **kwargs)
+
+
+def _frame(X, names):
+    """The units as a DataFrame with the user's column names (no copy of the numbers)."""
+    import pandas as pd  # a DataFrame was given, so pandas is there
+
+    return pd.DataFrame(X, columns=names, copy=False)
 
 
 def _results(candidates, best_index, best_score) -> dict:
@@ -656,7 +639,11 @@ def _results(candidates, best_index, best_score) -> dict:
         results[f"param_{name}"] = values
     scores = np.full(m, np.nan)
     scores[best_index] = best_score
-    results["mean_test_score"] = scores
+    results["split0_test_score"] = scores  # the one split's released score
+    results["mean_test_score"] = scores.copy()  # a mean over the one split
+    spread = np.full(m, np.nan)
+    spread[best_index] = 0.0  # one split: no spread (and not a noise estimate)
+    results["std_test_score"] = spread
     ranks = np.full(m, 2, dtype=np.int32)
     ranks[best_index] = 1
     results["rank_test_score"] = ranks
