@@ -3,7 +3,9 @@ adversary could make a group count for more than one unit, or make two releases 
 import numpy as np
 
 import dptensor.algorithms.streaming_tensor as streaming
-from dptensor import StreamingTensorPower
+import dptensor.model_selection._search as search_module
+from dptensor import PrivatePCA, StreamingTensorPower
+from dptensor.model_selection import PrivateGridSearchCV
 
 
 def _block_releases(monkeypatch, X, groups):
@@ -31,3 +33,29 @@ def test_grouped_stream_blocks_of_other_lengths_never_share_noise(monkeypatch):
     noise_of = {}
     for state, statistic in releases:
         assert noise_of.setdefault(state, statistic) == statistic
+
+
+def _score_releases(monkeypatch, X, labels):
+    """``(generator state, score)`` of each score a seeded search by group releases."""
+    seen, release = [], search_module.exact_gaussian_release
+
+    def spy(mean, sensitivity, noise_multiplier, rng, **kw):
+        seen.append((repr(rng.bit_generator.state), repr(mean)))
+        return release(mean, sensitivity, noise_multiplier, rng, **kw)
+
+    monkeypatch.setattr(search_module, "exact_gaussian_release", spy)
+    PrivateGridSearchCV(PrivatePCA(1, data_norm=1.0), {"n_components": [1, 2]}, epsilon=2.0,
+                        validation_fraction=0.5, random_state=0).fit(X, groups=labels)
+    return seen
+
+
+def test_search_by_group_keys_its_noise_by_the_grouping(monkeypatch):
+    # A seeded search digested X and y but not the groups: two searches of one X under two
+    # groupings of as many groups (no accountant) drew the same scores' noise on different
+    # scores, so the difference of their released best_score_ was exact.
+    X = np.random.default_rng(0).standard_normal((240, 5)) * 0.3
+    releases = [r for labels in (np.repeat(np.arange(120), 2), np.tile(np.arange(120), 2))
+                for r in _score_releases(monkeypatch, X, labels)]
+    noise_of = {}
+    for state, score in releases:
+        assert noise_of.setdefault(state, score) == score
