@@ -1,10 +1,14 @@
 """Attacks on the whole-group unit (``fit(X, groups=...)``): each test is a concrete way an
 adversary could make a group count for more than one unit, or make two releases share noise."""
+from decimal import Decimal
+
 import numpy as np
+import pytest
 
 import dptensor.algorithms.streaming_tensor as streaming
 import dptensor.model_selection._search as search_module
 from dptensor import PrivatePCA, StreamingTensorPower
+from dptensor._validation import check_groups
 from dptensor.model_selection import PrivateGridSearchCV
 
 
@@ -59,3 +63,13 @@ def test_search_by_group_keys_its_noise_by_the_grouping(monkeypatch):
     noise_of = {}
     for state, score in releases:
         assert noise_of.setdefault(state, score) == score
+
+
+@pytest.mark.parametrize("missing", [np.float32("nan"), np.float16("nan"), Decimal("NaN")])
+def test_a_nan_label_of_any_type_is_refused(missing):
+    # A float32 NaN in an object array is no Python float: it passed the missing-label check,
+    # and np.unique made each such row a group of its own, so one person whose labels were
+    # missing counted as that many people (a float64 NaN is refused).
+    labels = np.array([np.float32(1.0)] + [missing] * 3, dtype=object)
+    with pytest.raises(ValueError, match="missing label"):
+        check_groups(labels, 4)
