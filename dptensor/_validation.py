@@ -275,6 +275,18 @@ def check_random_generator(random_state) -> np.random.Generator:
                     f"or a Generator, got {random_state!r}")
 
 
+def _missing_label(v) -> bool:
+    """A label that names no one: None, or a value unequal to itself (a NaN of any type: a
+    float32 NaN is no Python float, and ``np.unique`` makes each one a group of its own, so the
+    rows of one person with missing labels would count as many people)."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return True
+    try:
+        return bool(v != v)
+    except (TypeError, ValueError):  # a missing-value marker whose truth is undefined
+        return True
+
+
 def check_groups(groups, n_rows: int):
     """``(codes, n_groups)``: each row's group as an integer ``0 .. n_groups - 1``, in the order
     of the sorted labels, from ``groups`` (one label a row; rows sharing a label are one person).
@@ -299,7 +311,7 @@ def check_groups(groups, n_rows: int):
         raise ValueError("groups holds a NaN or an infinity: every row needs the label of the "
                          "person it belongs to")
     if labels.dtype.kind == "O":
-        if any(v is None or (isinstance(v, float) and not math.isfinite(v)) for v in labels):
+        if any(_missing_label(v) for v in labels):
             raise ValueError("groups holds a missing label (None or NaN): every row needs the "
                              "label of the person it belongs to")
         try:

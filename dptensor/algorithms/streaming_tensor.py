@@ -168,7 +168,8 @@ class TensorPowerStream:
         """One whole block of ``n`` groups: their group-scaled grid rows
         (:func:`~dptensor.algorithms.grouped_tensor.group_scale_cubes`), summed exactly with no
         per-row rounding and released; ``n_seen`` counts groups (the row count is private)."""
-        if self.digest is not None:
+        if self.digest is not None:  # with the block's length: it varies with the groups
+            self.digest.mark(M.shape[0])
             self.digest.update(np.ascontiguousarray(M, dtype=self.dtype))
         self.acc_exact = moment_product_split(M, grid_vectors(self.U)).ints
         self.n_seen += self.n

@@ -314,7 +314,9 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                              "an estimator whose fit takes them (PrivatePCA, AdaptivePrivatePCA, "
                              "PrivateTensorDecomposition, StreamingTensorPower)")
         codes, n_groups = check_groups(groups, X.shape[0])
-        return FitData(arrays=(X, y), shape=(n_groups,) + X.shape[1:], extra=codes,
+        # the codes are digested with the rows (a seeded search's noise is keyed by what it
+        # reads): two groupings of one X score differently and must not share the scores' noise
+        return FitData(arrays=(X, y, codes), shape=(n_groups,) + X.shape[1:], extra=codes,
                        public={**public, "grouped": True})
 
     def _spend_plan(self, plan, data):
@@ -329,7 +331,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         return super()._spend_plan(plan, data)
 
     def _release(self, data, plan, rng):
-        (X, y), settings, overrides = data.arrays, plan.settings, data.public["overrides"]
+        (X, y), settings, overrides = data.arrays[:2], plan.settings, data.public["overrides"]
         names = data.public["names"]
         codes = data.extra
         # Runs and refit run user code (a step's verbose, an estimator or a library that prints,
