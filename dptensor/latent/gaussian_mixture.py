@@ -55,8 +55,17 @@ def _moment_sums(chunk, dense):
     """``sum x``, ``sum ||x||^2`` and, for the dense whitening, ``X^T X`` over one chunk's rows:
     the first and second moments in one pass. Each row's ``||x||^2`` is summed first: a chain of
     ``d + n`` roundings, where one sum over all ``n d`` squares could take ``n d``."""
-    square = float(np.sum(np.einsum("ij,ij->i", chunk, chunk)))
-    return chunk.sum(axis=0), square, chunk.T @ chunk if dense else 0.0
+    rows = max(256, (1 << 17) // max(chunk.shape[1], 1))  # ~1 MB: read once, used from cache
+    total, square, gram = 0.0, 0.0, 0.0
+    for start in range(0, max(chunk.shape[0], 1), rows):
+        # Blocks of rows change only the order of the float sums (each row's ||x||^2 is still
+        # summed first: a chain of at most d + n roundings), which their allowances take in any.
+        block = chunk[start:start + rows]
+        total = total + block.sum(axis=0)
+        square += float(np.sum(np.einsum("ij,ij->i", block, block)))
+        if dense:
+            gram = gram + block.T @ block
+    return total, square, gram
 
 
 def _gram_product(chunk, Q):
