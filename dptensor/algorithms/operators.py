@@ -14,13 +14,19 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["SymmetricTensor", "ThirdMoment", "DeflatedTensor", "GramMatrix", "DenseMatrix",
-           "symmetrize_tensor", "moment_tensor"]
+           "symmetrize_tensor", "moment_tensor", "moment_chunk_rows"]
 
 
 def symmetrize_tensor(T: np.ndarray) -> np.ndarray:
     """The symmetric part of a 3-way array: the mean over the 6 index permutations."""
     return (T + T.transpose(0, 2, 1) + T.transpose(1, 0, 2) + T.transpose(1, 2, 0)
             + T.transpose(2, 0, 1) + T.transpose(2, 1, 0)) / 6.0
+
+
+def moment_chunk_rows(d: int) -> int:
+    """Rows of one chunk of :func:`moment_tensor`'s Khatri-Rao product (``d^2`` entries each)."""
+    dd = max(1, int(d) * int(d))
+    return max(1, min(2**26 // dd, max(512, 2**17 // dd)))
 
 
 def moment_tensor(X: np.ndarray, dtype=None) -> np.ndarray:
@@ -31,8 +37,7 @@ def moment_tensor(X: np.ndarray, dtype=None) -> np.ndarray:
     # about 1 MB where d is small (it stays in cache between its making and its product: 4x
     # faster at d = 10 than a chunk of 2**26 entries), 512 rows up to the 2**26 entries' cap.
     out = np.zeros((d * d, d), dtype=X.dtype if dtype is None else dtype)
-    dd = max(1, d * d)
-    step = max(1, min(2**26 // dd, max(512, 2**17 // dd)))
+    step = moment_chunk_rows(d)
     for start in range(0, n, step):
         Xc = np.asarray(X[start:start + step], dtype=out.dtype)
         out += (Xc[:, :, None] * Xc[:, None, :]).reshape(len(Xc), d * d).T @ Xc
