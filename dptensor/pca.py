@@ -102,9 +102,10 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
         ``"auto"``: Analyze Gauss for row-level data with at most
         :data:`~dptensor.algorithms.power.MAX_DENSE_FEATURES` features, the power method otherwise
         (more features, a precomputed entry-level matrix, and always for ``partial_fit``). See
-        Notes. Memory: Analyze Gauss holds a few d x d arrays, the power method n x p and d x p
-        ones, beside the rows' clipped copy; a fit whose bound exceeds what the process can allocate
-        is refused before its spend (:class:`~dptensor.MemoryRefusedError`, naming what to change).
+        Notes. Memory: Analyze Gauss holds a few d x d arrays and blocks of rows (no copy of
+        X), the power method n x p and d x p ones beside the rows' clipped copy; a fit whose bound
+        exceeds what the process can allocate is refused before its spend
+        (:class:`~dptensor.MemoryRefusedError`, naming what to change).
     input : {"data", "precomputed"}, default="data"
         ``"data"``: X is (n_samples, n_features). ``"precomputed"``: X is a symmetric d x d matrix
         ``A`` whose top-k eigenvectors (by magnitude) are wanted; ``transform`` takes d-rows.

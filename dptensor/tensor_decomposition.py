@@ -27,7 +27,7 @@ from .algorithms.dask import (DaskThirdMoment, check_dask_array, clip_chunks, da
 from .algorithms.exact import ExactThirdMoment, exact_memory, grid_rows, map_rows
 from .algorithms.exact_entries import DIGITS, ExactEntryTensor
 from .algorithms.grouped_tensor import ExactGroupMoment, group_scale_cubes, moment_tensor_split
-from .algorithms.operators import SymmetricTensor, ThirdMoment, moment_tensor
+from .algorithms.operators import SymmetricTensor, ThirdMoment, moment_chunk_rows, moment_tensor
 from .algorithms.tensor_power import (ENTRY_SENSITIVITY, PowerNoise, choose_moment,
                                       dense_moment_rounding, eigenvalue_noise, moment_fit_scores,
                                       n_power_queries,
@@ -389,7 +389,7 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         if self._moment_for(shape, itemsize, dask, k) == "dense":
             perturbed = math.isfinite(self.epsilon) and self.method == "input_perturbation"
             noise = 2 * d**3 if perturbed else 0
-            block = 0 if dask else min(n * d * d, 2**26)
+            block = 0 if dask else min(n, moment_chunk_rows(d)) * d * d
             peak = rows + 3 * d**3 + noise + block
         else:
             peak = rows + (0 if dask else 3 * n * L)

@@ -2,6 +2,7 @@
 
 Derivation: docs/derivations/exact_sums.rst.
 """
+import warnings
 from fractions import Fraction
 
 import numpy as np
@@ -255,6 +256,55 @@ def test_private_pca_on_dask_equals_numpy_bit_for_bit(method, same_noise):
     for chunks in (7_001, 33_333):
         b = PrivatePCA(**params).fit(da.from_array(X, chunks=(chunks, 16)))
         assert all(np.array_equal(u, v) for u, v in zip(_fitted(a), _fitted(b)))
+
+
+def _near_the_sphere(rng, n, d, B, dtype):
+    """Rows of every kind a fit's two passes must map alike: inside, on, just off and past the
+    sphere (before and after centring), zero, huge."""
+    X = rng.standard_normal((n, d)) * rng.uniform(0.05, 2.0) + rng.uniform(-2, 2, d)
+    on = rng.random(n) < 0.4
+    X[on] *= (B * rng.choice([1.0, 1 - 1e-7, 1 + 1e-7, 0.999, 1.5], size=(on.sum(), 1))
+              / np.linalg.norm(X[on], axis=1, keepdims=True))
+    X[0], X[1] = 0.0, X[1] * 1e30
+    return X.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_one_pass_statistics_are_the_held_rows_integers(rng, dtype):
+    from dptensor.algorithms import exact_pass
+
+    grid = 2.0 ** ex.BITS
+    for trial in range(12):
+        n, d, B = int(rng.integers(2, 5000)), int(rng.integers(1, 90)), float(rng.uniform(0.5, 9))
+        X = _near_the_sphere(rng, n, d, B, dtype)
+        mean = rng.uniform(-1, 1, d) * B * [0.0, 0.1, 1.0, 1.9][trial % 4]
+        if trial % 3 == 0:  # centres on a half-integer of the grid: the plain second pass
+            mean = (np.round(mean * grid / B) + 0.5) * B / grid
+        M = ex.grid_rows(X, B)
+        sums = exact_pass.grid_sums(X, B)
+        assert np.array_equal(sums.mean_stat(1.0).ints, ex.row_sum(M).ints)
+        for centre in (mean, None):
+            Mc = M if centre is None else ex.grid_rows(M, B, centre, scale=B / grid)
+            total, C = exact_pass.centred_stats(X, sums, B, centre, 1.0)
+            assert np.array_equal(C.ints, ex.gram(Mc).ints)
+            assert total.ints == ex.sum_of_squares(Mc).ints
+
+
+def test_the_one_pass_fit_releases_what_the_held_rows_fit_releases(monkeypatch):
+    from dptensor.algorithms.pca_methods import AnalyzeGauss
+
+    rng = np.random.default_rng(7)
+    for n, d, dtype in ((6000, 30, np.float64), (3001, 9, np.float32)):
+        X = _near_the_sphere(rng, n, d, 2.0, dtype)
+        params = dict(n_components=2, epsilon=1.0, delta=1e-9, data_norm=2.0, random_state=3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the second component is noise at this size
+            one = PrivatePCA(**params).fit(X)
+            with monkeypatch.context() as m:
+                m.setattr(AnalyzeGauss, "takes_gram", False)  # the grid rows held whole
+                held = PrivatePCA(**params).fit(X)
+        assert all(np.array_equal(u, v) for u, v in zip(_fitted(one), _fitted(held)))
+        assert one.noise_variance_ == held.noise_variance_
 
 
 # ---------------------------------------------------------------------------------------------

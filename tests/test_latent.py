@@ -3,6 +3,7 @@ truth, the privacy plan and its accounting, and the estimators' interface."""
 import itertools
 import math
 import pickle
+import tracemalloc
 import warnings
 
 import numpy as np
@@ -1316,3 +1317,18 @@ def test_lda_float32_in_float32_out(corpus):
     assert model64.transform(C32).dtype == np.float64
     private = PrivateLatentDirichletAllocation(3, epsilon=1.0, random_state=0).fit(C32)
     assert private.components_.dtype == np.float32
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_private_mixture_holds_no_clipped_copy_of_its_rows(dtype):
+    X = np.random.default_rng(0).standard_normal((60_000, 40)).astype(dtype)
+    est = PrivateGaussianMixture(3, epsilon=1.0, delta=1e-9, data_norm=8.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.fit(X[:500])  # warm up: imports and caches
+        tracemalloc.start()
+        est.fit(X)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    # one clip factor and one whitened row (k floats) per row, blocks of rows, d x d sums
+    assert peak < X.nbytes / 2, (peak, X.nbytes)

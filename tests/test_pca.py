@@ -770,3 +770,19 @@ def test_model_precision_where_a_component_is_at_the_noise_level():
     np.testing.assert_allclose(P, np.linalg.inv(model_covariance(V, ev, 0.5)), atol=1e-12)
     with pytest.raises(ValueError, match="singular"):
         model_precision(V, ev, 0.0)
+
+
+@pytest.mark.parametrize("epsilon", [np.inf, 1.0])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_gram_fit_on_rows_holds_no_copy_of_them(epsilon, dtype):
+    X = np.random.default_rng(0).standard_normal((60_000, 40)).astype(dtype) * 0.4
+    est = PrivatePCA(3, epsilon=epsilon, delta=1e-12, data_norm=4.0, method="analyze_gauss")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.fit(X[:100])  # warm up: imports and caches
+        tracemalloc.start()
+        est.fit(X)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    # a few blocks of rows, d x d sums, and without privacy one clip factor per row
+    assert peak < X.nbytes / 4, (peak, X.nbytes)

@@ -34,7 +34,7 @@ from ..mechanisms import gaussian_release, grid_step
 __all__ = ["BITS", "CHUNK", "Exact", "grid_rows", "grid_vectors", "row_sum", "gram", "gram_product",
            "moment_product", "moment_sensitivities", "ExactThirdMoment",
            "sum_of_squares", "power_sensitivity", "exact_gaussian_release", "rows_stat", "map_rows",
-           "is_lazy", "ExactGram"]
+           "is_lazy", "ExactGram", "block_rows", "grid_centred_stats"]
 
 #: Bits of a grid coordinate: a row's coordinates are integer multiples of ``2**-BITS`` of ``B``.
 BITS = 20
@@ -204,6 +204,42 @@ def _int_norms(M):
         return np.einsum("ij,ij->i", M, M, dtype=np.float64).astype(np.int64)
     Mi = M.astype(np.int64)
     return np.einsum("ij,ij->i", Mi, Mi)
+
+
+def block_rows(d: int) -> int:
+    """Rows of one block of the one-pass statistics: about 1 MB of float64 (it stays in cache
+    between the map and the sums), at most :data:`CHUNK` (one exact float64 product)."""
+    return int(min(CHUNK, max(64, (1 << 17) // max(int(d), 1))))
+
+
+def _grid_blocks(X, data_norm, mean=None):
+    """The grid rows of ``X`` (:func:`grid_rows`), centred on ``mean`` as a fit does (the grid rows
+    put on the grid again), one float64 block at a time in one reused buffer: no copy of ``X``.
+
+    Each row's integers are those of the whole-array maps (every step reads the row alone)."""
+    X = np.asarray(X)
+    rows = block_rows(X.shape[1])
+    buffer = np.empty((min(rows, X.shape[0]), X.shape[1]))
+    scale = float(data_norm) / _ONE
+    for start in range(0, X.shape[0], rows):
+        M = grid_rows(X[start:start + rows], data_norm, out=buffer[:len(X[start:start + rows])])
+        yield M if mean is None else grid_rows(M, data_norm, mean, scale=scale, out=M)
+
+
+def grid_centred_stats(X, data_norm: float, mean, unit: float, total: bool = True):
+    """``(sum_of_squares(M, unit), gram(M, unit))`` of the centred grid rows ``M`` of a fit, in
+    one pass over ``X`` without holding ``M`` (the total ``None`` when not ``total``).
+
+    The very integers of the whole-array statistics: each block's are exact, and so is their sum.
+    """
+    acc, squares = _IntSum(), 0
+    for M in _grid_blocks(X, data_norm, mean):
+        if total:  # each norm at most 4**BITS: a block's int64 sum is below 2**52
+            squares += int(_int_norms(M).sum())
+        acc.add(M.T @ M)  # at most CHUNK rows: an exact float64 sum
+    d = np.shape(X)[1]
+    stat = Exact(np.array(squares, dtype=object), unit / _ONE ** 2) if total else None
+    return stat, Exact(acc.total((d, d)), unit / _ONE ** 2)
 
 
 def grid_vectors(V) -> np.ndarray:

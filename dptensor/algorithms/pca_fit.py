@@ -21,6 +21,8 @@ import numpy as np
 
 from .dask import DaskGramMatrix, clip_chunks, dask_gram, is_dask_array
 from .exact_entries import ExactEntryMatrix
+from .exact_pass import centred_stats, grid_sums, one_pass_bytes
+from .float_pass import centred_gram, clip_factors_mean, float_pass_bytes
 from .exact import (
     BITS,
     ExactGram,
@@ -66,6 +68,10 @@ def exact_rows_fit(X, rng, *, k, p, n_iter, bound, method, center, noise, mean_n
     ``sum_i f(x_i)`` with ``f`` in the range the sensitivity assumes, in any order.
     """
     B, n = bound, X.shape[0]
+    if method.takes_gram and not is_lazy(X):  # Dask or sparse rows: their own block passes
+        return _one_pass_exact_fit(X, rng, k=k, p=p, n_iter=n_iter, bound=bound, method=method,
+                                   center=center, noise=noise, mean_noise=mean_noise,
+                                   total_noise=total_noise, verbose=verbose)
     M, mean = map_rows(X, grid_rows, B), None
     if center:
         stat = rows_stat(M, row_sum, B / n)
@@ -83,6 +89,31 @@ def exact_rows_fit(X, rng, *, k, p, n_iter, bound, method, center, noise, mean_n
         gram=lambda z: (rows_stat(M, gram, B ** 2).for_release(sens, z), sens),
         operator=lambda: _with_sensitivity(ExactGram(M, B)),
         gauss=dict(rounding=None), power=dict(rounding=None))  # exact sums and products
+    result = method.spectrum(source, rng, k=k, p=p, n_iter=n_iter, noise=noise, verbose=verbose,
+                             dtype=X.dtype)
+    result = result._replace(components=result.components.astype(X.dtype, copy=False))
+    return result, (None if mean is None else mean.astype(X.dtype, copy=False)), total
+
+
+def _one_pass_exact_fit(X, rng, *, k, p, n_iter, bound, method, center, noise, mean_noise,
+                        total_noise, verbose=0):
+    """:func:`exact_rows_fit` for a method that takes the Gram statistic alone, never holding the
+    grid rows: one pass for the sums of the grid rows (the mean's, and their Gram matrix), one
+    read-only pass for the rows the centring leaves near the sphere
+    (:mod:`~dptensor.algorithms.exact_pass`). The same integers as the held rows' statistics,
+    so the same releases, in the same order, bit for bit."""
+    B, n, mean = bound, X.shape[0], None
+    sums = grid_sums(X, B)
+    if center:
+        mean = exact_gaussian_release(sums.mean_stat(B / n), 2.0 * B / n, mean_noise, rng)
+    squares, C = centred_stats(X, sums, B, mean, B ** 2, total=bool(total_noise))
+    total = None
+    if total_noise:
+        total = float(exact_gaussian_release(squares, total_variance_sensitivity(B), total_noise,
+                                             rng))
+    sens = covariance_sensitivity(B)
+    source = Source(gram=lambda z: (C.for_release(sens, z), sens), operator=None,
+                    gauss=dict(rounding=None))  # an exact sum on the Gram grid, as above
     result = method.spectrum(source, rng, k=k, p=p, n_iter=n_iter, noise=noise, verbose=verbose,
                              dtype=X.dtype)
     result = result._replace(components=result.components.astype(X.dtype, copy=False))
@@ -145,6 +176,12 @@ def float_rows_fit(X, rng, *, k, p, n_iter, bound, method, center, private, nois
         Xc = X.map_blocks(prepare, dtype=X.dtype)
         total = _total(Xc, bound, private, total_noise, rng)
         return spectrum(Xc, rng, raw=(X, prepare)), mean, total
+    if method.takes_gram and not private:  # two passes of blocks, no copy of X
+        factors, mean = clip_factors_mean(X, bound, center)
+        C, total = centred_gram(X, factors, bound, mean)
+        source = Source(gram=lambda z: (C, 1.0), operator=None)
+        return method.spectrum(source, rng, k=k, p=p, n_iter=n_iter, noise=noise,
+                               verbose=verbose, dtype=X.dtype), mean, total
     Xc = clip_rows(X, bound)  # a new array when clipping; the caller's X is never written
     mean = private_mean(Xc, bound, mean_noise, rng) if center else None
     Xc = center_and_clip(Xc, mean, bound, copy=Xc is X)
@@ -223,7 +260,10 @@ def _entry_operator(A, p, bound, noise, paper):
 def fit_memory(n_rows, d, *, p, method, private, precomputed, grouped=False):
     """``(bytes, advice)``: a PCA fit's peak allocation from its shape, an upper bound in float64.
 
-    The rows' clipped and centred copy (``n_rows`` at once: all of them, one chunk of a
+    A method that takes the Gram statistic alone (Analyze Gauss) on rows never holds a copy of
+    them: a few blocks of rows and d x d sums (:func:`~dptensor.algorithms.exact_pass.
+    one_pass_bytes`, :func:`~dptensor.algorithms.float_pass.float_pass_bytes`). Otherwise the
+    rows' clipped and centred copy (``n_rows`` at once: all of them, one chunk of a
     stream, none for Dask or a precomputed matrix), then the ``method``'s own arrays
     (:meth:`~dptensor.algorithms.pca_methods.PCAMethod.memory`: Analyze Gauss's d x d matrix with
     its noise and eigendecomposition, or the power method's n x p and d x p products); a private
@@ -232,6 +272,9 @@ def fit_memory(n_rows, d, *, p, method, private, precomputed, grouped=False):
     """
     n = n_rows or 0
     arrays, columns = method.memory(n, d, p)
+    if method.takes_gram and n_rows is not None and not (grouped or precomputed):  # no copy
+        rows = one_pass_bytes(d) if private else float_pass_bytes(n, d)
+        return arrays * FLOAT + rows, method.advice
     peak = n * d + 4 * n + arrays
     exact = exact_memory(n, d, columns) if private else 0  # the exact sums' grid rows
     if private and precomputed:

@@ -76,6 +76,9 @@ class PCAMethod:
     block = True
     #: What to change when its memory bound is refused.
     advice = ""
+    #: Whether its spectral step takes the d x d Gram statistic (``Source.gram``) alone: a fit
+    #: path may then compute it in the pass that makes the rows, without holding them.
+    takes_gram = False
 
     # ------------------------------------------------------------------ the noise plan
     def n_queries(self, n_iter) -> int:
@@ -147,6 +150,7 @@ class AnalyzeGauss(PCAMethod):
 
     name = "analyze_gauss"
     block = False
+    takes_gram = True
     advice = "Use method='power' (O(d p) memory), or fewer features"
 
     def n_queries(self, n_iter) -> int:

@@ -17,6 +17,7 @@ from ..algorithms.group_moments import (group_layout, group_reduce, unit_roundin
                                         unit_whitening_roundings)
 from ..algorithms.moments import decompose_whitened, m2_noise_level, n_third_queries, plan_noise
 from ..algorithms.power import MAX_DENSE_FEATURES, auto_n_iter
+from ..mechanisms.releases import clip_factors
 
 __all__ = ["SpectralLatentModel", "LatentSettings", "fold_in", "input_float"]
 
@@ -37,14 +38,40 @@ class LatentSettings:
 BLOCK_ROWS = 4096
 
 
+class ClippedRows:
+    """Dense rows clipped to a bound, held as the rows and one clip factor per row, never as a
+    clipped copy: each block read is :func:`~dptensor.mechanisms.clip_rows`'s rows, bit for bit
+    (the same factors, the same products), made when it is read."""
+
+    def __init__(self, X, data_norm):
+        self.X, self.shape, self.dtype = X, X.shape, X.dtype
+        self.factors = clip_factors(X, data_norm)
+        eps = np.finfo(X.dtype).eps
+        if eps > np.finfo(np.float64).eps:  # as clip_rows: float32 rows aimed below the bound
+            self.factors = np.where(self.factors < 1.0, self.factors * (1.0 - 4.0 * eps),
+                                    self.factors)
+        self.factors = self.factors.astype(X.dtype, copy=False)
+
+    def __len__(self):
+        return len(self.X)
+
+    def block(self, start, stop):
+        with np.errstate(all="ignore"):  # as clip_rows: a factor may underflow to 0
+            return self.X[start:stop] * self.factors[start:stop, None]
+
+
 def float64_reduce(rows, partial, *args):
     """``partial(rows, *args)`` (a tuple of sums over rows), in float64: as it is for float64 or
-    sparse rows, else added up over float64 copies of blocks of :data:`BLOCK_ROWS` rows."""
-    if not isinstance(rows, np.ndarray) or rows.dtype == np.float64:
+    sparse rows, else added up over float64 copies of blocks of :data:`BLOCK_ROWS` rows (and
+    over the blocks of :class:`ClippedRows`)."""
+    clipped = isinstance(rows, ClippedRows)
+    if not clipped and (not isinstance(rows, np.ndarray) or rows.dtype == np.float64):
         return partial(rows, *args)
     total = None
     for start in range(0, max(len(rows), 1), BLOCK_ROWS):
-        part = partial(rows[start:start + BLOCK_ROWS].astype(np.float64), *args)
+        block = rows.block(start, start + BLOCK_ROWS) if clipped \
+            else rows[start:start + BLOCK_ROWS]
+        part = partial(block.astype(np.float64, copy=False), *args)
         total = part if total is None else tuple(a + b for a, b in zip(total, part))
     return total
 
@@ -318,6 +345,9 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
 
     #: Copies of the rows a fit makes after its spend (the prepared rows are made before it).
     _row_copies = 0
+    #: Blocks of :data:`BLOCK_ROWS` dense rows a fit holds at once after its spend (the clipped
+    #: rows a :class:`ClippedRows` makes where they are read, their float64 copies).
+    _block_copies = 0
 
     def _fit_memory(self, n, d, k, power, stored):
         """``(bytes, advice)``: the fit's peak allocation, in float64. ``stored``: the numbers the
@@ -329,7 +359,8 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         rows = self._row_copies * stored if stored is not None else 0
         n_local = n if stored is not None else 0
         second = (4 * n_local * p + 10 * d * p) if power else 7 * d * d
-        peak = rows + second + 6 * n_local * k + 8 * k**3 + 8 * d * k
+        blocks = self._block_copies * min(n_local, BLOCK_ROWS) * d
+        peak = rows + blocks + second + 6 * n_local * k + 8 * k**3 + 8 * d * k
         return peak * FLOAT, "Use whitening='power' (no d x d matrix), fewer features or components"
 
     def _memory_estimate(self, n_samples, n_features):

@@ -15,7 +15,7 @@ from ..mechanisms.randomness import seed_entropy
 from ..algorithms.tensor_power import n_power_queries, row_sensitivity
 from ..algorithms.power import (covariance_sensitivity, row_power_sensitivity,
                                total_variance_sensitivity)
-from ._base import BLOCK_ROWS, SpectralLatentModel
+from ._base import BLOCK_ROWS, ClippedRows, SpectralLatentModel
 from ..algorithms.moments import (ImplicitMatrix, power_subspace, release, release_second,
                                   sym3, top_eigenpairs, whiten, whitened_rows_operator)
 
@@ -54,8 +54,17 @@ def _moment_sums(chunk, dense):
     """``sum x``, ``sum ||x||^2`` and, for the dense whitening, ``X^T X`` over one chunk's rows:
     the first and second moments in one pass. Each row's ``||x||^2`` is summed first: a chain of
     ``d + n`` roundings, where one sum over all ``n d`` squares could take ``n d``."""
-    square = float(np.sum(np.einsum("ij,ij->i", chunk, chunk)))
-    return chunk.sum(axis=0), square, chunk.T @ chunk if dense else 0.0
+    rows = max(256, (1 << 17) // max(chunk.shape[1], 1))  # ~1 MB: read once, used from cache
+    total, square, gram = 0.0, 0.0, 0.0
+    for start in range(0, max(chunk.shape[0], 1), rows):
+        # Blocks of rows change only the order of the float sums (each row's ||x||^2 is still
+        # summed first: a chain of at most d + n roundings), which their allowances take in any.
+        block = chunk[start:start + rows]
+        total = total + block.sum(axis=0)
+        square += float(np.sum(np.einsum("ij,ij->i", block, block)))
+        if dense:
+            gram = gram + block.T @ block
+    return total, square, gram
 
 
 def _gram_product(chunk, Q):
@@ -64,11 +73,15 @@ def _gram_product(chunk, Q):
 
 def _whitened_rows(rows, W, bound_w):
     """The clipped whitened rows ``clip(X W)`` (n x k, float64), made from float64 blocks of rows
-    held in float32: never a whole float64 copy of X."""
-    if rows.dtype == np.float64:
+    held in float32 or clipped (:class:`~dptensor.latent._base.ClippedRows`): never a whole
+    float64 or clipped copy of X."""
+    clipped = isinstance(rows, ClippedRows)
+    if rows.dtype == np.float64 and not clipped:
         return clip_rows(rows @ W, bound_w)
-    return np.concatenate([clip_rows(rows[start:start + BLOCK_ROWS].astype(np.float64) @ W, bound_w)
-                           for start in range(0, max(len(rows), 1), BLOCK_ROWS)])
+    blocks = (rows.block(start, start + BLOCK_ROWS) if clipped else rows[start:start + BLOCK_ROWS]
+              for start in range(0, max(len(rows), 1), BLOCK_ROWS))
+    return np.concatenate([clip_rows(block.astype(np.float64, copy=False) @ W, bound_w)
+                           for block in blocks])
 
 
 def _cube_sum(Y):
@@ -262,8 +275,9 @@ class PrivateGaussianMixture(SpectralLatentModel):
             check_data_norm(self.whitened_clip, epsilon, name="whitened_clip")
         if is_dask_array(X):
             rows = clip_chunks(X.astype(np.float64), bound)
-        else:  # float32 rows stay float32: every sum over them runs on float64 blocks
-            rows = clip_rows(X, bound)
+        else:  # float32 rows stay float32: every sum over them runs on float64 blocks;
+            # clipped rows are made a block at a time where they are read: no copy of X
+            rows = X if bound is None else ClippedRows(X, bound)
         prepared = self._context(X, rows, epsilon, bound=bound)
         # the power whitening also releases the trace
         prepared["n_first"] = 2 if prepared["power"] else 1
@@ -364,6 +378,8 @@ class PrivateGaussianMixture(SpectralLatentModel):
         self.converged_ = True
 
     _fitted_arrays = ("means_", "weights_", "covariances_", "precisions_", "precisions_cholesky_")
+    # a clipped block, its float64 copy and a partial's own block of it (ClippedRows)
+    _block_copies = 3
 
     # -- scikit-learn's mixture interface ----------------------------------------------------
     def _estimate_weighted_log_prob(self, X):
