@@ -196,3 +196,16 @@ def test_the_ledger_and_the_cost_name_the_user_unit():
                                   shape=(40, 30), accountant=acc, random_state=0).fit(X, y)
     assert est.privacy_cost_.unit == "user"
     assert "unit='user'" in acc.history()[-1].label
+
+
+def test_the_sparse_item_item_matrix_is_the_dense_product(monkeypatch):
+    """The item-item matrix formed from sparse rows, a block of columns at a time, is ``P^T P``
+    of the dense residual rows (repeated entries summed), across block edges."""
+    rng = np.random.default_rng(3)
+    users, items = rng.integers(0, 50, 400), rng.integers(0, 23, 400)
+    resid = rng.uniform(-CLIP, CLIP, 400)
+    P = np.zeros((50, 23))
+    np.add.at(P, (users, items), resid)
+    monkeypatch.setattr(ul, "COOCCURRENCE_BLOCK", 5)
+    np.testing.assert_allclose(ul.cooccurrence(users, items, resid, 50, 23), P.T @ P,
+                               rtol=1e-12, atol=1e-12)
