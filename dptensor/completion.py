@@ -34,7 +34,8 @@ from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.validation import check_is_fitted
 from threadpoolctl import ThreadpoolController
 
-from ._base import FitData, FitPlan, PrivateEstimatorMixin, SearchTag
+from ._base import FitData, FitPlan, NoisePreview, PrivateEstimatorMixin, SearchTag
+from ._base import warn_noise_dominated
 from ._memory import FLOAT
 from ._validation import check_positive_int, check_verbose, validate_private_data
 from .accounting import NonPrivateEvent
@@ -45,10 +46,15 @@ from .algorithms.completion.modes.base import OFFSET_SHARE, fixed_modes
 from .algorithms.completion.modes.solvers import AUTO_PRIOR_VAR, AUTO_REG_FLOOR, GD_DEFAULTS
 from .algorithms.completion.modes.user import MAX_RATINGS_PER_USER as USER_MAX_RATINGS
 from .algorithms.completion.user_level import ItemSide, predict_released
+from .algorithms.completion.user_level import start_noise_level, start_signal_bound
 from .algorithms.completion.observations import Observations, check_indices, to_observations
 
 __all__ = ["PrivateTensorCompletion", "to_observations", "complete", "check_indices",
            "OFFSET_SHARE"]
+
+#: What a user-level fit whose factors start from noise advises.
+_USER_ADVICE = ("Its item factors learned nothing beyond the offsets: use rank=0 (offsets only), "
+                "a smaller rank, more users or a larger epsilon.")
 
 
 @dataclass(frozen=True)
@@ -236,6 +242,13 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     perturbation_ : str or None
         The mode used (``"auto"`` resolved).
     privacy_cost_ : PrivacyCost
+    start_eigenvalues_, start_eigenvalues_noise_ : ndarray (rank,)
+        ``privacy_unit="user"`` only (empty at ``rank=0``): the top eigenvalues of the released
+        item-item matrix the item factors start from, and their noise level (half the noise's
+        spectral edge, from public quantities; 0 without privacy), in squared units of the
+        values. A factor whose eigenvalue is below twice the noise level starts from noise and
+        learns nothing: ``fit`` then warns (``UserWarning``) naming it, from these released
+        values only. :meth:`expected_noise` reports the level before a fit.
     train_rmse_ : list of float
         Only when ``verbose`` and the fit is not private.
 
@@ -500,6 +513,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
                                   private=private, progress=self._progress(private, scale))
         if p["unit"] == "user":
             self._set_item_side(model, shape, center, scale)
+            warn_noise_dominated(self.start_eigenvalues_, self.start_eigenvalues_noise_,
+                                 "start_eigenvalues_", "start_eigenvalues_noise_", _USER_ADVICE)
         else:
             self._set_model(model, shape, center, scale)
         self.privacy_unit_ = p["unit"]
@@ -525,13 +540,20 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         self.shape_ = tuple(shape)
 
     def _set_item_side(self, side: ItemSide, shape, center, scale):
-        """The item side of a user-level fit, in the caller's units: no user's offset or factor."""
+        """The item side of a user-level fit, in the caller's units: no user's offset or factor;
+        and its start's released eigenvalues with their public noise level."""
         k = side.V.shape[1]
         self.factors_ = [np.zeros((0, k)), side.V * scale] + [np.ones((n, k)) for n in shape[2:]]
         self.core_ = None
         self.intercept_ = float(center + scale * side.intercept)
         self.biases_ = [np.zeros(0)] + [b * scale for b in side.biases[1:]]
         self.shape_ = tuple(shape)
+        # The released item-item matrix's top eigenvalues and the public noise level (the matrix
+        # sums products of two scaled residuals: scale^2 in the caller's units). Post-processing
+        # of a release and of the plan, so it may be set and warned about after the spend.
+        values, noise = side.start if side.start is not None else (np.zeros(0), 0.0)
+        self.start_eigenvalues_ = np.asarray(values, dtype=float) * scale**2
+        self.start_eigenvalues_noise_ = np.full(len(values), noise * scale**2)
 
     def _fit_memory(self, p, n_obs, shape):
         """``(bytes, advice)``: the fit's peak allocation (:func:`fit_floats`, public
@@ -635,6 +657,34 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         if order < 2:
             raise ValueError(f"n_features (the tensor's order) must be >= 2, got {order}")
         return self._preview_plan(self._plan((int(n_samples),) + (None,) * order))
+
+    def expected_noise(self, n_samples, n_features):
+        """The noise level a user-level ``fit`` (``privacy_unit="user"``, ``rank > 0``) on
+        ``n_samples`` entries of an order-``n_features`` tensor of the public ``shape`` would
+        record in ``start_eigenvalues_noise_``, against the largest eigenvalue the item-item
+        matrix can have (``n_users m clip^2``, in the caller's units): a
+        :class:`~dptensor.NoisePreview` from the fit's own plan (no data, no spend). A factor
+        needs a released eigenvalue above twice ``noise``; the ratio is ``z sqrt(n_items) /
+        n_users``, so when it is near 1/2 no data can be learned: use ``rank=0``, more users or
+        a larger epsilon. The value-level modes have no preview yet (``ValueError``)."""
+        if self.privacy_unit != "user":
+            raise ValueError('expected_noise previews user-level fits (privacy_unit="user")')
+        if self.shape is None:
+            raise ValueError("the noise preview needs the tensor's shape: set shape")
+        order = check_positive_int(n_features, "n_features")
+        shape = tuple(int(v) for v in self.shape)
+        if len(shape) != order:
+            raise ValueError(f"shape {shape} has {len(shape)} modes, n_features is {order}")
+        plan = self._plan((check_positive_int(n_samples, "n_samples"),) + shape)
+        noise, p = plan.settings.noise, plan.settings.params
+        vrange = plan.settings.value_range
+        scale2 = 1.0 if vrange is None else (vrange[1] - vrange[0]) ** 2
+        if not p["rank"]:  # offsets only: no item-item matrix is released
+            return NoisePreview(0.0, None, "start_eigenvalues_noise_")
+        z = noise["zs"]["start"]
+        level = start_noise_level(shape[1], noise["m"], z, noise["clip"]) * scale2
+        bound = start_signal_bound(shape[0], noise["m"], noise["clip"]) * scale2
+        return NoisePreview(level, bound, "start_eigenvalues_noise_")
 
     def _score_units(self, X, y=None, history=None):
         """Per-entry negative clipped squared error and its public range ``(-1, 0)`` (``None``

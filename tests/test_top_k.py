@@ -99,7 +99,7 @@ def _user_level_data(seed, n_users=400, n_items=600, per_user=60, rank=3):
 def _private_start(data, seed, rank=3, z=0.05):
     X, resid, shape, m = data
     return user_level.private_start(X, resid, shape, m, rank, z, np.random.default_rng(seed),
-                                    0.5)
+                                    0.5)[0]
 
 
 def test_user_level_start_agrees_with_dense(monkeypatch):

@@ -179,6 +179,9 @@ class ItemSide:
     intercept: float
     biases: list
     V: np.ndarray | None
+    #: ``(values, noise)``: the top eigenvalues of the released item-item matrix and their noise
+    #: level (:func:`start_noise_level`), scaled units; ``None`` at rank 0.
+    start: tuple | None = None
 
 
 def _release(value, sens, z, rng, n_users, bound, longest):
@@ -230,10 +233,25 @@ def release_offsets(X, y, shape, m, plan, rng):
     return intercept, biases, counts
 
 
+def start_noise_level(n_items, m, z, clip) -> float:
+    """Half the spectral edge of the start's noise: the released item-item matrix, symmetrised,
+    holds off-diagonal noise of std ``z sens / sqrt(2)``, a Wigner matrix whose eigenvalues
+    reach ``sqrt(2 n_items) z sens``. A direction whose released eigenvalue is below twice this
+    level is the noise's, not the data's (the start drops it). Public quantities only."""
+    return math.sqrt(2.0 * n_items) * z * cooccurrence_sensitivity(m, clip) / 2.0
+
+
+def start_signal_bound(n_users, m, clip) -> float:
+    """The largest eigenvalue the item-item matrix can have: it is PSD with trace
+    ``sum_u ||p_u||^2 <= n_users m clip^2``."""
+    return float(n_users) * m * clip**2
+
+
 def private_start(X, resid, shape, m, k, z, rng, clip):
     """Item factors to start from: the top ``k`` eigenvectors of a noisy item-item matrix (one
     release), times ``sqrt(n_items)`` so that an item's row has unit scale per column; a
-    direction whose eigenvalue is below the noise's spectral edge starts at 0."""
+    direction whose eigenvalue is below the noise's spectral edge starts at 0. Returns
+    ``(V, values, noise)``: the released top eigenvalues and their noise level."""
     n_users, n_items = shape[0], shape[1]
     M = cooccurrence(X[:, 0], X[:, 1], resid, n_users, n_items)
     sens = cooccurrence_sensitivity(m, clip)
@@ -246,8 +264,8 @@ def private_start(X, resid, shape, m, k, z, rng, clip):
         top = np.argsort(w)[::-1][:k]
         w, Q = w[top], Q[:, top]
     # symmetrising halves the off-diagonal variance: the edge of a Wigner matrix of that scale
-    edge = math.sqrt(2.0 * n_items) * z * sens
-    return Q * math.sqrt(n_items) * (w > edge)
+    noise = start_noise_level(n_items, m, z, clip)
+    return Q * math.sqrt(n_items) * (w > 2.0 * noise), w, noise
 
 
 def item_factor_sweep(X, base, shape, m, V, plan, rng, counts):
@@ -284,10 +302,10 @@ def fit_user_level(X, y, shape, rank, plan, rng) -> ItemSide:
     base = y - offsets_of(X, intercept, biases)
     a, _ = solve_users(X[:, 0], X[:, 1], base, shape[0], None)
     resid = np.clip(base - a[X[:, 0]], -plan["clip"], plan["clip"])
-    V = private_start(X, resid, shape, m, rank, plan["zs"]["start"], rng, plan["clip"])
+    V, w, noise = private_start(X, resid, shape, m, rank, plan["zs"]["start"], rng, plan["clip"])
     for _ in range(plan["n_iter"]):
         V = item_factor_sweep(X, base, shape, m, V, plan, rng, counts[1])
-    return ItemSide(intercept, biases, V)
+    return ItemSide(intercept, biases, V, start=(w, noise))
 
 
 def predict_users(X, item_side: ItemSide, hist_X, hist_y, n_users):
