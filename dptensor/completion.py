@@ -47,6 +47,8 @@ from .algorithms.completion.modes.solvers import AUTO_PRIOR_VAR, AUTO_REG_FLOOR,
 from .algorithms.completion.modes.user import MAX_RATINGS_PER_USER as USER_MAX_RATINGS
 from .algorithms.completion.user_level import ItemSide, predict_released
 from .algorithms.completion.user_level import start_noise_level, start_signal_bound
+from .algorithms.completion.spectral import gram_modes, gram_preview_level
+from .algorithms.completion.modes.statistics import COLUMN_CAP
 from .algorithms.completion.observations import Observations, check_indices, to_observations
 
 __all__ = ["PrivateTensorCompletion", "to_observations", "complete", "check_indices",
@@ -55,6 +57,9 @@ __all__ = ["PrivateTensorCompletion", "to_observations", "complete", "check_indi
 #: What a user-level fit whose factors start from noise advises.
 _USER_ADVICE = ("Its item factors learned nothing beyond the offsets: use rank=0 (offsets only), "
                 "a smaller rank, more users or a larger epsilon.")
+#: What a value-level fit whose factors start from noise advises.
+_VALUE_ADVICE = ("Its factors start from noise and learn little beyond the offsets: use a "
+                 "smaller rank, factor_modes=(0, 1) for ratings, more data or a larger epsilon.")
 
 
 @dataclass(frozen=True)
@@ -242,13 +247,16 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     perturbation_ : str or None
         The mode used (``"auto"`` resolved).
     privacy_cost_ : PrivacyCost
-    start_eigenvalues_, start_eigenvalues_noise_ : ndarray (rank,)
-        ``privacy_unit="user"`` only (empty at ``rank=0``): the top eigenvalues of the released
-        item-item matrix the item factors start from, and their noise level (half the noise's
-        spectral edge, from public quantities; 0 without privacy), in squared units of the
-        values. A factor whose eigenvalue is below twice the noise level starts from noise and
-        learns nothing: ``fit`` then warns (``UserWarning``) naming it, from these released
-        values only. :meth:`expected_noise` reports the level before a fit.
+    start_eigenvalues_, start_eigenvalues_noise_ : ndarray
+        The private start's released matrices, in units of their clipping level (each clipped
+        residual divided by it, so every entry lies in [-1, 1]): their top eigenvalues and noise
+        levels (half the noise's spectral edge; 0 without privacy). ``privacy_unit="user"``:
+        the item-item matrix, both of shape (rank,) (empty at ``rank=0``).
+        ``perturbation="statistics"``: one row per released unfolding Gram, (n_grams, rank) and
+        (n_grams,); the other modes: empty. A factor whose eigenvalue is below twice the level
+        (in some Gram) starts from noise and learns little beyond the offsets: ``fit`` then warns
+        (``UserWarning``) naming it, from these released values only. :meth:`expected_noise`
+        reports the level before a fit.
     train_rmse_ : list of float
         Only when ``verbose`` and the fit is not private.
 
@@ -513,10 +521,10 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
                                   private=private, progress=self._progress(private, scale))
         if p["unit"] == "user":
             self._set_item_side(model, shape, center, scale)
-            warn_noise_dominated(self.start_eigenvalues_, self.start_eigenvalues_noise_,
-                                 "start_eigenvalues_", "start_eigenvalues_noise_", _USER_ADVICE)
+            self._warn_start(_USER_ADVICE)
         else:
             self._set_model(model, shape, center, scale)
+            self._warn_start(_VALUE_ADVICE)
         self.privacy_unit_ = p["unit"]
         self.n_iter_ = p["n_iter"] if history is None else len(history)
         self.value_range_ = vrange
@@ -538,6 +546,28 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         self.intercept_ = float(center + scale * model.intercept)
         self.biases_ = [b * scale for b in model.biases]
         self.shape_ = tuple(shape)
+        # The spectral start's released Grams (statistics mode): their top eigenvalues and noise
+        # levels, in units of the clipping level (post-processing of releases and of the plan).
+        values, noise = model.start if model.start is not None else (
+            np.zeros((0, model.rank)), np.zeros(0))
+        self.start_eigenvalues_ = np.asarray(values, dtype=float)
+        self.start_eigenvalues_noise_ = np.asarray(noise, dtype=float)
+
+    def _warn_start(self, advice):
+        """Warn, from the released start eigenvalues and their noise levels only, naming every
+        factor that some released matrix puts below twice its noise level."""
+        if self.start_eigenvalues_.ndim == 1:  # user level: one matrix, one level per factor
+            values, noise = self.start_eigenvalues_[None], self.start_eigenvalues_noise_[None]
+        else:  # one row per released Gram, one level per Gram
+            values = self.start_eigenvalues_
+            noise = np.broadcast_to(self.start_eigenvalues_noise_[:, None], values.shape)
+        if not values.size or not np.any(noise > 0):
+            return
+        # per factor, the Gram where it is weakest against that Gram's noise
+        worst = np.argmin(np.maximum(values, 0.0) / noise, axis=0)
+        cols = np.arange(values.shape[1])
+        warn_noise_dominated(np.maximum(values[worst, cols], 0.0), noise[worst, cols],
+                             "start_eigenvalues_", "start_eigenvalues_noise_", advice)
 
     def _set_item_side(self, side: ItemSide, shape, center, scale):
         """The item side of a user-level fit, in the caller's units: no user's offset or factor;
@@ -548,12 +578,12 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         self.intercept_ = float(center + scale * side.intercept)
         self.biases_ = [np.zeros(0)] + [b * scale for b in side.biases[1:]]
         self.shape_ = tuple(shape)
-        # The released item-item matrix's top eigenvalues and the public noise level (the matrix
-        # sums products of two scaled residuals: scale^2 in the caller's units). Post-processing
-        # of a release and of the plan, so it may be set and warned about after the spend.
+        # The released item-item matrix's top eigenvalues and the public noise level, in units
+        # of the clipping level. Post-processing of a release and of the plan, so it may be set
+        # and warned about after the spend.
         values, noise = side.start if side.start is not None else (np.zeros(0), 0.0)
-        self.start_eigenvalues_ = np.asarray(values, dtype=float) * scale**2
-        self.start_eigenvalues_noise_ = np.full(len(values), noise * scale**2)
+        self.start_eigenvalues_ = np.asarray(values, dtype=float)
+        self.start_eigenvalues_noise_ = np.full(len(values), float(noise))
 
     def _fit_memory(self, p, n_obs, shape):
         """``(bytes, advice)``: the fit's peak allocation (:func:`fit_floats`, public
@@ -659,32 +689,42 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         return self._preview_plan(self._plan((int(n_samples),) + (None,) * order))
 
     def expected_noise(self, n_samples, n_features):
-        """The noise level a user-level ``fit`` (``privacy_unit="user"``, ``rank > 0``) on
-        ``n_samples`` entries of an order-``n_features`` tensor of the public ``shape`` would
-        record in ``start_eigenvalues_noise_``, against the largest eigenvalue the item-item
-        matrix can have (``n_users m clip^2``, in the caller's units): a
-        :class:`~dptensor.NoisePreview` from the fit's own plan (no data, no spend). A factor
-        needs a released eigenvalue above twice ``noise``; the ratio is ``z sqrt(n_items) /
-        n_users``, so when it is near 1/2 no data can be learned: use ``rank=0``, more users or
-        a larger epsilon. The value-level modes have no preview yet (``ValueError``)."""
-        if self.privacy_unit != "user":
-            raise ValueError('expected_noise previews user-level fits (privacy_unit="user")')
+        """The noise level a private ``fit`` on ``n_samples`` entries of an order-``n_features``
+        tensor of the public ``shape`` would record in ``start_eigenvalues_noise_``, against the
+        largest eigenvalue its start's released matrix can have: a
+        :class:`~dptensor.NoisePreview` from the fit's own plan (no data, no spend), to choose
+        epsilon first. A factor needs a released eigenvalue above twice ``noise``; when that is
+        near ``signal_bound`` no data can be learned at this size.
+
+        ``privacy_unit="user"``: the item-item matrix, bound ``n_users m``, ratio
+        ``z sqrt(n_items) / n_users`` (``rank=0`` releases none: noise 0). Value level,
+        ``perturbation="statistics"``: the weakest unfolding Gram, bound ``n_obs``, ratio
+        ``2 z sqrt(n_col - 1) sqrt(n_m) / n_obs``, where the fullest column's count ``n_col`` is
+        its cap for positions spread evenly (a fit reads it from Omega: its level is at most this).
+        In units of the clipping level, as the fit records it; the other modes have no start
+        to preview (``ValueError``)."""
         if self.shape is None:
             raise ValueError("the noise preview needs the tensor's shape: set shape")
+        n_obs = check_positive_int(n_samples, "n_samples")
         order = check_positive_int(n_features, "n_features")
         shape = tuple(int(v) for v in self.shape)
         if len(shape) != order:
             raise ValueError(f"shape {shape} has {len(shape)} modes, n_features is {order}")
-        plan = self._plan((check_positive_int(n_samples, "n_samples"),) + shape)
+        plan = self._plan((n_obs,) + shape)
         noise, p = plan.settings.noise, plan.settings.params
-        vrange = plan.settings.value_range
-        scale2 = 1.0 if vrange is None else (vrange[1] - vrange[0]) ** 2
-        if not p["rank"]:  # offsets only: no item-item matrix is released
-            return NoisePreview(0.0, None, "start_eigenvalues_noise_")
-        z = noise["zs"]["start"]
-        level = start_noise_level(shape[1], noise["m"], z, noise["clip"]) * scale2
-        bound = start_signal_bound(shape[0], noise["m"], noise["clip"]) * scale2
-        return NoisePreview(level, bound, "start_eigenvalues_noise_")
+        if p["unit"] == "user":
+            if not p["rank"] or noise is None:  # offsets only: no item-item matrix is released
+                return NoisePreview(0.0, None, "start_eigenvalues_noise_")
+            z, m, clip = noise["zs"]["start"], noise["m"], noise["clip"]
+            return NoisePreview(start_noise_level(shape[1], m, z, clip) / clip**2,
+                                start_signal_bound(shape[0], m), "start_eigenvalues_noise_")
+        if p["perturbation"] != "statistics":
+            raise ValueError("expected_noise previews the spectral start of perturbation="
+                             f'"statistics" and of privacy_unit="user", not {p["perturbation"]!r}')
+        level = 0.0 if noise is None else max(
+            gram_preview_level(n_obs, shape, mm, p["fixed"], noise["z_gram"], COLUMN_CAP)
+            for mm in gram_modes(shape, p["fixed"]))
+        return NoisePreview(level, float(n_obs), "start_eigenvalues_noise_")
 
     def _score_units(self, X, y=None, history=None):
         """Per-entry negative clipped squared error and its public range ``(-1, 0)`` (``None``

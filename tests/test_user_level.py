@@ -259,8 +259,8 @@ def test_the_noise_preview_is_public_and_scales_as_the_derivation_says():
     more = est.set_params(shape=(70000, 900)).expected_noise(10**6, 2)
     assert more.ratio == pytest.approx(preview.ratio / 10)
     assert est.set_params(rank=0).expected_noise(10**6, 2).noise == 0.0
-    with pytest.raises(ValueError, match="user-level"):
-        PrivateTensorCompletion(epsilon=1.0, value_range=(1, 5),
+    with pytest.raises(ValueError, match="spectral start"):
+        PrivateTensorCompletion(perturbation="input", epsilon=1.0, value_range=(1, 5),
                                 shape=(10, 10)).expected_noise(50, 2)
     with pytest.raises(ValueError, match="shape"):
         PrivateTensorCompletion(privacy_unit="user", epsilon=1.0,
@@ -278,3 +278,4 @@ def test_the_sparse_item_item_matrix_is_the_dense_product(monkeypatch):
     monkeypatch.setattr(ul, "COOCCURRENCE_BLOCK", 5)
     np.testing.assert_allclose(ul.cooccurrence(users, items, resid, 50, 23), P.T @ P,
                                rtol=1e-12, atol=1e-12)
+

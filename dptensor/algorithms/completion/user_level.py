@@ -180,7 +180,7 @@ class ItemSide:
     biases: list
     V: np.ndarray | None
     #: ``(values, noise)``: the top eigenvalues of the released item-item matrix and their noise
-    #: level (:func:`start_noise_level`), scaled units; ``None`` at rank 0.
+    #: level (:func:`start_noise_level`), in units of ``clip^2``; ``None`` at rank 0.
     start: tuple | None = None
 
 
@@ -237,14 +237,15 @@ def start_noise_level(n_items, m, z, clip) -> float:
     """Half the spectral edge of the start's noise: the released item-item matrix, symmetrised,
     holds off-diagonal noise of std ``z sens / sqrt(2)``, a Wigner matrix whose eigenvalues
     reach ``sqrt(2 n_items) z sens``. A direction whose released eigenvalue is below twice this
-    level is the noise's, not the data's (the start drops it). Public quantities only."""
+    level is the noise's, not the data's (the start drops it). Public quantities only; the
+    matrix's units (squared scaled residuals)."""
     return math.sqrt(2.0 * n_items) * z * cooccurrence_sensitivity(m, clip) / 2.0
 
 
-def start_signal_bound(n_users, m, clip) -> float:
-    """The largest eigenvalue the item-item matrix can have: it is PSD with trace
-    ``sum_u ||p_u||^2 <= n_users m clip^2``."""
-    return float(n_users) * m * clip**2
+def start_signal_bound(n_users, m) -> float:
+    """The largest eigenvalue the item-item matrix can have, in units of ``clip^2``: it is PSD
+    with trace ``sum_u ||p_u||^2 <= n_users m clip^2``."""
+    return float(n_users) * m
 
 
 def private_start(X, resid, shape, m, k, z, rng, clip):
@@ -305,7 +306,8 @@ def fit_user_level(X, y, shape, rank, plan, rng) -> ItemSide:
     V, w, noise = private_start(X, resid, shape, m, rank, plan["zs"]["start"], rng, plan["clip"])
     for _ in range(plan["n_iter"]):
         V = item_factor_sweep(X, base, shape, m, V, plan, rng, counts[1])
-    return ItemSide(intercept, biases, V, start=(w, noise))
+    clip2 = plan["clip"] ** 2
+    return ItemSide(intercept, biases, V, start=(w / clip2, noise / clip2))
 
 
 def predict_users(X, item_side: ItemSide, hist_X, hist_y, n_users):
