@@ -279,3 +279,18 @@ def test_the_sparse_item_item_matrix_is_the_dense_product(monkeypatch):
     np.testing.assert_allclose(ul.cooccurrence(users, items, resid, 50, 23), P.T @ P,
                                rtol=1e-12, atol=1e-12)
 
+
+def test_the_kept_entries_are_those_of_the_three_key_sort():
+    """The bounding's two stable sorts keep exactly the entries that sorting by (user, item,
+    random key) keeps, so a seeded fit keeps the same entries as before."""
+    rng = np.random.default_rng(9)
+    users, items = rng.integers(0, 30, 2000), rng.integers(0, 50, 2000)
+    keep = ul.bound_contributions(users, items, 30, 7, np.random.default_rng(4))
+    draw = np.random.default_rng(4)
+    order = np.lexsort((draw.random(len(users)), items, users))
+    u, i = users[order], items[order]
+    first = np.r_[True, (u[1:] != u[:-1]) | (i[1:] != i[:-1])]
+    order = order[first]
+    order = order[np.lexsort((draw.random(len(order)), users[order]))]
+    rank = np.arange(len(order)) - np.searchsorted(users[order], users[order])
+    np.testing.assert_array_equal(keep, np.sort(order[rank < 7]))

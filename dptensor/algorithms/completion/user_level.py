@@ -41,6 +41,14 @@ USER_FACTOR_REG = 1.0
 COOCCURRENCE_BLOCK = 1024
 
 
+def _sorted_by(group, keys):
+    """``np.lexsort((keys, group))``, the same permutation, as two stable sorts: by the float
+    keys, then by the integer groups (a radix sort), several times faster at 1e7 entries than
+    ``lexsort``'s sorts of both."""
+    order = np.argsort(keys, kind="stable")
+    return order[np.argsort(group[order], kind="stable")]
+
+
 def bound_contributions(users: np.ndarray, items: np.ndarray, n_users: int, m: int,
                         rng) -> np.ndarray:
     """Indices (sorted) of the entries kept: at most one per (user, item) and at most ``m`` per
@@ -50,13 +58,14 @@ def bound_contributions(users: np.ndarray, items: np.ndarray, n_users: int, m: i
     released. ``users`` and ``items`` are the mode-0 and mode-1 indices of every entry.
     """
     keys = rng.random(len(users))
-    order = np.lexsort((keys, items, users))
+    cell = users.astype(np.int64) * (int(items.max(initial=0)) + 1) + items
+    order = _sorted_by(cell, keys)
     u, i = users[order], items[order]
     first = np.ones(len(order), dtype=bool)
     first[1:] = (u[1:] != u[:-1]) | (i[1:] != i[:-1])
     order = order[first]
     # a fresh random order within each user, then the first m
-    order = order[np.lexsort((rng.random(len(order)), users[order]))]
+    order = order[_sorted_by(users[order], rng.random(len(order)))]
     u = users[order]
     starts = np.searchsorted(u, np.arange(n_users))
     rank_in_user = np.arange(len(u)) - starts[u]
