@@ -25,30 +25,27 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-import warnings
-from dataclasses import dataclass
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.validation import check_is_fitted
 from threadpoolctl import ThreadpoolController
 
-from ._base import FitData, FitPlan, NoisePreview, PrivateEstimatorMixin, SearchTag
-from ._base import warn_noise_dominated
+from ._base import (FitData, FitPlan, NoisePreview, PrivateEstimatorMixin, SearchTag,
+                    warn_noise_dominated)
 from ._memory import FLOAT
-from ._validation import check_positive_int, check_verbose, validate_private_data
+from ._validation import (check_nonnegative_real, check_positive_int, check_positive_real,
+                          check_completion_targets, check_value_range, check_verbose,
+                          validate_private_data)
 from .accounting import NonPrivateEvent
 from .algorithms.completion.memory import fit_advice, fit_floats
 from .algorithms.completion.model import Model, predict
 from .algorithms.completion.modes import AUTO, MODES, is_mode
-from .algorithms.completion.modes.base import OFFSET_SHARE, fixed_modes
+from .algorithms.completion.modes.base import OFFSET_SHARE, FitSettings, fixed_modes
 from .algorithms.completion.modes.solvers import AUTO_PRIOR_VAR, AUTO_REG_FLOOR, GD_DEFAULTS
 from .algorithms.completion.modes.user import MAX_RATINGS_PER_USER as USER_MAX_RATINGS
 from .algorithms.completion.user_level import ItemSide, predict_released
-from .algorithms.completion.user_level import start_noise_level, start_signal_bound
-from .algorithms.completion.spectral import gram_modes, gram_preview_level
-from .algorithms.completion.modes.statistics import COLUMN_CAP
+from .algorithms.completion.start_noise import preview_level, weakest_factors
 from .algorithms.completion.observations import Observations, check_indices, to_observations
 
 __all__ = ["PrivateTensorCompletion", "to_observations", "complete", "check_indices",
@@ -60,17 +57,6 @@ _USER_ADVICE = ("Its item factors learned nothing beyond the offsets: use rank=0
 #: What a value-level fit whose factors start from noise advises.
 _VALUE_ADVICE = ("Its factors start from noise and learn little beyond the offsets: use a "
                  "smaller rank, factor_modes=(0, 1) for ratings, more data or a larger epsilon.")
-
-
-@dataclass(frozen=True)
-class _FitSettings:
-    """What the release reads from a fit's plan: the validated parameters, the mode's noise plan
-    (``None`` for a non-private fit at value level), the public value range, whether private."""
-
-    params: dict
-    noise: dict | None
-    value_range: tuple[float, float] | None
-    private: bool
 
 
 def complete(estimator, shape=None):
@@ -352,15 +338,16 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             raise ValueError(f'perturbation="{perturbation}" needs solver="{mode.solver}" '
                              '(or "auto")')
         gd = solver == "gd"
-        lr = _positive(self.learning_rate, "learning_rate", GD_DEFAULTS["learning_rate"])
+        lr = check_positive_real(self.learning_rate, "learning_rate", GD_DEFAULTS["learning_rate"])
         requested = None if self.n_iter is None else check_positive_int(self.n_iter, "n_iter")
         n_iter = mode.n_iter(requested, solver)
-        clip = _positive(self.clip_norm, "clip_norm", GD_DEFAULTS["clip_norm"])
+        clip = check_positive_real(self.clip_norm, "clip_norm", GD_DEFAULTS["clip_norm"])
         auto = isinstance(self.reg, str) and self.reg == "auto"
         reg = ((AUTO_REG_FLOOR if not gd else GD_DEFAULTS["reg"]) if auto
-               else _nonnegative(self.reg, "reg"))
-        reg_core = reg if self.reg_core is None else _nonnegative(self.reg_core, "reg_core")
-        tol = _nonnegative(self.tol, "tol")
+               else check_nonnegative_real(self.reg, "reg"))
+        reg_core = (reg if self.reg_core is None
+                    else check_nonnegative_real(self.reg_core, "reg_core"))
+        tol = check_nonnegative_real(self.tol, "tol")
         share = self.offset_share
         if share is not None and not (isinstance(share, numbers.Real) and 0.0 < share < 1.0):
             raise ValueError(f"offset_share must be a number in (0, 1) or None, got {share!r}")
@@ -390,23 +377,6 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             return None
         return AUTO[self.decomposition]
 
-    def _check_value_range(self, private):
-        if self.value_range is None:
-            if private:
-                raise ValueError("value_range is required when epsilon is finite: values are "
-                                 "clipped to this public (lo, hi) and the noise is calibrated to "
-                                 "hi - lo. Choose it from public knowledge (e.g. the rating "
-                                 "scale), not from the data.")
-            return None
-        try:
-            lo, hi = (float(v) for v in self.value_range)
-        except (TypeError, ValueError):
-            raise ValueError("value_range must be a pair (lo, hi) of numbers, "
-                             f"got {self.value_range!r}")
-        if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-            raise ValueError(f"value_range must be finite with lo < hi, got {self.value_range!r}")
-        return lo, hi
-
     def _check_values(self, X, y):
         if y is None:
             raise ValueError(f"{type(self).__name__} requires y to be passed, "
@@ -415,26 +385,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         # the index-specific ones.
         X = validate_private_data(self, X, reset=True, dtype=None, ensure_min_features=2)
         X, shape = check_indices(X, self.shape)
-        y = np.asarray(y)
-        if y.ndim == 2 and y.shape[1] == 1:
-            warnings.warn("A column-vector y was passed when a 1d array was expected; "
-                          "it is raveled", DataConversionWarning, stacklevel=3)
-            y = y[:, 0]
-        if y.ndim != 1:
-            raise ValueError(f"y must be 1-D (one value per index tuple), got shape {y.shape}")
-        if y.shape[0] != X.shape[0]:
-            raise ValueError(f"y has {y.shape[0]} values but X has {X.shape[0]} index tuples")
-        if y.dtype.kind == "O":  # numbers held as objects are values as any others
-            try:
-                y = y.astype(np.float64)
-            except (TypeError, ValueError):
-                raise TypeError("y must be real numbers, and some entry is no number") from None
-        if y.dtype.kind not in "biuf":  # complex too: casting would drop the imaginary parts
-            raise TypeError(f"y must be real numbers, got dtype {y.dtype}")
-        y = y.astype(np.float64)
-        if not np.all(np.isfinite(y)):
-            raise ValueError("y contains NaN or infinity: pass only the observed entries "
-                             "(to_observations turns a NaN-marked array into (X, y))")
+        y = check_completion_targets(y, X.shape[0])
         return X, y, shape
 
     def _check_data(self, X, y):
@@ -471,7 +422,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
                              "\"statistics\", \"implicit\", \"input\", \"gradient\" or "
                              "\"output\"); perturbation=None is the non-private fit "
                              "(epsilon=np.inf)")
-        vrange = self._check_value_range(private)
+        vrange = check_value_range(self.value_range, private)
         noise, event = (mode.plan(p, epsilon, delta, len(dims)) if private
                         else (None, NonPrivateEvent("epsilon=inf")))
         if p["unit"] == "user" and not private:
@@ -479,7 +430,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         memory = (self._fit_memory(p, n_obs, dims) if None not in dims else (0.0, ""))
         return FitPlan(event=event, delta=delta, noise_multiplier=noise["z"] if noise else 0.0,
                        n_queries=noise["n_queries"] if noise else 0, calibration="exact",
-                       memory=memory, settings=_FitSettings(params=p, noise=noise,
+                       memory=memory, settings=FitSettings(params=p, noise=noise,
                                                             value_range=vrange, private=private),
                        unit="user" if self.privacy_unit == "user" else None)
 
@@ -556,18 +507,10 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     def _warn_start(self, advice):
         """Warn, from the released start eigenvalues and their noise levels only, naming every
         factor that some released matrix puts below twice its noise level."""
-        if self.start_eigenvalues_.ndim == 1:  # user level: one matrix, one level per factor
-            values, noise = self.start_eigenvalues_[None], self.start_eigenvalues_noise_[None]
-        else:  # one row per released Gram, one level per Gram
-            values = self.start_eigenvalues_
-            noise = np.broadcast_to(self.start_eigenvalues_noise_[:, None], values.shape)
-        if not values.size or not np.any(noise > 0):
-            return
-        # per factor, the Gram where it is weakest against that Gram's noise
-        worst = np.argmin(np.maximum(values, 0.0) / noise, axis=0)
-        cols = np.arange(values.shape[1])
-        warn_noise_dominated(np.maximum(values[worst, cols], 0.0), noise[worst, cols],
-                             "start_eigenvalues_", "start_eigenvalues_noise_", advice)
+        weakest = weakest_factors(self.start_eigenvalues_, self.start_eigenvalues_noise_)
+        if weakest is not None:
+            warn_noise_dominated(*weakest, "start_eigenvalues_", "start_eigenvalues_noise_",
+                                 advice)
 
     def _set_item_side(self, side: ItemSide, shape, center, scale):
         """The item side of a user-level fit, in the caller's units: no user's offset or factor;
@@ -691,40 +634,22 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     def expected_noise(self, n_samples, n_features):
         """The noise level a private ``fit`` on ``n_samples`` entries of an order-``n_features``
         tensor of the public ``shape`` would record in ``start_eigenvalues_noise_``, against the
-        largest eigenvalue its start's released matrix can have: a
-        :class:`~dptensor.NoisePreview` from the fit's own plan (no data, no spend), to choose
-        epsilon first. A factor needs a released eigenvalue above twice ``noise``; when that is
-        near ``signal_bound`` no data can be learned at this size.
-
-        ``privacy_unit="user"``: the item-item matrix, bound ``n_users m``, ratio
-        ``z sqrt(n_items) / n_users`` (``rank=0`` releases none: noise 0). Value level,
-        ``perturbation="statistics"``: the weakest unfolding Gram, bound ``n_obs``, ratio
-        ``2 z sqrt(n_col - 1) sqrt(n_m) / n_obs``, where the fullest column's count ``n_col`` is
-        its cap for positions spread evenly (a fit reads it from Omega: its level is at most this).
-        In units of the clipping level, as the fit records it; the other modes have no start
-        to preview (``ValueError``)."""
+        largest eigenvalue its start's released matrix can have (units of the clipping level):
+        a :class:`~dptensor.NoisePreview` from the fit's own plan (no data, no spend). A factor
+        needs an eigenvalue above twice ``noise``; near ``signal_bound`` nothing can be learned.
+        User level: the item-item matrix, ratio ``z sqrt(n_items) / n_users`` (``rank=0``: none).
+        ``perturbation="statistics"``: the weakest Gram, ratio ``2 z sqrt(n_col - 1) sqrt(n_m) /
+        n_obs``, ``n_col`` at its cap for evenly spread positions (a fit's level is at most this).
+        Other modes have no start (``ValueError``)."""
         if self.shape is None:
             raise ValueError("the noise preview needs the tensor's shape: set shape")
         n_obs = check_positive_int(n_samples, "n_samples")
-        order = check_positive_int(n_features, "n_features")
         shape = tuple(int(v) for v in self.shape)
-        if len(shape) != order:
-            raise ValueError(f"shape {shape} has {len(shape)} modes, n_features is {order}")
-        plan = self._plan((n_obs,) + shape)
-        noise, p = plan.settings.noise, plan.settings.params
-        if p["unit"] == "user":
-            if not p["rank"] or noise is None:  # offsets only: no item-item matrix is released
-                return NoisePreview(0.0, None, "start_eigenvalues_noise_")
-            z, m, clip = noise["zs"]["start"], noise["m"], noise["clip"]
-            return NoisePreview(start_noise_level(shape[1], m, z, clip) / clip**2,
-                                start_signal_bound(shape[0], m), "start_eigenvalues_noise_")
-        if p["perturbation"] != "statistics":
-            raise ValueError("expected_noise previews the spectral start of perturbation="
-                             f'"statistics" and of privacy_unit="user", not {p["perturbation"]!r}')
-        level = 0.0 if noise is None else max(
-            gram_preview_level(n_obs, shape, mm, p["fixed"], noise["z_gram"], COLUMN_CAP)
-            for mm in gram_modes(shape, p["fixed"]))
-        return NoisePreview(level, float(n_obs), "start_eigenvalues_noise_")
+        if len(shape) != check_positive_int(n_features, "n_features"):
+            raise ValueError(f"shape {shape} has {len(shape)} modes, n_features is {n_features}")
+        settings = self._plan((n_obs,) + shape).settings
+        level, bound = preview_level(settings.params, settings.noise, shape, n_obs)
+        return NoisePreview(level, bound, "start_eigenvalues_noise_")
 
     def _score_units(self, X, y=None, history=None):
         """Per-entry negative clipped squared error and its public range ``(-1, 0)`` (``None``
@@ -771,19 +696,3 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
 def _blas_controller():
     """One controller of the BLAS thread pools, found once (finding them costs about 1 ms a fit)."""
     return ThreadpoolController()
-
-
-def _positive(value, name, default):
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
-            value > 0 and math.isfinite(value)):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
-
-
-def _nonnegative(value, name):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
-            value >= 0 and math.isfinite(value)):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return float(value)
