@@ -1,6 +1,9 @@
 """User-level private completion on MovieLens-100K (both canonical splits) at epsilon 1 and 10.
 
-``python benchmarks/bench_user_level.py`` writes ``benchmarks/results/user_level.{json,md,png}``.
+``python benchmarks/bench_user_level.py`` writes ``benchmarks/results/user_level.{json,md,png}``;
+``--scale`` writes ``user_level_scale.{json,md}``: the default user-level fit (``rank=3``) on
+synthetic MovieLens-like ratings at 1e4 users x 1e6 ratings and 7e4 users x 1e7 (MovieLens-10M's
+size), on one CPU thread, against the non-private fit in the same run.
 The settings are the estimator's defaults (``privacy_unit="user"``, ``rank=0``: offsets only,
 the item side released, each user's offset solved from her own training ratings at prediction
 time), fixed before any run on a test split. When the GroupLens files are neither in
@@ -10,11 +13,14 @@ like MovieLens-100K) and says so in every output.
 from __future__ import annotations
 
 import json
+import os
+import resource
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from dptensor import PrivateTensorCompletion
 from dptensor.datasets import load_movielens_100k
@@ -53,6 +59,94 @@ def movielens_like(split="ua", random_state=0):
     test[order[(np.arange(len(X)) - starts[X[order, 0]]) < 10]] = True
     return {"indices": X[~test], "values": y[~test], "test_indices": X[test],
             "test_values": y[test], "shape": (n_u, n_i), "value_range": (1.0, 5.0)}
+
+
+def ratings_like(n_users, n_items, n_ratings, rank=10, random_state=0):
+    """Synthetic ratings shaped like MovieLens at any size: heavy-tailed (lognormal) counts per
+    user, at least 20 and at most half the items, about ``n_ratings`` in all; Zipf-like item
+    popularity; user and item offsets, a rank-``rank`` taste and noise of sd 0.9, rounded to
+    1..5; a random tenth held out. Vectorised: 1e7 ratings in seconds."""
+    rng = np.random.default_rng(random_state)
+    raw = rng.lognormal(0.0, 1.0, n_users)
+    per = np.rint(raw * (n_ratings - 20 * n_users) / raw.sum() + 20).astype(np.int64)
+    per = np.clip(per, 20, n_items // 2)
+    pop = 1.0 / np.arange(1, n_items + 1) ** 0.9
+    pop /= pop.sum()
+    # twice the draws, the repeats dropped, then each user's first per[u] distinct items
+    users = np.repeat(np.arange(n_users), 2 * per)
+    key, first = np.unique(users * n_items + rng.choice(n_items, len(users), p=pop),
+                           return_index=True)
+    key = key[np.argsort(first, kind="stable")]
+    order = np.argsort(key // n_items, kind="stable")
+    users, items = key[order] // n_items, key[order] % n_items
+    starts = np.searchsorted(users, np.arange(n_users))
+    keep = np.arange(len(users)) - starts[users] < per[users]
+    users, items = users[keep], items[keep]
+    a = rng.normal(0, 0.45, n_users)
+    b = rng.normal(0, 0.6, n_items) - 0.09 * np.log(pop * n_items)
+    U, V = rng.normal(0, 0.25, (n_users, rank)), rng.normal(0, 0.25, (n_items, rank))
+    f = 3.55 + a[users] + b[items] + np.einsum("ek,ek->e", U[users], V[items])
+    y = np.clip(np.rint(f + rng.normal(0, 0.9, len(users))), 1, 5)
+    X, test = np.stack([users, items], axis=1), rng.random(len(y)) < 0.1
+    return {"indices": X[~test], "values": y[~test], "test_indices": X[test],
+            "test_values": y[test], "shape": (n_users, n_items), "value_range": (1.0, 5.0)}
+
+
+#: (users, items, ratings) of the scale study: MovieLens-10M is about 7e4 x 1e4 x 1e7.
+SCALE_CELLS = ((10_000, 10_000, 1_000_000), (70_000, 10_000, 10_000_000))
+SCALE_EPSILONS = (1.0, 10.0)
+
+
+def _timed_fit(d, user_level, **kw):
+    """``(seconds, test RMSE)`` of one fit (a user-level fit predicts from each user's history)."""
+    est = PrivateTensorCompletion(value_range=d["value_range"], shape=d["shape"], delta=DELTA,
+                                  random_state=0, **kw)
+    if user_level:
+        est.set_params(privacy_unit="user")
+    t0 = time.perf_counter()
+    est.fit(d["indices"], d["values"])
+    seconds = time.perf_counter() - t0
+    hist = (d["indices"], d["values"]) if user_level else None
+    pred = est.predict(d["test_indices"], history=hist)
+    return seconds, float(np.sqrt(np.mean((pred - d["test_values"]) ** 2)))
+
+
+def run_scale():
+    """Each cell: the non-private fit (value-level ALS at defaults), the user-level path without
+    noise, and the user-level default at each epsilon, with ratios to the non-private fit."""
+    rows = []
+    for n_users, n_items, n_ratings in SCALE_CELLS:
+        d = ratings_like(n_users, n_items, n_ratings)
+        cell = {"users": n_users, "items": n_items, "ratings": int(len(d["values"]))}
+        with threadpool_limits(limits=1):
+            ref_s, ref_rmse = _timed_fit(d, False)
+            fits = [("non-private (value-level ALS)", np.inf, ref_s, ref_rmse),
+                    ("user level, no noise", np.inf, *_timed_fit(d, True))]
+            fits += [("user level", e, *_timed_fit(d, True, epsilon=e)) for e in SCALE_EPSILONS]
+        for name, eps, sec, err in fits:
+            rows.append({**cell, "fit": name, "epsilon": eps, "seconds": sec, "rmse": err,
+                         "time_ratio": sec / ref_s, "rmse_ratio": err / ref_rmse,
+                         "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+                         "load_average": os.getloadavg()[0]})
+            print(rows[-1], flush=True)
+    return rows
+
+
+def write_scale(rows):
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "user_level_scale.json").write_text(json.dumps(rows, indent=1, default=str))
+    lines = ["Synthetic MovieLens-like ratings (`ratings_like`), rank 3 (the default), one CPU "
+             "thread; ratios to the non-private fit (value-level ALS at defaults) in the same "
+             "run. Peak RSS is the process's so far (it includes the data). Seconds are wall "
+             "time: on a shared machine (the load average, when recorded, is in the JSON) they "
+             "are an upper bound on the one-thread cost.", "",
+             "| users | items | ratings | fit | epsilon | seconds | x non-private time | "
+             "test RMSE | x non-private RMSE | peak RSS (GB) |", "|---" * 10 + "|"]
+    for r in rows:
+        lines.append(f"| {r['users']} | {r['items']} | {r['ratings']} | {r['fit']} | "
+                     f"{r['epsilon']:g} | {r['seconds']:.1f} | {r['time_ratio']:.2f} | "
+                     f"{r['rmse']:.4f} | {r['rmse_ratio']:.3f} | {r['peak_rss_gb']:.1f} |")
+    (RESULTS / "user_level_scale.md").write_text("\n".join(lines) + "\n")
 
 
 def load(split):
@@ -128,8 +222,11 @@ def write(rows):
 
 
 if __name__ == "__main__":
-    import sys
-    if "--plot-only" in sys.argv:  # redraw from the saved results
+    if "--scale" in sys.argv and "--plot-only" in sys.argv:  # the table from the saved rows
+        write_scale(json.loads((RESULTS / "user_level_scale.json").read_text()))
+    elif "--scale" in sys.argv:
+        write_scale(run_scale())
+    elif "--plot-only" in sys.argv:  # redraw from the saved results
         write(json.loads((RESULTS / "user_level.json").read_text()))
     else:
         write(run())

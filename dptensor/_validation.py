@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 
 import numpy as np
 import scipy.sparse as sp
+from sklearn.exceptions import DataConversionWarning
 
 from .accounting import PrivacyAccountant
 from .exceptions import DEFAULT_DELTA, PrivacyWarning, check_delta, check_epsilon
@@ -19,7 +21,8 @@ except ImportError:  # pragma: no cover - older scikit-learn
 __all__ = ["check_epsilon", "check_delta", "check_privacy", "check_positive_int", "check_data_norm",
            "check_symmetric_tensor", "check_random_generator", "check_finite", "check_delta_for_n",
            "check_numeric_array", "validate_private_data", "validate_stream_chunk",
-           "zero_nonfinite_rows", "check_groups"]
+           "zero_nonfinite_rows", "check_groups", "check_value_range", "check_positive_real",
+           "check_nonnegative_real", "check_completion_targets"]
 
 
 def check_privacy(epsilon, delta, accountant=None, *, gaussian=True) -> tuple[float, float]:
@@ -322,3 +325,67 @@ def check_groups(groups, n_rows: int):
         _, codes = np.unique(labels, return_inverse=True)
     codes = np.asarray(codes, dtype=np.int64).reshape(-1)
     return codes, int(codes.max()) + 1 if codes.size else 0
+
+
+def check_value_range(value_range, private):
+    """A completion fit's public ``(lo, hi)`` checked (``None`` without one, refused when
+    ``private``)."""
+    if value_range is None:
+        if private:
+            raise ValueError("value_range is required when epsilon is finite: values are "
+                             "clipped to this public (lo, hi) and the noise is calibrated to "
+                             "hi - lo. Choose it from public knowledge (e.g. the rating "
+                             "scale), not from the data.")
+        return None
+    try:
+        lo, hi = (float(v) for v in value_range)
+    except (TypeError, ValueError):
+        raise ValueError("value_range must be a pair (lo, hi) of numbers, "
+                         f"got {value_range!r}")
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise ValueError(f"value_range must be finite with lo < hi, got {value_range!r}")
+    return lo, hi
+
+
+def check_positive_real(value, name, default):
+    """``value`` as a finite float > 0 (``None``: ``default``)."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
+            value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def check_nonnegative_real(value, name):
+    """``value`` as a finite float >= 0."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
+            value >= 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+def check_completion_targets(y, n_index):
+    """The values ``y`` of a completion fit as float64, one per index tuple (``n_index``):
+    a column vector is raveled with a warning; others refused."""
+    y = np.asarray(y)
+    if y.ndim == 2 and y.shape[1] == 1:
+        warnings.warn("A column-vector y was passed when a 1d array was expected; "
+                      "it is raveled", DataConversionWarning, stacklevel=4)
+        y = y[:, 0]
+    if y.ndim != 1:
+        raise ValueError(f"y must be 1-D (one value per index tuple), got shape {y.shape}")
+    if y.shape[0] != n_index:
+        raise ValueError(f"y has {y.shape[0]} values but X has {n_index} index tuples")
+    if y.dtype.kind == "O":  # numbers held as objects are values as any others
+        try:
+            y = y.astype(np.float64)
+        except (TypeError, ValueError):
+            raise TypeError("y must be real numbers, and some entry is no number") from None
+    if y.dtype.kind not in "biuf":  # complex too: casting would drop the imaginary parts
+        raise TypeError(f"y must be real numbers, got dtype {y.dtype}")
+    y = y.astype(np.float64)
+    if not np.all(np.isfinite(y)):
+        raise ValueError("y contains NaN or infinity: pass only the observed entries "
+                         "(to_observations turns a NaN-marked array into (X, y))")
+    return y

@@ -25,41 +25,38 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-import warnings
-from dataclasses import dataclass
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.validation import check_is_fitted
 from threadpoolctl import ThreadpoolController
 
-from ._base import FitData, FitPlan, PrivateEstimatorMixin, SearchTag
+from ._base import (FitData, FitPlan, NoisePreview, PrivateEstimatorMixin, SearchTag,
+                    warn_noise_dominated)
 from ._memory import FLOAT
-from ._validation import check_positive_int, check_verbose, validate_private_data
+from ._validation import (check_nonnegative_real, check_positive_int, check_positive_real,
+                          check_completion_targets, check_value_range, check_verbose,
+                          validate_private_data)
 from .accounting import NonPrivateEvent
 from .algorithms.completion.memory import fit_advice, fit_floats
 from .algorithms.completion.model import Model, predict
 from .algorithms.completion.modes import AUTO, MODES, is_mode
-from .algorithms.completion.modes.base import OFFSET_SHARE, fixed_modes
+from .algorithms.completion.modes.base import OFFSET_SHARE, FitSettings, fixed_modes
 from .algorithms.completion.modes.solvers import AUTO_PRIOR_VAR, AUTO_REG_FLOOR, GD_DEFAULTS
 from .algorithms.completion.modes.user import MAX_RATINGS_PER_USER as USER_MAX_RATINGS
 from .algorithms.completion.user_level import ItemSide, predict_released
+from .algorithms.completion.start_noise import preview_level, weakest_factors
 from .algorithms.completion.observations import Observations, check_indices, to_observations
 
 __all__ = ["PrivateTensorCompletion", "to_observations", "complete", "check_indices",
            "OFFSET_SHARE"]
 
-
-@dataclass(frozen=True)
-class _FitSettings:
-    """What the release reads from a fit's plan: the validated parameters, the mode's noise plan
-    (``None`` for a non-private fit at value level), the public value range, whether private."""
-
-    params: dict
-    noise: dict | None
-    value_range: tuple[float, float] | None
-    private: bool
+#: What a user-level fit whose factors start from noise advises.
+_USER_ADVICE = ("Its item factors learned nothing beyond the offsets: use rank=0 (offsets only), "
+                "a smaller rank, more users or a larger epsilon.")
+#: What a value-level fit whose factors start from noise advises.
+_VALUE_ADVICE = ("Its factors start from noise and learn little beyond the offsets: use a "
+                 "smaller rank, factor_modes=(0, 1) for ratings, more data or a larger epsilon.")
 
 
 def complete(estimator, shape=None):
@@ -236,6 +233,16 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     perturbation_ : str or None
         The mode used (``"auto"`` resolved).
     privacy_cost_ : PrivacyCost
+    start_eigenvalues_, start_eigenvalues_noise_ : ndarray
+        The private start's released matrices, in units of their clipping level (each clipped
+        residual divided by it, so every entry lies in [-1, 1]): their top eigenvalues and noise
+        levels (half the noise's spectral edge; 0 without privacy). ``privacy_unit="user"``:
+        the item-item matrix, both of shape (rank,) (empty at ``rank=0``).
+        ``perturbation="statistics"``: one row per released unfolding Gram, (n_grams, rank) and
+        (n_grams,); the other modes: empty. A factor whose eigenvalue is below twice the level
+        (in some Gram) starts from noise and learns little beyond the offsets: ``fit`` then warns
+        (``UserWarning``) naming it, from these released values only. :meth:`expected_noise`
+        reports the level before a fit.
     train_rmse_ : list of float
         Only when ``verbose`` and the fit is not private.
 
@@ -331,15 +338,16 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             raise ValueError(f'perturbation="{perturbation}" needs solver="{mode.solver}" '
                              '(or "auto")')
         gd = solver == "gd"
-        lr = _positive(self.learning_rate, "learning_rate", GD_DEFAULTS["learning_rate"])
+        lr = check_positive_real(self.learning_rate, "learning_rate", GD_DEFAULTS["learning_rate"])
         requested = None if self.n_iter is None else check_positive_int(self.n_iter, "n_iter")
         n_iter = mode.n_iter(requested, solver)
-        clip = _positive(self.clip_norm, "clip_norm", GD_DEFAULTS["clip_norm"])
+        clip = check_positive_real(self.clip_norm, "clip_norm", GD_DEFAULTS["clip_norm"])
         auto = isinstance(self.reg, str) and self.reg == "auto"
         reg = ((AUTO_REG_FLOOR if not gd else GD_DEFAULTS["reg"]) if auto
-               else _nonnegative(self.reg, "reg"))
-        reg_core = reg if self.reg_core is None else _nonnegative(self.reg_core, "reg_core")
-        tol = _nonnegative(self.tol, "tol")
+               else check_nonnegative_real(self.reg, "reg"))
+        reg_core = (reg if self.reg_core is None
+                    else check_nonnegative_real(self.reg_core, "reg_core"))
+        tol = check_nonnegative_real(self.tol, "tol")
         share = self.offset_share
         if share is not None and not (isinstance(share, numbers.Real) and 0.0 < share < 1.0):
             raise ValueError(f"offset_share must be a number in (0, 1) or None, got {share!r}")
@@ -369,23 +377,6 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             return None
         return AUTO[self.decomposition]
 
-    def _check_value_range(self, private):
-        if self.value_range is None:
-            if private:
-                raise ValueError("value_range is required when epsilon is finite: values are "
-                                 "clipped to this public (lo, hi) and the noise is calibrated to "
-                                 "hi - lo. Choose it from public knowledge (e.g. the rating "
-                                 "scale), not from the data.")
-            return None
-        try:
-            lo, hi = (float(v) for v in self.value_range)
-        except (TypeError, ValueError):
-            raise ValueError("value_range must be a pair (lo, hi) of numbers, "
-                             f"got {self.value_range!r}")
-        if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-            raise ValueError(f"value_range must be finite with lo < hi, got {self.value_range!r}")
-        return lo, hi
-
     def _check_values(self, X, y):
         if y is None:
             raise ValueError(f"{type(self).__name__} requires y to be passed, "
@@ -394,26 +385,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         # the index-specific ones.
         X = validate_private_data(self, X, reset=True, dtype=None, ensure_min_features=2)
         X, shape = check_indices(X, self.shape)
-        y = np.asarray(y)
-        if y.ndim == 2 and y.shape[1] == 1:
-            warnings.warn("A column-vector y was passed when a 1d array was expected; "
-                          "it is raveled", DataConversionWarning, stacklevel=3)
-            y = y[:, 0]
-        if y.ndim != 1:
-            raise ValueError(f"y must be 1-D (one value per index tuple), got shape {y.shape}")
-        if y.shape[0] != X.shape[0]:
-            raise ValueError(f"y has {y.shape[0]} values but X has {X.shape[0]} index tuples")
-        if y.dtype.kind == "O":  # numbers held as objects are values as any others
-            try:
-                y = y.astype(np.float64)
-            except (TypeError, ValueError):
-                raise TypeError("y must be real numbers, and some entry is no number") from None
-        if y.dtype.kind not in "biuf":  # complex too: casting would drop the imaginary parts
-            raise TypeError(f"y must be real numbers, got dtype {y.dtype}")
-        y = y.astype(np.float64)
-        if not np.all(np.isfinite(y)):
-            raise ValueError("y contains NaN or infinity: pass only the observed entries "
-                             "(to_observations turns a NaN-marked array into (X, y))")
+        y = check_completion_targets(y, X.shape[0])
         return X, y, shape
 
     def _check_data(self, X, y):
@@ -450,7 +422,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
                              "\"statistics\", \"implicit\", \"input\", \"gradient\" or "
                              "\"output\"); perturbation=None is the non-private fit "
                              "(epsilon=np.inf)")
-        vrange = self._check_value_range(private)
+        vrange = check_value_range(self.value_range, private)
         noise, event = (mode.plan(p, epsilon, delta, len(dims)) if private
                         else (None, NonPrivateEvent("epsilon=inf")))
         if p["unit"] == "user" and not private:
@@ -458,7 +430,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         memory = (self._fit_memory(p, n_obs, dims) if None not in dims else (0.0, ""))
         return FitPlan(event=event, delta=delta, noise_multiplier=noise["z"] if noise else 0.0,
                        n_queries=noise["n_queries"] if noise else 0, calibration="exact",
-                       memory=memory, settings=_FitSettings(params=p, noise=noise,
+                       memory=memory, settings=FitSettings(params=p, noise=noise,
                                                             value_range=vrange, private=private),
                        unit="user" if self.privacy_unit == "user" else "observed value")
 
@@ -500,8 +472,10 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
                                   private=private, progress=self._progress(private, scale))
         if p["unit"] == "user":
             self._set_item_side(model, shape, center, scale)
+            self._warn_start(_USER_ADVICE)
         else:
             self._set_model(model, shape, center, scale)
+            self._warn_start(_VALUE_ADVICE)
         self.privacy_unit_ = p["unit"]
         self.n_iter_ = p["n_iter"] if history is None else len(history)
         self.value_range_ = vrange
@@ -523,15 +497,36 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         self.intercept_ = float(center + scale * model.intercept)
         self.biases_ = [b * scale for b in model.biases]
         self.shape_ = tuple(shape)
+        # The spectral start's released Grams (statistics mode): their top eigenvalues and noise
+        # levels, in units of the clipping level (post-processing of releases and of the plan).
+        values, noise = model.start if model.start is not None else (
+            np.zeros((0, model.rank)), np.zeros(0))
+        self.start_eigenvalues_ = np.asarray(values, dtype=float)
+        self.start_eigenvalues_noise_ = np.asarray(noise, dtype=float)
+
+    def _warn_start(self, advice):
+        """Warn, from the released start eigenvalues and their noise levels only, naming every
+        factor that some released matrix puts below twice its noise level."""
+        weakest = weakest_factors(self.start_eigenvalues_, self.start_eigenvalues_noise_)
+        if weakest is not None:
+            warn_noise_dominated(*weakest, "start_eigenvalues_", "start_eigenvalues_noise_",
+                                 advice)
 
     def _set_item_side(self, side: ItemSide, shape, center, scale):
-        """The item side of a user-level fit, in the caller's units: no user's offset or factor."""
+        """The item side of a user-level fit, in the caller's units: no user's offset or factor;
+        and its start's released eigenvalues with their public noise level."""
         k = side.V.shape[1]
         self.factors_ = [np.zeros((0, k)), side.V * scale] + [np.ones((n, k)) for n in shape[2:]]
         self.core_ = None
         self.intercept_ = float(center + scale * side.intercept)
         self.biases_ = [np.zeros(0)] + [b * scale for b in side.biases[1:]]
         self.shape_ = tuple(shape)
+        # The released item-item matrix's top eigenvalues and the public noise level, in units
+        # of the clipping level. Post-processing of a release and of the plan, so it may be set
+        # and warned about after the spend.
+        values, noise = side.start if side.start is not None else (np.zeros(0), 0.0)
+        self.start_eigenvalues_ = np.asarray(values, dtype=float)
+        self.start_eigenvalues_noise_ = np.full(len(values), float(noise))
 
     def _fit_memory(self, p, n_obs, shape):
         """``(bytes, advice)``: the fit's peak allocation (:func:`fit_floats`, public
@@ -636,6 +631,26 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             raise ValueError(f"n_features (the tensor's order) must be >= 2, got {order}")
         return self._preview_plan(self._plan((int(n_samples),) + (None,) * order))
 
+    def expected_noise(self, n_samples, n_features):
+        """The noise level a private ``fit`` on ``n_samples`` entries of an order-``n_features``
+        tensor of the public ``shape`` would record in ``start_eigenvalues_noise_``, against the
+        largest eigenvalue its start's released matrix can have (units of the clipping level):
+        a :class:`~dptensor.NoisePreview` from the fit's own plan (no data, no spend). A factor
+        needs an eigenvalue above twice ``noise``; near ``signal_bound`` nothing can be learned.
+        User level: the item-item matrix, ratio ``z sqrt(n_items) / n_users`` (``rank=0``: none).
+        ``perturbation="statistics"``: the weakest Gram, ratio ``2 z sqrt(n_col - 1) sqrt(n_m) /
+        n_obs``, ``n_col`` at its cap for evenly spread positions (a fit's level is at most this).
+        Other modes have no start (``ValueError``)."""
+        if self.shape is None:
+            raise ValueError("the noise preview needs the tensor's shape: set shape")
+        n_obs = check_positive_int(n_samples, "n_samples")
+        shape = tuple(int(v) for v in self.shape)
+        if len(shape) != check_positive_int(n_features, "n_features"):
+            raise ValueError(f"shape {shape} has {len(shape)} modes, n_features is {n_features}")
+        settings = self._plan((n_obs,) + shape).settings
+        level, bound = preview_level(settings.params, settings.noise, shape, n_obs)
+        return NoisePreview(level, bound, "start_eigenvalues_noise_")
+
     def _score_units(self, X, y=None, history=None):
         """Per-entry negative clipped squared error and its public range ``(-1, 0)`` (``None``
         without ``value_range``)."""
@@ -681,19 +696,3 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
 def _blas_controller():
     """One controller of the BLAS thread pools, found once (finding them costs about 1 ms a fit)."""
     return ThreadpoolController()
-
-
-def _positive(value, name, default):
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
-            value > 0 and math.isfinite(value)):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
-
-
-def _nonnegative(value, name):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
-            value >= 0 and math.isfinite(value)):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return float(value)

@@ -4,6 +4,7 @@ import warnings
 
 import numpy as np
 import pytest
+from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
@@ -762,7 +763,8 @@ def test_private_fit_holds_only_released_values_and_public_parameters():
     model.fit(data["indices"], data["values"])
     fitted = {k for k in vars(model) if k.endswith("_") and not k.startswith("_")}
     assert fitted == {"factors_", "core_", "intercept_", "biases_", "shape_", "n_features_in_", "n_iter_",
-                      "value_range_", "perturbation_", "privacy_cost_", "privacy_unit_"}
+                      "value_range_", "perturbation_", "privacy_cost_", "privacy_unit_",
+                      "start_eigenvalues_", "start_eigenvalues_noise_"}
     assert not any(isinstance(v, (np.random.Generator, np.random.RandomState)) for v in vars(model).values())
 
 
@@ -1317,3 +1319,38 @@ def test_residual_scale_float_sum_moves_past_its_sensitivity_within_the_allowanc
     assert sensitivity == 0.25 and rounding.total == len(X) / 4 and rounding.terms == len(X)
     assert max(moved) > sensitivity  # the float sum is not the exact one
     assert max(moved) <= sensitivity + rounding.allowance()
+
+
+def _fit_recording(data, **kw):
+    est = PrivateTensorCompletion(rank=2, value_range=(-3, 3), shape=(30, 30, 30),
+                                  random_state=0, **kw)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est.fit(data["indices"], data["values"])
+    return est, [w for w in caught if "start_eigenvalues_noise_" in str(w.message)]
+
+
+def test_statistics_start_says_when_its_factors_start_from_noise():
+    """DP-ALS records each released Gram's top eigenvalues and noise level (units of the
+    clipping level) and warns exactly when a factor is below twice the level in some Gram, a
+    function of those released values; the preview bounds the level from public quantities,
+    and a fit that learns (large epsilon) or is not private does not warn."""
+    data = make_low_rank_tensor(shape=(30, 30, 30), rank=2, missing_ratio=0.3, snr=1.0,
+                                random_state=0)
+    n = len(data["values"])
+    seen = set()
+    for eps in (0.05, 1e3):
+        est, noisy = _fit_recording(data, epsilon=eps)
+        assert est.start_eigenvalues_.shape == (2, 2)
+        assert est.start_eigenvalues_noise_.shape == (2,)
+        weak = est.start_eigenvalues_ < 2 * est.start_eigenvalues_noise_[:, None]
+        assert bool(noisy) == bool(weak.any())
+        preview = clone(est).expected_noise(n, 3)
+        assert 0 < est.start_eigenvalues_noise_.max() <= preview.noise
+        assert preview.signal_bound == n
+        seen.add((eps, bool(noisy)))
+    assert seen == {(0.05, True), (1e3, False)}
+    free, noisy = _fit_recording(data, epsilon=np.inf, perturbation="statistics")
+    assert not noisy and np.all(free.start_eigenvalues_noise_ == 0)
+    als, noisy = _fit_recording(data, epsilon=np.inf)
+    assert not noisy and als.start_eigenvalues_.size == 0

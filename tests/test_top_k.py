@@ -70,9 +70,9 @@ def test_solver_is_deterministic_and_reads_no_generator():
 
 def test_spectral_start_basis_agrees_with_dense(monkeypatch):
     M, U = released_like(800, 3, 2)
-    fast = spectral._top_vectors(M, 3)
+    fast = spectral._top_vectors(M, 3)[1]
     monkeypatch.setattr(spectral, "use_top_k", lambda d, k: False)
-    dense = spectral._top_vectors(M, 3)
+    dense = spectral._top_vectors(M, 3)[1]
     assert fast.shape == dense.shape == (800, 3)
     assert subspace_distance(fast, dense) < 1e-6
     assert subspace_distance(fast, U) < 0.3  # and it is the signal's subspace
@@ -81,7 +81,7 @@ def test_spectral_start_basis_agrees_with_dense(monkeypatch):
 def test_spectral_start_basis_needs_no_dense_solve(monkeypatch):
     M, _ = released_like(800, 3, 3)
     no_dense(monkeypatch)
-    assert spectral._top_vectors(M, 3).shape == (800, 3)
+    assert spectral._top_vectors(M, 3)[1].shape == (800, 3)
 
 
 def _user_level_data(seed, n_users=400, n_items=600, per_user=60, rank=3):
@@ -99,7 +99,7 @@ def _user_level_data(seed, n_users=400, n_items=600, per_user=60, rank=3):
 def _private_start(data, seed, rank=3, z=0.05):
     X, resid, shape, m = data
     return user_level.private_start(X, resid, shape, m, rank, z, np.random.default_rng(seed),
-                                    0.5)
+                                    0.5)[0]
 
 
 def test_user_level_start_agrees_with_dense(monkeypatch):

@@ -2,6 +2,7 @@
 replace-one-user neighbours, checked by brute force; no user's factor on the fitted object; the
 item side is no noise-free function of the positions; the unit named; bad input refused."""
 import itertools
+import warnings
 import pickle
 
 import numpy as np
@@ -196,3 +197,100 @@ def test_the_ledger_and_the_cost_name_the_user_unit():
                                   shape=(40, 30), accountant=acc, random_state=0).fit(X, y)
     assert est.privacy_cost_.unit == "user"
     assert "unit='user'" in acc.history()[-1].label
+
+
+def _taste(seed, n_users=300, n_items=30, strength=1.5):
+    """Ratings with a strong rank-1 taste: at a large epsilon its direction rises above the
+    start's noise."""
+    rng = np.random.default_rng(seed)
+    X = np.array([(u, i) for u in range(n_users) for i in range(n_items) if rng.random() < 0.6])
+    p, q = rng.choice([-1.0, 1.0], n_users), rng.choice([-1.0, 1.0], n_items)
+    y = np.clip(np.rint(3 + strength * p[X[:, 0]] * q[X[:, 1]] + rng.normal(0, 0.3, len(X))),
+                1, 5)
+    return X, y
+
+
+def _fit_caught(X, y, **kw):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = _fit(X, y, **kw)
+    noisy = [w for w in caught if "start_eigenvalues_noise_" in str(w.message)]
+    return est, noisy
+
+
+def test_noise_dominated_factors_warn_from_released_values_only():
+    """The warning is a function of the released eigenvalues and of the public noise level: it
+    fires exactly when some eigenvalue is below twice the level, the level is the preview's
+    (shape, epsilon, the bound) whatever the data, and a fit that learns does not warn."""
+    outcomes = set()
+    for seed, eps in itertools.product((0, 1), (0.1, 2.0, 1e4)):
+        X, y = _taste(seed)
+        est, noisy = _fit_caught(X, y, rank=1, epsilon=eps, shape=(300, 30), random_state=seed)
+        weak = bool(np.any(est.start_eigenvalues_ < 2 * est.start_eigenvalues_noise_))
+        assert bool(noisy) == weak
+        preview = PrivateTensorCompletion(
+            rank=1, privacy_unit="user", epsilon=eps, delta=1e-5, value_range=(1, 5),
+            shape=(300, 30)).expected_noise(len(y), 2)
+        np.testing.assert_array_equal(est.start_eigenvalues_noise_, preview.noise)
+        outcomes.add((eps, weak))
+    assert outcomes == {(0.1, True), (2.0, True), (1e4, False)}
+
+
+def test_a_fit_that_learns_does_not_warn_and_the_noise_free_path_has_no_noise():
+    X, y = _taste(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est = _fit(X, y, rank=1, epsilon=1e4, shape=(300, 30))
+    assert est.start_eigenvalues_[0] > 2 * est.start_eigenvalues_noise_[0] > 0
+    free, noisy = _fit_caught(X, y, rank=1, epsilon=np.inf, shape=(300, 30))
+    assert not noisy and np.all(free.start_eigenvalues_noise_ == 0)
+    offsets, noisy = _fit_caught(X, y, rank=0, epsilon=0.1, shape=(300, 30))
+    assert not noisy and offsets.start_eigenvalues_.shape == (0,)
+
+
+def test_the_noise_preview_is_public_and_scales_as_the_derivation_says():
+    """``noise / signal_bound = z sqrt(n_items) / n_users`` (the start's multiplier ``z``)."""
+    est = PrivateTensorCompletion(rank=3, privacy_unit="user", epsilon=1.0, delta=1e-5,
+                                  value_range=(1, 5), shape=(7000, 900))
+    preview = est.expected_noise(10**5, 2)
+    z = est._plan((10**5, 7000, 900)).settings.noise["zs"]["start"]
+    assert preview.ratio == pytest.approx(z * np.sqrt(900) / 7000)
+    assert preview.attribute == "start_eigenvalues_noise_"
+    more = est.set_params(shape=(70000, 900)).expected_noise(10**6, 2)
+    assert more.ratio == pytest.approx(preview.ratio / 10)
+    assert est.set_params(rank=0).expected_noise(10**6, 2).noise == 0.0
+    with pytest.raises(ValueError, match="spectral start"):
+        PrivateTensorCompletion(perturbation="input", epsilon=1.0, value_range=(1, 5),
+                                shape=(10, 10)).expected_noise(50, 2)
+    with pytest.raises(ValueError, match="shape"):
+        PrivateTensorCompletion(privacy_unit="user", epsilon=1.0,
+                                value_range=(1, 5)).expected_noise(50, 2)
+
+
+def test_the_sparse_item_item_matrix_is_the_dense_product(monkeypatch):
+    """The item-item matrix formed from sparse rows, a block of columns at a time, is ``P^T P``
+    of the dense residual rows (repeated entries summed), across block edges."""
+    rng = np.random.default_rng(3)
+    users, items = rng.integers(0, 50, 400), rng.integers(0, 23, 400)
+    resid = rng.uniform(-CLIP, CLIP, 400)
+    P = np.zeros((50, 23))
+    np.add.at(P, (users, items), resid)
+    monkeypatch.setattr(ul, "COOCCURRENCE_BLOCK", 5)
+    np.testing.assert_allclose(ul.cooccurrence(users, items, resid, 50, 23), P.T @ P,
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_the_kept_entries_are_those_of_the_three_key_sort():
+    """The bounding's two stable sorts keep exactly the entries that sorting by (user, item,
+    random key) keeps, so a seeded fit keeps the same entries as before."""
+    rng = np.random.default_rng(9)
+    users, items = rng.integers(0, 30, 2000), rng.integers(0, 50, 2000)
+    keep = ul.bound_contributions(users, items, 30, 7, np.random.default_rng(4))
+    draw = np.random.default_rng(4)
+    order = np.lexsort((draw.random(len(users)), items, users))
+    u, i = users[order], items[order]
+    first = np.r_[True, (u[1:] != u[:-1]) | (i[1:] != i[:-1])]
+    order = order[first]
+    order = order[np.lexsort((draw.random(len(order)), users[order]))]
+    rank = np.arange(len(order)) - np.searchsorted(users[order], users[order])
+    np.testing.assert_array_equal(keep, np.sort(order[rank < 7]))

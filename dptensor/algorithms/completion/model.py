@@ -21,6 +21,10 @@ class Model:
     #: Modes without factors of their own (CP): their factor is all ones and never fitted, so the
     #: interaction does not vary along them and they contribute only their offsets.
     fixed: tuple = ()
+    #: ``(values, noise)`` of a private spectral start (``perturbation="statistics"``): each
+    #: released Gram's top eigenvalues (n_grams, rank) and their noise levels (n_grams,), in
+    #: units of the Gram's clipping level; ``None`` without one.
+    start: tuple | None = None
 
     def free_modes(self):
         return [m for m in range(len(self.factors)) if m not in self.fixed]

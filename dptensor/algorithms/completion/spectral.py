@@ -140,12 +140,40 @@ def spectral_floats(n_obs, shape, rank, lead, fixed=(), kron=True):
 
 
 def _top_vectors(M, r):
-    """The top ``r`` eigenvectors of the released Gram ``M`` (algebraic order): Lanczos where
-    :func:`~dptensor.algorithms.eigen.use_top_k` says (a large mode, few columns), else LAPACK."""
+    """The top ``r`` eigenpairs ``(values, vectors)`` of the released Gram ``M`` (algebraic
+    order): Lanczos where :func:`~dptensor.algorithms.eigen.use_top_k` says (a large mode, few
+    columns), else LAPACK."""
     if use_top_k(M.shape[0], r):
-        return top_k_eigh(M, r)[1]
+        return top_k_eigh(M, r)
     vals, vecs = np.linalg.eigh(M)
-    return vecs[:, np.argsort(vals)[::-1][:r]]
+    top = np.argsort(vals)[::-1][:r]
+    return vals[top], vecs[:, top]
+
+
+def gram_noise_level(n_rows, sens, z) -> float:
+    """Half the spectral edge of a released Gram's noise: its strict upper triangle holds
+    ``N(0, (z sens)^2)`` per entry, mirrored (diagonal 0), a Wigner matrix whose eigenvalues reach
+    ``2 sqrt(n_rows) z sens``. A direction whose released eigenvalue is below twice this level
+    is the noise's. Public quantities (the sensitivity from Omega and released values)."""
+    return math.sqrt(n_rows) * z * sens
+
+
+def gram_modes(shape, fixed):
+    """The modes whose unfolding Gram the start releases: every mode with a factor but the
+    first (the lead)."""
+    free = [m for m in range(len(shape)) if m not in fixed]
+    return free[1:]
+
+
+def gram_preview_level(n_obs, shape, m, fixed, z, column_cap):
+    """:func:`gram_noise_level` of mode ``m``'s Gram before the data, in units of the clipping
+    level ``c <= 1/2`` (the sensitivity ``2c sqrt(n_col - 1)`` over ``c^2``: the level does not
+    depend on ``c``): the fullest column holds its cap, ``column_cap`` times the mean count over
+    the columns that ``n_obs`` positions spread evenly would fill."""
+    cols = math.prod(shape[k] for k in range(len(shape)) if k != m and k not in fixed)
+    filled = cols * -math.expm1(-n_obs / cols)
+    cap = max(2, math.ceil(column_cap * n_obs / filled))
+    return gram_noise_level(shape[m], 2.0 * math.sqrt(cap - 1), z)
 
 
 def _gram_bases(obs: Observations, resid, model: Model, others, rng, *, z_g, gram_clip,
@@ -154,7 +182,7 @@ def _gram_bases(obs: Observations, resid, model: Model, others, rng, *, z_g, gra
     released unfolding Gram (a constant one for a mode without a factor); returns the bases and
     the Grams' sensitivities."""
     d, r = obs.order, model.rank
-    bases, used = [None] * d, []
+    bases, used, spectra = [None] * d, [], []
     for m in others:
         if m in model.fixed:  # one public direction: padding it with zero columns would only add
             bases[m] = np.full((obs.shape[m], 1), 1.0 / math.sqrt(obs.shape[m]))  # null directions
@@ -173,10 +201,15 @@ def _gram_bases(obs: Observations, resid, model: Model, others, rng, *, z_g, gra
             M = np.zeros_like(M)
             M[iu] = upper
             M += M.T
-        top = _top_vectors(M, r)
+        vals, top = _top_vectors(M, r)
         # a mode with fewer rows than the rank: the missing directions are 0
         bases[m] = np.hstack([top, np.zeros((top.shape[0], r - top.shape[1]))])
+        # in units of the clipping level (released), where the preview's level is the fit's
+        spectra.append((np.pad(vals, (0, r - len(vals))) / gram_clip**2,
+                        gram_noise_level(M.shape[0], sens, z_g) / gram_clip**2 if z_g > 0 else 0.0))
         used.append(sens)
+    if spectra:  # post-processing of the releases: what the fit says of its start
+        model.start = (np.array([v for v, _ in spectra]), np.array([n for _, n in spectra]))
     return bases, used
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import operator
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,13 +25,26 @@ from ....accounting.composition import gdp_mu
 from ..offsets import offsets_plan
 from .solvers import ALS_ITER, GD_DEFAULTS
 
-__all__ = ["CompletionMode", "OFFSET_SHARE", "fixed_modes", "gaussian_split"]
+__all__ = ["CompletionMode", "FitSettings", "OFFSET_SHARE", "fixed_modes",
+           "gaussian_split"]
 
 #: Share of the budget spent on the private offsets when ``fit_intercept=True`` (gradient and output
 #: perturbation): the gradient steps get ``(1 - OFFSET_SHARE) mu^2`` in Gaussian DP, the offsets
 #: the rest; ``OFFSET_SHARE eps`` against the Laplace factor noise for ``"output"``. The default of
 #: every mode that does not tune its own (unused by those without offsets).
 OFFSET_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    """What a completion release reads from a fit's plan: the validated parameters, the mode's
+    noise plan (``None`` for a non-private fit at value level), the public value range, whether
+    the fit is private."""
+
+    params: dict
+    noise: dict | None
+    value_range: tuple[float, float] | None
+    private: bool
 
 
 class CompletionMode:
