@@ -34,7 +34,7 @@ from ..mechanisms import gaussian_release, grid_step
 __all__ = ["BITS", "CHUNK", "Exact", "grid_rows", "grid_vectors", "row_sum", "gram", "gram_product",
            "moment_product", "moment_sensitivities", "ExactThirdMoment",
            "sum_of_squares", "power_sensitivity", "exact_gaussian_release", "rows_stat", "map_rows",
-           "is_lazy", "ExactGram", "block_rows", "grid_centred_stats"]
+           "is_lazy", "ExactGram", "cache_block_rows", "grid_centred_stats"]
 
 #: Bits of a grid coordinate: a row's coordinates are integer multiples of ``2**-BITS`` of ``B``.
 BITS = 20
@@ -206,7 +206,7 @@ def _int_norms(M):
     return np.einsum("ij,ij->i", Mi, Mi)
 
 
-def block_rows(d: int) -> int:
+def cache_block_rows(d: int) -> int:
     """Rows of one block of the one-pass statistics: about 1 MB of float64 (it stays in cache
     between the map and the sums), at most :data:`CHUNK` (one exact float64 product)."""
     return int(min(CHUNK, max(64, (1 << 17) // max(int(d), 1))))
@@ -218,7 +218,7 @@ def _grid_blocks(X, data_norm, mean=None):
 
     Each row's integers are those of the whole-array maps (every step reads the row alone)."""
     X = np.asarray(X)
-    rows = block_rows(X.shape[1])
+    rows = cache_block_rows(X.shape[1])
     buffer = np.empty((min(rows, X.shape[0]), X.shape[1]))
     scale = float(data_norm) / _ONE
     for start in range(0, X.shape[0], rows):

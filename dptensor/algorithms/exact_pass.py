@@ -30,7 +30,7 @@ from .exact import (
     CHUNK,
     Exact,
     _IntSum,
-    block_rows,
+    cache_block_rows,
     grid_centred_stats,
     grid_rows,
 )
@@ -47,7 +47,7 @@ def one_pass_bytes(d: int) -> int:
     """Bytes the two passes allocate at most, from ``d`` alone: a few blocks of rows in float64
     (the buffer, a block's scaled rows, its products) and a few d x d arrays of exact integers
     (the sums, the centring's outer products, the corrections), at 64 bytes an integer."""
-    rows = block_rows(d + 1)
+    rows = cache_block_rows(d + 1)
     return 8 * (4 * rows * (d + 1) + 4 * _SMALL * d) + 8 * 64 * (d + 1) ** 2
 
 
@@ -83,7 +83,7 @@ def grid_sums(X, data_norm: float) -> GridSums:
     product (entries below ``CHUNK 4**b = 2**52``), added in integers."""
     X = np.asarray(X)
     n, d = X.shape
-    rows = block_rows(d + 1)
+    rows = cache_block_rows(d + 1)
     buffer = np.ones((min(rows, n), d + 1))  # the last column stays 1: the sums and the count
     acc = _IntSum()
     for start in range(0, n, rows):
@@ -165,7 +165,7 @@ def _centring(X, sums, data_norm, mean, a):
     na1 = float(np.abs(a).sum())  # exact: integers below 2**53
     na2 = float(a @ a) * (1.0 + 2.0 ** -50)  # (rounded above beyond d = 2**11)
     plus, minus = _IntSum(), _IntSum()
-    rows = max(block_rows(X.shape[1]), CHUNK // 4)  # read-only: larger blocks cost no copy
+    rows = max(cache_block_rows(X.shape[1]), CHUNK // 4)  # read-only: larger blocks cost no copy
     for start in range(0, X.shape[0], rows):
         block = X[start:start + rows]
         idx = _candidates(block, a, na1, na2, float(data_norm))
