@@ -97,19 +97,14 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     n_oversamples : int, default=0
         Extra columns of the power block, ``p = n_components + n_oversamples``.
     method : {"auto", "power", "analyze_gauss", "clipped_power"}, default="auto"
-        ``"auto"``, from public settings only: for row-level data with at most
-        :data:`~dptensor.algorithms.power.MAX_DENSE_FEATURES` features, the clipped power method
-        when private with at least
-        :data:`~dptensor.algorithms.pca_methods.MIN_CLIPPED_FEATURES` (500) features (not with
-        ``groups``), else Analyze Gauss; the power method otherwise (more features, a precomputed
-        entry-level matrix, and always for ``partial_fit``). ``"clipped_power"``: Analyze Gauss
-        as a start, then ``n_iter`` (``"auto"``: 2) power steps whose rows' projections on the
-        current subspace are clipped to a radius taken from the start's released eigenvalues, so
-        that a step's sensitivity is ``2 data_norm tau`` rather than ``sqrt(2) data_norm^2``
-        (``docs/derivations/pca.rst``, "Clipped power steps"; ``calibration="exact"`` only). See
-        Notes. Memory: Analyze Gauss holds a few d x d arrays, the power method n x p and d x p
-        ones, beside the rows' clipped copy; a fit whose bound exceeds what the process can allocate
-        is refused before its spend (:class:`~dptensor.MemoryRefusedError`, naming what to change).
+        ``"auto"`` (public settings only): rows with ``d <= MAX_DENSE_FEATURES`` (2000) get
+        ``"clipped_power"`` when private with ``d >= 500`` and no ``groups`` (the grid:
+        ``benchmarks/results/pca_high_d.md``), else Analyze Gauss; the power method beyond, for a
+        precomputed matrix and for ``partial_fit``. ``"clipped_power"``: an Analyze Gauss start,
+        then ``n_iter`` (auto: 2) power steps that clip each row's projection on the subspace
+        (sensitivity ``2 data_norm tau``, not ``sqrt(2) data_norm^2``; exact calibration only).
+        Memory: d x d arrays (Analyze Gauss), n x p and d x p (power), beside the rows' copy; a fit
+        over what the process can allocate is refused before its spend (MemoryRefusedError).
     input : {"data", "precomputed"}, default="data"
         ``"data"``: X is (n_samples, n_features). ``"precomputed"``: X is a symmetric d x d matrix
         ``A`` whose top-k eigenvectors (by magnitude) are wanted; ``transform`` then takes
@@ -219,13 +214,6 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     in streams. For a precomputed matrix under entry-level privacy, the PPM noise scales with the
     iterate's largest rows: on an incoherent matrix (rows of size ``sqrt(p/d)``) it is far below
     Analyze Gauss's; on a coherent one it is not, and ``method="analyze_gauss"`` is better.
-    At ``d >= 500`` the clipped power method beats Analyze Gauss on the grid of
-    ``benchmarks/bench_pca_high_d.py`` (spiked data, d in {500, 1000}, n in {2e4, 1e5}, epsilon
-    in {0.5, 1, 4}; the table is ``benchmarks/results/pca_high_d.md``): the rows' projections on
-    the top subspace are far shorter than the rows, and its steps' noise scales with them. At
-    n = 1e5, d = 1000, epsilon = 1, sin^2 to the true subspace is 0.13 for Analyze Gauss, 0.03
-    for the clipped power method, 0.9998 for the power method.
-
     Examples
     --------
     >>> import numpy as np
@@ -330,10 +318,6 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
                 raise ValueError("calibration='paper' has no streaming form (Hardt–Price's SPM "
                                  "is not private); use calibration='exact'")
             return METHODS["streaming_power"]
-        if grouped and self.method == "clipped_power":
-            raise ValueError("method='clipped_power' clips each row's projection, which does not "
-                             "bound a group of rows: use method='analyze_gauss' or 'power' "
-                             "with groups")
         return resolve(self.method, n_features, precomputed, private=private, grouped=grouped)
 
     def _validate_input(self, X, reset):

@@ -347,6 +347,9 @@ def resolve(method: str, n_features: int, precomputed: bool, *, private: bool = 
     :data:`~dptensor.algorithms.power.MAX_DENSE_FEATURES` features, the clipped power method
     when private, row by row, with at least :data:`MIN_CLIPPED_FEATURES` of them, else Analyze
     Gauss; the power method for more features or a precomputed matrix. Public settings only."""
+    if grouped and method == "clipped_power":
+        raise ValueError("method='clipped_power' clips each row's projection, which does not "
+                         "bound a group of rows: use method='analyze_gauss' or 'power' with groups")
     if method == "auto":
         dense = not precomputed and n_features <= MAX_DENSE_FEATURES
         method = "analyze_gauss" if dense else "power"
