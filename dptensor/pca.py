@@ -98,13 +98,12 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
         Extra columns of the power block, ``p = n_components + n_oversamples``.
     method : {"auto", "power", "analyze_gauss", "clipped_power"}, default="auto"
         ``"auto"`` (public settings only): rows with ``d <= MAX_DENSE_FEATURES`` (2000) get
-        ``"clipped_power"`` when private with ``d >= 500`` and no ``groups`` (the grid:
+        ``"clipped_power"`` when private (exact) with ``d >= 500`` and no ``groups`` (grid:
         ``benchmarks/results/pca_high_d.md``), else Analyze Gauss; the power method beyond, for a
         precomputed matrix and for ``partial_fit``. ``"clipped_power"``: an Analyze Gauss start,
         then ``n_iter`` (auto: 2) power steps that clip each row's projection on the subspace
-        (sensitivity ``2 data_norm tau``, not ``sqrt(2) data_norm^2``; exact calibration only).
-        Memory: d x d arrays (Analyze Gauss), n x p and d x p (power), beside the rows' copy; a fit
-        over what the process can allocate is refused before its spend (MemoryRefusedError).
+        (sensitivity ``2 data_norm tau``, not ``sqrt(2) data_norm^2``; exact calibration only). A
+        fit over the memory the process can allocate is refused before it spends.
     input : {"data", "precomputed"}, default="data"
         ``"data"``: X is (n_samples, n_features). ``"precomputed"``: X is a symmetric d x d matrix
         ``A`` whose top-k eigenvectors (by magnitude) are wanted; ``transform`` then takes
@@ -318,7 +317,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
                 raise ValueError("calibration='paper' has no streaming form (Hardt–Price's SPM "
                                  "is not private); use calibration='exact'")
             return METHODS["streaming_power"]
-        return resolve(self.method, n_features, precomputed, private=private, grouped=grouped)
+        return resolve(self.method, n_features, precomputed, grouped=grouped,  # "paper": as before
+                       private=private and self.calibration == "exact")
 
     def _validate_input(self, X, reset):
         if is_dask_array(X):  # rows on a Dask cluster: checked lazily, never pulled here

@@ -175,6 +175,8 @@ def test_auto_rule_uses_public_settings_only():
     cost = est.privacy_cost(10 ** 5, lo)
     assert cost.epsilon == pytest.approx(1.0, rel=1e-9)
     assert cost.n_queries == 1 + CLIPPED_STEPS
+    paper = PrivatePCA(5, epsilon=1.0, data_norm=1.0, calibration="paper")
+    assert paper.privacy_cost(10 ** 5, lo).n_queries == 1  # no paper form: Analyze Gauss
 
 
 def test_below_the_threshold_auto_plans_as_before():

@@ -346,7 +346,8 @@ def resolve(method: str, n_features: int, precomputed: bool, *, private: bool = 
     """The method ``method`` names; ``"auto"``: for rows with at most
     :data:`~dptensor.algorithms.power.MAX_DENSE_FEATURES` features, the clipped power method
     when private, row by row, with at least :data:`MIN_CLIPPED_FEATURES` of them, else Analyze
-    Gauss; the power method for more features or a precomputed matrix. Public settings only."""
+    Gauss; the power method for more features or a precomputed matrix. Public settings only;
+    ``private`` is False for the papers' calibration, which the clipped method does not have."""
     if grouped and method == "clipped_power":
         raise ValueError("method='clipped_power' clips each row's projection, which does not "
                          "bound a group of rows: use method='analyze_gauss' or 'power' with groups")
