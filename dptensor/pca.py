@@ -97,13 +97,12 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     n_oversamples : int, default=0
         Extra columns of the power block, ``p = n_components + n_oversamples``.
     method : {"auto", "power", "analyze_gauss", "clipped_power"}, default="auto"
-        ``"auto"`` (public settings only): rows with ``d <= MAX_DENSE_FEATURES`` (2000) get
-        ``"clipped_power"`` when private (exact) with ``d >= 500`` and no ``groups`` (grid:
-        ``benchmarks/results/pca_high_d.md``), else Analyze Gauss; the power method beyond, for a
-        precomputed matrix and for ``partial_fit``. ``"clipped_power"``: an Analyze Gauss start,
-        then ``n_iter`` (auto: 2) power steps that clip each row's projection on the subspace
-        (sensitivity ``2 data_norm tau``, not ``sqrt(2) data_norm^2``; exact calibration only). A
-        fit over the memory the process can allocate is refused before it spends.
+        ``"auto"`` (public settings only): rows with ``d <= 2000`` get ``"clipped_power"`` when
+        private (exact) with ``d >= 500`` and no ``groups`` (grid: ``benchmarks/results/
+        pca_high_d.md``), else Analyze Gauss; the power method beyond, for a precomputed matrix and
+        for ``partial_fit``. ``"clipped_power"``: an Analyze Gauss start, then ``n_iter`` (auto: 2)
+        power steps clipping each row's projection on the subspace (sensitivity ``2 data_norm
+        tau``, not ``sqrt(2) data_norm^2``). A fit over the memory it may allocate is refused.
     input : {"data", "precomputed"}, default="data"
         ``"data"``: X is (n_samples, n_features). ``"precomputed"``: X is a symmetric d x d matrix
         ``A`` whose top-k eigenvectors (by magnitude) are wanted; ``transform`` then takes
@@ -213,6 +212,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, PrivateEstim
     in streams. For a precomputed matrix under entry-level privacy, the PPM noise scales with the
     iterate's largest rows: on an incoherent matrix (rows of size ``sqrt(p/d)``) it is far below
     Analyze Gauss's; on a coherent one it is not, and ``method="analyze_gauss"`` is better.
+
     Examples
     --------
     >>> import numpy as np
