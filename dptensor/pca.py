@@ -36,7 +36,7 @@ from .algorithms.pca_methods import CHOICES, METHODS, PCAMethod, resolve
 from .algorithms.pca_methods import last_multiplier as _last
 from .algorithms.pca_model import noise_variance
 from ._pca_model import ProbabilisticPCAMixin
-from .algorithms.power import auto_n_iter, center_and_clip, row_power_sensitivity
+from .algorithms.power import center_and_clip, row_power_sensitivity
 from .algorithms.sparse import SparseRows, block_rows, map_row_blocks, row_blocks
 from .algorithms.streaming_power import StreamingPowerMethod
 from .exceptions import PrivacyWarning
@@ -98,14 +98,13 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
         (private: 3 at d = 50, 5 at d = 10^4; non-private: until the iterate is still, at most 300).
     n_oversamples : int, default=0
         Extra columns of the power block, ``p = n_components + n_oversamples``.
-    method : {"auto", "power", "analyze_gauss"}, default="auto"
-        ``"auto"``: Analyze Gauss for row-level data with at most
-        :data:`~dptensor.algorithms.power.MAX_DENSE_FEATURES` features, the power method otherwise
-        (more features, a precomputed entry-level matrix, and always for ``partial_fit``). See
-        Notes. Memory: Analyze Gauss holds a few d x d arrays and blocks of rows (no copy of
-        X), the power method n x p and d x p ones beside the rows' clipped copy; a fit whose bound
-        exceeds what the process can allocate is refused before its spend
-        (:class:`~dptensor.MemoryRefusedError`, naming what to change).
+    method : {"auto", "power", "analyze_gauss", "clipped_power"}, default="auto"
+        ``"auto"`` (public settings only): rows with ``d <= 2000`` get ``"clipped_power"`` when
+        private (exact) with ``d >= 500`` and no ``groups`` (grid: ``benchmarks/results/
+        pca_high_d.md``), else Analyze Gauss; the power method beyond, for a precomputed matrix and
+        for ``partial_fit``. ``"clipped_power"``: an Analyze Gauss start, then ``n_iter`` (auto: 2)
+        power steps clipping each row's projection on the subspace (sensitivity ``2 data_norm
+        tau``, not ``sqrt(2) data_norm^2``). A fit over the memory it may allocate is refused.
     input : {"data", "precomputed"}, default="data"
         ``"data"``: X is (n_samples, n_features). ``"precomputed"``: X is a symmetric d x d matrix
         ``A`` whose top-k eigenvectors (by magnitude) are wanted; ``transform`` takes d-rows.
@@ -182,8 +181,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
     n_samples_seen_ : int
         Rows streamed through ``partial_fit``.
     method_ : str
-        The method ``"auto"`` resolved to (``"power"``, ``"analyze_gauss"`` or
-        ``"streaming_power"``).
+        The method ``"auto"`` resolved to (``"power"``, ``"analyze_gauss"``,
+        ``"clipped_power"`` or ``"streaming_power"``).
     n_iter_ : int
         Products released (power steps, completed power blocks, or 1 for Analyze Gauss).
     privacy_cost_ : PrivacyCost
@@ -265,7 +264,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
         self.verbose = verbose
 
     # ------------------------------------------------------------------ validation
-    def _check_settings(self, n_features, *, streaming=False) -> _Settings:
+    def _check_settings(self, n_features, *, streaming=False, grouped=False) -> _Settings:
         """The validated parameters (no noise yet); raises ValueError/TypeError naming the one at
         fault."""
         for name, value, allowed in (("method", self.method, _METHODS),
@@ -287,13 +286,13 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
         for name in ("centered", "whiten"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
-        method = self._check_method(n_features, precomputed, private, streaming)
+        method = self._check_method(n_features, precomputed, private, streaming, grouped)
         p = k + over
         if method.block and p > n_features:
             raise ValueError(f"n_components + n_oversamples = {p} must be <= "
                              f"n_features={n_features}")
         if self.n_iter == "auto":
-            n_iter, tol = auto_n_iter(n_features, private), (0.0 if private else 1e-13)
+            n_iter, tol = method.auto_n_iter(n_features, private), (0.0 if private else 1e-13)
         else:
             n_iter, tol = check_positive_int(self.n_iter, "n_iter"), 0.0
         block_size = None
@@ -320,7 +319,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
                                                                                  np.inf)
         return neighbors, check_data_norm(self.data_norm, epsilon)
 
-    def _check_method(self, n_features, precomputed, private, streaming):
+    def _check_method(self, n_features, precomputed, private, streaming, grouped=False):
         """The method ``method`` resolves to for this input."""
         if streaming:
             if precomputed or not (self.method == "auto" or METHODS[self.method].streams):
@@ -330,7 +329,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
                 raise ValueError("calibration='paper' has no streaming form (Hardt–Price's SPM "
                                  "is not private); use calibration='exact'")
             return METHODS["streaming_power"]
-        return resolve(self.method, n_features, precomputed)
+        return resolve(self.method, n_features, precomputed, grouped=grouped,  # "paper": as before
+                       private=private and self.calibration == "exact")
 
     def _validate_input(self, X, reset):
         if is_dask_array(X):  # rows on a Dask cluster: checked lazily, never pulled here
@@ -380,7 +380,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
         the event priced, the memory bounded (no data involved). ``shape`` is ``(n_rows,
         n_features)`` (a stream's chunk; ``(n_groups, d)`` with groups, ``n_rows`` then sizing
         the memory), ``(d, d)`` for a precomputed matrix."""
-        settings = self._check_settings(shape[1], streaming=streaming)
+        settings = self._check_settings(shape[1], streaming=streaming, grouped=grouped)
         noise, event, queries = self._noise_plan(settings)
         settings = replace(settings, **noise)
         rows = None if settings.precomputed else (shape[0] if n_rows is None else n_rows)

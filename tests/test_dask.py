@@ -301,7 +301,8 @@ def test_private_partial_fit_on_dask_uses_a_non_finite_row_as_a_zero_row(client,
     assert fits[0].n_samples_seen_ == fits[1].n_samples_seen_
 
 
-@pytest.mark.parametrize("method, epsilon", [("power", np.inf), ("power", 5.0), ("analyze_gauss", 5.0)])
+@pytest.mark.parametrize("method, epsilon", [("power", np.inf), ("power", 5.0),
+                                            ("analyze_gauss", 5.0), ("clipped_power", 5.0)])
 def test_pca_dask_matches_numpy(client, method, epsilon):
     from dptensor import PrivatePCA
     from dptensor.datasets import make_spiked_covariance

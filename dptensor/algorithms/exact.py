@@ -34,7 +34,8 @@ from ..mechanisms import gaussian_release, grid_step
 __all__ = ["BITS", "CHUNK", "Exact", "grid_rows", "grid_vectors", "row_sum", "gram", "gram_product",
            "moment_product", "moment_sensitivities", "ExactThirdMoment",
            "sum_of_squares", "power_sensitivity", "exact_gaussian_release", "rows_stat", "map_rows",
-           "is_lazy", "ExactGram", "cache_block_rows", "grid_centred_stats"]
+           "is_lazy", "ExactGram", "cache_block_rows", "grid_centred_stats",
+           "clipped_gram_product", "clip_radius_grid", "ExactClippedGram"]
 
 #: Bits of a grid coordinate: a row's coordinates are integer multiples of ``2**-BITS`` of ``B``.
 BITS = 20
@@ -416,6 +417,61 @@ class ExactGram:
 
     def sensitivity(self, Q) -> float:
         return power_sensitivity(grid_vectors(Q), self.data_norm)
+
+
+def clip_radius_grid(tau: float) -> int:
+    """The integer radius ``T`` of a clipped projection, ``T 2**-BITS <= tau`` (``tau``: the
+    radius in units of the bound), within one grid step and ``2**BITS`` (the whole ball)."""
+    return int(min(max(math.floor(float(tau) * _ONE), 1), 2 ** BITS))
+
+
+def clipped_gram_product(M, K, radius: int, unit: float = 1.0) -> Exact:
+    r"""``sum_i m_i w_i^T`` with ``w_i`` the grid projection ``rint(m_i^T K / 2**BITS)`` clipped
+    to the integer radius ``T = radius``: exact, ``unit 4**-BITS`` per integer.
+
+    Each ``w`` is a function of its row alone: ``||w_0||^2`` is an exact integer; a row with
+    ``||w_0||^2 > T^2`` becomes ``trunc(w_0 T / ||w_0||)`` (never past the radius), checked again
+    in integers (a row still outside, which never happens, becomes zero). So ``||w|| <= T``
+    exactly, whatever ``K``; every product ``m_j w_l`` is an integer below ``2**(2 BITS)`` and the
+    chunk sums are exact, as in :func:`gram_product`.
+    """
+    K = np.asarray(K, dtype=np.float64)
+    limit = float(radius) ** 2  # an integer below 2**41: exact
+    acc = _IntSum()
+    for C in _chunks(M):
+        W = np.rint((C @ K) / _ONE)
+        norms = np.einsum("ij,ij->i", W, W)  # integer squares: exact below 2**53
+        over = norms > limit
+        if over.any():
+            W[over] *= (float(radius) / np.sqrt(norms[over]))[:, None]
+            np.trunc(W, out=W)
+            W[np.einsum("ij,ij->i", W, W) > limit] = 0.0
+        acc.add(C.T @ W)
+    return Exact(acc.total((M.shape[1], K.shape[1])), unit / _ONE ** 2)
+
+
+class ExactClippedGram:
+    """The clipped power product ``B^2 sum_i q_i clip(V^T q_i)^T`` of grid rows ``M``
+    (:func:`clipped_gram_product`) for a public radius ``tau`` (in the rows' units: the grid
+    radius is ``T = floor(2**BITS tau / B)``, within ``[1, 2**BITS]``).
+
+    Every row's term has Frobenius norm ``||q|| ||w|| 2**-BITS <= T 2**-BITS`` (times ``B^2``),
+    so replacing a row moves the sum by at most twice that: :meth:`sensitivity`
+    (``docs/derivations/pca.rst``, "Clipped power steps").
+    """
+
+    def __init__(self, M, data_norm: float, tau: float):
+        self.M, self.data_norm = M, float(data_norm)
+        self.radius = clip_radius_grid(float(tau) / self.data_norm)
+        self.shape = (M.shape[1], M.shape[1])
+
+    def matmat(self, Q) -> Exact:
+        return rows_stat(self.M, clipped_gram_product, grid_vectors(Q), self.radius,
+                         self.data_norm ** 2)
+
+    def sensitivity(self, Q=None) -> float:
+        """``2 B^2 T 2**-BITS``, rounded up; it does not depend on the block ``Q``."""
+        return 2.0 * self.data_norm ** 2 * (self.radius / _ONE) * (1 + 2.0 ** -50)
 
 
 class ExactThirdMoment:

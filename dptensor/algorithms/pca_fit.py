@@ -25,6 +25,7 @@ from .exact_pass import centred_stats, grid_sums, one_pass_bytes
 from .float_pass import centred_gram, clip_factors_mean, float_pass_bytes
 from .exact import (
     BITS,
+    ExactClippedGram,
     ExactGram,
     exact_gaussian_release,
     exact_memory,
@@ -88,7 +89,8 @@ def exact_rows_fit(X, rng, *, k, p, n_iter, bound, method, center, noise, mean_n
     source = Source(  # the release rounds to the Gram grid: C is an exact sum on it
         gram=lambda z: (rows_stat(M, gram, B ** 2).for_release(sens, z), sens),
         operator=lambda: _with_sensitivity(ExactGram(M, B)),
-        gauss=dict(rounding=None), power=dict(rounding=None))  # exact sums and products
+        gauss=dict(rounding=None), power=dict(rounding=None),  # exact sums and products
+        clipped=lambda tau: ExactClippedGram(M, B, tau), n_rows=n)
     result = method.spectrum(source, rng, k=k, p=p, n_iter=n_iter, noise=noise, verbose=verbose,
                              dtype=X.dtype)
     result = result._replace(components=result.components.astype(X.dtype, copy=False))

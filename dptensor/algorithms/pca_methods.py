@@ -2,8 +2,9 @@ r"""PrivatePCA's methods, registered in one place: a new method is one class her
 :data:`METHODS`.
 
 A method is one way to the top-k subspace: Analyze Gauss (one noisy d x d release), the noisy
-power method (``n_iter`` noisy d x p products) or the streaming power method (one noisy d x p
-product per block of a stream). Each class holds what differs between them, so that neither
+power method (``n_iter`` noisy d x p products), the clipped power method (an Analyze Gauss start,
+then power steps whose rows' projections are clipped) or the streaming power method (one noisy
+d x p product per block of a stream). Each class holds what differs between them, so that neither
 :class:`~dptensor.PrivatePCA` nor :mod:`~dptensor.algorithms.pca_fit` compares a method's name:
 
 * its noise plan (:meth:`PCAMethod.noise_plan`: the multipliers of every release and the event
@@ -34,12 +35,26 @@ from .power import (
     MEAN_SHARE,
     TOTAL_SHARE,
     analyze_gauss,
+    auto_n_iter,
     eigenvalue_noise_level,
     noisy_power_method,
     power_schedule,
 )
 
-__all__ = ["METHODS", "CHOICES", "PCAMethod", "Source", "last_multiplier", "resolve"]
+__all__ = ["METHODS", "CHOICES", "PCAMethod", "Source", "last_multiplier", "resolve", "clip_radius",
+           "MIN_CLIPPED_FEATURES"]
+
+
+def _runs(z) -> list:
+    """``GaussianEvent(z, count)`` for each run of equal multipliers of a plan, in order: an even
+    split is one event, the power method's schedule two (its early steps, its last)."""
+    events = []
+    for value in np.ravel(z):
+        if events and events[-1].noise_multiplier == float(value):
+            events[-1] = GaussianEvent(float(value), events[-1].count + 1)
+        else:
+            events.append(GaussianEvent(float(value), 1))
+    return events
 
 
 def last_multiplier(z) -> float:
@@ -55,12 +70,18 @@ class Source(NamedTuple):
     function of the iterate). ``gauss`` and ``power``: the path's own keywords of
     :func:`~dptensor.algorithms.power.analyze_gauss` and
     :func:`~dptensor.algorithms.power.noisy_power_method` (its rounding, order or tolerance).
+    ``clipped`` and ``n_rows``: the clipped power steps of :class:`ClippedPower`, where the path
+    offers them.
     """
 
     gram: Callable[[float], tuple]
     operator: Callable[[], tuple]
     gauss: dict = {}
     power: dict = {}
+    #: ``clipped(tau) -> operator`` of the clipped power steps (exact row-level fits only; the
+    #: operator carries its sensitivity), and the public number of rows it sums.
+    clipped: Callable[[float], object] | None = None
+    n_rows: int = 0
 
 
 class PCAMethod:
@@ -85,6 +106,10 @@ class PCAMethod:
         """Its spectral releases in a fit of ``n_iter`` power steps."""
         raise NotImplementedError
 
+    def auto_n_iter(self, n_features, private) -> int:
+        """``n_iter="auto"``: :func:`~dptensor.algorithms.power.auto_n_iter`."""
+        return auto_n_iter(n_features, private)
+
     def paper_noise(self, epsilon, delta, p, queries, neighbors):
         """The spectral multiplier(s) of ``calibration="paper"``: the papers' formulas."""
         raise NotImplementedError
@@ -104,10 +129,7 @@ class PCAMethod:
         z_total = 1.0 / (mu * math.sqrt(TOTAL_SHARE)) if total else 0.0
         z = np.broadcast_to(np.asarray(self._step_noise(s, calibration, mu, queries), dtype=float),
                             (queries,))
-        if z[0] == z[-1]:  # an even split: one event of `queries` releases
-            events = [GaussianEvent(float(z[0]), queries)]
-        else:
-            events = [GaussianEvent(float(z[0]), queries - 1), GaussianEvent(float(z[-1]), 1)]
+        events = _runs(z)  # one event per run of equal multipliers, in order
         if total:
             events.insert(0, GaussianEvent(z_total, 1))
         if center:
@@ -224,17 +246,118 @@ class StreamingPower(Power):
         raise TypeError("the streaming power method releases through its stream, not a fit path")
 
 
+class ClippedPower(PCAMethod):
+    r"""Analyze Gauss as a start, then ``n_iter`` power steps whose rows' projections are clipped.
+
+    A start ``V_0``: the top-p eigenvectors of Analyze Gauss's release, at :data:`START_SHARE`
+    of the spectral ``mu^2``. Then ``Y_l = sum_i x_i clip_tau(V_{l-1}^T x_i)^T + G_l``,
+    ``V_l = QR(Y_l)``, the rest of the budget split as the power method's
+    (:func:`~dptensor.algorithms.power.power_schedule`). A row's term has norm at most
+    ``B tau``, so a step's sensitivity is ``2 B tau`` against ``sqrt(2) B^2`` unclipped: in high
+    dimension the rows' projections on the top subspace are far shorter than the rows, and so is
+    the noise (the idea of Liu et al.'s DP-PCA). ``tau`` is :data:`CLIP_FACTOR` times the root
+    mean of the start's released top-p eigenvalues (:func:`clip_radius`): post-processing, no
+    budget. Without privacy it is the exact eigendecomposition, as Analyze Gauss's.
+    """
+
+    name = "clipped_power"
+    advice = AnalyzeGauss.advice
+
+    def n_queries(self, n_iter) -> int:
+        return 1 + n_iter
+
+    def auto_n_iter(self, n_features, private) -> int:
+        return CLIPPED_STEPS
+
+    def paper_noise(self, epsilon, delta, p, queries, neighbors):
+        raise ValueError("method='clipped_power' has no paper calibration: use "
+                         "calibration='exact'")
+
+    def _step_noise(self, s, calibration, mu, queries):
+        if calibration != "exact":
+            return self.paper_noise(s.epsilon, s.delta, s.p, queries, s.neighbors)
+        share = 1.0 - (MEAN_SHARE if s.center else 0.0) - (TOTAL_SHARE if not s.precomputed
+                                                            else 0.0)
+        mu_s = mu * math.sqrt(share)
+        start = 1.0 / (mu_s * math.sqrt(START_SHARE))
+        return np.concatenate([[start], power_schedule(mu_s * math.sqrt(1 - START_SHARE),
+                                                       queries - 1)])
+
+    def memory(self, n, d, p):
+        floats, _ = AnalyzeGauss().memory(n, d, p)
+        return floats + n * p * 2 + 12 * d * p, d
+
+    def spectrum(self, source, rng, *, k, p, n_iter, noise, verbose=0, dtype=None):
+        z = np.ravel(noise)
+        if not np.any(z > 0):  # no privacy: nothing to clip for
+            return AnalyzeGauss().spectrum(source, rng, k=k, p=p, n_iter=n_iter, noise=noise)
+        if source.clipped is None:
+            raise TypeError("clipped power steps need a fit path that offers them (exact rows)")
+        C, sensitivity = source.gram(z[0])
+        start = analyze_gauss(C, p, rng, noise_multiplier=z[0], sensitivity=sensitivity,
+                              **source.gauss)
+        del C
+        operator = source.clipped(clip_radius(start.eigenvalues, source.n_rows))
+        result = noisy_power_method(operator, k, len(z) - 1, rng, noise_multiplier=z[1:],
+                                    sensitivity=operator.sensitivity, n_oversamples=p - k,
+                                    init=start.components.T, verbose=verbose, dtype=dtype,
+                                    rounding=None)  # exact products
+        return result._replace(n_iter=result.n_iter + 1)
+
+    def noise_level(self, noise_std, d, p) -> float:
+        return eigenvalue_noise_level(noise_std, p, "power")
+
+
+#: :class:`ClippedPower`'s share of the spectral ``mu^2`` for its Analyze Gauss start.
+START_SHARE = 0.3
+#: :class:`ClippedPower`'s clipped steps when ``n_iter="auto"``.
+CLIPPED_STEPS = 2
+#: :class:`ClippedPower`'s radius, times the root mean of the start's top-p released
+#: eigenvalues (units of the rows' squared norm).
+CLIP_FACTOR = 0.5
+
+
+def clip_radius(eigenvalues, n_rows) -> float:
+    r"""The clipping radius ``tau`` of the clipped power steps, in the rows' units:
+    ``CLIP_FACTOR sqrt(sum_j max(l_j, 0) / n)`` over the start's released top-p eigenvalues
+    ``l_j`` of the rows' Gram matrix, so that ``tau^2`` is a fraction of the released estimate of
+    ``E ||V^T x||^2``. A function of released values and the public ``n`` only; the operator puts
+    it on its grid, within ``(0, B]``.
+
+    >>> clip_radius([300.0, 100.0, -5.0], 100)
+    1.0
+    """
+    mean = float(np.sum(np.maximum(np.asarray(eigenvalues, dtype=float), 0.0))) / max(n_rows, 1)
+    return CLIP_FACTOR * math.sqrt(mean)
+
+
 #: Every method by the name ``method_`` reports: a new method is one class and one line here.
-METHODS: dict[str, PCAMethod] = {m.name: m for m in (Power(), AnalyzeGauss(), StreamingPower())}
+METHODS: dict[str, PCAMethod] = {m.name: m for m in (Power(), AnalyzeGauss(), StreamingPower(),
+                                                     ClippedPower())}
 
 #: The values ``PrivatePCA(method=...)`` accepts: ``"auto"`` and the batch methods.
 CHOICES: tuple[str, ...] = ("auto",) + tuple(n for n, m in METHODS.items() if m.batch)
 
 
-def resolve(method: str, n_features: int, precomputed: bool) -> PCAMethod:
-    """The method ``method`` names; ``"auto"``: Analyze Gauss for rows with at most
-    :data:`~dptensor.algorithms.power.MAX_DENSE_FEATURES` features, the power method otherwise."""
+#: ``method="auto"`` runs the clipped power method on private row-level data with at least this
+#: many (and at most :data:`~dptensor.algorithms.power.MAX_DENSE_FEATURES`) features, where it
+#: beat Analyze Gauss on every cell of ``benchmarks/bench_pca_high_d.py``.
+MIN_CLIPPED_FEATURES = 500
+
+
+def resolve(method: str, n_features: int, precomputed: bool, *, private: bool = False,
+            grouped: bool = False) -> PCAMethod:
+    """The method ``method`` names; ``"auto"``: for rows with at most
+    :data:`~dptensor.algorithms.power.MAX_DENSE_FEATURES` features, the clipped power method
+    when private, row by row, with at least :data:`MIN_CLIPPED_FEATURES` of them, else Analyze
+    Gauss; the power method for more features or a precomputed matrix. Public settings only;
+    ``private`` is False for the papers' calibration, which the clipped method does not have."""
+    if grouped and method == "clipped_power":
+        raise ValueError("method='clipped_power' clips each row's projection, which does not "
+                         "bound a group of rows: use method='analyze_gauss' or 'power' with groups")
     if method == "auto":
         dense = not precomputed and n_features <= MAX_DENSE_FEATURES
         method = "analyze_gauss" if dense else "power"
+        if dense and private and not grouped and n_features >= MIN_CLIPPED_FEATURES:
+            method = "clipped_power"
     return METHODS[method]
