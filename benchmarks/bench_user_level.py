@@ -1,9 +1,10 @@
 """User-level private completion on MovieLens-100K (both canonical splits) at epsilon 1 and 10.
 
 ``python benchmarks/bench_user_level.py`` writes ``benchmarks/results/user_level.{json,md,png}``;
-``--scale`` writes ``user_level_scale.{json,md}``: the default user-level fit (``rank=3``) on
-synthetic MovieLens-like ratings at 1e4 users x 1e6 ratings and 7e4 users x 1e7 (MovieLens-10M's
-size), on one CPU thread, against the non-private fit in the same run.
+``--scale`` writes ``user_level_scale.{json,md,png}`` (``--resume`` keeps the saved cells): the
+default user-level fit (``rank=3``) on synthetic MovieLens-like ratings at 1e3 users x 1e5
+ratings, 1e4 x 1e6 and 7e4 x 1e7 (MovieLens-10M's size), on one CPU thread, against the
+non-private fit in the same run.
 The settings are the estimator's defaults (``privacy_unit="user"``, ``rank=0``: offsets only,
 the item side released, each user's offset solved from her own training ratings at prediction
 time), fixed before any run on a test split. When the GroupLens files are neither in
@@ -93,7 +94,8 @@ def ratings_like(n_users, n_items, n_ratings, rank=10, random_state=0):
 
 
 #: (users, items, ratings) of the scale study: MovieLens-10M is about 7e4 x 1e4 x 1e7.
-SCALE_CELLS = ((10_000, 10_000, 1_000_000), (70_000, 10_000, 10_000_000))
+SCALE_CELLS = ((1_000, 2_000, 100_000), (10_000, 10_000, 1_000_000),
+               (70_000, 10_000, 10_000_000))
 SCALE_EPSILONS = (1.0, 10.0)
 
 
@@ -111,11 +113,14 @@ def _timed_fit(d, user_level, **kw):
     return seconds, float(np.sqrt(np.mean((pred - d["test_values"]) ** 2)))
 
 
-def run_scale():
+def run_scale(rows=()):
     """Each cell: the non-private fit (value-level ALS at defaults), the user-level path without
-    noise, and the user-level default at each epsilon, with ratios to the non-private fit."""
-    rows = []
+    noise, and the user-level default at each epsilon, with ratios to the non-private fit.
+    Cells already in ``rows`` (saved results, with ``--resume``) are kept, not rerun."""
+    rows, done = list(rows), {r["users"] for r in rows}
     for n_users, n_items, n_ratings in SCALE_CELLS:
+        if n_users in done:
+            continue
         d = ratings_like(n_users, n_items, n_ratings)
         cell = {"users": n_users, "items": n_items, "ratings": int(len(d["values"]))}
         with threadpool_limits(limits=1):
@@ -129,7 +134,7 @@ def run_scale():
                          "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
                          "load_average": os.getloadavg()[0]})
             print(rows[-1], flush=True)
-    return rows
+    return sorted(rows, key=lambda r: r["users"])
 
 
 def write_scale(rows):
@@ -147,6 +152,34 @@ def write_scale(rows):
                      f"{r['epsilon']:g} | {r['seconds']:.1f} | {r['time_ratio']:.2f} | "
                      f"{r['rmse']:.4f} | {r['rmse_ratio']:.3f} | {r['peak_rss_gb']:.1f} |")
     (RESULTS / "user_level_scale.md").write_text("\n".join(lines) + "\n")
+    _plot_scale(rows)
+
+
+def _plot_scale(rows):
+    """Test RMSE over the non-private fit's against the number of users, one line an epsilon."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, eps in enumerate(sorted({r["epsilon"] for r in rows if r["fit"] == "user level"})):
+        pts = [r for r in rows if r["fit"] == "user level" and r["epsilon"] == eps]
+        ax.plot([r["users"] for r in pts], [r["rmse_ratio"] for r in pts], "o-",
+                color=f"C{i}", label=f"user level, epsilon={eps:g}")
+    pts = [r for r in rows if r["fit"] == "user level, no noise"]
+    ax.plot([r["users"] for r in pts], [r["rmse_ratio"] for r in pts], "s:", color="gray",
+            label="user-level path without noise")
+    ax.axhline(1.15, color="r", ls="--", label="goal at 7e4 users, epsilon=1 (1.15x)")
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xscale("log")
+    users = sorted({r["users"] for r in rows})
+    ax.set_xticks(users, [f"{u:g}" for u in users])
+    ax.minorticks_off()
+    ax.set_xlabel("users (synthetic MovieLens-like ratings, about 100 a user)")
+    ax.set_ylabel("test RMSE / non-private RMSE")
+    ax.set_title("User-level completion at scale (delta=1e-5, rank 3)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "user_level_scale.png", dpi=110)
 
 
 def load(split):
@@ -225,7 +258,9 @@ if __name__ == "__main__":
     if "--scale" in sys.argv and "--plot-only" in sys.argv:  # the table from the saved rows
         write_scale(json.loads((RESULTS / "user_level_scale.json").read_text()))
     elif "--scale" in sys.argv:
-        write_scale(run_scale())
+        saved = RESULTS / "user_level_scale.json"
+        resume = "--resume" in sys.argv and saved.exists()
+        write_scale(run_scale(json.loads(saved.read_text()) if resume else ()))
     elif "--plot-only" in sys.argv:  # redraw from the saved results
         write(json.loads((RESULTS / "user_level.json").read_text()))
     else:
