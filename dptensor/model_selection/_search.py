@@ -288,8 +288,8 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         rows' groups, and the released score is the mean over validation groups of each group's
         mean score (one value in the score's range per group), over the public number of groups;
         ``privacy_cost(n_samples, ...)`` then counts groups. Only estimators whose ``fit`` bounds a
-        group (:class:`~dptensor.PrivatePCA`) can be searched so; others are refused before any
-        spend.
+        group and whose ``score`` is bounded (the PCAs, the tensor estimators) can be searched so;
+        others are refused before any spend.
 
         Prices the whole search, records it as one event with the accountant (the search's, or the
         one found in the estimator: refused with :class:`~dptensor.BudgetExceededError` before
