@@ -165,6 +165,18 @@ def test_a_search_refuses_groups_for_an_estimator_without_a_group_bound_before_a
     assert budget.history() == []
 
 
+def test_a_search_of_one_group_says_it_counts_groups_before_any_spend():
+    # 600 rows but one person: "n_samples = 1" alone read as a miscount of the rows
+    from dptensor.model_selection import PrivateGridSearchCV
+    accountant = PrivacyAccountant(epsilon=5.0, delta=1e-5)
+    search = PrivateGridSearchCV(PrivatePCA(data_norm=1.0), {"n_components": [1, 2]},
+                                 epsilon=1.0, accountant=accountant, random_state=0)
+    X = np.random.default_rng(0).standard_normal((600, 4)) / 2
+    with pytest.raises(ValueError, match="too few .*groups when searched by group"):
+        search.fit(X, groups=np.zeros(600, dtype=int))
+    assert accountant.history() == []
+
+
 def test_a_search_by_group_keeps_groups_whole_and_scores_per_group(monkeypatch):
     """Searched by group, every run trains on whole groups (the candidates get their groups), the
     score averages each validation group once, and the sensitivity counts groups."""

@@ -170,7 +170,8 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
             raise ValueError(f"validation_fraction must be in (0, 1), got {frac!r}")
         n_val = int(round(frac * n_samples))
         if n_val < 1 or n_samples - n_val < 1:
-            raise ValueError(f"n_samples = {n_samples} is too few: validation_fraction={frac:g} "
+            raise ValueError(f"n_samples = {n_samples} is too few (the units split: rows, or "
+                             f"groups when searched by group): validation_fraction={frac:g} "
                              f"leaves an empty part ({n_samples - n_val} to train, {n_val} to "
                              "score)")
         return n_samples - n_val, n_val
