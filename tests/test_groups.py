@@ -130,8 +130,11 @@ def test_refusals_come_before_any_spend():
     with pytest.raises(ValueError, match="groups"):
         PrivatePCA(1, epsilon=1.0, input="precomputed", accountant=budget).fit(
             np.eye(3), groups=[0, 1, 2])
+    for labels in (np.array([1, "1"] * 750, dtype=object), [1, "1"] * 750):  # a list too
+        with pytest.raises(TypeError, match="mixed types"):
+            pca.fit(X, groups=labels)
     assert budget.history() == []
-    pca.fit(X, groups=groups.astype(str))  # string labels are labels too
+    pca.fit(X, groups=list(groups.astype(str)))  # string labels are labels too, in a list too
     (entry,) = budget.history()
     assert "group of rows" in entry.label
     assert math.isclose(pca.privacy_cost_.epsilon, 1.0, rel_tol=1e-6)
