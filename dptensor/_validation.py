@@ -295,8 +295,9 @@ def check_groups(groups, n_rows: int):
     of the sorted labels, from ``groups`` (one label a row; rows sharing a label are one person).
 
     Refused in words that quote no label (a label may be a name): not one-dimensional, of a
-    length other than the rows', empty, or holding a NaN or a missing value. Call it before
-    the spend: every row's label is in hand then.
+    length other than the rows', empty, holding a NaN or a missing value, or labels of mixed
+    types (a list's too, which NumPy would make strings). Call it before the spend: every row's
+    label is in hand then.
     """
     try:
         labels = np.asarray(groups)
@@ -310,6 +311,11 @@ def check_groups(groups, n_rows: int):
                          "give one label a row")
     if labels.dtype.kind == "c":
         raise ValueError("groups must hold real numbers or strings, not complex numbers")
+    if labels.dtype.kind == "U" and not isinstance(groups, np.ndarray) \
+            and not all(isinstance(v, str) for v in groups):
+        # NumPy turns [1, "1"] into two equal strings, merging two people silently; the same
+        # labels in an object array are refused, so refuse them here too
+        raise TypeError("groups holds labels that cannot be compared (mixed types)")
     if labels.dtype.kind == "f" and not np.all(np.isfinite(labels)):
         raise ValueError("groups holds a NaN or an infinity: every row needs the label of the "
                          "person it belongs to")

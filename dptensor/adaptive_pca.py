@@ -171,8 +171,8 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
     update by at most the lens ``s(theta)`` of one row (with a relative margin of about
     ``d 2^-52`` for the float norm the test reads). Each component's rows are projected off the
     released ones, put on the grid and scaled per group again. ``privacy_cost_.unit`` and the
-    ledger say ``"group of rows"``. Refused before any spend: bad labels, ``epsilon=inf``, dask
-    (``derivations/adaptive_pca.rst``, "Groups of rows").
+    ledger say ``"group of rows"``. Refused before any spend: bad labels, ``epsilon=inf``, dask,
+    sparse rows (``derivations/adaptive_pca.rst``, "Groups of rows").
 
     **Proof sketch.** Condition on everything released before the round (``x``, the components
     already found): all are public. (i) The grid is public; a count ``#{c_i <= theta_j}`` changes
@@ -278,6 +278,9 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         """A fit whose unit is a group of rows: private, on rows in memory, one label a row.
         The public shape is ``(n_groups, d)``; the number of rows only sizes the memory."""
         self._check_groups_allowed(X)
+        if sp.issparse(X):  # the group scaling holds every grid row at once, as in PrivatePCA
+            raise TypeError("AdaptivePrivatePCA.fit with groups needs dense rows: a sparse X "
+                            "would be densified whole. Fit without groups, or pass X.toarray()")
         X = validate_private_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=1)
         codes, n_groups = self._check_groups(groups, X.shape[0])
         return FitData(arrays=(X, codes), shape=(n_groups, X.shape[1]), extra=codes,

@@ -148,6 +148,10 @@ def _check_model_selection(ns):
     # n_components, which captured variance always resolves to the largest, fails this
     best = ns["search"].best_estimator_
     assert np.all(best.explained_variance_ > 2 * best.explained_variance_noise_)
+    # the search by person: its unit, and a cv_results_ of the released score only
+    assert ns["per_person"].history()[0].label.endswith("unit='group of rows')")
+    scores = ns["by_person"].cv_results_["mean_test_score"]
+    assert np.isnan(scores).sum() == len(scores) - 1
 
 
 CHECKS = {"README.md": _check_readme, "docs/quickstart.rst": _check_quickstart,

@@ -130,8 +130,11 @@ def test_refusals_come_before_any_spend():
     with pytest.raises(ValueError, match="groups"):
         PrivatePCA(1, epsilon=1.0, input="precomputed", accountant=budget).fit(
             np.eye(3), groups=[0, 1, 2])
+    for labels in (np.array([1, "1"] * 750, dtype=object), [1, "1"] * 750):  # a list too
+        with pytest.raises(TypeError, match="mixed types"):
+            pca.fit(X, groups=labels)
     assert budget.history() == []
-    pca.fit(X, groups=groups.astype(str))  # string labels are labels too
+    pca.fit(X, groups=list(groups.astype(str)))  # string labels are labels too, in a list too
     (entry,) = budget.history()
     assert "group of rows" in entry.label
     assert math.isclose(pca.privacy_cost_.epsilon, 1.0, rel_tol=1e-6)
@@ -163,6 +166,18 @@ def test_a_search_refuses_groups_for_an_estimator_without_a_group_bound_before_a
     with pytest.raises(ValueError, match="cannot be searched by group"):
         search.fit(X, groups=np.arange(50))
     assert budget.history() == []
+
+
+def test_a_search_of_one_group_says_it_counts_groups_before_any_spend():
+    # 600 rows but one person: "n_samples = 1" alone read as a miscount of the rows
+    from dptensor.model_selection import PrivateGridSearchCV
+    accountant = PrivacyAccountant(epsilon=5.0, delta=1e-5)
+    search = PrivateGridSearchCV(PrivatePCA(data_norm=1.0), {"n_components": [1, 2]},
+                                 epsilon=1.0, accountant=accountant, random_state=0)
+    X = np.random.default_rng(0).standard_normal((600, 4)) / 2
+    with pytest.raises(ValueError, match="too few .*groups when searched by group"):
+        search.fit(X, groups=np.zeros(600, dtype=int))
+    assert accountant.history() == []
 
 
 def test_a_search_by_group_keeps_groups_whole_and_scores_per_group(monkeypatch):

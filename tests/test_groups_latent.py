@@ -214,6 +214,21 @@ def test_one_person_with_many_rows_does_not_steer_the_mixture_weights():
     assert second[1] == pytest.approx(1 / 2, abs=0.05)
 
 
+def test_fit_predict_takes_groups_as_fit_does():
+    rng = np.random.default_rng(3)
+    X, labels = rng.standard_normal((600, 3)), np.arange(600) // 3
+    budget = PrivacyAccountant(epsilon=5.0, delta=1e-5)
+    kw = dict(epsilon=1.0, data_norm=3.0, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fitted = PrivateGaussianMixture(2, accountant=PrivacyAccountant(5.0, 1e-5), **kw).fit(
+            X, groups=labels)
+        model = PrivateGaussianMixture(2, accountant=budget, **kw)
+        np.testing.assert_array_equal(model.fit_predict(X, groups=labels), fitted.predict(X))
+    assert [e.label for e in budget.history()] == [
+        "PrivateGaussianMixture(epsilon=1, unit='group of rows')"]
+
+
 def _author_corpus(rng, n_authors, d=30, k=3):
     topics = rng.dirichlet(np.full(d, 0.3), k)
     labels = np.repeat(np.arange(n_authors), rng.integers(1, 5, n_authors))

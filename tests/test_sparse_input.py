@@ -162,10 +162,11 @@ def test_adaptive_pca_on_sparse_rows_is_the_dense_fit(dtype, kw):
     assert fit.score(S) == pytest.approx(dense.score(X), rel=tol)
 
 
-def test_groups_with_sparse_rows_are_refused_before_the_spend():
+@pytest.mark.parametrize("estimator", [PrivatePCA, AdaptivePrivatePCA])
+def test_groups_with_sparse_rows_are_refused_before_the_spend(estimator):
     accountant = PrivacyAccountant(epsilon=5.0, delta=1e-5)
-    model = PrivatePCA(2, accountant=accountant, **PRIVATE)
-    with pytest.raises(TypeError, match="groups needs dense rows"):
+    model = estimator(2, accountant=accountant, **PRIVATE)
+    with pytest.raises(TypeError, match=f"{estimator.__name__}.fit with groups needs dense rows"):
         model.fit(_rows(), groups=np.arange(N) // 3)
     assert accountant.spent() == (0.0, 0.0)
 

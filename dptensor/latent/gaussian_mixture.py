@@ -458,5 +458,6 @@ class PrivateGaussianMixture(SpectralLatentModel):
         """The most probable component of each sample."""
         return np.argmax(self._estimate_weighted_log_prob(X), axis=1)
 
-    def fit_predict(self, X, y=None):
-        return self.fit(X).predict(X)
+    def fit_predict(self, X, y=None, *, groups=None):
+        """``fit(X, groups=groups)``, then the most probable component of each sample."""
+        return self.fit(X, groups=groups).predict(X)

@@ -170,7 +170,8 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
             raise ValueError(f"validation_fraction must be in (0, 1), got {frac!r}")
         n_val = int(round(frac * n_samples))
         if n_val < 1 or n_samples - n_val < 1:
-            raise ValueError(f"n_samples = {n_samples} is too few: validation_fraction={frac:g} "
+            raise ValueError(f"n_samples = {n_samples} is too few (the units split: rows, or "
+                             f"groups when searched by group): validation_fraction={frac:g} "
                              f"leaves an empty part ({n_samples - n_val} to train, {n_val} to "
                              "score)")
         return n_samples - n_val, n_val
@@ -288,8 +289,8 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         rows' groups, and the released score is the mean over validation groups of each group's
         mean score (one value in the score's range per group), over the public number of groups;
         ``privacy_cost(n_samples, ...)`` then counts groups. Only estimators whose ``fit`` bounds a
-        group (:class:`~dptensor.PrivatePCA`) can be searched so; others are refused before any
-        spend.
+        group and whose ``score`` is bounded (the PCAs, the tensor estimators) can be searched so;
+        others are refused before any spend.
 
         Prices the whole search, records it as one event with the accountant (the search's, or the
         one found in the estimator: refused with :class:`~dptensor.BudgetExceededError` before
