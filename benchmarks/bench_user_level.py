@@ -160,7 +160,7 @@ def _plot_scale(rows):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plt.subplots(figsize=(9, 4))
     for i, eps in enumerate(sorted({r["epsilon"] for r in rows if r["fit"] == "user level"})):
         pts = [r for r in rows if r["fit"] == "user level" and r["epsilon"] == eps]
         ax.plot([r["users"] for r in pts], [r["rmse_ratio"] for r in pts], "o-",
@@ -177,7 +177,7 @@ def _plot_scale(rows):
     ax.set_xlabel("users (synthetic MovieLens-like ratings, about 100 a user)")
     ax.set_ylabel("test RMSE / non-private RMSE")
     ax.set_title("User-level completion at scale (delta=1e-5, rank 3)")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
     fig.tight_layout()
     fig.savefig(RESULTS / "user_level_scale.png", dpi=110)
 
