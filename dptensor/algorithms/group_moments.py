@@ -80,15 +80,19 @@ def group_reduce(rows, layout: GroupLayout, partial, *args):
     as :meth:`~dptensor.latent._base.SpectralLatentModel._reduce` takes it), each part summed in
     float64 (float32 rows: cast in blocks of at most 4096 rows, whole groups where they are
     small) and divided by its size before it joins the others."""
-    total = partial(_as_float64(rows[:0]), *args)  # zeros of the right shapes
-    narrow = isinstance(rows, np.ndarray) and rows.dtype != np.float64
+    # rows made where they are read (clipped rows: a ``block(start, stop)`` method) come in
+    # blocks too, never as a whole part
+    take = rows.block if hasattr(rows, "block") else lambda lo, hi: rows[lo:hi]
+    total = partial(_as_float64(take(0, 0)), *args)  # zeros of the right shapes
+    narrow = hasattr(rows, "block") or (isinstance(rows, np.ndarray)
+                                        and rows.dtype != np.float64)
     for start, stop, size in layout.parts:
         # float32 rows: float64 copies of blocks (of whole small groups), never of a whole part
         step = (_BLOCK // size) * size if size <= GROUP_BATCH else _BLOCK
         step = step if narrow else stop - start
         part = None
         for lo in range(start, stop, step):
-            piece = partial(_as_float64(rows[lo:min(lo + step, stop)]), *args)
+            piece = partial(_as_float64(take(lo, min(lo + step, stop))), *args)
             part = piece if part is None else tuple(a + b for a, b in zip(part, piece))
         total = tuple(t + p / size for t, p in zip(total, part))
     return total
