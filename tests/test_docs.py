@@ -98,7 +98,10 @@ def _check_quickstart(ns):
     from dptensor.metrics import recovery_error, sin_theta_distance
 
     budget = ns["budget"]
-    assert len(budget.history()) == 7  # every fit of the page is private and in the ledger
+    assert len(budget.history()) == 8  # every fit of the page is private and in the ledger
+    people = ns["people"]  # the grouped fit protects a person: its unit and public n say so
+    assert people.privacy_cost_.unit == "group of rows" and people.n_samples_ == 5000
+    assert sum(e.label.endswith("unit='group of rows')") for e in budget.history()) == 1
     # the page teaches delta well below 1/n: none of its fits may warn that it is not
     from dptensor import PrivacyWarning
     assert not [m for m in ns["__warnings__"] if isinstance(m, PrivacyWarning) and "1/n" in str(m)]
