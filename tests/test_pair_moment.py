@@ -65,6 +65,7 @@ def _scipy_pairs(C, weights, use_kernel=True):
     return weighted_gram_scipy(C, weights)  # the old product, both triangles as scipy gave them
 
 
+@pytest.mark.filterwarnings("ignore:the released m2_eigenvalues_")  # a small corpus, noisy
 @pytest.mark.parametrize("groups", [False, True])
 def test_a_seeded_private_dense_fit_releases_what_the_scipy_product_gave(monkeypatch, groups):
     C, _, _ = make_lda_corpus(1500, 60, 3, random_state=4)
