@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[test,plot,docs,dask]"
+	$(PY) -m pip install -q -e ".[test,plot,docs,dask,fast]"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -16,6 +16,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..algorithms.dask import check_dask_array, is_dask_array
 from ..algorithms.operators import moment_tensor
+from ..algorithms.pair_moment import weighted_gram
 from .._base import SearchTag
 from .._validation import validate_private_data
 from ..algorithms.tensor_power import row_sensitivity
@@ -161,7 +162,7 @@ def _pair_sums(chunk, tau):
     """``sum_c s_c E2(c)`` (d x d, dense; :func:`document_weights`)."""
     C = _counts(chunk)
     D = _pair_weights(C, tau)
-    second = (C.T @ sp.diags(D) @ C).toarray()
+    second = weighted_gram(C, D)  # the upper triangle scipy's C^T diag(D) C, bit for bit
     second[np.diag_indices_from(second)] -= np.asarray(C.T @ D).ravel()
     return (second,)
 
