@@ -154,13 +154,16 @@ class SearchTag:
     one unit's score (``"data_norm"``, ``"value_range"``); ``indices``: ``X`` holds index tuples
     into a tensor of the public ``shape`` parameter (``y`` the values there), not feature rows;
     ``groups``: its ``fit`` takes ``groups=`` (a group of rows as its unit), so a search by
-    group may fit it.
+    group may fit it. ``users``: its unit is one user, mode 0 of the index tuples (``unit`` is
+    ``"user"``), their number the public ``shape[0]``: the search splits users and scores each
+    validation user on her own history (``predict(X, history=...)``).
     """
 
     unit: str = "row"
     score_bound: str = "data_norm"
     indices: bool = False
     groups: bool = False
+    users: bool = False
 
 
 #: Generators a caller may pass as ``random_state``: never pickled or copied with an estimator.
