@@ -207,8 +207,9 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
             for key, value in params.items():
                 yield from find_accountants(value, f"the grid's {key!r}")
 
-    def _settings(self, n_samples, n_features) -> "SearchSettings":
-        """Everything the search decides and prices before the first fit (no data read)."""
+    def _settings(self, n_samples, n_features, grouped=False) -> "SearchSettings":
+        """Everything the search decides and prices before the first fit (no data read); each
+        candidate priced by its own preview, of a fit given groups when searched by group."""
         prefix, learner = self._learner()
         candidates = self._checked_candidates(prefix)
         epsilon, delta = self._target()
@@ -224,18 +225,20 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
 
         def learner_of(est):
             return est[-1] if isinstance(est, Pipeline) else est
+        by_group = {"groups": True} if grouped else {}
+        searched = "group of rows" if grouped else search_tag(learner).unit
 
         def events_at(e):
             events = []
             for params in candidates:
                 est = learner_of(self._candidate(prefix, params, e, delta, 0))
                 for n in ((n_train, n_samples) if self.refit else (n_train,)):
-                    cost = est.privacy_cost(n, width)
+                    cost = est.privacy_cost(n, width, **by_group)
                     if not cost.private:
                         raise ValueError(f"candidate {params} has no finite privacy "
                                          f"cost ({cost.event}): a private search "
                                          "needs every candidate to be private")
-                    _check_candidate_unit(params, cost.unit, search_tag(learner).unit)
+                    _check_candidate_unit(params, cost.unit, searched)
                     events.append(cost.event)
             return events
 
@@ -261,7 +264,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         public overrides (a completion's index space), the units' bytes and rows (``names``, the
         columns, price nothing). ``by_user`` changes nothing here: the learner's tag says it."""
         n_samples, n_features = int(shape[0]), int(shape[1]) if len(shape) > 1 else 1
-        settings = self._settings(n_samples, n_features)
+        settings = self._settings(n_samples, n_features, grouped)
         overrides = {} if overrides is None else overrides
         nbytes = n_samples * n_features * FLOAT if nbytes is None else nbytes
         return FitPlan(event=settings.event, delta=settings.delta,
@@ -273,15 +276,23 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                        unit="group of rows" if grouped else search_tag(settings.learner).unit)
 
     # ------------------------------------------------------------------ public
-    def privacy_cost(self, n_samples, n_features):
+    def privacy_cost(self, n_samples, n_features, *, groups=False):
         """The search's cost on ``n_samples`` units of ``n_features`` columns, before any data.
 
         Returns a :class:`~dptensor.PrivacyCost` whose ``event`` is the
         :class:`~dptensor.accounting.PrivateSelectionEvent` a ``fit`` would record (candidates,
         score, law of the number of runs, refit) and whose ``noise_multiplier`` is the score's.
-        Nothing is read or spent.
+        Nothing is read or spent. ``groups=True``: preview a search given groups; ``n_samples`` is
+        then the number of groups (each candidate priced as a fit given groups, the unit a group
+        of rows). A search by user (a user-level completion) counts users, with no flag.
         """
-        return self._preview_plan(self._plan((int(n_samples), int(n_features))))
+        if not isinstance(groups, (bool, np.bool_)):
+            raise TypeError("privacy_cost's groups is a flag (True: preview a search given "
+                            "groups; n_samples is then the number of groups), not labels")
+        if groups:
+            self._check_groupable(self._learner()[1])
+        return self._preview_plan(self._plan((int(n_samples), int(n_features)),
+                                             grouped=bool(groups)))
 
     def fit(self, X, y=None, *, groups=None):
         """Run the private search on ``X`` (rows, or index tuples of observed entries) and ``y``.
@@ -324,16 +335,20 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                            public={**public, "by_user": True})
         if groups is None:
             return FitData(arrays=(X, y), shape=X.shape, public=public)
-        if not search_tag(learner).groups:
-            raise ValueError(f"{type(learner).__name__} cannot be searched by group: its fit "
-                             "does not bound a group of rows. Search without groups, or search "
-                             "an estimator whose fit takes them (PrivatePCA, AdaptivePrivatePCA, "
-                             "PrivateTensorDecomposition, StreamingTensorPower)")
+        self._check_groupable(learner)
         codes, n_groups = check_groups(groups, X.shape[0])
         # the codes are digested with the rows (a seeded search's noise is keyed by what it
         # reads): two groupings of one X score differently and must not share the scores' noise
         return FitData(arrays=(X, y, codes), shape=(n_groups,) + X.shape[1:], extra=codes,
                        public={**public, "grouped": True})
+
+    @staticmethod
+    def _check_groupable(learner):
+        if not search_tag(learner).groups:
+            raise ValueError(f"{type(learner).__name__} cannot be searched by group: its fit "
+                             "does not bound a group of rows. Search without groups, or search "
+                             "an estimator whose fit takes them (PrivatePCA, AdaptivePrivatePCA, "
+                             "PrivateTensorDecomposition, StreamingTensorPower)")
 
     def _spend_plan(self, plan, data):
         settings = plan.settings
