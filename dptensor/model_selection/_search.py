@@ -257,12 +257,12 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                               distribution=name, mean=mean, event=event, width=width)
 
     def _plan(self, shape, overrides=None, nbytes=None, n_rows=None, names=None,
-              grouped=False, by_user=False) -> FitPlan:
+              grouped=False) -> FitPlan:
         """The search's :class:`~dptensor._base.FitPlan`: its one event (the candidates, the
         score, the law of the number of runs, the refit), priced from public values: the units'
         shape (groups, when searched by group; the public ``shape[0]`` users, by user), the
         public overrides (a completion's index space), the units' bytes and rows (``names``, the
-        columns, price nothing). ``by_user`` changes nothing here: the learner's tag says it."""
+        columns, price nothing)."""
         n_samples, n_features = int(shape[0]), int(shape[1]) if len(shape) > 1 else 1
         settings = self._settings(n_samples, n_features, grouped)
         overrides = {} if overrides is None else overrides
@@ -332,7 +332,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         if search_tag(learner).users:  # the units: the public shape[0] users, each row's its code
             codes, n_users = user_codes(learner, X, groups, isinstance(self.estimator, Pipeline))
             return FitData(arrays=(X, y), shape=(n_users, X.shape[1]), extra=codes,
-                           public={**public, "by_user": True})
+                           public=public)
         if groups is None:
             return FitData(arrays=(X, y), shape=X.shape, public=public)
         self._check_groupable(learner)
@@ -364,7 +364,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
     def _release(self, data, plan, rng):
         (X, y), settings, overrides = data.arrays[:2], plan.settings, data.public["overrides"]
         names = data.public["names"]
-        codes, users = data.extra, data.public.get("by_user", False)
+        codes, users = data.extra, search_tag(settings.learner).users
         # Runs and refit run user code (a step's verbose, an estimator or a library that prints,
         # warns or logs). A run's output would count the runs, whose number is secret, and tell
         # what each saw; the refit's would tell what the data made it do (a warning, a value
@@ -372,7 +372,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         # The worst candidate's memory was checked before the spend: a run's own check would
         # refuse after it (and how many runs there were is secret).
         with silenced(), prechecked():
-            best_index, best_score = self._run(X, y, settings, overrides, rng, codes, users)
+            best_index, best_score = self._run(X, y, settings, overrides, rng, codes)
             best_params = settings.candidates[best_index]
             if self.refit:
                 est = self._candidate(settings.prefix, best_params, settings.epsilon,
@@ -438,15 +438,16 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         transformed = 2 * n_units * settings.width * FLOAT if settings.width != n_features else 0
         return jobs * (worst + transformed) + (1 + jobs) * nbytes, advice
 
-    def _run(self, X, y, settings, overrides, rng, codes=None, users=False):
+    def _run(self, X, y, settings, overrides, rng, codes=None):
         """The selection: ``(best index, released score)``. Everything it draws comes from ``rng``,
         the spend's generator, in one fixed order before any run: the split, the number of runs,
         then each run's candidate, its fit's seed and its score's noise generator (128 bits of
         ``rng`` keyed by the run's position). So the runs' noise is the same whether they run one
         after another or ``n_jobs`` at a time, no two runs share a stream, and the best run (the
         first of the highest released scores) is the same. Only the best run leaves. A search by
-        user (``users``, ``codes`` each row's user) draws after the split the public seed of its
-        validation users' history/target hash."""
+        user (``codes`` each row's user) draws after the split the public seed of its validation
+        users' history/target hash."""
+        users = search_tag(settings.learner).users
         train, val, val_codes = split_units(rng, settings.n_train + settings.n_val,
                                             settings.n_train, codes)
         target_seed = _seed(rng) if users else None
