@@ -134,6 +134,8 @@ def test_a_search_by_user_is_refused_before_any_spend_where_it_cannot_hold():
         search(user_level(None)).fit(X, y)
     with pytest.raises(ValueError, match="groups would be a second unit"):
         search(user_level((60, 20))).fit(X, y, groups=X[:, 0])
+    with pytest.raises(ValueError, match="the grid sets 'shape'"):
+        search(user_level((60, 20)), {"shape": [(50, 20)]}).fit(X, y)
     value = PrivateTensorCompletion(rank=1, value_range=RANGE, shape=(60, 20))
     with pytest.raises(ValueError, match="protects one user, but the search splits and scores "
                                          "by observed value"):

@@ -212,6 +212,11 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         candidate priced by its own preview, of a fit given groups when searched by group."""
         prefix, learner = self._learner()
         candidates = self._checked_candidates(prefix)
+        if search_tag(learner).indices and any(prefix + "shape" in c for c in candidates):
+            # X is checked against the estimator's shape before the spend (and by user its
+            # first side counts the units): a candidate's own could refuse X after it
+            raise ValueError("the grid sets 'shape', the index space X is checked against "
+                             "before the spend: set it on the estimator")
         epsilon, delta = self._target()
         if self.refit not in (True, False):
             raise ValueError(f"refit must be True or False, got {self.refit!r}")
