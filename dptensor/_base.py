@@ -154,13 +154,16 @@ class SearchTag:
     one unit's score (``"data_norm"``, ``"value_range"``); ``indices``: ``X`` holds index tuples
     into a tensor of the public ``shape`` parameter (``y`` the values there), not feature rows;
     ``groups``: its ``fit`` takes ``groups=`` (a group of rows as its unit), so a search by
-    group may fit it.
+    group may fit it. ``users``: its unit is one user, mode 0 of the index tuples (``unit`` is
+    ``"user"``), their number the public ``shape[0]``: the search splits users and scores each
+    validation user on her own history (``predict(X, history=...)``).
     """
 
     unit: str = "row"
     score_bound: str = "data_norm"
     indices: bool = False
     groups: bool = False
+    users: bool = False
 
 
 #: Generators a caller may pass as ``random_state``: never pickled or copied with an estimator.
@@ -304,10 +307,26 @@ class PrivateEstimatorMixin:
         if type(X).__module__.startswith("dask"):
             raise TypeError(f"{name}.fit with groups needs the rows in memory (a NumPy array): "
                             "a fit on a dask array cannot take groups")
+        self._check_groups_private()
+
+    def _check_groups_private(self) -> None:
+        """Refuse ``groups`` without privacy (in a fit, or a preview of one)."""
+        name = type(self).__name__
         if not math.isfinite(self._privacy_target()[0]):
             raise ValueError(f"{name}: groups bounds what one group of rows contributes to a "
                              "private fit; with epsilon=inf nothing is bounded: drop groups, or "
                              "set a finite epsilon")
+
+    def _preview_grouped(self, groups) -> bool:
+        """``privacy_cost``'s ``groups`` flag, checked: ``True`` previews a fit given groups
+        (``n_samples`` the number of groups), refused where that fit would be."""
+        if not isinstance(groups, (bool, np.bool_)):
+            raise TypeError("privacy_cost's groups is a flag (True: preview a fit given groups; "
+                            f"n_samples is then the number of groups), not labels: got "
+                            f"{type(groups).__name__}")
+        if groups:
+            self._check_groups_private()
+        return bool(groups)
 
     def _check_groups(self, groups, n_rows: int):
         """``(codes, n_groups)`` of validated ``groups`` (:func:`~dptensor._validation.

@@ -414,7 +414,7 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         n, d = int(n_samples), int(n_features)
         k = min(check_positive_int(self.n_components, "n_components"), d)
         if grouped:
-            rows = int(n_rows)
+            rows = n if n_rows is None else int(n_rows)  # a preview's: the groups stand for them
             peak = (3 * rows * d + 4 * rows + 3 * GROUP_BLOCK * d + 4 * n * d + 4 * d * (k + 2)
                     + 6 * min(rows, SQUARES_BLOCK) * k)
             return peak * FLOAT, "Pass fewer rows or features"
@@ -439,16 +439,18 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         z = calibrate(epsilon, delta, event_at)
         return event_at(z), eps1, z, z_var
 
-    def privacy_cost(self, n_samples, n_features):
+    def privacy_cost(self, n_samples, n_features, *, groups=False):
         """The cost and noise multiplier a ``fit`` on ``n_samples`` x ``n_features`` rows would
         record.
 
         Computed from the parameters alone with the fit's own plan: no data, no spend. Returns a
         :class:`~dptensor.PrivacyCost`.
+        ``groups=True``: preview a fit given groups; ``n_samples`` is then the number of groups
+        (the fit's unit a group of rows, priced by the same plan).
         """
         n = check_positive_int(n_samples, "n_samples")
         d = check_positive_int(n_features, "n_features")
-        return self._preview_plan(self._plan((n, d)))
+        return self._preview_plan(self._plan((n, d), grouped=self._preview_grouped(groups)))
 
     def _score_units(self, X, y=None):
         """Per-row captured variance and its public range ``(0, 1)`` (``None`` without

@@ -256,9 +256,11 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     True
     """
 
-    #: The search splits observed values and checks index tuples into ``shape``; one value's score
-    #: is bounded by ``value_range``.
-    _search_tag = SearchTag(unit="observed value", score_bound="value_range", indices=True)
+    #: The search's unit (observed values; users at user level: searched by user), index tuples
+    #: into ``shape``, one unit's score bounded by ``value_range``.
+    _search_tag = property(lambda self: SearchTag(
+        unit="user" if self.privacy_unit == "user" else "observed value",
+        score_bound="value_range", indices=True, users=self.privacy_unit == "user"))
 
     def __init__(self, rank=3, *, decomposition="cp", perturbation="auto", epsilon=np.inf,
                  delta=None, learning_rate=None, n_iter=None, reg="auto", reg_core=None,

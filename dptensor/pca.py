@@ -363,8 +363,6 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
 
     def _check_grouped(self, X, groups) -> FitData:
         """A fit whose unit is a group of rows: private, on rows in memory, one label a row."""
-        if self.input == "precomputed":
-            raise ValueError("groups labels rows: a precomputed matrix has none (its unit: entry)")
         self._check_groups_allowed(X)
         if sp.issparse(X):  # the group scaling holds every grid row at once
             raise TypeError("PrivatePCA.fit with groups needs dense rows: a sparse X would be "
@@ -373,6 +371,11 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
         codes, n_groups = self._check_groups(groups, X.shape[0])
         return FitData(arrays=(X, codes), shape=(n_groups, X.shape[1]), extra=codes,
                        public=dict(n_rows=X.shape[0], grouped=True))
+
+    def _check_groups_private(self):  # a fit or a preview given groups: rows, and private
+        if self.input == "precomputed":
+            raise ValueError("groups labels rows: a precomputed matrix has none (its unit: entry)")
+        super()._check_groups_private()
 
     # ------------------------------------------------------------------ planning
     def _plan(self, shape, *, streaming=False, n_rows=None, grouped=False) -> FitPlan:
@@ -655,16 +658,13 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
         return tags
 
     # ------------------------------------------------------------------ pricing and scoring
-    def privacy_cost(self, n_samples, n_features):
-        """The cost and noise multiplier a ``fit`` on ``n_samples`` x ``n_features`` data would
-        record.
-
-        Computed from the parameters alone, with the fit's own plan (:meth:`_plan`): no data is
-        read and nothing is spent. Returns a :class:`~dptensor.PrivacyCost`.
-        """
+    def privacy_cost(self, n_samples, n_features, *, groups=False):
+        """The :class:`~dptensor.PrivacyCost` a ``fit`` on ``n_samples`` x ``n_features`` data
+        would record, from the parameters alone with the fit's own plan (no data, no spend).
+        ``groups=True``: preview a fit given groups; ``n_samples`` is then the number of groups."""
         n = check_positive_int(n_samples, "n_samples")
         d = check_positive_int(n_features, "n_features")
-        return self._preview_plan(self._plan((n, d)))
+        return self._preview_plan(self._plan((n, d), grouped=self._preview_grouped(groups)))
 
     def _score_units(self, X, y=None):
         """Per-row captured variance and its public range ``(0, 1)`` (``None`` without

@@ -556,19 +556,25 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         return self.components_.shape[0]
 
     # ------------------------------------------------------------------ pricing and scoring
-    def privacy_cost(self, n_samples, n_features):
+    def privacy_cost(self, n_samples, n_features, *, groups=False):
         """The cost and noise multiplier a ``fit`` on ``n_samples`` x ``n_features`` rows would
         record.
 
         Computed from the parameters alone with the fit's own plan: no data, no spend. Refuses, as
         ``fit`` does, a length too short to finish every component. Returns a
         :class:`~dptensor.PrivacyCost`.
+        ``groups=True``: preview a fit given groups; ``n_samples`` is then the number of groups
+        (the fit's unit a group of rows, priced by the same plan).
         """
         n_samples = check_positive_int(n_samples, "n_samples")
         d = check_positive_int(n_features, "n_features")
+        grouped = self._preview_grouped(groups)
         self._check_params(d)
-        self._check_enough_rows((n_samples, d), self._check_passes())
-        return self._preview_plan(self._plan((d,), n_rows=n_samples))
+        self._check_enough_rows((n_samples, d), self._check_passes(),
+                                unit="group" if grouped else "row")
+        # grouped: the rows' count is unknown before the data; the groups stand for it (memory)
+        return self._preview_plan(self._plan((d,), n_rows=n_samples, grouped=grouped,
+                                             chunk_rows=n_samples if grouped else None))
 
     def _score_units(self, X, y=None):
         """Per-row moment-fit scores and their public range (see

@@ -270,6 +270,7 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
             moment=self._moment_for(shape, itemsize, dask, k) if rows else "tensor",
             sensitivity=row_sensitivity(data_norm, shape[0]) if private and rows else None,
             grouped=grouped)
+        n_rows = shape[0] if n_rows is None else n_rows  # a preview's: the groups stand for them
         memory = (self._grouped_memory((n_rows, shape[1]), k) if grouped
                   else self._fit_memory(shape, k, itemsize, dask))
         return FitPlan(event=event, delta=delta, noise_multiplier=z, n_queries=K,
@@ -470,16 +471,18 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         return tags
 
     # -- pricing and scoring -------------------------------------------------------------------
-    def privacy_cost(self, n_samples, n_features):
+    def privacy_cost(self, n_samples, n_features, *, groups=False):
         """The cost and noise multiplier a ``fit`` on ``n_samples`` x ``n_features`` rows would
         record.
 
         Computed from the parameters alone with the fit's own plan: no data, no spend. Returns a
         :class:`~dptensor.PrivacyCost`.
+        ``groups=True``: preview a fit given groups; ``n_samples`` is then the number of groups
+        (the fit's unit a group of rows, priced by the same plan).
         """
         shape = (check_positive_int(n_samples, "n_samples"),
                  check_positive_int(n_features, "n_features"))
-        return self._preview_plan(self._plan(shape))
+        return self._preview_plan(self._plan(shape, grouped=self._preview_grouped(groups)))
 
     def expected_noise(self, n_samples, n_features):
         """The noise level a ``fit`` on ``n_samples`` x ``n_features`` rows would record in

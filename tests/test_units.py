@@ -1,6 +1,6 @@
 """Every private fit names the unit it protects: in ``privacy_cost_``, in the preview before
 any data, and in its ledger label; a search refuses candidates that protect another unit than
-the one it splits and scores by."""
+the one it splits and scores by (a user-level completion is searched by user)."""
 import numpy as np
 import pytest
 
@@ -62,16 +62,19 @@ def test_a_fit_without_a_guarantee_names_no_unit():
     assert est.privacy_cost_.unit is None and "unit=" not in accountant.history()[-1].label
 
 
-def test_a_search_names_its_unit_and_refuses_a_user_level_candidate():
+def test_a_search_names_its_unit_and_refuses_a_candidate_of_another_unit():
     search = PrivateGridSearchCV(PrivatePCA(data_norm=1.0, random_state=0),
                                  {"n_components": [1, 2]}, epsilon=1.0, delta=1e-5,
                                  random_state=0)
     assert search.privacy_cost(*ROWS.shape).unit == "row"
     user = PrivateTensorCompletion(rank=1, value_range=(1, 5), shape=(30, 20),
                                    privacy_unit="user", random_state=0)
+    search = PrivateGridSearchCV(user, {"rank": [1, 2]}, epsilon=1.0, delta=1e-5, random_state=0)
+    assert search.privacy_cost(3000, 2).unit == "user"  # searched by user (test_search_by_user)
     accountant = PrivacyAccountant(epsilon=10.0, delta=1e-5)
-    search = PrivateGridSearchCV(user, {"rank": [1, 2]}, epsilon=1.0, delta=1e-5,
-                                 accountant=accountant, random_state=0)
+    value = PrivateTensorCompletion(rank=1, value_range=(1, 5), shape=(30, 20), random_state=0)
+    search = PrivateGridSearchCV(value, {"privacy_unit": ["value", "user"]}, epsilon=1.0,
+                                 delta=1e-5, accountant=accountant, random_state=0)
     with pytest.raises(ValueError, match="protects one user, but the search splits and scores "
                                          "by observed value"):
         search.fit(PAIRS, VALUES)

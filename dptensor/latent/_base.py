@@ -218,16 +218,18 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         ``None`` takes :data:`~dptensor.algorithms.moments.SHARES`."""
         return None
 
-    def privacy_cost(self, n_samples, n_features):
+    def privacy_cost(self, n_samples, n_features, *, groups=False):
         """The cost and noise multiplier a ``fit`` on ``n_samples`` x ``n_features`` data would
         record.
 
         Computed from the parameters alone, with the fit's own plan and checks: no data is read
         and nothing is spent. Returns a :class:`~dptensor.PrivacyCost`.
+        ``groups=True``: preview a fit given groups; ``n_samples`` is then the number of groups
+        (the fit's unit a group of rows, priced by the same plan).
         """
         shape = (check_positive_int(n_samples, "n_samples"),
                  check_positive_int(n_features, "n_features"))
-        return self._preview_plan(self._plan(shape))
+        return self._preview_plan(self._plan(shape, grouped=self._preview_grouped(groups)))
 
     def expected_noise(self, n_samples, n_features):
         """The noise level a ``fit`` on ``n_samples`` x ``n_features`` data would record in

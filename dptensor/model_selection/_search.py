@@ -19,15 +19,15 @@ from sklearn.utils.validation import _get_feature_names, check_is_fitted
 from .._base import FitData, FitPlan, PrivateEstimatorMixin
 from .._guards import silenced
 from .._memory import FLOAT, prechecked
-from ..algorithms.exact import exact_gaussian_release, range_mean
+from ..algorithms.exact import exact_gaussian_release
 from ..mechanisms.randomness import rekeyed
 from ._parallel import in_parallel
 from ._search_doc import SEARCH_DOC as _SEARCH_DOC
 from .._validation import check_groups
 from ._accountants import accountant_keys, find_accountants, without_accountants
 from ._selection import calibrate_search, check_distribution, draw_n_runs
-from ._units import (as_units, check_units, public_overrides, search_tag, split_units,
-                     unit_scores)
+from ._units import (as_units, check_units, public_overrides, score_statistic, search_tag,
+                     split_units, user_codes)
 
 __all__ = ["PrivateGridSearchCV", "PrivateRandomizedSearchCV", "MAX_SCORE_NOISE"]
 
@@ -170,8 +170,9 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
             raise ValueError(f"validation_fraction must be in (0, 1), got {frac!r}")
         n_val = int(round(frac * n_samples))
         if n_val < 1 or n_samples - n_val < 1:
-            raise ValueError(f"n_samples = {n_samples} is too few (the units split: rows, or "
-                             f"groups when searched by group): validation_fraction={frac:g} "
+            raise ValueError(f"n_samples = {n_samples} is too few (the units split: rows, "
+                             f"groups when searched by group, users by user): "
+                             f"validation_fraction={frac:g} "
                              f"leaves an empty part ({n_samples - n_val} to train, {n_val} to "
                              "score)")
         return n_samples - n_val, n_val
@@ -206,10 +207,16 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
             for key, value in params.items():
                 yield from find_accountants(value, f"the grid's {key!r}")
 
-    def _settings(self, n_samples, n_features) -> "SearchSettings":
-        """Everything the search decides and prices before the first fit (no data read)."""
+    def _settings(self, n_samples, n_features, grouped=False) -> "SearchSettings":
+        """Everything the search decides and prices before the first fit (no data read); each
+        candidate priced by its own preview, of a fit given groups when searched by group."""
         prefix, learner = self._learner()
         candidates = self._checked_candidates(prefix)
+        if search_tag(learner).indices and any(prefix + "shape" in c for c in candidates):
+            # X is checked against the estimator's shape before the spend (and by user its
+            # first side counts the units): a candidate's own could refuse X after it
+            raise ValueError("the grid sets 'shape', the index space X is checked against "
+                             "before the spend: set it on the estimator")
         epsilon, delta = self._target()
         if self.refit not in (True, False):
             raise ValueError(f"refit must be True or False, got {self.refit!r}")
@@ -223,18 +230,20 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
 
         def learner_of(est):
             return est[-1] if isinstance(est, Pipeline) else est
+        by_group = {"groups": True} if grouped else {}
+        searched = "group of rows" if grouped else search_tag(learner).unit
 
         def events_at(e):
             events = []
             for params in candidates:
                 est = learner_of(self._candidate(prefix, params, e, delta, 0))
                 for n in ((n_train, n_samples) if self.refit else (n_train,)):
-                    cost = est.privacy_cost(n, width)
+                    cost = est.privacy_cost(n, width, **by_group)
                     if not cost.private:
                         raise ValueError(f"candidate {params} has no finite privacy "
                                          f"cost ({cost.event}): a private search "
                                          "needs every candidate to be private")
-                    _check_candidate_unit(params, cost.unit, search_tag(est).unit)
+                    _check_candidate_unit(params, cost.unit, searched)
                     events.append(cost.event)
             return events
 
@@ -256,10 +265,11 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
               grouped=False) -> FitPlan:
         """The search's :class:`~dptensor._base.FitPlan`: its one event (the candidates, the
         score, the law of the number of runs, the refit), priced from public values: the units'
-        shape (groups, when searched by group), the public overrides (a completion's index
-        space), the units' bytes and rows (``names``, the columns, price nothing)."""
+        shape (groups, when searched by group; the public ``shape[0]`` users, by user), the
+        public overrides (a completion's index space), the units' bytes and rows (``names``, the
+        columns, price nothing)."""
         n_samples, n_features = int(shape[0]), int(shape[1]) if len(shape) > 1 else 1
-        settings = self._settings(n_samples, n_features)
+        settings = self._settings(n_samples, n_features, grouped)
         overrides = {} if overrides is None else overrides
         nbytes = n_samples * n_features * FLOAT if nbytes is None else nbytes
         return FitPlan(event=settings.event, delta=settings.delta,
@@ -271,15 +281,23 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                        unit="group of rows" if grouped else search_tag(settings.learner).unit)
 
     # ------------------------------------------------------------------ public
-    def privacy_cost(self, n_samples, n_features):
+    def privacy_cost(self, n_samples, n_features, *, groups=False):
         """The search's cost on ``n_samples`` units of ``n_features`` columns, before any data.
 
         Returns a :class:`~dptensor.PrivacyCost` whose ``event`` is the
         :class:`~dptensor.accounting.PrivateSelectionEvent` a ``fit`` would record (candidates,
         score, law of the number of runs, refit) and whose ``noise_multiplier`` is the score's.
-        Nothing is read or spent.
+        Nothing is read or spent. ``groups=True``: preview a search given groups; ``n_samples`` is
+        then the number of groups (each candidate priced as a fit given groups, the unit a group
+        of rows). A search by user (a user-level completion) counts users, with no flag.
         """
-        return self._preview_plan(self._plan((int(n_samples), int(n_features))))
+        if not isinstance(groups, (bool, np.bool_)):
+            raise TypeError("privacy_cost's groups is a flag (True: preview a search given "
+                            "groups; n_samples is then the number of groups), not labels")
+        if groups:
+            self._check_groupable(self._learner()[1])
+        return self._preview_plan(self._plan((int(n_samples), int(n_features)),
+                                             grouped=bool(groups)))
 
     def fit(self, X, y=None, *, groups=None):
         """Run the private search on ``X`` (rows, or index tuples of observed entries) and ``y``.
@@ -291,6 +309,15 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         ``privacy_cost(n_samples, ...)`` then counts groups. Only estimators whose ``fit`` bounds a
         group and whose ``score`` is bounded (the PCAs, the tensor estimators) can be searched so;
         others are refused before any spend.
+
+        A user-level completion (``PrivateTensorCompletion(privacy_unit="user")``, its public
+        ``shape`` set) is searched by user, with no ``groups``: a user is mode 0 of the index
+        tuples and their number is ``shape[0]`` (``privacy_cost(n_samples, ...)`` counts users).
+        The split keeps each user's ratings on one side; each validation user's ratings are split
+        by a public keyed hash of their positions into a history and targets, her targets
+        predicted from her own history (``predict(X, history=...)``), and her score is her mean
+        per-rating score in its range (``-1`` with no target); the released score is the mean over
+        the ``shape[0]`` minus training users, with one user's score range as its sensitivity.
 
         Prices the whole search, records it as one event with the accountant (the search's, or the
         one found in the estimator: refused with :class:`~dptensor.BudgetExceededError` before
@@ -307,18 +334,26 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         check_units(learner, X, y)
         overrides = public_overrides(prefix, learner, X)
         public = dict(overrides=overrides, nbytes=X.nbytes, n_rows=X.shape[0], names=names)
+        if search_tag(learner).users:  # the units: the public shape[0] users, each row's its code
+            codes, n_users = user_codes(learner, X, groups, isinstance(self.estimator, Pipeline))
+            return FitData(arrays=(X, y), shape=(n_users, X.shape[1]), extra=codes,
+                           public=public)
         if groups is None:
             return FitData(arrays=(X, y), shape=X.shape, public=public)
-        if not search_tag(learner).groups:
-            raise ValueError(f"{type(learner).__name__} cannot be searched by group: its fit "
-                             "does not bound a group of rows. Search without groups, or search "
-                             "an estimator whose fit takes them (PrivatePCA, AdaptivePrivatePCA, "
-                             "PrivateTensorDecomposition, StreamingTensorPower)")
+        self._check_groupable(learner)
         codes, n_groups = check_groups(groups, X.shape[0])
         # the codes are digested with the rows (a seeded search's noise is keyed by what it
         # reads): two groupings of one X score differently and must not share the scores' noise
         return FitData(arrays=(X, y, codes), shape=(n_groups,) + X.shape[1:], extra=codes,
                        public={**public, "grouped": True})
+
+    @staticmethod
+    def _check_groupable(learner):
+        if not search_tag(learner).groups:
+            raise ValueError(f"{type(learner).__name__} cannot be searched by group: its fit "
+                             "does not bound a group of rows. Search without groups, or search "
+                             "an estimator whose fit takes them (PrivatePCA, AdaptivePrivatePCA, "
+                             "PrivateTensorDecomposition, StreamingTensorPower)")
 
     def _spend_plan(self, plan, data):
         settings = plan.settings
@@ -334,7 +369,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
     def _release(self, data, plan, rng):
         (X, y), settings, overrides = data.arrays[:2], plan.settings, data.public["overrides"]
         names = data.public["names"]
-        codes = data.extra
+        codes, users = data.extra, search_tag(settings.learner).users
         # Runs and refit run user code (a step's verbose, an estimator or a library that prints,
         # warns or logs). A run's output would count the runs, whose number is secret, and tell
         # what each saw; the refit's would tell what the data made it do (a warning, a value
@@ -350,7 +385,8 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                 # on the columns as the user named them (the same numbers: the same fit), so
                 # the model has their feature_names_in_ and checks them when it transforms
                 rows = X if names is None else _frame(X, names)
-                self.best_estimator_ = _fit_run(est, rows, y, np.arange(X.shape[0]), codes)
+                self.best_estimator_ = _fit_run(est, rows, y, np.arange(X.shape[0]),
+                                                None if users else codes)
         if self.refit:
             # The refit's seed was drawn from the search's own stream: with it (and the public
             # description) anyone regenerates the refit's noise, so it never stays on the model.
@@ -388,6 +424,8 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         quantities, plus the search's own copies of the parts (``nbytes`` the units')."""
         n_units, n_features = shape
         sizes = (settings.n_train, n_units) if self.refit else (settings.n_train,)
+        if search_tag(settings.learner).users:  # n_train counts users; a fit's estimate, entries
+            sizes = (n_units,)
         worst, advice = 0, ""
         for params in settings.candidates:
             est = self._candidate(settings.prefix, params, settings.epsilon, settings.delta, 0,
@@ -411,14 +449,18 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         then each run's candidate, its fit's seed and its score's noise generator (128 bits of
         ``rng`` keyed by the run's position). So the runs' noise is the same whether they run one
         after another or ``n_jobs`` at a time, no two runs share a stream, and the best run (the
-        first of the highest released scores) is the same. Only the best run leaves."""
+        first of the highest released scores) is the same. Only the best run leaves. A search by
+        user (``codes`` each row's user) draws after the split the public seed of its validation
+        users' history/target hash."""
+        users = search_tag(settings.learner).users
         train, val, val_codes = split_units(rng, settings.n_train + settings.n_val,
                                             settings.n_train, codes)
+        target_seed = _seed(rng) if users else None
         event = settings.event
         n_runs = draw_n_runs(event.shape, event.mean, rng)
         runs = [(int(rng.integers(len(settings.candidates))), _seed(rng), rekeyed(rng, (i,)))
                 for i in range(n_runs)]
-        parts = (X, y, train, val, val_codes, codes)
+        parts = (X, y, train, val, val_codes, None if users else codes, target_seed)
 
         def one(run):
             return self._one_run(parts, settings, overrides, *run)
@@ -442,23 +484,15 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
     def _one_run(self, parts, settings, overrides, index, seed, noise_rng) -> float:
         """One run: candidate ``index`` fitted privately (``seed``) on the training part, its
         score on the validation part released with ``noise_rng``'s noise."""
-        X, y, train, val, val_codes, codes = parts
+        X, y, train, val, val_codes, codes, target_seed = parts
         est = self._candidate(settings.prefix, settings.candidates[index], settings.epsilon,
                               settings.delta, seed, overrides)
         est = _fit_run(est, X, y, train, codes)
         learner, Xv = est, X[val]
         if isinstance(est, Pipeline):
             learner, Xv = est[-1], est[:-1].transform(Xv)
-        values, bounds = learner._score_units(Xv, None if y is None else y[val])
-        if bounds is None:
-            raise ValueError(f"{type(learner).__name__}'s score has no per-unit bound (set "
-                             "data_norm or value_range): it cannot be released privately")
-        lo, hi = bounds
-        # a unit's score clipped into [lo, hi], NaN counted as lo, on a grid of the range: a
-        # per-unit map, summed exactly, so the sensitivity holds at any size, and a NaN cannot
-        # make the release refuse a non-finite value
-        mean = range_mean(unit_scores(values, lo, hi, val_codes, settings.n_val), lo, hi)
-        sensitivity = (hi - lo) / settings.n_val * (1.0 + 2.0 ** -52)
+        mean, sensitivity = score_statistic(learner, Xv, None if y is None else y[val],
+                                            val_codes, settings.n_val, target_seed)
         return float(exact_gaussian_release(mean, sensitivity,
                                             settings.event.score.noise_multiplier, noise_rng))
 

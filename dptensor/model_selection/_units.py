@@ -8,9 +8,10 @@ from sklearn.utils.validation import check_array
 from .._base import SearchTag
 from .._validation import check_numeric_array
 from ..algorithms.completion.observations import check_indices
+from ..algorithms.exact import range_mean
 
 __all__ = ["as_units", "search_tag", "check_units", "public_overrides", "split_units",
-           "unit_scores"]
+           "unit_scores", "target_rows", "user_scores", "user_codes", "score_statistic"]
 
 
 def as_units(X, y, *, alone: bool):
@@ -90,11 +91,87 @@ def split_units(rng, n_units: int, n_train: int, codes=None):
 def unit_scores(values, lo: float, hi: float, codes, n_units: int) -> np.ndarray:
     """One score per validation unit: a row's own, or a group's mean of its rows' scores, each
     clipped into ``[lo, hi]`` first (NaN counted as ``lo``): a group adds one value in the range,
-    as a row does, so the released mean's sensitivity is ``(hi - lo) / n_units`` either way."""
+    as a row does, so the released mean's sensitivity is ``(hi - lo) / n_units`` either way. A
+    unit with no scored row (a user without targets, or without ratings) gets the fixed ``lo``:
+    whether she has any is her own data, so her value must stay in the range either way."""
     values = np.asarray(values, dtype=np.float64)
     if codes is None:
         return values
     clipped = np.clip(np.where(np.isnan(values), lo, values), lo, hi)
     sums = np.bincount(codes, weights=clipped, minlength=n_units)
     counts = np.bincount(codes, minlength=n_units)
-    return np.clip(sums / np.maximum(counts, 1), lo, hi)
+    return np.clip(np.where(counts > 0, sums / np.maximum(counts, 1), lo), lo, hi)
+
+
+_MIX = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9),
+        np.uint64(0x94D049BB133111EB))
+
+
+def target_rows(X, seed: int) -> np.ndarray:
+    """Which of the index tuples ``X`` a search by user scores (the others are the user's
+    history): the top bit of a keyed hash (splitmix64 steps) of each tuple. A rating's side is a
+    function of its own position and the public ``seed`` alone, never of another row, so
+    replacing one user's ratings moves no other user's split."""
+    h = np.full(len(X), np.uint64(seed % 2**64), dtype=np.uint64)
+    with np.errstate(over="ignore"):  # the hash wraps modulo 2^64 by design
+        for column in np.asarray(X, dtype=np.int64).T:
+            h = (h ^ column.astype(np.uint64)) + _MIX[0]
+            h = (h ^ (h >> np.uint64(30))) * _MIX[1]
+            h = (h ^ (h >> np.uint64(27))) * _MIX[2]
+            h ^= h >> np.uint64(31)
+    return (h >> np.uint64(63)) == 1
+
+
+def user_scores(learner, X, y, codes, n_units: int, seed: int):
+    """``(scores, (lo, hi))``: one score per validation user (``codes`` her number, ``0 ..
+    n_units - 1``, on each of her rows ``X``, ``y``). Her ratings split by :func:`target_rows`
+    into a history and targets; the targets are predicted from her own history (joint DP:
+    ``predict(X, history=...)`` solves each user's factor from her rows alone), and her score is
+    the mean of her targets' per-rating scores (:func:`unit_scores`): one value in the range."""
+    X = np.asarray(X, dtype=np.int64)
+    lo_v, hi_v = learner.value_range_
+    y = np.clip(np.asarray(y, dtype=np.float64), lo_v, hi_v)  # as the fit clips them
+    target = target_rows(X, seed)
+    if not target.any():  # no target at all: the range from one public placeholder rating
+        X, y, target = np.zeros((1, X.shape[1]), np.int64), np.full(1, lo_v), np.ones(1, bool)
+        codes = np.full(1, n_units)  # counted for no user
+    history = (X[~target], y[~target])
+    values, bounds = learner._score_units(X[target], y[target], history=history)
+    lo, hi = bounds
+    return unit_scores(values, lo, hi, codes[target], n_units)[:n_units], bounds
+
+
+def user_codes(learner, X, groups, in_pipeline: bool):
+    """``(codes, n_users)`` of a search by user: each row's user (mode 0 of the index tuples) and
+    the public number of users ``shape[0]``, never the number seen; refused before the spend
+    where a search by user cannot hold."""
+    if groups is not None:
+        raise ValueError("a user-level completion is searched by user (mode 0 of the index "
+                         "tuples): groups would be a second unit; drop groups")
+    if in_pipeline:
+        raise TypeError("a user-level completion is searched alone, not in a pipeline: each "
+                        "validation user's history must reach its predict unchanged")
+    if learner.shape is None:
+        raise ValueError("a search by user needs the public number of users: set the "
+                         "estimator's shape (its first side), not the number seen in X")
+    return np.asarray(X[:, 0], dtype=np.int64), int(learner.shape[0])
+
+
+def score_statistic(learner, Xv, yv, val_codes, n_val: int, target_seed=None):
+    """``(statistic, sensitivity)``: the exact mean over the ``n_val`` validation units of each
+    unit's score, and how far one unit moves it. By user (``target_seed``): each user's mean
+    score on her targets, predicted from her own history (:func:`user_scores`)."""
+    if target_seed is not None:  # by user: one mean score a validation user, in the range
+        values, bounds = user_scores(learner, Xv, yv, val_codes, n_val, target_seed)
+        val_codes = None  # the values are the users' own already
+    else:
+        values, bounds = learner._score_units(Xv, yv)
+    if bounds is None:
+        raise ValueError(f"{type(learner).__name__}'s score has no per-unit bound (set "
+                         "data_norm or value_range): it cannot be released privately")
+    lo, hi = bounds
+    # a unit's score clipped into [lo, hi], NaN counted as lo, on a grid of the range: a
+    # per-unit map, summed exactly, so the sensitivity holds at any size, and a NaN cannot
+    # make the release refuse a non-finite value
+    mean = range_mean(unit_scores(values, lo, hi, val_codes, n_val), lo, hi)
+    return mean, (hi - lo) / n_val * (1.0 + 2.0 ** -52)
