@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .model import Model, _khatri_rao_rows, interaction_design
+from .model import _CHUNK, Model, _khatri_rao_rows, interaction_design
 from .offsets import offset_noise
 
 __all__ = ["ReleaseNoise", "component_rms", "offsets_rms", "offset_levels", "input_levels",
@@ -119,13 +119,11 @@ def gradient_levels(obs, model: Model, p, z, damping, offsets) -> ReleaseNoise:
     column's noise norm to its norm); a Tucker model adds the core's noise (its Gauss-Newton
     diagonal) and every factor's, pushed through the other factors."""
     step = p["lr"] * 2.0 * z * p["clip"]
-    R, K = interaction_design(model, obs.X)
     free = model.free_modes()
+    curvature, h_core = _curvatures(obs, model, free)
     col_var = {}
     for m in free:
-        h = np.stack([np.bincount(obs.X[:, m], K[m][:, r] ** 2, minlength=obs.shape[m])
-                      for r in range(model.rank)], axis=1)
-        var = p["n_iter"] * (step / (p["reg"] + damping + h)) ** 2
+        var = p["n_iter"] * (step / (p["reg"] + damping + curvature[m])) ** 2
         col_var[m] = np.sum(var * (obs.counts[m] > 0)[:, None], axis=0)  # unseen rows: no noise
     shape = obs.shape
     if model.core is None:
@@ -139,19 +137,30 @@ def gradient_levels(obs, model: Model, p, z, damping, offsets) -> ReleaseNoise:
         noisy = list(grams)
         noisy[m] = np.diag(col_var[m])
         total += _tucker_rms(model.core, noisy, shape) ** 2
-    var_core = p["n_iter"] * (step / (p["reg_core"] + damping + _core_curvature(R))) ** 2
+    var_core = p["n_iter"] * (step / (p["reg_core"] + damping + h_core)) ** 2
     weight = _khatri_rao_rows([np.diag(G)[None] for G in grams])[0]  # prod_m ||U_m[:, k_m]||^2
     total += float(np.sum(var_core * weight)) / math.prod(shape)
     return ReleaseNoise(np.array([math.sqrt(total)]), offsets)
 
 
-def _core_curvature(R, chunk=1 << 16) -> np.ndarray:
-    """The diagonal of the core's Gauss-Newton matrix, ``sum_e prod_m R_m[e, k_m]^2`` (C order),
-    in blocks of entries so that no block holds the full Kronecker rows of every entry."""
-    out = 0.0
-    for start in range(0, len(R[0]), chunk):
-        out = out + _khatri_rao_rows([r[start:start + chunk] ** 2 for r in R]).sum(axis=0)
-    return np.asarray(out)
+def _curvatures(obs, model: Model, free):
+    """The diagonals of the public Gauss-Newton matrices at the released factors: per mode with a
+    factor, ``H_i[r, r] = sum_{e in row i} K_m[e, r]^2`` (n_m, rank), and for Tucker the core's,
+    ``sum_e prod_m R_m[e, k_m]^2`` (C order; ``None`` for CP). In blocks of entries, each of at
+    most ``_CHUNK`` floats, so that it allocates no more than a step of the fit."""
+    width = 2 * model.rank * obs.order + (model.core.size if model.core is not None else 0)
+    chunk = max(1, _CHUNK // width)
+    rows = {m: np.zeros((obs.shape[m], model.rank)) for m in free}
+    core = 0.0
+    for start in range(0, len(obs.X), chunk):
+        X = obs.X[start:start + chunk]
+        R, K = interaction_design(model, X)
+        for m in free:
+            for r in range(model.rank):
+                rows[m][:, r] += np.bincount(X[:, m], K[m][:, r] ** 2, minlength=obs.shape[m])
+        if model.core is not None:
+            core = core + _khatri_rao_rows([v**2 for v in R]).sum(axis=0)
+    return rows, (None if model.core is None else np.asarray(core))
 
 
 def implicit_levels(obs, model: Model, design, lead, partner, noise_std, offsets) -> ReleaseNoise:
