@@ -163,20 +163,34 @@ def _curvatures(obs, model: Model, free):
     return rows, (None if model.core is None else np.asarray(core))
 
 
-def implicit_levels(obs, model: Model, design, lead, partner, noise_std, offsets) -> ReleaseNoise:
+#: Draws of the release noise alone that :func:`implicit_levels` passes through the fit's
+#: filter (from a fixed seed: the level is a function of the release and of Omega).
+NOISE_PROBES = 2
+
+
+def implicit_levels(obs, model: Model, design, apply, noise_std, offsets) -> ReleaseNoise:
     """The implicit interaction: one release of ``B = sum_e t_e x_e`` with ``N(0, noise_std^2)``
-    per coordinate. Values carrying noise of variance ``s^2`` would put ``s^2 G`` there, and
-    ``G`` averages ``sum_e |x_e|^2 / P`` over its ``P = (n_lead + n_partner) rank`` directions:
-    the release is as noisy as values with ``s^2 = noise_std^2 P / sum_e |x_e|^2``. A column of
-    ``Y`` (``W``) then has ``n_partner`` (``n_lead``) free parameters: level
-    ``s sqrt(dof / n_obs)``, before the Wiener filter's shrinkage."""
-    i, j = obs.X[:, lead], obs.X[:, partner]
-    energy = float(np.sum(np.sum(design.Q**2, axis=1)[j] + np.sum(design.P**2, axis=1)[i]))
-    n_par = design.shape[0]
-    s2 = noise_std**2 * n_par / max(energy, 1e-300)
-    rank = design.rank
-    dof = np.concatenate([np.full(rank, obs.shape[partner]), np.full(rank, obs.shape[lead])])
-    return ReleaseNoise(np.sqrt(s2 * dof / len(obs.X)), offsets)
+    per coordinate, then the Wiener filter ``apply`` fitted to it (a linear map; ``None``: it
+    gave 0). The level of each released column is the root mean square of the components that
+    the filter makes of the noise alone (``NOISE_PROBES`` draws), ``design.factors`` of
+    ``apply(xi)``. A filter that gave 0 has no such map: the level is then the unfiltered one,
+    the release as noisy as values carrying ``s^2 = noise_std^2 P / sum_e |x_e|^2``
+    (``P = (n_lead + n_partner) rank`` directions), ``s sqrt(dof / n_obs)`` for a column with
+    ``dof`` free parameters."""
+    if apply is None:
+        energy = float(np.sum(np.sum(design.Q**2, axis=1)[obs.X[:, design.partner]]
+                              + np.sum(design.P**2, axis=1)[obs.X[:, design.lead]]))
+        s2 = noise_std**2 * design.shape[0] / max(energy, 1e-300)
+        n_lead, n_partner = obs.shape[design.lead], obs.shape[design.partner]
+        dof = np.concatenate([np.full(design.rank, n_partner), np.full(design.rank, n_lead)])
+        return ReleaseNoise(np.sqrt(s2 * dof / len(obs.X)), offsets)
+    probes = np.random.default_rng(0).standard_normal((NOISE_PROBES,) + design.shape)
+    squares = 0.0
+    for xi in probes:
+        factors = list(model.factors)
+        factors[design.lead], factors[design.partner] = design.factors(apply(noise_std * xi))
+        squares = squares + component_rms(factors, None, obs.shape) ** 2
+    return ReleaseNoise(np.sqrt(squares / NOISE_PROBES), offsets)
 
 
 def dominated(values, noise) -> np.ndarray:
