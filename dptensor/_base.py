@@ -90,19 +90,22 @@ class NoisePreview:
         return self.noise / self.signal_bound if self.signal_bound > 0 else math.inf
 
 
-def warn_noise_dominated(values, noise, name: str, noise_name: str, advice: str) -> None:
+def warn_noise_dominated(values, noise, name: str, noise_name: str, advice: str, *,
+                         what: str = "component(s)", first: int = 1, times: int = 2) -> None:
     """Warn (``UserWarning``) naming the components whose released ``values`` (``name``) are below
-    twice their noise level ``noise`` (``noise_name``).
+    ``times`` (twice, or once) their noise level ``noise`` (``noise_name``).
 
     Both are released or public (the released eigenvalues, a noise multiplier times a public
     sensitivity), so a fit may warn after its spend: the warning is post-processing of its
-    releases. It names component numbers only, never a value.
+    releases. It names component numbers only (``what``, numbered from ``first``), never a
+    value.
     """
-    weak = np.flatnonzero(np.abs(np.asarray(values)) < 2 * np.asarray(noise))
+    weak = np.flatnonzero(np.abs(np.asarray(values)) < times * np.asarray(noise))
     if weak.size:
-        warnings.warn(f"the released {name} of component(s) {(weak + 1).tolist()} is below "
-                      f"twice its noise level ({noise_name}): those components are dominated by "
-                      f"the privacy noise. {advice}", UserWarning, stacklevel=4)
+        below = "twice its noise level" if times == 2 else "its noise level"
+        warnings.warn(f"the released {name} of {what} {(weak + first).tolist()} is below "
+                      f"{below} ({noise_name}): those components are dominated by the privacy "
+                      f"noise. {advice}", UserWarning, stacklevel=4)
 
 
 @dataclass(frozen=True)

@@ -22,14 +22,12 @@ mode in :mod:`dptensor.algorithms.completion.modes`.
 """
 from __future__ import annotations
 
-import functools
 import math
 import numbers
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
-from threadpoolctl import ThreadpoolController
 
 from ._base import (FitData, FitPlan, NoisePreview, PrivateEstimatorMixin, SearchTag,
                     warn_noise_dominated)
@@ -45,18 +43,14 @@ from .algorithms.completion.modes.base import OFFSET_SHARE, FitSettings, fixed_m
 from .algorithms.completion.modes.solvers import AUTO_PRIOR_VAR, AUTO_REG_FLOOR, GD_DEFAULTS
 from .algorithms.completion.modes.user import MAX_RATINGS_PER_USER as USER_MAX_RATINGS
 from .algorithms.completion.user_level import ItemSide, predict_released
-from .algorithms.completion.start_noise import preview_level, weakest_factors
+from .algorithms.completion.fit_noise import COMPONENT_ADVICE, OFFSET_ADVICE, noise_attributes
+from .algorithms.completion.runtime import blas_controller, progress_printer
+from .algorithms.completion.start_noise import (USER_ADVICE, VALUE_ADVICE, preview_level,
+                                                weakest_factors)
 from .algorithms.completion.observations import Observations, check_indices, to_observations
 
 __all__ = ["PrivateTensorCompletion", "to_observations", "complete", "check_indices",
            "OFFSET_SHARE"]
-
-#: What a user-level fit whose factors start from noise advises.
-_USER_ADVICE = ("Its item factors learned nothing beyond the offsets: use rank=0 (offsets only), "
-                "a smaller rank, more users or a larger epsilon.")
-#: What a value-level fit whose factors start from noise advises.
-_VALUE_ADVICE = ("Its factors start from noise and learn little beyond the offsets: use a "
-                 "smaller rank, factor_modes=(0, 1) for ratings, more data or a larger epsilon.")
 
 
 def complete(estimator, shape=None):
@@ -243,6 +237,14 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         (in some Gram) starts from noise and learns little beyond the offsets: ``fit`` then warns
         (``UserWarning``) naming it, from these released values only. :meth:`expected_noise`
         reports the level before a fit.
+    component_rms_, component_rms_noise_ : ndarray (n_components,)
+        Each released component's root mean square over every position (CP: column ``r``,
+        ``prod_m ||factors_[m][:, r]|| / sqrt(n_m)``; Tucker: one, the whole interaction) and
+        the level the mode's noise alone reaches there (caller's units; 0 without privacy and for
+        ``"statistics"``, judged by its start). ``offsets_rms_``, ``offsets_rms_noise_`` (order,):
+        the same for each mode's released row effects, over the observed entries. ``fit`` warns
+        naming the components below twice their level and the modes whose offsets are below
+        theirs (released values only); user level: empty.
     train_rmse_ : list of float
         Only when ``verbose`` and the fit is not private.
 
@@ -469,15 +471,16 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         history = [] if self.verbose and not private else None
         # Every product here is skinny (entries x rank) or tiny (rank x rank per row): threaded
         # BLAS only adds synchronisation to them (measured several times slower on a busy machine).
-        with _blas_controller().limit(limits=1, user_api="blas"):
+        progress = progress_printer(type(self).__name__, self.verbose, private, scale)
+        with blas_controller().limit(limits=1, user_api="blas"):
             model = p["mode"].fit(obs, ys, p, settings.noise, rng, history=history,
-                                  private=private, progress=self._progress(private, scale))
+                                  private=private, progress=progress)
         if p["unit"] == "user":
             self._set_item_side(model, shape, center, scale)
-            self._warn_start(_USER_ADVICE)
+            self._warn_start(USER_ADVICE)
         else:
-            self._set_model(model, shape, center, scale)
-            self._warn_start(_VALUE_ADVICE)
+            self._set_model(model, shape, center, scale, obs.counts)
+            self._warn_start(VALUE_ADVICE)
         self.privacy_unit_ = p["unit"]
         self.n_iter_ = p["n_iter"] if history is None else len(history)
         self.value_range_ = vrange
@@ -485,7 +488,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         if history is not None:
             self.train_rmse_ = [h * scale for h in history]
 
-    def _set_model(self, model, shape, center, scale):
+    def _set_model(self, model, shape, center, scale, counts):
         """The released attributes: back to the caller's units, ``f`` scaled by ``scale`` (for CP
         spread over the modes with a factor; the others stay ones)."""
         if model.core is None:
@@ -505,14 +508,23 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             np.zeros((0, model.rank)), np.zeros(0))
         self.start_eigenvalues_ = np.asarray(values, dtype=float)
         self.start_eigenvalues_noise_ = np.asarray(noise, dtype=float)
+        # The released components' and offsets' sizes beside their public noise levels.
+        vars(self).update(noise_attributes(self.factors_, self.core_, self.biases_, counts,
+                                           model.noise, abs(scale)))
 
     def _warn_start(self, advice):
-        """Warn, from the released start eigenvalues and their noise levels only, naming every
-        factor that some released matrix puts below twice its noise level."""
+        """Warn, from released values and their noise levels only, naming every factor that some
+        released start matrix puts below twice its level, then every component whose released root
+        mean square is below twice its level and every mode whose offsets' is below its level."""
         weakest = weakest_factors(self.start_eigenvalues_, self.start_eigenvalues_noise_)
         if weakest is not None:
             warn_noise_dominated(*weakest, "start_eigenvalues_", "start_eigenvalues_noise_",
                                  advice)
+        warn_noise_dominated(self.component_rms_, self.component_rms_noise_, "component_rms_",
+                             "component_rms_noise_", COMPONENT_ADVICE)
+        warn_noise_dominated(self.offsets_rms_, self.offsets_rms_noise_, "offsets_rms_",
+                             "offsets_rms_noise_", OFFSET_ADVICE, what="mode(s)", first=0,
+                             times=1)
 
     def _set_item_side(self, side: ItemSide, shape, center, scale):
         """The item side of a user-level fit, in the caller's units: no user's offset or factor;
@@ -529,6 +541,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         values, noise = side.start if side.start is not None else (np.zeros(0), 0.0)
         self.start_eigenvalues_ = np.asarray(values, dtype=float)
         self.start_eigenvalues_noise_ = np.full(len(values), float(noise))
+        vars(self).update(noise_attributes(None, None, None, shape, None, 0.0))  # not judged
 
     def _fit_memory(self, p, n_obs, shape):
         """``(bytes, advice)``: the fit's peak allocation (:func:`fit_floats`, public
@@ -546,21 +559,6 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         p = self._check_params()
         p["fixed"] = self._check_factor_modes(int(n_features))
         return self._fit_memory(p, int(n_samples), tuple(int(v) for v in self.shape))
-
-    def _progress(self, private, scale):
-        """Per-sweep/step progress for ``verbose``: the training RMSE only when the fit is not
-        private."""
-        if not self.verbose:
-            return None
-        name = type(self).__name__
-
-        def report(step, rmse=None):
-            if private or rmse is None:
-                print(f"[{name}] sweep/step {step + 1} done", flush=True)
-            else:
-                print(f"[{name}] sweep/step {step + 1}: training RMSE {rmse * scale:.6g}",
-                      flush=True)
-        return report
 
     # ------------------------------------------------------------------ predict
     def _model(self):
@@ -642,7 +640,9 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         User level: the item-item matrix, ratio ``z sqrt(n_items) / n_users`` (``rank=0``: none).
         ``perturbation="statistics"``: the weakest Gram, ratio ``2 z sqrt(n_col - 1) sqrt(n_m) /
         n_obs``, ``n_col`` at its cap for evenly spread positions (a fit's level is at most this).
-        Other modes have no start (``ValueError``)."""
+        The other modes: ``component_rms_noise_`` (the caller's units) for a component as large
+        as the values' width (``signal_bound``), with balanced columns on evenly spread
+        positions (``docs/derivations/completion.rst``)."""
         if self.shape is None:
             raise ValueError("the noise preview needs the tensor's shape: set shape")
         n_obs = check_positive_int(n_samples, "n_samples")
@@ -650,8 +650,9 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         if len(shape) != check_positive_int(n_features, "n_features"):
             raise ValueError(f"shape {shape} has {len(shape)} modes, n_features is {n_features}")
         settings = self._plan((n_obs,) + shape).settings
-        level, bound = preview_level(settings.params, settings.noise, shape, n_obs)
-        return NoisePreview(level, bound, "start_eigenvalues_noise_")
+        vrange = settings.value_range
+        return NoisePreview(*preview_level(settings.params, settings.noise, shape, n_obs,
+                                           1.0 if vrange is None else vrange[1] - vrange[0]))
 
     def _score_units(self, X, y=None, history=None):
         """Per-entry negative clipped squared error and its public range ``(-1, 0)`` (``None``
@@ -692,9 +693,3 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         # score is a bounded negative squared error (see score), not R^2: its "good" is not > 0.5.
         tags.regressor_tags.poor_score = True
         return tags
-
-
-@functools.lru_cache(maxsize=1)
-def _blas_controller():
-    """One controller of the BLAS thread pools, found once (finding them costs about 1 ms a fit)."""
-    return ThreadpoolController()

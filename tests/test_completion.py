@@ -764,7 +764,8 @@ def test_private_fit_holds_only_released_values_and_public_parameters():
     fitted = {k for k in vars(model) if k.endswith("_") and not k.startswith("_")}
     assert fitted == {"factors_", "core_", "intercept_", "biases_", "shape_", "n_features_in_", "n_iter_",
                       "value_range_", "perturbation_", "privacy_cost_", "privacy_unit_",
-                      "start_eigenvalues_", "start_eigenvalues_noise_"}
+                      "start_eigenvalues_", "start_eigenvalues_noise_", "component_rms_",
+                      "component_rms_noise_", "offsets_rms_", "offsets_rms_noise_"}
     assert not any(isinstance(v, (np.random.Generator, np.random.RandomState)) for v in vars(model).values())
 
 

@@ -259,9 +259,9 @@ def test_the_noise_preview_is_public_and_scales_as_the_derivation_says():
     more = est.set_params(shape=(70000, 900)).expected_noise(10**6, 2)
     assert more.ratio == pytest.approx(preview.ratio / 10)
     assert est.set_params(rank=0).expected_noise(10**6, 2).noise == 0.0
-    with pytest.raises(ValueError, match="spectral start"):
-        PrivateTensorCompletion(perturbation="input", epsilon=1.0, value_range=(1, 5),
-                                shape=(10, 10)).expected_noise(50, 2)
+    other = PrivateTensorCompletion(perturbation="input", epsilon=1.0, value_range=(1, 5),
+                                    shape=(10, 10)).expected_noise(50, 2)
+    assert other.attribute == "component_rms_noise_"  # a mode without a start: its components
     with pytest.raises(ValueError, match="shape"):
         PrivateTensorCompletion(privacy_unit="user", epsilon=1.0,
                                 value_range=(1, 5)).expected_noise(50, 2)

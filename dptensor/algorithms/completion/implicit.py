@@ -30,7 +30,8 @@ import scipy.sparse.linalg as sla
 
 from .releases import entry_rounding
 
-__all__ = ["ImplicitDesign", "wiener_fit", "lanczos_function", "DESIGN_NORM", "implicit_rounding"]
+__all__ = ["ImplicitDesign", "wiener_fit", "wiener_filter", "lanczos_function", "DESIGN_NORM",
+           "implicit_rounding"]
 
 #: Rademacher probes of the Hutchinson estimate of ``tr(G^2)`` (a public quantity, estimated with a
 #: fixed seed so that the fit is a deterministic function of the releases and Omega).
@@ -220,6 +221,13 @@ def _prior_variance(g, c2, rest, tr1, tr2, bulk2, s2, noise_var):
 
 
 def wiener_fit(design: ImplicitDesign, B, *, s2, noise_var, n_se=2.0):
+    """The parameters ``theta`` from the released statistic ``B``: :func:`wiener_filter` applied
+    to it (0 when the filter is)."""
+    apply = wiener_filter(design, B, s2=s2, noise_var=noise_var, n_se=n_se)
+    return np.zeros(design.shape) if apply is None else apply(B)
+
+
+def wiener_filter(design: ImplicitDesign, B, *, s2, noise_var, n_se=2.0):
     """The parameters ``theta`` from the released statistic ``B = G theta + X^T eps + xi`` (``G``
     public, residual noise ``eps ~ (0, s2)`` per entry, release noise ``xi ~ N(0, noise_var I)``).
 
@@ -235,20 +243,22 @@ def wiener_fit(design: ImplicitDesign, B, *, s2, noise_var, n_se=2.0):
     MovieLens-100K, a ridge five times too strong). Lowered by ``n_se`` standard errors of the
     noise's share (``sqrt(2 (dim - m)) noise_var / tr_P G^2``, ``P`` the projection off the
     leading directions), so that a release swamped by noise gives ``theta = 0`` (offsets only).
-    Released ``B`` and public quantities only: post-processing.
+    Released ``B`` and public quantities only: post-processing. Returns the filter, a linear map
+    fitted to ``B`` (``None`` when it is 0), so that it can be applied to other vectors too (the
+    release noise alone: :func:`~dptensor.algorithms.completion.fit_noise.implicit_levels`).
     """
     dim = B.size
     V, g, tr1, tr2 = design.bulk(TOP_DIRECTIONS)
     rest = dim - V.shape[1]
     if tr2 <= 0.0:
-        return np.zeros(design.shape)
+        return None
     b = B.ravel()
     top = V.T @ b
     bulk = b - V @ top
     se = math.sqrt(2.0 * rest) * noise_var / tr2
     tau2 = _prior_variance(g, top**2, rest, tr1, tr2, float(bulk @ bulk), s2, noise_var) - n_se * se
     if not tau2 > 0.0:
-        return np.zeros(design.shape)
+        return None
     shape = design.shape
     if noise_var == 0.0:
         def h(e):
@@ -260,11 +270,17 @@ def wiener_fit(design: ImplicitDesign, B, *, s2, noise_var, n_se=2.0):
     def off_top(v):
         return v - V @ (V.T @ v)
 
-    # On the leading directions (known) the filter is applied exactly; on the rest by the Lanczos
-    # method on the deflated Gram, one product with G a step (the filter's own operator, a
-    # quadratic in G, would take two products a step and square the condition number).
-    rest_part = lanczos_function(lambda v: off_top(design.gram(off_top(v).reshape(shape))), bulk, h)
-    return (V @ (h(g) * top) + rest_part).reshape(shape)
+    def apply(vector):
+        # On the leading directions (known) the filter is applied exactly; on the rest by the
+        # Lanczos method on the deflated Gram, one product with G a step (the filter's own
+        # operator, a quadratic in G, would take two products a step and square the condition
+        # number).
+        v = np.asarray(vector).ravel()
+        lead = V.T @ v
+        rest_part = lanczos_function(lambda u: off_top(design.gram(off_top(u).reshape(shape))),
+                                     v - V @ lead, h)
+        return (V @ (h(g) * lead) + rest_part).reshape(shape)
+    return apply
 
 
 def lanczos_function(op, b, h, *, rtol=LANCZOS_RTOL, maxiter=LANCZOS_MAXITER, check=LANCZOS_CHECK):

@@ -25,6 +25,9 @@ class Model:
     #: released Gram's top eigenvalues (n_grams, rank) and their noise levels (n_grams,), in
     #: units of the Gram's clipping level; ``None`` without one.
     start: tuple | None = None
+    #: The noise levels of a private fit's released components and offsets
+    #: (:class:`~dptensor.algorithms.completion.fit_noise.ReleaseNoise`); ``None`` without one.
+    noise: object | None = None
 
     def free_modes(self):
         return [m for m in range(len(self.factors)) if m not in self.fixed]

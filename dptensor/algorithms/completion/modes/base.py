@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ....accounting.composition import gdp_mu
+from ..fit_noise import offset_levels
 from ..offsets import offsets_plan
 from .solvers import ALS_ITER, GD_DEFAULTS
 
@@ -99,6 +100,13 @@ def gaussian_split(p, epsilon, delta, order, statistics):
     mu_f = mu * math.sqrt(1.0 - p["offset_share"]) if n_o else mu
     offsets, lead = offsets_plan(n_o, mu, mu_f, epsilon, delta)
     return mu_f, offsets, lead, n_o
+
+
+def offsets_levels(obs, p, plan, n_global):
+    """The released offsets' noise levels per mode (zeros when none are released)."""
+    if not (p["fit_intercept"] and plan.get("offsets")):
+        return np.zeros(obs.order)
+    return offset_levels(obs, plan["offsets"], n_global)
 
 
 def fixed_modes(factor_modes, order, decomposition):

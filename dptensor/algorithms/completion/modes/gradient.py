@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 
 from ....accounting.events import ComposedEvent, GaussianEvent
-from .base import CompletionMode, gaussian_split
-from .solvers import fit_gd
+from ..fit_noise import gradient_levels
+from .base import CompletionMode, gaussian_split, offsets_levels
+from .solvers import DAMPING, fit_gd
 
 
 class Gradient(CompletionMode):
@@ -25,4 +26,9 @@ class Gradient(CompletionMode):
 
     def fit(self, obs, ys, p, plan, rng, *, history, progress, private):
         z = plan["z"] if plan else 0.0
-        return fit_gd(obs, ys, p, plan, rng, z=z, history=history, progress=progress)
+        model = fit_gd(obs, ys, p, plan, rng, z=z, history=history, progress=progress)
+        if plan:  # the released factors' noise levels (post-processing: public and released)
+            damping = DAMPING * (2.0 * z * p["clip"]) ** 2
+            model.noise = gradient_levels(obs, model, p, z, damping,
+                                          offsets_levels(obs, p, plan, n_global=1))
+        return model

@@ -8,10 +8,11 @@ import numpy as np
 
 from ....accounting.events import ComposedEvent, GaussianEvent
 from ....mechanisms import gaussian_release
-from ..implicit import DESIGN_NORM, implicit_rounding, wiener_fit
+from ..implicit import DESIGN_NORM, implicit_rounding, wiener_filter
 from ..model import init_model
 from ..model import offsets as offsets_of
-from .base import CompletionMode, gaussian_split
+from ..fit_noise import implicit_levels
+from .base import CompletionMode, gaussian_split, offsets_levels
 from .statistics import offsets_and_scale
 
 #: Share of the budget spent on the offsets and the residual scale (the rest: one release of the
@@ -81,8 +82,12 @@ class Implicit(CompletionMode):
         if plan["z"] > 0:
             B = gaussian_release(B, sens, plan["z"], rng,
                                  rounding=implicit_rounding(len(ys), clip))
-        theta = wiener_fit(design, B, s2=s2, noise_var=(plan["z"] * sens) ** 2)
+        apply = wiener_filter(design, B, s2=s2, noise_var=(plan["z"] * sens) ** 2)
+        theta = np.zeros(design.shape) if apply is None else apply(B)
         model.factors[lead], model.factors[partner] = design.factors(theta)
+        if plan["z"] > 0:
+            model.noise = implicit_levels(obs, model, design, apply, plan["z"] * sens,
+                                          offsets_levels(obs, p, plan, n_global=2))
         if progress is not None:
             progress(0)
         return model

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ....accounting.events import LaplaceEvent
 from ....mechanisms import laplace_release
+from ..fit_noise import input_levels
 from .base import CompletionMode
 from .solvers import fit_als, fit_gd
 
@@ -26,6 +27,10 @@ class Input(CompletionMode):
             # No sum: each coordinate is one entry's own value, with nothing to round.
             ys = laplace_release(ys, 1.0, plan["laplace_eps"], rng, rounding=None)
         if p["solver"] == "als":
-            return fit_als(obs, ys, p, rng, history=history, progress=progress,
-                           noisy_input=private)
-        return fit_gd(obs, ys, p, plan, rng, z=0.0, history=history, progress=progress)
+            model = fit_als(obs, ys, p, rng, history=history, progress=progress,
+                            noisy_input=private)
+        else:
+            model = fit_gd(obs, ys, p, plan, rng, z=0.0, history=history, progress=progress)
+        if private:
+            model.noise = input_levels(obs, model, plan["laplace_eps"], p["fit_intercept"])
+        return model

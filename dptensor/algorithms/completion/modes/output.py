@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from ....accounting.events import ComposedEvent, LaplaceEvent, NonPrivateEvent
 from ....mechanisms import laplace_release
-from .base import CompletionMode
+from ..fit_noise import output_levels
+from .base import CompletionMode, offsets_levels
 from .solvers import fit_gd
 
 OUTPUT_NOT_PRIVATE = ("perturbation='output' adds the paper's bolt-on noise, whose bound assumes "
@@ -40,4 +41,6 @@ class Output(CompletionMode):
             # not private), so there is no proven sensitivity for a rounding allowance to extend.
             model.factors[last] = laplace_release(model.factors[last], sens, plan["laplace_eps"],
                                                   rng, rounding=None)
+            model.noise = output_levels(model, last, sens / plan["laplace_eps"], obs.shape,
+                                        offsets_levels(obs, p, plan, n_global=1))
         return model

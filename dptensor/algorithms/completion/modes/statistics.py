@@ -12,7 +12,8 @@ from ..dp_als import dp_als
 from ..model import init_model
 from ..offsets import OffsetNoise, offset_noise, residual_scale, row_offsets
 from ..spectral import spectral_start
-from .base import CompletionMode, gaussian_split
+from ..fit_noise import ReleaseNoise
+from .base import CompletionMode, gaussian_split, offsets_levels
 
 #: DP-ALS sweeps after the spectral start. Every sweep costs ``order`` releases; on the 100^3
 #: study (rank 3, 1e5 entries, SNR 1) two kept more of the non-private gain than one at
@@ -93,5 +94,9 @@ class Statistics(CompletionMode):
         spectral_start(obs, ys, model, noise_multiplier=z, rng=rng, clip=clip, s2=s2,
                        gram_clip=min(0.5, max(GRAM_CLIP_RMS * rms, 1e-3)), column_cap=COLUMN_CAP,
                        gram_noise_multiplier=plan.get("z_gram", z))
-        return dp_als(obs, ys, model, n_iter=p["n_iter"], noise_multiplier=z, rng=rng, clip=clip,
-                      s2=s2, callback=progress)
+        model = dp_als(obs, ys, model, n_iter=p["n_iter"], noise_multiplier=z, rng=rng,
+                       clip=clip, s2=s2, callback=progress)
+        if z > 0:  # the factors are judged by the start (model.start); the offsets here
+            model.noise = ReleaseNoise(np.zeros(model.rank),
+                                       offsets_levels(obs, p, plan, n_global=2))
+        return model
