@@ -59,6 +59,8 @@ VALUE = {
     "gradient": {"perturbation": "gradient"},
     "gradient recipe": {**_RECIPE, "perturbation": "gradient", "offset_share": 0.97, "rank": 2},
     "gradient recipe rank 3": {**_RECIPE, "perturbation": "gradient", "offset_share": 0.97},
+    # what "auto" runs on sparse tensors of order 3: it leaves factor_modes to the user
+    "gradient offsets 0.97": {"perturbation": "gradient", "offset_share": 0.97},
     "implicit recipe": {**_RECIPE, "perturbation": "implicit", "rank": 20, "offset_share": 0.5},
     "input": {"perturbation": "input"},
 }
@@ -75,6 +77,7 @@ def _candidates(kind, sizes):
         return {n: VALUE[n] for n in names}
     out = dict(VALUE)
     if sizes[3] == 0:
+        del out["gradient offsets 0.97"]  # a matrix: the same fit as "gradient recipe rank 3"
         out.update(USER)
     return out
 
@@ -205,7 +208,7 @@ def _rule_name(unit, kind, sizes, rec, eps):
         return "statistics"
     if choice.get("offset_share") is None:
         return "gradient"
-    return "gradient recipe rank 3"
+    return "gradient recipe rank 3" if len(rec["shape"]) == 2 else "gradient offsets 0.97"
 
 
 def write(records):
