@@ -33,6 +33,7 @@ from threadpoolctl import ThreadpoolController
 
 from ._base import (FitData, FitPlan, NoisePreview, PrivateEstimatorMixin, SearchTag,
                     warn_noise_dominated)
+from ._completion_auto import AutoChoice
 from ._memory import FLOAT
 from ._validation import (check_nonnegative_real, check_positive_int, check_positive_real,
                           check_completion_targets, check_value_range, check_verbose,
@@ -40,9 +41,8 @@ from ._validation import (check_nonnegative_real, check_positive_int, check_posi
 from .accounting import NonPrivateEvent
 from .algorithms.completion.memory import fit_advice, fit_floats
 from .algorithms.completion.model import Model, predict
-from .algorithms.completion.modes import AUTO, MODES, is_mode
-from .algorithms.completion.modes.auto import auto_choice
-from .algorithms.completion.modes.base import OFFSET_SHARE, FitSettings, fixed_modes
+from .algorithms.completion.modes import MODES, is_mode
+from .algorithms.completion.modes.base import OFFSET_SHARE, FitSettings
 from .algorithms.completion.modes.solvers import AUTO_PRIOR_VAR, AUTO_REG_FLOOR, GD_DEFAULTS
 from .algorithms.completion.modes.user import MAX_RATINGS_PER_USER as USER_MAX_RATINGS
 from .algorithms.completion.user_level import ItemSide, predict_released
@@ -73,7 +73,7 @@ def complete(estimator, shape=None):
     return estimator.predict(X).reshape(shape)
 
 
-class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimator):
+class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin, BaseEstimator):
     r"""CP or Tucker tensor completion, private by noisy statistics, implicit feedback, input,
     gradient or (comparison only) output perturbation.
 
@@ -150,21 +150,15 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
     perturbation : {"auto", None, "statistics", "implicit", "input", "gradient", "output"}
         ``"auto"`` (the default): the non-private fit at ``epsilon=np.inf``; otherwise a rule
         (:func:`~dptensor.algorithms.completion.modes.auto.auto_choice`) fitted on a grid of
-        studies (``benchmarks/results/completion_auto.md``: every mode at its documented recipe
-        on ratings-like data at several sizes and on low-rank tensors, epsilon 0.5 to 10,
-        validation RMSE on held-out training entries, never a test split). It reads public
-        quantities only. Value level (the positions are public): CP data observed at a density
-        (entries over positions) below 0.25 for a matrix, 0.005 for a tensor of order 3 or more,
-        is fitted like ratings, with ``"gradient"`` and (``offset_share=None``) an offsets'
-        share of 0.97; denser CP data with ``"statistics"``; Tucker with ``"gradient"``. On the
-        grid that was within 1.2% of the best candidate on every ratings cell (DP-ALS: up to
-        12% worse) and kept DP-ALS where it learns the factors. Sizes cannot tell whether the row
-        effects carry the signal: sparse data is taken to be ratings-like. User level (the
-        positions are private): the mode is user-level DP-ALS, and only the ``shape`` you set,
-        ``max_ratings_per_user``, ``epsilon`` and ``delta`` choose ``rank="auto"``; never the
-        number of ratings, nor a shape inferred from the indices (without ``shape``:
-        rank 3). ``privacy_cost`` previews the same choice when ``shape`` is set. ``None`` is
-        the non-private fit; a finite ``epsilon`` needs one of the others.
+        studies (``benchmarks/results/completion_auto.md``; the completion guide shows it) from
+        public quantities only. Value level (positions public): CP data observed at a density
+        (entries over positions) below 0.25 (a matrix) or 0.005 (order >= 3) is fitted like
+        ratings, ``"gradient"`` with (``offset_share=None``) an offsets' share of 0.97; denser CP
+        data ``"statistics"``; Tucker ``"gradient"``. User level (positions private): user-level
+        DP-ALS, and ``rank="auto"`` read from the ``shape`` you set, ``max_ratings_per_user``,
+        ``epsilon`` and ``delta`` only (without ``shape``: rank 3). ``privacy_cost`` previews
+        the fit's choice when ``shape`` is set. ``None`` is the non-private fit; a finite
+        ``epsilon`` needs one of the others.
     epsilon : float, default=np.inf
         Privacy target; ``np.inf`` is the non-private fit, which costs epsilon = infinity.
     delta : float or None, default=None
@@ -382,52 +376,6 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
                     tol=tol, prior_var=AUTO_PRIOR_VAR if (auto and not gd) else None,
                     kind=self.decomposition, fit_intercept=self.fit_intercept,
                     factor_modes=self.factor_modes, unit=unit, max_ratings_per_user=m)
-
-    def _check_factor_modes(self, order, mode=None):
-        """The fixed modes (sorted tuple) from ``factor_modes`` and the tensor's order, checked
-        against ``mode`` (``None``: the mode of the unsized rule, as at prediction)."""
-        fixed = fixed_modes(self.factor_modes, order, self.decomposition)
-        if mode is None:
-            unit, _ = self._check_unit()
-            mode = MODES[("statistics", "user")] if unit == "user" else MODES[
-                self._resolved_perturbation()]
-        mode.check_modes(order, fixed, self.factor_modes)
-        return fixed
-
-    def _resolved_perturbation(self, choice=None):
-        """``perturbation="auto"``: non-private at ``epsilon=inf``, else the rule's choice
-        (:meth:`_auto`; without it, the unsized rule: DP-ALS for CP, DP gradient descent for
-        Tucker)."""
-        if self.perturbation != "auto":
-            return self.perturbation
-        if isinstance(self.epsilon, numbers.Real) and math.isinf(self.epsilon) and self.epsilon > 0:
-            return None
-        return AUTO[self.decomposition] if choice is None else choice["perturbation"]
-
-    def _auto(self, unit, m, sizes):
-        """What ``perturbation="auto"`` and ``rank="auto"`` pick
-        (:func:`~dptensor.algorithms.completion.modes.auto.auto_choice`), from public quantities
-        only: the shape and, at value level (positions public), the number of entries; at user
-        level the shape, ``max_ratings_per_user``, ``epsilon`` and ``delta``, never the number of
-        entries. An invalid target gets the unsized rule (it is refused later, by its checks)."""
-        n_obs, shape = sizes if sizes is not None else (None, None)
-        if unit == "user" or shape is None or None in tuple(shape):
-            # a preview without the data's sizes: the public shape, when set, is the fit's. At
-            # user level only the shape the user sets is public: one inferred from the indices
-            # would read the private positions.
-            shape = self.shape
-        try:
-            epsilon, delta = self._privacy_target(gaussian=True)
-            shape = None if shape is None else tuple(check_positive_int(v, "shape")
-                                                     for v in shape)
-        except (ValueError, TypeError):  # refused later, by the checks that own them
-            epsilon, delta, shape = 1.0, None, None
-        choice = auto_choice(decomposition=self.decomposition, epsilon=epsilon, delta=delta,
-                             shape=shape, n_obs=None if unit == "user" else n_obs, unit=unit,
-                             max_ratings_per_user=m, offset_share=_valid_share(self.offset_share))
-        if choice["perturbation"] is None:  # epsilon=inf: the rule has no mode to pick
-            choice["perturbation"] = AUTO[self.decomposition]
-        return choice
 
     def _check_values(self, X, y):
         if y is None:
@@ -744,12 +692,6 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         # score is a bounded negative squared error (see score), not R^2: its "good" is not > 0.5.
         tags.regressor_tags.poor_score = True
         return tags
-
-
-def _valid_share(share):
-    """``offset_share`` when it is valid, else ``None`` (refused later, by its own check)."""
-    ok = isinstance(share, numbers.Real) and not isinstance(share, bool) and 0.0 < share < 1.0
-    return float(share) if ok else None
 
 
 @functools.lru_cache(maxsize=1)

@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-import dptensor.completion as completion_module
+import dptensor._completion_auto as completion_module
 from dptensor.algorithms.completion.modes import auto as auto_module
 from dptensor.algorithms.completion.modes.auto import (RATINGS_OFFSET_SHARE, USER_START_RATIO,
                                                        user_start_ratio)
