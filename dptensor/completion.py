@@ -31,6 +31,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._base import (FitData, FitPlan, NoisePreview, PrivateEstimatorMixin, SearchTag,
                     warn_noise_dominated)
+from ._completion_auto import AutoChoice
 from ._memory import FLOAT
 from ._validation import (check_nonnegative_real, check_positive_int, check_positive_real,
                           check_completion_targets, check_value_range, check_verbose,
@@ -38,8 +39,8 @@ from ._validation import (check_nonnegative_real, check_positive_int, check_posi
 from .accounting import NonPrivateEvent
 from .algorithms.completion.memory import fit_advice, fit_floats
 from .algorithms.completion.model import Model, predict
-from .algorithms.completion.modes import AUTO, MODES, is_mode
-from .algorithms.completion.modes.base import OFFSET_SHARE, FitSettings, fixed_modes
+from .algorithms.completion.modes import MODES, is_mode
+from .algorithms.completion.modes.base import OFFSET_SHARE, FitSettings
 from .algorithms.completion.modes.solvers import AUTO_PRIOR_VAR, AUTO_REG_FLOOR, GD_DEFAULTS
 from .algorithms.completion.modes.user import MAX_RATINGS_PER_USER as USER_MAX_RATINGS
 from .algorithms.completion.user_level import ItemSide, predict_released
@@ -66,7 +67,7 @@ def complete(estimator, shape=None):
     return estimator.predict(X).reshape(shape)
 
 
-class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimator):
+class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin, BaseEstimator):
     r"""CP or Tucker tensor completion, private by noisy statistics, implicit feedback, input,
     gradient or (comparison only) output perturbation.
 
@@ -128,9 +129,12 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
 
     Parameters
     ----------
-    rank : int, default=3
+    rank : int or "auto", default="auto"
         CP rank, or the size of every side of the Tucker core (``"implicit"``: the columns of each
-        mode's spectral embedding; the released CP factors have ``2 rank`` columns). With the
+        mode's spectral embedding; the released CP factors have ``2 rank`` columns). ``"auto"``:
+        3, except at user level, where it is 0 (offsets only) when the private start's preview
+        noise at rank 3 is above ``USER_START_RATIO`` (0.3) of its signal bound (see
+        ``perturbation``). With the
         number of entries, the shape and the model it sets the fit's memory
         (:func:`~dptensor.algorithms.completion.memory.fit_floats`): a Tucker core holds
         ``rank^order`` numbers and its Gram their square, the spectral start of ``"statistics"``
@@ -138,9 +142,17 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         can allocate is refused before its spend (:class:`~dptensor.MemoryRefusedError`).
     decomposition : {"cp", "tucker"}, default="cp"
     perturbation : {"auto", None, "statistics", "implicit", "input", "gradient", "output"}
-        ``"auto"`` (the default): the non-private fit at ``epsilon=np.inf``, otherwise
-        ``"statistics"`` for CP and ``"gradient"`` for Tucker (decided from public parameters
-        only). ``None`` is the non-private fit; a finite ``epsilon`` needs one of the others.
+        ``"auto"`` (the default): the non-private fit at ``epsilon=np.inf``; otherwise a rule
+        (:func:`~dptensor.algorithms.completion.modes.auto.auto_choice`) fitted on a grid of
+        studies (``benchmarks/results/completion_auto.md``; the completion guide shows it) from
+        public quantities only. Value level (positions public): CP data observed at a density
+        (entries over positions) below 0.25 (a matrix) or 0.005 (order >= 3) is fitted like
+        ratings, ``"gradient"`` with (``offset_share=None``) an offsets' share of 0.97; denser CP
+        data ``"statistics"``; Tucker ``"gradient"``. User level (positions private): user-level
+        DP-ALS, and ``rank="auto"`` read from the ``shape`` you set, ``max_ratings_per_user``,
+        ``epsilon`` and ``delta`` only (without ``shape``: rank 3). ``privacy_cost`` previews
+        the fit's choice when ``shape`` is set. ``None`` is the non-private fit; a finite
+        ``epsilon`` needs one of the others.
     epsilon : float, default=np.inf
         Privacy target; ``np.inf`` is the non-private fit, which costs epsilon = infinity.
     delta : float or None, default=None
@@ -264,7 +276,7 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         unit="user" if self.privacy_unit == "user" else "observed value",
         score_bound="value_range", indices=True, users=self.privacy_unit == "user"))
 
-    def __init__(self, rank=3, *, decomposition="cp", perturbation="auto", epsilon=np.inf,
+    def __init__(self, rank="auto", *, decomposition="cp", perturbation="auto", epsilon=np.inf,
                  delta=None, learning_rate=None, n_iter=None, reg="auto", reg_core=None,
                  clip_norm=None, value_range=None, shape=None, batch_size=None, fit_intercept=True,
                  solver="auto", tol=1e-8, factor_modes=None, offset_share=None,
@@ -314,19 +326,24 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
             return "user", USER_MAX_RATINGS
         return "user", check_positive_int(m, "max_ratings_per_user")
 
-    def _check_params(self):
+    def _check_params(self, sizes=None):
+        """The validated parameters; ``sizes=(n_obs, shape)`` (public: see :meth:`_auto`) lets
+        ``"auto"`` read the data's sizes, ``None`` (or ``None`` inside) where they are unknown."""
         check_verbose(self.verbose)
         unit, m = self._check_unit()
-        if unit == "user" and isinstance(self.rank, numbers.Integral) and self.rank == 0:
-            rank = 0  # offsets only: the item side without factors
-        else:
-            rank = check_positive_int(self.rank, "rank")
         if self.decomposition not in ("cp", "tucker"):
             raise ValueError(f'decomposition must be "cp" or "tucker", got {self.decomposition!r}')
         if self.perturbation != "auto" and not is_mode(self.perturbation):
             raise ValueError(f'perturbation must be None, "auto", "input", "gradient", "output", '
                              f'"statistics" or "implicit", got {self.perturbation!r}')
-        perturbation = self._resolved_perturbation()
+        choice = self._auto(unit, m, sizes)
+        if isinstance(self.rank, str) and self.rank == "auto":
+            rank = choice["rank"]
+        elif unit == "user" and isinstance(self.rank, numbers.Integral) and self.rank == 0:
+            rank = 0  # offsets only: the item side without factors
+        else:
+            rank = check_positive_int(self.rank, "rank")
+        perturbation = self._resolved_perturbation(choice)
         mode = MODES[("statistics", "user")] if unit == "user" else MODES[perturbation]
         if mode.cp_only and self.decomposition != "cp":
             raise ValueError(f'perturbation="{perturbation}" fits CP models; use "gradient" for '
@@ -355,31 +372,14 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         share = self.offset_share
         if share is not None and not (isinstance(share, numbers.Real) and 0.0 < share < 1.0):
             raise ValueError(f"offset_share must be a number in (0, 1) or None, got {share!r}")
+        if share is None and self.perturbation == "auto":
+            share = choice["offset_share"]
         share = mode.offset_share if share is None else share
         return dict(offset_share=float(share), perturbation=perturbation, mode=mode, rank=rank,
                     solver=solver, lr=lr, n_iter=n_iter, clip=clip, reg=reg, reg_core=reg_core,
                     tol=tol, prior_var=AUTO_PRIOR_VAR if (auto and not gd) else None,
                     kind=self.decomposition, fit_intercept=self.fit_intercept,
                     factor_modes=self.factor_modes, unit=unit, max_ratings_per_user=m)
-
-    def _check_factor_modes(self, order):
-        """The fixed modes (sorted tuple) from ``factor_modes`` and the tensor's order."""
-        fixed = fixed_modes(self.factor_modes, order, self.decomposition)
-        unit, _ = self._check_unit()
-        mode = MODES[("statistics", "user")] if unit == "user" else MODES[
-            self._resolved_perturbation()]
-        mode.check_modes(order, fixed, self.factor_modes)
-        return fixed
-
-    def _resolved_perturbation(self):
-        """``perturbation="auto"``: non-private at ``epsilon=inf``, else the best private mode for
-        the decomposition (public parameters only): DP-ALS (``"statistics"``) for CP, DP gradient
-        descent for Tucker."""
-        if self.perturbation != "auto":
-            return self.perturbation
-        if isinstance(self.epsilon, numbers.Real) and math.isinf(self.epsilon) and self.epsilon > 0:
-            return None
-        return AUTO[self.decomposition]
 
     def _check_values(self, X, y):
         if y is None:
@@ -396,9 +396,10 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         """The parameters (first: a bad one is refused before the data is read), the index tuples
         and their values, and what the public positions give (their per-row counts, the implicit
         design): a shape too large for memory fails here, before the spend."""
-        p = self._check_params()
+        self._check_params()
         X, y, shape = self._check_values(X, y)
-        p["fixed"] = self._check_factor_modes(len(shape))
+        p = self._check_params((len(y), shape))
+        p["fixed"] = self._check_factor_modes(len(shape), p["mode"])
         epsilon, delta = self._privacy_target(gaussian=p["mode"].gaussian)
         if p["unit"] == "user" and math.isfinite(epsilon):
             # the unit is one user, and their number (the shape's first side) is public
@@ -416,8 +417,8 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         <dptensor.algorithms.completion.modes.base.CompletionMode.plan>`) and, when every ``n_m``
         is known, its memory."""
         n_obs, dims = int(shape[0]), tuple(shape[1:])
-        p = self._check_params()
-        p["fixed"] = self._check_factor_modes(len(dims))
+        p = self._check_params((n_obs, dims))
+        p["fixed"] = self._check_factor_modes(len(dims), p["mode"])
         mode = p["mode"]
         epsilon, delta = self._privacy_target(gaussian=mode.gaussian)  # validated before it is read
         private = math.isfinite(epsilon) and (p["perturbation"] is not None or p["unit"] == "user")
@@ -556,9 +557,10 @@ class PrivateTensorCompletion(PrivateEstimatorMixin, RegressorMixin, BaseEstimat
         tensor of the public ``shape`` (set it: the estimate needs every mode's size)."""
         if self.shape is None:
             raise ValueError("the memory estimate needs the tensor's shape: set shape")
-        p = self._check_params()
-        p["fixed"] = self._check_factor_modes(int(n_features))
-        return self._fit_memory(p, int(n_samples), tuple(int(v) for v in self.shape))
+        shape = tuple(int(v) for v in self.shape)
+        p = self._check_params((int(n_samples), shape))
+        p["fixed"] = self._check_factor_modes(int(n_features), p["mode"])
+        return self._fit_memory(p, int(n_samples), shape)
 
     # ------------------------------------------------------------------ predict
     def _model(self):

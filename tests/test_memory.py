@@ -84,7 +84,9 @@ def test_every_fit_that_would_not_fit_is_refused_before_its_spend(tmp_path):
             "streaming": (lambda a: StreamingTensorPower(1, epsilon=1, data_norm=1, batch_size=1,
                                                          n_iter=1, n_restarts=200, accountant=a),
                           (rng.standard_normal((2, 200000)) / 1000,)),
+            # DP-ALS named: auto fits this sparse matrix by gradient descent, which has no Gram
             "completion": (lambda a: PrivateTensorCompletion(epsilon=1, value_range=(-1, 1),
+                                                             perturbation="statistics",
                                                              accountant=a),
                            (positions, rng.uniform(-1, 1, 30000))),
             "gmm": (lambda a: PrivateGaussianMixture(2, epsilon=1, data_norm=1, whitening="dense",

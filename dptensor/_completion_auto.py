@@ -1,0 +1,71 @@
+"""What ``PrivateTensorCompletion(perturbation="auto", rank="auto")`` runs, from public quantities
+only (the rule: :func:`~dptensor.algorithms.completion.modes.auto.auto_choice`), and the check of
+``factor_modes`` against the mode it resolves to."""
+from __future__ import annotations
+
+import math
+import numbers
+
+from ._validation import check_positive_int
+from .algorithms.completion.modes import AUTO, MODES
+from .algorithms.completion.modes.auto import auto_choice
+from .algorithms.completion.modes.base import fixed_modes
+
+__all__ = ["AutoChoice"]
+
+
+class AutoChoice:
+    """The estimator's resolution of ``"auto"``: a mixin of
+    :class:`~dptensor.PrivateTensorCompletion` (it reads the estimator's parameters)."""
+
+    def _check_factor_modes(self, order, mode=None):
+        """The fixed modes (sorted tuple) from ``factor_modes`` and the tensor's order, checked
+        against ``mode`` (``None``: the mode of the unsized rule, as at prediction)."""
+        fixed = fixed_modes(self.factor_modes, order, self.decomposition)
+        if mode is None:
+            unit, _ = self._check_unit()
+            mode = MODES[("statistics", "user")] if unit == "user" else MODES[
+                self._resolved_perturbation()]
+        mode.check_modes(order, fixed, self.factor_modes)
+        return fixed
+
+    def _resolved_perturbation(self, choice=None):
+        """``perturbation="auto"``: non-private at ``epsilon=inf``, else the rule's choice
+        (:meth:`_auto`; without it, the unsized rule: DP-ALS for CP, DP gradient descent for
+        Tucker)."""
+        if self.perturbation != "auto":
+            return self.perturbation
+        if isinstance(self.epsilon, numbers.Real) and math.isinf(self.epsilon) and self.epsilon > 0:
+            return None
+        return AUTO[self.decomposition] if choice is None else choice["perturbation"]
+
+    def _auto(self, unit, m, sizes):
+        """What ``perturbation="auto"`` and ``rank="auto"`` pick
+        (:func:`~dptensor.algorithms.completion.modes.auto.auto_choice`), from public quantities
+        only: the shape and, at value level (positions public), the number of entries; at user
+        level the shape, ``max_ratings_per_user``, ``epsilon`` and ``delta``, never the number of
+        entries. An invalid target gets the unsized rule (it is refused later, by its checks)."""
+        n_obs, shape = sizes if sizes is not None else (None, None)
+        if unit == "user" or shape is None or None in tuple(shape):
+            # a preview without the data's sizes: the public shape, when set, is the fit's. At
+            # user level only the shape the user sets is public: one inferred from the indices
+            # would read the private positions.
+            shape = self.shape
+        try:
+            epsilon, delta = self._privacy_target(gaussian=True)
+            shape = None if shape is None else tuple(check_positive_int(v, "shape")
+                                                     for v in shape)
+        except (ValueError, TypeError):  # refused later, by the checks that own them
+            epsilon, delta, shape = 1.0, None, None
+        choice = auto_choice(decomposition=self.decomposition, epsilon=epsilon, delta=delta,
+                             shape=shape, n_obs=None if unit == "user" else n_obs, unit=unit,
+                             max_ratings_per_user=m, offset_share=_valid_share(self.offset_share))
+        if choice["perturbation"] is None:  # epsilon=inf: the rule has no mode to pick
+            choice["perturbation"] = AUTO[self.decomposition]
+        return choice
+
+
+def _valid_share(share):
+    """``offset_share`` when it is valid, else ``None`` (refused later, by its own check)."""
+    ok = isinstance(share, numbers.Real) and not isinstance(share, bool) and 0.0 < share < 1.0
+    return float(share) if ok else None

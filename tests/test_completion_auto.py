@@ -1,0 +1,156 @@
+"""``perturbation="auto"`` and ``rank="auto"`` of PrivateTensorCompletion: the rule fitted on
+``benchmarks/bench_completion_auto.py`` reads public quantities only, keeps today's choice where
+it keeps the mode, and runs exactly the recipe it names where it changes it."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import dptensor._completion_auto as completion_module
+from dptensor.algorithms.completion.modes import auto as auto_module
+from dptensor.algorithms.completion.modes.auto import (RATINGS_OFFSET_SHARE, USER_START_RATIO,
+                                                       user_start_ratio)
+from dptensor.completion import PrivateTensorCompletion
+from dptensor.datasets import make_low_rank_tensor
+
+
+def _ratings(seed, users=200, items=300, n=4000):
+    """Sparse ratings on 1..5 (density 0.067): user and item offsets, random positions."""
+    rng = np.random.default_rng(seed)
+    cells = rng.choice(users * items, n, replace=False)
+    X = np.stack([cells // items, cells % items], axis=1)
+    a, b = rng.normal(0, 0.5, users), rng.normal(0, 0.6, items)
+    y = np.clip(np.rint(3.5 + a[X[:, 0]] + b[X[:, 1]] + rng.normal(0, 0.9, n)), 1, 5)
+    return X, y
+
+
+def _spy(monkeypatch):
+    """Every call of the rule, with its arguments."""
+    calls, real = [], completion_module.auto_choice
+
+    def spy(**kw):
+        calls.append(kw)
+        return real(**kw)
+
+    monkeypatch.setattr(completion_module, "auto_choice", spy)
+    return calls
+
+
+def _settings(est, X, y):
+    """What a fit of ``est`` on ``(X, y)`` runs: its resolved parameters (the mode by name) and
+    its event. The noise draws differ between spellings by design: they are keyed by the
+    estimator's parameters."""
+    plan = est._plan_for(est._check_data(X, y))
+    p = dict(plan.settings.params, mode=type(plan.settings.params["mode"]).__name__)
+    return p, plan.event
+
+
+def _fit(X, y, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # noise-dominated starts are not the point
+        return PrivateTensorCompletion(value_range=(1, 5), random_state=0, **kw).fit(X, y)
+
+
+def _est(**kw):
+    return PrivateTensorCompletion(value_range=(1, 5), random_state=0, **kw)
+
+
+def test_sparse_ratings_get_the_gradient_recipe_exactly():
+    """On sparse ratings auto runs DP gradient descent with the offsets' recipe share: every
+    resolved setting and the event are those of the recipe spelled out."""
+    X, y = _ratings(0)
+    auto = _fit(X, y, epsilon=1.0)
+    assert auto.perturbation_ == "gradient"
+    recipe = dict(epsilon=1.0, perturbation="gradient", offset_share=RATINGS_OFFSET_SHARE, rank=3)
+    assert _settings(_est(epsilon=1.0), X, y) == _settings(_est(**recipe), X, y)
+    assert auto.privacy_cost_.event == _fit(X, y, **recipe).privacy_cost_.event
+    # and a share the user sets is kept
+    assert _fit(X, y, epsilon=1.0, offset_share=0.5).privacy_cost_.event == _fit(
+        X, y, epsilon=1.0, perturbation="gradient", offset_share=0.5).privacy_cost_.event
+
+
+def test_dense_low_rank_study_keeps_todays_choice_bit_for_bit():
+    data = make_low_rank_tensor(random_state=0)  # 20^3 at half observed: density 0.5
+    X, y = data["indices"], data["values"]
+    kw = dict(epsilon=2.0, value_range=(-0.5, 1.5), random_state=0)
+    for decomposition, today in (("cp", "statistics"), ("tucker", "gradient")):
+        auto = PrivateTensorCompletion(decomposition=decomposition, **kw)
+        spelled = PrivateTensorCompletion(decomposition=decomposition, perturbation=today, rank=3,
+                                          **kw)
+        assert _settings(auto, X, y) == _settings(spelled, X, y)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            assert auto.fit(X, y).perturbation_ == today
+
+
+def test_value_rule_reads_the_public_shape_and_count_only(monkeypatch):
+    """Two data sets with the same shape and number of entries (positions and values differ)
+    get the same choice and the same event; the preview with the shape set prices it."""
+    calls = _spy(monkeypatch)
+    (X1, y1), (X2, y2) = _ratings(1), _ratings(2)
+    a = _fit(X1, y1, epsilon=1.0, shape=(200, 300))
+    b = _fit(X2, y2, epsilon=1.0, shape=(200, 300))
+    assert not np.array_equal(X1, X2) and a.perturbation_ == b.perturbation_ == "gradient"
+    assert a.privacy_cost_.event == b.privacy_cost_.event
+    sized = [c for c in calls if c["n_obs"] is not None]
+    assert sized and all(c == sized[0] for c in sized)
+    assert set(sized[0]) == {"decomposition", "epsilon", "delta", "shape", "n_obs", "unit",
+                             "max_ratings_per_user", "offset_share"}
+    preview = PrivateTensorCompletion(epsilon=1.0, value_range=(1, 5), shape=(200, 300))
+    assert preview.privacy_cost(len(y1), 2).event == a.privacy_cost_.event
+
+
+def test_user_rule_never_reads_the_number_of_ratings_or_the_positions(monkeypatch):
+    """At user level the positions are private: the rule gets no count, and a shape only when the
+    user sets one (an inferred shape would read the largest indices)."""
+    calls = _spy(monkeypatch)
+    X1, y1 = _ratings(3, n=3000)
+    X2, y2 = _ratings(4, n=5000)
+    kw = dict(epsilon=1.0, privacy_unit="user", shape=(200, 300))
+    a, b = _fit(X1, y1, **kw), _fit(X2, y2, **kw)
+    assert all(c["n_obs"] is None for c in calls if c["unit"] == "user")
+    assert a.privacy_cost_.event == b.privacy_cost_.event
+    assert a.factors_[1].shape[1] == b.factors_[1].shape[1]
+    calls.clear()
+    _fit(X1[X1[:, 1] < 150], y1[X1[:, 1] < 150], epsilon=1.0, privacy_unit="user")
+    assert calls and all(c["shape"] is None for c in calls)
+
+
+def test_user_rank_auto_follows_the_start_preview():
+    """rank="auto" at user level: offsets only where the start's preview noise buries the
+    factors (about 1e3 users at epsilon <= 1), rank 3 where it can learn; a set rank is kept."""
+    small, large = (300, 600), (70_000, 10_000)
+    assert user_start_ratio(1.0, 1e-5, small, 64) > USER_START_RATIO
+    assert user_start_ratio(1.0, 1e-5, large, 64) < USER_START_RATIO
+
+    def leaves(shape, **kw):
+        est = PrivateTensorCompletion(epsilon=1.0, delta=1e-5, value_range=(1, 5),
+                                      privacy_unit="user", shape=shape, **kw)
+        return len(list(est.privacy_cost(10 * shape[0], 2).event.leaves()))
+
+    offsets_only = leaves(small, rank=0)
+    assert leaves(small) == offsets_only
+    assert leaves(large) == leaves(large, rank=3) > offsets_only
+    assert leaves(small, rank=3) == leaves(large, rank=3)
+    X, y = _ratings(5)
+    fit = _fit(X, y, epsilon=1.0, delta=1e-5, privacy_unit="user", shape=(200, 300))
+    assert fit.factors_[1].shape[1] == 0 and fit.start_eigenvalues_.size == 0
+    # the value level keeps rank 3
+    assert _fit(X, y, epsilon=1.0).factors_[0].shape[1] == 3
+
+
+def test_rule_thresholds_are_the_documented_ones():
+    """The docstring and the guide quote these numbers."""
+    assert auto_module.RATINGS_DENSITY == {2: 0.25, 3: 0.005}
+    assert RATINGS_OFFSET_SHARE == 0.97 and USER_START_RATIO == 0.3
+    doc = PrivateTensorCompletion.__doc__
+    assert "0.25" in doc and "0.005" in doc and "0.3" in doc
+
+
+@pytest.mark.parametrize("bad", [{"rank": "three"}, {"rank": 0}, {"shape": ("a", 3)}])
+def test_bad_rank_or_shape_is_still_refused_by_its_own_check(bad):
+    X, y = _ratings(6)
+    with pytest.raises((ValueError, TypeError), match="rank|shape"):
+        PrivateTensorCompletion(epsilon=1.0, value_range=(1, 5), **bad).fit(X, y)
