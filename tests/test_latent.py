@@ -278,6 +278,54 @@ def test_gmm_power_whitening_sensitivities_brute_force(rng):
                                limits, rtol=1e-12)
 
 
+def test_gmm_second_moment_frobenius_sensitivity_brute_force(rng):
+    """The mixture releases its symmetric matrices in the Frobenius geometry: replacing one row
+    (clipped to B) moves the whole E[x x^T] and the whole projection V^T E[x x^T] V by at most
+    covariance_sensitivity(B) / n = sqrt(2) B^2 / n in Frobenius norm; orthogonal rows of norm
+    B inside span(V) reach it."""
+    n, d, p, B = 5, 6, 3, 1.5
+    V = np.linalg.qr(rng.standard_normal((d, p)))[0]
+    worst = np.zeros(2)
+    for _ in range(500):
+        X = clip_rows(rng.standard_normal((n, d)) * 2, B)
+        X2 = X.copy()
+        X2[rng.integers(n)] = clip_rows(rng.standard_normal((1, d)) * 2, B)[0]
+        D = (X.T @ X - X2.T @ X2) / n
+        worst = np.maximum(worst, [np.linalg.norm(D), np.linalg.norm(V.T @ D @ V)])
+    limit = covariance_sensitivity(B) / n
+    assert np.all(worst <= limit + 1e-12)
+    a, b = B * V[:, 0], B * V[:, 1]
+    M = (np.outer(a, a) - np.outer(b, b)) / n
+    np.testing.assert_allclose([np.linalg.norm(M), np.linalg.norm(V.T @ M @ V)], limit, rtol=1e-12)
+
+
+@pytest.mark.parametrize("whitening", ["dense", "power"])
+def test_gmm_symmetric_releases_use_the_frobenius_geometry(mixture, monkeypatch, whitening):
+    """Every symmetric release of a private mixture fit (Analyze Gauss or the projection, and the
+    whitened third moment) is made in the Frobenius geometry, whose sensitivities are derived
+    above: off-diagonal noise 1 / sqrt(2) of the plain release's, and 1 / sqrt(3) or 1 / sqrt(6)
+    on the tensor's repeated entries; the recorded noise level says so."""
+    from dptensor.algorithms import moments
+
+    calls = []
+    real = moments.symmetric_gaussian_release
+
+    def recording(*args, frobenius=False, **kwargs):
+        calls.append(frobenius)
+        return real(*args, frobenius=frobenius, **kwargs)
+
+    monkeypatch.setattr(moments, "symmetric_gaussian_release", recording)
+    X, means, _ = mixture
+    B = gaussian_mixture_norm_bound(means, 1.0, X.shape[1])
+    model = PrivateGaussianMixture(3, epsilon=4.0, data_norm=B, whitening=whitening,
+                                   random_state=0).fit(X)
+    assert calls == [True, True]
+    if whitening == "dense":
+        plan = model._plan(X.shape).settings.noise
+        std = plan.z_second[0] * covariance_sensitivity(B) / len(X) / np.sqrt(2.0)
+        assert model.m2_eigenvalues_noise_[0] == pytest.approx(2 * np.sqrt(X.shape[1]) * std)
+
+
 @pytest.mark.parametrize("epsilon", [np.inf, 4.0])
 def test_gmm_power_whitening_matches_dense(mixture, epsilon):
     """Never forming d x d: without privacy the same means as Analyze Gauss's dense path; private,
@@ -1191,8 +1239,10 @@ def test_latent_expected_noise_is_the_noise_the_fit_records(whitening):
                                  random_state=0)
     preview = gmm.expected_noise(*X.shape)
     plan = plan_noise(1.0, 1e-5, 1, auto_n_iter(5, True) if whitening == "power" else 0)
-    if whitening == "dense":  # Analyze Gauss's semicircle edge, 2 sqrt(d) sigma
-        expected = 2 * math.sqrt(5) * plan.z_second[0] * covariance_sensitivity(6.0) / 5000
+    if whitening == "dense":  # Analyze Gauss's semicircle edge, 2 sqrt(d) sigma, with sigma the
+        # off-diagonal std of the Frobenius geometry's release, 1 / sqrt(2) of the plain one's
+        expected = (2 * math.sqrt(5) * plan.z_second[0] * covariance_sensitivity(6.0) / 5000
+                    / math.sqrt(2))
     else:  # the last power step's Ritz values, sqrt(2 p) sigma with p = 2k capped at d
         expected = math.sqrt(2 * 5) * plan.z_second[-2] * math.sqrt(2) * 36.0 / 5000
     assert preview.noise == pytest.approx(expected) and preview.signal_bound == 36.0
