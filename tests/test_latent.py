@@ -507,7 +507,8 @@ def test_lda_clipped_moments_are_one_reweighted_corpus(whitening):
 
     C, _, _ = make_lda_corpus(300, 12, 3, doc_length=(3, 12), random_state=2)
     C = sp.csr_matrix(C)
-    model = PrivateLatentDirichletAllocation(3, epsilon=1.0, delta=1e-5, whitening=whitening)
+    model = PrivateLatentDirichletAllocation(3, epsilon=1.0, delta=1e-5, whitening=whitening,
+                                             doc_clip=1.0)
     ctx = model._prepare(C, 1.0)
     _, plan = model._noise_plan(ctx, 3, 1.0, 1e-5)
     quiet = dataclasses.replace(plan, z_first=(0.0,) * len(plan.z_first),
@@ -727,7 +728,7 @@ def test_lda_topic_threshold_lowers_the_private_error(corpus):
         perm, _ = match_rows(model.components_, topics)
         return np.abs(model.components_[perm] - topics).sum(axis=1).mean()
 
-    kw = dict(epsilon=3.0, delta=1e-5)
+    kw = dict(epsilon=3.0, delta=1e-5, doc_clip=1.0)
     on = [PrivateLatentDirichletAllocation(3, random_state=s, **kw).fit(C) for s in range(3)]
     off = [PrivateLatentDirichletAllocation(3, topic_threshold=None, random_state=s, **kw).fit(C)
            for s in range(3)]
@@ -1382,3 +1383,33 @@ def test_a_private_mixture_holds_no_clipped_copy_of_its_rows(dtype):
         tracemalloc.stop()
     # one clip factor and one whitened row (k floats) per row, blocks of rows, d x d sums
     assert peak < X.nbytes / 2, (peak, X.nbytes)
+
+
+def test_lda_auto_doc_clip_is_one_where_the_noise_is_small_and_less_below(corpus):
+    """``doc_clip="auto"`` (the default) reads n, d and the target only: sqrt(q / q0) within
+    [0.5, 1] for q = n mu / sqrt(d). A fit at auto is bit for bit the fit at the clip it resolves
+    to: 1 at many documents (the previous default's fit), less at few; with groups the rule
+    counts the groups. (The seeded noise is keyed by the parameters, "auto" among them, so the
+    fits are compared through the clip they record and their cost.)"""
+    from dptensor.accounting.composition import gdp_mu
+    from dptensor.latent._base import AUTO_DOC_CLIP, auto_doc_clip
+
+    least, most, q0 = AUTO_DOC_CLIP
+    assert PrivateLatentDirichletAllocation().doc_clip == "auto"
+    assert auto_doc_clip(10**6, 2000, 1.0, 1e-5) == most
+    assert auto_doc_clip(10, 2000, 1.0, 1e-5) == least
+    q = 3000 * gdp_mu(1.0, 1e-5) / math.sqrt(60)
+    assert auto_doc_clip(3000, 60, 1.0, 1e-5) == pytest.approx(math.sqrt(q / q0))
+    C, _, _ = corpus
+    for eps, clip in ((1.0, math.sqrt(q / q0)), (64.0, 1.0)):
+        kw = dict(epsilon=eps, delta=1e-5, random_state=3)
+        auto = PrivateLatentDirichletAllocation(3, **kw).fit(C)
+        fixed = PrivateLatentDirichletAllocation(3, doc_clip=clip, **kw).fit(C)
+        assert auto.doc_clip_ == fixed.doc_clip_ == pytest.approx(clip, rel=1e-15)
+        assert auto.privacy_cost_ == fixed.privacy_cost_ and auto.privacy_cost_.epsilon == pytest.approx(eps)
+    assert PrivateLatentDirichletAllocation(3).fit(C).doc_clip_ is None  # no privacy: no clip
+    groups = np.arange(C.shape[0]) // 3  # 1000 authors of three documents
+    q = 1000 * gdp_mu(1.0, 1e-5) / math.sqrt(60)
+    auto = PrivateLatentDirichletAllocation(3, epsilon=1.0, delta=1e-5, random_state=3).fit(
+        C, groups=groups)
+    assert math.sqrt(q / q0) < least and auto.doc_clip_ == least  # 1000 units, not 3000
