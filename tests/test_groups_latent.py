@@ -46,14 +46,17 @@ def _gmm_stats(X, groups, B, W, bound_w, Q, V):
     (proj,) = est._reduce(prep, gm._gram_product, V)
     Y = gm._whitened_rows(prep["rows"], W, bound_w)
     (cube,) = est._reduce({"rows": Y, "groups": prep["groups"]}, gm._cube_sum)
+    # the whole matrices too: their Frobenius norm is the bound the fit's releases use
     return {"mean": total / n, "trace": np.float64(square / n), "second": _upper(gram / n),
-            "step": step / n, "projection": _upper(V.T @ proj / n), "third": cube / n}
+            "second_whole": gram / n, "step": step / n, "projection": _upper(V.T @ proj / n),
+            "projection_whole": V.T @ proj / n, "third": cube / n}
 
 
 def _gmm_sensitivities(B, bound_w, p, G):
     return {"mean": 2 * B / G, "trace": B * B / G, "second": covariance_sensitivity(B) / G,
+            "second_whole": covariance_sensitivity(B) / G,
             "step": row_power_sensitivity(B, p) / G, "projection": covariance_sensitivity(B) / G,
-            "third": 2 * bound_w**3 / G}
+            "projection_whole": covariance_sensitivity(B) / G, "third": 2 * bound_w**3 / G}
 
 
 def _replace(X, labels, g, rows):
@@ -90,6 +93,8 @@ def test_replacing_one_whole_group_moves_each_mixture_statistic_by_one_rows_sens
     assert np.linalg.norm(plus["mean"] - minus["mean"]) == pytest.approx(sens["mean"])
     assert np.linalg.norm(plus["third"] - minus["third"]) == pytest.approx(sens["third"])
     assert np.linalg.norm(plus["second"] - other["second"]) == pytest.approx(sens["second"])
+    assert np.linalg.norm(plus["second_whole"] - other["second_whole"]) == pytest.approx(
+        sens["second_whole"])
 
 
 def _lda_stats(C, groups, tau, W, bound3, Q):

@@ -278,6 +278,54 @@ def test_gmm_power_whitening_sensitivities_brute_force(rng):
                                limits, rtol=1e-12)
 
 
+def test_gmm_second_moment_frobenius_sensitivity_brute_force(rng):
+    """The mixture releases its symmetric matrices in the Frobenius geometry: replacing one row
+    (clipped to B) moves the whole E[x x^T] and the whole projection V^T E[x x^T] V by at most
+    covariance_sensitivity(B) / n = sqrt(2) B^2 / n in Frobenius norm; orthogonal rows of norm
+    B inside span(V) reach it."""
+    n, d, p, B = 5, 6, 3, 1.5
+    V = np.linalg.qr(rng.standard_normal((d, p)))[0]
+    worst = np.zeros(2)
+    for _ in range(500):
+        X = clip_rows(rng.standard_normal((n, d)) * 2, B)
+        X2 = X.copy()
+        X2[rng.integers(n)] = clip_rows(rng.standard_normal((1, d)) * 2, B)[0]
+        D = (X.T @ X - X2.T @ X2) / n
+        worst = np.maximum(worst, [np.linalg.norm(D), np.linalg.norm(V.T @ D @ V)])
+    limit = covariance_sensitivity(B) / n
+    assert np.all(worst <= limit + 1e-12)
+    a, b = B * V[:, 0], B * V[:, 1]
+    M = (np.outer(a, a) - np.outer(b, b)) / n
+    np.testing.assert_allclose([np.linalg.norm(M), np.linalg.norm(V.T @ M @ V)], limit, rtol=1e-12)
+
+
+@pytest.mark.parametrize("whitening", ["dense", "power"])
+def test_gmm_symmetric_releases_use_the_frobenius_geometry(mixture, monkeypatch, whitening):
+    """Every symmetric release of a private mixture fit (Analyze Gauss or the projection, and the
+    whitened third moment) is made in the Frobenius geometry, whose sensitivities are derived
+    above: off-diagonal noise 1 / sqrt(2) of the plain release's, and 1 / sqrt(3) or 1 / sqrt(6)
+    on the tensor's repeated entries; the recorded noise level says so."""
+    from dptensor.algorithms import moments
+
+    calls = []
+    real = moments.symmetric_gaussian_release
+
+    def recording(*args, frobenius=False, **kwargs):
+        calls.append(frobenius)
+        return real(*args, frobenius=frobenius, **kwargs)
+
+    monkeypatch.setattr(moments, "symmetric_gaussian_release", recording)
+    X, means, _ = mixture
+    B = gaussian_mixture_norm_bound(means, 1.0, X.shape[1])
+    model = PrivateGaussianMixture(3, epsilon=4.0, data_norm=B, whitening=whitening,
+                                   random_state=0).fit(X)
+    assert calls == [True, True]
+    if whitening == "dense":
+        plan = model._plan(X.shape).settings.noise
+        std = plan.z_second[0] * covariance_sensitivity(B) / len(X) / np.sqrt(2.0)
+        assert model.m2_eigenvalues_noise_[0] == pytest.approx(2 * np.sqrt(X.shape[1]) * std)
+
+
 @pytest.mark.parametrize("epsilon", [np.inf, 4.0])
 def test_gmm_power_whitening_matches_dense(mixture, epsilon):
     """Never forming d x d: without privacy the same means as Analyze Gauss's dense path; private,
@@ -459,7 +507,8 @@ def test_lda_clipped_moments_are_one_reweighted_corpus(whitening):
 
     C, _, _ = make_lda_corpus(300, 12, 3, doc_length=(3, 12), random_state=2)
     C = sp.csr_matrix(C)
-    model = PrivateLatentDirichletAllocation(3, epsilon=1.0, delta=1e-5, whitening=whitening)
+    model = PrivateLatentDirichletAllocation(3, epsilon=1.0, delta=1e-5, whitening=whitening,
+                                             doc_clip=1.0)
     ctx = model._prepare(C, 1.0)
     _, plan = model._noise_plan(ctx, 3, 1.0, 1e-5)
     quiet = dataclasses.replace(plan, z_first=(0.0,) * len(plan.z_first),
@@ -679,7 +728,7 @@ def test_lda_topic_threshold_lowers_the_private_error(corpus):
         perm, _ = match_rows(model.components_, topics)
         return np.abs(model.components_[perm] - topics).sum(axis=1).mean()
 
-    kw = dict(epsilon=3.0, delta=1e-5)
+    kw = dict(epsilon=3.0, delta=1e-5, doc_clip=1.0)
     on = [PrivateLatentDirichletAllocation(3, random_state=s, **kw).fit(C) for s in range(3)]
     off = [PrivateLatentDirichletAllocation(3, topic_threshold=None, random_state=s, **kw).fit(C)
            for s in range(3)]
@@ -1191,8 +1240,10 @@ def test_latent_expected_noise_is_the_noise_the_fit_records(whitening):
                                  random_state=0)
     preview = gmm.expected_noise(*X.shape)
     plan = plan_noise(1.0, 1e-5, 1, auto_n_iter(5, True) if whitening == "power" else 0)
-    if whitening == "dense":  # Analyze Gauss's semicircle edge, 2 sqrt(d) sigma
-        expected = 2 * math.sqrt(5) * plan.z_second[0] * covariance_sensitivity(6.0) / 5000
+    if whitening == "dense":  # Analyze Gauss's semicircle edge, 2 sqrt(d) sigma, with sigma the
+        # off-diagonal std of the Frobenius geometry's release, 1 / sqrt(2) of the plain one's
+        expected = (2 * math.sqrt(5) * plan.z_second[0] * covariance_sensitivity(6.0) / 5000
+                    / math.sqrt(2))
     else:  # the last power step's Ritz values, sqrt(2 p) sigma with p = 2k capped at d
         expected = math.sqrt(2 * 5) * plan.z_second[-2] * math.sqrt(2) * 36.0 / 5000
     assert preview.noise == pytest.approx(expected) and preview.signal_bound == 36.0
@@ -1332,3 +1383,33 @@ def test_a_private_mixture_holds_no_clipped_copy_of_its_rows(dtype):
         tracemalloc.stop()
     # one clip factor and one whitened row (k floats) per row, blocks of rows, d x d sums
     assert peak < X.nbytes / 2, (peak, X.nbytes)
+
+
+def test_lda_auto_doc_clip_is_one_where_the_noise_is_small_and_less_below(corpus):
+    """``doc_clip="auto"`` (the default) reads n, d and the target only: sqrt(q / q0) within
+    [0.5, 1] for q = n mu / sqrt(d). A fit at auto is bit for bit the fit at the clip it resolves
+    to: 1 at many documents (the previous default's fit), less at few; with groups the rule
+    counts the groups. (The seeded noise is keyed by the parameters, "auto" among them, so the
+    fits are compared through the clip they record and their cost.)"""
+    from dptensor.accounting.composition import gdp_mu
+    from dptensor.latent._base import AUTO_DOC_CLIP, auto_doc_clip
+
+    least, most, q0 = AUTO_DOC_CLIP
+    assert PrivateLatentDirichletAllocation().doc_clip == "auto"
+    assert auto_doc_clip(10**6, 2000, 1.0, 1e-5) == most
+    assert auto_doc_clip(10, 2000, 1.0, 1e-5) == least
+    q = 3000 * gdp_mu(1.0, 1e-5) / math.sqrt(60)
+    assert auto_doc_clip(3000, 60, 1.0, 1e-5) == pytest.approx(math.sqrt(q / q0))
+    C, _, _ = corpus
+    for eps, clip in ((1.0, math.sqrt(q / q0)), (64.0, 1.0)):
+        kw = dict(epsilon=eps, delta=1e-5, random_state=3)
+        auto = PrivateLatentDirichletAllocation(3, **kw).fit(C)
+        fixed = PrivateLatentDirichletAllocation(3, doc_clip=clip, **kw).fit(C)
+        assert auto.doc_clip_ == fixed.doc_clip_ == pytest.approx(clip, rel=1e-15)
+        assert auto.privacy_cost_ == fixed.privacy_cost_ and auto.privacy_cost_.epsilon == pytest.approx(eps)
+    assert PrivateLatentDirichletAllocation(3).fit(C).doc_clip_ is None  # no privacy: no clip
+    groups = np.arange(C.shape[0]) // 3  # 1000 authors of three documents
+    q = 1000 * gdp_mu(1.0, 1e-5) / math.sqrt(60)
+    auto = PrivateLatentDirichletAllocation(3, epsilon=1.0, delta=1e-5, random_state=3).fit(
+        C, groups=groups)
+    assert math.sqrt(q / q0) < least and auto.doc_clip_ == least  # 1000 units, not 3000

@@ -135,7 +135,7 @@ class PrivateGaussianMixture(SpectralLatentModel):
     *Privacy unit.* One row: rows are clipped to l2 norm ``data_norm`` (public) and n is public.
 
     *What is released.* The mean (Gaussian noise at sensitivity ``2 B / n``); the whitening, from
-    the upper triangle of ``E[x x^T]`` (Analyze Gauss, ``sqrt(2) B^2 / n``; ``whitening="dense"``)
+    the distinct entries of ``E[x x^T]`` (Analyze Gauss, ``sqrt(2) B^2 / n``; ``whitening="dense"``)
     or, never forming d x d (``"power"``), from the private power method on ``E[x x^T]`` (each
     step ``X^T (X Q) / n`` for a d x 2k block Q, at ``sqrt(2) B^2 / n``), the released 2k x 2k
     projection on its span (``sqrt(2) B^2 / n``) and the trace of ``E[x x^T]`` (``B^2 / n``, for
@@ -144,7 +144,10 @@ class PrivateGaussianMixture(SpectralLatentModel):
     ``B_W``, the smaller of that and ``whitened_clip`` times their root mean square under the
     model (both public), and their third moment has sensitivity ``2 B_W^3 / n``; it is released
     once with symmetric Gaussian noise (``method="perturb"``) or through the ``k L (R + 1)``
-    queries of the private tensor power method (``method="power"``). Everything fitted (means,
+    queries of the private tensor power method (``method="power"``). Each sensitivity of a
+    symmetric release bounds the Frobenius norm of the whole array's change, so it is made in
+    that geometry (off-diagonal noise ``1 / sqrt(2)``, a tensor entry of ``m`` positions
+    ``1 / sqrt(m)`` of the plain release's). Everything fitted (means,
     weights, variance) is post-processing of these releases. X may be a Dask array: every pass
     over the rows is then one reduction over its row chunks.
 
@@ -313,7 +316,7 @@ class PrivateGaussianMixture(SpectralLatentModel):
             prepared, min(2 * k, d), B * B)
         if not prepared["power"]:
             second = release_second(prepared.pop("second"), covariance_sensitivity(B) / n + m_a,
-                                    plan, rng, rounding=analyze)
+                                    plan, rng, frobenius=self._frobenius, rounding=analyze)
             prepared["variance"] = spherical_variance(second - np.outer(mean, mean), k, rng)
             return whiten(second - prepared["variance"] * np.eye(d), k, rng,
                           noise=self._m2_noise(prepared, n, plan)[0])
@@ -322,7 +325,8 @@ class PrivateGaussianMixture(SpectralLatentModel):
                               step_sensitivity=row_power_sensitivity(B, min(2 * k, d)) / n + m_s,
                               projection_sensitivity=covariance_sensitivity(B) / n + m_p,
                               step_rounding=step, projection_rounding=projection,
-                              few_passes=is_dask_array(prepared["rows"]))
+                              few_passes=is_dask_array(prepared["rows"]),
+                              frobenius=self._frobenius)
         u = V.T @ mean
         top = np.sum(np.linalg.eigvalsh(P - np.outer(u, u))[::-1][:k - 1])
         prepared["variance"] = bottom_mean(prepared["trace"] - float(mean @ mean), float(top), d, k)
@@ -339,7 +343,9 @@ class PrivateGaussianMixture(SpectralLatentModel):
         if prepared["power"]:
             p = min(2 * self.n_components, prepared["d"])
             return plan.z_second[-2] * row_power_sensitivity(B, p) / n, B * B
-        return plan.z_second[0] * covariance_sensitivity(B) / n, B * B
+        # Frobenius geometry: an off-diagonal entry, as each of ``E u``'s, has 1 / sqrt(2) of it
+        root = np.sqrt(2.0) if self._frobenius else 1.0
+        return plan.z_second[0] * covariance_sensitivity(B) / n / root, B * B
 
     def _whitened_third(self, prepared, whitening, mean):
         W, n = whitening.W, prepared["n"]
@@ -378,6 +384,9 @@ class PrivateGaussianMixture(SpectralLatentModel):
         self.converged_ = True
 
     _fitted_arrays = ("means_", "weights_", "covariances_", "precisions_", "precisions_cholesky_")
+    # sqrt(2) B^2 / n and 2 B_W^3 / n bound the Frobenius norm of the whole second moment's (and
+    # projection's) and third moment's change: each symmetric release uses that geometry
+    _frobenius = True
     # a clipped block, its float64 copy and a partial's own block of it (ClippedRows)
     _block_copies = 3
 

@@ -21,7 +21,7 @@ from .._base import SearchTag
 from .._validation import validate_private_data
 from ..algorithms.tensor_power import row_sensitivity
 from ..algorithms.power import MAX_DENSE_FEATURES
-from ._base import TINY, SpectralLatentModel, fold_in
+from ._base import TINY, SpectralLatentModel, auto_doc_clip, fold_in
 from ..algorithms.moments import (ImplicitMatrix, power_subspace, release, release_second,
                                   sym3, top_eigenpairs, topic_noise_std, whiten)
 
@@ -337,16 +337,15 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
     delta : float or None, default=None
         ``None`` takes the accountant's delta (1e-5 without an accountant); keep it well below
         1 / the number of documents.
-    doc_clip : float or None, default=1.0
+    doc_clip : "auto", float or None, default="auto"
         Each document's moment terms are clipped, by one weight per document, to ``doc_clip``
-        times their typical size (released privately, see above); a private fit only. ``None``:
+        times their typical size (released privately, see above); a private fit only. ``"auto"``:
+        1, or less (down to 0.5) where ``n mu / sqrt(d)`` is small (``auto_doc_clip``). ``None``:
         no clipping, the worst-case sensitivities (20 times the error at 2000 words, 10^5
         documents, epsilon = 1). Clipping trades noise for bias (documents concentrated on one
-        topic weigh less): 1 gave the least error, or close to it, at epsilon <= 4 on the
-        benchmark's corpora, but at 100 words it leaves a bias floor (l1 topic error 0.063 from
-        epsilon = 16 up, 10^5 documents, non-private 0.0066) that 2 avoids when ``n epsilon`` is
-        large (0.019 at epsilon = 16, 0.010 at 64): benchmarks/results/latent.md,
-        docs/derivations/latent.rst.
+        topic weigh less): 1 gave the least error, or close to it, at epsilon <= 4 and 10^5
+        documents, but at 100 words it leaves a bias floor that 2 avoids when ``n epsilon`` is
+        large: benchmarks/results/latent.md, docs/derivations/latent.rst.
     topic_threshold : float or None, default=2.0
         A private fit zeroes each topic entry below this many standard deviations of the noise
         the whitening put on it (post-processing; see the notes). ``None`` keeps every positive
@@ -397,23 +396,22 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
     m2_eigenvalues_, m2_eigenvalues_noise_ : ndarray of shape (n_components,)
         As in :class:`PrivateGaussianMixture` (here ``signal_bound`` is 1: ``||E2||_F <= 1``).
     n_iter_ : int
-        Passes of EM over the documents (``refine_iter``; 0 for the moments alone, which take a
-        fixed number of passes and iterate nothing to convergence).
+        Passes of EM over the documents (``refine_iter``; 0 for the moments alone).
+    doc_clip_ : float or None (the clip used, ``"auto"`` resolved; None: nothing clipped)
     n_samples_ : int
     n_features_in_ : int
     privacy_cost_ : PrivacyCost
 
     Float32 counts give float32 ``components_`` and ``alpha_``, and :meth:`transform` returns
-    the type of ``components_``, as scikit-learn's does.
-    There is no ``partial_fit``: the whitening is made from the pair moment of every document
-    before the third moment can be whitened, so batches cannot be folded in one at a time, and
-    each batch would be a new release with its own spend.
+    the type of ``components_``, as scikit-learn's does. There is no ``partial_fit``: the
+    whitening is made from the pair moment of every document before the third moment can be
+    whitened, so batches cannot be folded in one at a time (each a new release and spend).
     """
 
-    def __init__(self, n_components=10, *, alpha0=1.0, epsilon=np.inf, delta=None, doc_clip=1.0,
-                 topic_threshold=2.0, method="auto", whitening="auto", n_restarts=10, n_iter=20,
-                 max_transform_iter=50, refine_iter=0, accountant=None, random_state=None,
-                 verbose=0):
+    def __init__(self, n_components=10, *, alpha0=1.0, epsilon=np.inf, delta=None,
+                 doc_clip="auto", topic_threshold=2.0, method="auto", whitening="auto",
+                 n_restarts=10, n_iter=20, max_transform_iter=50, refine_iter=0, accountant=None,
+                 random_state=None, verbose=0):
         self.n_components = n_components
         self.alpha0 = alpha0
         self.epsilon = epsilon
@@ -494,12 +492,14 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         if self.refine_iter and np.isfinite(epsilon):
             raise ValueError("refine_iter needs epsilon=np.inf: EM steps read the "
                              "documents without noise, which no private fit may do")
-        clip = self.doc_clip
+        # "auto": resolved from the public number of units at the first release; checked here
+        auto = isinstance(self.doc_clip, str) and self.doc_clip == "auto"
+        clip = 0.5 if auto else self.doc_clip
         if clip is not None:  # None is the way to clip nothing, so the error names it
             if (isinstance(clip, bool) or not isinstance(clip, numbers.Real)
                     or not 0 < clip < np.inf):
                 raise ValueError("doc_clip must be a finite number > 0, or None to clip nothing, "
-                                 f"got {clip!r}")
+                                 f"or 'auto', got {clip!r}")
             clip = float(clip)
             # tau_2 >= doc_clip^2 / d (nu >= 1 / d) is the mean weight's floor, divided by after the
             # spend: refused here, before it, where it would underflow to 0
@@ -510,11 +510,13 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         clip = clip if np.isfinite(epsilon) else None
         # a clipped fit releases the clipping scale before the mean; M2 = E2 - c M1 M1^T
         return self._context(X, X, epsilon, clip=clip, n_first=2 if clip else 1,
-                             c=self.alpha0 / (self.alpha0 + 1.0))
+                             auto_clip=auto, c=self.alpha0 / (self.alpha0 + 1.0))
 
     def _release_first(self, prepared, plan, rng):
         """The clipping bounds (a released scale) and the mean of the clipped ``c / l``."""
         n, d, clip = prepared["n"], prepared["d"], prepared["clip"]
+        if clip and prepared["auto_clip"]:  # n: documents, or groups (public either way)
+            prepared["clip"] = clip = auto_doc_clip(n, d, *self._privacy_target())
         tau1 = tau2 = None
         if clip:
             (total,) = self._reduce(prepared, _scale_sums)
@@ -634,6 +636,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         self.components_ = np.where(sums > 0, topics / np.where(sums > 0, sums, 1.0), 1.0 / d)
         self.alpha_ = weight * a0 * (a0 + 1.0)
         self.n_iter_ = int(self.refine_iter)  # EM passes, scikit-learn's meaning (0 if private)
+        self.doc_clip_ = prepared["clip"]
 
     _fitted_arrays = ("components_", "alpha_")
 
