@@ -14,13 +14,13 @@ import scipy.sparse as sp
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
+from .._base import SearchTag
+from .._validation import validate_private_data
 from ..algorithms.dask import check_dask_array, is_dask_array
 from ..algorithms.operators import moment_tensor
 from ..algorithms.pair_moment import weighted_gram
-from .._base import SearchTag
-from .._validation import validate_private_data
-from ..algorithms.tensor_power import row_sensitivity
 from ..algorithms.power import MAX_DENSE_FEATURES
+from ..algorithms.tensor_power import row_sensitivity
 from ._base import TINY, SpectralLatentModel, auto_doc_clip, fold_in
 from ..algorithms.moments import (ImplicitMatrix, power_subspace, release, release_second,
                                   sym3, top_eigenpairs, topic_noise_std, whiten)
@@ -137,8 +137,7 @@ def document_weights(C, tau):
     triple term), so the clipped moments are those of one reweighted corpus: divided by the total
     weight they keep the relations between the moments that the method relies on. Each term's norm
     is still at most its own ``tau``, so the sensitivities are those of separate clips. A document
-    of fewer than :data:`MIN_DOCUMENT_LENGTH` words weighs 0 (its terms are not defined).
-    Returns ``(length, s)``.
+    of fewer than :data:`MIN_DOCUMENT_LENGTH` words weighs 0 (no terms). ``(length, s)``.
     """
     length, e1, e2 = document_norms(C)
     tau1, tau2 = tau if tau is not None else (None, None)
