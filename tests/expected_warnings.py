@@ -19,10 +19,11 @@ _DELTA = (r"ignore:delta=[\d.e+-]+ is not below 1/n = 1/\d+ .* for these n=\d+ {
 NON_PRIVATE = pytest.mark.filterwarnings(_NON_PRIVATE)
 
 
-def noise_dominated(attribute):
+def noise_dominated(attribute=r"\w+"):
     """A private fit on data too small for its epsilon, on purpose (a brute-force audit of a
-    release's sensitivity, a test of what a fit on tiny data does): the released ``attribute``
-    is below twice its noise level, and the fit says so."""
+    release's sensitivity, a test of what a fit on tiny data does, scikit-learn's checks on their
+    few rows): the released ``attribute`` (by default any estimator's) is below twice its noise
+    level, and the fit says so."""
     return pytest.mark.filterwarnings(_NOISE.format(attribute))
 
 

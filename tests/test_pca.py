@@ -28,6 +28,7 @@ from dptensor.algorithms.power import (MEAN_SHARE, TOTAL_SHARE, analyze_gauss, c
                                      row_power_sensitivity, total_variance_sensitivity)
 from dptensor.algorithms.streaming_power import StreamingPowerMethod
 from dptensor.mechanisms import Rounding, clip_rows
+from expected_warnings import NON_PRIVATE, noise_dominated
 
 
 def well_separated(n=400, d=8, seed=0, shift=3.0):
@@ -533,6 +534,8 @@ def test_algorithm_functions_standalone(rng):
 # scikit-learn contract
 # --------------------------------------------------------------------------------------------
 
+@noise_dominated("explained_variance_")  # the checks' few rows, at epsilon=1
+@NON_PRIVATE  # the first two are the exact method, at epsilon=inf
 @parametrize_with_checks([PrivatePCA(), PrivatePCA(method="power", random_state=0),
                           PrivatePCA(epsilon=1.0, data_norm=5.0, random_state=0)])
 def test_sklearn_contract(estimator, check):

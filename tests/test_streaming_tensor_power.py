@@ -16,6 +16,7 @@ from dptensor.datasets import make_orthogonal_moment_data
 from dptensor.mechanisms import clip_rows
 from dptensor.metrics import recovery_error
 from dptensor.algorithms.streaming_tensor import block_sensitivity, block_statistics
+from expected_warnings import NON_PRIVATE
 
 D, K, L, R = 50, 5, 10, 4  # the acceptance setting: d=50, k=5
 
@@ -74,6 +75,7 @@ def test_within_a_factor_of_the_batch_estimator(moment_data):
 
 # -- the stream state machine -----------------------------------------------------------------
 
+@NON_PRIVATE  # bit-identical cuts of the exact stream
 @pytest.mark.parametrize("micro_rows", [None, 64])  # one micro-block per block, or 64-row pieces
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_cut_invariance(monkeypatch, micro_rows, dtype):
@@ -344,6 +346,7 @@ def _expected_failures(estimator):
     StreamingTensorPower(2, n_restarts=3, n_iter=3, batch_size=10, max_passes=100, random_state=0),
     StreamingTensorPower(1, n_restarts=2, n_iter=2, batch_size=5, epsilon=1.0, data_norm=3.0, random_state=0),
 ], expected_failed_checks=_expected_failures)
+@NON_PRIVATE  # the first estimator is the exact stream
 def test_sklearn_compatible(estimator, check):
     check(estimator)
 

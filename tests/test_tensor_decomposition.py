@@ -22,6 +22,7 @@ from dptensor.algorithms.tensor_power import (PowerNoise, choose_moment, entry_s
                                               n_power_queries, perturb_tensor,
                                               plan_noise_multiplier, row_sensitivity,
                                               tensor_power_method)
+from expected_warnings import NON_PRIVATE
 
 
 def orthogonal_tensor(d, k, seed, low=1.0, high=2.0):
@@ -368,6 +369,7 @@ def test_feature_names_and_transform():
 # -- scikit-learn contract --------------------------------------------------------------------------
 
 # No expected failures: every check passes (a 2-D X is data; 3-D input is declared in the tags).
+@NON_PRIVATE  # the default estimator is the exact method
 @parametrize_with_checks([PrivateTensorDecomposition(n_components=1, n_restarts=3, n_iter=5)])
 def test_sklearn_compatible(estimator, check):
     check(estimator)
