@@ -8,6 +8,7 @@ import pytest
 from dptensor import (AdaptivePrivatePCA, PrivacyAccountant, PrivacyWarning, PrivateGaussianMixture,
                       PrivateLatentDirichletAllocation, PrivatePCA, PrivateTensorCompletion,
                       PrivateTensorDecomposition, StreamingTensorPower)
+from expected_warnings import noise_dominated
 
 ESTIMATORS = [PrivatePCA, AdaptivePrivatePCA, PrivateTensorDecomposition, StreamingTensorPower,
               PrivateTensorCompletion, PrivateGaussianMixture, PrivateLatentDirichletAllocation]
@@ -61,6 +62,7 @@ def test_repr_always_shows_epsilon(cls):
      (300, 4)),
     (lambda: PrivateGaussianMixture(1, epsilon=1.0, data_norm=3.0, n_restarts=2, n_iter=2), (300, 4)),
 ])
+@noise_dominated()  # a few hundred rows of noise (small, so 1/n is large): no real component
 def test_delta_not_below_one_over_n_warns_naming_n(make, X):
     X = np.random.default_rng(1).standard_normal(X)
     budget = PrivacyAccountant(epsilon=10.0, delta=0.01)  # 0.01 >= 1/300
@@ -98,6 +100,7 @@ def test_every_estimator_is_importable_from_the_top_level_package():
     (lambda: PrivateTensorCompletion(2, epsilon=1.0, value_range=(-3.0, 3.0), n_iter=2), "entries", 200,
      "observed values"),
 ])
+@noise_dominated()  # a few hundred rows of noise (small, so 1/n is large): no real component
 def test_delta_not_below_one_over_n_warns_naming_the_unit(make, data, n, unit):
     rng = np.random.default_rng(3)
     if data == "counts":

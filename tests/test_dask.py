@@ -17,6 +17,7 @@ from dptensor.algorithms.dask import (DaskGramMatrix, DaskThirdMoment, RowChunks
                             is_dask_array)
 from dptensor.algorithms.operators import DeflatedTensor, GramMatrix, ThirdMoment, moment_tensor  # noqa: E402
 from dptensor.mechanisms import clip_rows  # noqa: E402
+from expected_warnings import NON_PRIVATE  # noqa: E402
 
 TOL = 1e-10
 
@@ -227,6 +228,7 @@ def _same_fit(a, b, *attributes):
         assert _close(getattr(a, name), getattr(b, name)), name
 
 
+@NON_PRIVATE
 @pytest.mark.parametrize("epsilon", [np.inf, 5.0])
 def test_tensor_decomposition_dask_matches_numpy(client, epsilon):
     from dptensor import PrivacyAccountant, PrivateTensorDecomposition
@@ -248,6 +250,7 @@ def test_tensor_decomposition_dask_matches_numpy(client, epsilon):
     assert is_dask_array(projected) and _close(projected.compute(), numpy_fit.transform(X))
 
 
+@NON_PRIVATE
 @pytest.mark.parametrize("epsilon", [np.inf, 5.0])
 def test_streaming_tensor_power_dask_matches_numpy(client, epsilon):
     from dptensor import StreamingTensorPower
@@ -301,6 +304,7 @@ def test_private_partial_fit_on_dask_uses_a_non_finite_row_as_a_zero_row(client,
     assert fits[0].n_samples_seen_ == fits[1].n_samples_seen_
 
 
+@NON_PRIVATE
 @pytest.mark.parametrize("method, epsilon", [("power", np.inf), ("power", 5.0),
                                             ("analyze_gauss", 5.0), ("clipped_power", 5.0)])
 def test_pca_dask_matches_numpy(client, method, epsilon):

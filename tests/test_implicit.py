@@ -11,6 +11,7 @@ from dptensor.algorithms.completion.observations import Observations
 from dptensor.algorithms.completion.implicit import ImplicitDesign, wiener_fit
 from dptensor.accounting import ComposedEvent, GaussianEvent, epsilon_of
 from dptensor.completion import PrivateTensorCompletion
+from expected_warnings import NON_PRIVATE
 
 
 def _informative(seed, users=150, items=120, days=4, per_user=60, rank=2, noise=0.3):
@@ -135,6 +136,7 @@ def test_implicit_plan_records_exact_target_and_one_release(monkeypatch):
     assert np.all(np.isfinite(model.predict(X)))
 
 
+@NON_PRIVATE
 def test_implicit_needs_two_factor_modes_and_cp():
     X, y, _, _ = _informative(2)
     with pytest.raises(ValueError, match="two-mode"):

@@ -30,6 +30,12 @@ from dptensor.mechanisms import clip_rows, symmetric_gaussian_release
 from dptensor.algorithms.tensor_power import row_sensitivity
 from dptensor.algorithms.power import (auto_n_iter, covariance_sensitivity, power_schedule,
                                      row_power_sensitivity)
+from expected_warnings import noise_dominated
+
+# A private fit on a small fixture, for its accounting, plumbing or what it keeps (not its
+# accuracy): at that size its weaker components are noise, as the fit says.
+_SMALL_PRIVATE = noise_dominated()
+
 
 pytestmark = pytest.mark.filterwarnings("ignore::dptensor.PrivacyWarning")
 
@@ -791,6 +797,7 @@ def test_lda_input_errors_quote_no_document(corpus):
     np.testing.assert_allclose(as_objects.components_, as_lists.components_)
 
 
+@_SMALL_PRIVATE
 def test_lda_a_huge_document_cannot_decide_the_fit(corpus):
     """Counts whose powers overflow made the clipping scale NaN (``inf - inf``), so one document
     of 10^103 words made a private fit fail after its spend: such documents are refused before it,
@@ -823,6 +830,7 @@ def _split_into_unit_entries(C):
     return split
 
 
+@_SMALL_PRIVATE
 def test_lda_counts_split_over_duplicate_entries_are_clipped_as_their_sums(corpus):
     """A CSR matrix may store one count as several duplicate entries. The per-document norms that
     set the clipping are sums of powers of the stored entries: before, a document [2, 1] stored as
@@ -949,6 +957,7 @@ def test_privacy_cost_refuses_a_private_preview_without_a_bound():
         PrivateGaussianMixture(2, epsilon=1.0).privacy_cost(100, 6)
 
 
+@_SMALL_PRIVATE
 @pytest.mark.parametrize("whitening", ["dense", "power"])
 def test_short_documents_weigh_nothing(whitening):
     """Documents of 0, 1 or 2 words have no terms (the third moment needs three distinct positions):
@@ -1013,6 +1022,7 @@ def test_whitening_of_a_noise_dominated_release_stays_on_its_scale(rng):
     assert np.all(np.isfinite(w.W)) and np.max(np.abs(w.W)) <= 1.0 / np.sqrt(1e-6 * 0.05) * (1 + 1e-12)
 
 
+@_SMALL_PRIVATE
 def test_lda_noise_dominated_fit_is_silent_after_the_spend():
     # With 30 short documents at epsilon=1 the released M2 of this seed has a negative top eigenvalue.
     X = np.random.default_rng(0).poisson(2, (30, 8)).astype(float)

@@ -28,6 +28,12 @@ from dptensor.algorithms.power import (MEAN_SHARE, TOTAL_SHARE, analyze_gauss, c
                                      row_power_sensitivity, total_variance_sensitivity)
 from dptensor.algorithms.streaming_power import StreamingPowerMethod
 from dptensor.mechanisms import Rounding, clip_rows
+from expected_warnings import NON_PRIVATE, noise_dominated
+
+# A private fit on a small fixture, for its accounting, plumbing or what it keeps (not its
+# accuracy): at that size its weaker components are noise, as the fit says.
+_SMALL_PRIVATE = noise_dominated()
+
 
 
 def well_separated(n=400, d=8, seed=0, shift=3.0):
@@ -47,6 +53,7 @@ def assert_same_up_to_sign(A, B, atol):
 # Non-private: the exact methods agree with scikit-learn
 # --------------------------------------------------------------------------------------------
 
+@NON_PRIVATE
 @pytest.mark.parametrize("method", ["power", "analyze_gauss"])
 def test_nonprivate_matches_sklearn(method):
     X = well_separated()
@@ -60,6 +67,7 @@ def test_nonprivate_matches_sklearn(method):
     assert ours.privacy_cost_.epsilon == math.inf and not ours.privacy_cost_.private
 
 
+@NON_PRIVATE
 def test_nonprivate_streaming_converges_to_sklearn():
     """SPM without noise on many blocks: the block covariances average the population's."""
     X = well_separated(n=60000, d=6, seed=1)
@@ -72,6 +80,7 @@ def test_nonprivate_streaming_converges_to_sklearn():
     np.testing.assert_allclose(ours.mean_, ref.mean_, atol=0.15)
 
 
+@NON_PRIVATE
 def test_precomputed_nonprivate_matches_eigh():
     rng = np.random.default_rng(3)
     Q = np.linalg.qr(rng.standard_normal((10, 10)))[0]
@@ -83,6 +92,7 @@ def test_precomputed_nonprivate_matches_eigh():
         np.testing.assert_allclose(est.explained_variance_, w[:3], rtol=1e-8)
 
 
+@NON_PRIVATE
 def test_float32_kept_and_inverse_transform():
     X = well_separated(d=5).astype(np.float32)
     est = PrivatePCA(5, method="analyze_gauss").fit(X)
@@ -200,6 +210,7 @@ class _Spy:
         return spy
 
 
+@_SMALL_PRIVATE
 @pytest.mark.parametrize("method", ["power", "analyze_gauss"])
 def test_released_noise_matches_the_recorded_event(method, monkeypatch):
     """The noise actually drawn is multiplier x derived sensitivity, and the event prices exactly it."""
@@ -227,6 +238,7 @@ def test_released_noise_matches_the_recorded_event(method, monkeypatch):
     dict(method="power"), dict(method="analyze_gauss"), dict(method="power", centered=True),
     dict(method="analyze_gauss", centered=True, delta=1e-6), dict(method="power", n_iter=1),
 ])
+@_SMALL_PRIVATE
 def test_recorded_cost_equals_target(kwargs):
     X = well_separated(n=200, d=6)
     budget = PrivacyAccountant(epsilon=10.0, delta=1e-5)
@@ -245,6 +257,7 @@ def test_recorded_cost_equals_target(kwargs):
     assert budget.spent()[0] == pytest.approx(charged, rel=1e-9)
 
 
+@_SMALL_PRIVATE
 def test_mean_share_and_final_step_schedule():
     X = well_separated(n=200, d=6)
     est = PrivatePCA(2, epsilon=1.0, data_norm=20.0, method="power", n_iter=5, random_state=0).fit(X)
@@ -260,6 +273,7 @@ def test_mean_share_and_final_step_schedule():
     assert np.sum(1 / z**2) == pytest.approx(4.0) and power_schedule(2.0, 1).tolist() == [0.5]
 
 
+@_SMALL_PRIVATE
 def test_paper_calibration_reproduces_hardt_price_sigma(monkeypatch):
     """Entry-level PPM, calibration='paper': step l adds N(0, sigma^2 ||X_{l-1}||_inf^2) noise."""
     rng = np.random.default_rng(5)
@@ -287,6 +301,7 @@ def test_paper_calibration_reproduces_hardt_price_sigma(monkeypatch):
     assert est.privacy_cost_.epsilon < eps and est.privacy_cost_.calibration == "paper"
 
 
+@_SMALL_PRIVATE
 def test_paper_calibration_warns_when_it_overspends():
     A = np.eye(5)
     with pytest.warns(PrivacyWarning, match="costs epsilon"):
@@ -294,6 +309,7 @@ def test_paper_calibration_warns_when_it_overspends():
                    random_state=0).fit(A)
 
 
+@_SMALL_PRIVATE
 def test_entry_level_exact_noise_uses_row_norms(monkeypatch):
     rng = np.random.default_rng(2)
     d = 40
@@ -306,6 +322,7 @@ def test_entry_level_exact_noise_uses_row_norms(monkeypatch):
     assert est.privacy_cost_.epsilon == pytest.approx(2.0, rel=1e-9)
 
 
+@_SMALL_PRIVATE
 def test_budget_refused_before_touching_data():
     budget = PrivacyAccountant(epsilon=1.0, delta=1e-5)
     X = well_separated(n=100, d=5)
@@ -435,6 +452,7 @@ def test_spm_private_recovery():
 # Method choice, input checks, never touching X
 # --------------------------------------------------------------------------------------------
 
+@NON_PRIVATE
 def test_auto_method_rule():
     X = well_separated(n=50, d=6)
     assert PrivatePCA(2).fit(X).method_ == "analyze_gauss"
@@ -445,6 +463,8 @@ def test_auto_method_rule():
     assert PrivatePCA(1, n_iter=2, random_state=0).fit(wide).method_ == "power"
 
 
+@_SMALL_PRIVATE
+@NON_PRIVATE
 @pytest.mark.parametrize("kwargs", [dict(method="power"), dict(method="analyze_gauss"),
                                     dict(centered=True), dict(input="precomputed"),
                                     dict(epsilon=np.inf, data_norm=None, method="power")])
@@ -490,6 +510,7 @@ def test_bad_inputs():
         PrivatePCA(2).fit(np.full((5, 4), np.nan))
 
 
+@NON_PRIVATE
 def test_feature_names_and_set_output():
     X = well_separated(n=50, d=5)
     est = PrivatePCA(3).fit(X)
@@ -497,6 +518,7 @@ def test_feature_names_and_set_output():
     assert est.set_output(transform="default").fit_transform(X).shape == (50, 3)
 
 
+@_SMALL_PRIVATE
 def test_gridsearch_pipeline_records_every_fit():
     rng = np.random.default_rng(0)
     X = well_separated(n=240, d=6)
@@ -533,6 +555,8 @@ def test_algorithm_functions_standalone(rng):
 # scikit-learn contract
 # --------------------------------------------------------------------------------------------
 
+@noise_dominated("explained_variance_")  # the checks' few rows, at epsilon=1
+@NON_PRIVATE  # the first two are the exact method, at epsilon=inf
 @parametrize_with_checks([PrivatePCA(), PrivatePCA(method="power", random_state=0),
                           PrivatePCA(epsilon=1.0, data_norm=5.0, random_state=0)])
 def test_sklearn_contract(estimator, check):
@@ -610,6 +634,7 @@ def test_noise_level_is_where_pure_noise_eigenvalues_sit(method, k):
     assert np.all(nonprivate.explained_variance_noise_ == 0)
 
 
+@_SMALL_PRIVATE
 def test_verbose_progress_prints_public_counts_only(capsys):
     """verbose=1 shows the power steps; a private fit prints the same text for any data of that shape."""
     outputs = []

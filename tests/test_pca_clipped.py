@@ -19,6 +19,7 @@ from dptensor.algorithms.power import (MAX_DENSE_FEATURES, MEAN_SHARE, TOTAL_SHA
                                        covariance_sensitivity)
 from dptensor.datasets import make_spiked_covariance
 from dptensor.metrics import sin_theta_distance
+from expected_warnings import NON_PRIVATE
 
 ONE = 2.0 ** BITS
 
@@ -155,6 +156,7 @@ def test_clipped_power_recovers_a_clear_subspace():
     assert np.all(est.explained_variance_ > 0)
 
 
+@NON_PRIVATE
 def test_without_privacy_it_is_the_exact_eigendecomposition():
     X, _ = _spiked(n=500, d=10)
     ours = PrivatePCA(2, method="clipped_power").fit(X)

@@ -33,6 +33,12 @@ from dptensor.datasets import make_low_rank_tensor
 from dptensor.mechanisms import clip_rows, gaussian_release, grid_step
 from dptensor.algorithms.streaming_tensor import block_statistics
 from dptensor.algorithms.power import center_and_clip, covariance_sensitivity
+from expected_warnings import noise_dominated
+
+# A private fit on a small fixture, for its accounting, plumbing or what it keeps (not its
+# accuracy): at that size its weaker components are noise, as the fit says.
+_SMALL_PRIVATE = noise_dominated()
+
 
 pytestmark = pytest.mark.filterwarnings("ignore::dptensor.PrivacyWarning")
 
@@ -365,6 +371,7 @@ def _tensor_secrets(T, est, rows=()):
                 lines=[("exact T(I, v, v)", TIvv)], values=[("exact T(v, v, v)", np.sum(TIvv * V, axis=1))])
 
 
+@_SMALL_PRIVATE
 @pytest.mark.parametrize("method", ["power", "input_perturbation", None])
 @pytest.mark.parametrize("tensor_input", [False, True])
 def test_tensor_decomposition_pickles_only_releases(tmp_path, method, tensor_input):
@@ -388,6 +395,7 @@ def test_tensor_decomposition_pickles_only_releases(tmp_path, method, tensor_inp
     audit_everywhere(est, tmp_path, **secrets)
 
 
+@_SMALL_PRIVATE
 @pytest.mark.parametrize("epsilon", [1.0, np.inf])
 def test_adaptive_pca_pickles_only_releases(tmp_path, epsilon):
     """AdaptivePrivatePCA: components and the released thresholds; no row, no exact ``A^T A v``.
@@ -446,6 +454,7 @@ def test_completion_pickles_only_releases(tmp_path, perturbation, fit_intercept)
     lambda: PrivateTensorDecomposition(2, **SMALL, random_state=np.random.default_rng(12), **PRIVATE),
     lambda: StreamingTensorPower(2, batch_size=100, **SMALL, random_state=np.random.default_rng(12), **PRIVATE),
 ], ids=["pca-power", "pca-analyze_gauss", "tensor", "stream"])
+@_SMALL_PRIVATE
 def test_dask_fits_pickle_only_releases(tmp_path, make):
     """Rows on Dask: the fitted model holds no chunk, no generator, no unnoised X^T X."""
     da = pytest.importorskip("dask.array")
@@ -490,6 +499,7 @@ def _grid_mean(X):
     return row_sum(grid_rows(X, B), B / len(X)).value()
 
 
+@_SMALL_PRIVATE
 def test_generator_step_back_has_nothing_to_work_on():
     """The issue's attack: step a pickled PCG64 back and regenerate the noise of the released mean.
 
@@ -607,6 +617,7 @@ def _grid_noises(search, X, splits):
     return out
 
 
+@_SMALL_PRIVATE
 @pytest.mark.parametrize("n_jobs", [1, 2])
 def test_search_with_repeated_candidates_draws_independent_noise(tmp_path, n_jobs):
     """GridSearchCV over a grid with identical candidates (epsilon 1, 1, 2), one seed.
@@ -876,6 +887,7 @@ def _spy(monkeypatch):
     return starts
 
 
+@_SMALL_PRIVATE
 def test_same_script_same_seed_reproduces_and_no_two_spends_share_a_stream(monkeypatch):
     """The same fits with the same seed under two fresh accountants give identical outputs; within
     one ledger every spend (even an identical refit) draws its own stream.
@@ -895,6 +907,7 @@ def test_same_script_same_seed_reproduces_and_no_two_spends_share_a_stream(monke
     assert not set(starts[2 * n:]) & set(starts[:n])
 
 
+@_SMALL_PRIVATE
 def test_a_fixed_seed_repeats_noise_only_for_the_same_fit_of_the_same_data(monkeypatch):
     """Without an accountant a spend has no ledger position: its stream is keyed by the seed and the
     fit's public description. Different estimators, parameters or data shapes never share a stream.
@@ -976,6 +989,7 @@ DELTA_MISMATCH = [
 ]
 
 
+@_SMALL_PRIVATE
 @pytest.mark.parametrize("fit", DELTA_MISMATCH)
 def test_a_looser_estimator_delta_is_charged_at_the_accountant_delta(fit):
     """``PrivatePCA(epsilon=1, delta=1e-2)`` under an accountant at delta=1e-5.

@@ -14,6 +14,7 @@ from dptensor import (AdaptivePrivatePCA, PrivacyWarning, PrivatePCA, PrivateTen
                       PrivateTensorDecomposition, StreamingTensorPower)
 from dptensor.latent import PrivateGaussianMixture, PrivateLatentDirichletAllocation
 from dptensor.model_selection import PrivateGridSearchCV, PrivateRandomizedSearchCV
+from expected_warnings import noise_dominated
 
 _DEFAULTS = [PrivatePCA(), AdaptivePrivatePCA(), PrivateTensorDecomposition(),
              StreamingTensorPower(), PrivateTensorCompletion(), PrivateGaussianMixture(),
@@ -71,6 +72,7 @@ def _expected_failures(estimator):
     return {}
 
 
+@noise_dominated()  # the checks fit private estimators on their few rows
 @parametrize_with_checks(_DEFAULTS + _PRIVATE + _SEARCHES,
                          expected_failed_checks=_expected_failures)
 def test_sklearn_compatible(estimator, check):

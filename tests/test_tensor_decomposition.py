@@ -22,6 +22,11 @@ from dptensor.algorithms.tensor_power import (PowerNoise, choose_moment, entry_s
                                               n_power_queries, perturb_tensor,
                                               plan_noise_multiplier, row_sensitivity,
                                               tensor_power_method)
+from expected_warnings import NON_PRIVATE, noise_dominated
+
+# A private fit on a few hundred rows, for its accounting, rounding, clipping or plumbing (not its
+# accuracy): at that size its eigenvalues are noise, as the fit says.
+_SMALL_PRIVATE = noise_dominated("eigenvalues_")
 
 
 def orthogonal_tensor(d, k, seed, low=1.0, high=2.0):
@@ -69,6 +74,7 @@ def test_power_helpers():
 
 # -- Alg. 1 recovery ---------------------------------------------------------------------------
 
+@NON_PRIVATE
 def test_noise_free_recovery_d100_k10():
     T, lam, V = orthogonal_tensor(100, 10, seed=0)
     model = PrivateTensorDecomposition(n_components=10, n_restarts=10, n_iter=20, random_state=0).fit(T)
@@ -79,6 +85,7 @@ def test_noise_free_recovery_d100_k10():
     assert model.moment_ == "tensor"
 
 
+@NON_PRIVATE
 def test_noisy_recovery_within_theorem_2_2_scaling():
     """T + E with ||E||_op = 0.008 and 0.026, against lambda_min / sqrt(d) = 0.14: Theorem 2.2 says
     ||v_i - v_hat_i|| <= C3 ||E|| / lambda_i and |lambda_i - lambda_hat_i| <= C2 ||E||.
@@ -101,6 +108,7 @@ def test_noisy_recovery_within_theorem_2_2_scaling():
         assert c3 < 1.0 and c2 < 1.0, (c3, c2)
 
 
+@NON_PRIVATE
 def test_data_input_implicit_and_dense_agree():
     X, lam, V = orthogonal_moment_data(d=12, k=4, n_pairs=50, seed=2)
     np.testing.assert_allclose(moment_tensor(X), np.einsum("i,ia,ib,ic->abc", lam, V, V, V), atol=1e-14)
@@ -111,6 +119,7 @@ def test_data_input_implicit_and_dense_agree():
     assert recovery_error(fits["implicit"].components_, V).max() < 1e-8
 
 
+@NON_PRIVATE
 def test_choose_moment_cost_model():
     S = n_power_queries(10, 20, 20)  # 4200 column-queries
     assert choose_moment(100_000, 100, S) == "dense"      # n >> d^2, many steps
@@ -122,6 +131,7 @@ def test_choose_moment_cost_model():
     assert PrivateTensorDecomposition(2, random_state=0).fit(X[:, :5]).moment_ == "dense"  # d = 5: T is tiny
 
 
+@NON_PRIVATE
 def test_float32_kept_and_input_untouched():
     X, _, V = orthogonal_moment_data(d=8, k=3, n_pairs=20, seed=4)
     X32 = X.astype(np.float32)
@@ -132,6 +142,7 @@ def test_float32_kept_and_input_untouched():
     np.testing.assert_allclose(model.transform(X32), X32 @ model.components_.T)
 
 
+@_SMALL_PRIVATE
 def test_rows_are_clipped_to_data_norm(same_noise):
     X, _, _ = orthogonal_moment_data(d=6, k=2, n_pairs=10, seed=5)
     X = X * 3.0
@@ -201,6 +212,7 @@ def test_row_sensitivity_brute_force():
 
 # -- private Alg. 3 ----------------------------------------------------------------------------
 
+@_SMALL_PRIVATE
 def test_recorded_cost_equals_target():
     T, _, _ = orthogonal_tensor(8, 2, seed=8)
     acct = PrivacyAccountant(epsilon=10.0, delta=1e-5)
@@ -214,6 +226,7 @@ def test_recorded_cost_equals_target():
     assert epsilon_of(cost.event, 1e-5) == pytest.approx(1.0, rel=1e-9)
 
 
+@_SMALL_PRIVATE
 def test_paper_calibration_reproduces_nu_and_exact_is_6x_smaller():
     eps, delta, k, L, R = 1.0, 1e-5, 5, 10, 20
     K = k * L * (R + 1)
@@ -246,6 +259,7 @@ def test_noise_applied_matches_plan():
         assert abs(np.mean(ratios)) < 0.15
 
 
+@_SMALL_PRIVATE
 def test_every_release_has_the_planned_sensitivity_and_multiplier(monkeypatch):
     """Row level: each power step releases the d x L block T(I,u,u) and each restart set its L
     eigenvalues, every column at sensitivity 2B^3/n and the recorded multiplier: k (R + 1) calls
@@ -287,7 +301,7 @@ def test_every_release_has_the_planned_sensitivity_and_multiplier(monkeypatch):
 def test_private_fit_on_well_separated_data_is_useful():
     """Row-level Alg. 3 at a large n: 2B^3/n is small, so a moderate epsilon recovers the top component."""
     rng = np.random.default_rng(10)
-    d, n = 10, 100_000
+    d, n = 10, 99_999  # under 1e5 rows: the default delta=1e-5 stays below 1/n
     v = np.linalg.qr(rng.standard_normal((d, 2)))[0].T
     h = rng.exponential(1.0, size=(n, 2)) - 1.0  # skewed, zero-mean: E[h^3] = 2
     X = h @ v
@@ -308,6 +322,7 @@ def test_budget_refused_before_any_release():
 
 # -- input perturbation --------------------------------------------------------------------------
 
+@_SMALL_PRIVATE
 def test_input_perturbation_priced_and_noised_as_derived():
     T, lam, V = orthogonal_tensor(10, 2, seed=12)
     acct = PrivacyAccountant(epsilon=100.0, delta=1e-5)
@@ -334,6 +349,7 @@ def test_input_perturbation_priced_and_noised_as_derived():
 
 # -- validation -----------------------------------------------------------------------------------
 
+@NON_PRIVATE
 def test_validation_errors():
     T, _, _ = orthogonal_tensor(5, 2, seed=14)
     bad = T.copy()
@@ -358,6 +374,7 @@ def test_validation_errors():
         PrivateTensorDecomposition(2).fit(np.zeros((3, 3, 3, 3)))
 
 
+@NON_PRIVATE
 def test_feature_names_and_transform():
     X = np.random.default_rng(1).standard_normal((30, 4))
     model = PrivateTensorDecomposition(2, random_state=0).fit(X)
@@ -368,11 +385,13 @@ def test_feature_names_and_transform():
 # -- scikit-learn contract --------------------------------------------------------------------------
 
 # No expected failures: every check passes (a 2-D X is data; 3-D input is declared in the tags).
+@NON_PRIVATE  # the default estimator is the exact method
 @parametrize_with_checks([PrivateTensorDecomposition(n_components=1, n_restarts=3, n_iter=5)])
 def test_sklearn_compatible(estimator, check):
     check(estimator)
 
 
+@_SMALL_PRIVATE
 def test_pipeline_and_grid_search_share_the_accountant():
     rng = np.random.default_rng(15)
     X = rng.standard_normal((120, 5)) + rng.exponential(1.0, size=(120, 1))
@@ -389,6 +408,7 @@ def test_pipeline_and_grid_search_share_the_accountant():
     assert search.best_estimator_.steps[0][1].privacy_cost_.private
 
 
+@NON_PRIVATE
 def test_verbose_progress(capsys):
     """verbose=1: one line per component; verbose=2 (or d >= 1000): the power steps too, counts only."""
     V = np.linalg.qr(np.random.default_rng(40).standard_normal((6, 2)))[0].T
@@ -413,6 +433,7 @@ def _rounding_spy(monkeypatch, name):
     return seen
 
 
+@_SMALL_PRIVATE
 def test_dense_moment_power_queries_carry_their_rounding(monkeypatch):
     """A private power fit on a dense moment of rows: every query's rounding is n rows plus the
     contraction's d(d+1)/2 pairs and the fixed scalings, total B^3 plus the deflated |lambda|s."""
@@ -433,6 +454,7 @@ def test_dense_moment_power_queries_carry_their_rounding(monkeypatch):
     assert [r.terms for r in first] == [vector_terms] * 4 + [vector_terms + d + 1]
 
 
+@_SMALL_PRIVATE
 def test_input_perturbation_rounds_a_moment_but_not_a_tensor(monkeypatch):
     rng = np.random.default_rng(6)
     n, d, B = 300, 4, 1.5
@@ -507,6 +529,7 @@ def test_a_noise_dominated_decomposition_warns_and_a_clear_one_does_not(method):
     assert np.max(recovery_error(clear.components_, V)) < 0.1
 
 
+@NON_PRIVATE
 @pytest.mark.parametrize("method", ["power", "input_perturbation"])
 def test_expected_noise_is_the_noise_the_fit_records(method):
     X, _ = _spiked_rows(3000, 8, 2, seed=2)

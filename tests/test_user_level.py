@@ -11,6 +11,12 @@ import pytest
 from dptensor import PrivacyAccountant, PrivateTensorCompletion
 from dptensor.algorithms.completion import user_level as ul
 from dptensor.algorithms.completion.modes.user import UnitEvent
+from expected_warnings import NON_PRIVATE, noise_dominated
+
+# A private fit on a small fixture, for its accounting, plumbing or what it keeps (not its
+# accuracy): at that size its weaker components are noise, as the fit says.
+_SMALL_PRIVATE = noise_dominated()
+
 
 M, N_USERS, N_ITEMS, CLIP, C = 3, 4, 5, 0.3, 0.7
 
@@ -108,6 +114,7 @@ def _fit(X, y, **kw):
     return PrivateTensorCompletion(**{**params, **kw}).fit(X, y)
 
 
+@_SMALL_PRIVATE
 def test_no_user_factor_or_offset_is_stored_or_pickled():
     X, y = _ratings()
     est = _fit(X, y)
@@ -150,6 +157,7 @@ def test_history_personalises_and_no_history_is_cold_start():
     assert est.score(X, y, history=(X, y)) > est.score(X, y)
 
 
+@_SMALL_PRIVATE
 def test_one_event_at_user_level_previewed_and_named():
     X, y = _ratings()
     acc = PrivacyAccountant(epsilon=10.0, delta=1e-5)
@@ -164,6 +172,8 @@ def test_one_event_at_user_level_previewed_and_named():
     assert preview.event == est.privacy_cost_.event
 
 
+@NON_PRIVATE
+@_SMALL_PRIVATE
 def test_bad_input_is_refused_with_a_reason():
     X, y = _ratings()
     with pytest.raises(ValueError, match="implicit.*who rated what"):
@@ -181,6 +191,7 @@ def test_bad_input_is_refused_with_a_reason():
         PrivateTensorCompletion(rank=2, value_range=(1, 5)).fit(X, y).predict(X, history=(X, y))
 
 
+@_SMALL_PRIVATE
 def test_a_user_over_the_bound_is_subsampled_not_refused():
     X, y = _ratings()
     est = _fit(X, y, max_ratings_per_user=2)

@@ -11,6 +11,7 @@ from dptensor._validation import (check_data_norm, check_delta, check_epsilon, c
                                   check_positive_int, check_privacy, check_random_generator,
                                   check_symmetric_tensor, zero_nonfinite_rows)
 from dptensor.accounting import GaussianEvent, LaplaceEvent, epsilon_of
+from expected_warnings import NON_PRIVATE
 
 
 @pytest.mark.parametrize("bad,exc", [(0.0, ValueError), (-1.0, ValueError), (-np.inf, ValueError),
@@ -259,6 +260,7 @@ def test_the_data_check_reads_no_value_of_an_array_with_a_dtype():
     assert computed == []
 
 
+@NON_PRIVATE
 def test_numbers_as_text_or_objects_still_fit_and_text_is_refused_quietly():
     """What scikit-learn accepted before the quiet checks still fits (numbers held as objects or as
     text convert); text that is not a number is refused without being quoted."""
