@@ -10,6 +10,7 @@ import os
 import platform
 import time
 import tracemalloc
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,16 @@ def machine_info() -> dict:
         if var in os.environ:
             info[var] = os.environ[var]
     return info
+
+
+def one_thread():
+    """One BLAS thread for the block inside (ratios on shared machines), where threadpoolctl is
+    installed; else nothing changes."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return nullcontext()
+    return threadpool_limits(limits=1)
 
 
 def timed(fn, *args, repeat: int = 1, **kwargs):

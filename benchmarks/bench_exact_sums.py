@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import sys
 import warnings
-from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +23,7 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import timed, write_results  # noqa: E402
+from benchmarks._common import one_thread, timed, write_results  # noqa: E402
 from dptensor import PrivatePCA  # noqa: E402
 from dptensor.algorithms.exact import gram, gram_product, grid_rows, grid_vectors  # noqa: E402
 from dptensor.mechanisms import clip_rows  # noqa: E402
@@ -33,14 +32,6 @@ from dptensor.algorithms.power import center_and_clip, private_mean, private_tot
 NAME = "exact_sums"
 #: Rows have squared norm about 175 (std 2 down to 0.5 over 100 columns): B = 20 clips few of them.
 B = 20.0
-
-
-def _one_thread():
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return nullcontext()
-    return threadpool_limits(limits=1)
 
 
 def _fit(X, method):
@@ -66,7 +57,7 @@ def run(quick: bool = False) -> list[dict]:
     X = rng.standard_normal((n, d)) * np.linspace(2.0, 0.5, d)
     V = np.linalg.qr(rng.standard_normal((d, 3)))[0]
     records = []
-    with _one_thread():
+    with one_thread():
         base, _ = timed(lambda: X.T @ X, repeat=repeat)
         step, _ = timed(lambda: X.T @ (X @ V), repeat=repeat)
         M = grid_rows(X, B)

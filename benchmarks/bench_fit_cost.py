@@ -19,7 +19,6 @@ import sys
 import time
 import tracemalloc
 import warnings
-from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +26,7 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import write_results  # noqa: E402
+from benchmarks._common import one_thread, write_results  # noqa: E402
 from dptensor import PrivateGaussianMixture, PrivatePCA  # noqa: E402
 from dptensor.datasets import make_gaussian_mixture  # noqa: E402
 
@@ -48,14 +47,6 @@ FITS = {
 #: The goals of the fits' cost (issue: fits at the cost of their one pass).
 GOALS = {"PrivatePCA non-private": 1.3, "PrivatePCA eps=1": 1.5,
          "PrivateGaussianMixture non-private": 3.0, "PrivateGaussianMixture eps=1": 3.0}
-
-
-def _one_thread():
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return nullcontext()
-    return threadpool_limits(limits=1)
 
 
 def _seconds(fn):
@@ -110,7 +101,7 @@ def bench(n, repeat):
 
 def run(quick=False):
     sizes = (20_000,) if quick else (200_000, 1_000_000)
-    with _one_thread():
+    with one_thread():
         records = [r for n in sizes for r in bench(n, 3 if quick else 5)]
     summary = ("Each fit's wall time over one `X^T X` timed beside it in the same run (median over "
                "the repetitions, min and max beside it), float64 rows, d = 100, one BLAS thread, "

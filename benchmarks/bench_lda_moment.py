@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import sys
 import time
-from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +26,7 @@ import scipy.sparse as sp
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import write_results  # noqa: E402
+from benchmarks._common import one_thread, write_results  # noqa: E402
 from dptensor.algorithms import pair_moment  # noqa: E402
 from dptensor.datasets import make_lda_corpus  # noqa: E402
 from dptensor.latent import lda  # noqa: E402
@@ -36,14 +35,6 @@ NAME = "lda_moment"
 WORDS, K = 2000, 10
 #: The goal (issue: the pair moment >= 3x faster at 1e5 documents x 2000 words).
 GOAL = 3.0
-
-
-def _one_thread():
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return nullcontext()
-    return threadpool_limits(limits=1)
 
 
 def _seconds(fn):
@@ -105,7 +96,7 @@ def _numba_version():
 
 def run(quick=False):
     sizes = (10_000,) if quick else (100_000,)
-    with _one_thread():
+    with one_thread():
         records = [r for n in sizes for r in bench(n, 3 if quick else 5)]
     summary = ("The topic model's pair moment `C^T diag(D) C` (2000 words, clipped weights as a "
                "private fit's) against scipy's sparse product, interleaved in each repetition; "
