@@ -30,7 +30,7 @@ from .exceptions import PrivacyWarning
 from ._memory import check_fits
 from .mechanisms.randomness import (AsDense, data_digest, digest_bytes, fingerprint, seed_entropy,
                                     spend_generator)
-from ._validation import check_delta_for_n, check_groups, check_privacy
+from ._validation import check_delta_for_n, check_groups, check_positive_int, check_privacy
 
 __all__ = ["PrivacyCost", "PrivacyWarning", "PrivateEstimatorMixin", "NO_PRIVACY_COST", "FitPlan",
            "FitData", "SearchTag", "NoisePreview", "warn_noise_dominated"]
@@ -330,6 +330,13 @@ class PrivateEstimatorMixin:
         if groups:
             self._check_groups_private()
         return bool(groups)
+
+    def _preview_rows(self, n_samples, n_features, groups=False) -> PrivacyCost:
+        """``privacy_cost`` of a fit on ``n_samples`` x ``n_features`` rows (groups, with
+        ``groups=True``): the fit's own plan, checked, without data or spend."""
+        shape = (check_positive_int(n_samples, "n_samples"),
+                 check_positive_int(n_features, "n_features"))
+        return self._preview_plan(self._plan(shape, grouped=self._preview_grouped(groups)))
 
     def _check_groups(self, groups, n_rows: int):
         """``(codes, n_groups)`` of validated ``groups`` (:func:`~dptensor._validation.

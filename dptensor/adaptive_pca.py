@@ -448,9 +448,7 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         ``groups=True``: preview a fit given groups; ``n_samples`` is then the number of groups
         (the fit's unit a group of rows, priced by the same plan).
         """
-        n = check_positive_int(n_samples, "n_samples")
-        d = check_positive_int(n_features, "n_features")
-        return self._preview_plan(self._plan((n, d), grouped=self._preview_grouped(groups)))
+        return self._preview_rows(n_samples, n_features, groups)
 
     def _score_units(self, X, y=None):
         """Per-row captured variance and its public range ``(0, 1)`` (``None`` without

@@ -662,9 +662,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
         """The :class:`~dptensor.PrivacyCost` a ``fit`` on ``n_samples`` x ``n_features`` data
         would record, from the parameters alone with the fit's own plan (no data, no spend).
         ``groups=True``: preview a fit given groups; ``n_samples`` is then the number of groups."""
-        n = check_positive_int(n_samples, "n_samples")
-        d = check_positive_int(n_features, "n_features")
-        return self._preview_plan(self._plan((n, d), grouped=self._preview_grouped(groups)))
+        return self._preview_rows(n_samples, n_features, groups)
 
     def _score_units(self, X, y=None):
         """Per-row captured variance and its public range ``(0, 1)`` (``None`` without

@@ -247,9 +247,7 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         ``groups=True``: preview a fit given groups; ``n_samples`` is then the number of groups
         (the fit's unit a group of rows, priced by the same plan).
         """
-        shape = (check_positive_int(n_samples, "n_samples"),
-                 check_positive_int(n_features, "n_features"))
-        return self._preview_plan(self._plan(shape, grouped=self._preview_grouped(groups)))
+        return self._preview_rows(n_samples, n_features, groups)
 
     def expected_noise(self, n_samples, n_features):
         """The noise level a ``fit`` on ``n_samples`` x ``n_features`` data would record in
