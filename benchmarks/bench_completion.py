@@ -24,7 +24,7 @@ import warnings
 
 import numpy as np
 
-from benchmarks._common import peak_memory, plot_path, timed, write_results
+from benchmarks._common import load_results, peak_memory, plot_path, timed, write_results
 from dptensor import PrivacyWarning
 from dptensor.algorithms.completion.observations import Observations
 from dptensor.algorithms.completion.als import als
@@ -257,7 +257,8 @@ def _plot(eps_records, miss_records, size_records, epsilons, ratios):
     from matplotlib.ticker import NullFormatter
 
     fig, axes = plt.subplots(3, 2, figsize=(11, 11.5))
-    colors = {mode: f"C{i}" for i, mode in enumerate(["non-private", *MODES[1:]])}
+    # one colour a mode in every panel; the non-private fit is black everywhere
+    colors = {"non-private": "k", **{mode: f"C{i + 1}" for i, mode in enumerate(MODES[1:])}}
     eps_mean = _mean_by(eps_records, ["decomposition", "mode", "epsilon"])
     miss_mean = _mean_by(miss_records, ["decomposition", "mode", "missing_ratio"])
     observed_mean = np.mean([r["rmse"] for r in eps_records if r["mode"] == "observed mean"])
@@ -284,8 +285,8 @@ def _plot(eps_records, miss_records, size_records, epsilons, ratios):
         ax.set(yscale="log", xlabel="missing ratio", ylabel="RMSE (missing entries)",
                title=f"{kind.upper()}: epsilon = 1")
         ax.yaxis.set_minor_formatter(NullFormatter())  # minor labels overlap on a short log axis
-    axes[1, 0].legend(fontsize=8)
-    axes[2, 0].legend(fontsize=8)
+    for ax in axes[1:].ravel():  # each panel names its own lines (Tucker has fewer modes)
+        ax.legend(fontsize=8)
     # Privacy-utility on the 100^3 study: the share of the non-private gain kept, and the RMSE.
     kept = _mean_by([{**r, "rmse": r["kept"]} for r in size_records], ["observed", "epsilon"])
     err = _mean_by(size_records, ["observed", "epsilon"])
@@ -365,7 +366,19 @@ def _md(rows):
     return markdown_table(rows, ["decomposition", "mode", "epsilon", "mean_rmse"])
 
 
-if __name__ == "__main__":
+def replot() -> None:
+    """Redraw the picture from the saved results (``--plot-only``), without rerunning."""
+    records = load_results("completion")["records"]
+    by = {study: [r for r in records if r["study"] == study]
+          for study in ("epsilon", "missing", "size x epsilon")}
+    epsilons = sorted({r["epsilon"] for r in by["epsilon"] if np.isfinite(r["epsilon"])})
+    ratios = sorted({r["missing_ratio"] for r in by["missing"]})
+    _plot(by["epsilon"], by["missing"], by["size x epsilon"], epsilons, ratios)
+
+
+if __name__ == "__main__" and "--plot-only" in sys.argv:
+    replot()
+elif __name__ == "__main__":
     # One BLAS thread: the machine these numbers come from is shared, and oversubscribed threaded
     # BLAS on small (n_obs x rank) products was measured 10x slower than one thread.
     try:
