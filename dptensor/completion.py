@@ -173,7 +173,8 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
     value_range : (lo, hi) or None, default=None
         Public range of the values; required when private. Values are clipped to it.
     shape : tuple of int or None, default=None
-        The tensor's shape; ``None`` infers one past the largest index of each mode of ``X``.
+        The tensor's shape; ``None`` infers one past the largest index of each mode of ``X``
+        (a private fit with ``privacy_unit="user"`` refuses it: the indices are private).
     batch_size : None, default=None
         Only full batches are offered: Poisson-subsampled DP gradient descent would need an
         exactly accounted subsampled-Gaussian event, which the accountant does not price, and
@@ -401,6 +402,11 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         p = self._check_params((len(y), shape))
         p["fixed"] = self._check_factor_modes(len(shape), p["mode"])
         epsilon, delta = self._privacy_target(gaussian=p["mode"].gaussian)
+        if p["unit"] == "user" and self.shape is None and math.isfinite(epsilon):
+            # a shape inferred from the indices is the largest private positions: one user's
+            # history would move the released shape_ (and the number of users counted)
+            raise ValueError('a private fit with privacy_unit="user" needs the public shape: set '
+                             "shape (users, items, ...), not the one inferred from X's indices")
         if p["unit"] == "user" and math.isfinite(epsilon):
             # the unit is one user, and their number (the shape's first side) is public
             self._check_delta_for(shape[0], epsilon, delta, unit="user")

@@ -114,7 +114,8 @@ def test_user_rule_never_reads_the_number_of_ratings_or_the_positions(monkeypatc
     assert a.privacy_cost_.event == b.privacy_cost_.event
     assert a.factors_[1].shape[1] == b.factors_[1].shape[1]
     calls.clear()
-    _fit(X1[X1[:, 1] < 150], y1[X1[:, 1] < 150], epsilon=1.0, privacy_unit="user")
+    with pytest.raises(ValueError, match="needs the public shape"):  # refused, before the spend
+        _fit(X1[X1[:, 1] < 150], y1[X1[:, 1] < 150], epsilon=1.0, privacy_unit="user")
     assert calls and all(c["shape"] is None for c in calls)
 
 
