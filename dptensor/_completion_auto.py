@@ -1,6 +1,6 @@
 """What ``PrivateTensorCompletion(perturbation="auto", rank="auto")`` runs, from public quantities
 only (the rule: :func:`~dptensor.algorithms.completion.modes.auto.auto_choice`), and the check of
-``factor_modes`` against the mode it resolves to."""
+``factor_modes`` against the mode it resolves to; a private user-level fit's public shape."""
 from __future__ import annotations
 
 import math
@@ -28,6 +28,14 @@ class AutoChoice:
                 self._resolved_perturbation()]
         mode.check_modes(order, fixed, self.factor_modes)
         return fixed
+
+    def _check_public_shape(self):
+        """A private user-level fit's shape must be the one the user sets: one inferred from the
+        indices is the largest private positions, and one user's history would move the released
+        ``shape_`` (and the number of users counted). Refused before the spend."""
+        if self.shape is None:
+            raise ValueError('a private fit with privacy_unit="user" needs the public shape: set '
+                             "shape (users, items, ...), not the one inferred from X's indices")
 
     def _resolved_perturbation(self, choice=None):
         """``perturbation="auto"``: non-private at ``epsilon=inf``, else the rule's choice

@@ -402,13 +402,9 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         p = self._check_params((len(y), shape))
         p["fixed"] = self._check_factor_modes(len(shape), p["mode"])
         epsilon, delta = self._privacy_target(gaussian=p["mode"].gaussian)
-        if p["unit"] == "user" and self.shape is None and math.isfinite(epsilon):
-            # a shape inferred from the indices is the largest private positions: one user's
-            # history would move the released shape_ (and the number of users counted)
-            raise ValueError('a private fit with privacy_unit="user" needs the public shape: set '
-                             "shape (users, items, ...), not the one inferred from X's indices")
         if p["unit"] == "user" and math.isfinite(epsilon):
             # the unit is one user, and their number (the shape's first side) is public
+            self._check_public_shape()
             self._check_delta_for(shape[0], epsilon, delta, unit="user")
         elif p["perturbation"] is not None and math.isfinite(epsilon):
             # the unit is one observed value, and their number is public
