@@ -11,6 +11,8 @@ import pytest
 _NON_PRIVATE = r"ignore:\w+ released its fit without a privacy guarantee:dptensor.PrivacyWarning"
 _NOISE = (r"ignore:the released {} of component\(s\) \[[\d, ]+\] is below twice its noise level"
           ":UserWarning")
+_OFFSETS = (r"ignore:the released offsets_rms_ of mode\(s\) \[[\d, ]+\] is below its noise level"
+            ":UserWarning")
 _DELTA = (r"ignore:delta=[\d.e+-]+ is not below 1/n = 1/\d+ .* for these n=\d+ {}s"
           ":dptensor.PrivacyWarning")
 
@@ -31,3 +33,9 @@ def delta_not_below_one_over_n(unit="row"):
     """A test whose ``delta`` is not below 1/n on purpose (a large delta that makes a rare case
     likely, a small n that a brute force can enumerate): the fit says so."""
     return pytest.mark.filterwarnings(_DELTA.format(unit))
+
+
+#: A completion fit on data too small for its epsilon, or without row effects, on purpose (the
+#: audits' tiny tensors, scikit-learn's checks): its released components and offsets are below
+#: their noise levels, and the fit says so (``tests/test_completion_noise.py`` asserts it).
+COMPLETION_NOISE = [noise_dominated("component_rms_"), pytest.mark.filterwarnings(_OFFSETS)]

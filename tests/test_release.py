@@ -33,14 +33,14 @@ from dptensor.datasets import make_low_rank_tensor
 from dptensor.mechanisms import clip_rows, gaussian_release, grid_step
 from dptensor.algorithms.streaming_tensor import block_statistics
 from dptensor.algorithms.power import center_and_clip, covariance_sensitivity
-from expected_warnings import noise_dominated
+from expected_warnings import COMPLETION_NOISE, noise_dominated
 
 # A private fit on a small fixture, for its accounting, plumbing or what it keeps (not its
 # accuracy): at that size its weaker components are noise, as the fit says.
 _SMALL_PRIVATE = noise_dominated()
 
 
-pytestmark = pytest.mark.filterwarnings("ignore::dptensor.PrivacyWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::dptensor.PrivacyWarning"), *COMPLETION_NOISE]
 
 N, D, B = 600, 6, 1.5          # rows, features, the public row bound
 FORBIDDEN = (np.random.Generator, np.random.BitGenerator, np.random.RandomState, np.random.SeedSequence)
