@@ -68,7 +68,7 @@ _CASES = {
     "PrivateGaussianMixture": (lambda rs: PrivateGaussianMixture(
         2, epsilon=1.0, data_norm=1.0, random_state=rs), _rows, "means_"),
     "PrivateLatentDirichletAllocation": (lambda rs: PrivateLatentDirichletAllocation(
-        2, epsilon=1.0, random_state=rs), _counts, ("components_", "alpha_")),
+        2, epsilon=1.0, random_state=rs), _counts, ("components_", "alpha_", "m2_eigenvalues_")),
     "PrivateTensorCompletion": (lambda rs: PrivateTensorCompletion(
         epsilon=1.0, value_range=(1, 5), rank=2, shape=(8 * N_FOLDS, 6), random_state=rs), _completion, None),
 }
