@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .pair_products import pair_products
+
 __all__ = ["SymmetricTensor", "ThirdMoment", "DeflatedTensor", "GramMatrix", "DenseMatrix",
            "symmetrize_tensor", "moment_tensor", "moment_chunk_rows"]
 
@@ -75,6 +77,10 @@ class SymmetricTensor(TensorOperator):
     what counts. ``P`` is built once (half the size of T).
     """
 
+    #: Build the restarts' pair products with the compiled loop where there is one
+    #: (:mod:`~dptensor.algorithms.pair_products`); ``False`` forces the NumPy path (the tests).
+    use_kernel = True
+
     def __init__(self, T: np.ndarray):
         self.T = T
         self.shape = T.shape
@@ -83,11 +89,12 @@ class SymmetricTensor(TensorOperator):
         self._packed = np.ascontiguousarray(T[:, self._rows, self._cols] * weights)
 
     def apply(self, U):
-        # K is built transposed, (L, pairs), from contiguous rows of U^T: np.take along the last
-        # axis of a small C-ordered array is several times faster than fancy-indexing rows of U.
-        Ut = np.ascontiguousarray(U.T)
-        K = np.take(Ut, self._rows, axis=1) * np.take(Ut, self._cols, axis=1)
+        # K is built transposed, (L, pairs), from contiguous rows of U^T (compiled where numba
+        # is installed: the same products, 5-10x faster than NumPy's two gathers).
+        K = pair_products(np.ascontiguousarray(U.T), self._rows, self._cols,
+                          use_kernel=self.use_kernel)
         return self._packed @ K.T
+
 
 class ThirdMoment(TensorOperator):
     """The empirical third moment ``T = (1/n) sum_l x_l^(x)3`` of data X (n x d), never formed.
@@ -144,7 +151,14 @@ class DeflatedTensor(TensorOperator):
         return TU - cU.astype(TU.dtype, copy=False), tu - cu.astype(tu.dtype, copy=False)
 
     def apply(self, U):
-        return self.apply_evaluate(U)[0]
+        """``(T - D)(I,U,U)`` alone: a power step needs no ``T(U,U,U)`` (the same values as
+        ``apply_evaluate(U)[0]``, without the scalar queries' work)."""
+        TU = self.base.apply(U)
+        if len(self.eigenvalues) == 0:
+            return TU
+        W = self.components @ U
+        cU = self.components.T @ (self.eigenvalues[:, None] * W * W)
+        return TU.minus(cU) if hasattr(TU, "minus") else TU - cU.astype(TU.dtype, copy=False)
 
     def evaluate(self, U):
         return self.apply_evaluate(U)[1]
