@@ -21,8 +21,8 @@ _KERNEL = []  # [compiled function or None], filled on first use
 def _pairs_into(Ut, K):  # pragma: no cover (compiled)
     """``K[l]``: the products ``Ut[l, b] * Ut[l, c]`` over ``b <= c``, row by row."""
     L, d = Ut.shape
-    for l in range(L):
-        u, k, start = Ut[l], K[l], 0
+    for row in range(L):
+        u, k, start = Ut[row], K[row], 0
         for b in range(d):
             ub, m = u[b], d - b
             for c in range(m):  # a plain stride-1 loop over the row: vectorised
