@@ -16,6 +16,7 @@ from benchmarks._common import (gemm_gflops, load_results, markdown_table, peak_
                                 timed, write_results)
 from dptensor import PrivateTensorDecomposition
 from dptensor.algorithms.operators import SymmetricTensor
+from dptensor.algorithms.pair_products import pair_products, pair_products_numpy
 from dptensor.algorithms.power import random_unit_columns
 from dptensor.datasets import make_orthogonal_tensor
 from dptensor.metrics import recovery_error
@@ -65,24 +66,42 @@ def bench_tensorly(quick: bool):
             return PrivateTensorDecomposition(k, n_restarts=OUR_L, n_iter=OUR_R,
                                               random_state=0).fit(T)
 
-        t_ours, c_ours, model = _median_time(ours, 3)
+        ours()  # compiles the pair-product loop on first use (once per process), untimed
+        # Interleaved with TensorLy: one run of ours before it and two after (the median of three),
+        # so that a change of the machine's load moves both alike.
+        before = _median_time(ours, 1)
         # TensorLy does the same work for every component, so at d=200 we time 2 of them and scale.
         k_tl = k if (quick or d < 200) else 2
         np.random.seed(0)
         t_tl, c_tl, (_, factors) = _median_time(
             lambda: symmetric_parafac_power_iteration(T, k_tl, n_repeat=TL_REPEAT, n_iteration=TL_ITER), 1)
         t_tl, c_tl = t_tl * k / k_tl, c_tl * k / k_tl
+        after = [_median_time(ours, 1) for _ in range(2)]
+        t_ours = float(np.median([r[0] for r in [before, *after]]))
+        c_ours = float(np.median([r[1] for r in [before, *after]]))
+        model = after[-1][2]
+        c_numpy = _numpy_path_cpu(ours)
         err_ours = float(recovery_error(model.components_, V).max())
         # Each TensorLy component against the true component it matches (all k when k_tl = k).
         err_tl = float(recovery_error(V, np.asarray(factors).T).max())
         rows.append({"part": "tensorly", "case": f"d={d} k={k}", "d": d, "k": k,
                      "ours_s": t_ours, "tensorly_s": t_tl, "speedup_wall": t_tl / t_ours,
                      "ours_cpu_s": c_ours, "tensorly_cpu_s": c_tl, "speedup_cpu": c_tl / c_ours,
+                     "ours_numpy_path_cpu_s": c_numpy, "speedup_cpu_numpy_path": c_tl / c_numpy,
                      "tensorly_components_timed": k_tl, "err_ours": err_ours, "err_tensorly": err_tl,
                      "contractions_per_component_ours": OUR_L * OUR_R + OUR_L,
                      "contractions_per_component_tensorly": TL_REPEAT * 3 * TL_ITER + TL_REPEAT + 3 * TL_ITER + 1})
         print(rows[-1])
     return rows
+
+
+def _numpy_path_cpu(fit):
+    """CPU seconds of ``fit`` with the pair products on the NumPy fallback (no compiled loop)."""
+    SymmetricTensor.use_kernel = False
+    try:
+        return _median_time(fit, 1)[1]
+    finally:
+        SymmetricTensor.use_kernel = True
 
 
 def bench_contraction(quick: bool, peak: float):
@@ -95,14 +114,23 @@ def bench_contraction(quick: bool, peak: float):
         T, _, _ = make_orthogonal_tensor(d, 5, random_state=0)
         op, U = SymmetricTensor(T), random_unit_columns(d, OUR_L, rng)
         # Best of many runs: the rate the step reaches when it has the core (the machine is shared).
-        t, _ = timed(op.apply_evaluate, U, repeat=100 if d <= 100 else 30)
+        repeat = 100 if d <= 100 else 30
+        t, _ = timed(op.apply_evaluate, U, repeat=repeat)
+        # The bandwidth yardstick: one NumPy sum over the packed half-tensor, which a step reads.
+        t_read, _ = timed(op._packed.sum, repeat=repeat)
+        Ut, pairs = np.ascontiguousarray(U.T), (op._rows, op._cols)
+        t_pairs, _ = timed(pair_products, Ut, *pairs, repeat=repeat)
+        t_pairs_np, _ = timed(pair_products_numpy, Ut, *pairs, repeat=repeat)
         # "gflops" counts the dense contraction's work (2 d^3 L), the yardstick of the issue; the packed
         # product really performs about half of it (d^3 L over the pairs b <= c), reported beside it.
         flops = 2 * d**3 * OUR_L + 4 * d**2 * OUR_L
         actual = d * d * (d + 1) * OUR_L + 4 * d**2 * OUR_L
         rows.append({"part": "contraction", "case": f"d={d} L={OUR_L}", "d": d, "seconds": t,
                      "gflops": flops / t / 1e9, "gemm_peak_gflops": peak, "fraction_of_peak": flops / t / 1e9 / peak,
-                     "actual_gflops": actual / t / 1e9, "actual_fraction_of_peak": actual / t / 1e9 / peak})
+                     "actual_gflops": actual / t / 1e9, "actual_fraction_of_peak": actual / t / 1e9 / peak,
+                     "packed_read_s": t_read, "fraction_of_bandwidth_limit": t_read / t,
+                     "pairs_compiled_s": t_pairs, "pairs_numpy_s": t_pairs_np,
+                     "pairs_speedup": t_pairs_np / t_pairs})
         print(rows[-1])
     return rows
 
@@ -278,9 +306,11 @@ def _summary(records, peak, quick, load):
              f"Timings are medians on a shared machine (1-minute load average {load[0]:.1f} before, "
              f"{load[1]:.1f} after), so absolute times are pessimistic; ratios are what to read.", ""]
     cols = {"tensorly": ["case", "ours_s", "tensorly_s", "speedup_wall", "ours_cpu_s", "tensorly_cpu_s",
-                         "speedup_cpu", "tensorly_components_timed", "err_ours", "err_tensorly"],
+                         "speedup_cpu", "ours_numpy_path_cpu_s", "speedup_cpu_numpy_path",
+                         "tensorly_components_timed", "err_ours", "err_tensorly"],
             "contraction": ["case", "seconds", "gflops", "gemm_peak_gflops", "fraction_of_peak", "actual_gflops",
-                            "actual_fraction_of_peak"],
+                            "actual_fraction_of_peak", "packed_read_s", "fraction_of_bandwidth_limit",
+                            "pairs_compiled_s", "pairs_numpy_s", "pairs_speedup"],
             "large_data": ["case", "moment", "seconds", "cpu_seconds", "seconds_nonprivate", "peak_fit_MB", "X_MB",
                            "dense_moment_GB"],
             "crossover": ["case", "column_queries", "implicit_s", "dense_s", "faster", "auto_picks",
@@ -292,11 +322,15 @@ def _summary(records, peak, quick, load):
                          "against L=10 restarts x R=33 steps + 10 scores (340). Noise 0.01 on lambda in [1, 0.5]. "
                          "At d=200 TensorLy is timed on 2 components and scaled to k (its work per component "
                          "is identical); its error there is over those 2 components. Wall and CPU (process) "
-                         "times are medians (ours over 3 runs, TensorLy 1 run).",
+                         "times are medians (ours over 3 runs, one before TensorLy's run and two after); "
+                         "ours_numpy_path_cpu_s: one run with the pair products on the NumPy fallback.",
              "contraction": "One batched T(I,U,U) and T(U,U,U) over L=10 restarts (dense symmetric tensor), "
                             "best of many runs, against the best-of GEMM rate (n=2000). gflops counts the dense "
                             "contraction's 2 d^3 L flops (the work TensorLy does); the packed product exploits "
-                            "the symmetry of T and performs about half of that (actual_gflops).",
+                            "the symmetry of T and performs about half of that (actual_gflops). packed_read_s: one NumPy sum "
+                            "over the packed half-tensor (the bandwidth limit of a step that reads it once); "
+                            "fraction_of_bandwidth_limit = packed_read_s / seconds. pairs_*: building the "
+                            "restarts' pair products, compiled loop against NumPy's gathers (best of the runs).",
              "large_data": "Row-level private fit (epsilon=1, data_norm=5), implicit moment; peak_fit_MB is the "
                            "Python/NumPy peak while fitting (X itself excluded: allocated before).",
              "crossover": "Both paths on the same data; dense includes forming T. auto_picks is choose_moment.",
@@ -309,28 +343,54 @@ def _summary(records, peak, quick, load):
     return "\n".join(lines)
 
 
-def run(quick: bool = False) -> list[dict]:
+PARTS = {"tensorly": bench_tensorly, "large_data": bench_large_data, "crossover": bench_crossover,
+         "utility": bench_privacy_utility}
+
+
+def run(quick: bool = False, parts=None) -> list[dict]:
+    """Every part, or only ``parts`` (names of :data:`PARTS` and ``"contraction"``), the other parts'
+    records kept from the saved results (a full run's, not a quick one's)."""
     from threadpoolctl import threadpool_limits
 
     load_before = os.getloadavg()
+    wanted = set(parts or [*PARTS, "contraction"])
     with threadpool_limits(BLAS_THREADS):
         peak = gemm_gflops(1000 if quick else 2000, repeat=5)
         records = []
-        records += bench_tensorly(quick)
-        records += bench_contraction(quick, peak)
-        records += bench_large_data(quick)
-        records += bench_crossover(quick)
-        records += bench_privacy_utility(quick)
+        for name, bench in PARTS.items():
+            if name in wanted:
+                records += bench(quick)
+            if name == "tensorly" and "contraction" in wanted:  # the saved order of the parts
+                records += bench_contraction(quick, peak)
+    if parts:
+        records = _merged(records, wanted)
     load = (load_before[0], os.getloadavg()[0])
     write_results(NAME, records, summary=_summary(records, peak, quick, load), columns=["part", "case"],
                   extra={"quick": quick, "gemm_gflops": peak, "blas_threads": BLAS_THREADS,
-                         "load_average_1min_before_after": load})
+                         "load_average_1min_before_after": load,
+                         "parts_rerun": sorted(wanted) if parts else "all"})
     _plot(records)
     return records
+
+
+def _merged(records, wanted):
+    """The fresh records of the parts rerun, in place of theirs among the saved ones."""
+    def part(r):
+        return "utility" if r["part"].startswith("utility") else r["part"]
+
+    saved = load_results(NAME)["records"]
+    fresh = {part(r) for r in records}
+    kept, out = [r for r in saved if part(r) not in fresh], []
+    order = [part(r) for r in saved] + [part(r) for r in records]
+    for name in dict.fromkeys(order):
+        out += [r for r in (records if name in fresh else kept) if part(r) == name]
+    return out
 
 
 if __name__ == "__main__":
     if "--plot-only" in sys.argv:  # redraw the picture from the saved JSON
         replot()
     else:
-        run(quick="--quick" in sys.argv)
+        # --parts tensorly,contraction: rerun those parts only, keep the others' saved records
+        chosen = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--parts=")), None)
+        run(quick="--quick" in sys.argv, parts=chosen.split(",") if chosen else None)

@@ -51,13 +51,22 @@ def rows() -> list[dict]:
         if (r := _pick(td, part="tensorly", d=d, k=10)):
             out.append({"estimator": "PrivateTensorDecomposition", "measure": f"fit d={d}, k=10, equal work (CPU s)",
                         "dptensor": _fmt(r["ours_cpu_s"]), "peer": f"TensorLy {_fmt(r['tensorly_cpu_s'])}",
-                        "ratio": f"{r['speedup_cpu']:.1f}x faster", "privacy": NON_PRIVATE})
+                        "ratio": f"{r['speedup_cpu']:.1f}x faster" + (" (goal 30x)" if d == 100 else ""),
+                        "privacy": NON_PRIVATE})
     if (r := _pick(td, part="contraction", d=100)):
         actual = r.get("actual_fraction_of_peak")
         note = f" ({100 * actual:.0f}% counting the packed product's own flops)" if actual else ""
         out.append({"estimator": "PrivateTensorDecomposition", "measure": "batched T(I,U,U), d=100, L=10",
                     "dptensor": f"{r['gflops']:.1f} GFLOP/s", "peer": f"GEMM {r['gemm_peak_gflops']:.1f} GFLOP/s",
-                    "ratio": f"{100 * r['fraction_of_peak']:.0f}% of peak{note}", "privacy": KERNEL})
+                    "ratio": f"{100 * r['fraction_of_peak']:.0f}% of peak{note}" if r["fraction_of_peak"] <= 1
+                    else "the yardstick GEMM ran slower than this step: the machine was busy",
+                    "privacy": KERNEL})
+    if (r := _pick(td, part="contraction", d=200)) and "packed_read_s" in r:
+        out.append({"estimator": "PrivateTensorDecomposition", "measure": "batched T(I,U,U), d=200, L=10 (ms)",
+                    "dptensor": _fmt(1e3 * r["seconds"]),
+                    "peer": f"one read of the packed half {_fmt(1e3 * r['packed_read_s'])}",
+                    "ratio": f"{100 * r['fraction_of_bandwidth_limit']:.0f}% of the bandwidth limit (goal 70%)",
+                    "privacy": KERNEL})
     if (r := _pick(td, part="large_data")):
         out.append({"estimator": "PrivateTensorDecomposition", "measure": "private fit, n=20000, d=1000",
                     "dptensor": f"{r['seconds']:.1f} s, {r['peak_fit_MB']:.0f} MB",
@@ -94,12 +103,21 @@ def rows() -> list[dict]:
                     "dptensor": f"{r['dp_gd_step_s']:.3f} s/DP step, {r['peak_mb']:.0f} MB",
                     "peer": "TensorLy: dense array does not fit", "ratio": "",
                     "privacy": "private step (noisy DP-GD)"})
-    for r in [r for r in co if r.get("tool") == "tensorly masked vs dptensor ALS" and r.get("decomposition") == "tucker"][:1]:
+    # Tucker at every size of the TensorLy comparison (goal 2x), CP at the smallest
+    versus = [r for r in co if r.get("tool") == "tensorly masked vs dptensor ALS"]
+    for r in [r for r in versus if r.get("decomposition") == "tucker"] + \
+            [r for r in versus if r.get("decomposition") == "cp"][:1]:
+        cpu = "speedup_cpu" in r  # CPU seconds where recorded (wall time overstates a busy machine)
+        ours, peer = ((r["dptensor_cpu_s_per_iter"], r["tensorly_cpu_s_per_iter"]) if cpu
+                      else (r["dptensor_s_per_iter"], r["tensorly_s_per_iter"]))
         out.append({"estimator": "PrivateTensorCompletion",
-                    "measure": f"Tucker rank 3, {r['shape']}, {r['n_obs']} entries, s/iteration",
-                    "dptensor": f"{r['dptensor_s_per_iter']:.4f} (RMSE {_fmt(r['dptensor_rmse'])})",
-                    "peer": f"TensorLy masked {r['tensorly_s_per_iter']:.4f} (RMSE {_fmt(r['tensorly_rmse'])})",
-                    "ratio": f"{r['speedup']:.2f}x faster", "privacy": NON_PRIVATE})
+                    "measure": f"{r['decomposition'].upper() if r['decomposition'] == 'cp' else 'Tucker'} "
+                               f"rank 3, {r['shape']}, {r['n_obs']} entries, "
+                               f"{'CPU ' if cpu else ''}s/iteration",
+                    "dptensor": f"{ours:.4f} (RMSE {_fmt(r['dptensor_rmse'])})",
+                    "peer": f"TensorLy masked {peer:.4f} (RMSE {_fmt(r['tensorly_rmse'])})",
+                    "ratio": f"{r['speedup_cpu' if cpu else 'speedup']:.2f}x faster (goal 2x)",
+                    "privacy": NON_PRIVATE})
     mean = {m: _mean(co, mode=m, decomposition="cp", epsilon=float("inf")) for m in ("non-private", "tensorly masked")}
     if all(v is not None for v in mean.values()):
         out.append({"estimator": "PrivateTensorCompletion", "measure": "20x20x20 rank 3, SNR 1, held-out RMSE",
