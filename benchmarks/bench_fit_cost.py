@@ -42,6 +42,8 @@ FITS = {
                                                   random_state=0),
     "PrivateGaussianMixture non-private": lambda: PrivateGaussianMixture(K, random_state=0),
     "PrivateGaussianMixture eps=1": lambda: PrivateGaussianMixture(
+        K, epsilon=1.0, delta=DELTA, data_norm=BOUND),
+    "PrivateGaussianMixture eps=1 seeded": lambda: PrivateGaussianMixture(
         K, epsilon=1.0, delta=DELTA, data_norm=BOUND, random_state=0),
 }
 #: The goals of the fits' cost (issue: fits at the cost of their one pass).

@@ -339,7 +339,7 @@ def test_the_one_pass_fit_releases_what_the_held_rows_fit_releases(monkeypatch):
 
 
 def test_the_one_pass_fit_releases_the_same_without_the_compiled_map(monkeypatch):
-    from dptensor.algorithms import grid_kernel
+    from dptensor.algorithms import compiled
 
     rng = np.random.default_rng(11)
     X = _near_the_sphere(rng, 7000, 40, 2.0, np.float64)
@@ -347,7 +347,7 @@ def test_the_one_pass_fit_releases_the_same_without_the_compiled_map(monkeypatch
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fast = PrivatePCA(**params).fit(X)
-        monkeypatch.setattr(grid_kernel, "_KERNEL", [None])  # NumPy's map, the fallback
+        monkeypatch.setattr(compiled, "ENABLED", False)  # NumPy's map, the fallback
         plain = PrivatePCA(**params).fit(X)
     assert all(np.array_equal(u, v) for u, v in zip(_fitted(fast), _fitted(plain)))
     assert fast.noise_variance_ == plain.noise_variance_

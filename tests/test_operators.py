@@ -64,6 +64,37 @@ def test_moment_tensor(rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_moment_tensor_is_the_same_on_the_compiled_and_numpy_paths(rng, dtype, monkeypatch):
+    """The compiled Khatri-Rao products are NumPy's broadcast, bit for bit, so the one GEMM per
+    chunk, and the tensor, are too; and both are the chunked sum as it was written before."""
+    from dptensor.algorithms import compiled, operators
+
+    pytest.importorskip("numba")
+    for n, d in ((3000, 10), (700, 33), (1, 1)):
+        X = (rng.normal(size=(n, d)) * rng.uniform(0, 4, (n, 1))).astype(dtype)
+        ref = np.zeros((d * d, d), dtype=np.float64)  # the broadcast, chunk by chunk
+        step = operators.moment_chunk_rows(d)
+        for start in range(0, n, step):
+            Xc = X[start:start + step].astype(np.float64)
+            ref += (Xc[:, :, None] * Xc[:, None, :]).reshape(len(Xc), d * d).T @ Xc
+        fast = moment_tensor(X, np.float64)
+        assert compiled._KERNELS.get("khatri_rao") is not None  # the compiled path ran
+        monkeypatch.setattr(compiled, "ENABLED", False)
+        plain = moment_tensor(X, np.float64)
+        monkeypatch.setattr(compiled, "ENABLED", True)
+        assert np.array_equal(fast, plain) and np.array_equal(fast, (ref / n).reshape(d, d, d))
+        assert np.array_equal(moment_tensor(X), _numpy_moment(X, monkeypatch))
+
+
+def _numpy_moment(X, monkeypatch):
+    from dptensor.algorithms import compiled
+
+    with monkeypatch.context() as m:
+        m.setattr(compiled, "ENABLED", False)
+        return moment_tensor(X)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_third_moment_is_the_implicit_moment_tensor(rng, dtype):
     n, d, L = 80, 9, 5
     X = rng.normal(size=(n, d)).astype(dtype)

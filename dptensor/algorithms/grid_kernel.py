@@ -17,9 +17,9 @@ import warnings
 
 import numpy as np
 
-__all__ = ["grid_map", "compiled_grid_map"]
+from .compiled import compiled
 
-_KERNEL = []  # [compiled function or None], filled on first use
+__all__ = ["grid_map", "compiled_grid_map"]
 
 
 def _map_kernel(block, scale, out, norms, limit):  # pragma: no cover (compiled)
@@ -39,35 +39,16 @@ def _map_kernel(block, scale, out, norms, limit):  # pragma: no cover (compiled)
     return count
 
 
-def _compile():
-    """numba's :func:`_map_kernel`, reassociation allowed (its one chain of operations is the sum
-    of squares; no contraction, so each product and ``rint`` is as written); cached beside this file where it can be, else compiled in each process."""
-    import numba
-
-    for cache in (True, False):  # caching needs a writable place; without it, compile anyway
-        try:
-            kernel = numba.njit(cache=cache, nogil=True, fastmath={"reassoc"})(_map_kernel)
-            for dtype in (np.float64, np.float32):  # compiled on tiny public arrays
-                kernel(np.ones((1, 1), dtype=dtype), 1.0, np.ones((1, 2)), np.ones(1), 4.0)
-            return kernel
-        except Exception:
-            if not cache:
-                raise
-    return None
+def _warm_up(kernel):
+    for dtype in (np.float64, np.float32):
+        kernel(np.ones((1, 1), dtype=dtype), 1.0, np.ones((1, 2)), np.ones(1), 4.0)
 
 
 def compiled_grid_map():
-    """The compiled :func:`_map_kernel`, or ``None`` without numba (or where it fails to
-    compile: the NumPy path gives the same integers and answers, slower). Once per process."""
-    if not _KERNEL:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                kernel = _compile()
-        except Exception:  # ImportError, or a numba that cannot compile on this machine
-            kernel = None
-        _KERNEL.append(kernel)
-    return _KERNEL[0]
+    """The compiled :func:`_map_kernel`, or ``None`` without numba (the NumPy path gives the same
+    integers and answers, slower). Reassociation allowed: its one chain of operations is the sum
+    of squares (no contraction, so each product and ``rint`` is as written)."""
+    return compiled("grid_map", _map_kernel, _warm_up, fastmath={"reassoc"})
 
 
 def _numpy_map(block, scale, out, norms, limit):

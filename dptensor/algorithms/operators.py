@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .compiled import compiled
+
 __all__ = ["SymmetricTensor", "ThirdMoment", "DeflatedTensor", "GramMatrix", "DenseMatrix",
            "symmetrize_tensor", "moment_tensor", "moment_chunk_rows"]
 
@@ -29,6 +31,34 @@ def moment_chunk_rows(d: int) -> int:
     return max(1, min(2**26 // dd, max(512, 2**17 // dd)))
 
 
+def _khatri_rao_kernel(X, out):  # pragma: no cover (compiled)
+    """``out[i, a d + b] = X[i, a] * X[i, b]``: the rows' Khatri-Rao products, one rounding each."""
+    m, d = X.shape
+    for i in range(m):
+        for a in range(d):
+            x = X[i, a]
+            for b in range(d):
+                out[i, a * d + b] = x * X[i, b]
+
+
+def _warm_up(kernel):
+    for dtype in (np.float64, np.float32):
+        kernel(np.ones((1, 1), dtype=dtype), np.ones((1, 1), dtype=dtype))
+
+
+def _khatri_rao(Xc, out):
+    """``Xc[:, :, None] * Xc[:, None, :]`` as ``(m, d^2)`` into ``out``: NumPy's broadcast runs an
+    inner loop of ``d`` numbers (slow at the whitened rows' ``d = k = 10``), the compiled loop
+    (numba, where installed) makes the very same products, 4-5x faster there."""
+    m, d = Xc.shape
+    kernel = compiled("khatri_rao", _khatri_rao_kernel, _warm_up)
+    if kernel is not None and Xc.dtype == out.dtype and Xc.dtype in (np.float32, np.float64):
+        kernel(Xc, out)
+        return out
+    np.multiply(Xc[:, :, None], Xc[:, None, :], out=out.reshape(m, d, d))
+    return out
+
+
 def moment_tensor(X: np.ndarray, dtype=None) -> np.ndarray:
     """The dense third moment ``(1/n) sum_l x_l (x) x_l (x) x_l`` (O(n d^3) time, O(d^3) memory),
     summed in ``dtype`` (default ``X``'s; float32 rows are widened one row chunk at a time)."""
@@ -38,9 +68,10 @@ def moment_tensor(X: np.ndarray, dtype=None) -> np.ndarray:
     # faster at d = 10 than a chunk of 2**26 entries), 512 rows up to the 2**26 entries' cap.
     out = np.zeros((d * d, d), dtype=X.dtype if dtype is None else dtype)
     step = moment_chunk_rows(d)
+    buffer = np.empty((min(step, n), d * d), dtype=out.dtype)  # one chunk's, reused
     for start in range(0, n, step):
-        Xc = np.asarray(X[start:start + step], dtype=out.dtype)
-        out += (Xc[:, :, None] * Xc[:, None, :]).reshape(len(Xc), d * d).T @ Xc
+        Xc = np.ascontiguousarray(X[start:start + step], dtype=out.dtype)
+        out += _khatri_rao(Xc, buffer[:len(Xc)]).T @ Xc
     return (out / n).reshape(d, d, d)
 
 

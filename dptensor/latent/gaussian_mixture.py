@@ -78,10 +78,12 @@ def _whitened_rows(rows, W, bound_w):
     clipped = isinstance(rows, ClippedRows)
     if rows.dtype == np.float64 and not clipped:
         return clip_rows(rows @ W, bound_w)
-    blocks = (rows.block(start, start + BLOCK_ROWS) if clipped else rows[start:start + BLOCK_ROWS]
-              for start in range(0, max(len(rows), 1), BLOCK_ROWS))
-    return np.concatenate([clip_rows(block.astype(np.float64, copy=False) @ W, bound_w)
-                           for block in blocks])
+    Y = np.empty((len(rows), W.shape[1]))
+    for start in range(0, len(rows), BLOCK_ROWS):
+        block = rows.block(start, start + BLOCK_ROWS) if clipped \
+            else rows[start:start + BLOCK_ROWS]
+        Y[start:start + len(block)] = clip_rows(block.astype(np.float64, copy=False) @ W, bound_w)
+    return Y
 
 
 def _cube_sum(Y):
