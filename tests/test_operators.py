@@ -86,6 +86,22 @@ def test_moment_tensor_is_the_same_on_the_compiled_and_numpy_paths(rng, dtype, m
         assert np.array_equal(moment_tensor(X), _numpy_moment(X, monkeypatch))
 
 
+def test_moment_sum_over_blocks_of_any_lengths_is_moment_tensor_bit_for_bit(rng):
+    from dptensor.algorithms.operators import MomentSum, moment_chunk_rows
+
+    d = 7
+    step = moment_chunk_rows(d)
+    X = rng.normal(size=(5 * step + 17, d)) * rng.uniform(0, 3, (5 * step + 17, 1))
+    cuts = [0, 1, step - 3, step + 2, 3 * step, 3 * step, 4 * step + 5, len(X)]
+    acc = MomentSum(d)
+    for lo, hi in zip(cuts[:-1], cuts[1:]):  # straddling chunks, empty and whole-chunk blocks
+        acc.add(X[lo:hi])
+    assert np.array_equal(acc.mean(), moment_tensor(X))
+    one = MomentSum(d)
+    one.add(X.astype(np.float32))  # widened as moment_tensor(X32, float64) widens
+    assert np.array_equal(one.mean(), moment_tensor(X.astype(np.float32), np.float64))
+
+
 def _numpy_moment(X, monkeypatch):
     from dptensor.algorithms import compiled
 
