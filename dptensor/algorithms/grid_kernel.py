@@ -13,8 +13,6 @@ where the test passes, the only rows where they are used as they are.
 """
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
 from .compiled import compiled
@@ -68,10 +66,8 @@ def grid_map(block, scale: float, out, norms, limit: float, use_kernel: bool = T
     of squares into ``norms`` (float64); return how many rows fail ``norms < limit``."""
     kernel = compiled_grid_map() if use_kernel else None
     if kernel is not None and block.dtype in (np.float64, np.float32) and block.shape[0]:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                return int(kernel(block, float(scale), out, norms, float(limit)))
-        except Exception:  # a layout the compiled kernel was not built for: NumPy's
+        try:  # (a new layout compiles on first use, silently: numba's warnings are its own)
+            return int(kernel(block, float(scale), out, norms, float(limit)))
+        except Exception:  # a layout the compiled kernel cannot take: NumPy's
             pass
     return _numpy_map(block, scale, out, norms, limit)
