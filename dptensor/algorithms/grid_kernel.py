@@ -1,15 +1,17 @@
 r"""The first pass's map of a block of rows to the grid, ``rint(x 2**b / B)``, with each row's
 ``||m||^2``: one compiled loop when numba is installed (the ``fast`` extra), else NumPy.
 
-Both paths write the same integers (one float64 product and one ``rint`` per entry, in the same
-operations: no ``fastmath`` on them) and give each row the same answer to ``||m||^2 < 4**b``:
+Both paths write the same integers (one float64 product and one ``rint`` per entry, as written:
+the kernel's one fastmath flag is ``reassoc``, no contraction) and give each row the same answer
+to ``||m||^2 < 4**b``:
 a float64 sum of integer squares is exact in any order while it stays below ``2**53``, and once
 a partial sum reaches ``2**53`` (a power of two, so a float) every later one stays at or above
 it (the terms are >= 0 and rounding is monotone), so the test fails on either path; a NaN or an
-infinity fails it on both. So the compiled loop may add the squares in any order (``reassoc``
-on that sum only is what lets it use vector registers: 3x NumPy's three passes, the multiply,
-the ``rint`` and ``einsum``'s norms, against 2x without it). The norms themselves are exact
-where the test passes, the only rows where they are used as they are.
+infinity fails it on both. So the compiled loop may add the squares in any order (that sum is
+the kernel's one chain of operations, the only one ``reassoc`` can touch, and reassociating it
+lets it use vector registers: 3x NumPy's three passes, the multiply, the ``rint`` and
+``einsum``'s norms, against 2x without it). The norms themselves are exact where the test
+passes, the only rows where they are kept as they are.
 """
 from __future__ import annotations
 
@@ -62,8 +64,9 @@ def _numpy_map(block, scale, out, norms, limit):
 
 
 def grid_map(block, scale: float, out, norms, limit: float, use_kernel: bool = True) -> int:
-    """Write ``rint(block * scale)`` into ``out``'s first columns (float64, ``block``'s rows) and each row's sum
-    of squares into ``norms`` (float64); return how many rows fail ``norms < limit``."""
+    """Write ``rint(block * scale)`` into ``out``'s first columns (float64, ``block``'s rows)
+    and each row's sum of squares into ``norms`` (float64); return how many rows fail ``norms <
+    limit``."""
     kernel = compiled_grid_map() if use_kernel else None
     if kernel is not None and block.dtype in (np.float64, np.float32) and block.shape[0]:
         try:  # (a new layout compiles on first use, silently: numba's warnings are its own)
