@@ -272,7 +272,34 @@ def _near_the_sphere(rng, n, d, B, dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_one_pass_statistics_are_the_held_rows_integers(rng, dtype):
+def test_the_compiled_grid_map_is_numpys_bit_for_bit(rng, dtype):
+    from dptensor.algorithms import grid_kernel
+
+    pytest.importorskip("numba")
+    assert grid_kernel.compiled_grid_map() is not None  # numba installed: the fast path runs
+    grid, limit = float(ONE), float(ONE) ** 2
+    ties = (np.arange(-40, 40) + 0.5) / grid  # x 2**b lands on a half-integer: rint's tie rule
+    X = np.vstack([_adversarial_rows(rng, 80), ties.reshape(1, -1),
+                   rng.standard_normal((3000, 80)) * rng.uniform(0, 0.2, (3000, 1))])
+    with np.errstate(over="ignore"):  # 1e308 overflows float32: an infinite row, as meant
+        X = X.astype(dtype)
+    for B in (1.0, 0.37, 3e5):
+        outs = []
+        for use_kernel in (True, False):
+            out, norms = np.full((len(X), 81), 7.0), np.empty(len(X))
+            count = grid_kernel.grid_map(X, grid / B, out, norms, limit, use_kernel)
+            outs.append((out, norms, count))
+        (a, na, ca), (b, nb, cb) = outs
+        assert ca == cb and np.array_equal(a, b, equal_nan=True)
+        assert np.all(a[:, -1] == 7.0)  # the column past the rows' is left as it was
+        assert np.array_equal(na < limit, nb < limit)
+        below = nb < limit  # exact sums of integer squares there, in any order
+        assert np.array_equal(na[below], nb[below]) and ca == np.count_nonzero(~below)
+
+
+@pytest.mark.parametrize("use_kernel", [True, False])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_one_pass_statistics_are_the_held_rows_integers(rng, dtype, use_kernel):
     from dptensor.algorithms import exact_pass
 
     grid = 2.0 ** ex.BITS
@@ -283,8 +310,10 @@ def test_one_pass_statistics_are_the_held_rows_integers(rng, dtype):
         if trial % 3 == 0:  # centres on a half-integer of the grid: the plain second pass
             mean = (np.round(mean * grid / B) + 0.5) * B / grid
         M = ex.grid_rows(X, B)
-        sums = exact_pass.grid_sums(X, B)
+        sums = exact_pass.grid_sums(X, B, use_kernel=use_kernel)
         assert np.array_equal(sums.mean_stat(1.0).ints, ex.row_sum(M).ints)
+        assert np.allclose(sums.norms, np.einsum("ij,ij->i", M, M, dtype=np.float64),
+                           rtol=2.0 ** -24, atol=0)
         for centre in (mean, None):
             Mc = M if centre is None else ex.grid_rows(M, B, centre, scale=B / grid)
             total, C = exact_pass.centred_stats(X, sums, B, centre, 1.0)
@@ -307,6 +336,21 @@ def test_the_one_pass_fit_releases_what_the_held_rows_fit_releases(monkeypatch):
                 held = PrivatePCA(**params).fit(X)
         assert all(np.array_equal(u, v) for u, v in zip(_fitted(one), _fitted(held)))
         assert one.noise_variance_ == held.noise_variance_
+
+
+def test_the_one_pass_fit_releases_the_same_without_the_compiled_map(monkeypatch):
+    from dptensor.algorithms import compiled
+
+    rng = np.random.default_rng(11)
+    X = _near_the_sphere(rng, 7000, 40, 2.0, np.float64)
+    params = dict(n_components=2, epsilon=1.0, delta=1e-9, data_norm=2.0, random_state=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fast = PrivatePCA(**params).fit(X)
+        monkeypatch.setattr(compiled, "ENABLED", False)  # NumPy's map, the fallback
+        plain = PrivatePCA(**params).fit(X)
+    assert all(np.array_equal(u, v) for u, v in zip(_fitted(fast), _fitted(plain)))
+    assert fast.noise_variance_ == plain.noise_variance_
 
 
 # ---------------------------------------------------------------------------------------------

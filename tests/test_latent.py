@@ -1395,6 +1395,36 @@ def test_a_private_mixture_holds_no_clipped_copy_of_its_rows(dtype):
     assert peak < X.nbytes / 2, (peak, X.nbytes)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_clipped_rows_are_clip_rows_and_unclipped_blocks_are_views(dtype):
+    from dptensor.latent._base import ClippedRows
+
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((9000, 12)).astype(dtype)
+    X[5000:5003] *= 10.0  # three clipped rows, in one block
+    rows = ClippedRows(X, 8.0)
+    expected = clip_rows(X, 8.0)
+    for start, stop in ((0, 4096), (4096, 8192), (8192, 9000), (4999, 5001)):
+        block = rows.block(start, stop)
+        assert block.dtype == dtype and np.array_equal(block, expected[start:stop])
+        assert np.shares_memory(block, X) == (stop <= 5000 or start >= 5003)
+
+
+def test_a_seeded_private_mixture_is_the_same_without_the_compiled_kernels(monkeypatch):
+    from dptensor.algorithms import compiled
+
+    X = make_gaussian_mixture(20_000, 12, 3, separation=3.0, random_state=2)[0]
+    X[::7] *= 3.0  # many clipped rows: blocks copied and blocks read in place
+    params = dict(epsilon=1.0, delta=1e-9, data_norm=10.0, random_state=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fast = PrivateGaussianMixture(3, **params).fit(X)
+        monkeypatch.setattr(compiled, "ENABLED", False)
+        plain = PrivateGaussianMixture(3, **params).fit(X)
+    for name in fast._fitted_arrays:
+        assert np.array_equal(getattr(fast, name), getattr(plain, name)), name
+
+
 def test_lda_auto_doc_clip_is_one_where_the_noise_is_small_and_less_below(corpus):
     """``doc_clip="auto"`` (the default) reads n, d and the target only: sqrt(q / q0) within
     [0.5, 1] for q = n mu / sqrt(d). A fit at auto is bit for bit the fit at the clip it resolves

@@ -64,6 +64,53 @@ def test_moment_tensor(rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_moment_tensor_is_the_same_on_the_compiled_and_numpy_paths(rng, dtype, monkeypatch):
+    """The compiled Khatri-Rao products are NumPy's broadcast, bit for bit, so the one GEMM per
+    chunk, and the tensor, are too; and both are the chunked sum as it was written before."""
+    from dptensor.algorithms import compiled, operators
+
+    pytest.importorskip("numba")
+    for n, d in ((3000, 10), (700, 33), (1, 1)):
+        X = (rng.normal(size=(n, d)) * rng.uniform(0, 4, (n, 1))).astype(dtype)
+        ref = np.zeros((d * d, d), dtype=np.float64)  # the broadcast, chunk by chunk
+        step = operators.moment_chunk_rows(d)
+        for start in range(0, n, step):
+            Xc = X[start:start + step].astype(np.float64)
+            ref += (Xc[:, :, None] * Xc[:, None, :]).reshape(len(Xc), d * d).T @ Xc
+        fast = moment_tensor(X, np.float64)
+        assert compiled._KERNELS.get("khatri_rao") is not None  # the compiled path ran
+        monkeypatch.setattr(compiled, "ENABLED", False)
+        plain = moment_tensor(X, np.float64)
+        monkeypatch.setattr(compiled, "ENABLED", True)
+        assert np.array_equal(fast, plain) and np.array_equal(fast, (ref / n).reshape(d, d, d))
+        assert np.array_equal(moment_tensor(X), _numpy_moment(X, monkeypatch))
+
+
+def test_moment_sum_over_blocks_of_any_lengths_is_moment_tensor_bit_for_bit(rng):
+    from dptensor.algorithms.operators import MomentSum, moment_chunk_rows
+
+    d = 7
+    step = moment_chunk_rows(d)
+    X = rng.normal(size=(5 * step + 17, d)) * rng.uniform(0, 3, (5 * step + 17, 1))
+    cuts = [0, 1, step - 3, step + 2, 3 * step, 3 * step, 4 * step + 5, len(X)]
+    acc = MomentSum(d)
+    for lo, hi in zip(cuts[:-1], cuts[1:]):  # straddling chunks, empty and whole-chunk blocks
+        acc.add(X[lo:hi])
+    assert np.array_equal(acc.mean(), moment_tensor(X))
+    one = MomentSum(d)
+    one.add(X.astype(np.float32))  # widened as moment_tensor(X32, float64) widens
+    assert np.array_equal(one.mean(), moment_tensor(X.astype(np.float32), np.float64))
+
+
+def _numpy_moment(X, monkeypatch):
+    from dptensor.algorithms import compiled
+
+    with monkeypatch.context() as m:
+        m.setattr(compiled, "ENABLED", False)
+        return moment_tensor(X)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_third_moment_is_the_implicit_moment_tensor(rng, dtype):
     n, d, L = 80, 9, 5
     X = rng.normal(size=(n, d)).astype(dtype)

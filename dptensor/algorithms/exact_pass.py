@@ -11,8 +11,9 @@ integers, computed without a copy of ``X`` (``docs/derivations/exact_sums.rst``,
 * with ``a = rint(c 2**b / B)`` (public) the centred map of a row is ``g = m - a`` unless the row
   lands near or beyond the sphere of radius ``2**b`` (it is then scaled back), so
   ``sum g g^T = sum m m^T - s a^T - a s^T + n a a^T`` plus, for those rows, ``g g^T - (m - a)(m -
-  a)^T``; a second, read-only pass finds them by a rigorous upper bound on ``||m - a||^2`` from
-  ``||x||`` and ``x^T a`` and maps them with the held-rows map itself;
+  a)^T``; a second, read-only pass finds them among the rows without ``||m|| + ||a|| < 2**b``
+  (from each row's ``||m||^2``, kept by the first pass) by a rigorous upper bound on ``||m -
+  a||^2`` from ``||x||`` and ``x^T a``, and maps them with the held-rows map itself;
 * the total is the trace of that Gram matrix (a sum of the same squares).
 
 Where the mean makes the shortcut unsafe (a coordinate of ``c 2**b / B`` within ``2**-20`` of a
@@ -25,6 +26,7 @@ import math
 
 import numpy as np
 
+from .grid_kernel import grid_map
 from .exact import (
     BITS,
     CHUNK,
@@ -41,58 +43,66 @@ _ONE = float(2 ** BITS)
 _LIMIT = 4.0 ** BITS
 #: Rows per exact float64 product of the correction terms (entries up to 3 * 2**BITS).
 _SMALL = 256
+#: Rows per step of the second pass's first filter (a few float64 numbers per row).
+_FILTER = 1 << 16
 
 
-def one_pass_bytes(d: int) -> int:
-    """Bytes the two passes allocate at most, from ``d`` alone: a few blocks of rows in float64
-    (the buffer, a block's scaled rows, its products) and a few d x d arrays of exact integers
-    (the sums, the centring's outer products, the corrections), at 64 bytes an integer."""
+def one_pass_bytes(d: int, n: int = 0) -> int:
+    """Bytes the two passes allocate at most, from the shape: a few blocks of rows in float64
+    (the buffer, a block's scaled rows, its products), each row's norm in float32 (``X / 2d``)
+    and a few d x d arrays of exact integers (the sums, the centring's outer products, the
+    corrections), at 64 bytes an integer."""
     rows = cache_block_rows(d + 1)
-    return 8 * (4 * rows * (d + 1) + 4 * _SMALL * d) + 8 * 64 * (d + 1) ** 2
+    return 8 * (4 * rows * (d + 1) + 4 * _SMALL * d + 4 * _FILTER) + 4 * int(n) \
+        + 8 * 64 * (d + 1) ** 2
 
 
 class GridSums:
     """The first pass's exact integers: ``s = sum m_i`` (d,), ``G0 = sum m_i m_i^T`` (d x d) and
-    the number of rows, all Python integers (object arrays)."""
+    the number of rows, all Python integers (object arrays); ``norms``: each row's ``||m_i||^2``
+    in float32 (rounded to nearest: within a relative ``2**-24``), or None."""
 
-    def __init__(self, s, G0, n):
-        self.s, self.G0, self.n = s, G0, int(n)
+    def __init__(self, s, G0, n, norms=None):
+        self.s, self.G0, self.n, self.norms = s, G0, int(n), norms
 
     def mean_stat(self, unit: float) -> Exact:
         """``row_sum(M, unit)`` of the grid rows."""
         return Exact(self.s, unit / _ONE)
 
 
-def _fast_grid(block, data_norm, out):
-    """``grid_rows(block, B)`` written into ``out``: ``rint(x 2**b / B)`` for the rows whose
-    integers have ``||m||^2 < 4**b`` (the map leaves those as they are: no entry reached
-    ``2**b``, so none was divided, and none is scaled back), the map itself for the others."""
-    with np.errstate(all="ignore"):
-        np.multiply(block, _ONE * 1.0 / data_norm, out=out, dtype=np.float64)  # as grid_rows
-        np.rint(out, out=out)
-        # In float64: a sum of integer squares below 4**b is exact, and a non-finite one
-        # (an overflowed row) fails the test as it should (an int64 cast would not).
-        rest = np.flatnonzero(~(np.einsum("ij,ij->i", out, out) < _LIMIT))
-    if rest.size:
-        out[rest] = grid_rows(block[rest], data_norm)
+def _fast_grid(block, data_norm, out, norms, use_kernel=True):
+    """``grid_rows(block, B)`` written into ``out``'s first columns and each row's exact
+    ``||m||^2`` into ``norms``: ``rint(x 2**b / B)`` for the rows whose integers have ``||m||^2 <
+    4**b`` (the map leaves those as they are: no entry reached ``2**b``, so none was divided,
+    and none is scaled back), the map itself for the others (:mod:`.grid_kernel`)."""
+    d = block.shape[1]
+    if grid_map(block, _ONE * 1.0 / data_norm, out, norms, _LIMIT, use_kernel):  # as grid_rows
+        rest = np.flatnonzero(~(norms < _LIMIT))
+        M = grid_rows(block[rest], data_norm)
+        out[rest, :d] = M
+        norms[rest] = np.einsum("ij,ij->i", M, M, dtype=np.float64)  # integers: exact
     return out
 
 
-def grid_sums(X, data_norm: float) -> GridSums:
+def grid_sums(X, data_norm: float, use_kernel: bool = True) -> GridSums:
     """The first pass: the grid rows a block at a time, each block's ``[M 1]^T [M 1]`` one exact
-    product (entries below ``CHUNK 4**b = 2**52``), added in integers."""
+    product (entries below ``CHUNK 4**b = 2**52``), added in integers; and every row's
+    ``||m||^2`` (float32, for the second pass's first filter). ``use_kernel=False``: NumPy's map
+    (the same integers)."""
     X = np.asarray(X)
     n, d = X.shape
     rows = cache_block_rows(d + 1)
     buffer = np.ones((min(rows, n), d + 1))  # the last column stays 1: the sums and the count
+    norms, squares = np.empty(n, dtype=np.float32), np.empty(min(rows, n))
     acc = _IntSum()
     for start in range(0, n, rows):
         block = X[start:start + rows]
         A = buffer[:len(block)]
-        _fast_grid(block, float(data_norm), A[:, :d])
+        _fast_grid(block, float(data_norm), A, squares[:len(block)], use_kernel)
+        norms[start:start + len(block)] = squares[:len(block)]
         acc.add(A.T @ A)
     total = acc.total((d + 1, d + 1))
-    return GridSums(total[:d, d].copy(), total[:d, :d].copy(), n)
+    return GridSums(total[:d, d].copy(), total[:d, :d].copy(), n, norms)
 
 
 def _shift(mean, data_norm):
@@ -158,6 +168,27 @@ def centred_stats(X, sums: GridSums, data_norm: float, mean, unit: float, total:
     return (squares if total else None), stat
 
 
+def _near_rows(X, norms, na2):
+    """The blocks of rows :func:`_candidates` reads: every row of ``X`` by blocks, or, with the
+    first pass's ``norms``, only the rows without a certain ``||m - a|| <= ||m|| + ||a|| <
+    2**b`` (every other row's centred map is ``m - a``: see :func:`_candidates`), gathered."""
+    if norms is None:
+        rows = max(cache_block_rows(X.shape[1]), CHUNK // 4)  # read-only: large blocks, no copy
+        for start in range(0, X.shape[0], rows):
+            yield X[start:start + rows]
+        return
+    # Upper bounds, each rounding over-counted: norms in float32 are within 2**-24 of ||m||^2,
+    # na2 is above ||a||^2, and the square roots, sums and products round by 2**-53 each.
+    ra = math.sqrt(na2) * (1.0 + 2.0 ** -40)
+    for start in range(0, X.shape[0], _FILTER):
+        with np.errstate(all="ignore"):
+            r = np.sqrt(norms[start:start + _FILTER].astype(np.float64) * (1.0 + 2.0 ** -20))
+            r = r * (1.0 + 2.0 ** -40) + ra
+            near = np.flatnonzero(~(r * r * (1.0 + 2.0 ** -40) < _LIMIT))
+        if near.size:
+            yield X[start + near]
+
+
 def _centring(X, sums, data_norm, mean, a):
     """``- s a^T - a s^T + n a a^T`` plus the candidate rows' corrections, in integers."""
     X = np.asarray(X)
@@ -165,9 +196,7 @@ def _centring(X, sums, data_norm, mean, a):
     na1 = float(np.abs(a).sum())  # exact: integers below 2**53
     na2 = float(a @ a) * (1.0 + 2.0 ** -50)  # (rounded above beyond d = 2**11)
     plus, minus = _IntSum(), _IntSum()
-    rows = max(cache_block_rows(X.shape[1]), CHUNK // 4)  # read-only: larger blocks cost no copy
-    for start in range(0, X.shape[0], rows):
-        block = X[start:start + rows]
+    for block in _near_rows(X, sums.norms, na2):
         idx = _candidates(block, a, na1, na2, float(data_norm))
         if idx.size:
             _correction(block[idx], float(data_norm), mean, a, plus, minus)

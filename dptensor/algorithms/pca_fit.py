@@ -275,7 +275,7 @@ def fit_memory(n_rows, d, *, p, method, private, precomputed, grouped=False):
     n = n_rows or 0
     arrays, columns = method.memory(n, d, p)
     if method.takes_gram and n_rows is not None and not (grouped or precomputed):  # no copy
-        rows = one_pass_bytes(d) if private else float_pass_bytes(n, d)
+        rows = one_pass_bytes(d, n) if private else float_pass_bytes(n, d)
         return arrays * FLOAT + rows, method.advice
     peak = n * d + 4 * n + arrays
     exact = exact_memory(n, d, columns) if private else 0  # the exact sums' grid rows

@@ -58,8 +58,13 @@ class ClippedRows:
         return len(self.X)
 
     def block(self, start, stop):
+        """The clipped rows ``start:stop``: the rows themselves (a read-only view) where no row
+        of the block is clipped (``x * 1`` is ``x``, bit for bit), else a new array."""
+        factors = self.factors[start:stop]
+        if factors.min(initial=1.0) >= 1.0:
+            return self.X[start:stop]
         with np.errstate(all="ignore"):  # as clip_rows: a factor may underflow to 0
-            return self.X[start:stop] * self.factors[start:stop, None]
+            return self.X[start:stop] * factors[:, None]
 
 
 def float64_reduce(rows, partial, *args):

@@ -8,11 +8,11 @@ from scipy.special import logsumexp
 from sklearn.utils.validation import check_is_fitted
 
 from ..algorithms.dask import check_dask_array, clip_chunks, is_dask_array, reduce_row_chunks
-from ..algorithms.operators import SymmetricTensor, moment_tensor
+from ..algorithms.operators import MomentSum, SymmetricTensor, moment_tensor
 from .._validation import check_data_norm, validate_private_data
 from ..mechanisms import clip_rows
 from ..mechanisms.randomness import seed_entropy
-from ..algorithms.tensor_power import n_power_queries, row_sensitivity
+from ..algorithms.tensor_power import choose_moment, n_power_queries, row_sensitivity
 from ..algorithms.power import (covariance_sensitivity, row_power_sensitivity,
                                total_variance_sensitivity)
 from ._base import BLOCK_ROWS, ClippedRows, SpectralLatentModel
@@ -71,17 +71,42 @@ def _gram_product(chunk, Q):
     return (chunk.T @ (chunk @ Q),)
 
 
-def _whitened_rows(rows, W, bound_w):
-    """The clipped whitened rows ``clip(X W)`` (n x k, float64), made from float64 blocks of rows
-    held in float32 or clipped (:class:`~dptensor.latent._base.ClippedRows`): never a whole
-    float64 or clipped copy of X."""
+def _whitened_blocks(rows, W, bound_w):
+    """The clipped whitened rows ``clip(X W)`` (float64) by blocks of :data:`BLOCK_ROWS` rows,
+    made from float64 blocks of rows held in float32 or clipped
+    (:class:`~dptensor.latent._base.ClippedRows`): never a whole float64 or clipped copy of X.
+    Float64 rows not clipped: one block, ``clip(X W)`` whole."""
     clipped = isinstance(rows, ClippedRows)
     if rows.dtype == np.float64 and not clipped:
-        return clip_rows(rows @ W, bound_w)
-    blocks = (rows.block(start, start + BLOCK_ROWS) if clipped else rows[start:start + BLOCK_ROWS]
-              for start in range(0, max(len(rows), 1), BLOCK_ROWS))
-    return np.concatenate([clip_rows(block.astype(np.float64, copy=False) @ W, bound_w)
-                           for block in blocks])
+        yield clip_rows(rows @ W, bound_w)
+        return
+    for start in range(0, len(rows), BLOCK_ROWS):
+        block = rows.block(start, start + BLOCK_ROWS) if clipped \
+            else rows[start:start + BLOCK_ROWS]
+        yield clip_rows(block.astype(np.float64, copy=False) @ W, bound_w)
+
+
+def _whitened_rows(rows, W, bound_w):
+    """The clipped whitened rows ``clip(X W)`` (n x k, float64), held (:func:`_whitened_blocks`,
+    written into one array)."""
+    Y, start = np.empty((len(rows), W.shape[1])), 0
+    for block in _whitened_blocks(rows, W, bound_w):
+        Y[start:start + len(block)] = block
+        start += len(block)
+    return Y
+
+
+def _whitened_moment(rows, W, bound_w, n_queries):
+    """:func:`~dptensor.algorithms.moments.whitened_rows_operator` of the whitened rows, the
+    dense tensor summed a block of them at a time where that is the choice (the same numbers as
+    of the rows held: :class:`~dptensor.algorithms.operators.MomentSum`): O(k^3), not n x k."""
+    k = W.shape[1]
+    if choose_moment(len(rows), k, n_queries, 8) != "dense":
+        return whitened_rows_operator(_whitened_rows(rows, W, bound_w), n_queries)
+    acc = MomentSum(k)
+    for block in _whitened_blocks(rows, W, bound_w):
+        acc.add(block)
+    return SymmetricTensor(acc.mean())
 
 
 def _cube_sum(Y):
@@ -363,8 +388,8 @@ class PrivateGaussianMixture(SpectralLatentModel):
             (total,) = reduce_row_chunks(prepared["rows"], _whitened_cube_sum, W, bound_w)
             data = SymmetricTensor(total / n)
         else:
-            data = whitened_rows_operator(_whitened_rows(prepared["rows"], W, bound_w),
-                                          n_power_queries(k, self.n_restarts, self.n_iter))
+            data = _whitened_moment(prepared["rows"], W, bound_w,
+                                    n_power_queries(k, self.n_restarts, self.n_iter))
         m, G = W.T @ mean, W.T @ W
         correction = -prepared["variance"] * sym3(G[:, :, None] * m[None, None, :])
         # a whitened row's term |y|^(x)3 / n has Frobenius norm ||y||^3 / n <= B_W^3 / n
