@@ -23,9 +23,10 @@ import warnings
 import numpy as np
 import scipy.sparse as sp
 
+from .compiled import compiled
+
 __all__ = ["weighted_gram", "weighted_gram_scipy", "compiled_kernel"]
 
-_KERNEL = []  # [compiled function or None], filled on first use
 
 
 #: Documents per block of :func:`_upper_pairs`: their counts (about 12 bytes a stored entry)
@@ -75,36 +76,16 @@ def _upper_pairs(indptr, indices, data, weights, d):  # pragma: no cover (compil
     return out
 
 
-def _compile():
-    """numba's :func:`_upper_pairs`, compiled for int32 indices (the others compile when met):
-    cached beside this file where it can be, else compiled afresh in each process."""
-    import numba
-
-    for cache in (True, False):  # caching needs a writable place; without it, compile anyway
-        try:
-            kernel = numba.njit(cache=cache, nogil=True)(_upper_pairs)
-            kernel(np.array([0, 1], dtype=np.int32), np.array([0], dtype=np.int32), np.ones(1),
-                   np.ones(1), 1)  # compiled here on tiny public arrays, never on the data
-            return kernel
-        except Exception:
-            if not cache:
-                raise
-    return None
+def _warm_up(kernel):
+    kernel(np.array([0, 1], dtype=np.int32), np.array([0], dtype=np.int32), np.ones(1),
+           np.ones(1), 1)  # int32 indices; the others compile when met
 
 
 def compiled_kernel():
     """The compiled :func:`_upper_pairs`, or ``None`` without numba (or where it fails to
     compile: the scipy path is the same computation, slower). Once per process, on first use;
     plain floating point (no ``fastmath``, so nothing fused or reordered)."""
-    if not _KERNEL:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                kernel = _compile()
-        except Exception:  # ImportError, or a numba that cannot compile on this machine
-            kernel = None
-        _KERNEL.append(kernel)
-    return _KERNEL[0]
+    return compiled("pair_moment", _upper_pairs, _warm_up)
 
 
 def weighted_gram_scipy(C, weights):

@@ -9,14 +9,11 @@ rounded product ``U[b, l] * U[c, l]`` either way, so the two paths agree bit for
 """
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
+from .compiled import compiled
+
 __all__ = ["pair_products", "pair_products_numpy", "compiled_kernel"]
-
-_KERNEL = []  # [compiled function or None], filled on first use
-
 
 def _pairs_into(Ut, K):  # pragma: no cover (compiled)
     """``K[l]``: the products ``Ut[l, b] * Ut[l, c]`` over ``b <= c``, row by row."""
@@ -30,36 +27,16 @@ def _pairs_into(Ut, K):  # pragma: no cover (compiled)
             start += m
 
 
-def _compile():
-    """numba's :func:`_pairs_into` (cached beside this file where it can be), compiled here on
-    tiny public arrays for float64 and float32."""
-    import numba
-
-    for cache in (True, False):  # caching needs a writable place; without it, compile anyway
-        try:
-            kernel = numba.njit(cache=cache, nogil=True, boundscheck=False)(_pairs_into)
-            for dtype in (np.float64, np.float32):
-                kernel(np.ones((1, 2), dtype=dtype), np.empty((1, 3), dtype=dtype))
-            return kernel
-        except Exception:
-            if not cache:
-                raise
-    return None
+def _warm_up(kernel):
+    for dtype in (np.float64, np.float32):
+        kernel(np.ones((1, 2), dtype=dtype), np.empty((1, 3), dtype=dtype))
 
 
 def compiled_kernel():
     """The compiled :func:`_pairs_into`, or ``None`` without numba (or where it fails to compile:
     the NumPy path computes the same bits). Once per process, on first use; plain floating point
     (no ``fastmath``)."""
-    if not _KERNEL:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                kernel = _compile()
-        except Exception:  # ImportError, or a numba that cannot compile on this machine
-            kernel = None
-        _KERNEL.append(kernel)
-    return _KERNEL[0]
+    return compiled("pair_products", _pairs_into, _warm_up)
 
 
 def pair_products_numpy(Ut, rows, cols):
