@@ -229,3 +229,18 @@ def leftovers(bounds, guide, n_cells, half_normal, Sw, idx, U, j, buf, p, margin
         j += 1
         p = q
     return j, DONE, p
+
+
+@_JIT
+def sample(U, buf, fast, bounds, guide, n_cells, half_normal, Sw, margin, round_tol, out, left,
+           unsure, st):  # pragma: no cover (compiled)
+    """:func:`fast_path` on all the words ``U``, then :func:`leftovers` on the values it leaves,
+    from the fresh words ``buf``, in one call (a release of a thousand values costs a few calls):
+    ``(n_left, n_unsure, j, code, p)``, as those two return them."""
+    n_left, n_unsure = fast_path(U, fast, Sw, round_tol, out, 0, left, unsure)
+    first = np.empty(n_left, dtype=np.uint64)
+    for j in range(n_left):
+        first[j] = U[left[j]]
+    j, code, p = leftovers(bounds, guide, n_cells, half_normal, Sw, left[:n_left], first, 0, buf,
+                           0, margin, round_tol, out, st)
+    return n_left, n_unsure, j, code, p

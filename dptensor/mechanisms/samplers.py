@@ -426,10 +426,13 @@ def _rounded(table: _Table, S, shape, rng) -> np.ndarray:
     With the compiled loops (:func:`compiled_kernel`) the same method runs value by value.
     """
     size = math.prod(shape)
-    Sw = np.asarray(S, dtype=np.float64) * _W                   # exact: w is a power of two
+    kernel = compiled_kernel()
+    if kernel is not None and not np.ndim(S):  # one scale: a 1-element array for the loops
+        Sw = np.array([S * _W], dtype=np.float64)               # exact: w is a power of two
+        return _rounded_compiled(kernel, table, Sw, size, rng).reshape(shape)
+    Sw = np.asarray(S, dtype=np.float64) * _W
     if Sw.ndim:
         Sw = np.broadcast_to(Sw, shape).ravel()
-    kernel = compiled_kernel()
     if kernel is not None:
         return _rounded_compiled(kernel, table, Sw, size, rng).reshape(shape)
     Sw_max = float(Sw.max(initial=0.0)) if Sw.ndim else float(Sw)
@@ -490,62 +493,83 @@ def compiled_kernel():
 
 
 def _rounded_compiled(kernel, table: _Table, Sw, size: int, rng) -> np.ndarray:
-    """The fast path over the words, chunk by chunk (the NumPy path's values, bit for bit), the
-    exact roundings it leaves, then the full method for the words outside the rectangles."""
-    Sw = np.ascontiguousarray(Sw, dtype=np.float64).reshape(-1)
-    out = np.empty(size)
-    spare = np.empty((2, min(size, _CHUNK)), dtype=np.int64)  # positions, reused by the chunks
-    left, unsure = [], []
-    for start in range(0, size, _CHUNK):
-        U = _raw(rng, min(_CHUNK, size - start))
-        n_left, n_unsure = kernel.fast_path(U, table.fast, Sw, _ROUND_TOL, out, start, spare[0],
-                                            spare[1])
-        for found, n, i in ((left, n_left, spare[0]), (unsure, n_unsure, spare[1])):
-            if n:
-                found.append((i[:n] + start, U[i[:n]]))
-    unsure = _joined(unsure)
-    for i, u in zip(*(a.tolist() for a in unsure)):  # as _fast_exact's: drawing bits of theta
+    """The fast path over ``size`` words, a chunk at a time (the NumPy path's values, bit for
+    bit), the full method for the words outside the rectangles on the fresh words that follow
+    them in the stream, then the exact roundings the fast path left. A release that fits in one
+    chunk takes its words and the spare ones in one draw and one compiled call."""
+    if not (Sw.ndim == 1 and Sw.flags.c_contiguous and Sw.dtype == np.float64):
+        Sw = np.ascontiguousarray(Sw, dtype=np.float64).reshape(-1)
+    out, spare = np.empty(size), np.empty((2, min(size, _CHUNK)), dtype=np.int64)
+    n_spare = int(size * _SPARE_SHARE) + _WORDS_EXTRA
+    state, at = np.zeros(8, dtype=np.uint64), (0, kernel.DONE, 0)
+    if size <= _CHUNK:
+        words = _raw(rng, size + n_spare)
+        U, buf = words[:size], words[size:]
+        n_left, n_unsure, *at = kernel.sample(U, buf, table.fast, table.bounds, table.guide,
+                                              table.n_cells, table.kind == "half_normal", Sw,
+                                              _MARGIN, _ROUND_TOL, out, spare[0], spare[1],
+                                              state)
+        left, unsure = spare[0, :n_left], spare[1, :n_unsure]
+        left = (left, U[left]) if at[1] != kernel.DONE else None  # (gathers only if needed)
+        unsure = (unsure, U[unsure]) if n_unsure else None
+    else:
+        found = []
+        for start in range(0, size, _CHUNK):
+            U = _raw(rng, min(_CHUNK, size - start))
+            n_left, n_unsure = kernel.fast_path(U, table.fast, Sw, _ROUND_TOL, out, start,
+                                                spare[0], spare[1])
+            found.append([(i + start, U[i]) for i in (spare[0, :n_left], spare[1, :n_unsure])])
+        left, unsure = ([np.concatenate(a) for a in zip(*pairs)] for pairs in zip(*found))
+        buf, at = _raw(rng, n_spare), (0, None if left[0].size else kernel.DONE, 0)
+    if at[1] != kernel.DONE:
+        _leftovers_compiled(kernel, table, Sw, *left, out, rng, buf, state, at)
+    if unsure is not None:
+        _exact_roundings(table, Sw, *unsure, out, rng)
+    return out
+
+
+def _exact_roundings(table: _Table, Sw, positions, U, out, rng):
+    """The roundings the compiled fast path left open, as :func:`_fast_exact` settles them:
+    exactly, drawing bits of theta."""
+    for i, u in zip(positions.tolist(), U.tolist()):
         c = int(table.fast[u >> (64 - _GUIDE_BITS)]) + 1
         theta = _Lazy((u >> 1) & ((1 << _FAST_BITS) - 1), _FAST_BITS, rng)
         magnitude = _slow_round(_scale(Sw, 0 if Sw.size == 1 else i), c * _W_EXACT, _W_EXACT,
                                 theta)
         out[i] = -magnitude if u & 1 else magnitude
-    left = _joined(left)
-    if left[0].size:
-        _leftovers_compiled(kernel, table, Sw, *left, out, rng)
-    return out
 
 
-def _joined(parts):
-    """``(positions, words)`` of a list of such pairs, as two arrays."""
-    if not parts:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.uint64)
-    return parts[0] if len(parts) == 1 else tuple(np.concatenate(a) for a in zip(*parts))
+#: Spare words drawn after a release's words, per value (about 0.08 are used: a value in 40
+#: goes to the full method, which reads about 3 words), and the fresh words drawn per value
+#: still to go when they run out; both with some more.
+_SPARE_SHARE, _WORDS_PER_LEFTOVER, _WORDS_EXTRA = 0.125, 8, 64
 
 
-#: Fresh words drawn per value left to the full method (about 5 are used on average), and more.
-_WORDS_PER_LEFTOVER, _WORDS_EXTRA = 8, 64
-
-
-def _leftovers_compiled(kernel, table: _Table, Sw, idx, U, out, rng):
-    """The compiled full method for positions ``idx`` (first words ``U``), with a buffer of fresh
-    words extended whenever a value reaches its end, and the values it hands back finished by
-    :func:`_hand_back`."""
-    state = np.zeros(8, dtype=np.uint64)
-    buf = _raw(rng, _WORDS_PER_LEFTOVER * idx.size + _WORDS_EXTRA)
-    j, p, half_normal = 0, 0, table.kind == "half_normal"
+def _leftovers_compiled(kernel, table: _Table, Sw, idx, U, out, rng, buf=None, state=None,
+                        at=None):
+    """The compiled full method for positions ``idx`` (first words ``U``), on the fresh words
+    ``buf`` (drawn here if None), extended whenever a value reaches their end, and the values it
+    hands back finished by :func:`_hand_back`. ``at``: where a call of ``kernel.sample`` stopped
+    (``(j, code, p)``, with its ``state``), to go on from."""
+    if state is None:
+        state = np.zeros(8, dtype=np.uint64)
+    if buf is None:
+        buf = _raw(rng, _WORDS_PER_LEFTOVER * idx.size + _WORDS_EXTRA)
+    half_normal = table.kind == "half_normal"
+    j, code, p = at if at is not None else (0, None, 0)
     while True:
-        j, code, p = kernel.leftovers(table.bounds, table.guide, table.n_cells, half_normal, Sw,
-                                      idx, U, j, buf, p, _MARGIN, _ROUND_TOL, out, state)
+        if code is None:
+            j, code, p = kernel.leftovers(table.bounds, table.guide, table.n_cells, half_normal,
+                                          Sw, idx, U, j, buf, p, _MARGIN, _ROUND_TOL, out, state)
         if code == kernel.DONE:
             return
         if code == kernel.NEED:  # value j replays from its first word on the longer buffer
             more = _raw(rng, _WORDS_PER_LEFTOVER * (idx.size - j) + _WORDS_EXTRA)
-            buf, p = np.concatenate((buf[p:], more)), 0
+            buf, p, code = np.concatenate((buf[p:], more)), 0, None
             continue
         i = int(idx[j])
         out[i] = _hand_back(kernel, table, code, state, Sw[0 if Sw.size == 1 else i], rng)
-        j += 1
+        j, code = j + 1, None
 
 
 def _hand_back(kernel, table: _Table, code, state, Sw, rng) -> float:
@@ -597,6 +621,10 @@ def _redraw(table: _Table, Sw, base, rng) -> float:
 
 
 def _check_scales(S, size):
+    if isinstance(S, float) and isinstance(size, tuple):  # one scale (np.float64 too): no arrays
+        if not 0.0 < S < math.inf:
+            raise ValueError("scales S must be > 0 and finite")
+        return np.float64(S), size
     S = np.asarray(S, dtype=np.float64)
     shape = S.shape if size is None else ((size,) if np.ndim(size) == 0 else tuple(size))
     if not S.ndim:  # one scale (the common case: no reductions)
