@@ -69,7 +69,7 @@ def test_compiled_fast_path_gives_the_numpy_values(rng, kernel):
             inside = table.fast[(U[left] >> np.uint64(48)).astype(np.intp)] > -1.5
             sm._fast_exact(table, Sw, U[left[inside]], left[inside], want, rng)
             got, idx = np.empty(n), np.empty((2, n), dtype=np.int64)
-            n_left, n_unsure = kernel.fast_path(U, table.fast, np.array([Sw]), sm._ROUND_TOL, got,
+            n_left, n_unsure = kernel.fast_path(U, table.fast_cells, np.array([Sw]), sm._ROUND_TOL, got,
                                                 0, idx[0], idx[1])
             assert np.array_equal(idx[0, :n_left], left[~inside])
             settled = np.ones(n, dtype=bool)

@@ -51,7 +51,7 @@ def fast_path(U, fast, Sw, round_tol, out, start, left, unsure):  # pragma: no c
     one_scale = Sw.size == 1
     for i in range(U.size):
         u = U[i]
-        c1 = fast[np.int64(u >> _SHIFT_GUIDE)]
+        c1 = np.float64(fast[np.int64(u >> _SHIFT_GUIDE)])  # c - 1, or -2 outside
         if c1 < -1.5:
             left[n_left] = i
             n_left += 1
@@ -88,7 +88,8 @@ def _segment(bounds, guide, u):  # pragma: no cover (compiled)
     at the first words of ``u``'s bucket and of the next (by bisection: where the density is
     low, one bucket holds hundreds of boundaries)."""
     b = np.int64(u >> _SHIFT_GUIDE)
-    lo, hi = guide[b], guide[b + 1] if b + 1 < guide.size else bounds.size
+    lo = np.int64(guide[b])
+    hi = np.int64(guide[b + 1]) if b + 1 < guide.size else np.int64(bounds.size)
     while lo < hi:
         mid = (lo + hi) >> 1
         if bounds[mid] <= u:

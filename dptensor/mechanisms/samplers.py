@@ -505,7 +505,7 @@ def _rounded_compiled(kernel, table: _Table, Sw, size: int, rng) -> np.ndarray:
     if size <= _CHUNK:
         words = _raw(rng, size + n_spare)
         U, buf = words[:size], words[size:]
-        n_left, n_unsure, *at = kernel.sample(U, buf, table.fast, table.bounds, table.guide,
+        n_left, n_unsure, *at = kernel.sample(U, buf, table.fast_cells, table.bounds, table.guide_cells,
                                               table.n_cells, table.kind == "half_normal", Sw,
                                               _MARGIN, _ROUND_TOL, out, spare[0], spare[1],
                                               state)
@@ -516,7 +516,7 @@ def _rounded_compiled(kernel, table: _Table, Sw, size: int, rng) -> np.ndarray:
         found = []
         for start in range(0, size, _CHUNK):
             U = _raw(rng, min(_CHUNK, size - start))
-            n_left, n_unsure = kernel.fast_path(U, table.fast, Sw, _ROUND_TOL, out, start,
+            n_left, n_unsure = kernel.fast_path(U, table.fast_cells, Sw, _ROUND_TOL, out, start,
                                                 spare[0], spare[1])
             found.append([(i + start, U[i]) for i in (spare[0, :n_left], spare[1, :n_unsure])])
         left, unsure = ([np.concatenate(a) for a in zip(*pairs)] for pairs in zip(*found))
@@ -559,7 +559,7 @@ def _leftovers_compiled(kernel, table: _Table, Sw, idx, U, out, rng, buf=None, s
     j, code, p = at if at is not None else (0, None, 0)
     while True:
         if code is None:
-            j, code, p = kernel.leftovers(table.bounds, table.guide, table.n_cells, half_normal,
+            j, code, p = kernel.leftovers(table.bounds, table.guide_cells, table.n_cells, half_normal,
                                           Sw, idx, U, j, buf, p, _MARGIN, _ROUND_TOL, out, state)
         if code == kernel.DONE:
             return
