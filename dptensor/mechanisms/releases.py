@@ -105,7 +105,7 @@ def _check_grid(value, gamma, name):
     """Refuse non-finite values and values of ``2**1000`` grid steps or more, before dividing (no
     floating-point warning can then arise). Two reductions, no temporary array."""
     if value.size:
-        limit = _GRID_LIMIT * np.min(gamma)
+        limit = _GRID_LIMIT * (gamma if isinstance(gamma, float) else np.min(gamma))
         if not (value.max() < limit and value.min() > -limit):  # nan fails too
             raise ValueError(_REFUSED.format(name))
 

@@ -35,6 +35,13 @@ chunks; the other values take the full path, with fresh words.
 
 Beyond the table (``Y >= 8``) the exponential restarts at the edge (it is memoryless) and the
 half-normal takes an exact rational slow path.
+
+Where numba is installed (the ``fast`` extra), :mod:`._sampler_kernel` runs the same method in
+compiled loops: the fast path gives the values above bit for bit, and the full method runs value
+by value on the fresh words that follow the release's words in the stream, handing what its
+bounds cannot settle, with the state reached, to the exact paths here. The law is the same; the
+words the full method reads are not the same as the vectorised rounds', so a seeded release
+differs between an install with numba and one without (each reproduces its own).
 """
 from __future__ import annotations
 
@@ -432,7 +439,7 @@ def _rounded(table: _Table, S, shape, rng) -> np.ndarray:
         return _rounded_compiled(kernel, table, Sw, size, rng).reshape(shape)
     Sw = np.asarray(S, dtype=np.float64) * _W
     if Sw.ndim:
-        Sw = np.broadcast_to(Sw, shape).ravel()
+        Sw = Sw.ravel() if Sw.shape == shape else np.broadcast_to(Sw, shape).ravel()
     if kernel is not None:
         return _rounded_compiled(kernel, table, Sw, size, rng).reshape(shape)
     Sw_max = float(Sw.max(initial=0.0)) if Sw.ndim else float(Sw)
@@ -505,10 +512,10 @@ def _rounded_compiled(kernel, table: _Table, Sw, size: int, rng) -> np.ndarray:
     if size <= _CHUNK:
         words = _raw(rng, size + n_spare)
         U, buf = words[:size], words[size:]
-        n_left, n_unsure, *at = kernel.sample(U, buf, table.fast_cells, table.bounds, table.guide_cells,
-                                              table.n_cells, table.kind == "half_normal", Sw,
-                                              _MARGIN, _ROUND_TOL, out, spare[0], spare[1],
-                                              state)
+        n_left, n_unsure, *at = kernel.sample(U, buf, table.fast_cells, table.bounds,
+                                              table.guide_cells, table.n_cells,
+                                              table.kind == "half_normal", Sw, _MARGIN,
+                                              _ROUND_TOL, out, spare[0], spare[1], state)
         left, unsure = spare[0, :n_left], spare[1, :n_unsure]
         left = (left, U[left]) if at[1] != kernel.DONE else None  # (gathers only if needed)
         unsure = (unsure, U[unsure]) if n_unsure else None
@@ -559,8 +566,9 @@ def _leftovers_compiled(kernel, table: _Table, Sw, idx, U, out, rng, buf=None, s
     j, code, p = at if at is not None else (0, None, 0)
     while True:
         if code is None:
-            j, code, p = kernel.leftovers(table.bounds, table.guide_cells, table.n_cells, half_normal,
-                                          Sw, idx, U, j, buf, p, _MARGIN, _ROUND_TOL, out, state)
+            j, code, p = kernel.leftovers(table.bounds, table.guide_cells, table.n_cells,
+                                          half_normal, Sw, idx, U, j, buf, p, _MARGIN,
+                                          _ROUND_TOL, out, state)
         if code == kernel.DONE:
             return
         if code == kernel.NEED:  # value j replays from its first word on the longer buffer
