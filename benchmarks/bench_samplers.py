@@ -137,9 +137,10 @@ def goal_rows(quick: bool) -> list[dict]:
         samplers.compiled_kernel()  # compiled (or loaded from the cache) before the clock
         for name, fn in contenders.items():  # warm-up
             fn(rng)
-        for _ in range(repeat):
-            for name, fn in contenders.items():
-                times[name].append(_one(fn, rng))
+        names = list(contenders)
+        for k in range(repeat):  # each round in a rotated order: no contender always runs first
+            for name in names[k % len(names):] + names[:k % len(names)]:
+                times[name].append(_one(contenders[name], rng))
         med = {name: float(np.median(t)) for name, t in times.items()}
         for kind in ("gaussian", "laplace"):
             rows.append({"release": f"{kind} release", "values": n, "repeats": repeat,

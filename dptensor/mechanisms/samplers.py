@@ -487,7 +487,7 @@ def compiled_kernel():
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                from . import _sampler_kernel as kernel
+                import dptensor.mechanisms._sampler_kernel as kernel  # (not the package: no circle)
                 rng, out = np.random.default_rng(0), np.empty(1)
                 _rounded_compiled(kernel, _EXP, np.ones(1), 1, rng)
                 top = np.full(1, _TWO64 - 1, dtype=np.uint64)  # the last word: the tail
