@@ -1,9 +1,10 @@
 """Exact (floating-point safe) releases against the continuous NumPy noise they replace.
 
 First the goal rows: a Gaussian and a Laplace release of ``n`` values against NumPy's continuous
-sampler of the same size (``rng.standard_normal(n)``), at ``n = 1e3`` and ``1e6``, the three
-contenders interleaved call by call and the median of each taken, so a burst of load on the
-shared machine hits all three alike.
+sampler of the same size (``rng.standard_normal(n)``), at ``n = 1e3`` and ``1e6``, the
+contenders (the two releases, and each again on the samplers' NumPy path, the fallback without
+numba) interleaved call by call and the median of each taken, so a burst of load on the shared
+machine hits all of them alike.
 
 For each of the library's largest releases, the time of ``value + continuous noise`` (today's
 path: NumPy's ziggurat normals or inverse-CDF Laplace) and of the exact release on a grid
@@ -21,7 +22,7 @@ import numpy as np
 from benchmarks._common import RESULTS, machine_info, markdown_table, timed
 from dptensor.algorithms.operators import symmetrize_tensor
 from dptensor.mechanisms import (above_threshold, gaussian_release, laplace_release,
-                                  symmetric_gaussian_release)
+                                  samplers, symmetric_gaussian_release)
 
 
 # The library's continuous noise helpers before the exact releases replaced them, kept here verbatim
@@ -109,6 +110,15 @@ def _one(fn, rng) -> float:
     return time.perf_counter() - t0
 
 
+def _numpy_path(release, *args):
+    """A release on the samplers' NumPy path (the fallback without the compiled loops)."""
+    kernel, samplers._KERNEL[:] = samplers._KERNEL[:], [None]
+    try:
+        return release(*args)
+    finally:
+        samplers._KERNEL[:] = kernel
+
+
 def goal_rows(quick: bool) -> list[dict]:
     """A release of n values against ``rng.standard_normal(n)``: ratios of medians, interleaved."""
     rows = []
@@ -117,20 +127,27 @@ def goal_rows(quick: bool) -> list[dict]:
         value = np.random.default_rng(0).standard_normal(n)
         contenders = {"numpy": lambda r: r.standard_normal(n),
                       "gaussian": lambda r: gaussian_release(value, 1.0, 3.0, r),
-                      "laplace": lambda r: laplace_release(value, 1.0, 1.0, r)}
+                      "laplace": lambda r: laplace_release(value, 1.0, 1.0, r),
+                      "gaussian_numpy_path": lambda r: _numpy_path(
+                          gaussian_release, value, 1.0, 3.0, r),
+                      "laplace_numpy_path": lambda r: _numpy_path(
+                          laplace_release, value, 1.0, 1.0, r)}
         rng = np.random.default_rng(1)
         times = {name: [] for name in contenders}
+        samplers.compiled_kernel()  # compiled (or loaded from the cache) before the clock
         for name, fn in contenders.items():  # warm-up
             fn(rng)
-        for _ in range(repeat):
-            for name, fn in contenders.items():
-                times[name].append(_one(fn, rng))
+        names = list(contenders)
+        for k in range(repeat):  # each round in a rotated order: no contender always runs first
+            for name in names[k % len(names):] + names[:k % len(names)]:
+                times[name].append(_one(contenders[name], rng))
         med = {name: float(np.median(t)) for name, t in times.items()}
         for kind in ("gaussian", "laplace"):
             rows.append({"release": f"{kind} release", "values": n, "repeats": repeat,
                          "numpy_standard_normal_s": med["numpy"], "release_s": med[kind],
                          "ratio": med[kind] / med["numpy"],
-                         "goal": 5.0 if n <= 1_000 else 1.3})
+                         "goal": 5.0 if n <= 1_000 else 1.3,
+                         "numpy_path_ratio": med[f"{kind}_numpy_path"] / med["numpy"]})
             print(f"{kind} release of {n}: {med[kind]:.3g}s, standard_normal {med['numpy']:.3g}s, "
                   f"ratio {med[kind] / med['numpy']:.2f}")
     return rows
@@ -140,6 +157,7 @@ def run(quick: bool = False) -> list[dict]:
     repeat = 3 if quick else 7
     load_before = os.getloadavg()[0]
     goals = goal_rows(quick)
+    load_mid = os.getloadavg()[0]
     rows = []
     for name, n_draws, old, new in cases(quick):
         rng = np.random.default_rng(1)
@@ -157,16 +175,19 @@ def run(quick: bool = False) -> list[dict]:
     RESULTS.mkdir(parents=True, exist_ok=True)
     info = machine_info()
     (RESULTS / "samplers.json").write_text(json.dumps(
-        {"machine": info, "load": [load_before, load_after], "rounds": 2, "repeat": repeat,
+        {"machine": info, "load": [load_before, load_mid, load_after], "rounds": 2, "repeat": repeat,
          "small_repeat": SMALL_REPEAT, "goals": goals, "records": rows}, indent=2))
     md = ["# samplers", "",
           "## Releases against NumPy's continuous sampler of the same size", "",
           "A Gaussian (`gaussian_release(value, 1, 3, rng)`) and a Laplace release "
           "(`laplace_release(value, 1, 1, rng)`) of n values against `rng.standard_normal(n)`, "
-          "the three interleaved call by call, medians of `repeats` calls each; `goal` is the "
-          "ratio aimed at.", "",
+          "the contenders interleaved call by call, medians of `repeats` calls each; `goal` is "
+          "the ratio aimed at. The releases run the samplers' compiled loops (numba, the `fast` "
+          "extra); `numpy_path_ratio` is the same release on the NumPy path, the fallback "
+          "without numba. "
+          f"Load average before/after: {load_before:.1f}/{load_mid:.1f}.", "",
           markdown_table(goals, ["release", "values", "repeats", "numpy_standard_normal_s",
-                                 "release_s", "ratio", "goal"]), "",
+                                 "release_s", "ratio", "goal", "numpy_path_ratio"]), "",
           "## The library's largest releases against the continuous noise they replace", "",
           f"Best of 2 x {repeat} runs of each release ({SMALL_REPEAT} for the one-call rows), "
           "alternating continuous NumPy noise (the path before the exact releases, "

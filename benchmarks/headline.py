@@ -164,6 +164,13 @@ def rows() -> list[dict]:
         out.append({"estimator": "PrivateGridSearchCV", "measure": "total epsilon, 100 candidates of eps=0.5",
                     "dptensor": _fmt(r["private"]), "peer": f"naive composition {_fmt(r['naive'])}",
                     "ratio": f"{r['naive'] / r['private']:.1f}x cheaper", "privacy": "eps=0.5 each"})
+    for r in _extra("samplers", "goals"):
+        n = f"{r['values']:.0e}".replace("e+0", "e")
+        out.append({"estimator": "Exact noise", "measure": f"{r['release']} of {n} values, time / "
+                    "standard_normal", "dptensor": f"{r['ratio']:.2f}x (NumPy path "
+                    f"{r['numpy_path_ratio']:.2f}x)" if "numpy_path_ratio" in r
+                    else f"{r['ratio']:.2f}x", "peer": f"rng.standard_normal({n}), same run",
+                    "ratio": f"goal {r['goal']:g}x", "privacy": "exact release (mechanism)"})
     da = _records("dask")
     big = [r for r in da if r.get("n") == 1_000_000 and r.get("step") == "tensor"]
     if len(big) >= 2:

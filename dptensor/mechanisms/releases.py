@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .samplers import rounded_gaussian, rounded_laplace
+from .samplers import compiled_kernel, rounded_gaussian, rounded_laplace
 
 __all__ = ["above_threshold", "clip_factors", "clip_rows", "gaussian_release",
            "joint_gaussian_release", "laplace_release", "symmetric_gaussian_release", "grid_step",
@@ -98,14 +98,16 @@ _GRID_LIMIT = 2.0 ** 1000
 _CHUNK = 1 << 16  # values per chunk of the rounding and the noise's addition (in cache)
 
 
+_REFUSED = "{} must be finite, and far below 2**1000 times the noise scale"
+
+
 def _check_grid(value, gamma, name):
     """Refuse non-finite values and values of ``2**1000`` grid steps or more, before dividing (no
     floating-point warning can then arise). Two reductions, no temporary array."""
     if value.size:
-        limit = _GRID_LIMIT * np.min(gamma)
+        limit = _GRID_LIMIT * (gamma if isinstance(gamma, float) else np.min(gamma))
         if not (value.max() < limit and value.min() > -limit):  # nan fails too
-            raise ValueError(f"{name} must be finite, and far below 2**1000 times the noise "
-                             "scale")
+            raise ValueError(_REFUSED.format(name))
 
 
 def _on_grid(value, gamma, name="value"):
@@ -121,6 +123,11 @@ def _noisy(value, gamma, noise):
     ``gamma`` is one power of two; a large release runs chunk by chunk, in cache.
     """
     v, k = value.reshape(-1), noise.reshape(-1)
+    kernel = compiled_kernel()
+    if kernel is not None and k.flags.c_contiguous:  # one compiled pass, the same arithmetic
+        if not kernel.grid_add(np.ascontiguousarray(v), float(gamma), k, _GRID_LIMIT * gamma):
+            raise ValueError(_REFUSED.format("value"))
+        return noise if noise.ndim else noise[()]
     for start in range(0, v.size, _CHUNK):
         part = v[start:start + _CHUNK]
         _check_grid(part, gamma, "value")

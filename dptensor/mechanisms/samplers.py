@@ -35,18 +35,26 @@ chunks; the other values take the full path, with fresh words.
 
 Beyond the table (``Y >= 8``) the exponential restarts at the edge (it is memoryless) and the
 half-normal takes an exact rational slow path.
+
+Where numba is installed (the ``fast`` extra), :mod:`._sampler_kernel` runs the same method in
+compiled loops: the fast path gives the values above bit for bit, and the full method runs value
+by value on the fresh words that follow the release's words in the stream, handing what its
+bounds cannot settle, with the state reached, to the exact paths here. The law is the same; the
+words the full method reads are not the same as the vectorised rounds', so a seeded release
+differs between an install with numba and one without (each reproduces its own).
 """
 from __future__ import annotations
 
 import math
-from decimal import Decimal, localcontext
+import warnings
 from fractions import Fraction
 
 import numpy as np
 
+from ._tables import _GUIDE_BITS, _TWO64, _W_LOG2, _Table
+
 __all__ = ["rounded_laplace", "rounded_gaussian", "laplace_pmf", "gaussian_pmf"]
 
-_W_LOG2 = 6                     # cell width w = 2**-6
 _W = 2.0 ** -_W_LOG2
 _W_EXACT = Fraction(1, 1 << _W_LOG2)
 _THETA_BITS = 52                # bits of theta on the full path (theta0 = k 2**-52: a double)
@@ -54,89 +62,9 @@ _FAST_BITS = 47                 # bits of theta on the fast path: bits 1..47 of 
 _V_BITS = 53                    # bits of each uniform in the Bernoulli series
 _MARGIN = 2.0 ** -49            # relative bound on the rounding error of the few float operations
 _ROUND_TOL = 2.0 ** -50         # bounds the rounding error of S w (c + theta) + 1/2, relative to it
-_TWO64 = 1 << 64
-_GUIDE_BITS = 16                # the guide table indexes segments by the top bits of U
 _CHUNK = 1 << 16                # values per fast-path chunk: few Python calls, arrays in cache
 # Bit generators whose raw words are 64-bit.
 _RAW64 = (np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64)
-
-
-class _Table:
-    """Proposal for the density ``exp(-g(y))`` on ``[0, inf)``, in segments with exact 64-bit CDF
-    boundaries: ``c`` the rectangle of cell ``c``, ``n_cells + c`` its cap, ``tail`` beyond them."""
-
-    def __init__(self, kind: str, n_cells: int):
-        self.kind, self.n_cells, self.tail = kind, n_cells, 2 * n_cells
-        self.length = Fraction(n_cells, 1 << _W_LOG2)
-        self._cache = {}
-        bounds = [self.cdf_floor(j, 64) for j in range(self.tail)]
-        if any(b2 <= b1 for b1, b2 in zip(bounds, bounds[1:])) or bounds[-1] >= _TWO64:
-            # Cannot happen for these sizes.
-            raise RuntimeError("segment table is not strictly increasing")
-        self.bounds = np.array(bounds, dtype=np.uint64)
-        # The boundary above each segment (the tail's is a placeholder: no word lies above the
-        # tail), and the one below.
-        self.upper = np.r_[self.bounds, np.uint64(_TWO64 - 1)]
-        self.lower = np.r_[np.uint64(0), self.bounds]
-        # Guide: for each value of the top bits of U (a bucket), the first segment U can fall in.
-        tops = np.arange(1 << _GUIDE_BITS, dtype=np.uint64) << np.uint64(64 - _GUIDE_BITS)
-        self.guide = np.searchsorted(self.bounds, tops, side="right").astype(np.int64)
-        # A bucket decides its segment when no boundary lies in it, first word included (a tie).
-        ends = tops + np.uint64((1 << (64 - _GUIDE_BITS)) - 1)
-        decided = ((self.upper[self.guide] > ends)
-                   & ((self.guide == 0) | (self.lower[self.guide] < tops)))
-        # The fast path's table: c - 1 for a bucket inside rectangle c (1 + theta plus it is
-        # c + theta).
-        self.fast = np.where(decided & (self.guide < n_cells), self.guide - 1.0, -2.0)
-
-    def _weights(self, prec: int):
-        """Envelope masses of the segments and of the tail, as Decimals good to ``prec`` digits."""
-        with localcontext() as ctx:
-            ctx.prec = prec + 10
-            w = Decimal(1) / (1 << _W_LOG2)
-            L = Decimal(self.length.numerator) / self.length.denominator
-            if self.kind == "exp":
-                height = [(-(w * c)).exp() for c in range(self.n_cells + 1)]
-                tail = (-L).exp()                       # the exact mass of [L, inf)
-            else:
-                height = [(-(w * c) ** 2 / 2).exp() for c in range(self.n_cells + 1)]
-                tail = (-L * L / 2).exp() / L           # envelope exp(-L^2/2 - L (y - L))
-            rectangles = [w * h for h in height[1:]]
-            caps = [w * (h0 - h1) for h0, h1 in zip(height, height[1:])]
-            return rectangles + caps, tail
-
-    def _cumulative(self, prec: int):
-        """Cumulative envelope masses over the total, to ``prec`` digits (cached per precision)."""
-        if prec not in self._cache:
-            with localcontext() as ctx:
-                ctx.prec = prec + 10
-                segments, tail = self._weights(prec)
-                total, acc, cdf = sum(segments) + tail, Decimal(0), []
-                for weight in segments:
-                    acc += weight
-                    cdf.append(acc / total)
-            self._cache[prec] = cdf
-        return self._cache[prec]
-
-    def cdf_floor(self, j: int, bits: int) -> int:
-        """``floor(2**bits * P(segment <= j))`` under the proposal, certified by a relative margin.
-
-        The Decimal sums carry ``prec + 10`` digits from correctly rounded terms (a cap, a
-        difference of two heights, loses at most 5 of them: no cap is below 1e-4 of its height),
-        so their relative error is far below ``10**-prec``; the floor is accepted only when the
-        whole interval ``x (1 +- 10**-prec)`` has one floor, and the precision doubles otherwise.
-        """
-        prec = bits // 3 + 40
-        for _ in range(6):
-            with localcontext() as ctx:
-                ctx.prec = prec + 10
-                x = self._cumulative(prec)[j] * (Decimal(2) ** bits)
-                lo, hi = x * (1 - Decimal(10) ** -prec), x * (1 + Decimal(10) ** -prec)
-                if int(lo) == int(hi):
-                    return int(lo)
-            prec *= 2
-        # Unreachable unless the CDF is dyadic.
-        raise RuntimeError("cannot certify a table boundary")  # pragma: no cover
 
 
 _EXP = _Table("exp", 8 << _W_LOG2)
@@ -324,6 +252,13 @@ def _cap_accept(kind: str, cell, theta_int, rng, lazy, positions):
     # A(1), exact: w, or (2 c + 1) w^2/2
     A1 = np.full(c_f.size, _W) if kind == "exp" else (2.0 * c_f + 1.0) * (_W * _W / 2)
     u, u_lazy = _truncated_exponential(A1, rng)
+    return _cap_decide(kind, cell, theta_int, A1, u, u_lazy, rng, lazy, positions)
+
+
+def _cap_decide(kind: str, cell, theta_int, A1, u, u_lazy, rng, lazy, positions):
+    """``A(theta) < A(1) u`` for each cap proposal, given its ``u`` (52-bit integers, and those
+    the exact path refined in ``u_lazy``): by float bounds, else exactly."""
+    c_f = cell.astype(np.float64)
     a_lo, a_hi = _interval(lambda x: _A(kind, c_f, x, _W), theta_int)
     s_lo, s_hi = _interval(lambda x: A1 * x, u)
     kept = a_hi <= s_lo                                   # A(theta) < A(1) u surely
@@ -495,14 +430,19 @@ def _rounded(table: _Table, S, shape, rng) -> np.ndarray:
 
     ``S`` is a scalar or an array broadcasting to ``shape``. The fast path runs chunk by chunk;
     the values it leaves (unsettled roundings, words outside a rectangle) are finished after it.
+    With the compiled loops (:func:`compiled_kernel`) the same method runs value by value.
     """
     size = math.prod(shape)
-    Sw = np.asarray(S, dtype=np.float64) * _W                   # exact: w is a power of two
+    kernel = compiled_kernel()
+    if kernel is not None and not np.ndim(S):  # one scale: a 1-element array for the loops
+        Sw = np.array([S * _W], dtype=np.float64)               # exact: w is a power of two
+        return _rounded_compiled(kernel, table, Sw, size, rng).reshape(shape)
+    Sw = np.asarray(S, dtype=np.float64) * _W
     if Sw.ndim:
-        Sw = np.broadcast_to(Sw, shape).ravel()
-        Sw_max = float(Sw.max(initial=0.0))
-    else:
-        Sw_max = float(Sw)
+        Sw = Sw.ravel() if Sw.shape == shape else np.broadcast_to(Sw, shape).ravel()
+    if kernel is not None:
+        return _rounded_compiled(kernel, table, Sw, size, rng).reshape(shape)
+    Sw_max = float(Sw.max(initial=0.0)) if Sw.ndim else float(Sw)
     # _round's tolerance at the largest value, c + theta <= n_cells
     tol = Sw_max * 2.0 ** (1 - _FAST_BITS) + (Sw_max * (table.n_cells + 1) + 1.0) * _ROUND_TOL
     out, left = np.empty(size), []
@@ -522,10 +462,10 @@ def _rounded(table: _Table, S, shape, rng) -> np.ndarray:
     return out.reshape(shape)
 
 
-def _finish(table: _Table, Sw, U, idx, out, rng):
+def _finish(table: _Table, Sw, U, idx, out, rng, base=None):
     """The full path for the words ``U`` of positions ``idx``, and again (fresh words) for the
-    values it rejects."""
-    base = np.zeros(idx.size, dtype=np.int64)
+    values it rejects. ``base``: table lengths already passed (exponential restarts), or 0."""
+    base = np.zeros(idx.size, dtype=np.int64) if base is None else base
     while idx.size:
         values, done = _full(table, Sw if Sw.ndim == 0 else Sw[idx], U, base, rng)
         if np.count_nonzero(done) == done.size:
@@ -536,7 +476,163 @@ def _finish(table: _Table, Sw, U, idx, out, rng):
         U = _raw(rng, idx.size)
 
 
+# ---------------------------------------------------------------- the compiled loops
+_KERNEL = []  # [the compiled module, or None], filled on first use
+
+
+def compiled_kernel():
+    """:mod:`._sampler_kernel`, compiled, or None without numba (or where it fails to compile:
+    the NumPy path is the same method). Compiled once per process on tiny public arrays."""
+    if not _KERNEL:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                import dptensor.mechanisms._sampler_kernel as kernel  # (not the package: no circle)
+                rng, out = np.random.default_rng(0), np.empty(1)
+                _rounded_compiled(kernel, _EXP, np.ones(1), 1, rng)
+                top = np.full(1, _TWO64 - 1, dtype=np.uint64)  # the last word: the tail
+                _leftovers_compiled(kernel, _EXP, np.ones(1), np.zeros(1, np.int64), top, out, rng)
+                kernel.grid_add(np.zeros(1), 1.0, out, 2.0)
+        except Exception:  # ImportError, or a numba that cannot compile here
+            kernel = None
+        _KERNEL.append(kernel)
+    return _KERNEL[0]
+
+
+def _rounded_compiled(kernel, table: _Table, Sw, size: int, rng) -> np.ndarray:
+    """The fast path over ``size`` words, a chunk at a time (the NumPy path's values, bit for
+    bit), the full method for the words outside the rectangles on the fresh words that follow
+    them in the stream, then the exact roundings the fast path left. A release that fits in one
+    chunk takes its words and the spare ones in one draw and one compiled call."""
+    if not (Sw.ndim == 1 and Sw.flags.c_contiguous and Sw.dtype == np.float64):
+        Sw = np.ascontiguousarray(Sw, dtype=np.float64).reshape(-1)
+    out, spare = np.empty(size), np.empty((2, min(size, _CHUNK)), dtype=np.int64)
+    n_spare = int(size * _SPARE_SHARE) + _WORDS_EXTRA
+    state, at = np.zeros(8, dtype=np.uint64), (0, kernel.DONE, 0)
+    if size <= _CHUNK:
+        words = _raw(rng, size + n_spare)
+        U, buf = words[:size], words[size:]
+        n_left, n_unsure, *at = kernel.sample(U, buf, table.fast_cells, table.bounds,
+                                              table.guide_cells, table.n_cells,
+                                              table.kind == "half_normal", Sw, _MARGIN,
+                                              _ROUND_TOL, out, spare[0], spare[1], state)
+        left, unsure = spare[0, :n_left], spare[1, :n_unsure]
+        left = (left, U[left]) if at[1] != kernel.DONE else None  # (gathers only if needed)
+        unsure = (unsure, U[unsure]) if n_unsure else None
+    else:
+        found = []
+        for start in range(0, size, _CHUNK):
+            U = _raw(rng, min(_CHUNK, size - start))
+            n_left, n_unsure = kernel.fast_path(U, table.fast_cells, Sw, _ROUND_TOL, out, start,
+                                                spare[0], spare[1])
+            found.append([(i + start, U[i]) for i in (spare[0, :n_left], spare[1, :n_unsure])])
+        left, unsure = ([np.concatenate(a) for a in zip(*pairs)] for pairs in zip(*found))
+        buf, at = _raw(rng, n_spare), (0, None if left[0].size else kernel.DONE, 0)
+    if at[1] != kernel.DONE:
+        _leftovers_compiled(kernel, table, Sw, *left, out, rng, buf, state, at)
+    if unsure is not None:
+        _exact_roundings(table, Sw, *unsure, out, rng)
+    return out
+
+
+def _exact_roundings(table: _Table, Sw, positions, U, out, rng):
+    """The roundings the compiled fast path left open, as :func:`_fast_exact` settles them:
+    exactly, drawing bits of theta."""
+    for i, u in zip(positions.tolist(), U.tolist()):
+        c = int(table.fast[u >> (64 - _GUIDE_BITS)]) + 1
+        theta = _Lazy((u >> 1) & ((1 << _FAST_BITS) - 1), _FAST_BITS, rng)
+        magnitude = _slow_round(_scale(Sw, 0 if Sw.size == 1 else i), c * _W_EXACT, _W_EXACT,
+                                theta)
+        out[i] = -magnitude if u & 1 else magnitude
+
+
+#: Spare words drawn after a release's words, per value (about 0.08 are used: a value in 40
+#: goes to the full method, which reads about 3 words), and the fresh words drawn per value
+#: still to go when they run out; both with some more.
+_SPARE_SHARE, _WORDS_PER_LEFTOVER, _WORDS_EXTRA = 0.125, 8, 64
+
+
+def _leftovers_compiled(kernel, table: _Table, Sw, idx, U, out, rng, buf=None, state=None,
+                        at=None):
+    """The compiled full method for positions ``idx`` (first words ``U``), on the fresh words
+    ``buf`` (drawn here if None), extended whenever a value reaches their end, and the values it
+    hands back finished by :func:`_hand_back`. ``at``: where a call of ``kernel.sample`` stopped
+    (``(j, code, p)``, with its ``state``), to go on from."""
+    if state is None:
+        state = np.zeros(8, dtype=np.uint64)
+    if buf is None:
+        buf = _raw(rng, _WORDS_PER_LEFTOVER * idx.size + _WORDS_EXTRA)
+    half_normal = table.kind == "half_normal"
+    j, code, p = at if at is not None else (0, None, 0)
+    while True:
+        if code is None:
+            j, code, p = kernel.leftovers(table.bounds, table.guide_cells, table.n_cells,
+                                          half_normal, Sw, idx, U, j, buf, p, _MARGIN,
+                                          _ROUND_TOL, out, state)
+        if code == kernel.DONE:
+            return
+        if code == kernel.NEED:  # value j replays from its first word on the longer buffer
+            more = _raw(rng, _WORDS_PER_LEFTOVER * (idx.size - j) + _WORDS_EXTRA)
+            buf, p, code = np.concatenate((buf[p:], more)), 0, None
+            continue
+        i = int(idx[j])
+        out[i] = _hand_back(kernel, table, code, state, Sw[0 if Sw.size == 1 else i], rng)
+        j, code = j + 1, None
+
+
+def _hand_back(kernel, table: _Table, code, state, Sw, rng) -> float:
+    """Finish exactly a value the compiled loop could not settle, from the state it reached (see
+    :func:`._sampler_kernel._one`); a proposal rejected here is followed by fresh ones."""
+    base = np.array([int(state[5])])
+    if code == kernel.TIE:  # the NumPy full path on the tied word, from its inversion
+        values, done = _full(table, Sw, np.array([state[6]], dtype=np.uint64), base, rng)
+        return float(values[0]) if done[0] else _redraw(table, Sw, base, rng)
+    if code == kernel.TAIL:
+        sign = int(_raw(rng, 1)[0]) & 1
+        value = _slow_gaussian_tail(_scale(Sw, 0), rng)
+        if value is None:
+            return _redraw(table, Sw, base, rng)
+        return float(-value if sign else value)
+    T, cell = int(state[0]), int(state[4])
+    theta = _Lazy(T >> (64 - _THETA_BITS), _THETA_BITS, rng)
+    if code != kernel.ROUND and not _cap_continue(table.kind, cell, theta, code == kernel.BERN,
+                                                  state, rng):
+        return _redraw(table, Sw, base, rng)
+    magnitude = _slow_round(_scale(Sw, 0), (int(base[0]) + cell) * _W_EXACT, _W_EXACT, theta)
+    return float(-magnitude if T & 1 else magnitude)
+
+
+def _cap_continue(kind: str, cell: int, theta: _Lazy, in_series: bool, state, rng) -> bool:
+    """A cap's acceptance from where the compiled loop stopped: inside the Bernoulli series of
+    its ``u`` (``in_series``: counter and uniform in ``state``), or at ``A(theta) < A(1) u``."""
+    A1 = _W if kind == "exp" else (2.0 * cell + 1.0) * (_W * _W / 2)
+    u, u_lazy = int(state[1]), {}
+    if in_series:
+        x, a = _Lazy(u, _THETA_BITS, rng), Fraction(A1)
+        if _slow_bernoulli_exp(lambda t: a * t, x, rng, K=int(state[2]),
+                               V=_Lazy(int(state[3]), _V_BITS, rng)):
+            u_lazy = {0: x}
+        else:  # u rejected: the truncated exponential's next round, afresh
+            k, u_lazy = _truncated_exponential(np.array([A1]), rng)
+            u = int(k[0])
+    lazy = {0: theta}
+    return bool(_cap_decide(kind, np.array([cell]), np.array([theta.value], dtype=np.uint64),
+                            np.array([A1]), np.array([u], dtype=np.uint64), u_lazy, rng, lazy,
+                            np.array([0]))[0])
+
+
+def _redraw(table: _Table, Sw, base, rng) -> float:
+    """A value whose proposal was rejected: the NumPy full path on fresh words."""
+    out = np.empty(1)
+    _finish(table, Sw, _raw(rng, 1), np.array([0]), out, rng, base=base)
+    return float(out[0])
+
+
 def _check_scales(S, size):
+    if isinstance(S, float) and isinstance(size, tuple):  # one scale (np.float64 too): no arrays
+        if not 0.0 < S < math.inf:
+            raise ValueError("scales S must be > 0 and finite")
+        return np.float64(S), size
     S = np.asarray(S, dtype=np.float64)
     shape = S.shape if size is None else ((size,) if np.ndim(size) == 0 else tuple(size))
     if not S.ndim:  # one scale (the common case: no reductions)
