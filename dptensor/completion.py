@@ -629,6 +629,7 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         the parameters alone with the fit's own plan: no data, no spend. Returns a
         :class:`~dptensor.PrivacyCost`.
         """
+        self._check_preview_shape(needed=False)
         check_positive_int(n_samples, "n_samples")
         order = check_positive_int(n_features, "n_features")
         if order < 2:
@@ -647,8 +648,7 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         The other modes: ``component_rms_noise_`` (the caller's units) for a component as large
         as the values' width (``signal_bound``), with balanced columns on evenly spread
         positions (``docs/derivations/completion.rst``)."""
-        if self.shape is None:
-            raise ValueError("the noise preview needs the tensor's shape: set shape")
+        self._check_preview_shape(needed=True)
         n_obs = check_positive_int(n_samples, "n_samples")
         shape = tuple(int(v) for v in self.shape)
         if len(shape) != check_positive_int(n_features, "n_features"):
