@@ -32,8 +32,9 @@ __all__ = ["POWER_START_MIN_ITEMS", "POWER_START_STEPS", "start_method", "start_
 #: and eigensolver grow as ``n_items^2`` and more, the power start's as ``n_items``.
 POWER_START_MIN_ITEMS = 4000
 #: Released products of the power start: each costs a share of the start's budget, so more steps
-#: are noisier steps; a few suffice from an oversampled block (the released directions are the
-#: strong ones, far above the rest of the spectrum).
+#: are noisier steps; a few suffice from an oversampled block. On ratings shaped like a
+#: 9066-item set (671 and 6710 users, epsilon 3 and 10; ``benchmarks/bench_user_start.py``,
+#: validation RMSE) 2 to 6 steps were all within 0.4% of the dense start and of each other.
 POWER_START_STEPS = 4
 
 
