@@ -76,7 +76,7 @@ def run():
                           "and seconds, mean over the seeds: the dense start against the power "
                           "start at each number of steps.",
                   columns=["users", "items", "epsilon", "start", "steps", "seconds", "val_rmse"],
-                  extra={"records": rows})
+                  extra={"fits": rows})
     return summary
 
 
