@@ -37,6 +37,15 @@ class AutoChoice:
             raise ValueError('a private fit with privacy_unit="user" needs the public shape: set '
                              "shape (users, items, ...), not the one inferred from X's indices")
 
+    def _check_preview_shape(self, needed):
+        """A preview refuses what the fit would: a private user-level one without the public
+        shape (:meth:`_check_public_shape`, the same message), first; ``needed``: any without."""
+        eps = self.epsilon
+        if self.privacy_unit == "user" and not (isinstance(eps, numbers.Real) and eps == math.inf):
+            self._check_public_shape()
+        if needed and self.shape is None:
+            raise ValueError("the noise preview needs the tensor's shape: set shape")
+
     def _resolved_perturbation(self, choice=None):
         """``perturbation="auto"``: non-private at ``epsilon=inf``, else the rule's choice
         (:meth:`_auto`; without it, the unsized rule: DP-ALS for CP, DP gradient descent for

@@ -243,8 +243,8 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
     start_eigenvalues_, start_eigenvalues_noise_ : ndarray
         The private start's released matrices, in units of their clipping level (each clipped
         residual divided by it, so every entry lies in [-1, 1]): their top eigenvalues and noise
-        levels (half the noise's spectral edge; 0 without privacy). ``privacy_unit="user"``:
-        the item-item matrix, both of shape (rank,) (empty at ``rank=0``).
+        levels (half the noise's edge; 0 without privacy). ``privacy_unit="user"``: the item-item
+        matrix (or its power start's last product), both (rank,) (empty at ``rank=0``).
         ``perturbation="statistics"``: one row per released unfolding Gram, (n_grams, rank) and
         (n_grams,); the other modes: empty. A factor whose eigenvalue is below twice the level
         (in some Gram) starts from noise and learns little beyond the offsets: ``fit`` then warns
@@ -380,7 +380,8 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
                     solver=solver, lr=lr, n_iter=n_iter, clip=clip, reg=reg, reg_core=reg_core,
                     tol=tol, prior_var=AUTO_PRIOR_VAR if (auto and not gd) else None,
                     kind=self.decomposition, fit_intercept=self.fit_intercept,
-                    factor_modes=self.factor_modes, unit=unit, max_ratings_per_user=m)
+                    factor_modes=self.factor_modes, unit=unit, max_ratings_per_user=m,
+                    shape=self.shape)
 
     def _check_values(self, X, y):
         if y is None:
@@ -629,6 +630,7 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         the parameters alone with the fit's own plan: no data, no spend. Returns a
         :class:`~dptensor.PrivacyCost`.
         """
+        self._check_preview_shape(needed=False)
         check_positive_int(n_samples, "n_samples")
         order = check_positive_int(n_features, "n_features")
         if order < 2:
@@ -647,8 +649,7 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         The other modes: ``component_rms_noise_`` (the caller's units) for a component as large
         as the values' width (``signal_bound``), with balanced columns on evenly spread
         positions (``docs/derivations/completion.rst``)."""
-        if self.shape is None:
-            raise ValueError("the noise preview needs the tensor's shape: set shape")
+        self._check_preview_shape(needed=True)
         n_obs = check_positive_int(n_samples, "n_samples")
         shape = tuple(int(v) for v in self.shape)
         if len(shape) != check_positive_int(n_features, "n_features"):

@@ -41,3 +41,20 @@ def test_user_level_fit_without_shape_is_refused_before_the_spend():
                                           random_state=0).fit(data, y)
         shapes.add(tuple(est.shape_))
     assert shapes == {(40, 26)}
+
+
+@pytest.mark.parametrize("preview", ["privacy_cost", "expected_noise"])
+def test_user_level_preview_without_shape_is_refused_like_the_fit(preview):
+    """The previews of a private user-level fit answered without a shape, for a fit that refuses
+    it (the inferred shape is private): they refuse it the same way, before reading their
+    arguments (even invalid ones); a non-private preview and one with the shape still answer."""
+    est = PrivateTensorCompletion(value_range=RANGE, privacy_unit="user", rank=3, epsilon=1.0,
+                                  delta=1e-6)
+    for args in ((320, 2), (-1, 0)):
+        with pytest.raises(ValueError, match='privacy_unit="user" needs the public shape'):
+            getattr(est, preview)(*args)
+    est.set_params(shape=(40, 20))
+    assert getattr(est, preview)(320, 2) is not None
+    if preview == "privacy_cost":
+        free = PrivateTensorCompletion(privacy_unit="user", epsilon=np.inf)
+        assert free.privacy_cost(320, 2).n_queries == 0  # no release: no shape needed

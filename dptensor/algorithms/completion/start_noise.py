@@ -12,7 +12,8 @@ import numpy as np
 from .fit_noise import preview as component_preview
 from .modes.statistics import COLUMN_CAP
 from .spectral import gram_modes, gram_preview_level
-from .user_level import start_noise_level, start_signal_bound
+from .user_level import start_signal_bound
+from .user_start import start_level
 
 __all__ = ["weakest_factors", "preview_level", "USER_ADVICE", "VALUE_ADVICE"]
 
@@ -56,7 +57,7 @@ def preview_level(params, noise, shape, n_obs, width=1.0):
         if not params["rank"] or noise is None:
             return 0.0, None, start
         m, clip = noise["m"], noise["clip"]
-        level = start_noise_level(shape[1], m, noise["zs"]["start"], clip) / clip**2
+        level = start_level(shape[1], params["rank"], m, noise["zs"]["start"], clip) / clip**2
         return level, start_signal_bound(shape[0], m), start
     if params["perturbation"] != "statistics":
         level = width * component_preview(params, noise, shape, n_obs)

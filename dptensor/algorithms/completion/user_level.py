@@ -27,6 +27,7 @@ from ..eigen import top_k_eigh, use_top_k
 from .dp_als import wiener_solve
 from .offsets import eb_shrinkage
 from .releases import entry_rounding
+from .user_start import power_start, start_method
 
 #: Ridge of a user's own offset in her local solve, as a ratio of the residual variance to the
 #: offsets' variance (about 4 for ratings: residual sd 0.9, user-offset sd 0.45, in stars).
@@ -302,7 +303,9 @@ def item_factor_sweep(X, base, shape, m, V, plan, rng, counts):
 def fit_user_level(X, y, shape, rank, plan, rng) -> ItemSide:
     """The released item side of a user-level fit on scaled values ``y`` in ``[-1/2, 1/2]``:
     contributions bounded (:func:`bound_contributions`), offsets (:func:`release_offsets`),
-    then at ``rank > 0`` a private start and ``plan["n_iter"]`` item-factor sweeps."""
+    then at ``rank > 0`` a private start (:func:`private_start`, or for many items
+    :func:`~dptensor.algorithms.completion.user_start.power_start`) and ``plan["n_iter"]``
+    item-factor sweeps."""
     m = plan["m"]
     keep = bound_contributions(X[:, 0], X[:, 1], shape[0], m, rng)
     X, y = X[keep], y[keep]
@@ -312,7 +315,9 @@ def fit_user_level(X, y, shape, rank, plan, rng) -> ItemSide:
     base = y - offsets_of(X, intercept, biases)
     a, _ = solve_users(X[:, 0], X[:, 1], base, shape[0], None)
     resid = np.clip(base - a[X[:, 0]], -plan["clip"], plan["clip"])
-    V, w, noise = private_start(X, resid, shape, m, rank, plan["zs"]["start"], rng, plan["clip"])
+    # the start the public rule names (the items x items release, or the power iteration)
+    start = power_start if start_method(shape[1], rank) == "power" else private_start
+    V, w, noise = start(X, resid, shape, m, rank, plan["zs"]["start"], rng, plan["clip"])
     for _ in range(plan["n_iter"]):
         V = item_factor_sweep(X, base, shape, m, V, plan, rng, counts[1])
     clip2 = plan["clip"] ** 2

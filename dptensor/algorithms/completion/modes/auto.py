@@ -20,7 +20,8 @@ from __future__ import annotations
 import math
 
 from ....accounting.composition import gdp_mu
-from ..user_level import start_noise_level, start_signal_bound
+from ..user_level import start_signal_bound
+from ..user_start import start_level, start_releases
 from .user import USER_CLIP, USER_OFFSET_SHARE, user_noise
 
 __all__ = ["auto_choice", "ratings_like", "user_start_ratio", "RATINGS_DENSITY",
@@ -86,8 +87,9 @@ def ratings_like(shape, n_obs) -> bool:
 def user_start_ratio(epsilon, delta, shape, m, offset_share=USER_OFFSET_SHARE):
     """The user-level start's preview noise over its signal bound at rank ``DEFAULT_RANK`` (public:
     the shape, ``m``, ``epsilon``, ``delta``, the offsets' share)."""
-    z, _ = user_noise(gdp_mu(epsilon, delta), len(shape), DEFAULT_RANK, 1, offset_share)
-    level = start_noise_level(shape[1], m, z["start"], USER_CLIP) / USER_CLIP**2
+    z, _ = user_noise(gdp_mu(epsilon, delta), len(shape), DEFAULT_RANK, 1, offset_share,
+                      start_releases(shape[1], DEFAULT_RANK))
+    level = start_level(shape[1], DEFAULT_RANK, m, z["start"], USER_CLIP) / USER_CLIP**2
     return level / start_signal_bound(shape[0], m)
 
 

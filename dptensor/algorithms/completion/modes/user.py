@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from ....accounting.composition import gdp_mu
 from ....accounting.events import ComposedEvent, GaussianEvent
 from ..user_level import fit_user_level
+from ..user_start import start_releases
 from .base import CompletionMode
 
 #: ``max_ratings_per_user=None``: at most this many entries of each user are used (a random
@@ -43,8 +44,10 @@ class UnitEvent(ComposedEvent):
         return {**super().to_dict(), "unit": self.unit}
 
 
-def user_noise(mu, order, rank, n_iter, offset_share):
-    """The noise multipliers of every release (GDP: ``sum 1/z^2 = mu^2`` exactly)."""
+def user_noise(mu, order, rank, n_iter, offset_share, start_steps=1):
+    """The noise multipliers of every release (GDP: ``sum 1/z^2 = mu^2`` exactly);
+    ``start_steps``: the start's releases
+    (:func:`~dptensor.algorithms.completion.user_start.start_releases`), one share split evenly."""
     n_rows = order - 1  # item-side modes: one count release each, and one sum per round
     mu_o2 = mu**2 * (offset_share if rank else 1.0)
     z = {"global": 1.0 / math.sqrt(GLOBAL_SHARE * mu_o2),
@@ -53,10 +56,26 @@ def user_noise(mu, order, rank, n_iter, offset_share):
     counts = {"global": 1, "counts": n_rows, "sums": OFFSET_ROUNDS * n_rows}
     if rank:
         mu_f2 = mu**2 * (1.0 - offset_share)
-        z["start"] = 1.0 / math.sqrt(START_SHARE * mu_f2)
+        z["start"] = math.sqrt(start_steps / (START_SHARE * mu_f2))
         z["factors"] = math.sqrt(2 * n_iter / ((1 - START_SHARE) * mu_f2))
-        counts.update(start=1, factors=2 * n_iter)
+        counts.update(start=start_steps, factors=2 * n_iter)
     return z, counts
+
+
+def public_items(shape):
+    """The number of items of a public ``shape`` (``None`` when it is not set or not valid:
+    refused later, by the checks that own it)."""
+    try:
+        n = int(shape[1])
+    except (TypeError, ValueError, IndexError):
+        return None
+    return n if n > 0 else None
+
+
+def start_steps(p):
+    """The start's releases of a fit's validated parameters ``p``: from the public shape and the
+    rank only."""
+    return start_releases(public_items(p.get("shape")), p["rank"])
 
 
 class UserLevel(CompletionMode):
@@ -82,14 +101,14 @@ class UserLevel(CompletionMode):
 
     def plan(self, p, epsilon, delta, order):
         z, counts = user_noise(gdp_mu(epsilon, delta), order, p["rank"], p["n_iter"],
-                               p["offset_share"])
+                               p["offset_share"], start_steps(p))
         event = UnitEvent(tuple(GaussianEvent(z[k], counts[k]) for k in z), unit="user")
         main = z["factors"] if p["rank"] else z["sums"]
         return self._plan_of(p, z, main, sum(counts.values()), event), event
 
     def noise_free_plan(self, p, order):
         """The plan of a fit at ``epsilon=inf``: the same path, every noise multiplier 0."""
-        z, _ = user_noise(1.0, order, p["rank"], p["n_iter"], p["offset_share"])
+        z, _ = user_noise(1.0, order, p["rank"], p["n_iter"], p["offset_share"], start_steps(p))
         return self._plan_of(p, dict.fromkeys(z, 0.0), 0.0, 0, None)
 
     @staticmethod
