@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from dptensor.accounting.composition import gdp_mu
 from dptensor.algorithms import vocabulary as voc
 from dptensor.algorithms.moments import m2_noise_level
 from dptensor.datasets import make_lda_corpus
@@ -165,11 +164,21 @@ def test_the_whitening_words_are_checked_before_the_spend(corpus):
         PrivateGaussianMixture(2, epsilon=1.0, data_norm=4.0, whitening=3).fit(X)
 
 
-def test_auto_whitening_words_read_public_values_only():
-    """The rule: (n mu / q0)^2 words, at least 10 k, all of them (dense) once that reaches d."""
-    q0, least = voc.AUTO_WORDS
-    mu = gdp_mu(1.0, 1e-5)
-    assert voc.auto_whitening_words(10_000, 2000, 10, 1.0, 1e-5) == int(
-        min(2000, max(least * 10, np.floor((10_000 * mu / q0) ** 2))))
-    assert voc.auto_whitening_words(10**7, 2000, 10, 1.0, 1e-5) == 2000
-    assert voc.auto_whitening_words(10, 2000, 10, 1.0, 1e-5) == least * 10
+def test_auto_whitening_words_read_public_values_only(corpus, monkeypatch):
+    """The rule reads the vocabulary's size only: the dense release up to AUTO_WORDS words, the
+    columns of the AUTO_WORDS most frequent beyond (never the power method, nor a d x d matrix,
+    in a private fit); a fit without privacy keeps its exact implicit path."""
+    assert voc.auto_whitening_words(2000) == 2000 == voc.AUTO_WORDS
+    assert voc.auto_whitening_words(30_000) == 2000 and voc.auto_whitening_words(60) == 60
+    C, _, _ = corpus
+    kw = dict(epsilon=2.0, delta=1e-5, random_state=0)
+    assert PrivateLatentDirichletAllocation(3, **kw).fit(C).whitening_ == "dense"
+    monkeypatch.setattr(voc, "AUTO_WORDS", 20)  # as if the corpus's 60 words were many
+    model = PrivateLatentDirichletAllocation(3, **kw)
+    dense = PrivateLatentDirichletAllocation(3, whitening="dense", **kw)
+    saved = dense._fit_memory(3000, 60, 3, False, 0)[0] - model._fit_memory(3000, 60, 3, False,
+                                                                            0)[0]
+    assert saved == 7 * 60 * (60 - 20) * 8  # the d x 20 columns' bound, not the d x d matrix's
+    model.fit(C)
+    assert model.whitening_ == "vocabulary"
+    assert PrivateLatentDirichletAllocation(3).fit(C).whitening_ == "power"

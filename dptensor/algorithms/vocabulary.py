@@ -29,17 +29,13 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from ..accounting.composition import gdp_mu
 from ..mechanisms import Rounding, gaussian_release
+from .power import MAX_DENSE_FEATURES
 from .moments import Whitening, top_eigenpairs, topic_noise_std, whiten
 
 __all__ = ["VocabularyWhitening", "frequent_words", "pair_columns", "column_query",
            "release_columns", "vocabulary_whitening", "entry_noise_std", "auto_whitening_words",
            "AUTO_WORDS"]
-
-
-#: Documents per dense block of the chosen columns' counts in :func:`pair_columns`.
-_BLOCK = 4096
 
 
 def frequent_words(mean, m: int) -> np.ndarray:
@@ -51,14 +47,11 @@ def frequent_words(mean, m: int) -> np.ndarray:
 def pair_columns(C, D, words) -> np.ndarray:
     """``sum_c D_c (c c^T - diag c)[:, words]`` (d x m, dense) for CSR counts ``C`` (n x d) and
     per-document weights ``D``: the chosen columns of the weighted pair sums, never the d x d
-    matrix (sparse times dense products over blocks of documents, O(nnz m))."""
+    matrix (one sparse product, ``sum_c nnz(c) nnz(c_S)`` work: each entry a sum over the
+    documents, as the pair moment's)."""
     C = sp.csr_matrix(C)
     D = np.asarray(D, dtype=float)
-    chosen = C[:, words]
-    block = np.zeros((C.shape[1], len(words)))
-    for start in range(0, C.shape[0], _BLOCK):
-        rows = slice(start, start + _BLOCK)
-        block += C[rows].T @ (chosen[rows].toarray() * D[rows, None])
+    block = (C.T @ (sp.diags(D) @ C[:, words])).toarray()
     block[words, np.arange(len(words))] -= np.asarray(C.T @ D).ravel()[words]
     return block
 
@@ -152,18 +145,15 @@ def entry_noise_std(components, scale, whitening) -> np.ndarray:
     return np.where(chosen[None, :], inside, out[:, None])
 
 
-#: ``whitening="auto"`` of the topic model: ``(q0, least)``. A private fit on at most
-#: ``MAX_DENSE_FEATURES`` words takes the ``m = (n mu / q0)^2`` most frequent ones, at least
-#: ``least`` times k, or all of them (dense) when m reaches d: the subspace's noise
-#: ``2 sqrt(m)`` entries' std against the signal, as ``doc_clip="auto"``'s ``n mu / sqrt(d)``.
-#: Fitted on ``benchmarks/results/latent_grid_words.md``.
-AUTO_WORDS = (240.0, 10)
+#: ``whitening="auto"`` of a private topic model: the whitening over at most this many words
+#: (:data:`~dptensor.algorithms.power.MAX_DENSE_FEATURES`), all of them (the dense release) on a
+#: smaller vocabulary. On the grid (``benchmarks/results/latent_grid_words.md``) the dense
+#: release was as good as any smaller block at 2000 words, and beyond it, where the d x d matrix
+#: is the cost, the frequent words' columns beat the private power method.
+AUTO_WORDS = MAX_DENSE_FEATURES
 
 
-def auto_whitening_words(n: int, d: int, k: int, epsilon: float, delta: float) -> int:
-    """The number of words ``whitening="auto"`` whitens over (``d``: all of them), from public
-    values only (:data:`AUTO_WORDS`): ``n`` the units (documents or groups), ``d``, ``k``, the
-    fit's target."""
-    q0, least = AUTO_WORDS
-    m = (float(n) * gdp_mu(epsilon, delta) / q0) ** 2
-    return int(min(d, max(least * k, np.floor(m))))
+def auto_whitening_words(d: int) -> int:
+    """The number of words ``whitening="auto"`` whitens a private fit over (``d``: all of them,
+    the dense release), from the public vocabulary size only (:data:`AUTO_WORDS`)."""
+    return int(min(int(d), AUTO_WORDS))

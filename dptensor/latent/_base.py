@@ -400,7 +400,9 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         p = 2 * k
         rows = self._row_copies * stored if stored is not None else 0
         n_local = n if stored is not None else 0
-        second = (4 * n_local * p + 10 * d * p) if power else 7 * d * d
+        # the d x d second moment, or the d x m columns of the whitening over m features
+        second = (4 * n_local * p + 10 * d * p) if power else 7 * d * self._whitening_size(
+            n, d, power)
         blocks = self._block_copies * min(n_local, BLOCK_ROWS) * d
         peak = rows + blocks + second + 6 * n_local * k + 8 * k**3 + 8 * d * k
         return peak * FLOAT, "Use whitening='power' (no d x d matrix), fewer features or components"

@@ -23,7 +23,6 @@ from ..algorithms.documents import (clip_scale as _clip_scale, count_checks as _
                                     per_document as _per_document)
 from ..algorithms.operators import moment_tensor
 from ..algorithms.pair_moment import weighted_gram
-from ..algorithms.power import MAX_DENSE_FEATURES
 from ..algorithms.tensor_power import row_sensitivity
 from ..algorithms.vocabulary import (auto_whitening_words, entry_noise_std, frequent_words,
                                      pair_columns, release_columns, vocabulary_whitening)
@@ -211,9 +210,10 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
     ``sqrt(2) tau_1 / n``). Every moment is divided by the mean weight, read off that release
     (post-processing), so the clipped moments are those of one reweighted corpus and keep the
     relations the method needs. Then the whitening, from the clipped pair moment (sensitivity
-    ``sqrt(2) tau_2 / n``) by Analyze Gauss on its upper triangle (``whitening="dense"``) or by the
-    private power method (``"power"``: d x p products, then the p x p projection, never a d x d
-    noise); and the whitened data part of M3, of sensitivity ``2 tau_3 / n``, released once with
+    ``sqrt(2) tau_2 / n``) by Analyze Gauss (``whitening="dense"``; or its columns of the most
+    frequent words, ``whitening=m``) or by the private power method (``"power"``: d x p
+    products, then the p x p projection, never a d x d noise); and the whitened data part of M3,
+    of sensitivity ``2 tau_3 / n``, released once with
     symmetric Gaussian noise (``method="perturb"``) or through the private tensor power method
     (``"power"``). Each of these sensitivities bounds the Frobenius norm of the whole symmetric
     array's change, so the symmetric releases use that geometry: an entry with m mirror positions
@@ -274,16 +274,21 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         (every word in every topic) it costs a little (docs/derivations/latent.rst).
     method : {"auto", "perturb", "power"}, default="auto"
         How the whitened third moment is released (see the derivation page).
-    whitening : {"auto", "dense", "power"}, default="auto"
+    whitening : {"auto", "dense", "power"} or int, default="auto"
         ``"dense"`` forms the d x d pair moment (released by Analyze Gauss, then its top-k
-        eigenpairs); ``"power"`` never forms it: the top-k subspace of ``M2`` comes from the (noisy)
-        power method over the documents, each step one release of ``M2 Q`` (d x 2k), then one
-        release of the 2k x 2k projection. ``"auto"``: the power method, except for a private fit
-        of at most 2000 words (``dptensor.algorithms.power.MAX_DENSE_FEATURES``), where one Analyze
-        Gauss release measured less noisy for the same budget. The d x d matrix (a few of them) and
-        copies of the counts' stored entries set the fit's memory; a fit whose bound exceeds what
-        the process can allocate is refused before its spend
-        (:class:`~dptensor.MemoryRefusedError`): choose ``"power"`` then.
+        eigenpairs); an integer m: only the pair moment's columns of the m words the released
+        mean finds most frequent (one release at the dense one's cost and noise per entry, d x m
+        numbers), the subspace from their m x m block, every other word's topic weights from its
+        row (``dptensor.algorithms.vocabulary``); ``"power"``: the (noisy) power method over the
+        documents, each step a release of ``M2 Q`` (d x 2k), then of the 2k x 2k projection.
+        ``"auto"``: a private fit takes the dense release up to 2000 words and the columns of the
+        2000 most frequent beyond (``auto_whitening_words``; on the committed grid the dense
+        release was the best at 2000 words, and at 6000 words the columns beat the power method,
+        which learned nothing: ``benchmarks/results/latent_grid_words.md``); without privacy the
+        exact top-k eigenpairs by Lanczos on sparse products. The d x d matrix (or d x m
+        columns) and copies of the counts' stored entries set the fit's memory; a fit whose bound
+        exceeds what the process can allocate is refused before its spend
+        (:class:`~dptensor.MemoryRefusedError`): choose fewer words or ``"power"`` then.
     n_restarts, n_iter : int, default=10, 20
         Restarts and steps of the tensor power method on the k x k x k tensor.
     max_transform_iter : int, default=50
@@ -312,7 +317,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         The estimated Dirichlet parameters (they sum to about ``alpha0``).
     method_ : str
     whitening_ : str
-        ``"dense"`` or ``"power"``.
+        ``"dense"``, ``"vocabulary"`` (the columns of the most frequent words) or ``"power"``.
     m2_eigenvalues_, m2_eigenvalues_noise_ : ndarray of shape (n_components,)
         As in :class:`PrivateGaussianMixture` (here ``signal_bound`` is 1: ``||E2||_F <= 1``).
     n_iter_ : int
@@ -393,8 +398,9 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
 
     def _dense_max(self, private):
         # without privacy the implicit path gives the same whitening, faster (Lanczos on sparse
-        # products); a private fit takes Analyze Gauss where it is cheap, as it is less noisy
-        return MAX_DENSE_FEATURES if private else 0
+        # products); a private fit takes Analyze Gauss, or beyond MAX_DENSE_FEATURES words the
+        # columns of that many (auto_whitening_words), never the power method: both less noisy
+        return np.inf if private else 0
 
     def _prepare(self, X, epsilon):
         if isinstance(self.alpha0, bool) or not isinstance(self.alpha0, numbers.Real) or not (
@@ -531,9 +537,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         if not isinstance(self.whitening, str):
             return min(int(self.whitening), d)
         private = bool(np.isfinite(self._privacy_target()[0]))
-        if self.whitening != "auto" or power or not private:
-            return d
-        return auto_whitening_words(n, d, self.n_components, *self._privacy_target())
+        return auto_whitening_words(d) if self.whitening == "auto" and private else d
 
     def _whitened_third(self, prepared, whitening, mean):
         n, c, W = prepared["n"], prepared["c"], whitening.W
