@@ -37,11 +37,11 @@ K = 10
 EPSILONS = (0.5, 1.0, 4.0)
 SEEDS = (7, 8)
 #: (words, documents, whitenings): at 2000 words the dense release and smaller blocks; beyond
-#: it (the d x d matrix is the cost) the private power method and blocks of 1000 and 2000 words.
+#: it (the d x d matrix is the cost) the private power method and blocks of 1000 and (auto) 2000.
 CELLS = ((2000, 10_000, ("dense", 100, 200, 400, 800, "auto")),
          (2000, 30_000, ("dense", 100, 200, 400, 800, "auto")),
          (2000, 100_000, ("dense", 100, 200, 400, 800, "auto")),
-         (6000, 100_000, ("power", 1000, 2000, "auto")))
+         (6000, 100_000, ("power", 1000, "auto")))
 COLOURS = {"dense": "k", "power": "C5", "100": "C0", "200": "C1", "400": "C2", "800": "C4",
            "1000": "C6", "2000": "C8", "auto": "C3"}
 
@@ -81,6 +81,7 @@ def run_part(words: int, n: int, seed: int, only=None) -> list[dict]:
                         "error": topics_error(model.components_, topics),
                         "non_private": exact, "uniform": uniform})
                     print(records[-1], flush=True)
+                    path.write_text(json.dumps(records, indent=1))  # a part survives a stop
             C = None
     path.write_text(json.dumps(records, indent=1))
     return records

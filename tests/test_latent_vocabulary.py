@@ -182,3 +182,45 @@ def test_auto_whitening_words_read_public_values_only(corpus, monkeypatch):
     model.fit(C)
     assert model.whitening_ == "vocabulary"
     assert PrivateLatentDirichletAllocation(3).fit(C).whitening_ == "power"
+
+
+def test_the_frequent_words_columns_on_dask_counts_match_in_memory(corpus, same_noise):
+    """The columns are one more reduction over the row chunks: the same released topics."""
+    da = pytest.importorskip("dask.array")
+    C = corpus[0][:1200].toarray()
+    kw = dict(epsilon=20.0, whitening=20, random_state=5)
+    here = PrivateLatentDirichletAllocation(3, **kw).fit(C)
+    there = PrivateLatentDirichletAllocation(3, **kw).fit(da.from_array(C, chunks=(250, -1)))
+    np.testing.assert_allclose(there.components_, here.components_, atol=1e-9)
+    assert there.whitening_ == here.whitening_ == "vocabulary"
+
+
+def test_entry_noise_std_is_the_first_order_noise_of_the_topics_on_every_word():
+    """Topics from released columns (the chosen words' block and every other word's row): over
+    200 draws their entries move with the std entry_noise_std predicts, inside the chosen words
+    (as the dense whitening's) and outside them (each row's noise through Lambda^(-1/2))."""
+    rng = np.random.default_rng(4)
+    d, k, s, c = 80, 3, 2e-5, 0.5
+    mu = rng.dirichlet(np.full(d, 0.3), size=k)
+    w = np.array([0.2, 0.3, 0.5])
+    m = mu.T @ np.array([0.3, 0.3, 0.4])
+    E2 = (mu.T * w) @ mu + c * np.outer(m, m)
+    words = voc.frequent_words(m, 30)
+    clean = voc.vocabulary_whitening(E2[:, words], words, m, c, k, rng, private=False)
+    V = np.sqrt(w)[:, None] * (clean.W.T @ mu.T).T  # rows v_i, orthonormal
+    np.testing.assert_allclose(V @ V.T, np.eye(k), atol=1e-9)
+    scale = 1.0 / np.sqrt(w)
+    draws, predicted = [], []
+    for _ in range(200):
+        released = voc.release_columns(E2[:, words], words, s, 1.0, rng, rounding=None)
+        noisy = voc.vocabulary_whitening(released, words, m, c, k, rng, noise=s / np.sqrt(2))
+        signs = np.sign(np.sum(noisy.vectors * clean.vectors, axis=0))
+        draws.append((scale[:, None] * V * signs) @ noisy.unwhiten.T)
+        predicted.append(voc.entry_noise_std(V * signs, scale, noisy))
+    observed, predicted = np.std(np.array(draws), axis=0), np.mean(predicted, axis=0)
+    outside = np.setdiff1d(np.arange(d), words)
+    for part in (words, outside):
+        np.testing.assert_allclose(observed[:, part].mean(axis=1),
+                                   predicted[:, part].mean(axis=1), rtol=0.1)
+    # and the map back is unbiased to first order: the mean topic is the true one
+    np.testing.assert_allclose(np.mean(draws, axis=0), mu, atol=3 * observed.max() / np.sqrt(200))

@@ -6,7 +6,9 @@ coordinates, one noisy value per word. Only the first grows with the vocabulary.
 subspace comes from the pair moment of the m words the released mean says are the most frequent
 (post-processing: the choice costs nothing), where the topics' mass and second moment
 concentrate, and an m x m noise (``2 sqrt(m)`` times the same std) moves it; every other word's
-topic weights come from its pair moments with those m words, through the same whitening.
+topic weights come from its pair moments with those m words, through the same whitening. Its
+use: a vocabulary whose d x d matrix is the cost, where it is d x m numbers at Analyze Gauss's
+noise per entry (where the dense release can be formed it was as good or better, measured).
 
 One release, the m columns of the pair moment of those words: the m x m block (upper triangle)
 and the (d - m) x m block beside it, in the Frobenius geometry of the whole symmetric matrix. A
@@ -99,6 +101,7 @@ class VocabularyWhitening(Whitening):
     its coefficients (``||Lambda^(-1/2) v||`` for a topic's ``v``)."""
 
     outside: np.ndarray | None = None
+    chosen: np.ndarray | None = None  # the chosen words (a d-vector of bools)
 
     @property
     def unwhiten(self) -> np.ndarray:
@@ -128,7 +131,9 @@ def vocabulary_whitening(columns, words, mean, c: float, k: int, rng, noise: flo
     W_s = w.vectors / np.sqrt(w.values)
     outside = (columns - c * np.outer(mean, m_s)) @ W_s
     outside[words] = 0.0
-    return VocabularyWhitening(vectors, w.values, w.noise, w.spread, outside)
+    chosen = np.zeros(d, dtype=bool)
+    chosen[words] = True
+    return VocabularyWhitening(vectors, w.values, w.noise, w.spread, outside, chosen)
 
 
 def entry_noise_std(components, scale, whitening) -> np.ndarray:
@@ -141,8 +146,7 @@ def entry_noise_std(components, scale, whitening) -> np.ndarray:
         return inside
     out = scale * whitening.noise * np.linalg.norm(
         np.asarray(components) * whitening.values**-0.5, axis=1)
-    chosen = np.any(whitening.vectors != 0, axis=1)
-    return np.where(chosen[None, :], inside, out[:, None])
+    return np.where(whitening.chosen[None, :], inside, out[:, None])
 
 
 #: ``whitening="auto"`` of a private topic model: the whitening over at most this many words
