@@ -41,7 +41,7 @@ SEEDS = (7, 8)
 CELLS = ((2000, 10_000, ("dense", 100, 200, 400, 800, "auto")),
          (2000, 30_000, ("dense", 100, 200, 400, 800, "auto")),
          (2000, 100_000, ("dense", 100, 200, 400, 800, "auto")),
-         (6000, 100_000, ("power", 1000, "auto")))
+         (6000, 100_000, ("power", "auto", 1000)))
 COLOURS = {"dense": "k", "power": "C5", "100": "C0", "200": "C1", "400": "C2", "800": "C4",
            "1000": "C6", "2000": "C8", "auto": "C3"}
 
@@ -70,7 +70,7 @@ def run_part(words: int, n: int, seed: int, only=None) -> list[dict]:
             exact = topics_error(PrivateLatentDirichletAllocation(K, random_state=0).fit(
                 C).components_, topics)
             uniform = topics_error(np.full((K, words), 1.0 / words), topics)
-            for eps in EPSILONS:
+            for eps in sorted(EPSILONS, key=lambda e: abs(np.log(e))):  # epsilon 1 first
                 for method in methods:
                     model = PrivateLatentDirichletAllocation(
                         K, epsilon=eps, delta=1e-5, whitening=method, random_state=0).fit(C)
@@ -131,7 +131,8 @@ def _plot(records):
             ax.semilogx([r["epsilon"] for r in mine], [r["error"] for r in mine], style,
                         color=COLOURS[str(method)], label=label, ms=4)
         mine = [r for r in rows if (r["n_words"], r["n_docs"]) == (words, n)]
-        if not mine:
+        if not mine:  # a part not run yet
+            ax.set_visible(False)
             continue
         ax.axhline(mine[0]["non_private"], color="grey", lw=1, label="non-private")
         ax.axhline(1.0, color="grey", lw=1, ls=":", label="zero guess (l1 = 1)")
