@@ -16,6 +16,7 @@ from dptensor import PrivacyAccountant
 from dptensor.algorithms import group_moments
 from dptensor.algorithms.group_moments import GROUP_BATCH, group_layout
 from dptensor.algorithms.moments import match_rows, sym3
+from dptensor.algorithms.vocabulary import column_query
 from dptensor.algorithms.power import covariance_sensitivity, row_power_sensitivity
 from dptensor.latent import PrivateGaussianMixture, PrivateLatentDirichletAllocation
 from dptensor.latent import gaussian_mixture as gm
@@ -106,11 +107,17 @@ def _lda_stats(C, groups, tau, W, bound3, Q):
     (mean,) = est._reduce(prep, lda._mean_sums, tau)
     (pair,) = est._reduce(prep, lda._pair_sums, tau)
     (step,) = est._reduce(prep, lda._pair_products, Q, tau)
+    (columns,) = est._reduce(prep, lda._column_sums, tau, WORDS)  # the frequent words' columns
     cube, Z, s = est._reduce(prep, lda._triple_sums, W, tau, bound3)
     third = (cube - sym3(np.einsum("ia,ib,ic->abc", W, W, Z))
              + 2.0 * np.einsum("i,ia,ib,ic->abc", s, W, W, W))
     return {"scale": np.float64(scale / n), "mean": mean / n, "pair": pair / n,
-            "step": step / n, "third": third / n}
+            "step": step / n, "third": third / n,
+            "columns": column_query(columns / n, WORDS)}
+
+
+#: The chosen words of the whitening over the frequent words (``whitening=m``), here 0 and 1.
+WORDS = np.array([0, 1])
 
 
 def _documents(rng, n, d):
@@ -130,7 +137,8 @@ def test_replacing_one_authors_documents_moves_each_topic_statistic_by_one_docum
     b3 = r**3 if bound3 is None else bound3
     t1, t2 = tau[0] or 1.0, tau[1] or 1.0
     sens = {"scale": 1.0 / G, "mean": math.sqrt(2) * t1 / G, "pair": math.sqrt(2) * t2 / G,
-            "step": math.sqrt(2) * t2 / G, "third": 2 * b3 / G}
+            "step": math.sqrt(2) * t2 / G, "third": 2 * b3 / G,
+            "columns": math.sqrt(2) * t2 / G}
     base = _lda_stats(C, labels, tau, W, bound3, Q)
     worst = dict.fromkeys(sens, 0.0)
     for _ in range(60):
@@ -145,6 +153,7 @@ def test_replacing_one_authors_documents_moves_each_topic_statistic_by_one_docum
         b = _lda_stats(*_replace(C, labels, 4, np.tile([0, 5.0, 0, 0], (1, 1))), tau, W, None, Q)
         assert np.linalg.norm(a["mean"] - b["mean"]) == pytest.approx(sens["mean"])
         assert np.linalg.norm(a["pair"] - b["pair"]) == pytest.approx(sens["pair"])
+        assert np.linalg.norm(a["columns"] - b["columns"]) == pytest.approx(sens["columns"])
 
 
 def test_the_layout_batches_small_groups_by_size_and_sums_larger_ones_alone():
@@ -242,7 +251,7 @@ def _author_corpus(rng, n_authors, d=30, k=3):
     return sp.csr_matrix(C), labels, topics
 
 
-@pytest.mark.parametrize("whitening", ["dense", "power"])
+@pytest.mark.parametrize("whitening", ["dense", "power", 10])  # 10: its ten most frequent words
 def test_a_grouped_topic_fit_recovers_the_topics(whitening):
     C, labels, topics = _author_corpus(np.random.default_rng(4), 15000)
     fit = PrivateLatentDirichletAllocation(3, epsilon=20.0, whitening=whitening,

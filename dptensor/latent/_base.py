@@ -1,6 +1,7 @@
 """The fit the spectral latent models share: validate, price, release moments, whiten, decompose."""
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -190,17 +191,35 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         if self.method not in ("auto", "perturb", "power"):
             raise ValueError("method must be one of ('auto', 'perturb', "
                              f"'power'), got {self.method!r}")
-        if self.whitening not in ("auto", "dense", "power"):
-            raise ValueError("whitening must be one of ('auto', 'dense', "
-                             f"'power'), got {self.whitening!r}")
+        words = self._vocabulary and isinstance(self.whitening, numbers.Integral) and not \
+            isinstance(self.whitening, bool)
+        if words and self.whitening < k:
+            raise ValueError(f"whitening={self.whitening} words cannot hold n_components={k} "
+                             "independent directions: give at least n_components words")
+        if not words and (not isinstance(self.whitening, str)
+                          or self.whitening not in ("auto", "dense", "power")):
+            raise ValueError("whitening must be one of ('auto', 'dense', 'power')"
+                             f"{' or a number of words' if self._vocabulary else ''}, "
+                             f"got {self.whitening!r}")
         check_verbose(self.verbose)
         return k
 
     def _use_power(self, d: int, private: bool) -> bool:
         """Whether the whitening comes from the power method (public: d, parameters, privacy)."""
+        if not isinstance(self.whitening, str):  # a number of words: their d x m columns
+            return False
         if self.whitening != "auto":
             return self.whitening == "power"
         return d > self._dense_max(private)
+
+    #: Whether ``whitening`` may be a number of words (the topic model's,
+    #: :mod:`~dptensor.algorithms.vocabulary`).
+    _vocabulary = False
+
+    def _whitening_size(self, n: int, d: int, power: bool) -> int:
+        """The features the whitening's subspace is taken over (public: n units, d, the
+        parameters); all of them unless the model chooses fewer."""
+        return d
 
     def _context(self, X, rows, epsilon, **extra) -> dict:
         """A fit's ``prepared`` dict: the prepared rows and the public keys the plan reads (from
@@ -266,7 +285,8 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         plan = self._plan((n, d))
         public = self._prepare(np.zeros((0, d)), self._privacy_target()[0])
         std, bound = self._m2_noise(public, n, plan.settings.noise)
-        noise = m2_noise_level(std, d, plan.settings.n_components, public["power"])
+        size = self._whitening_size(n, d, public["power"])
+        noise = m2_noise_level(std, size, plan.settings.n_components, public["power"])
         return NoisePreview(noise, bound, "m2_eigenvalues_noise_")
 
     def fit(self, X, y=None, *, groups=None):
@@ -341,14 +361,16 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
             rounding=rounding, plan=noise, method=settings.method, n_restarts=self.n_restarts,
             n_iter=self.n_iter, rng=rng, verbose=self.verbose, frobenius=self._frobenius)
         self.method_ = settings.method if noise.private else "exact"
-        self.whitening_ = "power" if prepared["power"] else "dense"
+        size = prepared.get("words", prepared["d"])
+        self.whitening_ = "power" if prepared["power"] else (
+            "dense" if size == prepared["d"] else "vocabulary")
         self.n_samples_ = data.shape[0]
         self._recover(prepared, components, eigenvalues, whitening, mean)
         # The released M2's top eigenvalues against their noise level, a function of the plan and
         # of released values only: set and warned about after the spend (post-processing)
         self.m2_eigenvalues_ = np.asarray(whitening.values, dtype=float)
         self.m2_eigenvalues_noise_ = np.full(len(whitening.values), m2_noise_level(
-            whitening.noise, prepared["d"], settings.n_components, prepared["power"]))
+            whitening.noise, size, settings.n_components, prepared["power"]))
         warn_noise_dominated(self.m2_eigenvalues_, self.m2_eigenvalues_noise_, "m2_eigenvalues_",
                              "m2_eigenvalues_noise_", self._advice)
         if not noise.private:  # a non-private fit (epsilon = inf) may refine its estimate
@@ -383,7 +405,9 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         p = 2 * k
         rows = self._row_copies * stored if stored is not None else 0
         n_local = n if stored is not None else 0
-        second = (4 * n_local * p + 10 * d * p) if power else 7 * d * d
+        # the d x d second moment, or the d x m columns of the whitening over m features
+        second = (4 * n_local * p + 10 * d * p) if power else 7 * d * self._whitening_size(
+            n, d, power)
         blocks = self._block_copies * min(n_local, BLOCK_ROWS) * d
         peak = rows + blocks + second + 6 * n_local * k + 8 * k**3 + 8 * d * k
         return peak * FLOAT, "Use whitening='power' (no d x d matrix), fewer features or components"

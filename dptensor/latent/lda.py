@@ -17,10 +17,15 @@ from sklearn.utils.validation import check_is_fitted
 from .._base import SearchTag
 from .._validation import validate_private_data
 from ..algorithms.dask import check_dask_array, is_dask_array
+from ..algorithms.documents import MAX_DOCUMENT_LENGTH, MIN_DOCUMENT_LENGTH, document_norms
+from ..algorithms.documents import (clip_scale as _clip_scale, count_checks as _count_checks,
+                                    counts as _counts, document_weights,
+                                    per_document as _per_document)
 from ..algorithms.operators import moment_tensor
 from ..algorithms.pair_moment import weighted_gram
-from ..algorithms.power import MAX_DENSE_FEATURES
 from ..algorithms.tensor_power import row_sensitivity
+from ..algorithms.vocabulary import (auto_whitening_words, entry_noise_std, frequent_words,
+                                     pair_columns, release_columns, vocabulary_whitening)
 from ._base import TINY, SpectralLatentModel, auto_doc_clip, fold_in
 from ..algorithms.moments import (ImplicitMatrix, power_subspace, release, release_second,
                                   sym3, top_eigenpairs, topic_noise_std, whiten)
@@ -42,12 +47,6 @@ DOCUMENT_SENSITIVITY = float(np.sqrt(2.0))
 #: :data:`~dptensor.algorithms.moments.SHARES` one.
 LDA_FIRST_SHARE = 0.05
 
-#: A fitted document has fewer words than this. Below it float64 counts are exact whole numbers and
-#: the sums of their powers that set the clipping (up to ``l^4``, and ``l^3 max ||w_i||^3`` for the
-#: whitened triple term) stay finite; above it they overflow to ``inf - inf``, a NaN clipping
-#: scale, and one document would decide whether the fit's releases fail.
-MAX_DOCUMENT_LENGTH = 2.0**53
-
 #: A bound on ``||s_c D_c (c c^T + diag c)||_F / ||s_c E2(c)||_F`` over documents of at least 3
 #: words (``D_c = 1 / (l (l-1))``): the absolute values of the summands that make a document's
 #: pair term, against the term's own norm (at most ``(t + 1) / (t - 1)`` with ``t = ||c|| >=
@@ -62,87 +61,10 @@ PAIR_PARTS_RATIO = 4.0
 TRIPLE_PARTS_RATIO = 20.0
 
 
-def _counts(chunk):
-    """One chunk of documents as canonical CSR float64 counts (a Dask chunk arrives dense).
-
-    Canonical: one stored entry per (document, word). A CSR matrix may hold a count split over
-    duplicate entries; products sum them, but the per-document norms that set the clipping
-    (:func:`document_norms`, sums of powers of the stored entries) would come out too small, and
-    a clipped term could exceed the bound its sensitivity assumes.
-    """
-    if not (sp.issparse(chunk) and chunk.format == "csr" and chunk.dtype == np.float64):
-        chunk = sp.csr_matrix(chunk, dtype=np.float64)
-    if not chunk.has_canonical_format:
-        chunk = chunk.copy()  # the caller's matrix is left as it was
-        chunk.sum_duplicates()
-    return chunk
-
-
-#: A document's terms need distinct word positions: three for the third moment. Shorter documents
-#: weigh nothing in a fit (weight 0 in every moment, :func:`document_weights`), so a corpus needs
-#: no filtering that would make its number of documents depend on the data.
-MIN_DOCUMENT_LENGTH = 3
-
-
-def _per_document(values, length, positions):
-    """``values / positions`` for documents of ``MIN_DOCUMENT_LENGTH`` words or more, else 0."""
-    ok = length >= MIN_DOCUMENT_LENGTH
-    return np.divide(values, positions, out=np.zeros(len(length)), where=ok)
-
-
-def document_norms(C):
-    r"""Per document: length l, ``||E1(c)||`` and ``||E2(c)||_F`` (see :func:`document_moments`).
-
-    ``||c / l|| = sqrt(sum c^2) / l`` and ``||c c^T - diag c||_F^2 = (sum c^2)^2 - 2 sum c^3 +
-    sum c^2``, so both come from three sums over each document's counts. A document of fewer
-    than :data:`MIN_DOCUMENT_LENGTH` words has no terms: both norms are 0.
-    """
-    C = _counts(C)
-    x = C.data
-    sq = x * x
-    length, s2, s3 = _row_sums(C, x), _row_sums(C, sq), _row_sums(C, sq * x)
-    e1 = _per_document(np.sqrt(s2), length, length)
-    e2 = _per_document(np.sqrt(np.maximum(s2 * s2 - 2.0 * s3 + s2, 0.0)), length,
-                       length * (length - 1.0))
-    return length, e1, e2
-
-
-def _row_sums(C, values):
-    """``sum`` of ``values`` (aligned with ``C.data``) over each row of the CSR matrix C."""
-    if not len(values):
-        return np.zeros(C.shape[0])
-    out = np.add.reduceat(values, np.minimum(C.indptr[:-1], len(values) - 1))
-    out[np.diff(C.indptr) == 0] = 0.0  # reduceat gives an empty row the next entry, not 0
-    return out
-
-
-def _clip_scale(norms, bound):
-    """``min(1, bound / norm)`` per document (1 everywhere without a bound)."""
-    scale = np.ones_like(norms, dtype=float)
-    if bound is not None:  # divided only where it clips: a zero norm (no terms) never overflows
-        np.divide(bound, norms, out=scale, where=norms > bound)
-    return scale
-
-
 def _scale_sums(chunk):
     """``sum ||E2(c)||_F``: the clipping scale's statistic (each term in [0, 1])."""
     return (float(np.sum(document_norms(chunk)[2])),)
 
-
-def document_weights(C, tau):
-    r"""Each document's one weight ``s_c = min(1, tau_1 / ||E1(c)||, tau_2 / ||E2(c)||_F)``.
-
-    ``tau = (tau_1, tau_2)`` (``None`` entries clip nothing). The same weight scales the document's
-    term in every moment (the mean, the pair moment and, clipped further if needed, the whitened
-    triple term), so the clipped moments are those of one reweighted corpus: divided by the total
-    weight they keep the relations between the moments that the method relies on. Each term's norm
-    is still at most its own ``tau``, so the sensitivities are those of separate clips. A document
-    of fewer than :data:`MIN_DOCUMENT_LENGTH` words weighs 0 (no terms). ``(length, s)``.
-    """
-    length, e1, e2 = document_norms(C)
-    tau1, tau2 = tau if tau is not None else (None, None)
-    weight = np.minimum(_clip_scale(e1, tau1), _clip_scale(e2, tau2))
-    return length, np.where(length >= MIN_DOCUMENT_LENGTH, weight, 0.0)
 
 
 def _mean_sums(chunk, tau):
@@ -164,6 +86,12 @@ def _pair_sums(chunk, tau):
     second = weighted_gram(C, D)  # the upper triangle scipy's C^T diag(D) C, bit for bit
     second[np.diag_indices_from(second)] -= np.asarray(C.T @ D).ravel()
     return (second,)
+
+
+def _column_sums(chunk, tau, words):
+    """``sum_c s_c E2(c)[:, words]`` (d x m: ``pair_columns``)."""
+    C = _counts(chunk)
+    return (pair_columns(C, _pair_weights(C, tau), words),)
 
 
 def _moment_sums(chunk, tau, dense):
@@ -218,14 +146,6 @@ def _triple_sums(chunk, W, tau, bound):
             else np.zeros((W.shape[1],) * 3))
     return cube, np.asarray(C.T @ (a[:, None] * Y)), np.asarray(C.T @ a).ravel()
 
-
-def _count_checks(chunk):
-    """How many entries are negative, how many fractional, how many documents too long
-    (:data:`MAX_DOCUMENT_LENGTH`): input outside the data's domain."""
-    C = _counts(chunk)
-    length = _row_sums(C, C.data)
-    return (int(np.sum(C.data < 0)), int(np.sum(C.data != np.round(C.data))),
-            int(np.sum(length >= MAX_DOCUMENT_LENGTH)))
 
 
 def _em_sums(chunk, Phi, alpha, n_steps):
@@ -290,9 +210,10 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
     ``sqrt(2) tau_1 / n``). Every moment is divided by the mean weight, read off that release
     (post-processing), so the clipped moments are those of one reweighted corpus and keep the
     relations the method needs. Then the whitening, from the clipped pair moment (sensitivity
-    ``sqrt(2) tau_2 / n``) by Analyze Gauss on its upper triangle (``whitening="dense"``) or by the
-    private power method (``"power"``: d x p products, then the p x p projection, never a d x d
-    noise); and the whitened data part of M3, of sensitivity ``2 tau_3 / n``, released once with
+    ``sqrt(2) tau_2 / n``) by Analyze Gauss (``whitening="dense"``; or its columns of the most
+    frequent words, ``whitening=m``) or by the private power method (``"power"``: d x p
+    products, then the p x p projection, never a d x d noise); and the whitened data part of M3,
+    of sensitivity ``2 tau_3 / n``, released once with
     symmetric Gaussian noise (``method="perturb"``) or through the private tensor power method
     (``"power"``). Each of these sensitivities bounds the Frobenius norm of the whole symmetric
     array's change, so the symmetric releases use that geometry: an entry with m mirror positions
@@ -353,16 +274,21 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         (every word in every topic) it costs a little (docs/derivations/latent.rst).
     method : {"auto", "perturb", "power"}, default="auto"
         How the whitened third moment is released (see the derivation page).
-    whitening : {"auto", "dense", "power"}, default="auto"
+    whitening : {"auto", "dense", "power"} or int, default="auto"
         ``"dense"`` forms the d x d pair moment (released by Analyze Gauss, then its top-k
-        eigenpairs); ``"power"`` never forms it: the top-k subspace of ``M2`` comes from the (noisy)
-        power method over the documents, each step one release of ``M2 Q`` (d x 2k), then one
-        release of the 2k x 2k projection. ``"auto"``: the power method, except for a private fit
-        of at most 2000 words (``dptensor.algorithms.power.MAX_DENSE_FEATURES``), where one Analyze
-        Gauss release measured less noisy for the same budget. The d x d matrix (a few of them) and
-        copies of the counts' stored entries set the fit's memory; a fit whose bound exceeds what
-        the process can allocate is refused before its spend
-        (:class:`~dptensor.MemoryRefusedError`): choose ``"power"`` then.
+        eigenpairs); an integer m: only the pair moment's columns of the m words the released
+        mean finds most frequent (one release at the dense one's cost and noise per entry, d x m
+        numbers), the subspace from their m x m block, every other word's topic weights from its
+        row (``dptensor.algorithms.vocabulary``); ``"power"``: the (noisy) power method over the
+        documents, each step a release of ``M2 Q`` (d x 2k), then of the 2k x 2k projection.
+        ``"auto"``: a private fit takes the dense release up to 2000 words and the columns of the
+        2000 most frequent beyond (``auto_whitening_words``; on the committed grid the dense
+        release was the best at 2000 words, and at 6000 words the columns beat the power method,
+        which learned nothing: ``benchmarks/results/latent_grid_words.md``); without privacy the
+        exact top-k eigenpairs by Lanczos on sparse products. The d x d matrix (or d x m
+        columns) and copies of the counts' stored entries set the fit's memory; a fit whose bound
+        exceeds what the process can allocate is refused before its spend
+        (:class:`~dptensor.MemoryRefusedError`): choose fewer words or ``"power"`` then.
     n_restarts, n_iter : int, default=10, 20
         Restarts and steps of the tensor power method on the k x k x k tensor.
     max_transform_iter : int, default=50
@@ -391,7 +317,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         The estimated Dirichlet parameters (they sum to about ``alpha0``).
     method_ : str
     whitening_ : str
-        ``"dense"`` or ``"power"``.
+        ``"dense"``, ``"vocabulary"`` (the columns of the most frequent words) or ``"power"``.
     m2_eigenvalues_, m2_eigenvalues_noise_ : ndarray of shape (n_components,)
         As in :class:`PrivateGaussianMixture` (here ``signal_bound`` is 1: ``||E2||_F <= 1``).
     n_iter_ : int
@@ -432,6 +358,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
     _search_tag = SearchTag(unit="document", groups=True)
     _row_copies = 2  # the documents' pair sums scale copies of the (sparse) counts
     _frobenius = True  # every sensitivity below bounds the Frobenius norm of the change
+    _vocabulary = True
 
     def _validate(self, X, reset, fit=True):
         if is_dask_array(X):  # checked by one reduction over the chunks, never pulled here
@@ -471,8 +398,9 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
 
     def _dense_max(self, private):
         # without privacy the implicit path gives the same whitening, faster (Lanczos on sparse
-        # products); a private fit takes Analyze Gauss where it is cheap, as it is less noisy
-        return MAX_DENSE_FEATURES if private else 0
+        # products); a private fit takes Analyze Gauss, or beyond MAX_DENSE_FEATURES words the
+        # columns of that many (auto_whitening_words), never the power method: both less noisy
+        return np.inf if private else 0
 
     def _prepare(self, X, epsilon):
         if isinstance(self.alpha0, bool) or not isinstance(self.alpha0, numbers.Real) or not (
@@ -516,6 +444,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         n, d, clip = prepared["n"], prepared["d"], prepared["clip"]
         if clip and prepared["auto_clip"]:  # n: documents, or groups (public either way)
             prepared["clip"] = clip = auto_doc_clip(n, d, *self._privacy_target())
+        prepared["words"] = self._whitening_size(n, d, prepared["power"])
         tau1 = tau2 = None
         if clip:
             (total,) = self._reduce(prepared, _scale_sums)
@@ -527,8 +456,9 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
             # clip * clip, not clip**2: a huge doc_clip gives inf (no clipping), never OverflowError
             tau1, tau2 = min(1.0, clip * np.sqrt(nu)), min(1.0, clip * clip * nu)
         prepared["tau"] = tau = (tau1, tau2)
-        total, pairs = self._reduce(prepared, _moment_sums, tau, not prepared["power"])
-        if not prepared["power"]:  # computed in the same pass; released next, by Analyze Gauss
+        dense = not prepared["power"] and prepared["words"] == d
+        total, pairs = self._reduce(prepared, _moment_sums, tau, dense)
+        if dense:  # computed in the same pass; released next, by Analyze Gauss
             prepared["second"] = pairs / n
         # each document's s_c c / (l n) is non-negative, of norm <= tau_1 / n
         first, margin = self._rounding(prepared, tau1 or 1.0)
@@ -554,6 +484,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         if not prepared["power"]:  # released, then divided by the public weight (post-processing)
             analyze, margin = self._whitening_roundings(prepared, min(2 * k, d), summands)[0]
             sensitivity += margin
+            if prepared["words"] < d:  # the columns of the most frequent words (released mean)
+                return self._vocabulary(prepared, mean, plan, rng, sensitivity, analyze)
             second = release_second(prepared.pop("second"), sensitivity, plan, rng, frobenius=True,
                                     rounding=analyze) / weight
             sensitivity /= weight  # the divided matrix's, which the noise map below describes
@@ -589,6 +521,23 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         # the subspace's noise is mostly the last power step's (it holds the largest share)
         return whiten(P, k, rng, basis=V,
                       noise=plan.z_second[-2] * (sensitivity + m_s) if plan.private else 0.0)
+
+    def _vocabulary(self, prepared, mean, plan, rng, sensitivity, rounding):
+        """Whitening from the pair moment's columns of the most frequent words (one release)."""
+        words, weight = frequent_words(mean, prepared["words"]), prepared["weight"]
+        columns = self._reduce(prepared, _column_sums, prepared["tau"], words)[0] / prepared["n"]
+        if plan.private:  # a part of Analyze Gauss's release, in the same geometry and budget
+            columns = release_columns(columns, words, sensitivity, plan.z_second[0], rng,
+                                      rounding=rounding)
+        noise = plan.z_second[0] * sensitivity / weight / np.sqrt(2.0)
+        return vocabulary_whitening(columns / weight, words, mean, prepared["c"],
+                                    self.n_components, rng, noise, plan.private)
+
+    def _whitening_size(self, n, d, power):
+        if not isinstance(self.whitening, str):
+            return min(int(self.whitening), d)
+        private = bool(np.isfinite(self._privacy_target()[0]))
+        return auto_whitening_words(d) if self.whitening == "auto" and private else d
 
     def _whitened_third(self, prepared, whitening, mean):
         n, c, W = prepared["n"], prepared["c"], whitening.W
@@ -626,8 +575,8 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         if whitening.noise and self.topic_threshold is not None:
             # an entry within a few noise deviations of 0 is indistinguishable from a word the
             # topic does not use: zeroed, it stops spreading the noise's mass over the vocabulary
-            std = topic_noise_std(components, scale, whitening)
-            topics = np.where(topics > self.topic_threshold * std[:, None], topics, 0.0)
+            std = entry_noise_std(components, scale, whitening)
+            topics = np.where(topics > self.topic_threshold * std, topics, 0.0)
         topics = np.maximum(topics, 0.0)
         sums = topics.sum(axis=1, keepdims=True)
         d = topics.shape[1]
