@@ -103,7 +103,9 @@ def _plot(records):
         ax.set_yscale("log")
         # where the rule resolves to a clip that was run, it was not run again: the title says so
         auto = {float(auto_doc_clip(n, WORDS, eps, 1e-5)) for eps in EPSILONS}
-        note = f"\n(doc_clip=auto is {auto.pop():g} here)" if "auto" not in clips and len(auto) == 1 else ""
+        note = ""
+        if "auto" not in clips and len(auto) == 1:
+            note = f"\n(doc_clip=auto is {auto.pop():g} here)"
         ax.set_title(f"private LDA, {n:.0e} documents, {WORDS} words, k={K}{note}", fontsize=9)
     # beside the panels: inside, it hid the non-private line
     axes[-1].legend(*axes[0].get_legend_handles_labels(), fontsize=8, loc="upper left",

@@ -11,8 +11,9 @@ from .._validation import check_numeric_array
 from ..algorithms.completion.observations import check_indices
 from ..algorithms.exact import range_mean
 
-__all__ = ["as_units", "search_tag", "check_units", "check_sparse_units", "units_nbytes", "public_overrides", "split_units",
-           "unit_scores", "target_rows", "user_scores", "user_codes", "score_statistic"]
+__all__ = ["as_units", "search_tag", "check_units", "check_sparse_units", "units_nbytes",
+           "public_overrides", "split_units", "unit_scores", "target_rows", "user_scores",
+           "user_codes", "score_statistic"]
 
 
 def as_units(X, y, *, alone: bool):
