@@ -86,7 +86,7 @@ def _plot(records):
     import matplotlib.pyplot as plt
 
     rows = _means(records)
-    fig, axes = plt.subplots(1, len(CELLS), figsize=(11, 3.8), constrained_layout=True)
+    fig, axes = plt.subplots(1, len(CELLS), figsize=(12, 3.8), constrained_layout=True)
     for ax, (n, _, clips) in zip(axes, CELLS):
         for clip in clips:  # one colour per clip in both panels
             mine = [r for r in rows if r["n_docs"] == n and r["doc_clip"] == str(clip)]
@@ -101,8 +101,15 @@ def _plot(records):
         ax.set_xlabel("epsilon")
         ax.set_ylabel("mean l1 topic error")
         ax.set_yscale("log")
-        ax.set_title(f"private LDA, {n:.0e} documents, {WORDS} words, k={K}", fontsize=9)
-    axes[0].legend(fontsize=7, loc="lower left")
+        # where the rule resolves to a clip that was run, it was not run again: the title says so
+        auto = {float(auto_doc_clip(n, WORDS, eps, 1e-5)) for eps in EPSILONS}
+        note = ""
+        if "auto" not in clips and len(auto) == 1:
+            note = f"\n(doc_clip=auto is {auto.pop():g} here)"
+        ax.set_title(f"private LDA, {n:.0e} documents, {WORDS} words, k={K}{note}", fontsize=9)
+    # beside the panels: inside, it hid the non-private line
+    axes[-1].legend(*axes[0].get_legend_handles_labels(), fontsize=8, loc="upper left",
+                    bbox_to_anchor=(1.02, 1.0))
     fig.savefig(plot_path(NAME), dpi=100)
     plt.close(fig)
 

@@ -39,3 +39,11 @@ def delta_not_below_one_over_n(unit="row"):
 #: audits' tiny tensors, scikit-learn's checks): its released components and offsets are below
 #: their noise levels, and the fit says so (``tests/test_completion_noise.py`` asserts it).
 COMPLETION_NOISE = [noise_dominated("component_rms_"), pytest.mark.filterwarnings(_OFFSETS)]
+
+
+def completion_noise(test):
+    """``COMPLETION_NOISE`` for one test: a completion fit on a tensor too small for its epsilon,
+    on purpose (its accounting, plumbing or messages are under test, not its accuracy)."""
+    for mark in reversed(COMPLETION_NOISE):
+        test = mark(test)
+    return test

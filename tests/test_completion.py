@@ -10,7 +10,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from dptensor import BudgetExceededError, PrivacyAccountant, PrivacyWarning
 from completion_spies import patch_everywhere
-from expected_warnings import NON_PRIVATE, noise_dominated
+from expected_warnings import COMPLETION_NOISE, NON_PRIVATE, noise_dominated
 from dptensor.algorithms.completion.als import als
 from dptensor.algorithms.completion.modes.base import OFFSET_SHARE
 from dptensor.algorithms.completion.modes.statistics import (GRAM_SHARE, STATS_OFFSET_SHARE,
@@ -33,6 +33,12 @@ def rmse(a, b):
 
 def _study(seed=0, **kw):
     return make_low_rank_tensor(random_state=seed, **kw)
+
+
+# Most private fits here are on a few values or the small default study, for their accounting,
+# plumbing and messages: their weaker components and offsets are noise, and the fits say so
+# (tests/test_completion_noise.py asserts those warnings).
+pytestmark = COMPLETION_NOISE
 
 
 # A private fit on a few values or on the small default study, for what it sets, prints, records

@@ -8,7 +8,7 @@ import pytest
 from dptensor import (AdaptivePrivatePCA, PrivacyAccountant, PrivacyWarning, PrivateGaussianMixture,
                       PrivateLatentDirichletAllocation, PrivatePCA, PrivateTensorCompletion,
                       PrivateTensorDecomposition, StreamingTensorPower)
-from expected_warnings import noise_dominated
+from expected_warnings import COMPLETION_NOISE, noise_dominated
 
 ESTIMATORS = [PrivatePCA, AdaptivePrivatePCA, PrivateTensorDecomposition, StreamingTensorPower,
               PrivateTensorCompletion, PrivateGaussianMixture, PrivateLatentDirichletAllocation]
@@ -97,8 +97,8 @@ def test_every_estimator_is_importable_from_the_top_level_package():
 @pytest.mark.parametrize("make, data, n, unit", [
     (lambda: PrivateLatentDirichletAllocation(2, epsilon=1.0, n_restarts=2, n_iter=2), "counts", 300,
      "documents"),
-    (lambda: PrivateTensorCompletion(2, epsilon=1.0, value_range=(-3.0, 3.0), n_iter=2), "entries", 200,
-     "observed values"),
+    pytest.param(lambda: PrivateTensorCompletion(2, epsilon=1.0, value_range=(-3.0, 3.0), n_iter=2),
+                 "entries", 200, "observed values", marks=COMPLETION_NOISE),
 ])
 @noise_dominated()  # a few hundred rows of noise (small, so 1/n is large): no real component
 def test_delta_not_below_one_over_n_warns_naming_the_unit(make, data, n, unit):

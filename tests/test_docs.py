@@ -265,6 +265,9 @@ def test_demo_prints_table_and_ledger(tmp_path, capsys):
             lo, hi = map(float, r[-3].split(".."))
             assert lo <= float(r[-4]) <= hi, r
     assert "median of 2 seeded draws" in out
+    # the topic model's level curve is explained where the user reads, not left to look wrong
+    assert ("PrivateLatentDirichletAllocation: most of its private error is the bias of "
+            "clipping") in out
     assert "spends" in out and "PrivacyAccountant" in out
     pytest.importorskip("matplotlib")
     assert plot.exists() and plot.stat().st_size > 10_000

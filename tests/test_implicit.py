@@ -11,7 +11,7 @@ from dptensor.algorithms.completion.observations import Observations
 from dptensor.algorithms.completion.implicit import ImplicitDesign, wiener_fit
 from dptensor.accounting import ComposedEvent, GaussianEvent, epsilon_of
 from dptensor.completion import PrivateTensorCompletion
-from expected_warnings import NON_PRIVATE
+from expected_warnings import NON_PRIVATE, completion_noise
 
 
 def _informative(seed, users=150, items=120, days=4, per_user=60, rank=2, noise=0.3):
@@ -85,6 +85,7 @@ def test_wiener_fit_is_the_ridge_without_noise_and_zero_under_pure_noise(rng):
     assert np.all(wiener_fit(design, noise, s2=0.01, noise_var=900.0) == 0)
 
 
+@completion_noise  # a tiny tensor: its weaker components and offsets are noise
 def test_implicit_learns_from_informative_positions_and_privately():
     """Positions that depend on the taste let the implicit term learn the interaction: the
     non-private fit beats offsets alone clearly (ALS with a factor per user reaches 0.46 here,
@@ -106,6 +107,7 @@ def test_implicit_learns_from_informative_positions_and_privately():
     assert np.mean(private) < base - 0.7 * (base - best)
 
 
+@completion_noise  # a tiny tensor: its weaker components and offsets are noise
 def test_implicit_plan_records_exact_target_and_one_release(monkeypatch):
     # The implicit mode's own releases: the interaction's statistic (the offsets release elsewhere).
     import dptensor.algorithms.completion.modes.implicit as implicit_mode

@@ -187,3 +187,38 @@ def test_lda_takes_sparse_counts(fmt):
         dense = PrivateLatentDirichletAllocation(3, random_state=0).fit(counts.toarray())
         fit = PrivateLatentDirichletAllocation(3, random_state=0).fit(counts.asformat(fmt))
     np.testing.assert_allclose(fit.components_, dense.components_, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("estimator", [PrivatePCA, AdaptivePrivatePCA])
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+def test_a_seeded_search_on_sparse_rows_is_the_search_on_the_dense_rows(estimator, fmt):
+    """A search splits sparse rows as it splits dense ones, and keys its noise (and hands its
+    candidates seeds whose noise is keyed) by the dense rows they stand for: the same release.
+    Before, a search refused sparse X although its candidates take it."""
+    from dptensor.model_selection import PrivateGridSearchCV
+
+    S = _rows()
+    searches = [PrivateGridSearchCV(estimator(data_norm=3.0), {"n_components": [1, 2, 3]},
+                                    epsilon=2.0, random_state=4) for _ in range(2)]
+    dense, sparse = searches[0].fit(S.toarray()), searches[1].fit(S.asformat(fmt))
+    assert sparse.best_params_ == dense.best_params_
+    assert sparse.best_score_ == dense.best_score_
+    assert sparse.privacy_cost_ == dense.privacy_cost_
+    _same(sparse.best_estimator_, dense.best_estimator_)
+    np.testing.assert_array_equal(sparse.transform(S), dense.transform(S.toarray()))
+
+
+def test_a_search_refuses_sparse_rows_its_candidates_would_refuse_before_the_spend():
+    from dptensor import StreamingTensorPower
+    from dptensor.model_selection import PrivateGridSearchCV
+
+    accountant = PrivacyAccountant(epsilon=50.0, delta=1e-5)
+    pca = PrivateGridSearchCV(PrivatePCA(data_norm=3.0), {"n_components": [1, 2]}, epsilon=2.0,
+                              accountant=accountant)
+    with pytest.raises(TypeError, match="a private search with groups needs dense rows"):
+        pca.fit(_rows(), groups=np.arange(N) // 3)  # the PCA family bounds a group dense only
+    stream = PrivateGridSearchCV(StreamingTensorPower(data_norm=3.0, batch_size=200),
+                                 {"n_components": [1, 2]}, epsilon=2.0, accountant=accountant)
+    with pytest.raises(TypeError, match="StreamingTensorPower takes dense rows only"):
+        stream.fit(_rows())
+    assert accountant.spent() == (0.0, 0.0)

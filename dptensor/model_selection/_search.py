@@ -26,8 +26,8 @@ from ._search_doc import SEARCH_DOC as _SEARCH_DOC
 from .._validation import check_groups
 from ._accountants import accountant_keys, find_accountants, without_accountants
 from ._selection import calibrate_search, check_distribution, draw_n_runs
-from ._units import (as_units, check_units, public_overrides, score_statistic, search_tag,
-                     split_units, user_codes)
+from ._units import (as_units, check_sparse_units, check_units, public_overrides,
+                     score_statistic, search_tag, split_units, units_nbytes, user_codes)
 
 __all__ = ["PrivateGridSearchCV", "PrivateRandomizedSearchCV", "MAX_SCORE_NOISE"]
 
@@ -85,6 +85,7 @@ class SearchSettings:
 
 class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
     """What the private grid and randomized searches share; subclasses give the candidates."""
+    _sparse_as_dense = True  # sparse X keys the noise as its dense rows: the same search
 
     def _candidates(self) -> list[dict]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -328,12 +329,13 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
     def _check_data(self, X, y=None, groups=None) -> FitData:
         names = _get_feature_names(X)  # a DataFrame's columns: public, the refit gets them back
         X, y = as_units(X, y, alone=not isinstance(self.estimator, Pipeline))
-        if y is not None and len(y) != len(X):
-            raise ValueError(f"y has {len(y)} values but X has {len(X)} units")
+        if y is not None and len(y) != X.shape[0]:
+            raise ValueError(f"y has {len(y)} values but X has {X.shape[0]} units")
         prefix, learner = self._learner()
+        check_sparse_units(self.estimator, learner, X, groups)
         check_units(learner, X, y)
         overrides = public_overrides(prefix, learner, X)
-        public = dict(overrides=overrides, nbytes=X.nbytes, n_rows=X.shape[0], names=names)
+        public = dict(overrides=overrides, nbytes=units_nbytes(X), n_rows=X.shape[0], names=names)
         if search_tag(learner).users:  # the units: the public shape[0] users, each row's its code
             codes, n_users = user_codes(learner, X, groups, isinstance(self.estimator, Pipeline))
             return FitData(arrays=(X, y), shape=(n_users, X.shape[1]), extra=codes,
@@ -568,8 +570,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         tags.regressor_tags = deepcopy(sub.regressor_tags)
         tags.transformer_tags = deepcopy(sub.transformer_tags)
         tags.target_tags.required = sub.target_tags.required
-        tags.input_tags = deepcopy(sub.input_tags)
-        tags.input_tags.sparse = False  # the split and the checks before the spend are dense
+        tags.input_tags = deepcopy(sub.input_tags)  # sparse rows split as dense rows do
         return tags
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
+from sklearn.utils import get_tags
 from sklearn.utils.validation import check_array
 
 from .._base import SearchTag
@@ -10,8 +11,9 @@ from .._validation import check_numeric_array
 from ..algorithms.completion.observations import check_indices
 from ..algorithms.exact import range_mean
 
-__all__ = ["as_units", "search_tag", "check_units", "public_overrides", "split_units",
-           "unit_scores", "target_rows", "user_scores", "user_codes", "score_statistic"]
+__all__ = ["as_units", "search_tag", "check_units", "check_sparse_units", "units_nbytes",
+           "public_overrides", "split_units", "unit_scores", "target_rows", "user_scores",
+           "user_codes", "score_statistic"]
 
 
 def as_units(X, y, *, alone: bool):
@@ -22,15 +24,21 @@ def as_units(X, y, *, alone: bool):
     stateless steps may transform X first, so only the shape is checked there); ``y``, when
     given, must be finite numbers.
     """
-    if sp.issparse(X):
-        raise TypeError("a private search takes dense X: sparse input is not supported (the split "
-                        "and the checks before the spend work on dense rows); pass X.toarray()")
+    if sp.issparse(X):  # rows of a CSR matrix split as dense rows do (each unit one row)
+        if alone:
+            X = check_array(check_numeric_array(X), accept_sparse="csr", dtype="numeric",
+                            ensure_min_samples=0)
+        return X.tocsr(), _checked_y(y, alone)
     X = np.asarray(X)
     if X.ndim != 2:
         raise ValueError(f"a private search splits units (rows of X); X must be 2-D, got {X.ndim} "
                          f"dimension(s): reshape a single feature with X.reshape(-1, 1)")
     if alone:  # refuses strings, complex numbers (in words that quote none of X), NaN, inf
         X = check_array(check_numeric_array(X), dtype="numeric", ensure_min_samples=0)
+    return X, _checked_y(y, alone)
+
+
+def _checked_y(y, alone: bool):
     if y is not None:
         y = np.asarray(y)
         if alone and y.dtype.kind == "O":  # numbers held as objects, as the estimator takes them
@@ -43,7 +51,30 @@ def as_units(X, y, *, alone: bool):
         if alone and not (y.dtype.kind in "biuf" and np.all(np.isfinite(y))):
             raise ValueError("y must hold finite numbers (no NaN or "
                              "infinity): pass only the observed entries")
-    return X, y
+    return y
+
+
+def check_sparse_units(estimator, learner, X, groups) -> None:
+    """Refuse sparse ``X`` before the spend where a candidate's fit would refuse it after: an
+    estimator (or a pipeline step) that takes dense rows only, index tuples, or groups (the
+    PCA family bounds a group on dense rows only)."""
+    if not sp.issparse(X):
+        return
+    if search_tag(learner).indices:
+        raise TypeError("a completion's X holds index tuples, dense: pass X.toarray()")
+    if groups is not None:
+        raise TypeError("a private search with groups needs dense rows, as its candidates' fits "
+                        "with groups do: pass X.toarray()")
+    if not get_tags(estimator).input_tags.sparse:
+        raise TypeError(f"{type(estimator).__name__} takes dense rows only: a search of it "
+                        "needs dense X; pass X.toarray()")
+
+
+def units_nbytes(X) -> int:
+    """The bytes of the units (a CSR matrix: its three arrays)."""
+    if sp.issparse(X):
+        return int(X.data.nbytes + X.indices.nbytes + X.indptr.nbytes)
+    return int(X.nbytes)
 
 
 def search_tag(learner) -> SearchTag:
@@ -59,7 +90,7 @@ def check_units(learner, X, y):
     else:
         # check_numeric_array first: scikit-learn's check quotes a string and prints complex data
         check_array(check_numeric_array(X), dtype="numeric", ensure_all_finite=True,
-                    ensure_2d=False, input_name="X")
+                    ensure_2d=False, input_name="X", accept_sparse="csr")
     if y is not None:
         check_array(check_numeric_array(y, "y", ensure_2d=False), dtype="numeric",
                     ensure_all_finite=True, ensure_2d=False, input_name="y")
