@@ -185,8 +185,9 @@ def _near_rows(X, norms, na2):
             r = np.sqrt(norms[start:start + _FILTER].astype(np.float64) * (1.0 + 2.0 ** -20))
             r = r * (1.0 + 2.0 ** -40) + ra
             near = np.flatnonzero(~(r * r * (1.0 + 2.0 ** -40) < _LIMIT))
-        if near.size:
-            yield X[start + near]
+        step = cache_block_rows(X.shape[1])  # gathered a block at a time: no copy of X's size
+        for part in range(0, near.size, step):
+            yield X[start + near[part:part + step]]
 
 
 def _centring(X, sums, data_norm, mean, a):
