@@ -39,7 +39,8 @@ def fit_als(obs, ys, p, rng, *, history, progress, noisy_input):
                                                     empirical_bayes=noisy_input)
     return als(obs, ys, model, reg=p["reg"], reg_core=p["reg_core"], n_iter=p["n_iter"],
                tol=p["tol"], fit_biases=p["fit_intercept"] and not noisy_input,
-               prior_var=p["prior_var"], warmup=0 if noisy_input else 5, history=history,
+               prior_var=p["prior_var"], warmup=0 if noisy_input else 5, dof=not noisy_input,
+               history=history,
                callback=progress)
 
 
