@@ -120,8 +120,8 @@ MIN_RESIDUAL_DOF = 0.1
 
 
 def noise_variance(ssr, n, df) -> float:
-    """The noise variance that residuals with sum of squares ``ssr`` over ``n`` entries left by a fit
-    of ``df`` effective degrees of freedom estimate: ``ssr / (n - df)`` (unbiased for a linear
+    """The noise variance estimated by the residuals (sum of squares ``ssr`` over ``n`` entries) of
+    a fit of ``df`` effective degrees of freedom: ``ssr / (n - df)`` (unbiased for a linear
     smoother of trace ``df``), the denominator at least ``MIN_RESIDUAL_DOF * n``."""
     return ssr / max(n - df, MIN_RESIDUAL_DOF * n)
 
