@@ -41,7 +41,7 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
     each, the fit's own residuals shrink with its overfitting and would drag the ridge down
     with them.
     """
-    d, r = obs.order, model.rank
+    d = obs.order
     grid = obs.grid(model, als=True)
     layouts = ys = Yg = None
     if grid is None:
@@ -62,11 +62,7 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
         for m in range(d):
             if m in model.fixed:  # no factor to fit: only the row effects, by their own ridge
                 if fit_biases:  # (a model with fixed modes always runs on the sparse layout)
-                    L = layouts[m]
-                    base = ys[m] - _offsets_sorted(model, L) - _interaction_sorted(model, L, m)
-                    model.biases[m] = (model.biases[m] * L.counts
-                                       + L.segment_sum(base[None])[:, 0]) / (L.counts + reg + 1e-12)
-                    df += float(np.sum(L.counts / (L.counts + reg + 1e-12)))
+                    df += _fixed_mode_biases(model, layouts[m], ys[m], m, reg)
                 continue
             if grid is None:
                 L = layouts[m]
@@ -80,14 +76,7 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
                                                   _grid_offsets(model, m),
                                                   None if fit_biases else _row_bias(model, m),
                                                   bias=fit_biases)
-            p = gram.shape[1]
-            gram[:, np.arange(p), np.arange(p)] += reg + 1e-12
-            sol = _ridge_solve(gram, rhs[:, :, None])[:, :, 0]
-            if dof:
-                df += ridge_dof(gram, reg + 1e-12)
-            model.factors[m] = sol[:, :r]
-            if fit_biases:
-                model.biases[m] = sol[:, r]
+            df += _solve_rows(model, m, gram, rhs, reg, fit_biases, dof)
         if model.core is not None:
             if grid is None:
                 ssr = _tucker_core_step(model, layouts[0], ys[0], reg_core)
@@ -111,6 +100,27 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
             break
         prev = loss
     return model
+
+
+def _fixed_mode_biases(model, L, y_m, m, reg) -> float:
+    """A mode without factors: its row effects' ridge update on the residual, in place; returns
+    their effective degrees of freedom."""
+    base = y_m - _offsets_sorted(model, L) - _interaction_sorted(model, L, m)
+    model.biases[m] = (model.biases[m] * L.counts
+                       + L.segment_sum(base[None])[:, 0]) / (L.counts + reg + 1e-12)
+    return float(np.sum(L.counts / (L.counts + reg + 1e-12)))
+
+
+def _solve_rows(model, m, gram, rhs, reg, fit_biases, dof) -> float:
+    """Mode ``m``'s rows from their normal equations (``gram`` gets the ridge), in place; returns
+    their effective degrees of freedom with ``dof`` (else 0)."""
+    p = gram.shape[1]
+    gram[:, np.arange(p), np.arange(p)] += reg + 1e-12
+    sol = _ridge_solve(gram, rhs[:, :, None])[:, :, 0]
+    model.factors[m] = sol[:, :model.rank]
+    if fit_biases:
+        model.biases[m] = sol[:, model.rank]
+    return ridge_dof(gram, reg + 1e-12) if dof else 0.0
 
 
 #: :func:`noise_variance` divides by at least this share of the entries: a fit whose degrees of
