@@ -165,15 +165,21 @@ SUMMARY = (
     "mode. Times in seconds under shared load.")
 
 
+def run(quick=False):
+    """The grid (``quick``: its first two cells, one seed) and the MovieLens-like rows."""
+    cells, seeds = (CELLS[:2], SEEDS[:1]) if quick else (CELLS, SEEDS)
+    records = [grid_row(name, kind, args, seed) for name, kind, args in cells for seed in seeds]
+    records += movielens_rows()
+    write_results("sparse_reg", records, summary=SUMMARY)
+    plot(records)
+    return records
+
+
 def main(argv):
     if "--redraw" in argv:
         plot(load_results("sparse_reg")["records"])
         return
-    cells = CELLS[:2] if "--quick" in argv else CELLS
-    records = [grid_row(name, kind, args, seed) for name, kind, args in cells for seed in SEEDS]
-    records += movielens_rows()
-    write_results("sparse_reg", records, summary=SUMMARY)
-    plot(records)
+    run(quick="--quick" in argv)
 
 
 if __name__ == "__main__":
