@@ -164,8 +164,8 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         Sweeps (ALS, default 100, stops early at ``tol``; DP-ALS, default 2) or gradient steps
         (default 5: every step of DP gradient descent costs budget, and a few well-preconditioned
         steps go furthest). Ignored by ``"implicit"`` (one release, one solve: ``n_iter_`` is 1).
-    reg : float, default=0.01
-        Ridge penalty on the factors (and the biases during ALS), in scaled units.
+    reg : float or "auto", default="auto"
+        Ridge on the factors (ALS: and biases), scaled units; "auto": docs/choosing.rst.
     reg_core : float or None, default=None
         Ridge penalty on the Tucker core; ``None`` uses ``reg``.
     clip_norm : float or None, default=None

@@ -22,7 +22,7 @@ from .tucker import TuckerSweep3
 
 
 def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter, tol=1e-10,
-        fit_biases=True, prior_var=None, warmup=5, history=None, callback=None):
+        fit_biases=True, prior_var=None, warmup=5, dof=False, history=None, callback=None):
     """Alternating least squares over the observed entries only, in place on ``model``.
 
     Mode by mode, every row solves its own ridge regression of the residual on the leave-one-out
@@ -33,8 +33,15 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
     Tucker then solves the core's ridge regression on the Kronecker rows. Stops when the
     objective's relative decrease falls below ``tol``. Appends the training RMSE of each sweep to
     ``history`` when given; ``callback(sweep, rmse)`` is called after each sweep.
+
+    With ``prior_var``, after ``warmup`` sweeps the ridge is the empirical-Bayes one, ``reg +
+    s2 / prior_var``, where ``s2`` estimates the noise variance from the last sweep's residuals.
+    With ``dof`` it is their sum of squares over ``n - df`` (:func:`noise_variance`, ``df`` the
+    ridge fits' effective degrees of freedom), not over ``n``: where the rows have few entries
+    each, the fit's own residuals shrink with its overfitting and would drag the ridge down
+    with them.
     """
-    d, r = obs.order, model.rank
+    d = obs.order
     grid = obs.grid(model, als=True)
     layouts = ys = Yg = None
     if grid is None:
@@ -45,19 +52,17 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
         tucker3 = TuckerSweep3(grid, Yg, obs.counts) if model.core is not None and d == 3 else None
         value_sums = (grid_value_sums(grid, Yg, obs.counts[0])
                       if model.core is not None and tucker3 is None else None)
-    prev, mse = np.inf, None
+    prev, mse, s2 = np.inf, None, None
     reg0, reg_core0 = reg, reg_core
     for sweep in range(n_iter):
-        if prior_var is not None and sweep >= warmup and mse is not None:
-            # Empirical Bayes: ridge = residual variance / prior variance of a parameter.
-            reg, reg_core = reg0 + mse / prior_var, reg_core0 + mse / prior_var
+        if prior_var is not None and sweep >= warmup and s2 is not None:
+            # Empirical Bayes: ridge = noise variance / prior variance of a parameter.
+            reg, reg_core = reg0 + s2 / prior_var, reg_core0 + s2 / prior_var
+        df = 1.0 + (model.core.size if model.core is not None else 0)  # the intercept, the core
         for m in range(d):
             if m in model.fixed:  # no factor to fit: only the row effects, by their own ridge
                 if fit_biases:  # (a model with fixed modes always runs on the sparse layout)
-                    L = layouts[m]
-                    base = ys[m] - _offsets_sorted(model, L) - _interaction_sorted(model, L, m)
-                    model.biases[m] = (model.biases[m] * L.counts
-                                       + L.segment_sum(base[None])[:, 0]) / (L.counts + reg + 1e-12)
+                    df += _fixed_mode_biases(model, layouts[m], ys[m], m, reg)
                 continue
             if grid is None:
                 L = layouts[m]
@@ -71,12 +76,7 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
                                                   _grid_offsets(model, m),
                                                   None if fit_biases else _row_bias(model, m),
                                                   bias=fit_biases)
-            p = gram.shape[1]
-            gram[:, np.arange(p), np.arange(p)] += reg + 1e-12
-            sol = _ridge_solve(gram, rhs[:, :, None])[:, :, 0]
-            model.factors[m] = sol[:, :r]
-            if fit_biases:
-                model.biases[m] = sol[:, r]
+            df += _solve_rows(model, m, gram, rhs, reg, fit_biases, dof)
         if model.core is not None:
             if grid is None:
                 ssr = _tucker_core_step(model, layouts[0], ys[0], reg_core)
@@ -87,6 +87,7 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
         else:
             ssr = _cp_ssr(model, grid, Yg, layouts, ys, d)
         mse = ssr / len(y)
+        s2 = noise_variance(ssr, len(y), df) if dof else mse
         loss = 0.5 * ssr + 0.5 * reg * sum(np.sum(model.factors[m] ** 2)
                                            for m in model.free_modes())
         if model.core is not None:
@@ -99,6 +100,48 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
             break
         prev = loss
     return model
+
+
+def _fixed_mode_biases(model, L, y_m, m, reg) -> float:
+    """A mode without factors: its row effects' ridge update on the residual, in place; returns
+    their effective degrees of freedom."""
+    base = y_m - _offsets_sorted(model, L) - _interaction_sorted(model, L, m)
+    model.biases[m] = (model.biases[m] * L.counts
+                       + L.segment_sum(base[None])[:, 0]) / (L.counts + reg + 1e-12)
+    return float(np.sum(L.counts / (L.counts + reg + 1e-12)))
+
+
+def _solve_rows(model, m, gram, rhs, reg, fit_biases, dof) -> float:
+    """Mode ``m``'s rows from their normal equations (``gram`` gets the ridge), in place; returns
+    their effective degrees of freedom with ``dof`` (else 0)."""
+    p = gram.shape[1]
+    gram[:, np.arange(p), np.arange(p)] += reg + 1e-12
+    sol = _ridge_solve(gram, rhs[:, :, None])[:, :, 0]
+    model.factors[m] = sol[:, :model.rank]
+    if fit_biases:
+        model.biases[m] = sol[:, model.rank]
+    return ridge_dof(gram, reg + 1e-12) if dof else 0.0
+
+
+#: :func:`noise_variance` divides by at least this share of the entries: a fit whose degrees of
+#: freedom reach the number of entries says nothing about the noise, and its ridge must not blow up
+#: (or divide by zero) in the sweep before the next ones bring the degrees of freedom down.
+MIN_RESIDUAL_DOF = 0.1
+
+
+def noise_variance(ssr, n, df) -> float:
+    """The noise variance estimated by the residuals (sum of squares ``ssr`` over ``n`` entries) of
+    a fit of ``df`` effective degrees of freedom: ``ssr / (n - df)`` (unbiased for a linear
+    smoother of trace ``df``), the denominator at least ``MIN_RESIDUAL_DOF * n``."""
+    return ssr / max(n - df, MIN_RESIDUAL_DOF * n)
+
+
+def ridge_dof(gram, reg) -> float:
+    """The effective degrees of freedom of stacked ridge fits, ``sum_i tr((G_i + reg)^-1 G_i) =
+    sum_i (p - reg tr((G_i + reg)^-1))``, from their ridged Grams ``G_i + reg`` (a row without
+    entries counts 0)."""
+    inv_trace = np.trace(np.linalg.pinv(gram, hermitian=True), axis1=1, axis2=2)
+    return float(np.sum(gram.shape[1] - reg * inv_trace))
 
 
 def _cp_ssr(model, grid, Yg, layouts, ys, d) -> float:

@@ -15,11 +15,15 @@ __all__ = ["GD_DEFAULTS", "ALS_ITER", "AUTO_REG_FLOOR", "AUTO_PRIOR_VAR", "DAMPI
 GD_DEFAULTS = {"learning_rate": 0.35, "n_iter": 5, "clip_norm": 0.1, "reg": 0.01}
 
 #: ``reg="auto"`` with ALS: after ``warmup`` sweeps at the floor ``AUTO_REG_FLOOR``, each sweep uses
-#: the empirical-Bayes ridge ``AUTO_REG_FLOOR + mse / AUTO_PRIOR_VAR`` (residual variance over the
+#: the empirical-Bayes ridge ``AUTO_REG_FLOOR + s2 / AUTO_PRIOR_VAR`` (noise variance over the
 #: prior variance of one parameter, in scaled units). Chosen on the synthetic completion study
 #: (20x20x20, rank 3, SNR 1) and a synthetic ratings tensor, never on a test set: it is exact on
 #: noiseless low-rank data (the ridge vanishes with the residual) and shrinks hard on noisy
-#: sparse ratings.
+#: sparse ratings. The non-private fit's ``s2`` is the residual sum of squares over the residual
+#: degrees of freedom (``dptensor.algorithms.completion.als.noise_variance``): over every
+#: entry, rows with a few entries each (1e5 ratings over 3e4 items) overfitted and their vanishing
+#: residuals took the ridge down with them (``benchmarks/results/sparse_reg.md``). After input
+#: perturbation (a private mode, left as it was) it is still the mean squared residual.
 AUTO_REG_FLOOR = 1e-4
 #: Gradient descent's Gauss-Newton damping, in units of the noise variance ``(2 z clip)^2``.
 DAMPING = 10.0
@@ -39,7 +43,8 @@ def fit_als(obs, ys, p, rng, *, history, progress, noisy_input):
                                                     empirical_bayes=noisy_input)
     return als(obs, ys, model, reg=p["reg"], reg_core=p["reg_core"], n_iter=p["n_iter"],
                tol=p["tol"], fit_biases=p["fit_intercept"] and not noisy_input,
-               prior_var=p["prior_var"], warmup=0 if noisy_input else 5, history=history,
+               prior_var=p["prior_var"], warmup=0 if noisy_input else 5, dof=not noisy_input,
+               history=history,
                callback=progress)
 
 
