@@ -100,11 +100,11 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
         Extra columns of the power block, ``p = n_components + n_oversamples``.
     method : {"auto", "power", "analyze_gauss", "clipped_power"}, default="auto"
         ``"auto"`` (public settings only): private (exact) rows without ``groups`` and with
-        ``500 <= d <= 5000`` get ``"clipped_power"`` (grid: ``benchmarks/results/pca_high_d.md``);
+        ``300 <= d <= 5000`` get ``"clipped_power"`` (grid: ``benchmarks/results/pca_high_d.md``);
         else Analyze Gauss up to ``d = 2000``, the power method beyond, for a precomputed matrix and
         ``partial_fit``. ``"clipped_power"``: an Analyze Gauss start, then ``n_iter`` (auto: 2)
         power steps clipping each row's projection (sensitivity ``2 data_norm tau``), or, where
-        ``tau > 0.2 data_norm``, Analyze Gauss pooled from the same releases. Memory is checked.
+        ``tau > data_norm / 4``, Analyze Gauss pooled from the same releases. Memory is checked.
     input : {"data", "precomputed"}, default="data"
         ``"data"``: X is (n_samples, n_features). ``"precomputed"``: X is a symmetric d x d matrix
         ``A`` whose top-k eigenvectors (by magnitude) are wanted; ``transform`` takes d-rows.

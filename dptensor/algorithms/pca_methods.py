@@ -301,11 +301,12 @@ class ClippedPower(PCAMethod):
         if source.clipped is None:
             raise TypeError("clipped power steps need a fit path that offers them (exact rows)")
         C, sensitivity = source.gram(z[0])
-        released = symmetric_gaussian_release(C, sensitivity, z[0], rng, **source.gauss)
+        rounding = source.gauss.get("rounding")  # the path's own: None for exact sums
+        released = symmetric_gaussian_release(C, sensitivity, z[0], rng, rounding=rounding)
         start = analyze_gauss(released, p, rng)  # post-processing of the start's release
         tau = clip_radius(start.eigenvalues, source.n_rows)
         if not clipping_pays(tau, source.bound):  # the rest of the budget on the same Gram
-            return _pooled_gauss(C, sensitivity, released, z, rng, k, source.gauss)
+            return _pooled_gauss(C, sensitivity, released, z, rng, k, rounding)
         del C, released
         operator = source.clipped(tau)
         result = noisy_power_method(operator, k, len(z) - 1, rng, noise_multiplier=z[1:],
@@ -323,7 +324,7 @@ class ClippedPower(PCAMethod):
         return self.noise_level(result.noise_std, d, p)
 
 
-def _pooled_gauss(C, sensitivity, released, z, rng, k, gauss):
+def _pooled_gauss(C, sensitivity, released, z, rng, k, rounding):
     r"""Analyze Gauss at the whole spectral budget from the start's release and one more release
     of the same ``C`` per planned step (at that step's multiplier): their average weighted by
     ``z_l^-2`` is ``C`` plus Gaussian noise of std ``sensitivity / sqrt(sum_l z_l^-2)``, one
@@ -331,7 +332,7 @@ def _pooled_gauss(C, sensitivity, released, z, rng, k, gauss):
     weights = 1.0 / z ** 2
     pooled = released * weights[0]
     for z_l, w_l in zip(z[1:], weights[1:]):
-        pooled += w_l * symmetric_gaussian_release(C, sensitivity, z_l, rng, **gauss)
+        pooled += w_l * symmetric_gaussian_release(C, sensitivity, z_l, rng, rounding=rounding)
     pooled /= float(np.sum(weights))
     result = analyze_gauss(pooled, k, rng)
     return result._replace(n_iter=len(z), noise_std=float(sensitivity / np.sqrt(np.sum(weights))))
@@ -346,7 +347,7 @@ CLIPPED_STEPS = 2
 CLIP_FACTOR = 0.5
 #: :class:`ClippedPower` clips only where the radius is at most this share of the bound
 #: (:func:`clipping_pays`); else it pools its releases into Analyze Gauss.
-MAX_CLIP_SHARE = 0.2
+MAX_CLIP_SHARE = 0.25
 
 
 def clipping_pays(tau, bound) -> bool:
@@ -356,7 +357,7 @@ def clipping_pays(tau, bound) -> bool:
     only a part of the budget (the last step half of what is left after the start) and clips some
     signal away: on the grid of ``benchmarks/bench_pca_high_d.py`` the steps win where the
     start's radius is a small share of the bound (spread-out rows: a spiked covariance at
-    d >= 500) and lose where the rows' energy sits in few directions (``tau`` near ``B``).
+    d >= 300) and lose where the rows' energy sits in few directions (``tau`` near ``B``).
     ``tau`` is a function of the start's release and ``n``, ``B`` public: post-processing.
 
     >>> clipping_pays(1.0, 10.0), clipping_pays(5.0, 10.0)
@@ -389,7 +390,7 @@ CHOICES: tuple[str, ...] = ("auto",) + tuple(n for n, m in METHODS.items() if m.
 
 #: ``method="auto"`` runs the clipped power method on private row-level data with at least this
 #: many (and at most :data:`MAX_CLIPPED_FEATURES`) features (``benchmarks/bench_pca_high_d.py``).
-MIN_CLIPPED_FEATURES = 500
+MIN_CLIPPED_FEATURES = 300
 #: The most features ``"auto"`` gives the clipped power method (its d x d start: 1.2 GB with its
 #: noise and eigenvectors at d = 5000); the power method beyond.
 MAX_CLIPPED_FEATURES = 5000
