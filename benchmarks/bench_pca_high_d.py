@@ -1,11 +1,11 @@
 """PrivatePCA's methods from d = 100 to 3000: the grid behind ``method="auto"``.
 
 Two data families, so that the rule is not fitted on one: **spiked** (k = 5 spikes of 5 over the
-identity, Haar-random components, ``data_norm = sqrt(d)``, about the rows' typical norm) and
+identity, ``data_norm = sqrt(d)``, about the rows' typical norm) and
 **decaying** (covariance eigenvalues ``1/j``, j = 1..d, no flat bulk, ``data_norm`` the root of
 their sum, so most energy sits in few directions). d in {100, 300, 500, 1000, 2000, 3000},
 n in {2e4, 1e5}, epsilon in {0.5, 1, 4}, the default delta, k = 5, ``n_oversamples = 5``, three
-seeds per cell (the seed draws the data and the noise). The error is sin^2 of the largest
+noise seeds per cell on one data set per (family, d, n) (:func:`make_data`). The error is sin^2 of the largest
 principal angle to the true top-5 subspace, averaged over the seeds; ``auto / best`` divides
 ``"auto"``'s mean by the best method's.
 
@@ -14,8 +14,9 @@ Each private fit here is a **replica** of PrivatePCA's: the estimator's own plan
 (:meth:`~dptensor.algorithms.pca_methods.PCAMethod.spectrum`, constants included), fed by float
 statistics of the clipped rows (their Gram matrix computed once per data set, centred on the
 noisy mean by algebra, without the second clip, which the near-zero mean makes a no-op) instead
-of the exact grid sums. The grid of 216 x 3 fits at up to 1e5 x 3000 would take hours through the
-grid sums on a small machine; the replica takes minutes. ``check`` compares it with the estimator
+of the exact grid sums. Through the grid sums the grid's fits at up to 1e5 x 3000 would take many
+hours on a small machine; the replica skips the exact arithmetic and shares one Gram matrix
+between a data set's fits. ``check`` compares it with the estimator
 itself (mean sin^2 over the same seeds) at d in {100, 1000}, n = 2e4, epsilon = 1
 (``--check``, its own run and file, ``pca_high_d_check``).
 
@@ -24,8 +25,11 @@ changed at a time
 (start share 0.5 against 0.3, 1 / 3 steps against 2, tau factor 0.25 / 1 against 0.5).
 
 Run: ``python benchmarks/bench_pca_high_d.py`` (``--quick``: d in {100, 500}, n = 2e4, epsilon 1,
-two seeds; ``--plot``: redraw from the committed numbers; ``--rule``: the committed fits
-under today's ``auto`` rule).
+two seeds). The fits are appended to ``pca_high_d_large.jsonl`` as they end, so parts can run in
+parallel and a stopped run keeps what it did: ``--large --family spiked --dims 1000 --sizes
+100000`` runs one part, ``--merge`` writes the tables and the picture from what the file holds
+(under today's ``MAX_CLIP_SHARE``), ``--plot`` redraws the picture, ``--check`` compares the
+estimator with its replica.
 """
 from __future__ import annotations
 
@@ -65,6 +69,9 @@ VARIANTS = {"start 0.5": dict(ALWAYS, START_SHARE=0.5), "1 step": dict(ALWAYS, C
             "3 steps": dict(ALWAYS, CLIPPED_STEPS=3), "tau 0.25": dict(ALWAYS, CLIP_FACTOR=0.25),
             "tau 1": dict(ALWAYS, CLIP_FACTOR=1.0)}
 VARIANT_DIMS = 1000  # the variants' largest d (time)
+#: ``MAX_CLIP_SHARE`` when the committed fits ran; ``--merge`` applies today's rule to them (a
+#: seed whose start's ``tau / B`` the rule now clips takes its ``always_clip`` run: same draws).
+RUN_CLIP_SHARE = 0.2
 
 
 # ------------------------------------------------------------------------------------ the data
@@ -168,30 +175,12 @@ def replica(rows, method, eps, seed):
 
 
 # ------------------------------------------------------------------------------------ the grid
-def grid(cfg, families=FAMILIES):
-    records, variants, seeds = [], [], []
-    for family in families:
-        for d in cfg["dims"]:
-            for n in cfg["sizes"]:
-                runs = [data_set(family, n, d, seed, cfg["epsilons"]) for seed in cfg["seeds"]]
-                seeds += [dict(family=family, d=d, n=n, epsilon=eps, seed=seed, **r[0][i])
-                          for seed, r in zip(cfg["seeds"], runs)
-                          for i, eps in enumerate(cfg["epsilons"])]
-                for i, eps in enumerate(cfg["epsilons"]):
-                    records.append(_mean_row(family, d, n, eps, [r[0][i] for r in runs]))
-                    if eps == 1.0 and d <= VARIANT_DIMS:
-                        variants.append(_mean_row(family, d, n, eps, [r[1][i] for r in runs]))
-                    print(records[-1], flush=True)
-    return records, variants, seeds
-
-
-def data_set(family, n, d, seed, epsilons):
-    """Per epsilon: the methods' sin^2 (and auto's choice), and the constants' variants'."""
-    X, V, B = make_data(family, n, d, seed)
+def data_set(family, n, d, seed, epsilons, shared=None):
+    """Per epsilon: the methods' sin^2 (and auto's choice), and the constants' variants'.
+    ``shared``: ``(rows, V, non-private sin^2)`` of one data set for every seed (d >= 2000)."""
     start = time.perf_counter()
-    rows = Rows(X, B)
-    del X
-    exact = sin_theta_distance(rows.non_private(), V)
+    rows, V, exact = shared or _rows_of(family, n, d, seed)
+    B = rows.bound
     errors, variants = [], []
     for eps in epsilons:
         row = dict(non_private=exact, data_norm=B)
@@ -200,7 +189,7 @@ def data_set(family, n, d, seed, epsilons):
             row[method] = sin_theta_distance(components, V)
         row["tau/B"] = share
         row["always_clip"] = row["clipped_power"]  # the same draws where the rule clips
-        if not pca_methods.clipping_pays(share * B, B):
+        if d <= VARIANT_DIMS and not pca_methods.clipping_pays(share * B, B):
             with constants(**ALWAYS):  # the clipped route where the rule pools
                 row["always_clip"] = sin_theta_distance(replica(rows, "clipped_power", eps,
                                                                 seed)[1], V)
@@ -212,6 +201,32 @@ def data_set(family, n, d, seed, epsilons):
         variants.append(var)
     print(f"  {family} d={d} n={n} seed={seed}: {time.perf_counter() - start:.0f} s", flush=True)
     return errors, variants
+
+
+def _rows_of(family, n, d, seed):
+    X, V, B = make_data(family, n, d, seed)
+    rows = Rows(X, B)
+    del X
+    return rows, V, sin_theta_distance(rows.non_private(), V)
+
+
+def large(cfg, families, dims, path):
+    """The grid at d > VARIANT_DIMS: one data set per (family, d, n), the seeds drawing the
+    noise; every (seed, epsilon) appended to ``path`` (JSON lines) as it ends."""
+    import json
+    for family in families:
+        for d in dims:
+            for n in cfg["sizes"]:
+                shared = _rows_of(family, n, d, 0)
+                for seed in cfg["seeds"]:
+                    errors, variants = data_set(family, n, d, seed, cfg["epsilons"], shared)
+                    with open(path, "a") as out:
+                        for eps, row, var in zip(cfg["epsilons"], errors, variants):
+                            key = dict(family=family, d=d, n=n, epsilon=eps, seed=seed)
+                            out.write(json.dumps(dict(key, **row)) + "\n")
+                            if len(var) > 1:  # the constants' variants (epsilon 1, d <= 1000)
+                                out.write(json.dumps(dict(key, variant=var)) + "\n")
+                del shared
 
 
 def replica_choice(n, d, bound, eps):
@@ -226,15 +241,44 @@ def with_auto(records):
     for row in records:
         row["auto_method"] = replica_choice(row["n"], row["d"], row["data_norm"], row["epsilon"])
         row["auto"] = row[row["auto_method"]]
-        row["best"] = min(METHODS, key=lambda m: row[m])
+        # where the clipped method pooled in every seed it is Analyze Gauss in law (a second
+        # sample of the same estimator), not another method to beat
+        same = row.get("pooled") == 1.0
+        row["best"] = min((m for m in METHODS if not (same and m == "clipped_power")),
+                          key=lambda m: row[m])
         row["auto/best"] = row["auto"] / row[row["best"]]
     return records
+
+
+SEED_KEYS = ("family", "d", "n", "epsilon", "seed")
+
+
+def _large_seeds():
+    import json
+    path = RESULTS / f"{NAME}_large.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    seen = {}  # a cell run twice (parts that overlap): its first run
+    for row in lines:
+        seen.setdefault((tuple(row[k] for k in SEED_KEYS), "variant" in row), row)
+    lines = list(seen.values())
+    seeds = [row for row in lines if "variant" not in row]
+    for row in seeds:
+        row["pooled"] = float(not pca_methods.clipping_pays(row["tau/B"], 1.0))
+        ran_pooled = row["tau/B"] > RUN_CLIP_SHARE
+        if ran_pooled and not row["pooled"] and row["always_clip"] is not None:
+            # today's rule clips where the run's pooled: the clipped route's own run (the same
+            # start, the same draws) is what the method does now
+            row["clipped_power"] = row["always_clip"]
+        if row["d"] > VARIANT_DIMS and ran_pooled:  # the clipped route is not run there
+            row["always_clip"] = None
+    return seeds, [dict(row, **row.pop("variant")) for row in lines if "variant" in row]
 
 
 def _mean_row(family, d, n, eps, runs):
     row = dict(family=family, d=d, n=n, epsilon=eps)
     for key in runs[0]:
-        row[key] = float(np.mean([r[key] for r in runs]))
+        values = [r[key] for r in runs if r.get(key) is not None]
+        row[key] = float(np.mean(values)) if values else None
     return row
 
 
@@ -279,6 +323,7 @@ def plot(records):
 
     panels = sorted({(r["family"], r["n"]) for r in records}, key=lambda p: (p[0] != "spiked", p))
     epsilons = sorted({r["epsilon"] for r in records})
+    every_d = sorted({r["d"] for r in records})
     fig, axes = plt.subplots(len(panels), len(epsilons), figsize=(3.6 * len(epsilons) + 0.6,
                              2.9 * len(panels) + 0.8), squeeze=False, sharex=True, sharey=True)
     for i, (family, n) in enumerate(panels):
@@ -290,9 +335,9 @@ def plot(records):
             for key, (color, marker, line) in STYLE.items():
                 ax.plot(dims, [r[key] for r in rows], color=color, marker=marker, ls=line,
                         lw=2.2 if key == "auto" else 1.4, ms=5, label=key.replace("_", " "))
-            ax.set(xscale="log", yscale="log", ylim=(5e-4, 2.0))
+            ax.set(xscale="log", yscale="log", ylim=(1e-4, 2.0))
             ax.set_title(f"{family}, n={n:.0e}, eps={eps:g}", fontsize=10)
-            ax.set_xticks(dims, [str(d) for d in dims], fontsize=8)
+            ax.set_xticks(every_d, [str(d) for d in every_d], fontsize=8)
             ax.minorticks_off()
             ax.grid(alpha=0.3)
         axes[i][0].set_ylabel("mean sin^2")
@@ -312,24 +357,30 @@ def main(argv=()):
         records = check(cfg)
         return write_results(NAME + "_check", records, summary="PrivatePCA itself against its "
                              "replica: mean sin^2 over the seeds (bench_pca_high_d.py).")
-    if "--rule" in argv:  # the committed fits under today's rule
-        old = load_results(NAME)
-        return report(with_auto(old["records"]), old["variants"], old["config"], old["seeds"])
-    if "--part" in argv:  # a part of the grid, for runs in parallel; --merge reports them all
-        families, dims = _option(argv, "--family", FAMILIES), _option(argv, "--dims", cfg["dims"])
-        records, variants, seeds = grid(dict(cfg, dims=tuple(map(int, dims))), families)
-        return write_results(f"{NAME}_part_{_option(argv, '--part')[0]}", records,
-                             summary="A part of pca_high_d (--merge).",
-                             extra=dict(variants=variants, config=cfg, seeds=seeds))
-    if "--merge" in argv:
-        parts = [load_results(path.stem) for path in sorted(RESULTS.glob(f"{NAME}_part_*.json"))]
-        key = lambda r: (FAMILIES.index(r["family"]), r["d"], r["n"], r["epsilon"])  # noqa: E731
-        return report(with_auto(sorted((r for p in parts for r in p["records"]), key=key)),
-                      sorted((v for p in parts for v in p["variants"]), key=key), cfg,
-                      sorted((s for p in parts for s in p["seeds"]), key=key))
-    records, variants, seeds = grid(cfg)
-    report(with_auto(records), variants, cfg, seeds)
-
+    if "--large" in argv:  # d > VARIANT_DIMS, appended as it goes; --merge reads it
+        families, dims = _option(argv, "--family", FAMILIES), _option(argv, "--dims", ())
+        sizes = tuple(map(int, _option(argv, "--sizes", cfg["sizes"])))
+        return large(dict(cfg, sizes=sizes), families, tuple(map(int, dims)),
+                     RESULTS / f"{NAME}_large.jsonl")
+    if "--merge" in argv:  # the fits appended so far, under today's rule
+        seeds, variants = _large_seeds()
+        records = [_mean_row(f, d, n, e, [{k: v for k, v in s.items() if k not in SEED_KEYS}
+                                          for s in seeds if (s["family"], s["d"], s["n"],
+                                                             s["epsilon"]) == (f, d, n, e)])
+                   for f, d, n, e in sorted({tuple(s[k] for k in SEED_KEYS[:4]) for s in seeds},
+                                            key=lambda c: (FAMILIES.index(c[0]),) + c[1:])]
+        for row in records:
+            row["seeds"] = sum(1 for s in seeds if all(s[k] == row[k] for k in SEED_KEYS[:4]))
+        cells = sorted({tuple(v[k] for k in SEED_KEYS[:4]) for v in variants},
+                       key=lambda c: (FAMILIES.index(c[0]),) + c[1:])
+        variants = [_mean_row(*c, [{k: x for k, x in v.items() if k not in SEED_KEYS}
+                                   for v in variants if tuple(v[k] for k in SEED_KEYS[:4]) == c])
+                    for c in cells]
+        return report(with_auto(records), variants, cfg, seeds)
+    path = RESULTS / f"{NAME}_large.jsonl"
+    path.unlink(missing_ok=True)  # a fresh run
+    large(cfg, FAMILIES, cfg["dims"], path)
+    return main(["--merge"] + list(argv))
 
 def report(records, variants, cfg, seeds):
     try:
@@ -337,19 +388,40 @@ def report(records, variants, cfg, seeds):
     except FileNotFoundError:
         checked = []
     worst = max(r["auto/best"] for r in records)
-    summary = (f"Mean sin^2 of the largest principal angle over {len(cfg['seeds'])} seeds (lower "
-               "is better), replicas of PrivatePCA's fits (see the module docstring); k = 5, "
-               "n_oversamples = 5, default delta. `auto_method`: what method='auto' runs there; "
-               f"`auto/best`: its mean over the best method's (worst cell: {worst:.3g}).")
-    columns = ["family", "d", "n", "epsilon", "non_private", *METHODS, "always_clip", "tau/B",
-               "auto_method", "best", "auto/best"]
+    summary = (f"Mean sin^2 of the largest principal angle over up to {len(cfg['seeds'])} noise "
+               "seeds (`seeds`; lower is better), replicas of PrivatePCA's fits (see the module docstring); k = 5, "
+               "n_oversamples = 5, default delta. `always_clip`: the clipped route even where "
+               "the rule pools (run at d <= 1000); `tau/B`: the start's radius over the bound; "
+               "`pooled`: the share of seeds where clipped_power pooled into Analyze Gauss "
+               "(where 1, it is Analyze Gauss in law and `best` leaves it out); `auto_method`: "
+               "what method='auto' runs there; `auto/best`: its mean over the best method's "
+               f"(worst cell: {worst:.3g}). Seeds: the noise, on one data set per (family, d, "
+               "n).")
+    columns = ["family", "d", "n", "epsilon", "seeds", "non_private", *METHODS, "always_clip",
+               "tau/B", "pooled", "auto_method", "best", "auto/best"]
     path = write_results(NAME, records, summary=summary, columns=columns,
                          extra=dict(variants=variants, config=cfg, seeds=seeds))
     with path.open("a") as md:
+        md.write("\n## auto / best by cell (rows: d; columns: family, n, epsilon)\n\n"
+                 + pivot(records, "auto/best") + "\n\n## Mean sin^2 of auto by cell\n\n"
+                 + pivot(records, "auto") + "\n")
         md.write("\n## The clipped power method's constants, one changed at a time\n\n"
                  + _table(variants) + "\n\n## The estimator against its replica (mean sin^2)\n\n"
                  + _table(checked) + "\n")
     plot(records)
+
+
+def pivot(records, key):
+    """A markdown table of ``key``: one row per d, one column per (family, n, epsilon)."""
+    cols = sorted({(r["family"], r["n"], r["epsilon"]) for r in records},
+                  key=lambda c: (FAMILIES.index(c[0]), c[1], c[2]))
+    value = {(r["family"], r["n"], r["epsilon"], r["d"]): r[key] for r in records}
+    head = ["d"] + [f"{f[:5]} {n:.0e} e{e:g}" for f, n, e in cols]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for d in sorted({r["d"] for r in records}):
+        cells = [format(value[c + (d,)], ".3g") if c + (d,) in value else "" for c in cols]
+        lines.append(f"| {d} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def _option(argv, name, default=None):
