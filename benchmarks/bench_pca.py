@@ -15,6 +15,13 @@ Four parts, one run:
    entry-level PPM against entry-level Analyze Gauss at epsilon = 1.
 4. A plot of part 1 (n = 50000) and part 3.
 
+``--scaling`` (its own run, ``pca_scaling.{json,md}``): the cost of one fit from d = 100 to 3000
+(spiked covariance, k = 5 spikes, ``n_oversamples = 5``, n = 5000, epsilon = 1, ``data_norm =
+sqrt(d)``, one seed): seconds and sin^2 of every batch method, ``"auto"`` and scikit-learn's PCA,
+each private fit's time over scikit-learn's in the same run (timings on a shared machine are
+noisy; the ratios are the comparison). The accuracy grid behind ``"auto"`` is
+``bench_pca_high_d.py``.
+
 diffprivlib needs scikit-learn < 1.9, so it runs in a separate virtual environment
 (``.venv-peers``, see the install docs) in a subprocess killed after ``DPL_TIMEOUT`` seconds
 ("timeout"; a (d, epsilon) cell that timed out at n = 5000 is not rerun at n = 50000: the
@@ -342,8 +349,49 @@ def _table(rows):
     return markdown_table(rows)
 
 
+SCALING_DIMS = (100, 300, 500, 1000, 2000, 3000)
+SCALING_METHODS = ("auto", "analyze_gauss", "power", "clipped_power")
+
+
+def scaling(quick=False):
+    """The fit's cost against d (module docstring, ``--scaling``); one row per d."""
+    import warnings
+
+    from sklearn.decomposition import PCA as SkPCA
+    n, k, records = (1000 if quick else 5000), 5, []
+    for d in SCALING_DIMS[:2] if quick else SCALING_DIMS:
+        X, V, _ = make_spiked_covariance(n, d, k, spike=5.0, random_state=0)
+        t, est = timed(lambda: SkPCA(k).fit(X))
+        row = dict(d=d, n=n, sklearn_s=t, sklearn_sin2=sin_theta_distance(est.components_, V))
+        for method in SCALING_METHODS:
+            with warnings.catch_warnings():  # noise-dominated components: expected at small n
+                warnings.simplefilter("ignore")
+                t, est = timed(lambda: PrivatePCA(k, epsilon=1.0, data_norm=math.sqrt(d),
+                                                  method=method, n_oversamples=5,
+                                                  random_state=0).fit(X))
+            row[f"{method}_s"], row[f"{method}_sin2"] = t, sin_theta_distance(est.components_, V)
+            row[f"{method}_x"] = t / row["sklearn_s"]
+            if method == "auto":
+                row["auto_method"] = est.method_
+        print(row, flush=True)
+        records.append(row)
+        _write_scaling(records)  # after every d: a long run that is stopped keeps what it did
+    return records
+
+
+def _write_scaling(records):
+    columns = ["d", "n", "auto_method", "sklearn_s"] + [f"{m}_{c}" for m in SCALING_METHODS
+                                                        for c in ("s", "x", "sin2")]
+    write_results("pca_scaling", records, columns=columns, summary=(
+        "One fit's cost against d (bench_pca.py --scaling): spiked covariance, k = 5, "
+        "n_oversamples = 5, epsilon = 1, data_norm = sqrt(d), one seed. `_s`: seconds, `_x`: "
+        "over scikit-learn's PCA in the same run, `_sin2`: sin^2 to the true subspace."))
+
+
 if __name__ == "__main__":
-    if "--plot-only" in sys.argv:  # redraw the picture from the saved JSON
+    if "--scaling" in sys.argv:
+        scaling(quick="--quick" in sys.argv)
+    elif "--plot-only" in sys.argv:  # redraw the picture from the saved JSON
         replot()
     else:
         run(quick="--quick" in sys.argv)

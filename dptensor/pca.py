@@ -99,12 +99,12 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
     n_oversamples : int, default=0
         Extra columns of the power block, ``p = n_components + n_oversamples``.
     method : {"auto", "power", "analyze_gauss", "clipped_power"}, default="auto"
-        ``"auto"`` (public settings only): rows with ``d <= 2000`` get ``"clipped_power"`` when
-        private (exact) with ``d >= 500`` and no ``groups`` (grid: ``benchmarks/results/
-        pca_high_d.md``), else Analyze Gauss; the power method beyond, for a precomputed matrix and
-        for ``partial_fit``. ``"clipped_power"``: an Analyze Gauss start, then ``n_iter`` (auto: 2)
-        power steps clipping each row's projection on the subspace (sensitivity ``2 data_norm
-        tau``, not ``sqrt(2) data_norm^2``). A fit over the memory it may allocate is refused.
+        ``"auto"`` (public settings only): private (exact) rows without ``groups`` and with
+        ``300 <= d <= 5000`` get ``"clipped_power"`` (grid: ``benchmarks/results/pca_high_d.md``);
+        else Analyze Gauss up to ``d = 2000``, the power method beyond, for a precomputed matrix and
+        ``partial_fit``. ``"clipped_power"``: an Analyze Gauss start, then ``n_iter`` (auto: 2)
+        power steps clipping each row's projection (sensitivity ``2 data_norm tau``), or, where
+        ``tau > data_norm / 4``, Analyze Gauss pooled from the same releases. Memory is checked.
     input : {"data", "precomputed"}, default="data"
         ``"data"``: X is (n_samples, n_features). ``"precomputed"``: X is a symmetric d x d matrix
         ``A`` whose top-k eigenvectors (by magnitude) are wanted; ``transform`` takes d-rows.
@@ -478,7 +478,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
         if total is None and result.total is not None:
             total = result.total
         self.method_ = settings.method.name
-        noise = settings.method.noise_level(result.noise_std, X.shape[1], settings.p)
+        noise = settings.method.result_noise_level(result, X.shape[1], settings.p)
         self._set_spectrum(result, mean, scale, total, noise, floor=not settings.precomputed)
         self._set_model(None if settings.precomputed else data.shape[0])
 

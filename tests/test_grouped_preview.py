@@ -1,6 +1,6 @@
 """``privacy_cost(..., groups=True)`` previews a fit given groups: the same plan as the grouped
 fit, so its event and unit are what the fit records (before, a preview could only name the
-ungrouped fit, whose unit, and for PrivatePCA at 500 <= d <= 2000 whose method, differ)."""
+ungrouped fit, whose unit, and for PrivatePCA at 300 <= d <= 5000 whose method, differ)."""
 import numpy as np
 import pytest
 

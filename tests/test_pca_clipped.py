@@ -8,14 +8,15 @@ import numpy as np
 import pytest
 
 import dptensor.algorithms.exact as exact_mod
+import dptensor.algorithms.pca_methods as methods_mod
 import dptensor.algorithms.power as power_mod
 from dptensor import PrivatePCA
 from dptensor.accounting import GaussianEvent, epsilon_of, gdp_mu
 from dptensor.algorithms.exact import (BITS, ExactClippedGram, clipped_gram_product, grid_rows,
                                        grid_vectors)
-from dptensor.algorithms.pca_methods import (CLIPPED_STEPS, MIN_CLIPPED_FEATURES, START_SHARE,
-                                             resolve)
-from dptensor.algorithms.power import (MAX_DENSE_FEATURES, MEAN_SHARE, TOTAL_SHARE,
+from dptensor.algorithms.pca_methods import (CLIPPED_STEPS, MAX_CLIPPED_FEATURES,
+                                             MIN_CLIPPED_FEATURES, START_SHARE, resolve)
+from dptensor.algorithms.power import (MEAN_SHARE, TOTAL_SHARE,
                                        covariance_sensitivity)
 from dptensor.datasets import make_spiked_covariance
 from dptensor.metrics import sin_theta_distance
@@ -108,6 +109,8 @@ def _spy(monkeypatch):
 
     for name in ("gaussian_release", "symmetric_gaussian_release"):
         monkeypatch.setattr(power_mod, name, wrap(getattr(power_mod, name)))
+    monkeypatch.setattr(methods_mod, "symmetric_gaussian_release",
+                        wrap(methods_mod.symmetric_gaussian_release))
     monkeypatch.setattr(exact_mod, "gaussian_release", wrap(exact_mod.gaussian_release))
     return calls
 
@@ -120,6 +123,7 @@ def _spiked(n=2000, d=12, k=2, seed=0):
 def test_released_noise_matches_the_recorded_event(monkeypatch):
     """The draws: mean, total, the Analyze Gauss start, then the clipped steps at 2 B tau; the
     event prices exactly those draws and privacy_cost() previews it."""
+    monkeypatch.setattr(methods_mod, "MAX_CLIP_SHARE", math.inf)  # the clipping route
     X, _ = _spiked()
     n, d, B = X.shape[0], X.shape[1], 2.0 * math.sqrt(X.shape[1])
     calls = _spy(monkeypatch)
@@ -147,6 +151,55 @@ def test_released_noise_matches_the_recorded_event(monkeypatch):
     assert 1 / steps[-1][2] ** 2 == pytest.approx(0.5 * (1 - START_SHARE) * spectral)
 
 
+def test_the_pooled_route_releases_the_plan_and_is_analyze_gauss(monkeypatch):
+    """Where the start's radius is too large a share of the bound, each planned step releases
+    the same Gram matrix again at its multiplier (d x d, sqrt(2) B^2): the same event, and the
+    pooled release has Analyze Gauss's noise at the whole spectral budget."""
+    monkeypatch.setattr(methods_mod, "MAX_CLIP_SHARE", 0.0)
+    X, V = _spiked(n=4000)
+    n, d, B = X.shape[0], X.shape[1], 2.0 * math.sqrt(X.shape[1])
+    calls = _spy(monkeypatch)
+    kw = dict(epsilon=1.0, data_norm=B, n_oversamples=1, random_state=0)
+    est = PrivatePCA(2, method="clipped_power", **kw)
+    preview = est.privacy_cost(n, d)
+    est.fit(X)
+    mean, total, *spectral = calls
+    assert len(spectral) == 1 + CLIPPED_STEPS and est.n_iter_ == 1 + CLIPPED_STEPS
+    for shape, sens, _, rounding in spectral:
+        assert shape == (d, d) and sens == pytest.approx(covariance_sensitivity(B))
+        assert rounding is None
+    assert epsilon_of([GaussianEvent(c[2], 1) for c in calls], 1e-5) == pytest.approx(1.0)
+    assert preview == est.privacy_cost_
+    ag = PrivatePCA(2, method="analyze_gauss", **kw).fit(X)
+    np.testing.assert_allclose(est.explained_variance_noise_, ag.explained_variance_noise_,
+                               rtol=1e-12)
+    assert sin_theta_distance(est.components_, V) < 0.05
+
+
+def test_pooling_weights_give_the_whole_budgets_noise():
+    """The z^-2 weighted mean of releases of one matrix has entry std sensitivity / sqrt(sum
+    z^-2): the pooled release is one Analyze Gauss release at the whole budget."""
+    rng = np.random.default_rng(3)
+    z = np.array([2.0, 1.5, 1.2])
+    d, sens = 60, 0.7
+    result = methods_mod._pooled_gauss(np.zeros((d, d)), sens, np.zeros((d, d)), z, rng, 2, None)
+    assert result.noise_std == pytest.approx(sens / math.sqrt(np.sum(z ** -2.0)))
+    draws = []
+    for _ in range(20):  # the start's release, then the pooled ones, on a zero matrix
+        start = power_mod.symmetric_gaussian_release(np.zeros((d, d)), sens, z[0], rng)
+        pooled = start / z[0] ** 2
+        for z_l in z[1:]:
+            pooled += power_mod.symmetric_gaussian_release(np.zeros((d, d)), sens, z_l, rng) \
+                / z_l ** 2
+        draws.append((pooled / np.sum(z ** -2.0))[np.triu_indices(d)])
+    assert np.std(np.concatenate(draws)) == pytest.approx(result.noise_std, rel=0.02)
+
+
+def test_clipping_pays_where_the_radius_is_a_small_share_of_the_bound():
+    assert methods_mod.clipping_pays(methods_mod.MAX_CLIP_SHARE * 3.0, 3.0)
+    assert not methods_mod.clipping_pays(methods_mod.MAX_CLIP_SHARE * 3.0 * 1.01, 3.0)
+
+
 def test_clipped_power_recovers_a_clear_subspace():
     X, V = _spiked(n=4000, d=12)
     est = PrivatePCA(2, epsilon=2.0, data_norm=2 * math.sqrt(12), method="clipped_power",
@@ -165,7 +218,7 @@ def test_without_privacy_it_is_the_exact_eigendecomposition():
 
 
 def test_auto_rule_uses_public_settings_only():
-    lo, hi = MIN_CLIPPED_FEATURES, MAX_DENSE_FEATURES
+    lo, hi = MIN_CLIPPED_FEATURES, MAX_CLIPPED_FEATURES
     assert resolve("auto", lo, False, private=True).name == "clipped_power"
     assert resolve("auto", hi, False, private=True).name == "clipped_power"
     assert resolve("auto", lo - 1, False, private=True).name == "analyze_gauss"

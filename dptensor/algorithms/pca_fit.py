@@ -86,11 +86,12 @@ def exact_rows_fit(X, rng, *, k, p, n_iter, bound, method, center, noise, mean_n
         sens = total_variance_sensitivity(B)
         total = float(exact_gaussian_release(stat, sens, total_noise, rng))
     sens = covariance_sensitivity(B)
+    stat = functools.cache(lambda: rows_stat(M, gram, B ** 2))  # one pass for every release
     source = Source(  # the release rounds to the Gram grid: C is an exact sum on it
-        gram=lambda z: (rows_stat(M, gram, B ** 2).for_release(sens, z), sens),
+        gram=lambda z: (stat().for_release(sens, z), sens),
         operator=lambda: _with_sensitivity(ExactGram(M, B)),
         gauss=dict(rounding=None), power=dict(rounding=None),  # exact sums and products
-        clipped=lambda tau: ExactClippedGram(M, B, tau), n_rows=n)
+        clipped=lambda tau: ExactClippedGram(M, B, tau), n_rows=n, bound=B)
     result = method.spectrum(source, rng, k=k, p=p, n_iter=n_iter, noise=noise, verbose=verbose,
                              dtype=X.dtype)
     result = result._replace(components=result.components.astype(X.dtype, copy=False))

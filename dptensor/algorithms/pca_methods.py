@@ -29,6 +29,7 @@ from .._memory import FLOAT
 from ..accounting.calibration import calibrate_gaussian, paper_noisy_power_sigma
 from ..accounting.composition import gdp_mu
 from ..accounting.events import ComposedEvent, GaussianEvent
+from ..mechanisms import symmetric_gaussian_release
 from .exact_entries import DIGITS
 from .power import (
     MAX_DENSE_FEATURES,
@@ -42,7 +43,7 @@ from .power import (
 )
 
 __all__ = ["METHODS", "CHOICES", "PCAMethod", "Source", "last_multiplier", "resolve", "clip_radius",
-           "MIN_CLIPPED_FEATURES"]
+           "clipping_pays", "MIN_CLIPPED_FEATURES", "MAX_CLIPPED_FEATURES"]
 
 
 def _runs(z) -> list:
@@ -82,6 +83,8 @@ class Source(NamedTuple):
     #: operator carries its sensitivity), and the public number of rows it sums.
     clipped: Callable[[float], object] | None = None
     n_rows: int = 0
+    #: The rows' public bound ``B`` (the clipped method's choice compares its radius with it).
+    bound: float = 0.0
 
 
 class PCAMethod:
@@ -165,6 +168,10 @@ class PCAMethod:
         """The typical noise in a released eigenvalue
         (:func:`~dptensor.algorithms.power.eigenvalue_noise_level`)."""
         raise NotImplementedError
+
+    def result_noise_level(self, result, d, p) -> float:
+        """:meth:`noise_level` of a fit's result (a method may end on more than one route)."""
+        return self.noise_level(result.noise_std, d, p)
 
 
 class AnalyzeGauss(PCAMethod):
@@ -294,10 +301,14 @@ class ClippedPower(PCAMethod):
         if source.clipped is None:
             raise TypeError("clipped power steps need a fit path that offers them (exact rows)")
         C, sensitivity = source.gram(z[0])
-        start = analyze_gauss(C, p, rng, noise_multiplier=z[0], sensitivity=sensitivity,
-                              **source.gauss)
-        del C
-        operator = source.clipped(clip_radius(start.eigenvalues, source.n_rows))
+        rounding = source.gauss.get("rounding")  # the path's own: None for exact sums
+        released = symmetric_gaussian_release(C, sensitivity, z[0], rng, rounding=rounding)
+        start = analyze_gauss(released, p, rng)  # post-processing of the start's release
+        tau = clip_radius(start.eigenvalues, source.n_rows)
+        if not clipping_pays(tau, source.bound):  # the rest of the budget on the same Gram
+            return _pooled_gauss(C, sensitivity, released, z, rng, k, rounding)
+        del C, released
+        operator = source.clipped(tau)
         result = noisy_power_method(operator, k, len(z) - 1, rng, noise_multiplier=z[1:],
                                     sensitivity=operator.sensitivity, n_oversamples=p - k,
                                     init=start.components.T, verbose=verbose, dtype=dtype,
@@ -307,6 +318,25 @@ class ClippedPower(PCAMethod):
     def noise_level(self, noise_std, d, p) -> float:
         return eigenvalue_noise_level(noise_std, p, "power")
 
+    def result_noise_level(self, result, d, p) -> float:
+        if result.basis is None:  # the pooled Analyze Gauss release (no iterate)
+            return eigenvalue_noise_level(result.noise_std, d, "analyze_gauss")
+        return self.noise_level(result.noise_std, d, p)
+
+
+def _pooled_gauss(C, sensitivity, released, z, rng, k, rounding):
+    r"""Analyze Gauss at the whole spectral budget from the start's release and one more release
+    of the same ``C`` per planned step (at that step's multiplier): their average weighted by
+    ``z_l^-2`` is ``C`` plus Gaussian noise of std ``sensitivity / sqrt(sum_l z_l^-2)``, one
+    Analyze Gauss release at ``mu_s``; post-processing of the planned releases."""
+    weights = 1.0 / z ** 2
+    pooled = released * weights[0]
+    for z_l, w_l in zip(z[1:], weights[1:]):
+        pooled += w_l * symmetric_gaussian_release(C, sensitivity, z_l, rng, rounding=rounding)
+    pooled /= float(np.sum(weights))
+    result = analyze_gauss(pooled, k, rng)
+    return result._replace(n_iter=len(z), noise_std=float(sensitivity / np.sqrt(np.sum(weights))))
+
 
 #: :class:`ClippedPower`'s share of the spectral ``mu^2`` for its Analyze Gauss start.
 START_SHARE = 0.3
@@ -315,6 +345,25 @@ CLIPPED_STEPS = 2
 #: :class:`ClippedPower`'s radius, times the root mean of the start's top-p released
 #: eigenvalues (units of the rows' squared norm).
 CLIP_FACTOR = 0.5
+#: :class:`ClippedPower` clips only where the radius is at most this share of the bound
+#: (:func:`clipping_pays`); else it pools its releases into Analyze Gauss.
+MAX_CLIP_SHARE = 0.25
+
+
+def clipping_pays(tau, bound) -> bool:
+    r"""Whether the clipped steps are worth their budget: ``tau <= MAX_CLIP_SHARE B``.
+
+    A clipped step's noise is ``2 B tau`` against Analyze Gauss's ``sqrt(2) B^2``, but it gets
+    only a part of the budget (the last step half of what is left after the start) and clips some
+    signal away: on the grid of ``benchmarks/bench_pca_high_d.py`` the steps win where the
+    start's radius is a small share of the bound (spread-out rows: a spiked covariance at
+    d >= 300) and lose where the rows' energy sits in few directions (``tau`` near ``B``).
+    ``tau`` is a function of the start's release and ``n``, ``B`` public: post-processing.
+
+    >>> clipping_pays(1.0, 10.0), clipping_pays(5.0, 10.0)
+    (True, False)
+    """
+    return float(tau) <= MAX_CLIP_SHARE * float(bound)
 
 
 def clip_radius(eigenvalues, n_rows) -> float:
@@ -340,24 +389,27 @@ CHOICES: tuple[str, ...] = ("auto",) + tuple(n for n, m in METHODS.items() if m.
 
 
 #: ``method="auto"`` runs the clipped power method on private row-level data with at least this
-#: many (and at most :data:`~dptensor.algorithms.power.MAX_DENSE_FEATURES`) features, where it
-#: beat Analyze Gauss on every cell of ``benchmarks/bench_pca_high_d.py``.
-MIN_CLIPPED_FEATURES = 500
+#: many (and at most :data:`MAX_CLIPPED_FEATURES`) features (``benchmarks/bench_pca_high_d.py``).
+MIN_CLIPPED_FEATURES = 300
+#: The most features ``"auto"`` gives the clipped power method (its d x d start: 1.2 GB with its
+#: noise and eigenvectors at d = 5000); the power method beyond.
+MAX_CLIPPED_FEATURES = 5000
 
 
 def resolve(method: str, n_features: int, precomputed: bool, *, private: bool = False,
             grouped: bool = False) -> PCAMethod:
-    """The method ``method`` names; ``"auto"``: for rows with at most
-    :data:`~dptensor.algorithms.power.MAX_DENSE_FEATURES` features, the clipped power method
-    when private, row by row, with at least :data:`MIN_CLIPPED_FEATURES` of them, else Analyze
-    Gauss; the power method for more features or a precomputed matrix. Public settings only;
-    ``private`` is False for the papers' calibration, which the clipped method does not have."""
+    """The method ``method`` names; ``"auto"``: the clipped power method for private rows, one
+    row a unit, with ``MIN_CLIPPED_FEATURES <= d <= MAX_CLIPPED_FEATURES``; else Analyze Gauss
+    for rows with at most :data:`~dptensor.algorithms.power.MAX_DENSE_FEATURES` features and the
+    power method for more, or for a precomputed matrix. Public settings only; ``private`` is
+    False for the papers' calibration, which the clipped method does not have."""
     if grouped and method == "clipped_power":
         raise ValueError("method='clipped_power' clips each row's projection, which does not "
                          "bound a group of rows: use method='analyze_gauss' or 'power' with groups")
     if method == "auto":
-        dense = not precomputed and n_features <= MAX_DENSE_FEATURES
-        method = "analyze_gauss" if dense else "power"
-        if dense and private and not grouped and n_features >= MIN_CLIPPED_FEATURES:
-            method = "clipped_power"
+        rows = not precomputed
+        clipped = rows and private and not grouped and (
+            MIN_CLIPPED_FEATURES <= n_features <= MAX_CLIPPED_FEATURES)
+        dense = rows and n_features <= MAX_DENSE_FEATURES
+        method = "clipped_power" if clipped else "analyze_gauss" if dense else "power"
     return METHODS[method]
