@@ -185,6 +185,8 @@ _CASES = {
                           _unit_rows(8000, 100)),
     "pca-wide": lambda: (PrivatePCA(3, epsilon=1, data_norm=1, method="analyze_gauss",
                                     random_state=0), _unit_rows(200, 800)),
+    "pca-clipped": lambda: (PrivatePCA(3, epsilon=1, data_norm=1, method="clipped_power",
+                                       random_state=0), _unit_rows(3000, 400)),
     "adaptive": lambda: (AdaptivePrivatePCA(2, epsilon=1, data_norm=1, random_state=0),
                          _unit_rows(8000, 100)),
     "decomposition": lambda: (PrivateTensorDecomposition(2, epsilon=1, data_norm=1, moment="dense",
