@@ -1,0 +1,67 @@
+"""Adversarial checks of the compiled samplers' releases: each test is a neighbour pair (or a
+spy on the generator) that the version before it got wrong."""
+import numpy as np
+import pytest
+
+from dptensor import mechanisms
+from dptensor.mechanisms import releases, samplers
+
+
+
+def _signed_zeros(S, rng, size=None):
+    """The samplers' law at a draw that returns zeros: ``round(S N)`` is 0 with the sign bit of
+    its sign word (the fast path ORs the sign into the magnitude's bits), so half its zeros are
+    -0.0. A real release meets one with probability about 2e-10 per value (S near 2**30)."""
+    shape = np.shape(S) if size is None else ((size,) if np.ndim(size) == 0 else tuple(size))
+    return np.full(shape, -0.0)
+
+
+def test_the_samplers_return_negative_zeros():
+    """The premise: the samplers' zeros carry their random sign bit (harmless alone: the sign is
+    independent of everything)."""
+    rng = np.random.default_rng(0)
+    for sampler in (samplers.rounded_gaussian, samplers.rounded_laplace):
+        draws = sampler(1e-3, rng, size=1000)
+        assert np.all(draws == 0) and 300 < np.count_nonzero(np.signbit(draws)) < 700
+
+
+@pytest.mark.parametrize("per_value", [False, True])
+@pytest.mark.parametrize("kind", ["gauss", "laplace"])
+def test_a_zero_release_does_not_tell_the_sign_of_the_value(monkeypatch, kind, per_value):
+    """Neighbours whose values are -tiny and +tiny round to the same integer 0, so the release
+    must be the same; it was -0.0 for the first and +0.0 for the second whenever the noise was a
+    zero with its sign bit (``rint`` keeps the sign, and ``-0.0 + -0.0`` is -0.0): a released
+    -0.0 proved the value negative, an infinite privacy loss (pure DP broken for Laplace)."""
+    monkeypatch.setattr(releases, "rounded_gaussian", _signed_zeros)
+    monkeypatch.setattr(releases, "rounded_laplace", _signed_zeros)
+    rng = np.random.default_rng(1)
+    out = []
+    for sign in (-1.0, 1.0):
+        value = np.array([sign * 1e-300, sign * 1e-20, sign * 0.0])
+        sens = np.full(3, 1.0) if per_value else 1.0
+        if kind == "gauss":
+            out.append(mechanisms.gaussian_release(value, sens, 1.0, rng))
+        else:
+            out.append(mechanisms.laplace_release(value, 1.0, 1.0, rng))
+    assert np.array_equal(out[0], out[1])
+    assert out[0].tobytes() == out[1].tobytes(), (out[0], out[1])
+    assert not np.any(np.signbit(out[0]))
+
+
+@pytest.mark.parametrize("release", [
+    lambda v, rng: mechanisms.gaussian_release(v, 1.0, 1.0, rng),
+    lambda v, rng: mechanisms.laplace_release(v, 1.0, 1.0, rng),
+    lambda v, rng: mechanisms.gaussian_release(v, np.ones(v.size), 1.0, rng),
+])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, 1e308])
+def test_a_refused_release_draws_nothing(release, bad):
+    """A release of a non-finite value (or one beyond 2**1000 grid steps) is refused before any
+    noise is drawn: the generator is left as it was (it drew the whole release's words first,
+    so a caller that went on after the refusal drew from a state that told of it)."""
+    rng = np.random.default_rng(2)
+    before = rng.bit_generator.state
+    value = np.array([0.5, bad, 2.0] * 50)
+    with pytest.raises(ValueError, match="must be finite"):
+        release(value, rng)
+    assert rng.bit_generator.state == before
+
