@@ -65,3 +65,34 @@ def test_a_refused_release_draws_nothing(release, bad):
         release(value, rng)
     assert rng.bit_generator.state == before
 
+
+def _tiny_scale_rows(B, grid):
+    """Rows of norm about ``B`` = 3e-200 (whose squares underflow to 0): nine at +0.3 B, one at
+    -0.9 B, so that the centre's integers ``a`` (about +0.18 2**b) put the last beyond the
+    sphere once centred (``|m - a|`` about 1.08 2**b): a row the centring must scale back."""
+    rows = np.array([[0.3, 0.03, -0.017]] * 9 + [[-0.9, -0.09, 0.051]])
+    return np.rint(rows * grid) * (B / grid)
+
+
+def test_the_one_pass_finds_rows_beyond_the_sphere_at_a_tiny_data_norm():
+    """The read-only pass bounded ``||m||`` by ``||x|| 2**b / B`` with ``||x||^2`` summed in X's
+    own scale: at ``B`` = 3e-200 every square underflows to 0, the bound said ``||m|| <= 2``, and
+    rows whose centred map lies beyond the sphere were never scaled back: the released Gram was
+    not the held rows' (rows up to ``1.1 2**b`` long where the sensitivity assumed ``2**b``).
+    The estimators refuse a data norm below 1e-90 (``DATA_NORM_RANGE``), where the squares of
+    the rows that matter stay normal: the functions themselves take any data norm."""
+    from dptensor.algorithms import exact as ex, exact_pass
+
+    grid, B = 2.0 ** ex.BITS, 3e-200
+    X = _tiny_scale_rows(B, grid)
+    mean = X.mean(axis=0)
+    M = ex.grid_rows(X, B)
+    Mc = ex.grid_rows(M, B, mean, scale=B / grid)
+    assert exact_pass._shift(mean, B) is not None  # the one-pass shortcut runs here
+    D = M - np.rint(mean * grid / B)
+    assert np.max(np.einsum("ij,ij->i", D, D)) > grid ** 2  # a row beyond the sphere, centred
+    for use_kernel in (True, False):
+        sums = exact_pass.grid_sums(X, B, use_kernel=use_kernel)
+        total, C = exact_pass.centred_stats(X, sums, B, mean, 1.0)
+        assert np.array_equal(C.ints, ex.gram(Mc).ints)
+        assert total.ints == ex.sum_of_squares(Mc).ints
