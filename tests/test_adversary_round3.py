@@ -99,3 +99,14 @@ def test_the_one_pass_finds_rows_beyond_the_sphere_at_a_tiny_data_norm():
         total, C = exact_pass.centred_stats(X, sums, B, mean, 1.0)
         assert np.array_equal(C.ints, ex.gram(Mc).ints)
         assert total.ints == ex.sum_of_squares(Mc).ints
+
+
+def test_every_compiled_entry_point_is_compiled_before_a_release():
+    """``compiled_kernel`` compiles on tiny public arrays, inside its warnings guard, every
+    compiled loop a release calls from Python: the chunked path's ``fast_path`` (a release over
+    ``2**16`` values) was compiled at the first such release, after its spend, outside it."""
+    kernel = samplers.compiled_kernel()
+    if kernel is None:
+        pytest.skip("numba is not installed")
+    for name in ("fast_path", "leftovers", "sample", "grid_add"):
+        assert getattr(kernel, name).signatures, name
