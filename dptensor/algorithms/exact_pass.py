@@ -121,17 +121,27 @@ def _shift(mean, data_norm):
 def _candidates(block, a, na1, na2, data_norm):
     """Rows of ``block`` that may land near or beyond the sphere once centred, or that the first
     pass scaled: those without a certain ``||m - a||^2 < 4**b`` (an upper bound, rigorous with
-    the float rounding of ``||x||^2`` and ``x^T a`` over-counted), and those whose ``||m||`` may
-    reach ``2**b``."""
+    the float rounding of ``||u||^2`` and ``u^T a`` over-counted), and those whose ``||m||`` may
+    reach ``2**b``. Read in float64 blocks of ``u = fl(x 2**b / B)``, the map's own products
+    (never ``||x||^2`` in X's scale: at a data norm below ~1e-154 its squares underflow)."""
+    rows = cache_block_rows(block.shape[1])
+    parts = [_candidates_of(block[start:start + rows], a, na1, na2, data_norm) + start
+             for start in range(0, block.shape[0], rows)]
+    return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+
+def _candidates_of(block, a, na1, na2, data_norm):
+    """:func:`_candidates` of one block of rows."""
     d = block.shape[1]
     unit = 2.0 ** -24 if block.dtype == np.float32 else 2.0 ** -53
     gamma = 2.0 * (d + 4) * unit  # over ``gamma_d``: any order of the dot products' sums
-    c = _ONE * 1.0 / data_norm
     with np.errstate(all="ignore"):
-        sq = np.einsum("ij,ij->i", block, block, dtype=np.float64)
-        t = (block @ a.astype(block.dtype)).astype(np.float64) * c  # ~ x^T a 2**b / B
-        # ||m|| <= ||x|| 2**b / B + sqrt(d) / 2 (rounding to integers), with a margin
-        r = c * np.sqrt(sq) * (1.0 + 2.0 ** -30) + 0.5 * math.sqrt(d) + 1.0
+        # u = fl(x c) as grid_rows computes it (an overflow is inf: the row is a candidate)
+        U = np.multiply(block, _ONE * 1.0 / data_norm, dtype=np.float64)
+        sq = np.einsum("ij,ij->i", U, U)
+        t = U @ a  # ~ u^T a
+        # ||m|| <= ||u|| + sqrt(d) / 2 (rounding to integers), with a margin
+        r = np.sqrt(sq) * (1.0 + 2.0 ** -30) + 0.5 * math.sqrt(d) + 1.0
         # m^T a >= t - ||a||_1 / 2 - 2 gamma r ||a||, so ||m - a||^2 <= bound
         bound = r * r - 2.0 * t + na2 + na1 + 4.0 * gamma * r * math.sqrt(na2)
         # the rounding of the bound itself: a few roundings of terms up to its largest one

@@ -73,12 +73,13 @@ def fast_path(U, fast, Sw, round_tol, out, start, left, unsure):  # pragma: no c
 @_JIT
 def grid_add(value, gamma, noise, limit):  # pragma: no cover (compiled)
     """``noise = (rint(value / gamma) + noise) * gamma`` in one pass; False (nothing trusted) if
-    a value is not finite or at ``limit`` or beyond (``limit`` = 2**1000 grid steps)."""
+    a value is not finite or at ``limit`` or beyond (``limit`` = 2**1000 grid steps). A zero
+    integer is +0.0 (``rint`` keeps a small negative value's sign: the release must not)."""
     ok = True
     for i in range(value.size):
         v = value[i]
         ok &= v < limit and v > -limit  # nan fails too
-        noise[i] = (np.rint(v / gamma) + noise[i]) * gamma
+        noise[i] = ((np.rint(v / gamma) + 0.0) + noise[i]) * gamma  # (no fastmath: kept)
     return ok
 
 

@@ -111,10 +111,16 @@ def _check_grid(value, gamma, name):
 
 
 def _on_grid(value, gamma, name="value"):
-    """``rint(value / gamma)``: exact, since gamma is a power of two."""
+    """``rint(value / gamma)``: exact, since gamma is a power of two. A zero is +0.0: ``rint``
+    keeps the sign of a value within half a step of 0, which the integer must not tell (a
+    release ``n + noise`` would be -0.0 for a negative value and a noise of -0.0)."""
     _check_grid(np.asarray(value), gamma, name)
     n = np.divide(value, gamma)
-    return np.rint(n, out=n) if isinstance(n, np.ndarray) else np.rint(n)
+    if isinstance(n, np.ndarray):
+        np.rint(n, out=n)
+        n += 0.0  # -0.0 + 0.0 is +0.0; every other value is unchanged
+        return n
+    return np.rint(n) + 0.0
 
 
 def _noisy(value, gamma, noise):
@@ -133,6 +139,7 @@ def _noisy(value, gamma, noise):
         _check_grid(part, gamma, "value")
         n = np.divide(part, gamma)
         np.rint(n, out=n)
+        n += 0.0  # a zero's sign is the value's, not the integer's (see _on_grid)
         n += k[start:start + _CHUNK]
         np.multiply(n, gamma, out=k[start:start + _CHUNK])
     return noise if noise.ndim else noise[()]  # one value: a scalar, as ``n + noise`` gives
@@ -160,6 +167,7 @@ def gaussian_release(value, sensitivity, noise_multiplier, rng: np.random.Genera
         scale = float(sensitivity) * z
         gamma = grid_step(scale)
         S = scale / gamma * (1.0 + zeta) * _UP
+        _check_grid(value, gamma, "value")  # refused before a word is drawn
         out = _noisy(value, gamma, rounded_gaussian(S, rng, size=value.shape))
         return out if dtype is None else out.astype(dtype, copy=False)
     # Per group (say per column), not per value.
@@ -202,6 +210,7 @@ def laplace_release(value, sensitivity, epsilon, rng: np.random.Generator, dtype
     zeta = value.size * 2.0 ** -GRID_BITS / float(epsilon) * _UP
     gamma = float(grid_step(scale))
     S = scale / gamma * (1.0 + zeta) * _UP
+    _check_grid(value, gamma, "value")  # refused before a word is drawn
     out = _noisy(value, gamma, rounded_laplace(S, rng, size=value.shape))
     return out if dtype is None else out.astype(dtype, copy=False)
 

@@ -492,6 +492,11 @@ def compiled_kernel():
                 _rounded_compiled(kernel, _EXP, np.ones(1), 1, rng)
                 top = np.full(1, _TWO64 - 1, dtype=np.uint64)  # the last word: the tail
                 _leftovers_compiled(kernel, _EXP, np.ones(1), np.zeros(1, np.int64), top, out, rng)
+                # the chunked path's own call (a release over one chunk): compiled here too, not
+                # at the first large release, after its spend
+                spare = np.empty((2, 1), dtype=np.int64)
+                kernel.fast_path(top, _EXP.fast_cells, np.ones(1), _ROUND_TOL, out, 0, spare[0],
+                                 spare[1])
                 kernel.grid_add(np.zeros(1), 1.0, out, 2.0)
         except Exception:  # ImportError, or a numba that cannot compile here
             kernel = None
