@@ -1,9 +1,10 @@
 """The top k eigenpairs of a released symmetric d x d matrix, at a cost that grows with k.
 
 A dense eigendecomposition of a d x d matrix costs ``O(d^3)``: at d = 9066 items it is minutes,
-for the three eigenvectors a spectral start uses. A Krylov method on the same matrix costs a
-few passes over it, ``O(d^2)`` each. The matrix has already been released, so which solver reads
-it, and to what precision, is post-processing: privacy is unchanged.
+for the three eigenvectors a spectral start uses. Lanczos (ARPACK) on the same matrix costs a
+few tens to a few hundreds of matrix-vector products, ``O(d^2)`` each. The matrix has already
+been released, so which solver reads it, and to what precision, is post-processing: privacy is
+unchanged.
 
 Which path is taken is a public rule of ``d`` and ``k`` only (:func:`use_top_k`); small or
 nearly full problems keep the dense path, whose results are then unchanged bit for bit.
@@ -35,7 +36,7 @@ TOP_K_TOL = 1e-10
 #: Ritz pair of residual ``r`` lies within ``r / gap`` (in ``sin`` of the angle) of the eigenvector
 #: it approximates and its value within ``r``, where the noise itself moves them by up to
 #: ``||E|| / gap`` and ``||E||`` (Davis-Kahan, Weyl): the solver adds at most 1e-3 of the noise's
-#: own error bound, a change of about 0.2% at most in a ``sin^2`` distance to the truth.
+#: own error bound to the distance to the truth (to its ``sin^2``, at most 0.2% of the bound's).
 NOISE_FRACTION = 1e-3
 #: ARPACK's tolerance is relative to each eigenvalue; a noisy matrix's run first assumes its top
 #: ones at most this many noise norms (a noise-dominated top sits at about one: the semicircle's
@@ -44,7 +45,7 @@ NOISE_SCALE_GUESS = 2.0
 
 
 def use_top_k(d: int, k: int) -> bool:
-    """Whether the k top eigenpairs of a d x d matrix are found by a Krylov method (public rule).
+    """Whether the k top eigenpairs of a d x d matrix are found by Lanczos (a public rule).
 
     >>> use_top_k(9066, 3), use_top_k(400, 3), use_top_k(1000, 200)
     (True, False, False)
@@ -81,7 +82,7 @@ def _to_noise(A, k, order, noise_norm):
     target = NOISE_FRACTION * noise_norm
     scale = NOISE_SCALE_GUESS * noise_norm
     for _ in range(2):
-        w, V = _arpack(A, k, order, min(NOISE_FRACTION * noise_norm / scale, 1e-2))
+        w, V = _arpack(A, k, order, NOISE_FRACTION * noise_norm / scale)
         if np.linalg.norm(A @ V - V * w, axis=0).max() <= target:
             return w, V
         scale = 2.0 * max(scale, float(np.abs(w).max()))

@@ -141,7 +141,7 @@ def spectral_floats(n_obs, shape, rank, lead, fixed=(), kron=True):
 
 def _top_vectors(M, r, noise_norm=None):
     """The top ``r`` eigenpairs ``(values, vectors)`` of the released Gram ``M`` (algebraic
-    order): a Krylov method where :func:`~dptensor.algorithms.eigen.use_top_k` says (a large mode,
+    order): Lanczos where :func:`~dptensor.algorithms.eigen.use_top_k` says (a large mode,
     few columns), resolved to well below ``noise_norm`` (the release's noise norm, public), else
     LAPACK."""
     if use_top_k(M.shape[0], r):
@@ -257,7 +257,7 @@ def spectral_start(obs: Observations, y: np.ndarray, model: Model, *, noise_mult
     1. For each mode ``m >= 1``: release the upper triangle of :func:`unfolding_gram` (values
        clipped to ``gram_clip``, columns capped at ``column_cap`` times their mean count) plus
        ``N(0, (z Delta_m)^2)`` per coordinate, mirrored. ``V_m`` = top ``rank`` eigenvectors
-       (by a Krylov method for a large mode: :func:`_top_vectors`).
+       (by Lanczos for a large mode: :func:`_top_vectors`).
     2. Mode 0: every row's right-hand side on the designs ``kron(V_1[e_1], ..., V_{d-1}[e_{d-1}])``
        clipped to norm ``C`` (:func:`clip_designs`), with ``clip(t_e, -clip, clip)``, plus
        ``N(0, (z D C)^2)``, ``D = min(1, 2 clip)``: one release, solved per row by

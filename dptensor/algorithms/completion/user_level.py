@@ -270,7 +270,7 @@ def private_start(X, resid, shape, m, k, z, rng, clip):
     M = (M + M.T) / 2.0
     # symmetrising halves the off-diagonal variance: the edge of a Wigner matrix of that scale
     noise = start_noise_level(n_items, m, z, clip)
-    if use_top_k(n_items, k):  # many items, few factors: a Krylov method, to below the noise
+    if use_top_k(n_items, k):  # many items, few factors: Lanczos, to below the noise
         w, Q = top_k_eigh(M, k, noise_norm=2.0 * noise)
     else:
         w, Q = np.linalg.eigh(M)
