@@ -294,14 +294,17 @@ def analyze_gauss(C: np.ndarray, n_components: int, rng: np.random.Generator, *,
     ``order="algebraic"`` takes the largest eigenvalues (a covariance: noise can only create
     spurious negative ones), ``"magnitude"`` the largest in absolute value (an indefinite ``A``,
     matching what the power method converges to). Few components of a large d
-    (:func:`~dptensor.algorithms.eigen.use_top_k`, public) are found by Lanczos on the released
-    matrix in the same order, at ``O(d^2)`` per product rather than one ``O(d^3)`` solve.
+    (:func:`~dptensor.algorithms.eigen.use_top_k`, public) are found by Lanczos on the
+    released matrix in the same order, at ``O(d^2)`` per pass rather than one ``O(d^3)`` solve,
+    to a residual well below the noise's norm (:func:`~dptensor.algorithms.eigen.top_k_eigh`).
     """
     d = C.shape[0]
     noisy = symmetric_gaussian_release(C, sensitivity, noise_multiplier, rng, rounding=rounding) \
         if noise_multiplier > 0 else np.array(C, copy=True)
     if use_top_k(d, n_components):  # few components of a large d: Lanczos, same order
-        w, V = top_k_eigh(noisy, n_components, order=order)
+        # resolved to well below the release's own noise (public), not to rounding
+        w, V = top_k_eigh(noisy, n_components, order=order, noise_norm=eigenvalue_noise_level(
+            noise_multiplier * sensitivity, d, "analyze_gauss"))
         idx = np.arange(n_components)
     elif order == "algebraic":
         w, V = scipy.linalg.eigh(noisy, subset_by_index=[d - n_components, d - 1])

@@ -139,12 +139,13 @@ def spectral_floats(n_obs, shape, rank, lead, fixed=(), kron=True):
     return step + cells * ((d + 3) * d + rank * (rank + 1) // 2 + 4 * rank + 8)
 
 
-def _top_vectors(M, r):
+def _top_vectors(M, r, noise_norm=None):
     """The top ``r`` eigenpairs ``(values, vectors)`` of the released Gram ``M`` (algebraic
-    order): Lanczos where :func:`~dptensor.algorithms.eigen.use_top_k` says (a large mode, few
-    columns), else LAPACK."""
+    order): Lanczos where :func:`~dptensor.algorithms.eigen.use_top_k` says (a large mode,
+    few columns), resolved to well below ``noise_norm`` (the release's noise norm, public), else
+    LAPACK."""
     if use_top_k(M.shape[0], r):
-        return top_k_eigh(M, r)
+        return top_k_eigh(M, r, noise_norm=noise_norm)
     vals, vecs = np.linalg.eigh(M)
     top = np.argsort(vals)[::-1][:r]
     return vals[top], vecs[:, top]
@@ -201,7 +202,7 @@ def _gram_bases(obs: Observations, resid, model: Model, others, rng, *, z_g, gra
             M = np.zeros_like(M)
             M[iu] = upper
             M += M.T
-        vals, top = _top_vectors(M, r)
+        vals, top = _top_vectors(M, r, 2.0 * gram_noise_level(M.shape[0], sens, z_g))
         # a mode with fewer rows than the rank: the missing directions are 0
         bases[m] = np.hstack([top, np.zeros((top.shape[0], r - top.shape[1]))])
         # in units of the clipping level (released), where the preview's level is the fit's

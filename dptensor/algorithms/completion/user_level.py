@@ -268,14 +268,14 @@ def private_start(X, resid, shape, m, k, z, rng, clip):
     sens = cooccurrence_sensitivity(m, clip)
     M = _release(M, sens, z, rng, n_users, m * clip**2, n_users)
     M = (M + M.T) / 2.0
-    if use_top_k(n_items, k):  # many items, few factors: Lanczos on the released matrix
-        w, Q = top_k_eigh(M, k)
+    # symmetrising halves the off-diagonal variance: the edge of a Wigner matrix of that scale
+    noise = start_noise_level(n_items, m, z, clip)
+    if use_top_k(n_items, k):  # many items, few factors: Lanczos, to below the noise
+        w, Q = top_k_eigh(M, k, noise_norm=2.0 * noise)
     else:
         w, Q = np.linalg.eigh(M)
         top = np.argsort(w)[::-1][:k]
         w, Q = w[top], Q[:, top]
-    # symmetrising halves the off-diagonal variance: the edge of a Wigner matrix of that scale
-    noise = start_noise_level(n_items, m, z, clip)
     return Q * math.sqrt(n_items) * (w > 2.0 * noise), w, noise
 
 
