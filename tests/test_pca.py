@@ -811,3 +811,22 @@ def test_a_gram_fit_on_rows_holds_no_copy_of_them(epsilon, dtype):
         tracemalloc.stop()
     # a few blocks of rows, d x d sums, and without privacy one clip factor per row
     assert peak < X.nbytes / 4, (peak, X.nbytes)
+
+
+@noise_dominated("explained_variance_")  # rank-2 rows: the second component may be weak
+def test_a_private_model_is_never_singular_whatever_the_noise_drew():
+    # Rank-2 rows in 6 dimensions: no variance outside the components, so on about half the
+    # seeds the noisy total falls at or below the released eigenvalues' sum. The model (its
+    # precision, its scores) must exist on every seed: whether it does is a function of the noise.
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((3000, 2)) @ rng.standard_normal((2, 6)) / 4
+    floored = 0
+    for seed in range(12):
+        est = PrivatePCA(n_components=2, epsilon=1.0, data_norm=4.0, random_state=seed).fit(X)
+        floor = 2.0 ** -20 * est.explained_variance_noise_.max()
+        floored += est.noise_variance_ == floor
+        assert est.noise_variance_ >= floor > 0
+        assert np.all(np.isfinite(est.score_samples(X[:5])))
+        np.testing.assert_allclose(est.get_precision() @ est.get_covariance(), np.eye(6),
+                                   atol=1e-6 * np.abs(est.get_precision()).max())
+    assert floored  # the case the floor is for was met

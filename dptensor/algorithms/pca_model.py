@@ -16,19 +16,24 @@ import numpy as np
 __all__ = ["noise_variance", "model_covariance", "model_precision", "log_likelihood"]
 
 
-def noise_variance(total_variance, explained_variance, n_samples, n_features):
+def noise_variance(total_variance, explained_variance, n_samples, n_features, floor=0.0):
     """scikit-learn's ``noise_variance_``: ``(total - sum(lambda)) / (min(n, d) - k)``, 0 when
     ``k >= min(n, d)``.
 
     ``total_variance`` is the trace of the covariance (in the units of ``lambda``). Floored at
-    0: a released total below the released eigenvalues' sum (noise can do that) leaves no
-    unexplained variance, as the ratios treat it.
+    ``floor``: a released total below the released eigenvalues' sum (noise can do that) leaves
+    no unexplained variance the release can resolve. A private fit passes a small share of its
+    eigenvalues' noise level (public), far below what the release resolves, so its model's
+    covariance is never singular: whether it is must not depend on the noise drawn.
+
+    >>> noise_variance(10.0, [4.0, 3.0], 100, 5), noise_variance(6.0, [4.0, 3.0], 100, 5, 0.5)
+    (1.0, 0.5)
     """
     k = len(explained_variance)
     rest = min(int(n_samples), int(n_features)) - k
     if rest <= 0:
         return 0.0
-    return max(float(total_variance) - float(np.sum(explained_variance)), 0.0) / rest
+    return max((float(total_variance) - float(np.sum(explained_variance))) / rest, float(floor))
 
 
 def _factors(components, explained_variance, sigma2, whiten):
