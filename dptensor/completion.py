@@ -630,7 +630,7 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         the parameters alone with the fit's own plan: no data, no spend. Returns a
         :class:`~dptensor.PrivacyCost`.
         """
-        self._check_preview_shape(needed=False)
+        self._check_preview_shape(needed=False, order=n_features)
         check_positive_int(n_samples, "n_samples")
         order = check_positive_int(n_features, "n_features")
         if order < 2:
@@ -649,7 +649,7 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         The other modes: ``component_rms_noise_`` (the caller's units) for a component as large
         as the values' width (``signal_bound``), with balanced columns on evenly spread
         positions (``docs/derivations/completion.rst``)."""
-        self._check_preview_shape(needed=True)
+        self._check_preview_shape(needed=True, order=n_features)
         n_obs = check_positive_int(n_samples, "n_samples")
         shape = tuple(int(v) for v in self.shape)
         if len(shape) != check_positive_int(n_features, "n_features"):
