@@ -189,6 +189,15 @@ def test_the_whitening_words_message_names_both_bounds(corpus):
     assert budget.history() == []
 
 
+def test_the_memory_advice_names_the_whitening_each_model_is_best_served_by():
+    """The topic model's power method learned the least of its whitenings (choosing.rst), so
+    its memory refusal advises fewer words' columns first; the mixture's, the power method."""
+    _, advice = PrivateLatentDirichletAllocation(3, epsilon=1.0)._memory_estimate(10**5, 6000)
+    assert advice.startswith("Use fewer words' columns (whitening=m")
+    _, advice = PrivateGaussianMixture(3, epsilon=1.0)._memory_estimate(10**5, 6000)
+    assert advice.startswith("Use whitening='power'")
+
+
 def test_auto_whitening_words_read_public_values_only(corpus, monkeypatch):
     """The rule reads the vocabulary's size only: the dense release up to AUTO_WORDS words, the
     columns of the AUTO_WORDS most frequent beyond (never the power method, nor a d x d matrix,

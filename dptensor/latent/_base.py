@@ -413,6 +413,9 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
             n, d, power)
         blocks = self._block_copies * min(n_local, BLOCK_ROWS) * d
         peak = rows + blocks + second + 6 * n_local * k + 8 * k**3 + 8 * d * k
+        if self._vocabulary:  # the topic model's power method learned least (docs/choosing.rst)
+            return peak * FLOAT, ("Use fewer words' columns (whitening=m: d x m numbers), fewer "
+                                  "components, or whitening='power' (no d x m matrix, but noisier)")
         return peak * FLOAT, "Use whitening='power' (no d x d matrix), fewer features or components"
 
     def _memory_estimate(self, n_samples, n_features):
