@@ -69,6 +69,17 @@ def _ledger(args) -> int:
     return 0
 
 
+def _numba_line() -> str:
+    # a seed reproduces a fit only where the extras match (the compiled samplers draw other
+    # values), so the report says which side of that line this installation is on
+    try:
+        import numba
+    except ImportError:
+        return "not installed (the fast extra): NumPy paths, other seeded noise values than with it"
+    return f"{numba.__version__} (the fast extra): compiled loops, other seeded noise values " \
+           "than without it"
+
+
 def _info(args) -> int:
     import platform
 
@@ -82,6 +93,7 @@ def _info(args) -> int:
     print(f"python        {platform.python_version()} ({platform.machine()}, {platform.system()})")
     for mod in (numpy, scipy, sklearn):
         print(f"{mod.__name__:<13s} {mod.__version__}")
+    print(f"numba         {_numba_line()}")
     try:
         from threadpoolctl import threadpool_info
 

@@ -37,14 +37,21 @@ class AutoChoice:
             raise ValueError('a private fit with privacy_unit="user" needs the public shape: set '
                              "shape (users, items, ...), not the one inferred from X's indices")
 
-    def _check_preview_shape(self, needed):
+    def _check_preview_shape(self, needed, order=None):
         """A preview refuses what the fit would: a private user-level one without the public
-        shape (:meth:`_check_public_shape`, the same message), first; ``needed``: any without."""
+        shape (:meth:`_check_public_shape`, the same message), first; ``needed``: any without;
+        a set shape whose sizes the fit refuses, or (``order``) whose modes it does not match,
+        rather than answering for a fit that cannot run."""
         eps = self.epsilon
         if self.privacy_unit == "user" and not (isinstance(eps, numbers.Real) and eps == math.inf):
             self._check_public_shape()
         if needed and self.shape is None:
             raise ValueError("the noise preview needs the tensor's shape: set shape")
+        if self.shape is not None:
+            shape = checked_shape(self.shape)
+            if isinstance(order, numbers.Integral) and not isinstance(order, bool) and \
+                    len(shape) != order:
+                raise ValueError(f"shape {shape} has {len(shape)} modes, n_features is {order}")
 
     def _resolved_perturbation(self, choice=None):
         """``perturbation="auto"``: non-private at ``epsilon=inf``, else the rule's choice
@@ -70,8 +77,7 @@ class AutoChoice:
             shape = self.shape
         try:
             epsilon, delta = self._privacy_target(gaussian=True)
-            shape = None if shape is None else tuple(check_positive_int(v, "shape")
-                                                     for v in shape)
+            shape = None if shape is None else checked_shape(shape)
         except (ValueError, TypeError):  # refused later, by the checks that own them
             epsilon, delta, shape = 1.0, None, None
         choice = auto_choice(decomposition=self.decomposition, epsilon=epsilon, delta=delta,
@@ -80,6 +86,16 @@ class AutoChoice:
         if choice["perturbation"] is None:  # epsilon=inf: the rule has no mode to pick
             choice["perturbation"] = AUTO[self.decomposition]
         return choice
+
+
+def checked_shape(shape) -> tuple:
+    """A set ``shape``: at least two modes (users and items, or rows and columns), each a size
+    >= 1, with the messages the fit's own checks give."""
+    if isinstance(shape, str) or not hasattr(shape, "__len__"):
+        raise TypeError(f"shape must be a tuple of sizes (users, items, ...), got {shape!r}")
+    if len(shape) < 2:
+        raise ValueError(f"shape must have at least 2 modes, got {tuple(shape)!r}")
+    return tuple(check_positive_int(v, "shape") for v in shape)
 
 
 def _valid_share(share):

@@ -244,12 +244,12 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         The private start's released matrices, in units of their clipping level (each clipped
         residual divided by it, so every entry lies in [-1, 1]): their top eigenvalues and noise
         levels (half the noise's edge; 0 without privacy). ``privacy_unit="user"``: the item-item
-        matrix (or its power start's last product), both (rank,) (empty at ``rank=0``).
-        ``perturbation="statistics"``: one row per released unfolding Gram, (n_grams, rank) and
-        (n_grams,); the other modes: empty. A factor whose eigenvalue is below twice the level
-        (in some Gram) starts from noise and learns little beyond the offsets: ``fit`` then warns
-        (``UserWarning``) naming it, from these released values only. :meth:`expected_noise`
-        reports the level before a fit.
+        matrix (from 4000 items, rank <= items / 10: the power start's last product; that start
+        never forms the matrix), both (rank,) (empty at ``rank=0``). ``perturbation="statistics"``:
+        one row per released unfolding Gram, (n_grams, rank) and (n_grams,); the other modes: empty.
+        A factor whose eigenvalue is below twice the level (in some Gram) starts from noise and
+        learns little beyond the offsets: ``fit`` then warns (``UserWarning``) naming it, from these
+        released values alone. :meth:`expected_noise` reports the level before a fit.
     component_rms_, component_rms_noise_ : ndarray (n_components,)
         Each released component's root mean square over every position (CP: column ``r``,
         ``prod_m ||factors_[m][:, r]|| / sqrt(n_m)``; Tucker: one, the whole interaction) and
@@ -630,7 +630,7 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         the parameters alone with the fit's own plan: no data, no spend. Returns a
         :class:`~dptensor.PrivacyCost`.
         """
-        self._check_preview_shape(needed=False)
+        self._check_preview_shape(needed=False, order=n_features)
         check_positive_int(n_samples, "n_samples")
         order = check_positive_int(n_features, "n_features")
         if order < 2:
@@ -649,7 +649,7 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         The other modes: ``component_rms_noise_`` (the caller's units) for a component as large
         as the values' width (``signal_bound``), with balanced columns on evenly spread
         positions (``docs/derivations/completion.rst``)."""
-        self._check_preview_shape(needed=True)
+        self._check_preview_shape(needed=True, order=n_features)
         n_obs = check_positive_int(n_samples, "n_samples")
         shape = tuple(int(v) for v in self.shape)
         if len(shape) != check_positive_int(n_features, "n_features"):

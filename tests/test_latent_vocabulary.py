@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from dptensor import PrivacyAccountant
 from dptensor.algorithms import vocabulary as voc
 from dptensor.algorithms.moments import m2_noise_level
 from dptensor.datasets import make_lda_corpus
@@ -151,17 +152,50 @@ def test_a_private_vocabulary_fit_spends_as_the_dense_one_and_records_its_noise(
     assert not np.array_equal(other.m2_eigenvalues_, few.m2_eigenvalues_)
 
 
-def test_the_whitening_words_are_checked_before_the_spend(corpus):
+BAD_WORDS = [0, -1, 2, 61, 2.0, 2.5, True, False, None, "vocabulary", "Auto", "dens"]
+
+
+@pytest.mark.parametrize("whitening", BAD_WORDS)
+def test_the_whitening_words_are_checked_before_the_spend(corpus, whitening):
+    """Fewer words than components, more than the vocabulary's 60 (once fitted silently as the
+    dense release), a float, a bool or a misspelt name: refused by fit and by the previews, with
+    nothing in the ledger."""
     C, _, _ = corpus
-    with pytest.raises(ValueError, match="at least n_components words"):
-        PrivateLatentDirichletAllocation(3, epsilon=1.0, whitening=2).fit(C)
-    with pytest.raises(ValueError, match="whitening must be one of"):
-        PrivateLatentDirichletAllocation(3, epsilon=1.0, whitening="vocabulary").fit(C)
+    budget = PrivacyAccountant(10.0, 1e-5)
+    model = PrivateLatentDirichletAllocation(3, epsilon=1.0, whitening=whitening,
+                                             accountant=budget)
+    for call in (lambda: model.fit(C), lambda: model.privacy_cost(*C.shape),
+                 lambda: model.expected_noise(*C.shape)):
+        with pytest.raises(ValueError, match="whitening"):
+            call()
+    assert budget.history() == [] and not hasattr(model, "components_")
+
+
+def test_the_whitening_words_message_names_both_bounds(corpus):
+    C, _, _ = corpus
+    for words in (2, 61):
+        with pytest.raises(ValueError, match="at least n_components=3 .* at most n_features=60"):
+            PrivateLatentDirichletAllocation(3, epsilon=1.0, whitening=words).fit(C)
+    assert PrivateLatentDirichletAllocation(3, whitening=60).privacy_cost(*C.shape)
     with pytest.raises(ValueError, match="whitening must be one of"):
         PrivateLatentDirichletAllocation(3, epsilon=1.0, whitening=True).fit(C)
     X = np.random.default_rng(0).standard_normal((200, 6))
-    with pytest.raises(ValueError, match="whitening must be one of"):
-        PrivateGaussianMixture(2, epsilon=1.0, data_norm=4.0, whitening=3).fit(X)
+    budget = PrivacyAccountant(10.0, 1e-5)
+    for words in (3, "Dense"):  # the mixture takes no number of words
+        with pytest.raises(ValueError, match=r"whitening must be one of \('auto', 'dense', "
+                                             r"'power'\), got"):
+            PrivateGaussianMixture(2, epsilon=1.0, data_norm=4.0, whitening=words,
+                                   accountant=budget).fit(X)
+    assert budget.history() == []
+
+
+def test_the_memory_advice_names_the_whitening_each_model_is_best_served_by():
+    """The topic model's power method learned the least of its whitenings (choosing.rst), so
+    its memory refusal advises fewer words' columns first; the mixture's, the power method."""
+    _, advice = PrivateLatentDirichletAllocation(3, epsilon=1.0)._memory_estimate(10**5, 6000)
+    assert advice.startswith("Use fewer words' columns (whitening=m")
+    _, advice = PrivateGaussianMixture(3, epsilon=1.0)._memory_estimate(10**5, 6000)
+    assert advice.startswith("Use whitening='power'")
 
 
 def test_auto_whitening_words_read_public_values_only(corpus, monkeypatch):

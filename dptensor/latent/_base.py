@@ -193,9 +193,12 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
                              f"'power'), got {self.method!r}")
         words = self._vocabulary and isinstance(self.whitening, numbers.Integral) and not \
             isinstance(self.whitening, bool)
-        if words and self.whitening < k:
-            raise ValueError(f"whitening={self.whitening} words cannot hold n_components={k} "
-                             "independent directions: give at least n_components words")
+        # more words than the vocabulary is refused, as n_components > n_features is: a silent
+        # clamp would fit the dense release while the caller asked for (and reports) m columns
+        if words and not k <= self.whitening <= d:
+            raise ValueError(f"whitening={self.whitening} words: give at least n_components={k} "
+                             f"(the whitening needs k independent directions) and at most "
+                             f"n_features={d} (whitening='dense' takes them all)")
         if not words and (not isinstance(self.whitening, str)
                           or self.whitening not in ("auto", "dense", "power")):
             raise ValueError("whitening must be one of ('auto', 'dense', 'power')"
@@ -410,6 +413,9 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
             n, d, power)
         blocks = self._block_copies * min(n_local, BLOCK_ROWS) * d
         peak = rows + blocks + second + 6 * n_local * k + 8 * k**3 + 8 * d * k
+        if self._vocabulary:  # the topic model's power method learned least (docs/choosing.rst)
+            return peak * FLOAT, ("Use fewer words' columns (whitening=m: d x m numbers), fewer "
+                                  "components, or whitening='power' (no d x m matrix, but noisier)")
         return peak * FLOAT, "Use whitening='power' (no d x d matrix), fewer features or components"
 
     def _memory_estimate(self, n_samples, n_features):

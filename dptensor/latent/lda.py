@@ -276,10 +276,11 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         How the whitened third moment is released (see the derivation page).
     whitening : {"auto", "dense", "power"} or int, default="auto"
         ``"dense"`` forms the d x d pair moment (released by Analyze Gauss, then its top-k
-        eigenpairs); an integer m: only the pair moment's columns of the m words the released
-        mean finds most frequent (one release at the dense one's cost and noise per entry, d x m
-        numbers), the subspace from their m x m block, every other word's topic weights from its
-        row (``dptensor.algorithms.vocabulary``); ``"power"``: the (noisy) power method over the
+        eigenpairs); an integer m (``n_components <= m <= n_features``, else refused before any
+        spend): only the pair moment's columns of the m words the released mean finds most
+        frequent (one release at the dense one's cost and noise per entry, d x m numbers), the
+        subspace from their m x m block, every other word's topic weights from its row
+        (``dptensor.algorithms.vocabulary``); ``"power"``: the (noisy) power method over the
         documents, each step a release of ``M2 Q`` (d x 2k), then of the 2k x 2k projection.
         ``"auto"``: a private fit takes the dense release up to 2000 words and the columns of the
         2000 most frequent beyond (``auto_whitening_words``; on the committed grid the dense
