@@ -216,7 +216,7 @@ def _ratio_panel(ax, rows, key, title):
                     ha="center", fontsize=7)
     ax.axhline(3.0, color="C3", ls="--", lw=0.8, label="goal: at most 3x")
     ax.axhline(1.0, color="grey", lw=0.8)
-    ax.set_ylim(0.03, 10)
+    ax.set_ylim(min(0.03, 0.5 * min(r["ratio"] for r in rows)), 10)  # every point in view
     ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
     ax.set(xlabel=key, ylabel="time private / non-private", title=title)
     ax.legend(fontsize=8, loc="upper right")
