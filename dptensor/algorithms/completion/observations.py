@@ -324,6 +324,8 @@ def check_indices(X, shape=None, name="X"):
     if shape is None:
         # column by column: a reduction over axis 0 of an (n, order) array is several times slower
         return X, tuple(int(X[:, m].max()) + 1 for m in range(X.shape[1]))
+    if isinstance(shape, str) or not hasattr(shape, "__len__"):  # "50x40" is not 5, 0, x, ...
+        raise TypeError(f"shape must be a tuple of sizes (users, items, ...), got {shape!r}")
     shape = tuple(_positive_int(n, "shape") for n in shape)
     if len(shape) != X.shape[1]:
         raise ValueError(f"shape has {len(shape)} modes but {name} has {X.shape[1]} columns")
