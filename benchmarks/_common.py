@@ -118,3 +118,14 @@ def _jsonable(x):
     if isinstance(x, np.ndarray):
         return x.tolist()
     return str(x)
+
+
+def seed_means(records: list[dict], keys: tuple, means: tuple, first: tuple = ()) -> list[dict]:
+    """One row per cell (the records sharing ``keys``, in sorted order): the keys, the number of
+    seeds, the first record's ``first`` fields and the mean of each of ``means``."""
+    cells: dict = {}
+    for r in records:
+        cells.setdefault(tuple(r[k] for k in keys), []).append(r)
+    return [{**dict(zip(keys, cell)), "seeds": len(rs), **{f: rs[0][f] for f in first},
+             **{m: float(np.mean([r[m] for r in rs])) for m in means}}
+            for cell, rs in sorted(cells.items())]

@@ -22,7 +22,7 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import markdown_table, plot_path, write_results  # noqa: E402
+from benchmarks._common import markdown_table, plot_path, seed_means, write_results  # noqa: E402
 from dptensor.datasets import gaussian_mixture_norm_bound, make_gaussian_mixture  # noqa: E402
 from dptensor.latent import PrivateGaussianMixture, match_rows  # noqa: E402
 
@@ -78,16 +78,8 @@ def run() -> list[dict]:
 
 
 def _mean_cells(records):
-    out = {}
-    for r in records:
-        out.setdefault((r["k"], r["d"], r["n"], r["epsilon"]), []).append(r)
-    rows = []
-    for (k, d, n, eps), rs in sorted(out.items()):
-        rows.append({"k": k, "d": d, "n": n, "epsilon": eps,
-                     **{key: float(np.mean([r[key] for r in rs]))
-                        for key in ("non_private", "before", "after", "before_ratio",
-                                    "after_ratio")}})
-    return rows
+    return seed_means(records, ("k", "d", "n", "epsilon"),
+                      ("non_private", "before", "after", "before_ratio", "after_ratio"))
 
 
 def _plot(records):

@@ -20,7 +20,7 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import markdown_table, one_thread, plot_path, write_results  # noqa: E402
+from benchmarks._common import markdown_table, one_thread, plot_path, seed_means, write_results  # noqa: E402
 from dptensor.datasets import gaussian_mixture_norm_bound, make_gaussian_mixture  # noqa: E402
 from dptensor.latent import PrivateGaussianMixture, match_rows  # noqa: E402
 
@@ -67,17 +67,9 @@ def run() -> list[dict]:
 
 
 def _means(records):
-    out = {}
-    for r in records:
-        out.setdefault((r["k"], r["d"], r["n"], r["epsilon"], r["whitening"]), []).append(r)
-    rows = []
-    for (k, d, n, eps, method), rs in sorted(out.items()):
-        error = float(np.mean([r["error"] for r in rs]))
-        exact = float(np.mean([r["non_private"] for r in rs]))
-        rows.append({"k": k, "d": d, "n": n, "epsilon": eps, "whitening": method,
-                     "resolved": rs[0]["resolved"], "seeds": len(rs), "error": error,
-                     "non_private": exact, "ratio": error / exact})
-    return rows
+    rows = seed_means(records, ("k", "d", "n", "epsilon", "whitening"), ("error", "non_private"),
+                      first=("resolved",))
+    return [{**row, "ratio": row["error"] / row["non_private"]} for row in rows]
 
 
 def _plot(records):

@@ -22,7 +22,7 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import markdown_table, plot_path, write_results  # noqa: E402
+from benchmarks._common import markdown_table, plot_path, seed_means, write_results  # noqa: E402
 from dptensor.datasets import make_lda_corpus  # noqa: E402
 from dptensor.latent import PrivateLatentDirichletAllocation, match_rows  # noqa: E402
 from dptensor.latent._base import auto_doc_clip  # noqa: E402
@@ -68,15 +68,8 @@ def run() -> list[dict]:
 
 
 def _means(records):
-    out = {}
-    for r in records:
-        out.setdefault((r["n_docs"], r["epsilon"], r["doc_clip"]), []).append(r)
-    return [{"n_docs": n, "epsilon": eps, "doc_clip": clip, "seeds": len(rs),
-             "resolved_clip": rs[0]["resolved_clip"],
-             **{key: float(np.mean([r[key] for r in rs]))
-                for key in ("error", "non_private", "uniform")}}
-            for (n, eps, clip), rs in sorted(out.items(), key=lambda kv: (kv[0][0], kv[0][1],
-                                                                           kv[0][2]))]
+    return seed_means(records, ("n_docs", "epsilon", "doc_clip"),
+                      ("error", "non_private", "uniform"), first=("resolved_clip",))
 
 
 def _plot(records):
