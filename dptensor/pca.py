@@ -172,8 +172,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
         ``explained_variance_ratio_`` over ``n_samples_ - 1``, floored at ``2**-20`` times the
         eigenvalues' noise level (0 without privacy): a private model is never singular. It and
         the model it sets (:meth:`get_covariance`, :meth:`get_precision`, :meth:`score_samples`)
-        exist only where that total is released: not for precomputed input or ``partial_fit``, nor for the
-        private power method with ``calibration="paper"`` (its plan spends nothing on a total).
+        exist only where that total is released: not for precomputed input or ``partial_fit``,
+        nor for the private power method with ``calibration="paper"`` (no total in its plan).
     mean_ : ndarray of shape (n_features,)
         The released (private) mean, or zeros when ``centered=True`` or the input is precomputed.
     n_components_, n_features_in_, feature_names_in_ : as in scikit-learn.
@@ -493,9 +493,9 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
         ev = self.explained_variance_
         self.singular_values_ = np.sqrt(ev * max(n_rows - 1, 1)).astype(ev.dtype)
         if self._total_variance is not None:
-            self.noise_variance_ = noise_variance(self._total_variance, ev, n_rows,
-                                                  self.components_.shape[1],
-                                                  2.0 ** -20 * float(np.max(self.explained_variance_noise_)))
+            self.noise_variance_ = noise_variance(
+                self._total_variance, ev, n_rows, self.components_.shape[1],
+                noise_level=float(np.max(self.explained_variance_noise_)))
 
     def _set_spectrum(self, result, mean, scale, total, noise, *, floor):
         self.components_ = result.components

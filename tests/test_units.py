@@ -51,8 +51,8 @@ def test_a_private_fit_names_its_unit_in_the_cost_and_the_ledger(unit, make, dat
 
 @pytest.mark.parametrize("unit, make, data", [CASES[0], CASES[6], CASES[7], CASES[9]])
 def test_the_preview_names_the_unit_before_any_data(unit, make, data):
-    shape = (30, 20) if unit == "user" else data[0].shape
-    assert make().privacy_cost(*shape).unit == unit
+    # (n_samples, n_features): a completion's are its number of entries and the tensor's order
+    assert make().privacy_cost(*data[0].shape).unit == unit
 
 
 def test_a_fit_without_a_guarantee_names_no_unit():

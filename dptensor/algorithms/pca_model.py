@@ -16,24 +16,29 @@ import numpy as np
 __all__ = ["noise_variance", "model_covariance", "model_precision", "log_likelihood"]
 
 
-def noise_variance(total_variance, explained_variance, n_samples, n_features, floor=0.0):
+#: ``noise_variance``'s floor, as a share of the released eigenvalues' noise level.
+FLOOR_SHARE = 2.0 ** -20
+
+
+def noise_variance(total_variance, explained_variance, n_samples, n_features, noise_level=0.0):
     """scikit-learn's ``noise_variance_``: ``(total - sum(lambda)) / (min(n, d) - k)``, 0 when
     ``k >= min(n, d)``.
 
     ``total_variance`` is the trace of the covariance (in the units of ``lambda``). Floored at
-    ``floor``: a released total below the released eigenvalues' sum (noise can do that) leaves
-    no unexplained variance the release can resolve. A private fit passes a small share of its
-    eigenvalues' noise level (public), far below what the release resolves, so its model's
-    covariance is never singular: whether it is must not depend on the noise drawn.
+    ``FLOOR_SHARE`` times ``noise_level``: a released total below the released eigenvalues' sum
+    (noise can do that) leaves no unexplained variance the release can resolve. A private fit
+    passes its eigenvalues' noise level (public); a floor far below it keeps its model's
+    covariance from being singular: whether it is must not depend on the noise drawn.
 
-    >>> noise_variance(10.0, [4.0, 3.0], 100, 5), noise_variance(6.0, [4.0, 3.0], 100, 5, 0.5)
-    (1.0, 0.5)
+    >>> noise_variance(10.0, [4.0, 3.0], 100, 5), noise_variance(6.0, [4.0, 3.0], 100, 5, 2**20)
+    (1.0, 1.0)
     """
     k = len(explained_variance)
     rest = min(int(n_samples), int(n_features)) - k
     if rest <= 0:
         return 0.0
-    return max((float(total_variance) - float(np.sum(explained_variance))) / rest, float(floor))
+    unexplained = (float(total_variance) - float(np.sum(explained_variance))) / rest
+    return max(unexplained, FLOOR_SHARE * float(noise_level))
 
 
 def _factors(components, explained_variance, sigma2, whiten):
