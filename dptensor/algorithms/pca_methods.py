@@ -306,7 +306,8 @@ class ClippedPower(PCAMethod):
         start = analyze_gauss(released, p, rng)  # post-processing of the start's release
         tau = clip_radius(start.eigenvalues, source.n_rows)
         if not clipping_pays(tau, source.bound):  # the rest of the budget on the same Gram
-            return _pooled_gauss(C, sensitivity, released, z, rng, k, rounding)
+            del C
+            return _pooled_gauss(source, sensitivity, released, z, rng, k, rounding)
         del C, released
         operator = source.clipped(tau)
         result = noisy_power_method(operator, k, len(z) - 1, rng, noise_multiplier=z[1:],
@@ -324,15 +325,19 @@ class ClippedPower(PCAMethod):
         return self.noise_level(result.noise_std, d, p)
 
 
-def _pooled_gauss(C, sensitivity, released, z, rng, k, rounding):
+def _pooled_gauss(source, sensitivity, released, z, rng, k, rounding):
     r"""Analyze Gauss at the whole spectral budget from the start's release and one more release
-    of the same ``C`` per planned step (at that step's multiplier): their average weighted by
+    of the same Gram ``C`` per planned step (at that step's multiplier): their average weighted by
     ``z_l^-2`` is ``C`` plus Gaussian noise of std ``sensitivity / sqrt(sum_l z_l^-2)``, one
-    Analyze Gauss release at ``mu_s``; post-processing of the planned releases."""
+    Analyze Gauss release at ``mu_s``; post-processing of the planned releases. Each release
+    takes ``source.gram(z_l)``: an exact sum is rounded on that release's own grid (the start's
+    is coarser, with twice the error a step's slack covers), a cached pass, not a new one."""
     weights = 1.0 / z ** 2
     pooled = released * weights[0]
     for z_l, w_l in zip(z[1:], weights[1:]):
-        pooled += w_l * symmetric_gaussian_release(C, sensitivity, z_l, rng, rounding=rounding)
+        C, s_l = source.gram(z_l)  # the same public sensitivity at every multiplier
+        pooled += w_l * symmetric_gaussian_release(C, s_l, z_l, rng, rounding=rounding)
+        del C
     pooled /= float(np.sum(weights))
     result = analyze_gauss(pooled, k, rng)
     return result._replace(n_iter=len(z), noise_std=float(sensitivity / np.sqrt(np.sum(weights))))
