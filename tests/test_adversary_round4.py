@@ -48,3 +48,30 @@ def test_each_pooled_release_rounds_the_exact_gram_on_its_own_grid(monkeypatch):
     assert len({z for _, _, z in seen}) > 1
     for value, sensitivity, z in seen:
         np.testing.assert_array_equal(value, prepare(gram, sensitivity, z))
+
+
+def test_the_frequent_words_columns_move_by_at_most_the_dense_sensitivity():
+    """Brute force over every document of at most 3 of each of 4 words (and at least 3 words):
+    the released query of the pair moment's columns (the m x m block's upper triangle, the
+    other words' rows times sqrt(2)) of one clipped document's term moves by at most
+    ``sqrt(2) tau_2`` when the document is replaced (the sensitivity the release is charged
+    at, ``DOCUMENT_SENSITIVITY``), for several chosen word sets and clipping bounds. The
+    bound is reached (two documents on disjoint words of S): it is no looser than claimed."""
+    import itertools
+
+    import scipy.sparse as sp
+
+    from dptensor.algorithms.vocabulary import column_query
+    from dptensor.latent.lda import DOCUMENT_SENSITIVITY, _column_sums
+
+    docs = [np.array(c, float) for c in itertools.product(range(4), repeat=4) if sum(c) >= 3]
+    worst = 0.0
+    for tau in [(None, None), (0.6, 0.3), (0.9, 0.05)]:
+        for words in [np.array([0]), np.array([1, 3]), np.array([0, 1, 2])]:
+            Q = np.array([column_query(_column_sums(sp.csr_matrix(c[None]), tau, words)[0],
+                                       words) for c in docs])
+            G = Q @ Q.T
+            sq = np.diag(G)
+            far = np.sqrt(np.maximum(sq[:, None] + sq[None] - 2.0 * G, 0.0)).max()
+            worst = max(worst, far / (DOCUMENT_SENSITIVITY * (tau[1] or 1.0)))
+    assert 0.999 < worst <= 1.0 + 1e-12
