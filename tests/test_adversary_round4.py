@@ -75,3 +75,58 @@ def test_the_frequent_words_columns_move_by_at_most_the_dense_sensitivity():
             far = np.sqrt(np.maximum(sq[:, None] + sq[None] - 2.0 * G, 0.0)).max()
             worst = max(worst, far / (DOCUMENT_SENSITIVITY * (tau[1] or 1.0)))
     assert 0.999 < worst <= 1.0 + 1e-12
+
+
+def _overflowing_duplicates():
+    """An int8 CSR matrix whose first row stores 100 twice at column 0: ``toarray`` sums them in
+    int8 (-56), the fit reads them in float64 (200)."""
+    import scipy.sparse as sp
+
+    X = np.random.default_rng(0).integers(-3, 4, (300, 5)).astype(np.int8)
+    S = sp.csr_matrix(X)
+    n0 = S.indptr[1]
+    data = np.concatenate([[100, 100], S.data[n0:]]).astype(np.int8)
+    indices = np.concatenate([[0, 0], S.indices[n0:]]).astype(np.int32)
+    indptr = np.concatenate([[0], S.indptr[1:] - n0 + 2]).astype(np.int32)
+    return sp.csr_matrix((data, indices, indptr), shape=X.shape)
+
+
+def test_sparse_duplicates_summed_otherwise_by_the_fit_never_share_the_dense_rows_noise():
+    """A fit keys sparse rows as the dense rows ``toarray`` gives (``AsDense``) so that the two
+    agree. Duplicate entries are summed by ``toarray`` in the matrix's own dtype, by the fit in
+    float64: an int8 pair of 100s is -56 in the key and 200 in the fit. A seeded fit of it then
+    drew the noise of the fit of the dense -56 row, on other data: the difference of the two
+    releases was the difference of their statistics, without noise."""
+    from dptensor.mechanisms import randomness
+
+    D = _overflowing_duplicates()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exact_sparse = PrivatePCA(2, data_norm=300.0).fit(D)
+        exact_dense = PrivatePCA(2, data_norm=300.0).fit(D.toarray())
+    # the premise: the two fits read different data
+    assert not np.allclose(exact_sparse.explained_variance_, exact_dense.explained_variance_)
+    assert randomness.data_digest(randomness.AsDense(D)) != randomness.data_digest(D.toarray())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = PrivatePCA(2, epsilon=1.0, data_norm=300.0, random_state=0).fit(D)
+        b = PrivatePCA(2, epsilon=1.0, data_norm=300.0, random_state=0).fit(D.toarray())
+    noise_a = a.explained_variance_ - exact_sparse.explained_variance_
+    noise_b = b.explained_variance_ - exact_dense.explained_variance_
+    assert not np.allclose(noise_a, noise_b)
+
+
+def test_sparse_rows_without_duplicates_still_key_as_their_dense_rows():
+    """Explicit zeros and unsorted indices change no value the fit reads: still the dense key."""
+    import scipy.sparse as sp
+
+    from dptensor.mechanisms import randomness
+
+    X = np.random.default_rng(1).integers(-3, 4, (50, 6)).astype(np.float64)
+    S = sp.csr_matrix(X)
+    S.data[:4] = 0.0  # explicit zeros, stored
+    order = np.arange(S.indptr[1])[::-1]  # the first row's indices unsorted
+    S.indices[:S.indptr[1]], S.data[:S.indptr[1]] = S.indices[order], S.data[order]
+    S = sp.csr_matrix((S.data, S.indices, S.indptr), shape=S.shape)
+    assert not S.has_sorted_indices
+    assert randomness.data_digest(randomness.AsDense(S)) == randomness.data_digest(S.toarray())
