@@ -182,7 +182,9 @@ def test_pooling_weights_give_the_whole_budgets_noise():
     rng = np.random.default_rng(3)
     z = np.array([2.0, 1.5, 1.2])
     d, sens = 60, 0.7
-    result = methods_mod._pooled_gauss(np.zeros((d, d)), sens, np.zeros((d, d)), z, rng, 2, None)
+    source = methods_mod.Source(gram=lambda z_l: (np.zeros((d, d)), sens), operator=None)
+    result = methods_mod._pooled_gauss(source, np.zeros((d, d)), sens, np.zeros((d, d)), z, rng,
+                                       2, None)
     assert result.noise_std == pytest.approx(sens / math.sqrt(np.sum(z ** -2.0)))
     draws = []
     for _ in range(20):  # the start's release, then the pooled ones, on a zero matrix

@@ -29,7 +29,7 @@ from .._memory import FLOAT
 from ..accounting.calibration import calibrate_gaussian, paper_noisy_power_sigma
 from ..accounting.composition import gdp_mu
 from ..accounting.events import ComposedEvent, GaussianEvent
-from ..mechanisms import symmetric_gaussian_release
+from ..mechanisms import grid_step, symmetric_gaussian_release
 from .exact_entries import DIGITS
 from .power import (
     MAX_DENSE_FEATURES,
@@ -306,7 +306,7 @@ class ClippedPower(PCAMethod):
         start = analyze_gauss(released, p, rng)  # post-processing of the start's release
         tau = clip_radius(start.eigenvalues, source.n_rows)
         if not clipping_pays(tau, source.bound):  # the rest of the budget on the same Gram
-            return _pooled_gauss(C, sensitivity, released, z, rng, k, rounding)
+            return _pooled_gauss(source, C, sensitivity, released, z, rng, k, rounding)
         del C, released
         operator = source.clipped(tau)
         result = noisy_power_method(operator, k, len(z) - 1, rng, noise_multiplier=z[1:],
@@ -324,14 +324,31 @@ class ClippedPower(PCAMethod):
         return self.noise_level(result.noise_std, d, p)
 
 
-def _pooled_gauss(C, sensitivity, released, z, rng, k, rounding):
+def _on_grid_of(source, C, sensitivity, z_0, z_l, rounding):
+    """``(value, its multiplier)``: the Gram value a release at ``z_l`` takes, ``C`` being the
+    one prepared at ``z_0``. An exact sum is rounded on its release's grid (``grid_step(s z)``),
+    whose slack covers half that step a coordinate: a step's multiplier is below the start's, its
+    grid finer, and the start's value would carry up to twice that error, a sensitivity above the
+    accounted one. So a new grid takes ``source.gram(z_l)`` (the cached statistic, rounded
+    again); a float sum (its ``rounding`` accounts for it) or the same grid keeps ``C``."""
+    s = float(sensitivity)
+    if rounding is not None or grid_step(s * float(z_l)) == grid_step(s * float(z_0)):
+        return C, z_0
+    return source.gram(z_l)[0], z_l
+
+
+def _pooled_gauss(source, C, sensitivity, released, z, rng, k, rounding):
     r"""Analyze Gauss at the whole spectral budget from the start's release and one more release
-    of the same ``C`` per planned step (at that step's multiplier): their average weighted by
+    of the same Gram ``C`` per planned step (at that step's multiplier): their average weighted by
     ``z_l^-2`` is ``C`` plus Gaussian noise of std ``sensitivity / sqrt(sum_l z_l^-2)``, one
-    Analyze Gauss release at ``mu_s``; post-processing of the planned releases."""
+    Analyze Gauss release at ``mu_s``; post-processing of the planned releases. ``C`` is the
+    start's value: an exact sum (``rounding`` None) rounded on the start's grid, which a step of
+    another grid must not reuse (:func:`_on_grid_of`)."""
     weights = 1.0 / z ** 2
     pooled = released * weights[0]
+    z_c = z[0]  # the multiplier the value C in hand is rounded for
     for z_l, w_l in zip(z[1:], weights[1:]):
+        C, z_c = _on_grid_of(source, C, sensitivity, z_c, z_l, rounding)
         pooled += w_l * symmetric_gaussian_release(C, sensitivity, z_l, rng, rounding=rounding)
     pooled /= float(np.sum(weights))
     result = analyze_gauss(pooled, k, rng)

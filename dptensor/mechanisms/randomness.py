@@ -101,10 +101,22 @@ class AsDense:
         self.X = X.tocsr()
         self.shape, self.dtype = self.X.shape, self.X.dtype
 
-    def leaves(self):
+    def blocks(self):
+        """The CSR slices of rows that make one dense leaf each."""
         step = _leaf_rows(self.shape, self.dtype)
         for start in range(0, self.shape[0], step):
-            yield self.X[start:start + step].toarray()  # C order, as a dense leaf
+            yield self.X[start:start + step]
+
+
+def _has_duplicates(block) -> bool:
+    """Whether a CSR block stores some entry more than once (explicit zeros and unsorted
+    indices change no value; duplicates do: ``toarray`` sums them in the matrix's dtype, where
+    an int8 pair of 100s is -56, a fit in float64, where it is 200)."""
+    if block.has_canonical_format:
+        return False
+    summed = block.copy()
+    summed.sum_duplicates()
+    return summed.nnz != block.nnz
 
 
 def _update(digest, array) -> None:
@@ -112,8 +124,12 @@ def _update(digest, array) -> None:
     array (its leaves hashed where its chunks live) digests as the same NumPy array does."""
     if isinstance(array, AsDense):  # the bytes the dense array would give, leaf by leaf
         digest.update(str((array.dtype.str, array.shape)).encode())
-        for leaf in array.leaves():
-            digest.update(_leaf(leaf))
+        for block in array.blocks():
+            if _has_duplicates(block):  # no dense array's key: the fit may sum them otherwise
+                digest.update(b"duplicates")
+                _update(digest, block)
+            else:
+                digest.update(_leaf(block.toarray()))  # C order, as a dense leaf
         return
     if hasattr(array, "tocsr") and hasattr(array, "nnz"):  # a SciPy sparse matrix or array
         csr = array.tocsr()
@@ -153,9 +169,9 @@ def digest_bytes(*arrays) -> int:
     for array in arrays:
         if array is None or (hasattr(array, "dask") and hasattr(array, "to_delayed")):
             continue  # a Dask array's leaves are hashed on the workers
-        if isinstance(array, AsDense):  # one densified leaf and its CSR slice
-            row = int(array.shape[1]) * array.dtype.itemsize
-            total += 2 * _leaf_rows(array.shape, array.dtype) * row
+        if isinstance(array, AsDense):  # one densified leaf, its CSR slice and a summed copy
+            rows, d = _leaf_rows(array.shape, array.dtype), int(array.shape[1])
+            total += rows * d * array.dtype.itemsize + 2 * rows * d * (array.dtype.itemsize + 8)
             continue
         if hasattr(array, "tocsr") and hasattr(array, "nnz"):
             total += 2 * (array.nnz * (array.dtype.itemsize + 8) + 8 * (array.shape[0] + 1))
