@@ -360,7 +360,8 @@ def main(argv=()):
     if "--large" in argv:  # d > VARIANT_DIMS, appended as it goes; --merge reads it
         families, dims = _option(argv, "--family", FAMILIES), _option(argv, "--dims", ())
         sizes = tuple(map(int, _option(argv, "--sizes", cfg["sizes"])))
-        return large(dict(cfg, sizes=sizes), families, tuple(map(int, dims)),
+        seeds = tuple(map(int, _option(argv, "--seeds", cfg["seeds"])))
+        return large(dict(cfg, sizes=sizes, seeds=seeds), families, tuple(map(int, dims)),
                      RESULTS / f"{NAME}_large.jsonl")
     if "--merge" in argv:  # the fits appended so far, under today's rule
         seeds, variants = _large_seeds()
