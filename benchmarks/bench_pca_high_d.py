@@ -389,7 +389,8 @@ def report(records, variants, cfg, seeds):
     except FileNotFoundError:
         checked = []
     worst = max(r["auto/best"] for r in records)
-    summary = (f"Mean sin^2 of the largest principal angle over up to {len(cfg['seeds'])} noise "
+    most = max(r["seeds"] for r in records)
+    summary = (f"Mean sin^2 of the largest principal angle over up to {most} noise "
                "seeds (`seeds`; lower is better), replicas of PrivatePCA's fits (see the module docstring); k = 5, "
                "n_oversamples = 5, default delta. `always_clip`: the clipped route even where "
                "the rule pools (run at d <= 1000); `tau/B`: the start's radius over the bound; "
