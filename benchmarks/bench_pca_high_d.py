@@ -360,7 +360,8 @@ def main(argv=()):
     if "--large" in argv:  # d > VARIANT_DIMS, appended as it goes; --merge reads it
         families, dims = _option(argv, "--family", FAMILIES), _option(argv, "--dims", ())
         sizes = tuple(map(int, _option(argv, "--sizes", cfg["sizes"])))
-        return large(dict(cfg, sizes=sizes), families, tuple(map(int, dims)),
+        seeds = tuple(map(int, _option(argv, "--seeds", cfg["seeds"])))
+        return large(dict(cfg, sizes=sizes, seeds=seeds), families, tuple(map(int, dims)),
                      RESULTS / f"{NAME}_large.jsonl")
     if "--merge" in argv:  # the fits appended so far, under today's rule
         seeds, variants = _large_seeds()
@@ -388,7 +389,8 @@ def report(records, variants, cfg, seeds):
     except FileNotFoundError:
         checked = []
     worst = max(r["auto/best"] for r in records)
-    summary = (f"Mean sin^2 of the largest principal angle over up to {len(cfg['seeds'])} noise "
+    most = max(r["seeds"] for r in records)
+    summary = (f"Mean sin^2 of the largest principal angle over up to {most} noise "
                "seeds (`seeds`; lower is better), replicas of PrivatePCA's fits (see the module docstring); k = 5, "
                "n_oversamples = 5, default delta. `always_clip`: the clipped route even where "
                "the rule pools (run at d <= 1000); `tau/B`: the start's radius over the bound; "
