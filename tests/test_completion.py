@@ -1220,18 +1220,24 @@ def test_order3_tucker_sweep_matches_the_general_dense_equations(rank, biases, p
 
 def test_tucker_sweeps_sparse_passes_hold_the_grids_unfoldings(rng):
     """The sparse matrices of the order-3 Tucker sweep's passes over the entries are the mask's and
-    the values' unfoldings, each row's columns ascending (the order the grid's products sum)."""
-    from dptensor.algorithms.completion.tucker import _pass_matrices
+    the values' unfoldings, each row's columns ascending (the order the grid's products sum), and
+    the sums it takes from the entries are the grid's."""
+    from dptensor.algorithms.completion.tucker import _entry_passes
 
     shape = (7, 6, 5)
     X, y = _sample(rng, shape, 0.3)
     grid = Observations(X, shape, layout="dense").grid()
     Yg = grid.scatter(y)
-    (m_k, y_k), (m_i, y_i) = _pass_matrices(grid, Yg)
+    ((m_k, y_k), (m_i, y_i)), pair_counts, row_sums, yy = _entry_passes(grid, Yg)
     for T, by_k, by_i in ((grid.mask, m_k, m_i), (Yg, y_k, y_i)):
         np.testing.assert_array_equal(by_k.toarray(), T.reshape(42, 5))
         np.testing.assert_array_equal(by_i.toarray(), T.reshape(7, 30).T)
         assert by_k.has_sorted_indices and by_i.has_sorted_indices
+    for (a, b), counts in pair_counts.items():
+        np.testing.assert_array_equal(counts, grid.mask.sum(axis=3 - a - b))
+    for m in range(3):
+        np.testing.assert_allclose(row_sums[m], Yg.sum(axis=tuple({0, 1, 2} - {m})), rtol=1e-12)
+    assert yy == pytest.approx(float(np.vdot(Yg, Yg)), rel=1e-12)
 
 
 # ----------------------------------------------------------------------------- rounding

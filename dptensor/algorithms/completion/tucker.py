@@ -40,7 +40,7 @@ class TuckerSweep3:
     the factors the previous ones left (the order of :func:`als`).
 
     Where at most one cell in ``SPARSE_PASS_RATIO`` is observed (public: the shape and the number
-    of entries), the passes are sparse products over the observed entries (:func:`_pass_matrices`)
+    of entries), the passes are sparse products over the observed entries (:func:`_entry_passes`)
     instead of products with the grid: the same sums, in the same order of the summed mode's
     index, at a cost in entries, not cells.
     """
@@ -48,13 +48,14 @@ class TuckerSweep3:
     def __init__(self, grid: DenseGrid, Yg, counts):
         M, n = grid.mask, grid.shape
         self.mask, self.counts = M, counts
-        self.pair_counts = {(0, 1): M.sum(axis=2), (0, 2): M.sum(axis=1), (1, 2): M.sum(axis=0)}
-        self.row_sums = [Yg.sum(axis=(1, 2)), Yg.sum(axis=(0, 2)), Yg.sum(axis=(0, 1))]
-        self.yy = float(np.vdot(Yg, Yg))
         if math.prod(n) >= SPARSE_PASS_RATIO * len(grid.flat):
-            self._sparse = _pass_matrices(grid, Yg)
+            self._sparse, self.pair_counts, self.row_sums, self.yy = _entry_passes(grid, Yg)
         else:
             self._sparse = None
+            self.pair_counts = {(0, 1): M.sum(axis=2), (0, 2): M.sum(axis=1),
+                                (1, 2): M.sum(axis=0)}
+            self.row_sums = [Yg.sum(axis=(1, 2)), Yg.sum(axis=(0, 2)), Yg.sum(axis=(0, 1))]
+            self.yy = float(np.vdot(Yg, Yg))
             self._flat = (M.reshape(n[0] * n[1], n[2]), M.reshape(n[0], n[1] * n[2]))
             self._yflat = (Yg.reshape(n[0] * n[1], n[2]), Yg.reshape(n[0], n[1] * n[2]))
         self._pivot = self._value = self._last = None
@@ -200,27 +201,31 @@ def _kron_terms(Q, r):
     return K, a, off
 
 
-def _pass_matrices(grid: DenseGrid, Yg):
-    """The mask and the values as sparse matrices for :class:`TuckerSweep3`'s two passes:
-    ``((mask, values) with rows (i, j) and columns k, (mask, values) with rows (j, k) and columns
-    i)``, each row's columns ascending (the order in which the grid's products sum them)."""
+def _entry_passes(grid: DenseGrid, Yg):
+    """What :class:`TuckerSweep3` reads of the grid, from the observed entries alone (no pass over
+    the cells): the mask and the values as sparse matrices for the two passes, ``((mask, values)
+    with rows (i, j) and columns k, (mask, values) with rows (j, k) and columns i)``, each row's
+    columns ascending (the order in which the grid's products sum them); the counts per pair of
+    modes' indices, the values' sums per row of every mode and their sum of squares."""
     n0, n1, n2 = grid.shape
-    flat = np.flatnonzero(grid.mask)  # the observed cells in C order
+    flat = np.sort(grid.flat)  # the observed cells in C order
     values = Yg.ravel()[flat]
     ones = np.ones(len(flat))
-
-    def csr(rows, cols, n_rows, n_cols, order=None):
-        indptr = np.zeros(n_rows + 1, dtype=np.int64)
-        np.cumsum(np.bincount(rows, minlength=n_rows), out=indptr[1:])
-        data = values if order is None else values[order]
-        return tuple(sp.csr_matrix((d, cols, indptr), shape=(n_rows, n_cols))
-                     for d in (ones, data))
-
-    by_k = csr(flat // n2, flat % n2, n0 * n1, n2)
-    # by (j, k) then i: a counting sort by column of the (i, (j, k)) matrix
     i, jk = np.divmod(flat, n1 * n2)
+    j, k = np.divmod(jk, n2)
+    ij_counts = np.bincount(flat // n2, minlength=n0 * n1)
+    indptr = np.zeros(n0 * n1 + 1, dtype=np.int64)
+    np.cumsum(ij_counts, out=indptr[1:])
+    by_k = tuple(sp.csr_matrix((d, k, indptr), shape=(n0 * n1, n2)) for d in (ones, values))
+    # by (j, k), then i: the columns of the (i, (j, k)) matrix, by scipy's counting sort (10x
+    # NumPy's stable argsort); its data the entries' positions
     by_jk = sp.csr_matrix((np.arange(len(flat), dtype=float), jk, np.searchsorted(
         i, np.arange(n0 + 1))), shape=(n0, n1 * n2)).tocsc()
-    order = by_jk.data.astype(np.int64)
-    by_i = csr(jk[order], by_jk.indices, n1 * n2, n0, order)
-    return by_k, by_i
+    by_i = tuple(sp.csr_matrix((d, by_jk.indices, by_jk.indptr), shape=(n1 * n2, n0))
+                 for d in (ones, values[by_jk.data.astype(np.int64)]))
+    pair_counts = {(0, 1): ij_counts.astype(float).reshape(n0, n1),
+                   (0, 2): np.bincount(i * n2 + k, minlength=n0 * n2).astype(float).reshape(n0, n2),
+                   (1, 2): np.diff(by_jk.indptr).astype(float).reshape(n1, n2)}
+    row_sums = [np.bincount(idx, weights=values, minlength=n) for idx, n in ((i, n0), (j, n1),
+                                                                             (k, n2))]
+    return (by_k, by_i), pair_counts, row_sums, float(values @ values)
