@@ -78,8 +78,13 @@ class TuckerSweep3:
     def _features(self, model: Model, k: int):
         """``F_k = [u, b u, u u^T]`` (upper-triangle pairs) for every row of mode ``k``."""
         U = model.factors[k]
-        ia, ib, _ = _pair_index(U.shape[1])
-        return np.hstack([U, self._bias(model, k)[:, None] * U, U[:, ia] * U[:, ib]])
+        r = U.shape[1]
+        ia, ib, _ = _pair_index(r)
+        out = np.empty((len(U), 2 * r + len(ia)))  # filled in place: no stacked copies
+        out[:, :r] = U
+        np.multiply(self._bias(model, k)[:, None], U, out=out[:, r:2 * r])
+        np.multiply(U[:, ia], U[:, ib], out=out[:, 2 * r:])
+        return out
 
     def _others_offsets(self, model, m):
         """``sum_c mask[i, c] o_c`` per row ``i`` of mode ``m``: the intercept and the other modes'
@@ -114,7 +119,7 @@ class TuckerSweep3:
             self._last = (Q, V)
         K, a, off = _kron_terms(Q, r)
         rows = len(K)
-        Gm = np.moveaxis(model.core, m, 0).reshape(r, r * r)
+        Gm = model.core.transpose(_FRONT[m]).reshape(r, r * r)  # np.moveaxis(core, m, 0)
         gram = _sandwich(Gm, K)
         z_sums = a @ Gm.T
         rhs = (V.reshape(rows, r * r) - model.intercept * a - off) @ Gm.T
@@ -159,6 +164,10 @@ class TuckerSweep3:
                                    + float(b[k] ** 2 @ self.counts[k]) for k in range(3))
         oo += 2.0 * sum(float(b[j] @ C @ b[k]) for (j, k), C in self.pair_counts.items())
         return self.yy - 2.0 * yo + oo
+
+
+#: The axes that bring mode ``m`` of an order-3 array to the front, the others in order.
+_FRONT = ((0, 1, 2), (1, 0, 2), (2, 0, 1))
 
 
 @functools.lru_cache(maxsize=16)
