@@ -1137,6 +1137,34 @@ def test_dense_and_sparse_layouts_release_the_same_values(kind, perturbation, mo
     assert np.ptp(a.predict(data["test_indices"])) > 1e-3  # not a constant fit: the comparison has content
 
 
+@pytest.mark.parametrize("perturbation", [None, "input"])
+def test_tucker_sweeps_passes_over_cells_or_entries_release_the_same_values(perturbation,
+                                                                            monkeypatch):
+    """The order-3 Tucker sweep on the grid gives the same fit (to rounding) whether its passes
+    run over the grid's cells or over the observed entries."""
+    from dptensor.algorithms.completion import tucker
+
+    data = _study(0, shape=(12, 10, 8))
+    private = perturbation is not None
+
+    def fit(ratio, seed):
+        monkeypatch.setattr(tucker, "SPARSE_PASS_RATIO", ratio)
+        est = PrivateTensorCompletion(decomposition="tucker", perturbation=perturbation, rank=2,
+                                      n_iter=8, epsilon=1e3 if private else np.inf,
+                                      value_range=(0, 1) if private else None, random_state=seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PrivacyWarning)
+            return est.fit(data["indices"], data["values"])
+
+    # the first seed whose fit is not constant, so that the comparison has content
+    seed = next(s for s in range(20) if np.ptp(fit(0, s).predict(data["test_indices"])) > 1e-3)
+    cells, entries = fit(10**9, seed), fit(0, seed)
+    for u, v in zip(cells.factors_ + cells.biases_, entries.factors_ + entries.biases_):
+        np.testing.assert_allclose(u, v, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(cells.core_, entries.core_, rtol=0, atol=1e-10)
+    assert np.ptp(cells.predict(data["test_indices"])) > 1e-3  # the comparison has content
+
+
 @_SMALL_STUDY
 def test_predictions_are_clipped_to_the_value_range():
     """A noisy fit can predict outside the public range; clipping there is post-processing and can
