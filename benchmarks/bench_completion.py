@@ -198,6 +198,13 @@ def speed_tensorly(quick):
         print("tensorly not installed: skipping the TensorLy speed comparison")
         return []
     records = []
+    # The allocator in the same state for every contender and every order of the runs: glibc
+    # hands blocks above its mmap threshold (128 KiB until the first large block is freed) back
+    # to the system when freed, so until then every temporary of a few MB page-faults afresh.
+    # TensorLy's masked Tucker at 60^3 (1.7 MB temporaries) ran 3x slower before a larger block
+    # was freed than after, which the CP fits that ran before it decided. One block of 30 MiB
+    # (below glibc's largest threshold, 32 MiB) freed here raises the threshold for all of them.
+    np.ones(30 * 2**20 // 8)
     # Equal iterations, held-out RMSE of both (low-rank studies), at sizes TensorLy holds densely.
     iters = 20
     sizes = ([((60, 60, 60), 0.5)] if quick
@@ -394,7 +401,8 @@ def _write(records, quick, total_seconds, **extra):
         if tl_rows else "(tensorly not installed)"
     summary = ("One BLAS thread; timings on a shared 2-core machine are noisy (best of five runs, two for "
                "TensorLy at its largest size; TensorLy and dptensor interleaved; the TensorLy comparison in "
-               "wall and in CPU seconds of this process). RMSE on held-out entries against "
+               "wall and in CPU seconds of this process, which starts it with the allocator warm: no contender "
+               "page-faults on temporaries that another's earlier fits spared it). RMSE on held-out entries against "
                "the noiseless tensor. Public value range = [-3 sigma, 1 + 3 sigma] (sigma: the generator's noise "
                "level).\n\n## Privacy-utility, 100^3 rank 3, SNR 1, default private mode (DP-ALS)\n\n"
                "Share of the non-private improvement over the observed-mean predictor kept by the private fit "

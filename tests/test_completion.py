@@ -1137,6 +1137,34 @@ def test_dense_and_sparse_layouts_release_the_same_values(kind, perturbation, mo
     assert np.ptp(a.predict(data["test_indices"])) > 1e-3  # not a constant fit: the comparison has content
 
 
+@pytest.mark.parametrize("perturbation", [None, "input"])
+def test_tucker_sweeps_passes_over_cells_or_entries_release_the_same_values(perturbation,
+                                                                            monkeypatch):
+    """The order-3 Tucker sweep on the grid gives the same fit (to rounding) whether its passes
+    run over the grid's cells or over the observed entries."""
+    from dptensor.algorithms.completion import tucker
+
+    data = _study(0, shape=(12, 10, 8))
+    private = perturbation is not None
+
+    def fit(ratio, seed):
+        monkeypatch.setattr(tucker, "SPARSE_PASS_RATIO", ratio)
+        est = PrivateTensorCompletion(decomposition="tucker", perturbation=perturbation, rank=2,
+                                      n_iter=8, epsilon=1e3 if private else np.inf,
+                                      value_range=(0, 1) if private else None, random_state=seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PrivacyWarning)
+            return est.fit(data["indices"], data["values"])
+
+    # the first seed whose fit is not constant, so that the comparison has content
+    seed = next(s for s in range(20) if np.ptp(fit(0, s).predict(data["test_indices"])) > 1e-3)
+    cells, entries = fit(10**9, seed), fit(0, seed)
+    for u, v in zip(cells.factors_ + cells.biases_, entries.factors_ + entries.biases_):
+        np.testing.assert_allclose(u, v, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(cells.core_, entries.core_, rtol=0, atol=1e-10)
+    assert np.ptp(cells.predict(data["test_indices"])) > 1e-3  # the comparison has content
+
+
 @_SMALL_STUDY
 def test_predictions_are_clipped_to_the_value_range():
     """A noisy fit can predict outside the public range; clipping there is post-processing and can
@@ -1172,12 +1200,18 @@ def test_dense_tucker_sum_of_squares_from_the_core_equations(fit_biases, rng):
 
 @pytest.mark.parametrize("rank", [1, 2, 4])
 @pytest.mark.parametrize("biases", ["fitted", "fixed", "none"])
-def test_order3_tucker_sweep_matches_the_general_dense_equations(rank, biases, rng):
-    """The order-3 Tucker sweep (two updates per pass over the grid) gives every mode's normal
-    equations, the core's solution and the sum of squared residuals of the general dense layout."""
+@pytest.mark.parametrize("passes", ["cells", "entries"])
+def test_order3_tucker_sweep_matches_the_general_dense_equations(rank, biases, passes, rng,
+                                                                 monkeypatch):
+    """The order-3 Tucker sweep (two updates per pass over the grid, or over the observed entries)
+    gives every mode's normal equations, the core's solution and the sum of squared residuals of
+    the general dense layout."""
     import copy
 
+    from dptensor.algorithms.completion import tucker
     from dptensor.algorithms.completion.tucker import TuckerSweep3, _kron_index
+
+    monkeypatch.setattr(tucker, "SPARSE_PASS_RATIO", 0 if passes == "entries" else 10**9)
     from dptensor.algorithms.completion.design import _grid_core_step, _grid_offsets, _row_bias, grid_design, grid_value_sums
     from dptensor.algorithms.completion.model import init_model
 
@@ -1191,6 +1225,7 @@ def test_order3_tucker_sweep_matches_the_general_dense_equations(rank, biases, r
     model.biases = [] if biases == "none" else [rng.normal(0, 0.2, n) for n in shape]
     fit = biases == "fitted"
     sweep = TuckerSweep3(grid, Yg, obs.counts)
+    assert (sweep._sparse is not None) == (passes == "entries")
     for m in range(3):
         # each mode's equations at the factors the previous updates left (as in a sweep)
         gram, rhs = sweep.normal_equations(model, m, fit)
@@ -1209,6 +1244,28 @@ def test_order3_tucker_sweep_matches_the_general_dense_equations(rank, biases, r
     assert ssr == pytest.approx(ref_ssr, rel=1e-9)
     # the cached Kronecker index holds a (rank, rank) map per mode, never rank^6 entries (400 MB at 16)
     assert [i.size for i in _kron_index(rank, 3)] == [rank**2] * 3
+
+
+def test_tucker_sweeps_sparse_passes_hold_the_grids_unfoldings(rng):
+    """The sparse matrices of the order-3 Tucker sweep's passes over the entries are the mask's and
+    the values' unfoldings, each row's columns ascending (the order the grid's products sum), and
+    the sums it takes from the entries are the grid's."""
+    from dptensor.algorithms.completion.tucker import _entry_passes
+
+    shape = (7, 6, 5)
+    X, y = _sample(rng, shape, 0.3)
+    grid = Observations(X, shape, layout="dense").grid()
+    Yg = grid.scatter(y)
+    ((m_k, y_k), (m_i, y_i)), pair_counts, row_sums, yy = _entry_passes(grid, Yg)
+    for T, by_k, by_i in ((grid.mask, m_k, m_i), (Yg, y_k, y_i)):
+        np.testing.assert_array_equal(by_k.toarray(), T.reshape(42, 5))
+        np.testing.assert_array_equal(by_i.toarray(), T.reshape(7, 30).T)
+        assert by_k.has_sorted_indices and by_i.has_sorted_indices
+    for (a, b), counts in pair_counts.items():
+        np.testing.assert_array_equal(counts, grid.mask.sum(axis=3 - a - b))
+    for m in range(3):
+        np.testing.assert_allclose(row_sums[m], Yg.sum(axis=tuple({0, 1, 2} - {m})), rtol=1e-12)
+    assert yy == pytest.approx(float(np.vdot(Yg, Yg)), rel=1e-12)
 
 
 # ----------------------------------------------------------------------------- rounding

@@ -57,3 +57,37 @@ def test_noise_variance_divides_by_the_residual_dof_at_least_a_share_of_the_entr
     assert noise_variance(90.0, 100, 10.0) == pytest.approx(1.0)
     assert noise_variance(90.0, 100, 0.0) == pytest.approx(0.9)
     assert noise_variance(5.0, 100, 150.0) == pytest.approx(5.0 / (MIN_RESIDUAL_DOF * 100))
+
+
+
+@pytest.mark.parametrize("scale, twin", [(1e20, 1.0), (1e12, 1.0 + 1e-13)])
+def test_ridge_dof_falls_back_to_the_pseudo_inverse_where_the_ridge_is_lost(scale, twin, rng):
+    # Grams so large that a 1e-4 ridge is lost in their rounding: exactly singular (LU raises) or
+    # nearly (LU's inverse gives a row more than p degrees of freedom): the pseudo-inverse's
+    # answer, as before the LU.
+    reg = 1e-4
+    K = rng.standard_normal((5, 3))
+    K[:, 2] = K[:, 0] * twin
+    grams = np.stack([K.T @ K + reg * np.eye(3), scale * (K.T @ K) + reg * np.eye(3)])
+    pinv = np.linalg.pinv(grams, hermitian=True)
+    assert ridge_dof(grams, reg) == pytest.approx(np.sum(3 - reg * np.trace(pinv, axis1=1,
+                                                                            axis2=2)), rel=1e-9)
+
+
+def test_the_dof_is_counted_only_in_the_sweeps_whose_noise_variance_is_read(monkeypatch, rng):
+    # s2 of sweep k sets the ridge of sweep k + 1 from the warmup on: sweeps warmup - 1 .. n - 2
+    import dptensor.algorithms.completion.als as als_module
+    from dptensor.algorithms.completion.model import init_model
+    from dptensor.algorithms.completion.observations import Observations
+
+    calls = []
+    real = als_module.ridge_dof
+    monkeypatch.setattr(als_module, "ridge_dof", lambda g, reg: calls.append(1) or real(g, reg))
+    X, y, _, _ = _sparse_ratings(0, shape=(20, 30, 4), n=600)
+    obs = Observations(X, (20, 30, 4))
+    for kind in ("cp", "tucker"):
+        calls.clear()
+        model = init_model(obs.shape, 2, kind, rng, scale=0.1)
+        als_module.als(obs, y - y.mean(), model, reg=1e-4, reg_core=1e-4, n_iter=8, tol=0,
+                       prior_var=0.02, warmup=5, dof=True)
+        assert len(calls) == 3 * 3  # sweeps 4, 5, 6; three modes each

@@ -58,6 +58,9 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
         if prior_var is not None and sweep >= warmup and s2 is not None:
             # Empirical Bayes: ridge = noise variance / prior variance of a parameter.
             reg, reg_core = reg0 + s2 / prior_var, reg_core0 + s2 / prior_var
+        # The degrees of freedom only feed s2, which only the next sweep's empirical-Bayes ridge
+        # reads: none in the sweeps before the warmup's last or in the last sweep.
+        sweep_dof = dof and prior_var is not None and warmup - 1 <= sweep < n_iter - 1
         df = 1.0 + (model.core.size if model.core is not None else 0)  # the intercept, the core
         for m in range(d):
             if m in model.fixed:  # no factor to fit: only the row effects, by their own ridge
@@ -76,7 +79,7 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
                                                   _grid_offsets(model, m),
                                                   None if fit_biases else _row_bias(model, m),
                                                   bias=fit_biases)
-            df += _solve_rows(model, m, gram, rhs, reg, fit_biases, dof)
+            df += _solve_rows(model, m, gram, rhs, reg, fit_biases, sweep_dof)
         if model.core is not None:
             if grid is None:
                 ssr = _tucker_core_step(model, layouts[0], ys[0], reg_core)
@@ -87,11 +90,8 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
         else:
             ssr = _cp_ssr(model, grid, Yg, layouts, ys, d)
         mse = ssr / len(y)
-        s2 = noise_variance(ssr, len(y), df) if dof else mse
-        loss = 0.5 * ssr + 0.5 * reg * sum(np.sum(model.factors[m] ** 2)
-                                           for m in model.free_modes())
-        if model.core is not None:
-            loss += 0.5 * reg_core * np.sum(model.core**2)
+        s2 = noise_variance(ssr, len(y), df) if sweep_dof else mse
+        loss = _objective(model, ssr, reg, reg_core)
         if history is not None:
             history.append(float(np.sqrt(mse)))
         if callback is not None:
@@ -100,6 +100,14 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
             break
         prev = loss
     return model
+
+
+def _objective(model, ssr, reg, reg_core) -> float:
+    """The ridge objective: half the sum of squared residuals and of the penalties."""
+    loss = 0.5 * ssr + 0.5 * reg * sum(np.sum(model.factors[m] ** 2) for m in model.free_modes())
+    if model.core is not None:
+        loss += 0.5 * reg_core * np.sum(model.core**2)
+    return loss
 
 
 def _fixed_mode_biases(model, L, y_m, m, reg) -> float:
@@ -139,9 +147,24 @@ def noise_variance(ssr, n, df) -> float:
 def ridge_dof(gram, reg) -> float:
     """The effective degrees of freedom of stacked ridge fits, ``sum_i tr((G_i + reg)^-1 G_i) =
     sum_i (p - reg tr((G_i + reg)^-1))``, from their ridged Grams ``G_i + reg`` (a row without
-    entries counts 0)."""
-    inv_trace = np.trace(np.linalg.pinv(gram, hermitian=True), axis1=1, axis2=2)
-    return float(np.sum(gram.shape[1] - reg * inv_trace))
+    entries counts 0).
+
+    The inverses by one stacked LU (a tenth of the cost of the pseudo-inverse's
+    eigendecompositions, and as accurate: both err by about the Gram's condition number times
+    the rounding); the pseudo-inverse for the rows where the ridge may be lost in the Gram's
+    rounding (below ``1e-14`` of its trace, where the pseudo-inverse drops the directions the
+    ridge alone held, as :func:`_ridge_solve`), or for all where the LU fails."""
+    p = gram.shape[1]
+    lost = reg <= 1e-14 * np.abs(np.trace(gram, axis1=1, axis2=2))
+    try:
+        with np.errstate(all="ignore"):
+            inv_trace = np.trace(np.linalg.inv(gram), axis1=1, axis2=2)
+    except np.linalg.LinAlgError:
+        lost[:] = True
+        inv_trace = np.empty(len(gram))
+    if lost.any():
+        inv_trace[lost] = np.trace(np.linalg.pinv(gram[lost], hermitian=True), axis1=1, axis2=2)
+    return float(np.sum(p - reg * inv_trace))
 
 
 def _cp_ssr(model, grid, Yg, layouts, ys, d) -> float:

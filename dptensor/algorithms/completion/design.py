@@ -84,7 +84,7 @@ def _ridge_solve(gram, rhs):
 
 def _set_core(model: Model, gram, rhs, reg_core):
     """The core's ridge solution from its normal equations (``gram`` is modified)."""
-    gram[np.diag_indices_from(gram)] += reg_core + 1e-12
+    gram.flat[::len(gram) + 1] += reg_core + 1e-12  # the diagonal
     model.core = _ridge_solve(gram, rhs).reshape(model.core.shape)
 
 

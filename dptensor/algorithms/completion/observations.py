@@ -21,7 +21,9 @@ from .model import Model
 #: rank 3 (one thread), one ALS sweep on the grid costs about 0.010 s (CP) and 0.0054 s (Tucker,
 #: :class:`TuckerSweep3`) whatever the number of entries, the sparse layout's sweep as much at
 #: about 1.2e5 (CP) and 2.5e4 (Tucker) entries (at 32^4, 0.021 s and 3e4); a Tucker gradient
-#: step (0.032 s on the grid) as much at about 6e4.
+#: step (0.032 s on the grid) as much at about 6e4. (Measured before the order-3 Tucker sweep
+#: ran its passes over the entries where few cells are observed, ``tucker.SPARSE_PASS_RATIO``:
+#: cheaper still on the grid there, so the Tucker ALS ratio errs towards the sparse layout.)
 DENSE_RATIO = 8
 
 
