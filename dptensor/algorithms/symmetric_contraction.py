@@ -46,15 +46,21 @@ def pack_distinct(T: np.ndarray) -> np.ndarray:
     (``k``, then ``j``, then ``i``: the contiguous rows ``T[k, j, :j + 1]``). Each orbit is read
     from that one copy (a tensor symmetric only up to rounding gives the NumPy path's value up
     to that asymmetry)."""
-    d = T.shape[0]
-    parts = []
-    for k in range(d):
-        j, i = np.tril_indices(k + 1)  # rows j <= k, then i <= j: the kernel's order
-        w = np.where(i == j, 1.0, 2.0)
-        w[j == k] = 1.0
-        w[(i == j) & (j == k)] = 1.0 / 3.0
-        parts.append(T[k][j, i] * w.astype(T.dtype))
-    return np.ascontiguousarray(np.concatenate(parts))
+    flat, weights = _distinct_layout(T.shape[0])
+    return T.reshape(-1)[flat] * weights.astype(T.dtype)
+
+
+def _distinct_layout(d: int):
+    """Flat indices into a C-ordered d x d x d array of the entries :func:`pack_distinct` takes,
+    and their weights (2 for distinct indices, 1 for two equal, 1/3 for three)."""
+    row_k = np.repeat(np.arange(d), np.arange(1, d + 1))  # the rows (k, j), j <= k, in order
+    row_j = np.arange(row_k.size) - np.repeat(np.arange(d) * np.arange(1, d + 1) // 2,
+                                              np.arange(1, d + 1))
+    k, j = np.repeat(row_k, row_j + 1), np.repeat(row_j, row_j + 1)  # row (k, j) has j + 1
+    i = np.arange(k.size) - np.repeat(np.cumsum(row_j + 1) - (row_j + 1), row_j + 1)
+    weights = np.where((i == j) | (j == k), 1.0, 2.0)
+    weights[(i == j) & (j == k)] = 1.0 / 3.0
+    return (k * d + j) * d + i, weights
 
 
 def _contract_into(P, Ut, outT):  # pragma: no cover (compiled)
