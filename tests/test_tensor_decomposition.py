@@ -436,7 +436,7 @@ def _rounding_spy(monkeypatch, name):
 @_SMALL_PRIVATE
 def test_dense_moment_power_queries_carry_their_rounding(monkeypatch):
     """A private power fit on a dense moment of rows: every query's rounding is n rows plus the
-    contraction's d(d+1)/2 pairs and the fixed scalings, total B^3 plus the deflated |lambda|s."""
+    contraction's (d+1)(d+2)/2 summands (either path) and the fixed scalings, total B^3 plus the deflated |lambda|s."""
     rng = np.random.default_rng(5)
     n, d, B = 400, 5, 2.0
     X = rng.standard_normal((n, d)).astype(np.float32)
@@ -444,7 +444,7 @@ def test_dense_moment_power_queries_carry_their_rounding(monkeypatch):
     est = PrivateTensorDecomposition(2, epsilon=5.0, data_norm=B, moment="dense", n_restarts=3,
                                      n_iter=4, random_state=0).fit(X)
     assert est.moment_ == "dense" and len(seen) == 2 * (4 + 1)
-    vector_terms = n + 6 + d * (d + 1) // 2
+    vector_terms = n + 8 + d + d * (d + 1) // 2
     first, second = seen[:5], seen[5:]
     for r in first:
         assert r.total == B**3 and r.dtype == np.float64

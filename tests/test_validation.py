@@ -129,6 +129,12 @@ def test_check_symmetric_tensor(rng):
     with pytest.raises(ValueError, match="not a symmetric"):
         check_symmetric_tensor(B, name="T")
     np.testing.assert_allclose(check_symmetric_tensor(A, symmetrize=True), S, atol=1e-14)
+    # The error names the first transposition that changes the tensor.
+    first_two = A + A.transpose(1, 0, 2)  # symmetric in its first two axes only
+    with pytest.raises(ValueError, match=r"axes \(0, 2, 1\)"):
+        check_symmetric_tensor(first_two)
+    with pytest.raises(ValueError, match=r"axes \(1, 0, 2\)"):
+        check_symmetric_tensor(A + A.transpose(0, 2, 1))
     # float32 is kept and checked at float32 precision.
     S32 = S.astype(np.float32)
     assert check_symmetric_tensor(S32).dtype == np.float32

@@ -424,7 +424,9 @@ def decompose_whitened(data, correction, k: int, *, sensitivity: float, rounding
 def _query_rounding(data: Rounding | None, correction, k: int) -> Rounding | None:
     """A power query ``(T + C)(I, u, u)`` (or ``(u, u, u)``) for unit ``u``: the data tensor's
     entries, contracted over ``k^2`` of them (``|| |T|(I, |u|, |u|) || <= ||T||_F``), plus the
-    public correction's, whose Frobenius norm joins the total."""
+    public correction's, whose Frobenius norm joins the total. ``k^2 + k`` operations cover
+    either path of the dense contraction (the compiled one's ``3 + (k + 1) (k + 2) / 2`` from
+    k = 4 on, and it runs only from k = 96)."""
     if data is None:
         return None
     return Rounding(total=data.total + float(np.linalg.norm(correction)),

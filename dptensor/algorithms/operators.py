@@ -15,6 +15,8 @@ import numpy as np
 
 from .compiled import compiled
 from .pair_products import pair_products
+from .symmetric_contraction import KERNEL_MIN_D, contract_distinct, pack_distinct
+from .symmetric_contraction import compiled_kernel as contraction_kernel
 
 __all__ = ["SymmetricTensor", "ThirdMoment", "DeflatedTensor", "GramMatrix", "DenseMatrix",
            "symmetrize_tensor", "moment_tensor", "moment_chunk_rows", "MomentSum"]
@@ -142,21 +144,45 @@ class SymmetricTensor(TensorOperator):
     ``K[(b,c), l] = U[b, l] U[c, l]``. That is one GEMM of ``d^3 L`` flops reading ``d^3 / 2``
     numbers, against ``2 d^3 L`` flops and ``d^3`` numbers for ``T.reshape(d*d, d) @ U``; the
     product is memory-bound at the few restarts a power method batches, so the halved traffic is
-    what counts. ``P`` is built once (half the size of T).
+    what counts. From ``d =`` :data:`~dptensor.algorithms.symmetric_contraction.KERNEL_MIN_D` on,
+    where numba is installed, a compiled loop reads the ``d^3 / 6`` distinct entries once for all
+    L instead (:mod:`~dptensor.algorithms.symmetric_contraction`: 3x faster at d = 200). Either
+    packing is built on first use (half the size of T, or a sixth).
     """
 
-    #: Build the restarts' pair products with the compiled loop where there is one
-    #: (:mod:`~dptensor.algorithms.pair_products`); ``False`` forces the NumPy path (the tests).
+    #: Use the compiled loops where there are ones (the pair products of
+    #: :mod:`~dptensor.algorithms.pair_products`, the contraction of
+    #: :mod:`~dptensor.algorithms.symmetric_contraction`); ``False`` forces the NumPy path (the
+    #: tests, the benchmark's fallback timings).
     use_kernel = True
 
     def __init__(self, T: np.ndarray):
         self.T = T
         self.shape = T.shape
         self._rows, self._cols = np.triu_indices(T.shape[0])
-        weights = np.where(self._rows == self._cols, 1.0, 2.0).astype(T.dtype)
-        self._packed = np.ascontiguousarray(T[:, self._rows, self._cols] * weights)
+        self._half = self._distinct = None
+
+    @property
+    def _packed(self):
+        """``P[a, (b, c)]``, ``b <= c``: the NumPy path's packed half (built on first use)."""
+        if self._half is None:
+            weights = np.where(self._rows == self._cols, 1.0, 2.0).astype(self.T.dtype)
+            self._half = np.ascontiguousarray(self.T[:, self._rows, self._cols] * weights)
+        return self._half
+
+    def _kernel(self):
+        """The compiled contraction where this tensor takes it, else ``None``."""
+        if not (self.use_kernel and self.shape[0] >= KERNEL_MIN_D
+                and self.T.dtype in (np.float32, np.float64)):
+            return None
+        return contraction_kernel()
 
     def apply(self, U):
+        kernel = self._kernel()
+        if kernel is not None:
+            if self._distinct is None:
+                self._distinct = pack_distinct(self.T)
+            return contract_distinct(self._distinct, U, kernel)
         # K is built transposed, (L, pairs), from contiguous rows of U^T (compiled where numba
         # is installed: the same products, 5-10x faster than NumPy's two gathers).
         K = pair_products(np.ascontiguousarray(U.T), self._rows, self._cols,

@@ -24,6 +24,7 @@ from ..mechanisms import Rounding, clip_rows, gaussian_release, symmetric_gaussi
 from .exact import BITS, Exact, exact_gaussian_release, grid_vectors, moment_sensitivities
 from .grouped_tensor import group_moment_sensitivities
 from .operators import DeflatedTensor
+from .symmetric_contraction import contraction_terms
 
 __all__ = ["PowerNoise", "tensor_power_method", "plan_noise_multiplier", "n_power_queries",
            "entry_sensitivities", "row_sensitivity", "choose_moment", "perturb_tensor",
@@ -170,13 +171,15 @@ def moment_roundings(data_norm: float, n_samples: int, d: int, eigenvalues=()):
 
     Every elementary term ``x_a x_b x_c u_b u_c / n`` passes through: the sum over the ``n`` rows
     with the moment's scalings (``/ n``; on Dask a chunk's ``/ m`` and ``* m`` too): ``n + 3``;
-    the packed weight and the product with ``u_b u_c``: 2; the sum over the ``d (d + 1) / 2``
-    pairs; the deflation's subtraction: 1; the scalar query adds ``u . T(I,u,u)``: ``d + 1``. In
+    the contraction, on either of its paths: the packed weight, two products and a sum of at
+    most ``(d + 1) (d + 2) / 2`` summands started at zero
+    (:func:`~dptensor.algorithms.symmetric_contraction.contraction_terms`); the deflation's
+    subtraction: 1; the scalar query adds ``u . T(I,u,u)``: ``d + 1``. In
     l2 a row's terms add at most ``||x|| (|x| . |u|)^2 / n <= B^3 / n`` (unit ``u``) and the
     public deflation ``sum_j lambda_j (v_j . u)^2 v_j`` at most ``sum_j |lambda_j|``:
     ``total = B^3 + sum_j |lambda_j|`` for both queries.
     """
-    terms = int(n_samples) + 3 + 2 + d * (d + 1) // 2 + 1
+    terms = int(n_samples) + 3 + contraction_terms(d) + 1
     total = float(data_norm) ** 3 + float(np.sum(np.abs(np.asarray(eigenvalues, dtype=float))))
     return Rounding(total, terms), Rounding(total, terms + d + 1)
 

@@ -1,0 +1,100 @@
+"""The compiled contraction over a symmetric tensor's distinct entries against the NumPy path."""
+import warnings
+
+import numpy as np
+import pytest
+
+from dptensor import PrivateTensorDecomposition
+from dptensor.algorithms import compiled
+from dptensor.algorithms import symmetric_contraction as sc
+from dptensor.algorithms.operators import SymmetricTensor, symmetrize_tensor
+from dptensor.datasets import make_orthogonal_tensor
+
+
+def _kernel():
+    pytest.importorskip("numba")
+    kernel = sc.compiled_kernel()
+    assert kernel is not None
+    return kernel
+
+
+def _close(a, b, rtol):
+    """Within ``rtol`` of the reference's largest entry (a sum with cancellations has no
+    relative accuracy entry by entry, on either path)."""
+    assert a.shape == b.shape and a.dtype == b.dtype
+    assert np.max(np.abs(a - b)) <= rtol * np.max(np.abs(b))
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 4, 5, 7, 8, 9, 13])
+@pytest.mark.parametrize("L", [1, 3, 10])
+def test_every_placement_of_every_entry_small_d(d, L):
+    """Small d walks every branch (the four-column blocks, their ends, the single columns)."""
+    rng = np.random.default_rng(d * 31 + L)
+    T = symmetrize_tensor(rng.standard_normal((d, d, d)))
+    U = rng.standard_normal((d, L))
+    out = sc.contract_distinct(sc.pack_distinct(T), U, _kernel())
+    _close(out, np.einsum("abc,bl,cl->al", T, U, U), 1e-13)
+
+
+@pytest.mark.parametrize("d", [96, 101, 130])
+def test_the_compiled_path_agrees_with_the_numpy_path(monkeypatch, d):
+    _kernel()
+    rng = np.random.default_rng(d)
+    T = symmetrize_tensor(rng.standard_normal((d, d, d)))
+    U = np.linalg.qr(rng.standard_normal((d, 10)))[0]
+    fast = SymmetricTensor(T).apply(U)
+    monkeypatch.setattr(SymmetricTensor, "use_kernel", False)
+    slow = SymmetricTensor(T).apply(U)
+    _close(fast, slow, 1e-12)
+    assert not np.array_equal(fast, slow)  # the compiled path really ran
+
+
+def test_float32_stays_float32():
+    kernel = _kernel()
+    rng = np.random.default_rng(3)
+    T = symmetrize_tensor(rng.standard_normal((97, 97, 97))).astype(np.float32)
+    U = rng.standard_normal((97, 4)).astype(np.float32)
+    out = sc.contract_distinct(sc.pack_distinct(T), U, kernel)
+    ref = np.einsum("abc,bl,cl->al", T.astype(float), U.astype(float), U.astype(float))
+    _close(out, ref.astype(np.float32), 1e-5)
+
+
+def test_below_the_threshold_and_without_numba_the_numpy_path_runs(monkeypatch):
+    rng = np.random.default_rng(4)
+    d = sc.KERNEL_MIN_D
+    T = symmetrize_tensor(rng.standard_normal((d, d, d)))
+    U = rng.standard_normal((d, 3))
+    op = SymmetricTensor(T)
+    monkeypatch.setattr(compiled, "ENABLED", False)
+    monkeypatch.setattr(compiled, "_KERNELS", {})
+    assert op._kernel() is None
+    slow = op.apply(U)
+    assert op._distinct is None  # nothing packed for a path not taken
+    _close(slow, np.einsum("abc,bl,cl->al", T, U, U), 1e-12)
+    small = SymmetricTensor(T[:d - 1, :d - 1, :d - 1])
+    monkeypatch.setattr(compiled, "ENABLED", True)
+    assert small._kernel() is None
+
+
+def test_the_operation_count_covers_both_paths():
+    """The rounding allowance's count: the weight, two products, one sum from zero."""
+    for d in (1, 5, 96, 200):
+        assert sc.contraction_terms(d) == 3 + (d + 1) * (d + 2) // 2
+        assert sc.contraction_terms(d) >= 2 + d * (d + 1) // 2  # the GEMM path's
+
+
+def test_a_fit_finds_the_same_components_on_both_paths(monkeypatch):
+    _kernel()
+    T, _, V = make_orthogonal_tensor(96, 3, noise=0.01, random_state=0)
+
+    def fit():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est = PrivateTensorDecomposition(3, n_restarts=5, n_iter=15, random_state=1).fit(T)
+        return est.components_, est.eigenvalues_
+
+    fast = fit()
+    monkeypatch.setattr(SymmetricTensor, "use_kernel", False)
+    slow = fit()
+    for a, b in zip(fast, slow):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-11)
