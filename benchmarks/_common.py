@@ -51,6 +51,15 @@ def one_thread():
     return threadpool_limits(limits=1)
 
 
+def warm_allocator():
+    """Put the allocator in one state for every contender, whatever ran before: glibc hands blocks
+    above its mmap threshold (128 KiB until the first large block is freed) back to the system
+    when freed, so until then every temporary of a few MB page-faults afresh. A peer's masked
+    Tucker at 60^3 (1.7 MB temporaries) ran 3x slower before a larger block had been freed than
+    after. One 30 MiB block (below glibc's largest threshold, 32 MiB) freed raises it for all."""
+    np.ones(30 * 2**20 // 8)
+
+
 def timed(fn, *args, repeat: int = 1, **kwargs):
     """(best wall time in seconds over ``repeat`` runs, result of the last run)."""
     best, out = np.inf, None

@@ -26,7 +26,8 @@ import warnings
 
 import numpy as np
 
-from benchmarks._common import load_results, peak_memory, plot_path, timed, write_results
+from benchmarks._common import (load_results, peak_memory, plot_path, timed, warm_allocator,
+                               write_results)
 from dptensor import PrivacyWarning
 from dptensor.algorithms.completion.observations import Observations
 from dptensor.algorithms.completion.als import als
@@ -198,13 +199,7 @@ def speed_tensorly(quick):
         print("tensorly not installed: skipping the TensorLy speed comparison")
         return []
     records = []
-    # The allocator in the same state for every contender and every order of the runs: glibc
-    # hands blocks above its mmap threshold (128 KiB until the first large block is freed) back
-    # to the system when freed, so until then every temporary of a few MB page-faults afresh.
-    # TensorLy's masked Tucker at 60^3 (1.7 MB temporaries) ran 3x slower before a larger block
-    # was freed than after, which the CP fits that ran before it decided. One block of 30 MiB
-    # (below glibc's largest threshold, 32 MiB) freed here raises the threshold for all of them.
-    np.ones(30 * 2**20 // 8)
+    warm_allocator()  # no contender's speed depends on which fits ran before it
     # Equal iterations, held-out RMSE of both (low-rank studies), at sizes TensorLy holds densely.
     iters = 20
     sizes = ([((60, 60, 60), 0.5)] if quick
