@@ -112,3 +112,34 @@ def test_a_private_fit_never_takes_the_float_pass(monkeypatch):
         warnings.simplefilter("ignore")
         PrivatePCA(2, epsilon=1.0, delta=1e-6, data_norm=4.0, method="analyze_gauss",
                    random_state=0).fit(X)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("bound", [None, 4.0, 2.0])
+def test_the_same_sums_with_numba_or_without(monkeypatch, small_blocks, dtype, bound):
+    from dptensor.algorithms import compiled
+
+    X = _rows(3001, 7, 1.5, dtype)
+    X[7] *= 4.0 / np.linalg.norm(X[7])  # a row on the bound: the exact measurement decides
+    fast = centred_gram(X, bound)
+    monkeypatch.setattr(compiled, "ENABLED", False)
+    assert float_pass._kernels() is None
+    slow = centred_gram(X, bound)
+    for a, b in zip(fast, slow):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("bound, scale", [(1e200, 1.0), (1e-200, 0.4e-200)])
+def test_bounds_whose_square_leaves_the_float_range(bound, scale):
+    X = np.random.default_rng(3).standard_normal((500, 4)) * scale
+    X[0] *= 1e3  # clipped by the tiny bound
+    mean, C, total = centred_gram(X, bound)
+    ref = _reference(X, bound, True)
+    np.testing.assert_allclose(C, ref[1], rtol=1e-12)
+    assert total == pytest.approx(ref[2], rel=1e-12)
+
+
+def test_fortran_ordered_rows():
+    X = _rows(3001, 7, 1.5, np.float64)
+    for a, b in zip(centred_gram(np.asfortranarray(X), 2.0), centred_gram(X, 2.0)):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)

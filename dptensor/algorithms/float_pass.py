@@ -2,8 +2,9 @@ r"""A fit without privacy on rows in floating point, a block of rows at a time: 
 
 The float path clips the rows, centres them on their mean and clips them again, then takes the
 total ``sum_i ||c_i||^2`` and the Gram matrix ``sum_i c_i c_i^T``. Held whole, the clipped and
-centred rows are one more ``X``; here one pass reads each block of rows once, measures its
-squared norms (the clip's own), and adds the block's product and column sums to float64 totals:
+centred rows are one more ``X``; here one pass reads each block of rows once: its product first
+(the block then sits in cache), then its squared norms (for the clip) and its column sums, all
+added to float64 totals.
 
 * float64 rows go into the product as they are (a view of ``X``, no copy); a block with rows
   clipped to at most half their norm is scaled into a buffer first, while milder clips are
@@ -15,14 +16,17 @@ squared norms (the clip's own), and adds the block's product and column sums to 
 * float32 rows are centred on the first block's clipped mean in a float32 buffer (its products
   in float32 then hold the spread, not the mean), and the same check guards that shift.
 
+The clip's factors are :func:`~dptensor.mechanisms.clip_rows`' own: with numba, a vectorised sum
+of squares (any order) first shows that no row of a block is near the bound, and only a block
+where one may be is measured as ``clip_rows`` measures; without numba, that measurement alone.
 The second clip (rows whose distance to the mean passes the bound) needs the mean, known only
-after the pass: each row keeps its norm over the bound (float32, ``X / d`` bytes in float64 rows
-at most), and afterwards the rows that the centring can take past the bound, ``||c|| + ||mu||``
-over it, are read again (a block at a time), clipped exactly as
-:func:`~dptensor.algorithms.power.center_and_clip` does and their products corrected. Each row
-goes through the same maps as :func:`~dptensor.mechanisms.clip_rows` and ``center_and_clip``;
-the sums are float sums in another order and form (no release reads them: the fit has no
-privacy).
+after the pass: each row keeps its squared norm over the bound's (float32: 4 bytes a row), and
+afterwards the rows that the centring can take past the bound, ``||c|| + ||mu||`` over it, are
+read again (a block at a time), clipped exactly as
+:func:`~dptensor.algorithms.power.center_and_clip` does and their products corrected. So each row
+goes through the same maps as ``clip_rows`` and ``center_and_clip``; the sums are float sums in
+another order and form (no release reads them: the fit has no privacy), the same with numba or
+without.
 """
 from __future__ import annotations
 
@@ -30,10 +34,12 @@ import numpy as np
 
 from ..mechanisms.releases import (clip_factors, clip_row_factors, clip_rows, row_squares,
                                    unclipped)
+from .compiled import compiled
 
 __all__ = ["centred_gram", "float_pass_bytes", "CANCELLATION"]
 
-#: Rows of one block: about 1 MB of float64 rows at d = 128, large enough for a fast product.
+#: The fewest rows of one block; blocks hold about 2 MB of float64 rows (2621 at d = 100): large
+#: enough for a fast product, and read again from cache for the norms and the column sums.
 _BLOCK = 1024
 #: The largest ``n ||mu||^2`` over the centred total (the rounding of the uncentred sums, grown by
 #: that ratio) that the one pass keeps; past it the rows are summed again centred on the mean.
@@ -44,14 +50,15 @@ _SLACK = 2.0 ** -16
 
 
 def _rows(d):
-    return max(_BLOCK, (1 << 17) // max(d, 1))
+    return max(_BLOCK, (1 << 18) // max(d, 1))
 
 
 def float_pass_bytes(n: int, d: int) -> int:
-    """Bytes the pass allocates at most (float64): each row's norm over the bound (float32), a
-    few blocks of rows (the buffer; the rows read again for the second clip, clipped and
-    centred) and the d x d sums."""
-    return 4 * n + 8 * (4 * _rows(d) * d + 6 * d * d)
+    """Bytes the pass allocates at most (float64): each row's squared norm over the bound's
+    (float32), three blocks of rows (the buffer, or the rows read again for the second clip and
+    their clipped copies), a block's norms and the d x d sums."""
+    rows = _rows(d)
+    return 4 * n + 8 * (3 * rows * d + 2 * rows + 6 * d * d)
 
 
 def centred_gram(X, data_norm, center=True):
@@ -89,34 +96,90 @@ def _centre(S, s, n, delta):
     return S - cross - cross.T + n * np.outer(delta, delta)
 
 
+def _square_sums(rows, out):
+    """``out[i] = sum_j rows[i, j]^2`` in float64, summed in any order (``fastmath``: reassociated
+    and fused, so vectorised): only a test with room for its rounding reads it."""
+    for i in range(rows.shape[0]):
+        total = 0.0
+        for j in range(rows.shape[1]):
+            v = np.float64(rows[i, j])
+            total += v * v
+        out[i] = total
+
+
+def _column_sums(rows, out):
+    """``out = rows.sum(axis=0, dtype=np.float64)``, in NumPy's order (row after row): plain
+    floating point, so the same numbers."""
+    out[:] = 0.0
+    for i in range(rows.shape[0]):
+        for j in range(rows.shape[1]):
+            out[j] += np.float64(rows[i, j])
+
+
+def _warm_up(kernel, *shape):
+    for dtype in (np.float64, np.float32):
+        kernel(np.ones((3, 2), dtype), np.empty(shape))
+
+
+def _kernels():
+    """The compiled measurements, or ``None`` without numba."""
+    squares = compiled("float_pass_squares", _square_sums, lambda k: _warm_up(k, 3),
+                       fastmath={"reassoc", "contract"})
+    sums = compiled("float_pass_sums", _column_sums, lambda k: _warm_up(k, 2))
+    return None if squares is None or sums is None else (squares, sums)
+
+
+def _squares(rows, kernels, out):
+    """``(sq, error)``: the rows' squared norms and a bound on their relative error against
+    :func:`~dptensor.mechanisms.releases.row_squares`' (0: they are its own)."""
+    if kernels is None or not rows.flags.c_contiguous:  # compiled for C-ordered rows only
+        return row_squares(rows), 0.0
+    kernels[0](rows, out[:len(rows)])
+    return out[:len(rows)], (rows.shape[1] + 1) * 2.0 ** -52  # past any order's rounding
+
+
+def _columns(rows, kernels, out):
+    """The rows' column sums (float64, row after row, compiled or not) into ``out``."""
+    if kernels is None or not rows.flags.c_contiguous:
+        return np.sum(rows, axis=0, dtype=np.float64, out=out)
+    kernels[1](rows, out)
+    return out
+
+
 def _sums(X, data_norm, shift, norms):
     """``(s, S)`` (float64): ``sum r`` and ``sum r r^T`` over ``r = clip_rows(x) - shift`` (no
     shift: None); writes each row's squared norm over the bound's into ``norms`` (1 for a row
-    clipped, or too small to measure directly)."""
+    clipped, or too small or large to measure directly)."""
     n, d = X.shape
-    rows_ = _rows(d)
-    s, S = np.zeros(d), np.zeros((d, d))
-    part, column, ones = np.empty((d, d), X.dtype), np.empty(d, X.dtype), np.ones(rows_, X.dtype)
-    scale = None if data_norm is None else 1.0 / (float(data_norm) ** 2)
-    buffer = None
+    rows_, kernels = _rows(d), _kernels()
+    s, S, part, column = np.zeros(d), np.zeros((d, d)), np.empty((d, d), X.dtype), np.empty(d)
+    with np.errstate(all="ignore"):  # a bound whose square over- or underflows: 0 or inf
+        scale = None if data_norm is None else 1.0 / np.float64(data_norm) ** 2
+    buffer, squares = None, np.empty(rows_)
     for start in range(0, n, rows_):
         rows = X[start:start + rows_]
+        if shift is None:  # the product first, the rest then reads the block from cache
+            np.matmul(rows.T, rows, out=part)
         factor = None
         if data_norm is not None:
-            sq = row_squares(rows)
-            if unclipped(sq, data_norm):  # most blocks: every factor 1, as clip_rows' would be
+            sq, error = _squares(rows, kernels, squares)
+            within = unclipped(sq, data_norm, error)  # most blocks: every factor 1
+            if not within and error:  # near the bound: clip_rows' own measurement decides
+                sq, error = row_squares(rows), 0.0
+                within = unclipped(sq, data_norm)
+            if within:
                 if norms is not None:
                     np.multiply(sq, scale, out=norms[start:start + len(rows)])
             else:
                 factor = clip_row_factors(rows, data_norm, squares=sq)
-                if norms is not None:
+                if norms is not None:  # a clipped row, or one measured rescaled: read again
+                    hard = (factor < 1.0) | ~((sq >= 1e-280) & (sq < np.inf))
                     with np.errstate(all="ignore"):
-                        ratio = np.where((factor < 1.0) | ~(sq >= 1e-280), 1.0, sq * scale)
-                    norms[start:start + len(rows)] = ratio
+                        norms[start:start + len(rows)] = np.where(hard, 1.0, sq * scale)
                 if not np.any(factor < 1.0):
                     factor = None
         if shift is None and (factor is None or factor.min() >= 0.5):
-            r = rows  # X's own rows: no copy
+            r = rows  # X's own rows: no copy, their product taken
         else:
             if buffer is None:
                 buffer = np.empty((rows_, d), dtype=X.dtype)
@@ -129,9 +192,9 @@ def _sums(X, data_norm, shift, norms):
                 if shift is not None:
                     r -= shift
             factor = None
-        np.matmul(r.T, r, out=part)
+            np.matmul(r.T, r, out=part)
         S += part
-        s += np.matmul(ones[:len(r)], r, out=column)
+        s += _columns(r, kernels, column)
         if factor is not None:  # mild clips: the clipped rows' products for the raw ones
             clipped = factor < 1.0
             raw = rows[clipped]
@@ -161,7 +224,8 @@ def _second_clip(S, X, data_norm, mean, norms):
         out = factor < 1.0
         if not out.any():
             continue
-        before = C[out].astype(np.float64)
+        before = C[out]
         with np.errstate(all="ignore"):
-            after = (C[out] * factor[out, None]).astype(np.float64)
+            after = (before * factor[out, None]).astype(np.float64, copy=False)
+        before = before.astype(np.float64, copy=False)
         S += after.T @ after - before.T @ before

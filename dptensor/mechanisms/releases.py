@@ -364,14 +364,16 @@ def clip_row_factors(X, data_norm, squares=None) -> np.ndarray:
         return factor.astype(X.dtype, copy=False)
 
 
-def unclipped(squares, data_norm) -> bool:
+def unclipped(squares, data_norm, error=0.0) -> bool:
     """Whether :func:`clip_factors` leaves every row of these ``squares`` (:func:`row_squares`) as
     it is: each at most ``data_norm^2`` by a margin past the rounding of the test (so that its
-    factor is exactly 1), none too small or large to measure directly."""
+    factor is exactly 1), none too small or large to measure directly. ``error``: a bound on the
+    squares' relative error against :func:`row_squares`' own, where a faster sum in another
+    order measured them (``False`` then only says that the exact measurement must decide)."""
     if squares.size == 0:
         return True
-    top = float(squares.max())
-    return bool(squares.min() >= _SQUARE_SAFE_MIN and top < np.inf
+    low, top = float(squares.min()), float(squares.max()) * (1.0 + error)
+    return bool(low * (1.0 - error) >= _SQUARE_SAFE_MIN and top < np.inf
                 and top <= data_norm * data_norm * (1.0 - 2.0 ** -50))
 
 
