@@ -143,3 +143,20 @@ def test_fortran_ordered_rows():
     X = _rows(3001, 7, 1.5, np.float64)
     for a, b in zip(centred_gram(np.asfortranarray(X), 2.0), centred_gram(X, 2.0)):
         np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
+
+
+def test_unclipped_only_where_every_factor_is_one():
+    from dptensor.mechanisms.releases import clip_factors, row_squares, unclipped
+
+    rng = np.random.default_rng(5)
+    for bound in (1.0, 3.7, 1e-150, 1e150):
+        for _ in range(200):
+            X = rng.standard_normal((4, 9))
+            X *= bound * (1.0 + rng.uniform(-1e-14, 1e-14, 4) * 10 ** rng.uniform(0, 2))[:, None] \
+                / np.linalg.norm(X, axis=1)[:, None]
+            sq = row_squares(X)
+            if unclipped(sq, bound):
+                assert np.all(clip_factors(X, bound) == 1.0)
+            if unclipped(sq * (1.0 + 1e-15), bound, error=1e-14):  # a rougher measurement
+                assert np.all(clip_factors(X, bound) == 1.0)
+    assert not unclipped(np.array([0.0, 1.0]), 2.0)  # a zero row is measured rescaled
