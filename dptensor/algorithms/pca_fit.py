@@ -263,8 +263,9 @@ def fit_memory(n_rows, d, *, p, method, private, precomputed, grouped=False):
     """``(bytes, advice)``: a PCA fit's peak allocation from its shape, an upper bound in float64.
 
     A method that takes the Gram statistic alone (Analyze Gauss) on rows never holds a copy of
-    them: a few blocks of rows and d x d sums (:func:`~dptensor.algorithms.exact_pass.
-    one_pass_bytes`, :func:`~dptensor.algorithms.float_pass.float_pass_bytes`). Otherwise the
+    them: a few blocks of rows and d x d sums, and without privacy a float32 norm per row
+    (:func:`~dptensor.algorithms.exact_pass.one_pass_bytes`,
+    :func:`~dptensor.algorithms.float_pass.float_pass_bytes`). Otherwise the
     rows' clipped and centred copy (``n_rows`` at once: all of them, one chunk of a
     stream, none for Dask or a precomputed matrix), then the ``method``'s own arrays
     (:meth:`~dptensor.algorithms.pca_methods.PCAMethod.memory`: Analyze Gauss's d x d matrix with
