@@ -809,7 +809,7 @@ def test_a_gram_fit_on_rows_holds_no_copy_of_them(epsilon, dtype):
         est.fit(X)
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
-    # a few blocks of rows, d x d sums, and without privacy one clip factor per row
+    # a few blocks of rows, d x d sums, and without privacy one float32 norm per row
     assert peak < X.nbytes / 4, (peak, X.nbytes)
 
 

@@ -22,7 +22,7 @@ import numpy as np
 from .dask import DaskGramMatrix, clip_chunks, dask_gram, is_dask_array
 from .exact_entries import ExactEntryMatrix
 from .exact_pass import centred_stats, grid_sums, one_pass_bytes
-from .float_pass import centred_gram, clip_factors_mean, float_pass_bytes
+from .float_pass import centred_gram, float_pass_bytes
 from .exact import (
     BITS,
     ExactClippedGram,
@@ -179,9 +179,8 @@ def float_rows_fit(X, rng, *, k, p, n_iter, bound, method, center, private, nois
         Xc = X.map_blocks(prepare, dtype=X.dtype)
         total = _total(Xc, bound, private, total_noise, rng)
         return spectrum(Xc, rng, raw=(X, prepare)), mean, total
-    if method.takes_gram and not private:  # two passes of blocks, no copy of X
-        factors, mean = clip_factors_mean(X, bound, center)
-        C, total = centred_gram(X, factors, bound, mean)
+    if method.takes_gram and not private:  # one pass of blocks (two for a far mean), no copy
+        mean, C, total = centred_gram(X, bound, center)
         source = Source(gram=lambda z: (C, 1.0), operator=None)
         return method.spectrum(source, rng, k=k, p=p, n_iter=n_iter, noise=noise,
                                verbose=verbose, dtype=X.dtype), mean, total
@@ -264,8 +263,9 @@ def fit_memory(n_rows, d, *, p, method, private, precomputed, grouped=False):
     """``(bytes, advice)``: a PCA fit's peak allocation from its shape, an upper bound in float64.
 
     A method that takes the Gram statistic alone (Analyze Gauss) on rows never holds a copy of
-    them: a few blocks of rows and d x d sums (:func:`~dptensor.algorithms.exact_pass.
-    one_pass_bytes`, :func:`~dptensor.algorithms.float_pass.float_pass_bytes`). Otherwise the
+    them: a few blocks of rows and d x d sums, and without privacy a float32 norm per row
+    (:func:`~dptensor.algorithms.exact_pass.one_pass_bytes`,
+    :func:`~dptensor.algorithms.float_pass.float_pass_bytes`). Otherwise the
     rows' clipped and centred copy (``n_rows`` at once: all of them, one chunk of a
     stream, none for Dask or a precomputed matrix), then the ``method``'s own arrays
     (:meth:`~dptensor.algorithms.pca_methods.PCAMethod.memory`: Analyze Gauss's d x d matrix with

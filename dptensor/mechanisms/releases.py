@@ -29,9 +29,9 @@ import numpy as np
 
 from .samplers import compiled_kernel, rounded_gaussian, rounded_laplace
 
-__all__ = ["above_threshold", "clip_factors", "clip_rows", "gaussian_release",
-           "joint_gaussian_release", "laplace_release", "symmetric_gaussian_release", "grid_step",
-           "GRID_BITS", "Rounding"]
+__all__ = ["above_threshold", "clip_factors", "clip_row_factors", "clip_rows", "row_squares",
+           "unclipped", "gaussian_release", "joint_gaussian_release", "laplace_release",
+           "symmetric_gaussian_release", "grid_step", "GRID_BITS", "Rounding"]
 
 #: The grid step is the largest power of two at most ``2**-GRID_BITS`` times the noise scale.
 GRID_BITS = 30
@@ -310,18 +310,19 @@ def above_threshold(queries, threshold, epsilon, rng: np.random.Generator, sensi
 _SQUARE_SAFE_MIN = 1e-280
 
 
-def clip_factors(X, data_norm) -> np.ndarray:
+def clip_factors(X, data_norm, squares=None) -> np.ndarray:
     """Row factors ``min(1, data_norm / ||x||)`` (float64), exact for any finite ``X``, silently.
 
     Clipping runs after the spend, so it must neither warn nor fail on any data: a warning that a
     square overflowed (a row beyond ~1e154) or that ``data_norm / 0`` did (a zero row) would tell
     that such a row exists. Rows whose squared norm under- or overflows are measured rescaled by
     their largest entry. (A factor that is not finite, only possible for rows centred on a
-    non-finite released mean, is 0.)
+    non-finite released mean, is 0.) ``squares``: the rows' squared norms as :func:`row_squares`
+    measures them, where the caller needs them too (the same factors, one measurement).
     """
     X = np.asarray(X)
     with np.errstate(all="ignore"):
-        sq = np.einsum("ij,ij->i", X, X, dtype=np.float64)
+        sq = row_squares(X) if squares is None else squares
         factor = np.minimum(1.0, data_norm / np.sqrt(sq))
         hard = ~((sq >= _SQUARE_SAFE_MIN) & (sq < np.inf))
         if hard.any():  # zero, tiny or huge rows (rare): measured rescaled by their largest entry
@@ -346,11 +347,37 @@ def clip_rows(X, data_norm):
     """
     if data_norm is None:
         return X
-    factor = clip_factors(X, data_norm)
+    with np.errstate(all="ignore"):  # a factor below float32's range underflows to 0: still clipped
+        return X * clip_row_factors(X, data_norm)[:, None]
+
+
+def clip_row_factors(X, data_norm, squares=None) -> np.ndarray:
+    """The factors :func:`clip_rows` multiplies the rows of ``X`` by, in ``X``'s dtype
+    (``squares``: as in :func:`clip_factors`)."""
+    factor = clip_factors(X, data_norm, squares)
     eps = np.finfo(X.dtype).eps if np.issubdtype(X.dtype, np.floating) else 0.0
     if eps > np.finfo(np.float64).eps:
         # Rounding the factor and each product to float32 can lift a clipped row's norm by ~2 eps
         # over the bound (9e-8 of it, far past the noise scales' 2**-40 margin): aim below.
         factor = np.where(factor < 1.0, factor * (1.0 - 4.0 * eps), factor)
-    with np.errstate(all="ignore"):  # a factor below float32's range underflows to 0: still clipped
-        return X * factor[:, None].astype(X.dtype, copy=False)
+    with np.errstate(all="ignore"):
+        return factor.astype(X.dtype, copy=False)
+
+
+def unclipped(squares, data_norm, error=0.0) -> bool:
+    """Whether :func:`clip_factors` leaves every row of these ``squares`` (:func:`row_squares`) as
+    it is: each at most ``data_norm^2`` by a margin past the rounding of the test (so that its
+    factor is exactly 1), none too small or large to measure directly. ``error``: a bound on the
+    squares' relative error against :func:`row_squares`' own, where a faster sum in another
+    order measured them (``False`` then only says that the exact measurement must decide)."""
+    if squares.size == 0:
+        return True
+    low, top = float(squares.min()), float(squares.max()) * (1.0 + error)
+    return bool(low * (1.0 - error) >= _SQUARE_SAFE_MIN and top < np.inf
+                and top <= data_norm * data_norm * (1.0 - 2.0 ** -50))
+
+
+def row_squares(X) -> np.ndarray:
+    """Every row's squared l2 norm, summed in float64 (what :func:`clip_factors` measures)."""
+    with np.errstate(all="ignore"):
+        return np.einsum("ij,ij->i", X, X, dtype=np.float64)

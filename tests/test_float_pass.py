@@ -1,0 +1,162 @@
+"""The non-private fit's pass over rows in blocks: the same clipped, centred rows as the in-memory
+maps, its sums accurate where the mean is far out, and never on a private fit's path."""
+import tracemalloc
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.decomposition import PCA
+
+from dptensor import PrivatePCA
+from dptensor.algorithms import float_pass
+from dptensor.algorithms.float_pass import centred_gram, float_pass_bytes
+from dptensor.algorithms.power import center_and_clip
+from dptensor.mechanisms import clip_rows
+
+
+def _reference(X, bound, center):
+    """The in-memory path's rows (clip, centre on the mean, clip again) and their sums."""
+    Xc = clip_rows(X, bound)
+    mean = (Xc.sum(axis=0, dtype=np.float64) / len(X)).astype(X.dtype) if center else None
+    C = center_and_clip(Xc, mean, bound, copy=Xc is X).astype(np.float64)
+    return mean, C.T @ C, float(np.einsum("ij,ij->", C, C))
+
+
+def _rows(n, d, offset, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d)) * 0.8 + offset
+    X[::97] *= 10.0  # clipped to a tenth or less: their block is scaled into a buffer
+    X[5::13] *= 1.6  # clipped mildly: corrected by their own products
+    return X.astype(dtype)
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    monkeypatch.setattr(float_pass, "_rows", lambda d: 64)  # many blocks, a short last one
+
+
+@pytest.mark.parametrize("dtype, rtol", [(np.float64, 1e-13), (np.float32, 2e-6)])
+@pytest.mark.parametrize("bound", [None, 1e9, 4.0, 2.0, 0.5])
+@pytest.mark.parametrize("center", [True, False])
+@pytest.mark.parametrize("offset", [0.0, 1.5, 1e3])
+def test_one_pass_sums_the_in_memory_rows(small_blocks, dtype, rtol, bound, center, offset):
+    X = _rows(3001, 7, offset, dtype)
+    mean, C, total = centred_gram(X, bound, center)
+    ref_mean, ref_C, ref_total = _reference(X, bound, center)
+    assert C.dtype == X.dtype
+    np.testing.assert_allclose(C, ref_C, rtol=0, atol=rtol * np.abs(ref_C).max())
+    assert total == pytest.approx(ref_total, rel=rtol)
+    if center:
+        assert mean.dtype == X.dtype
+        # float sums in another order: the same mean up to their rounding
+        scale = np.abs(clip_rows(X, bound)).max()
+        np.testing.assert_allclose(mean, ref_mean, rtol=0, atol=64 * np.finfo(dtype).eps * scale)
+    else:
+        assert mean is None
+
+
+def test_rows_pushed_out_by_the_centring_are_clipped_again(small_blocks):
+    # a mean of norm 3 against a bound of 4: many rows inside the bound land past it
+    X = np.random.default_rng(1).standard_normal((2000, 5)) * 2.0 + 3.0 / np.sqrt(5)
+    mean, C, total = centred_gram(X, 4.0)
+    ref = _reference(X, 4.0, True)
+    d = clip_rows(X, 4.0) - mean
+    assert np.sum(np.einsum("ij,ij->i", d, d) > 16.0) > 100
+    np.testing.assert_allclose(C, ref[1], rtol=1e-13, atol=1e-12)
+    assert total == pytest.approx(ref[2], rel=1e-13)
+
+
+@pytest.mark.parametrize("offset, passes", [(0.5, 1), (1e6, 2)])
+def test_a_far_mean_takes_a_second_pass_at_the_mean(monkeypatch, offset, passes):
+    calls = []
+    sums = float_pass._sums
+    monkeypatch.setattr(float_pass, "_sums", lambda *a: calls.append(1) or sums(*a))
+    centred_gram(np.random.default_rng(0).standard_normal((500, 4)) + offset, None)
+    assert len(calls) == passes
+
+
+def test_nonprivate_matches_sklearn_at_a_large_mean():
+    rng = np.random.default_rng(0)
+    n, d = 20_000, 6
+    X = rng.standard_normal((n, d)) * np.geomspace(3.0, 0.3, d) + 1e6
+    ours = PrivatePCA(3, method="analyze_gauss").fit(X)
+    ref = PCA(3, svd_solver="full").fit(X)
+    signs = np.sign(np.sum(ours.components_ * ref.components_, axis=1))
+    np.testing.assert_allclose(ours.components_ * signs[:, None], ref.components_, atol=1e-10)
+    np.testing.assert_allclose(ours.explained_variance_, ref.explained_variance_, rtol=1e-10)
+    np.testing.assert_allclose(ours.mean_, ref.mean_, rtol=1e-13)
+    # the uncentred formula X^T X - n mu mu^T misses that tolerance by far at this mean
+    mu = X.mean(axis=0)
+    naive = (X.T @ X - n * np.outer(mu, mu)) / (n - 1)
+    top = np.linalg.eigvalsh(naive)[::-1][:3]
+    assert np.max(np.abs(top / ref.explained_variance_ - 1)) > 1e-6
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_pass_allocates_within_its_estimate(dtype):
+    X = _rows(40_000, 30, 1.0, dtype)  # clipped rows in every block, rows clipped again
+    centred_gram(X[:100], 3.0)  # warm up
+    tracemalloc.start()
+    centred_gram(X, 3.0)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak <= float_pass_bytes(*X.shape), (peak, float_pass_bytes(*X.shape))
+
+
+def test_a_private_fit_never_takes_the_float_pass(monkeypatch):
+    def refuse(*args):
+        raise AssertionError("a private fit summed float rows")
+    monkeypatch.setattr("dptensor.algorithms.pca_fit.centred_gram", refuse)
+    X = np.random.default_rng(0).standard_normal((3000, 8))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        PrivatePCA(2, epsilon=1.0, delta=1e-6, data_norm=4.0, method="analyze_gauss",
+                   random_state=0).fit(X)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("bound", [None, 4.0, 2.0])
+def test_the_same_sums_with_numba_or_without(monkeypatch, small_blocks, dtype, bound):
+    from dptensor.algorithms import compiled
+
+    X = _rows(3001, 7, 1.5, dtype)
+    X[7] *= 4.0 / np.linalg.norm(X[7])  # a row on the bound: the exact measurement decides
+    fast = centred_gram(X, bound)
+    monkeypatch.setattr(compiled, "ENABLED", False)
+    assert float_pass._kernels() is None
+    slow = centred_gram(X, bound)
+    for a, b in zip(fast, slow):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("bound, scale", [(1e200, 1.0), (1e-200, 0.4e-200)])
+def test_bounds_whose_square_leaves_the_float_range(bound, scale):
+    X = np.random.default_rng(3).standard_normal((500, 4)) * scale
+    X[0] *= 1e3  # clipped by the tiny bound
+    mean, C, total = centred_gram(X, bound)
+    ref = _reference(X, bound, True)
+    np.testing.assert_allclose(C, ref[1], rtol=1e-12)
+    assert total == pytest.approx(ref[2], rel=1e-12)
+
+
+def test_fortran_ordered_rows():
+    X = _rows(3001, 7, 1.5, np.float64)
+    for a, b in zip(centred_gram(np.asfortranarray(X), 2.0), centred_gram(X, 2.0)):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
+
+
+def test_unclipped_only_where_every_factor_is_one():
+    from dptensor.mechanisms.releases import clip_factors, row_squares, unclipped
+
+    rng = np.random.default_rng(5)
+    for bound in (1.0, 3.7, 1e-150, 1e150):
+        for _ in range(200):
+            X = rng.standard_normal((4, 9))
+            X *= bound * (1.0 + rng.uniform(-1e-14, 1e-14, 4) * 10 ** rng.uniform(0, 2))[:, None] \
+                / np.linalg.norm(X, axis=1)[:, None]
+            sq = row_squares(X)
+            if unclipped(sq, bound):
+                assert np.all(clip_factors(X, bound) == 1.0)
+            if unclipped(sq * (1.0 + 1e-15), bound, error=1e-14):  # a rougher measurement
+                assert np.all(clip_factors(X, bound) == 1.0)
+    assert not unclipped(np.array([0.0, 1.0]), 2.0)  # a zero row is measured rescaled
