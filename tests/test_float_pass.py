@@ -5,6 +5,7 @@ import warnings
 
 import numpy as np
 import pytest
+from expected_warnings import NON_PRIVATE
 from sklearn.decomposition import PCA
 
 from dptensor import PrivatePCA
@@ -75,6 +76,7 @@ def test_a_far_mean_takes_a_second_pass_at_the_mean(monkeypatch, offset, passes)
     assert len(calls) == passes
 
 
+@NON_PRIVATE
 def test_nonprivate_matches_sklearn_at_a_large_mean():
     rng = np.random.default_rng(0)
     n, d = 20_000, 6
