@@ -606,7 +606,6 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         data = (cube - sym3(np.einsum("ia,ib,ic->abc", W, W, Z, optimize=True))
                 + 2.0 * np.einsum("i,ia,ib,ic->abc", s, W, W, W, optimize=True)) / total
         a0 = float(self.alpha0)
-        # W^T E2 W = I + c u u^T: W whitens the released M2 = E2 - c m m^T
         correction = (-a0 / (a0 + 2.0) * sym3(Q[:, :, None] * u[None, None, :])
                       + 2.0 * a0**2 / ((a0 + 1.0) * (a0 + 2.0)) * np.einsum("a,b,c->abc", u, u, u))
         sensitivity = row_sensitivity(bound, n) / prepared["weight"] if prepared["private"] else 0.0
