@@ -60,11 +60,18 @@ PAIR_PARTS_RATIO = 4.0
 #: length): only one whose parts cancel far more (one heavy word among light ones) is clipped.
 TRIPLE_PARTS_RATIO = 20.0
 
+#: A second clip of the whitened triple term, against the bound from the document's whitened sum
+#: (:func:`_triple_norm_bound`, about ``(|y| / l)^3``; the triangle inequality overstates a
+#: document spread over topics several times), at ``doc_clip`` times this many times the typical
+#: ``|y| / l``, ``sqrt(tr(W^T E2 W)) = sqrt(k + c |u|^2)`` (public: ``u = W^T m``). At 1.25 it
+#: clips 7% of the benchmark's documents and the term's bound falls from 237 to 71 (2000 words,
+#: 10^5 documents); 1 clipped 41% and 1.5, 2 left more noise: worse (latent.rst).
+TRIPLE_CLIP = 1.25
+
 
 def _scale_sums(chunk):
     """``sum ||E2(c)||_F``: the clipping scale's statistic (each term in [0, 1])."""
     return (float(np.sum(document_norms(chunk)[2])),)
-
 
 
 def _mean_sums(chunk, tau):
@@ -116,7 +123,7 @@ def _pair_products(chunk, Q, tau):
     return (_pair_apply(_pair_parts(chunk, tau), Q),)
 
 
-def _triple_sums(chunk, W, tau, bound):
+def _triple_sums(chunk, W, tau, bound, norm_bound=None):
     r"""The partial sums of the whitened third moment's data part over one chunk.
 
     With ``y = W^T c`` and ``a = s_c / (l (l-1) (l-2))``: ``sum a y^(x)3`` (k^3), ``Z = C^T (a y)``
@@ -126,11 +133,16 @@ def _triple_sums(chunk, W, tau, bound):
     ``S_j = sum_i c_i ||w_i||^j`` (the sum of ``||w_a|| ||w_b|| ||w_c||`` over the document's
     distinct position triples), and so that ``a (S1^3 + 3 S1 S2 + 2 S3)``, the absolute size
     of the three parts it is summed from, is at most :data:`TRIPLE_PARTS_RATIO` times ``bound``.
+    With ``norm_bound`` the same again for the tighter bound :func:`_triple_norm_bound` (from
+    ``|y|``: far lower for a document whose words spread over the topics) against
+    ``norm_bound``: the term is then at most ``min(bound, norm_bound)``, and so are its parts
+    over :data:`TRIPLE_PARTS_RATIO`.
     """
     C = _counts(chunk)
     length, s = document_weights(C, tau)
     a = _per_document(s, length, length * (length - 1.0) * (length - 2.0))
-    if bound is not None:
+    Y = np.asarray(C @ W)
+    if bound is not None or norm_bound is not None:
         rho = np.linalg.norm(W, axis=1)
         S1, S2, S3 = (np.asarray(C @ rho**j).ravel() for j in (1, 2, 3))
         # S1^3 - 3 S1 S2 + 2 S3 cancels where one heavy word (large ||w_i||, once) fills S1: its
@@ -139,13 +151,36 @@ def _triple_sums(chunk, W, tau, bound):
         # unclipped); added, the bound stays an upper bound (typically a 1e-12 relative change)
         parts = S1**3 + 3.0 * S1 * S2 + 2.0 * S3
         rounding = 4.0 * (W.shape[0] + W.shape[1] + 8) * np.finfo(float).eps
-        beta = np.maximum(S1**3 - 3.0 * S1 * S2 + 2.0 * S3, 0.0) + rounding * parts
-        a = a * _clip_scale(a * np.maximum(beta, parts / TRIPLE_PARTS_RATIO), bound)
-    Y = np.asarray(C @ W)
+        beta = np.maximum(S1**3 - 3.0 * S1 * S2 + 2.0 * S3, 0.0)
+        a = a * _clip_scale(a * np.maximum(beta + rounding * parts, parts / TRIPLE_PARTS_RATIO),
+                            bound)
+        if norm_bound is not None:  # the lesser of two upper bounds (the second loose below ~10
+            # words), the computed term's rounding added
+            beta = np.minimum(beta, _triple_norm_bound(Y, S1, S2, S3, 2.0 * rounding))
+            a = a * _clip_scale(a * np.maximum(beta + rounding * parts,
+                                               parts / TRIPLE_PARTS_RATIO), norm_bound)
     cube = (moment_tensor(np.cbrt(a)[:, None] * Y) * Y.shape[0] if len(Y)
             else np.zeros((W.shape[1],) * 3))
     return cube, np.asarray(C.T @ (a[:, None] * Y)), np.asarray(C.T @ a).ravel()
 
+
+def _triple_norm_bound(Y, S1, S2, S3, rounding):
+    r"""Per document, an upper bound on ``||E3(c)(W, W, W)||_F / a`` from its whitened sum ``y``.
+
+    The term is ``a (y^(x)3 - sym3(A (x) y) + 2 B)`` with ``A = sum_i c_i w_i w_i^T`` (PSD, so
+    ``||A||_F <= tr A = S2`` and ``|A y| <= S2 |y|``, ``y^T A y >= 0``) and ``||B|| <= S3``:
+    ``||y^(x)3 - sym3(A (x) y)||^2 = |y|^6 - 6 |y|^2 y^T A y + 3 ||A||_F^2 |y|^2 + 6 |A y|^2
+    <= |y|^6 + 9 S2^2 |y|^2``. Where the words' whitened rows point alike (one topic) ``|y|`` is
+    near ``S1`` and the bound near ``S1^3``; where they spread over the topics it is far below the
+    triangle inequality's ``S1^3 - 3 S1 S2 + 2 S3``. The computed ``|y|^2`` and ``S2`` carry a few
+    ``d + k`` ulps of ``S1^2`` and ``S2``, so the radicand is raised by ``rounding`` times its
+    terms' upper bound ``(S1^3 + 3 S1 S2)^2`` (in the square root: relatively about 1e-6 of
+    ``S1^3``) and the result by ``rounding`` relatively (latent.rst, "Sensitivities").
+    """
+    yy = np.einsum("ij,ij->i", Y, Y)
+    top = S1**3 + 3.0 * S1 * S2
+    radicand = yy**3 + 9.0 * (S2 * S2) * yy + rounding * top * top
+    return (np.sqrt(radicand) + 2.0 * S3) * (1.0 + rounding)
 
 
 def _em_sums(chunk, Phi, alpha, n_steps):
@@ -204,9 +239,14 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
     (:func:`document_weights`), that clips them to ``doc_clip`` times their typical size:
     ``c / l`` to ``tau_1 = min(1, doc_clip sqrt(nu))``, its pair term to
     ``tau_2 = min(1, doc_clip^2 nu)`` and, the weight lowered further where needed, its whitened
-    triple term to ``tau_3 = b^3``, ``b = min(doc_clip M1 . rho, r)``: ``rho`` the row norms of the
-    whitening W, ``M1 . rho`` their mean under the released word frequencies (floored at the least
-    of them), ``r`` the largest. Then the mean of the weighted ``c / l`` (sensitivity
+    triple term to ``tau_3 = b^3``, ``b = min(b_1, b_2)``: its triangle-inequality bound to
+    ``b_1^3``, ``b_1 = min(max(doc_clip, 1) M1 . rho, r)`` (``rho`` the row norms of the whitening
+    W, ``M1 . rho`` their mean under the released word frequencies, floored at the least of them,
+    ``r`` the largest), and its bound from the document's whitened sum (:func:`_triple_norm_bound`,
+    several times lower for a document spread over topics) to ``b_2^3``,
+    ``b_2 = min(1.25 doc_clip sqrt(k + c |u|^2), r)`` (:data:`TRIPLE_CLIP`;
+    ``sqrt(k + c |u|^2) = sqrt(tr(W^T E2 W))`` the typical norm of a document's whitened word
+    frequencies, ``u = W^T M1``). Then the mean of the weighted ``c / l`` (sensitivity
     ``sqrt(2) tau_1 / n``). Every moment is divided by the mean weight, read off that release
     (post-processing), so the clipped moments are those of one reweighted corpus and keep the
     relations the method needs. Then the whitening, from the clipped pair moment (sensitivity
@@ -544,20 +584,28 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         n, c, W = prepared["n"], prepared["c"], whitening.W
         k = W.shape[1]
         u = W.T @ mean
+        # W^T E2 W = I + c u u^T: W whitens the released M2 = E2 - c m m^T
+        Q = np.eye(k) + c * np.outer(u, u)
         # every whitened triple term has norm <= beta_c <= r^3 (r = max ||w_i||); beta_c^(1/3) is
         # about the document's mean of ||w_i|| over its words, whose mean over documents is M1 . rho
+        # (a bound that varies little over documents: below doc_clip = 1 it would scale them all
+        # down alike, so it stays at 1 there); the second bound's cube root is about |y| / l, of
+        # root mean square sqrt(tr Q), clipped at doc_clip TRIPLE_CLIP times that
         rho = np.linalg.norm(W, axis=1)
         bound = float(np.max(rho))
+        norm_bound = None
         if prepared["clip"]:
-            bound = min(prepared["clip"] * max(float(mean @ rho), float(np.min(rho))), bound)
+            clip = prepared["clip"]
+            norm_bound = min(clip * TRIPLE_CLIP * float(np.sqrt(np.trace(Q))), bound)
+            bound = min(max(clip, 1.0) * max(float(mean @ rho), float(np.min(rho))), bound)
         cube, Z, s = self._reduce(prepared, _triple_sums, W, prepared["tau"],
-                                  bound**3 if prepared["clip"] else None)
+                                  bound**3 if prepared["clip"] else None,
+                                  norm_bound**3 if prepared["clip"] else None)
+        bound = min(bound, norm_bound) if prepared["clip"] else bound
         total = n * prepared["weight"]  # the weight is public: the sensitivity is divided by it too
         data = (cube - sym3(np.einsum("ia,ib,ic->abc", W, W, Z, optimize=True))
                 + 2.0 * np.einsum("i,ia,ib,ic->abc", s, W, W, W, optimize=True)) / total
         a0 = float(self.alpha0)
-        # W^T E2 W = I + c u u^T: W whitens the released M2 = E2 - c m m^T
-        Q = np.eye(k) + c * np.outer(u, u)
         correction = (-a0 / (a0 + 2.0) * sym3(Q[:, :, None] * u[None, None, :])
                       + 2.0 * a0**2 / ((a0 + 1.0) * (a0 + 2.0)) * np.einsum("a,b,c->abc", u, u, u))
         sensitivity = row_sensitivity(bound, n) / prepared["weight"] if prepared["private"] else 0.0
