@@ -174,7 +174,7 @@ def rows() -> list[dict]:
                     "dptensor": f"{r['seconds']:.2f}", "peer": f"scipy sparse product {base['seconds']:.1f}",
                     "ratio": f"{r['speedup']:.1f}x faster ({_goal(r['speedup'], r['goal'])})",
                     "privacy": KERNEL})
-    for n_docs, digits in ((100_000, 0), (1_000_000, 2)):
+    for n_docs, digits in ((100_000, 1), (1_000_000, 2)):
         if (r := _pick(la, part="lda_private", n_docs=n_docs, n_words=2000, epsilon=1.0, whitening="dense")):
             out.append({"estimator": "PrivateLatentDirichletAllocation",
                         "measure": f"topic l1 error, 2000 words, {n_docs:.0e} docs".replace("e+0", "e"),
