@@ -286,9 +286,13 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         else:
             base, noise, dtype = self._moment_and_noise(data, plan, rng)
         self.moment_ = settings.moment
-        self.components_, self.eigenvalues_ = tensor_power_method(
-            base, settings.n_components, self.n_restarts, self.n_iter, rng, noise, dtype=dtype,
+        # A private fit's candidates are float64 whatever the data's dtype: the sensitivities
+        # price unit columns, and float32's normalisation leaves |u|^2 - 1 up to about 4e-7
+        work = dtype if noise is None else np.float64
+        components, eigenvalues = tensor_power_method(
+            base, settings.n_components, self.n_restarts, self.n_iter, rng, noise, dtype=work,
             verbose=self.verbose)
+        self.components_, self.eigenvalues_ = components.astype(dtype), eigenvalues.astype(dtype)
         # A function of the released components and eigenvalues and of the public plan only, so
         # it may be set and warned about after the spend (post-processing)
         z = plan.noise_multiplier if settings.private else 0.0

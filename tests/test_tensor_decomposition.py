@@ -454,6 +454,28 @@ def test_dense_moment_power_queries_carry_their_rounding(monkeypatch):
     assert [r.terms for r in first] == [vector_terms] * 4 + [vector_terms + d + 1]
 
 
+
+@_SMALL_PRIVATE
+@pytest.mark.parametrize("groups", [False, True])
+def test_private_float32_fit_prices_unit_candidates(monkeypatch, groups):
+    """The row and group sensitivities price unit candidates: a private fit of float32 rows keeps
+    them float64, whose |u|^2 - 1 the release's margin covers (float32's reaches about 4e-7)."""
+    rng = np.random.default_rng(8)
+    X = rng.standard_normal((600, 20)).astype(np.float32)
+    norms = []
+    priced = PowerNoise.sensitivities
+
+    def spy(self, U):
+        norms.append(float(np.max(np.abs(np.sum(np.asarray(U, np.float64) ** 2, axis=0) - 1))))
+        return priced(self, U)
+
+    monkeypatch.setattr(PowerNoise, "sensitivities", spy)
+    est = PrivateTensorDecomposition(2, epsilon=5.0, data_norm=6.0, moment="dense", n_restarts=3,
+                                     n_iter=4, random_state=0)
+    est.fit(X, groups=np.arange(600) // 2) if groups else est.fit(X)
+    assert len(norms) == 2 * (4 + 1) and max(norms) < 1e-14
+    assert est.components_.dtype == np.float32 and est.eigenvalues_.dtype == np.float32
+
 @_SMALL_PRIVATE
 def test_input_perturbation_rounds_a_moment_but_not_a_tensor(monkeypatch):
     rng = np.random.default_rng(6)

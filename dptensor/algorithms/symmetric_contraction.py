@@ -13,11 +13,12 @@ with ``u``, ``s = sum_i t_i u_i``: about ``2 d^3 L / 3`` flops over a third of t
 Rounding (for the allowance of :func:`~dptensor.algorithms.tensor_power.moment_roundings`): each
 output coordinate is a sum of ``(d + 1) (d + 2) / 2`` products ``t u u`` (every pair ``b <= c``
 of the NumPy path, the ``d + 1`` with a repeated index in two parts), each formed with two
-multiplications after its weight's one; a sum in any order passes each summand through at most
-one addition fewer than there are summands. The kernel is compiled with ``reassoc`` (so that
-numba vectorises its dot products) and ``contract`` (fused multiply-adds, one rounding where
-there were two): neither adds an operation to any summand's path. The two paths agree to
-rounding (about 1e-14 of the largest coordinate in the tests), not bit for bit.
+multiplications after its weight's one (a division, exact for the weights 2 and 1); a sum in
+any order passes each summand through at most one addition fewer than there are summands. The
+kernel is compiled with ``reassoc`` (so that numba vectorises its dot products) and
+``contract`` (fused multiply-adds, one rounding where there were two): neither adds an
+operation to any summand's path. The two paths agree to rounding (about 1e-14 of the largest
+coordinate in the tests), not bit for bit.
 """
 from __future__ import annotations
 
@@ -46,21 +47,24 @@ def pack_distinct(T: np.ndarray) -> np.ndarray:
     (``k``, then ``j``, then ``i``: the contiguous rows ``T[k, j, :j + 1]``). Each orbit is read
     from that one copy (a tensor symmetric only up to rounding gives the NumPy path's value up
     to that asymmetry)."""
-    flat, weights = _distinct_layout(T.shape[0])
-    return T.reshape(-1)[flat] * weights.astype(T.dtype)
+    flat, divisors = _distinct_layout(T.shape[0])
+    # dividing rounds once (exactly for 1/2 and 1: the weights 2 and 1), where multiplying by
+    # the rounded 1/3 would round twice
+    return T.reshape(-1)[flat] / divisors.astype(T.dtype)
 
 
 def _distinct_layout(d: int):
     """Flat indices into a C-ordered d x d x d array of the entries :func:`pack_distinct` takes,
-    and their weights (2 for distinct indices, 1 for two equal, 1/3 for three)."""
+    and the divisors of their weights (2 for distinct indices, 1 for two equal, 1/3 for three:
+    1/2, 1 and 3)."""
     row_k = np.repeat(np.arange(d), np.arange(1, d + 1))  # the rows (k, j), j <= k, in order
     row_j = np.arange(row_k.size) - np.repeat(np.arange(d) * np.arange(1, d + 1) // 2,
                                               np.arange(1, d + 1))
     k, j = np.repeat(row_k, row_j + 1), np.repeat(row_j, row_j + 1)  # row (k, j) has j + 1
     i = np.arange(k.size) - np.repeat(np.cumsum(row_j + 1) - (row_j + 1), row_j + 1)
-    weights = np.where((i == j) | (j == k), 1.0, 2.0)
-    weights[(i == j) & (j == k)] = 1.0 / 3.0
-    return (k * d + j) * d + i, weights
+    divisors = np.where((i == j) | (j == k), 1.0, 0.5)
+    divisors[(i == j) & (j == k)] = 3.0
+    return (k * d + j) * d + i, divisors
 
 
 def _contract_into(P, Ut, outT):  # pragma: no cover (compiled)
@@ -140,7 +144,7 @@ def compiled_kernel():
 
 
 def contract_distinct(P, U, kernel):
-    """``T(I, U, U)`` (d x L, ``U``'s dtype) from ``P = pack_distinct(T)`` with ``kernel``."""
+    """``T(I, U, U)`` (d x L, ``P``'s dtype) from ``P = pack_distinct(T)`` with ``kernel``."""
     Ut = np.ascontiguousarray(U.T, dtype=P.dtype)
     outT = np.zeros_like(Ut)
     kernel(P, Ut, outT)
