@@ -272,3 +272,16 @@ def test_private_pca_fit_silent_whether_or_not_a_row_is_zero_or_huge():
         with warnings.catch_warnings():
             warnings.simplefilter("error", RuntimeWarning)
             PrivatePCA(1, epsilon=1.0, delta=1e-6, data_norm=100.0, random_state=0).fit(Y)
+
+
+@pytest.mark.parametrize("scale", [1e8, 1e12])
+def test_releases_at_a_large_noise_scale_stay_silent(scale):
+    """The grid's 2**1000-step limit of a large noise scale is past the doubles: it is taken as
+    the largest one, with no overflow warning after the spend (a bound of 1e8 reached it)."""
+    X = np.random.default_rng(0).standard_normal((3000, 6)) * scale
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        out = gaussian_release(np.ones(5) * scale, scale, 1.0, np.random.default_rng(1))
+        PrivatePCA(2, epsilon=1.0, delta=1e-6, data_norm=scale, method="power",
+                   random_state=0).fit(X)
+    assert np.all(np.isfinite(out))

@@ -23,6 +23,7 @@ it can reach.
 from __future__ import annotations
 
 import math
+import sys
 from typing import NamedTuple
 
 import numpy as np
@@ -101,11 +102,17 @@ _CHUNK = 1 << 16  # values per chunk of the rounding and the noise's addition (i
 _REFUSED = "{} must be finite, and far below 2**1000 times the noise scale"
 
 
+def _limit(gamma) -> float:
+    """``2**1000`` grid steps of ``gamma``, as a Python float: past the doubles (a bound of 1e8
+    or more) it is the largest double, never an overflow that NumPy would warn of."""
+    return min(_GRID_LIMIT * float(gamma), sys.float_info.max)
+
+
 def _check_grid(value, gamma, name):
     """Refuse non-finite values and values of ``2**1000`` grid steps or more, before dividing (no
     floating-point warning can then arise). Two reductions, no temporary array."""
     if value.size:
-        limit = _GRID_LIMIT * (gamma if isinstance(gamma, float) else np.min(gamma))
+        limit = _limit(gamma if isinstance(gamma, float) else np.min(gamma))
         if not (value.max() < limit and value.min() > -limit):  # nan fails too
             raise ValueError(_REFUSED.format(name))
 
@@ -131,7 +138,7 @@ def _noisy(value, gamma, noise):
     v, k = value.reshape(-1), noise.reshape(-1)
     kernel = compiled_kernel()
     if kernel is not None and k.flags.c_contiguous:  # one compiled pass, the same arithmetic
-        if not kernel.grid_add(np.ascontiguousarray(v), float(gamma), k, _GRID_LIMIT * gamma):
+        if not kernel.grid_add(np.ascontiguousarray(v), float(gamma), k, _limit(gamma)):
             raise ValueError(_REFUSED.format("value"))
         return noise if noise.ndim else noise[()]
     for start in range(0, v.size, _CHUNK):
