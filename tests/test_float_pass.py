@@ -67,13 +67,44 @@ def test_rows_pushed_out_by_the_centring_are_clipped_again(small_blocks):
     assert total == pytest.approx(ref[2], rel=1e-13)
 
 
-@pytest.mark.parametrize("offset, passes", [(0.5, 1), (1e6, 2)])
-def test_a_far_mean_takes_a_second_pass_at_the_mean(monkeypatch, offset, passes):
-    calls = []
+@pytest.mark.parametrize("offset, late, shifted, passes", [
+    (0.5, 0.0, False, 1),   # centred: the sums about the origin, one pass
+    (1e6, 0.0, True, 1),    # far out: about the first block's mean, one pass
+    (0.0, 1e3, False, 2),   # a first block unlike the rest: again, centred on the mean
+])
+def test_the_sums_are_taken_about_a_near_shift(monkeypatch, small_blocks, offset, late, shifted,
+                                               passes):
+    shifts = []
     sums = float_pass._sums
-    monkeypatch.setattr(float_pass, "_sums", lambda *a: calls.append(1) or sums(*a))
-    centred_gram(np.random.default_rng(0).standard_normal((500, 4)) + offset, None)
-    assert len(calls) == passes
+    monkeypatch.setattr(float_pass, "_sums", lambda *a: shifts.append(a[2]) or sums(*a))
+    X = np.random.default_rng(0).standard_normal((5000, 4)) + offset
+    X[64:] += late  # past the first block
+    mean, C, _ = centred_gram(X, None)
+    assert len(shifts) == passes and (shifts[0] is not None) == shifted
+    Xc = X - X.mean(axis=0)
+    np.testing.assert_allclose(C, Xc.T @ Xc, rtol=1e-11, atol=1e-9 * np.trace(C))
+
+
+@NON_PRIVATE
+@pytest.mark.parametrize("mean, smallest", [(6.0, 1e-5), (3.0, 1e-4), (0.0, 1e-5)])
+def test_nonprivate_matches_sklearn_on_small_components(mean, smallest):
+    """The uncentred sums' rounding lands on every eigenvalue: the small ones stay exact."""
+    X = np.random.default_rng(1).standard_normal((100_000, 6)) * np.geomspace(1.0, smallest, 6)
+    X += mean
+    ours = PrivatePCA(6, method="analyze_gauss").fit(X)
+    ref = PCA(6, svd_solver="full").fit(X)
+    np.testing.assert_allclose(ours.explained_variance_, ref.explained_variance_, rtol=1e-9)
+    signs = np.sign(np.sum(ours.components_ * ref.components_, axis=1))
+    np.testing.assert_allclose(ours.components_ * signs[:, None], ref.components_, atol=1e-9)
+
+
+def test_a_huge_row_leaves_no_warning():
+    X = np.random.default_rng(2).standard_normal((3000, 5))
+    X[10] = 1e200
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mean, C, _ = centred_gram(X, 10.0)
+    assert np.all(np.isfinite(C)) and np.all(np.isfinite(mean))
 
 
 @NON_PRIVATE
@@ -118,10 +149,11 @@ def test_a_private_fit_never_takes_the_float_pass(monkeypatch):
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("bound", [None, 4.0, 2.0])
-def test_the_same_sums_with_numba_or_without(monkeypatch, small_blocks, dtype, bound):
+@pytest.mark.parametrize("d", [1, 7])
+def test_the_same_sums_with_numba_or_without(monkeypatch, small_blocks, dtype, bound, d):
     from dptensor.algorithms import compiled
 
-    X = _rows(3001, 7, 1.5, dtype)
+    X = _rows(3001, d, 1.5, dtype)
     X[7] *= 4.0 / np.linalg.norm(X[7])  # a row on the bound: the exact measurement decides
     fast = centred_gram(X, bound)
     monkeypatch.setattr(compiled, "ENABLED", False)

@@ -9,12 +9,17 @@ added to float64 totals.
 * float64 rows go into the product as they are (a view of ``X``, no copy); a block with rows
   clipped to at most half their norm is scaled into a buffer first, while milder clips are
   corrected by their own rows' products (the raw rows' rounding is then no larger than a bound
-  row's). The centred Gram is ``S - s mu^T - mu s^T + n mu mu^T`` from the sums: exact, but its
-  rounding grows with ``n ||mu||^2`` over the centred total. When that ratio passes
-  :data:`CANCELLATION` (a mean far from the origin against the spread: ``X^T X - n mu mu^T``
-  there loses every digit), a second pass sums the rows centred on the mean itself;
-* float32 rows are centred on the first block's clipped mean in a float32 buffer (its products
-  in float32 then hold the spread, not the mean), and the same check guards that shift.
+  row's). The centred Gram is ``S - s mu^T - mu s^T + n mu mu^T`` from the sums: exact, but the
+  rounding of feature ``j``'s entries grows with ``mu_j^2`` over its variance, and it lands on
+  every eigenvalue, the smallest too. So this holds only where the first block's clipped mean
+  is within :data:`CANCELLATION` variances of 0 on every feature (centred data); elsewhere the
+  rows are centred on that mean in a buffer, as float32 rows are;
+* float32 rows are always centred on the first block's clipped mean in a float32 buffer (its
+  products in float32 then hold the spread, not the mean).
+
+After the pass the shift is checked against the final mean and spread, feature by feature: where
+the mean is still more than :data:`CANCELLATION` variances from it (a first block unlike the
+rest), a second pass sums the rows centred on the mean itself.
 
 The clip's factors are :func:`~dptensor.mechanisms.clip_rows`' own: with numba, a vectorised sum
 of squares (any order) first shows that no row of a block is near the bound, and only a block
@@ -41,9 +46,10 @@ __all__ = ["centred_gram", "float_pass_bytes", "CANCELLATION"]
 #: The fewest rows of one block; blocks hold about 2 MB of float64 rows (2621 at d = 100): large
 #: enough for a fast product, and read again from cache for the norms and the column sums.
 _BLOCK = 1024
-#: The largest ``n ||mu||^2`` over the centred total (the rounding of the uncentred sums, grown by
-#: that ratio) that the one pass keeps; past it the rows are summed again centred on the mean.
-CANCELLATION = 2.0 ** 8
+#: The largest squared distance, in variances of a feature, from its mean to the shift the sums
+#: are taken about (0 for centred float64 data): the rounding of a feature's centred entries grows
+#: by about one plus this ratio over a sum of centred rows'.
+CANCELLATION = 4.0
 #: Relative slack on the second clip's test of which rows to read again: past any rounding of
 #: the stored norms (float32) and of the centred rows.
 _SLACK = 2.0 ** -16
@@ -69,25 +75,35 @@ def centred_gram(X, data_norm, center=True):
     mean is far out against the spread (see the module notes)."""
     n = X.shape[0]
     norms = None if data_norm is None else np.empty(n, dtype=np.float32)
-    shift = None
-    if center and X.dtype != np.float64:
-        shift = clip_rows(X[:_rows(X.shape[1])], data_norm).mean(axis=0, dtype=np.float64)
-        shift = shift.astype(X.dtype)
+    shift = _shift(X, data_norm) if center else None
     s, S = _sums(X, data_norm, shift, norms)
     mean = None
     if center:
         offset = np.zeros(X.shape[1]) if shift is None else shift.astype(np.float64)
         mean = (offset + s / max(n, 1)).astype(X.dtype)
         S = _centre(S, s, n, mean.astype(np.float64) - offset)
-        if n * _square(mean.astype(np.float64) - offset) > CANCELLATION * np.trace(S):
+        if _far(mean.astype(np.float64) - offset, np.diag(S) / max(n, 1)):
             S = _sums(X, data_norm, mean, None)[1]  # the rows centred on the mean itself
     if data_norm is not None:
         _second_clip(S, X, data_norm, mean, norms)
     return mean, S.astype(X.dtype, copy=False), float(np.trace(S))
 
 
-def _square(v):
-    return float(v @ v)
+def _shift(X, data_norm):
+    """What the sums are taken about: ``None`` (the origin) for float64 rows whose first block's
+    clipped mean is near it against the block's spread, else that mean (in ``X``'s dtype)."""
+    first = clip_rows(X[:_rows(X.shape[1])], data_norm)
+    mean = first.mean(axis=0, dtype=np.float64)
+    if X.dtype == np.float64 and not _far(mean, first.var(axis=0, dtype=np.float64)):
+        return None
+    return mean.astype(X.dtype)
+
+
+def _far(delta, variance) -> bool:
+    """Whether a shift ``delta`` from the mean is more than :data:`CANCELLATION` variances on
+    some feature (a constant feature: any shift)."""
+    with np.errstate(all="ignore"):  # an overflowing square is far; NaN is not far
+        return bool(np.any(delta * delta > CANCELLATION * variance))
 
 
 def _centre(S, s, n, delta):
@@ -140,7 +156,8 @@ def _squares(rows, kernels, out):
 
 def _columns(rows, kernels, out):
     """The rows' column sums (float64, row after row, compiled or not) into ``out``."""
-    if kernels is None or not rows.flags.c_contiguous:
+    # one column: NumPy sums it pairwise, not row after row
+    if kernels is None or not rows.flags.c_contiguous or rows.shape[1] == 1:
         return np.sum(rows, axis=0, dtype=np.float64, out=out)
     kernels[1](rows, out)
     return out
@@ -159,7 +176,8 @@ def _sums(X, data_norm, shift, norms):
     for start in range(0, n, rows_):
         rows = X[start:start + rows_]
         if shift is None:  # the product first, the rest then reads the block from cache
-            np.matmul(rows.T, rows, out=part)
+            with np.errstate(over="ignore", invalid="ignore"):  # a huge row's: recomputed below
+                np.matmul(rows.T, rows, out=part)
         factor = None
         if data_norm is not None:
             sq, error = _squares(rows, kernels, squares)
