@@ -5,8 +5,10 @@ The fit template (:meth:`PrivateEstimatorMixin._fit_private`) runs one fixed ord
 
     data = self._check_data(*args)       # every input validated; values read only to check them
     plan = self._plan_for(data)           # parameters checked, the spend priced: a FitPlan
+    data = self._before_spend(data, plan) # a fit without privacy: its pass, which checks values
     cost, rng = spend(plan, data)         # memory checked, budget charged (or refused), noise keyed
     self._release(data, plan, rng)        # the only step that computes from the data's values
+                                          # (a private fit's: the values never move the spend)
 
 ``privacy_cost(n_samples, n_features)`` prices the very :meth:`_plan` a fit would spend.
 """
@@ -240,6 +242,7 @@ class PrivateEstimatorMixin:
         try:
             data = self._check_data(*args)
             plan = self._plan_for(data)
+            data = self._before_spend(data, plan)
             self.privacy_cost_, rng = self._spend_plan(plan, data)
         except BaseException:
             # a refused fit (bad input, budget, memory) leaves the estimator as it was: the
@@ -250,6 +253,11 @@ class PrivateEstimatorMixin:
             raise
         self._release(data, plan, rng)
         return self
+
+    def _before_spend(self, data: FitData, plan: FitPlan) -> FitData:
+        """What the fit reads of the data before it spends, so that it can still refuse it (a
+        fit without privacy's one pass, which then checks the values itself): by default none."""
+        return data
 
     def _check_data(self, *args) -> FitData:  # pragma: no cover - each estimator supplies it
         raise NotImplementedError

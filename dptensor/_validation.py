@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import scipy.sparse as sp
 from sklearn.exceptions import DataConversionWarning
+from sklearn.utils.validation import assert_all_finite
 
 from .accounting import PrivacyAccountant
 from .exceptions import DEFAULT_DELTA, PrivacyWarning, check_delta, check_epsilon
@@ -152,8 +153,19 @@ def validate_private_data(estimator, X, **kwargs):
     """scikit-learn's ``validate_data(estimator, X, **kwargs)`` after :func:`check_numeric_array`,
     so that no error quotes a value of X (every estimator's entry point for in-memory data)."""
     check_numeric_array(X, allow_nd=kwargs.get("allow_nd", False))
+    return _our_advice(estimator, _sklearn_validate_data, estimator, X, **kwargs)
+
+
+def check_finite_rows(estimator, X) -> None:
+    """scikit-learn's refusal of a NaN or an infinity in the validated array ``X``, with the
+    message of :func:`validate_private_data` (for a fit whose validation left it to its pass)."""
+    _our_advice(estimator, assert_all_finite, X, input_name="X",
+                estimator_name=type(estimator).__name__)
+
+
+def _our_advice(estimator, check, *args, **kwargs):
     try:
-        return _sklearn_validate_data(estimator, X, **kwargs)
+        return check(*args, **kwargs)
     except ValueError as exc:
         if "HistGradientBoosting" not in str(exc):
             raise

@@ -9,6 +9,7 @@ Every sensitivity used is derived in ``docs/derivations/pca.rst``.
 """
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import dataclass, replace
@@ -22,16 +23,11 @@ from sklearn.utils.validation import check_is_fitted
 from ._base import FitData, FitPlan, PrivateEstimatorMixin, SearchTag
 from .algorithms.dask import RowChunks, check_dask_array, is_dask_array
 from ._memory import FLOAT, check_fits
-from ._validation import (
-    check_data_norm,
-    check_positive_int,
-    check_verbose,
-    validate_private_data,
-    validate_stream_chunk,
-)
+from ._validation import (check_data_norm, check_finite_rows, check_positive_int, check_verbose,
+                          validate_private_data, validate_stream_chunk)
 from .accounting import NonPrivateEvent, epsilon_of
-from .algorithms.pca_fit import (entry_matrix_fit, exact_rows_fit, fit_memory, float_rows_fit,
-                                 grouped_rows_fit)
+from .algorithms.pca_fit import (FINITE_IN_PASS, entry_matrix_fit, exact_rows_fit, finite_in_pass,
+                                 fit_memory, float_pass_first, float_rows_fit, grouped_rows_fit)
 from .algorithms.pca_methods import CHOICES, METHODS, PCAMethod, resolve
 from .algorithms.pca_methods import last_multiplier as _last
 from .algorithms.pca_model import noise_variance
@@ -333,7 +329,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
         return resolve(self.method, n_features, precomputed, grouped=grouped,  # "paper": as before
                        private=private and self.calibration == "exact")
 
-    def _validate_input(self, X, reset):
+    def _validate_input(self, X, reset, finite=True):
         if is_dask_array(X):  # rows on a Dask cluster: checked lazily, never pulled here
             if self.input == "precomputed":
                 raise TypeError("input='precomputed' takes a d x d NumPy matrix, not a dask "
@@ -342,7 +338,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
         # sparse rows are read a dense block at a time; a precomputed matrix is dense
         sparse = ("csr", "csc") if self.input == "data" else False
         X = validate_private_data(self, X, dtype=[np.float64, np.float32], reset=reset,
-                                  accept_sparse=sparse)
+                                  accept_sparse=sparse, ensure_all_finite=finite)
         if self.input == "precomputed":
             if X.shape[0] != X.shape[1]:
                 raise ValueError("input='precomputed' needs a square symmetric matrix, got shape "
@@ -356,11 +352,18 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
         """``X`` (and ``groups``) validated, the delta checked against the public ``n``."""
         if groups is not None:
             return self._check_grouped(X, groups)
-        X = self._validate_input(X, reset=True)
+        in_pass = finite_in_pass(X, self.input, self.epsilon)  # NaN refused by the pass itself
+        X = self._validate_input(X, reset=True, finite=not in_pass)
         if self.input != "precomputed":
             epsilon, delta = self._privacy_target()
             self._check_delta_for(X.shape[0], epsilon, delta)
-        return FitData(arrays=(X,), shape=X.shape)
+        return FitData(arrays=(X,), shape=X.shape, extra=FINITE_IN_PASS if in_pass else None)
+
+    def _before_spend(self, data, plan):  # the pass of a fit without privacy, which checks X
+        if data.extra is not FINITE_IN_PASS:
+            return data
+        refuse = functools.partial(check_finite_rows, self)  # the message validation would give
+        return replace(data, extra=float_pass_first(data.arrays[0], plan.settings, refuse))
 
     def _check_grouped(self, X, groups) -> FitData:
         """A fit whose unit is a group of rows: private, on rows in memory, one label a row."""
@@ -420,17 +423,14 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
 
     @staticmethod
     def _fit_memory(settings, n_rows, d, grouped=False):
-        """``(bytes, advice)``: the fit's peak allocation from its shape (see
-        :func:`~dptensor.algorithms.pca_fit.fit_memory`)."""
+        """``(bytes, advice)``: the fit's peak allocation (``pca_fit.fit_memory``)."""
         return fit_memory(n_rows, d, p=settings.p, method=settings.method,
                           private=settings.private, precomputed=settings.precomputed,
                           grouped=grouped)
 
     def _memory_estimate(self, n_samples, n_features):
-        """``(bytes, advice)`` of a ``fit`` on ``n_samples`` x ``n_features`` data (no data
-        read)."""
-        settings = self._check_settings(n_features)
-        return self._fit_memory(settings, n_samples, n_features)
+        """``(bytes, advice)`` of a ``fit`` on ``n_samples`` x ``n_features`` data (none read)."""
+        return self._fit_memory(self._check_settings(n_features), n_samples, n_features)
 
     # ------------------------------------------------------------------ fitting
     def fit(self, X, y=None, *, groups=None):
@@ -462,14 +462,14 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
         else:
             rows = dict(center=settings.center, mean_noise=settings.mean_noise,
                         total_noise=settings.total_noise, **shared)
-            if data.extra is not None:  # groups of rows: one group is the unit
+            if data.public.get("grouped"):  # groups of rows: one group is the unit
                 result, mean, total = grouped_rows_fit(X, rng, codes=data.extra,
                                                        n_groups=data.shape[0], **rows)
             elif settings.private:  # exact sums of grid rows (NumPy or Dask): hold at any n
                 result, mean, total = exact_rows_fit(X, rng, **rows)
             else:
                 result, mean, total = float_rows_fit(X, rng, private=False, tol=settings.tol,
-                                                     **rows)
+                                                     gram=data.extra, **rows)
             self.n_samples_ = data.shape[0]  # the number of groups, with groups
             scale = 1.0 / max(data.shape[0] - 1, 1)
         mean = np.zeros(X.shape[1], dtype=X.dtype) if mean is None else mean

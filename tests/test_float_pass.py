@@ -194,3 +194,23 @@ def test_unclipped_only_where_every_factor_is_one():
             if unclipped(sq * (1.0 + 1e-15), bound, error=1e-14):  # a rougher measurement
                 assert np.all(clip_factors(X, bound) == 1.0)
     assert not unclipped(np.array([0.0, 1.0]), 2.0)  # a zero row is measured rescaled
+
+
+@pytest.mark.parametrize("method, value, data_norm, match", [
+    (m, v, b, text) for m in ("analyze_gauss", "power")
+    for v, b, text in ((np.nan, None, "Input X contains NaN"),
+                       (np.inf, 3.0, "Input X contains infinity"))
+] + [("analyze_gauss", 1e200, None, "overflow")])  # finite: refused where its products are taken
+def test_a_fit_without_privacy_refuses_bad_values_before_the_spend(method, value, data_norm,
+                                                                   match):
+    """Its validation leaves NaN and infinity to the pass (one read of X fewer), which runs
+    before the spend: the same error as validation's, and the accountant charged nothing."""
+    from dptensor import PrivacyAccountant
+
+    X = np.random.default_rng(4).standard_normal((3000, 5))
+    X[2000, 3] = value
+    accountant = PrivacyAccountant()
+    est = PrivatePCA(2, method=method, data_norm=data_norm, accountant=accountant)
+    with pytest.raises(ValueError, match=match):
+        est.fit(X)
+    assert accountant.history() == [] and not hasattr(est, "components_")

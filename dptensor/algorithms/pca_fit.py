@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 
 import numpy as np
+import scipy.sparse as sp
 
 from .dask import DaskGramMatrix, clip_chunks, dask_gram, is_dask_array
 from .exact_entries import ExactEntryMatrix
@@ -56,7 +58,7 @@ from .power import (
 )
 
 __all__ = ["exact_rows_fit", "grouped_rows_fit", "float_rows_fit", "entry_matrix_fit",
-           "fit_memory"]
+           "fit_memory", "finite_in_pass", "float_pass_first", "FINITE_IN_PASS"]
 
 
 def exact_rows_fit(X, rng, *, k, p, n_iter, bound, method, center, noise, mean_noise,
@@ -156,11 +158,41 @@ def grouped_rows_fit(X, rng, *, codes, n_groups, k, p, n_iter, bound, method, ce
     return result, (None if mean is None else mean.astype(X.dtype, copy=False)), total
 
 
+#: ``FitData.extra`` of a fit without privacy whose validation left NaN and infinity to its pass.
+FINITE_IN_PASS = "finite in pass"
+
+
+def finite_in_pass(X, input, epsilon) -> bool:
+    """Whether a fit's check for NaN and infinity can be its pass's own (:func:`float_pass_first`,
+    before the spend): rows in memory (not sparse, not Dask) and ``epsilon=inf``."""
+    rows = input == "data" and not sp.issparse(X) and not is_dask_array(X)
+    return rows and isinstance(epsilon, numbers.Real) and epsilon == math.inf
+
+
+def float_pass_first(X, settings, refuse):
+    """Before the spend of a fit without privacy on rows in memory: its one pass
+    (:func:`~dptensor.algorithms.float_pass.centred_gram`, ``(mean, C, total)``) where its method
+    takes the Gram matrix, else ``None``. ``refuse(X)`` raises the validation's own error for a
+    NaN or an infinity: here where the pass's sums are not finite, or for every other method (its
+    rows are read after the spend). Finite rows whose products overflow are refused too."""
+    if not (settings.method.takes_gram and not settings.private):
+        refuse(X)
+        return None
+    with np.errstate(over="ignore", invalid="ignore"):  # a NaN's or an overflow's: refused
+        mean, C, total = centred_gram(X, settings.bound, settings.center)
+    if np.all(np.isfinite(np.diagonal(C))) and (mean is None or np.all(np.isfinite(mean))):
+        return mean, C, total
+    refuse(X)
+    raise ValueError("the rows' products overflow floating point: scale X down, or set "
+                     "data_norm to clip the rows")
+
+
 def float_rows_fit(X, rng, *, k, p, n_iter, bound, method, center, private, noise, mean_noise,
-                   total_noise, tol=0.0, verbose=0):
+                   total_noise, tol=0.0, verbose=0, gram=None):
     """``(result, mean, total)`` of a fit on rows in floating point, NumPy or Dask: clip,
     centre on the mean, clip again, then the total and the spectrum (``mean``, ``total``:
-    ``None`` when not computed). The caller's ``X`` is never written."""
+    ``None`` when not computed). The caller's ``X`` is never written; ``gram``: the pass
+    :func:`float_pass_first` took before the spend."""
     spectrum = functools.partial(_rows_spectrum, k=k, p=p, n_iter=n_iter, bound=bound,
                                  method=method, private=private, noise=noise, tol=tol,
                                  verbose=verbose)
@@ -180,7 +212,7 @@ def float_rows_fit(X, rng, *, k, p, n_iter, bound, method, center, private, nois
         total = _total(Xc, bound, private, total_noise, rng)
         return spectrum(Xc, rng, raw=(X, prepare)), mean, total
     if method.takes_gram and not private:  # one pass of blocks (two for a far mean), no copy
-        mean, C, total = centred_gram(X, bound, center)
+        mean, C, total = centred_gram(X, bound, center) if gram is None else gram
         source = Source(gram=lambda z: (C, 1.0), operator=None)
         return method.spectrum(source, rng, k=k, p=p, n_iter=n_iter, noise=noise,
                                verbose=verbose, dtype=X.dtype), mean, total
