@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+import dptensor.latent._base as base
 from dptensor.algorithms.documents import document_weights
-from dptensor.algorithms.moments import sym3
+from dptensor.algorithms.moments import Whitening, sym3
 from dptensor.algorithms.tensor_power import row_sensitivity
+from dptensor.latent.lda import PrivateLatentDirichletAllocation as LDA
 from dptensor.latent.lda import TRIPLE_PARTS_RATIO, _triple_norm_bound, _triple_sums
 
 
@@ -137,3 +139,86 @@ def test_triple_bound_holds_where_y_cancels(count):
         for scale in (1.0, 1e-3):
             term = chunk_term(C[i], W, None, None, scale * bound)
             assert np.linalg.norm(term) <= scale * bound * (1 + 1e-9)
+
+
+# The fit's wiring: the clip the sensitivity assumes is the one applied (neighbouring corpora
+# through the fit, the releases before the third moment fixed).
+class _Captured(Exception):
+    pass
+
+
+def _fit_third(monkeypatch, X, W, mean, clip, tau, weight, groups=None):
+    orig = LDA._release_first
+
+    def first(self, prepared, plan, rng):
+        orig(self, prepared, plan, rng)
+        prepared.update(clip=clip, tau=tau, weight=weight)
+        return mean
+
+    def whitening(self, prepared, mean, plan, rng):
+        prepared.pop("second", None)
+        return Whitening(W.copy(), np.ones(W.shape[1]))
+
+    def decompose(tensor, correction, k, *, sensitivity, rounding, **kw):
+        raise _Captured(tensor, sensitivity)
+
+    monkeypatch.setattr(LDA, "_release_first", first)
+    monkeypatch.setattr(LDA, "_release_whitening", whitening)
+    monkeypatch.setattr(base, "decompose_whitened", decompose)
+    with pytest.raises(_Captured) as info:
+        model = LDA(W.shape[1], epsilon=1.0, delta=1e-6, doc_clip=clip, whitening="dense",
+                    random_state=0)
+        model.fit(X) if groups is None else model.fit(X, groups=groups)
+    return info.value.args
+
+
+@pytest.mark.parametrize("clip", [0.5, 1.0, 2.0])
+@pytest.mark.parametrize("grouped", [False, True])
+def test_fit_third_moment_change_within_its_sensitivity(monkeypatch, clip, grouped):
+    """Rows in +/- pairs: one word repeated gives +b^3 or -b^3, so the spread 2 b^3 / (n w) is
+    reached; the change must never exceed the sensitivity the fit passes to the release."""
+    rng = np.random.default_rng(0)
+    # rows far over b_2: the second clip binds
+    w = rng.standard_normal((3, 2)) * np.array([[30.0], [10.0], [3.0]])
+    W = np.vstack([w, -w])
+    d = W.shape[0]
+    mean = rng.dirichlet(np.ones(d))
+    others = np.array([np.bincount(rng.integers(0, d, 8), minlength=d) for _ in range(9)], float)
+    groups = np.arange(10) if not grouped else np.concatenate([[0, 0], np.arange(1, 9)])
+    if grouped:
+        others = others[1:]
+    widest = 0.0
+    for i, j in itertools.product(range(d), repeat=2):
+        x, z = np.zeros(d), np.zeros(d)
+        x[i], z[j] = 10**6, 10**6
+        lead = 2 if grouped else 1
+        fits = [_fit_third(monkeypatch, sp.csr_matrix(np.vstack([np.tile(v, (lead, 1)), others])),
+                           W, mean, clip, (1.0, 1.0), 0.4, groups if grouped else None)
+                for v in (x, z)]
+        (t1, s1), (t2, s2) = fits
+        assert s1 == s2
+        widest = max(widest, np.linalg.norm(t1 - t2) / s1)
+    assert widest <= 1.0
+    assert widest > 0.99  # reached: the test would see a missing clip
+
+
+def test_second_bound_where_y_cancels_and_cubes_do_not():
+    """Rows 120 degrees apart, one of each: y = 0 but the term is sum w_i^(x)3 / 3."""
+    t = 2 * np.pi / 3 * np.arange(3)
+    W = np.stack([np.cos(t), np.sin(t)], axis=1)
+    C = sp.csr_matrix(np.ones((1, 3)))
+    rho = np.linalg.norm(W, axis=1)
+    S1, S2, S3 = (np.asarray(C @ rho**j).ravel() for j in (1, 2, 3))
+    exact = np.linalg.norm(sum(np.einsum("a,b,c->abc", W[p], W[q], W[r])
+                               for p, q, r in itertools.permutations(range(3))) / 6)
+    assert exact == pytest.approx(0.5)
+    assert exact <= _triple_norm_bound(np.asarray(C @ W), S1, S2, S3, 0.0)[0] / 6
+
+
+def test_a_nan_norm_is_clipped_to_nothing():
+    """A term whose norm bound overflowed to NaN (inf - inf) is dropped, never let through."""
+    from dptensor.algorithms.documents import clip_scale
+
+    np.testing.assert_array_equal(clip_scale(np.array([np.nan, 2.0, 0.5, 0.0]), 1.0),
+                                  [0.0, 0.5, 1.0, 1.0])
+    np.testing.assert_array_equal(clip_scale(np.array([np.nan, 2.0]), None), [1.0, 1.0])

@@ -75,10 +75,12 @@ def row_sums(C, values):
 
 
 def clip_scale(norms, bound):
-    """``min(1, bound / norm)`` per document (1 everywhere without a bound)."""
+    """``min(1, bound / norm)`` per document (1 everywhere without a bound); 0 for a norm that
+    is NaN (an overflow's): such a term is dropped rather than let through unclipped."""
     scale = np.ones_like(norms, dtype=float)
     if bound is not None:  # divided only where it clips: a zero norm (no terms) never overflows
         np.divide(bound, norms, out=scale, where=norms > bound)
+        scale[np.isnan(norms)] = 0.0
     return scale
 
 
