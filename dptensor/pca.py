@@ -9,7 +9,6 @@ Every sensitivity used is derived in ``docs/derivations/pca.rst``.
 """
 from __future__ import annotations
 
-import functools
 import math
 import warnings
 from dataclasses import dataclass, replace
@@ -362,8 +361,10 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
     def _before_spend(self, data, plan):  # the pass of a fit without privacy, which checks X
         if data.extra is not FINITE_IN_PASS:
             return data
-        refuse = functools.partial(check_finite_rows, self)  # the message validation would give
-        return replace(data, extra=float_pass_first(data.arrays[0], plan.settings, refuse))
+        check_fits(plan.memory[0], "PrivatePCA.fit", plan.memory[1])  # before the pass, too
+        gram = float_pass_first(data.arrays[0], plan.settings,
+                                lambda X: check_finite_rows(self, X))  # validation's message
+        return replace(data, extra=gram)
 
     def _check_grouped(self, X, groups) -> FitData:
         """A fit whose unit is a group of rows: private, on rows in memory, one label a row."""
@@ -667,8 +668,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
         return self._preview_rows(n_samples, n_features, groups)
 
     def _score_units(self, X, y=None):
-        """Per-row captured variance and its public range ``(0, 1)`` (``None`` without
-        ``data_norm``)."""
+        """Per-row captured variance and its public range ``(0, 1)`` (None without data_norm)."""
         check_is_fitted(self, "components_")
         if self.input == "precomputed":
             raise ValueError("score needs rows (input='data'); a precomputed matrix has no "

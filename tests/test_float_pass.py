@@ -214,3 +214,16 @@ def test_a_fit_without_privacy_refuses_bad_values_before_the_spend(method, value
     with pytest.raises(ValueError, match=match):
         est.fit(X)
     assert accountant.history() == [] and not hasattr(est, "components_")
+
+
+def test_a_fit_without_privacy_is_refused_for_memory_before_its_pass(monkeypatch):
+    """The pass runs before the spend: the memory check, which the spend also makes, comes first."""
+    import dptensor._memory as memory
+    from dptensor._memory import MemoryRefusedError
+
+    passes = []
+    monkeypatch.setattr(memory, "available_bytes", lambda: memory.HEADROOM + 1024)
+    monkeypatch.setattr(float_pass, "_sums", lambda *a: passes.append(1))
+    with pytest.raises(MemoryRefusedError):
+        PrivatePCA(2, method="analyze_gauss").fit(np.ones((3000, 5)))
+    assert passes == []
