@@ -30,7 +30,7 @@ import warnings
 import joblib
 import numpy as np
 
-__all__ = ["fixed_floating_point", "silenced", "FLOATING_POINT_SETTINGS"]
+__all__ = ["fixed_floating_point", "say", "silenced", "FLOATING_POINT_SETTINGS"]
 
 #: NumPy's own defaults: the settings every fit runs under, whatever the caller's.
 FLOATING_POINT_SETTINGS = dict(divide="warn", over="warn", under="ignore", invalid="warn")
@@ -143,3 +143,10 @@ def silenced():
             yield
         finally:
             _release()
+
+
+def say(line: str) -> None:
+    """Print ``line`` and its newline in one write: lines printed from parallel workers onto one
+    stream (a search under an outer cross-validation's ``n_jobs``) never run together."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()

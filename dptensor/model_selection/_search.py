@@ -17,7 +17,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import _get_feature_names, check_is_fitted
 
 from .._base import FitData, FitPlan, PrivateEstimatorMixin
-from .._guards import silenced
+from .._guards import say as _say, silenced
 from .._memory import FLOAT, prechecked
 from ..algorithms.exact import exact_gaussian_release
 from ..mechanisms.randomness import rekeyed
@@ -361,11 +361,11 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         settings = plan.settings
         if self.verbose:  # public: the plan's own numbers, before the spend
             cost = self._preview_plan(plan)
-            print(f"[{type(self).__name__}] {len(settings.candidates)} candidates, "
-                  f"{settings.mean:g} expected runs ({settings.distribution}), each candidate at "
-                  f"epsilon={settings.epsilon:.4g}; the whole search"
-                  f"{' and refit' if self.refit else ''} costs epsilon={cost.epsilon:.4g} at "
-                  f"delta={cost.delta:g}")
+            _say(f"[{type(self).__name__}] {len(settings.candidates)} candidates, "
+                 f"{settings.mean:g} expected runs ({settings.distribution}), each candidate at "
+                 f"epsilon={settings.epsilon:.4g}; the whole search"
+                 f"{' and refit' if self.refit else ''} costs epsilon={cost.epsilon:.4g} at "
+                 f"delta={cost.delta:g}")
         return super()._spend_plan(plan, data)
 
     def _release(self, data, plan, rng):
@@ -405,8 +405,8 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         if self.refit:
             self._apply_output_config()
         if self.verbose:
-            print(f"[{type(self).__name__}] chose {self.best_params_} (released score "
-                  f"{best_score:.4g})")
+            _say(f"[{type(self).__name__}] chose {self.best_params_} (released score "
+                 f"{best_score:.4g})")
 
     def _learner_width(self, n_features: int) -> int:
         """The number of features the learner sees: a pipeline's stateless steps may change it,
