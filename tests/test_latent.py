@@ -622,12 +622,14 @@ def test_lda_doc_clip_range_refused_before_the_spend():
     a huge one (doc_clip**2 overflowed: OverflowError after the spend) clips nothing."""
     C, _, _ = make_lda_corpus(200, 30, 3, doc_length=(3, 20), random_state=0)
     budget = PrivacyAccountant(epsilon=10.0, delta=1e-5)
-    tiny = PrivateLatentDirichletAllocation(3, epsilon=1.0, delta=1e-5, doc_clip=1e-170, accountant=budget,
-                                            random_state=0)
-    with pytest.raises(ValueError, match="doc_clip must be at least"):
-        tiny.fit(C)
-    with pytest.raises(ValueError, match="doc_clip must be at least"):
-        tiny.privacy_cost(200, 30)
+    # 1e-120: the square holds, the third moment's cubic bound underflows (sensitivity 0)
+    for clip in (1e-170, 1e-120):
+        tiny = PrivateLatentDirichletAllocation(3, epsilon=1.0, delta=1e-5, doc_clip=clip,
+                                                accountant=budget, random_state=0)
+        with pytest.raises(ValueError, match="doc_clip must be at least"):
+            tiny.fit(C)
+        with pytest.raises(ValueError, match="doc_clip must be at least"):
+            tiny.privacy_cost(200, 30)
     assert budget.history() == []
     for whitening in ("dense", "power"):
         # nearly no noise: clipping nothing, it is the unclipped fit

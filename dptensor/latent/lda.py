@@ -470,11 +470,12 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
                                  f"or 'auto', got {clip!r}")
             clip = float(clip)
             # tau_2 >= doc_clip^2 / d (nu >= 1 / d) is the mean weight's floor, divided by after the
-            # spend: refused here, before it, where it would underflow to 0
-            if clip * clip / X.shape[1] < np.finfo(float).tiny:
-                raise ValueError("doc_clip must be at least sqrt(n_features * "
-                                 f"{np.finfo(float).tiny:.3g}) (the clipping bound "
-                                 f"doc_clip**2 / n_features underflows), got {clip!r}")
+            # spend, and the third moment's bound is cubic in doc_clip: refused before the spend
+            # where either underflows (to 0: a release of sensitivity 0)
+            floor = max(np.sqrt(X.shape[1] * np.finfo(float).tiny), np.finfo(float).tiny ** (1 / 3))
+            if clip < floor:
+                raise ValueError(f"doc_clip must be at least {floor:.3g} (doc_clip**2 / n_features "
+                                 f"or doc_clip**3 underflows), got {clip!r}")
         clip = clip if np.isfinite(epsilon) else None
         # a clipped fit releases the clipping scale before the mean; M2 = E2 - c M1 M1^T
         return self._context(X, X, epsilon, clip=clip, n_first=2 if clip else 1,
