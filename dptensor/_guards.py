@@ -30,7 +30,7 @@ import warnings
 import joblib
 import numpy as np
 
-__all__ = ["fixed_floating_point", "say", "silenced", "FLOATING_POINT_SETTINGS"]
+__all__ = ["fixed_floating_point", "as_dtype", "say", "silenced", "FLOATING_POINT_SETTINGS"]
 
 #: NumPy's own defaults: the settings every fit runs under, whatever the caller's.
 FLOATING_POINT_SETTINGS = dict(divide="warn", over="warn", under="ignore", invalid="warn")
@@ -45,6 +45,13 @@ def fixed_floating_point(func):
             return func(*args, **kwargs)
     wrapper.fixed_floating_point = True
     return wrapper
+
+
+def as_dtype(values, dtype) -> np.ndarray:
+    """Released values (computed in float64) in the fit's dtype, float32 for float32 rows: one
+    beyond its range becomes inf, with no overflow warning, which would depend on the value."""
+    with np.errstate(over="ignore"):
+        return np.asarray(values).astype(dtype, copy=False)
 
 
 class _Sink(io.TextIOBase):

@@ -20,6 +20,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils.validation import check_is_fitted
 
 from ._base import FitData, FitPlan, PrivateEstimatorMixin, SearchTag
+from ._guards import as_dtype
 from .algorithms.dask import RowChunks, check_dask_array, is_dask_array
 from ._memory import FLOAT, check_fits
 from ._validation import (check_data_norm, check_finite_rows, check_positive_int, check_verbose,
@@ -261,8 +262,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
 
     # ------------------------------------------------------------------ validation
     def _check_settings(self, n_features, *, streaming=False, grouped=False) -> _Settings:
-        """The validated parameters (no noise yet); raises ValueError/TypeError naming the one at
-        fault."""
+        """The validated parameters (no noise yet); raises an error naming the one at fault."""
         for name, value, allowed in (("method", self.method, _METHODS),
                                      ("input", self.input, _INPUTS),
                                      ("neighbors", self.neighbors, _NEIGHBORS),
@@ -362,9 +362,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
         if data.extra is not FINITE_IN_PASS:
             return data
         check_fits(plan.memory[0], "PrivatePCA.fit", plan.memory[1])  # before the pass, too
-        gram = float_pass_first(data.arrays[0], plan.settings,
-                                lambda X: check_finite_rows(self, X))  # validation's message
-        return replace(data, extra=gram)
+        return replace(data, extra=float_pass_first(  # refused with validation's own message
+            data.arrays[0], plan.settings, lambda X: check_finite_rows(self, X)))
 
     def _check_grouped(self, X, groups) -> FitData:
         """A fit whose unit is a group of rows: private, on rows in memory, one label a row."""
@@ -487,12 +486,11 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
     def _set_model(self, n_rows):
         """``singular_values_`` and ``noise_variance_`` from the released spectrum and total, as
         scikit-learn's PCA defines them (post-processing); neither for a precomputed matrix."""
-        for attr in ("singular_values_", "noise_variance_"):
-            self.__dict__.pop(attr, None)
+        self.__dict__.pop("singular_values_", None), self.__dict__.pop("noise_variance_", None)
         if n_rows is None:
             return
-        ev = self.explained_variance_
-        self.singular_values_ = np.sqrt(ev * max(n_rows - 1, 1)).astype(ev.dtype)
+        ev = self.explained_variance_  # ev (n - 1) in float64: past float32's range before its root
+        self.singular_values_ = as_dtype(np.sqrt(ev * np.float64(max(n_rows - 1, 1))), ev.dtype)
         if self._total_variance is not None:
             self.noise_variance_ = noise_variance(
                 self._total_variance, ev, n_rows, self.components_.shape[1],
@@ -500,19 +498,21 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
 
     def _set_spectrum(self, result, mean, scale, total, noise, *, floor):
         self.components_ = result.components
-        ev = np.asarray(result.eigenvalues, dtype=result.components.dtype) * scale
-        self.explained_variance_ = np.maximum(ev, 0) if floor else ev
-        self.explained_variance_noise_ = np.full(ev.shape, noise * scale, dtype=ev.dtype)
+        dtype = result.components.dtype  # in float64 (a float32 fit's sums reach n B^2), then cast
+        ev = np.asarray(result.eigenvalues, dtype=np.float64) * scale
+        ev = np.maximum(ev, 0) if floor else ev
+        self.explained_variance_ = as_dtype(ev, dtype)
+        self.explained_variance_noise_ = as_dtype(np.full(ev.shape, noise * scale), dtype)
         self.__dict__.pop("explained_variance_ratio_", None)
         self._total_variance = None
         if total is not None:
             # Noise can push the released eigenvalues above the released total; dividing by the
             # larger of the two keeps the ratios a share of a whole (post-processing).
-            whole = max(float(total), float(np.sum(np.abs(self.explained_variance_))) / scale)
+            whole = max(float(total), float(np.sum(np.abs(ev))) / scale)
             self._total_variance = whole * scale  # the covariance's trace, as released
             if whole > 0:
-                self.explained_variance_ratio_ = self.explained_variance_ / (whole * scale)
-        weak = np.flatnonzero(np.abs(self.explained_variance_) < 2 * self.explained_variance_noise_)
+                self.explained_variance_ratio_ = as_dtype(ev / (whole * scale), dtype)
+        weak = np.flatnonzero(np.abs(ev) < 2 * noise * scale)
         if weak.size:
             warnings.warn(f"the released explained_variance_ of component(s) "
                           f"{(weak + 1).tolist()} is below twice its noise level "

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 import dptensor.algorithms.exact as ex
-from dptensor import PrivatePCA
+from dptensor import PrivacyAccountant, PrivatePCA
 from dptensor.mechanisms import Rounding, clip_rows, gaussian_release, grid_step
 from dptensor.algorithms.power import private_mean
+from expected_warnings import NON_PRIVATE
 
 ONE = 2 ** ex.BITS
 
@@ -234,8 +235,38 @@ def test_private_pca_float32_releases_the_float64_statistics(same_noise):
     assert a.components_.dtype == np.float32
     assert all(np.array_equal(u, v.astype(np.float32))
                for u, v in zip(_fitted(a)[::2], _fitted(b)[::2]))
-    # the same released eigenvalues, scaled in float32 (post-processing)
-    np.testing.assert_allclose(a.explained_variance_, b.explained_variance_, rtol=2e-7)
+    # the same released eigenvalues, scaled in float64 and then cast (post-processing)
+    assert np.array_equal(a.explained_variance_, b.explained_variance_.astype(np.float32))
+
+
+@pytest.mark.parametrize("method", ["analyze_gauss", "power", "auto"])
+def test_private_pca_float32_rows_whose_sums_pass_float32s_range(method, same_noise):
+    # rows of norm 1.5e17: the Gram matrix's sums over 20 000 rows reach 4.5e38, past float32's
+    # 3.4e38, where the released products were cast to float32 (inf, and a warning after the
+    # spend); they are released in float64, as the float64 rows' are
+    rng = np.random.default_rng(3)
+    Z = rng.standard_normal((20_000, 8)) * np.linspace(3.0, 0.5, 8)
+    B = 1.5e17
+    X = Z / np.linalg.norm(Z, axis=1, keepdims=True) * B
+    params = dict(n_components=2, epsilon=1.0, delta=1e-12, data_norm=B, method=method,
+                  random_state=0)
+    a = PrivatePCA(**params).fit(X.astype(np.float32))
+    b = PrivatePCA(**params).fit(X.astype(np.float32).astype(np.float64))
+    assert a.explained_variance_.dtype == np.float32 and np.all(np.isfinite(a.singular_values_))
+    assert np.array_equal(a.explained_variance_, b.explained_variance_.astype(np.float32))
+    np.testing.assert_allclose(a.singular_values_, b.singular_values_, rtol=1e-6)
+    assert np.array_equal(a.components_, b.components_.astype(np.float32))
+
+
+@NON_PRIVATE
+def test_nonprivate_float32_sums_past_its_range_are_refused_before_the_spend():
+    X = np.random.default_rng(4).standard_normal((2_000, 20)).astype(np.float32) * 2e17
+    accountant = PrivacyAccountant(epsilon=np.inf)
+    with pytest.raises(ValueError, match="pass them as float64"):
+        PrivatePCA(n_components=3, data_norm=1e18, accountant=accountant).fit(X)
+    assert accountant.history() == []
+    fit = PrivatePCA(n_components=3, data_norm=1e18).fit(X.astype(np.float64))  # float64 holds
+    assert np.all(np.isfinite(fit.explained_variance_))
 
 
 def test_private_stream_does_not_depend_on_the_batches(same_noise):

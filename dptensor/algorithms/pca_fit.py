@@ -42,6 +42,7 @@ from .exact import (
 from .groups import ExactGroupGram, group_average_rows, group_scale_rows
 from .operators import DenseMatrix, GramMatrix
 from .sparse import SparseGram, SparseRows
+from .._guards import as_dtype
 from .._memory import FLOAT
 from ..mechanisms import clip_rows
 from .pca_methods import Source
@@ -94,10 +95,15 @@ def exact_rows_fit(X, rng, *, k, p, n_iter, bound, method, center, noise, mean_n
         operator=lambda: _with_sensitivity(ExactGram(M, B)),
         gauss=dict(rounding=None), power=dict(rounding=None),  # exact sums and products
         clipped=lambda tau: ExactClippedGram(M, B, tau), n_rows=n, bound=B)
-    result = method.spectrum(source, rng, k=k, p=p, n_iter=n_iter, noise=noise, verbose=verbose,
-                             dtype=X.dtype)
-    result = result._replace(components=result.components.astype(X.dtype, copy=False))
-    return result, (None if mean is None else mean.astype(X.dtype, copy=False)), total
+    return _released(method.spectrum(source, rng, k=k, p=p, n_iter=n_iter, noise=noise,
+                                     verbose=verbose), mean, total, X.dtype)
+
+
+def _released(result, mean, total, dtype):
+    """A private fit's releases, made in float64 (a float32 fit's Gram sums reach n B^2, past
+    float32's range from B = 1e17 at n = 2e5), with the components and the mean in X's dtype."""
+    return (result._replace(components=as_dtype(result.components, dtype)),
+            None if mean is None else as_dtype(mean, dtype), total)
 
 
 def _one_pass_exact_fit(X, rng, *, k, p, n_iter, bound, method, center, noise, mean_noise,
@@ -119,10 +125,8 @@ def _one_pass_exact_fit(X, rng, *, k, p, n_iter, bound, method, center, noise, m
     sens = covariance_sensitivity(B)
     source = Source(gram=lambda z: (C.for_release(sens, z), sens), operator=None,
                     gauss=dict(rounding=None))  # an exact sum on the Gram grid, as above
-    result = method.spectrum(source, rng, k=k, p=p, n_iter=n_iter, noise=noise, verbose=verbose,
-                             dtype=X.dtype)
-    result = result._replace(components=result.components.astype(X.dtype, copy=False))
-    return result, (None if mean is None else mean.astype(X.dtype, copy=False)), total
+    return _released(method.spectrum(source, rng, k=k, p=p, n_iter=n_iter, noise=noise,
+                                     verbose=verbose), mean, total, X.dtype)
 
 
 def grouped_rows_fit(X, rng, *, codes, n_groups, k, p, n_iter, bound, method, center, noise,
@@ -152,10 +156,8 @@ def grouped_rows_fit(X, rng, *, codes, n_groups, k, p, n_iter, bound, method, ce
     source = Source(gram=lambda z: (gram(M, B ** 2).for_release(sens, z), sens),
                     operator=lambda: _with_sensitivity(ExactGroupGram(M, B)),
                     gauss=dict(rounding=None), power=dict(rounding=None))  # exact, as above
-    result = method.spectrum(source, rng, k=k, p=p, n_iter=n_iter, noise=noise, verbose=verbose,
-                             dtype=X.dtype)
-    result = result._replace(components=result.components.astype(X.dtype, copy=False))
-    return result, (None if mean is None else mean.astype(X.dtype, copy=False)), total
+    return _released(method.spectrum(source, rng, k=k, p=p, n_iter=n_iter, noise=noise,
+                                     verbose=verbose), mean, total, X.dtype)
 
 
 #: ``FitData.extra`` of a fit without privacy whose validation left NaN and infinity to its pass.
@@ -174,17 +176,21 @@ def float_pass_first(X, settings, refuse):
     (:func:`~dptensor.algorithms.float_pass.centred_gram`, ``(mean, C, total)``) where its method
     takes the Gram matrix, else ``None``. ``refuse(X)`` raises the validation's own error for a
     NaN or an infinity: here where the pass's sums are not finite, or for every other method (its
-    rows are read after the spend). Finite rows whose products overflow are refused too."""
+    rows are read after the spend). Finite rows whose products overflow are refused too, and so
+    are sums past ``1/16 d`` of the largest float of ``C``'s dtype (float32's: about 2e37 / d),
+    where the eigensolver's own sums of them would overflow after the spend."""
     if not (settings.method.takes_gram and not settings.private):
         refuse(X)
         return None
     with np.errstate(over="ignore", invalid="ignore"):  # a NaN's or an overflow's: refused
         mean, C, total = centred_gram(X, settings.bound, settings.center)
-    if np.all(np.isfinite(np.diagonal(C))) and (mean is None or np.all(np.isfinite(mean))):
+    room = float(np.finfo(C.dtype).max) / (16 * max(C.shape[0], 1))
+    if np.all(np.isfinite(np.diagonal(C))) and (mean is None or np.all(np.isfinite(mean))) \
+            and total < room:
         return mean, C, total
     refuse(X)
-    raise ValueError("the rows' products overflow floating point: scale X down, or set "
-                     "data_norm to clip the rows")
+    raise ValueError("the rows' products overflow floating point: scale X down (float32 rows: "
+                     "or pass them as float64), or set data_norm to clip the rows")
 
 
 def float_rows_fit(X, rng, *, k, p, n_iter, bound, method, center, private, noise, mean_noise,

@@ -37,7 +37,7 @@ def noise_variance(total_variance, explained_variance, n_samples, n_features, no
     rest = min(int(n_samples), int(n_features)) - k
     if rest <= 0:
         return 0.0
-    unexplained = (float(total_variance) - float(np.sum(explained_variance))) / rest
+    unexplained = (float(total_variance) - float(np.sum(explained_variance, dtype=float))) / rest
     return max(unexplained, FLOOR_SHARE * float(noise_level))
 
 

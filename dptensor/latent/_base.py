@@ -10,6 +10,7 @@ from sklearn.base import BaseEstimator
 
 from .._base import (FitData, FitPlan, NoisePreview, PrivateEstimatorMixin, SearchTag,
                      warn_noise_dominated)
+from .._guards import as_dtype
 from .._memory import FLOAT
 from .._validation import check_positive_int, check_verbose
 from ..accounting.composition import gdp_mu
@@ -388,10 +389,8 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         """The fitted arrays as float32 when X was float32 (post-processing of released values)."""
         if dtype != np.float32:
             return
-        # a noisy value beyond float32's range becomes inf, never a warning that depends on it
-        with np.errstate(over="ignore"):
-            for name in self._fitted_arrays:
-                setattr(self, name, np.asarray(getattr(self, name)).astype(np.float32))
+        for name in self._fitted_arrays:
+            setattr(self, name, as_dtype(getattr(self, name), np.float32))
 
     #: Copies of the rows a fit makes after its spend (the prepared rows are made before it).
     _row_copies = 0
