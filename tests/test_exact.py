@@ -259,13 +259,17 @@ def test_private_pca_float32_rows_whose_sums_pass_float32s_range(method, same_no
 
 
 @NON_PRIVATE
-def test_nonprivate_float32_sums_past_its_range_are_refused_before_the_spend():
+@pytest.mark.parametrize("method, data_norm", [("auto", 1e18), ("power", 1e18), ("power", None)])
+def test_nonprivate_float32_sums_past_its_range_are_refused_before_the_spend(method, data_norm):
+    # the Gram's sums (or the power method's products) of 2 000 rows of norm about 1e18 pass
+    # float32's range: refused before the spend, where they failed after it
     X = np.random.default_rng(4).standard_normal((2_000, 20)).astype(np.float32) * 2e17
     accountant = PrivacyAccountant(epsilon=np.inf)
+    params = dict(n_components=3, data_norm=data_norm, method=method, random_state=0)
     with pytest.raises(ValueError, match="pass them as float64"):
-        PrivatePCA(n_components=3, data_norm=1e18, accountant=accountant).fit(X)
+        PrivatePCA(accountant=accountant, **params).fit(X)
     assert accountant.history() == []
-    fit = PrivatePCA(n_components=3, data_norm=1e18).fit(X.astype(np.float64))  # float64 holds
+    fit = PrivatePCA(**params).fit(X.astype(np.float64))  # float64 holds them
     assert np.all(np.isfinite(fit.explained_variance_))
 
 

@@ -177,20 +177,31 @@ def float_pass_first(X, settings, refuse):
     takes the Gram matrix, else ``None``. ``refuse(X)`` raises the validation's own error for a
     NaN or an infinity: here where the pass's sums are not finite, or for every other method (its
     rows are read after the spend). Finite rows whose products overflow are refused too, and so
-    are sums past ``1/16 d`` of the largest float of ``C``'s dtype (float32's: about 2e37 / d),
-    where the eigensolver's own sums of them would overflow after the spend."""
+    are sums (or, for the other methods, a bound on them) past :func:`_room` (float32's: about
+    2e37 / d), where the eigensolver's own sums of them would overflow after the spend."""
     if not (settings.method.takes_gram and not settings.private):
         refuse(X)
-        return None
-    with np.errstate(over="ignore", invalid="ignore"):  # a NaN's or an overflow's: refused
-        mean, C, total = centred_gram(X, settings.bound, settings.center)
-    room = float(np.finfo(C.dtype).max) / (16 * max(C.shape[0], 1))
-    if np.all(np.isfinite(np.diagonal(C))) and (mean is None or np.all(np.isfinite(mean))) \
-            and total < room:
-        return mean, C, total
-    refuse(X)
+        # the products X^T X V of the power method reach n r^2, r a centred row's largest norm
+        # (two reductions, no copy of X; a NaN was refused above)
+        top = max(float(X.max(initial=0.0)), -float(X.min(initial=0.0)))
+        r = 2.0 * (settings.bound or top * math.sqrt(X.shape[1]))
+        if X.shape[0] * r * r < _room(X.dtype, X.shape[1]):
+            return None
+    else:
+        with np.errstate(over="ignore", invalid="ignore"):  # a NaN's or an overflow's: refused
+            mean, C, total = centred_gram(X, settings.bound, settings.center)
+        if np.all(np.isfinite(np.diagonal(C))) and (mean is None or np.all(np.isfinite(mean))) \
+                and total < _room(C.dtype, C.shape[0]):
+            return mean, C, total
+        refuse(X)
     raise ValueError("the rows' products overflow floating point: scale X down (float32 rows: "
                      "or pass them as float64), or set data_norm to clip the rows")
+
+
+def _room(dtype, d) -> float:
+    """The largest sum of squares a fit's float sums may reach: 1/16 d of the dtype's largest
+    float, room for the eigensolver's own sums of them."""
+    return float(np.finfo(dtype).max) / (16 * max(d, 1))
 
 
 def float_rows_fit(X, rng, *, k, p, n_iter, bound, method, center, private, noise, mean_noise,
