@@ -1,6 +1,7 @@
 """What ``PrivateTensorCompletion(perturbation="auto", rank="auto")`` runs, from public quantities
 only (the rule: :func:`~dptensor.algorithms.completion.modes.auto.auto_choice`), and the check of
-``factor_modes`` against the mode it resolves to; a private user-level fit's public shape."""
+``factor_modes`` against the mode it resolves to (``"auto"``: chosen on held-out entries, only by
+a fit without privacy); the privacy unit and a private user-level fit's public shape."""
 from __future__ import annotations
 
 import math
@@ -9,6 +10,7 @@ import numbers
 from ._validation import check_positive_int
 from .algorithms.completion.modes import AUTO, MODES
 from .algorithms.completion.modes.auto import auto_choice
+from .algorithms.completion.modes.user import MAX_RATINGS_PER_USER
 from .algorithms.completion.modes.base import fixed_modes
 
 __all__ = ["AutoChoice"]
@@ -21,13 +23,43 @@ class AutoChoice:
     def _check_factor_modes(self, order, mode=None):
         """The fixed modes (sorted tuple) from ``factor_modes`` and the tensor's order, checked
         against ``mode`` (``None``: the mode of the unsized rule, as at prediction)."""
-        fixed = fixed_modes(self.factor_modes, order, self.decomposition)
+        fixed = fixed_modes(self._factor_modes(), order, self.decomposition)
         if mode is None:
             unit, _ = self._check_unit()
             mode = MODES[("statistics", "user")] if unit == "user" else MODES[
                 self._resolved_perturbation()]
-        mode.check_modes(order, fixed, self.factor_modes)
+        mode.check_modes(order, fixed, self._factor_modes())
         return fixed
+
+    def _factor_modes(self):
+        """``factor_modes`` as the modes read it: ``"auto"`` is every mode (``None``)."""
+        return None if _is_auto(self.factor_modes) else self.factor_modes
+
+    def _chooses_modes(self, perturbation, unit) -> bool:
+        """Whether the fit chooses its modes on held-out entries (``factor_modes="auto"``,
+        :func:`~dptensor.algorithms.completion.modes.nonprivate.choose_fixed_modes`): a CP fit
+        without privacy at value level. A private fit cannot ask its data: every mode."""
+        return (_is_auto(self.factor_modes) and perturbation is None and unit == "value"
+                and self.decomposition == "cp")
+
+    def _check_unit(self):
+        """``(unit, m)``: the validated privacy unit and, at user level, the bound on each user's
+        entries. A user-level fit runs user-level DP-ALS: another perturbation is refused."""
+        if self.privacy_unit not in ("value", "user"):
+            raise ValueError(f'privacy_unit must be "value" or "user", got {self.privacy_unit!r}')
+        m = self.max_ratings_per_user
+        if self.privacy_unit == "value" and m is not None:
+            raise ValueError('max_ratings_per_user bounds a user\'s entries: privacy_unit="user"')
+        if self.privacy_unit == "value":
+            return "value", None
+        if self.perturbation not in ("auto", "statistics") or self.decomposition != "cp":
+            why = (" (its factors are a function of who rated what, which a user-level guarantee "
+                   "hides)" if self.perturbation == "implicit" else "")
+            raise ValueError('privacy_unit="user" runs user-level DP-ALS on a CP model: use '
+                             f'perturbation="auto" or "statistics", not {self.perturbation!r}{why}')
+        if m is None:
+            return "user", MAX_RATINGS_PER_USER
+        return "user", check_positive_int(m, "max_ratings_per_user")
 
     def _check_public_shape(self):
         """A private user-level fit's shape must be the one the user sets: one inferred from the
@@ -102,3 +134,7 @@ def _valid_share(share):
     """``offset_share`` when it is valid, else ``None`` (refused later, by its own check)."""
     ok = isinstance(share, numbers.Real) and not isinstance(share, bool) and 0.0 < share < 1.0
     return float(share) if ok else None
+
+
+def _is_auto(value) -> bool:
+    return isinstance(value, str) and value == "auto"

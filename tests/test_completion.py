@@ -789,7 +789,10 @@ def test_private_fit_holds_only_released_values_and_public_parameters():
     model = PrivateTensorCompletion(epsilon=2.0, value_range=(0, 1), verbose=0, random_state=0)
     model.fit(data["indices"], data["values"])
     fitted = {k for k in vars(model) if k.endswith("_") and not k.startswith("_")}
+    # factor_modes_ is public: a private fit's "auto" is every mode, whatever the data
+    assert model.factor_modes_ == tuple(range(len(model.shape_)))
     assert fitted == {"factors_", "core_", "intercept_", "biases_", "shape_", "n_features_in_", "n_iter_",
+                      "factor_modes_",
                       "value_range_", "perturbation_", "privacy_cost_", "privacy_unit_",
                       "start_eigenvalues_", "start_eigenvalues_noise_", "component_rms_",
                       "component_rms_noise_", "offsets_rms_", "offsets_rms_noise_"}

@@ -14,6 +14,7 @@ from dptensor.algorithms.completion.modes.auto import (RATINGS_OFFSET_SHARE, USE
                                                        user_start_ratio)
 from dptensor.completion import PrivateTensorCompletion
 from dptensor.datasets import make_low_rank_tensor
+from expected_warnings import NON_PRIVATE, noise_dominated
 
 
 def _ratings(seed, users=200, items=300, n=4000):
@@ -155,3 +156,60 @@ def test_bad_rank_or_shape_is_still_refused_by_its_own_check(bad):
     X, y = _ratings(6)
     with pytest.raises((ValueError, TypeError), match="rank|shape"):
         PrivateTensorCompletion(epsilon=1.0, value_range=(1, 5), **bad).fit(X, y)
+
+
+# ---------------------------------------------------------------- factor_modes="auto"
+def _cp_with_context(seed, context_interaction, shape=(40, 40, 40), n=20_000):
+    """Rank-2 CP entries plus noise of sd 0.3 at random positions: with ``context_interaction``
+    the third mode has a factor of its own, else the interaction does not vary along it."""
+    rng = np.random.default_rng(seed)
+    U, V, W = (rng.normal(0, 1, (s, 2)) for s in shape)
+    W = W if context_interaction else np.ones_like(W)
+    X = np.stack([rng.integers(0, s, 2 * n) for s in shape], axis=1)
+    y = np.einsum("er,er,er->e", U[X[:, 0]], V[X[:, 1]], W[X[:, 2]])
+    y = y + rng.normal(0, 0.3, len(y))
+    return X[:n], y[:n], X[n:], y[n:]
+
+
+def _test_rmse(est, X, y):
+    return float(np.sqrt(np.mean((est.predict(X) - y) ** 2)))
+
+
+@NON_PRIVATE
+@pytest.mark.parametrize("interaction, chosen", [(True, (0, 1, 2)), (False, (0, 1))])
+def test_nonprivate_auto_factor_modes_finds_the_structure_and_refits_it(interaction, chosen):
+    X, y, X_test, y_test = _cp_with_context(3, interaction)
+    params = dict(rank=2, shape=(40, 40, 40), random_state=0)
+    auto = PrivateTensorCompletion(**params).fit(X, y)
+    assert auto.factor_modes_ == chosen
+    # the chosen structure, refitted on every entry: the fit that names it (another random start,
+    # as the parameters key the generator; the same optimum)
+    named = PrivateTensorCompletion(factor_modes=chosen, **params).fit(X, y)
+    np.testing.assert_allclose(auto.predict(X_test), named.predict(X_test), rtol=5e-3,
+                               atol=1e-2)
+    # and it is the better one on fresh entries of the same tensor
+    other = (0, 1) if chosen == (0, 1, 2) else None
+    rival = PrivateTensorCompletion(factor_modes=other, **params).fit(X, y)
+    assert _test_rmse(auto, X_test, y_test) < _test_rmse(rival, X_test, y_test)
+
+
+@NON_PRIVATE
+@noise_dominated()
+@pytest.mark.filterwarnings(r"ignore:the released offsets_rms_ of mode\(s\)")  # no offsets here
+def test_auto_factor_modes_fits_every_mode_where_it_cannot_ask_the_data(monkeypatch):
+    import dptensor.algorithms.completion.modes.nonprivate as nonprivate
+    X, y, _, _ = _cp_with_context(4, False)
+    calls = []
+    real = nonprivate.choose_fixed_modes
+    monkeypatch.setattr(nonprivate, "choose_fixed_modes",
+                        lambda *a: calls.append(1) or real(*a))
+    shape = (40, 40, 40)
+    # a private fit (the choice would read the values), too few entries, Tucker, a matrix
+    fits = [PrivateTensorCompletion(epsilon=1.0, value_range=(-6, 6), shape=shape,
+                                    random_state=0).fit(X, y),
+            PrivateTensorCompletion(shape=shape, random_state=0).fit(X[:5_000], y[:5_000]),
+            PrivateTensorCompletion(decomposition="tucker", shape=shape, n_iter=3,
+                                    random_state=0).fit(X, y),
+            PrivateTensorCompletion(random_state=0).fit(X[:, :2], y)]
+    assert [f.factor_modes_ for f in fits] == [(0, 1, 2)] * 3 + [(0, 1)]
+    assert len(calls) == 2  # asked, and answered every mode, below 10 000 entries and for a matrix
