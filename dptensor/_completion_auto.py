@@ -9,7 +9,8 @@ import numbers
 
 from ._validation import check_positive_int
 from .algorithms.completion.modes import AUTO, MODES
-from .algorithms.completion.modes.auto import auto_choice
+from .algorithms.completion.modes.auto import auto_choice, reads_positions
+from .algorithms.completion.positions import position_ratio
 from .algorithms.completion.modes.user import MAX_RATINGS_PER_USER
 from .algorithms.completion.modes.base import fixed_modes
 
@@ -23,17 +24,38 @@ class AutoChoice:
     def _check_factor_modes(self, order, mode=None):
         """The fixed modes (sorted tuple) from ``factor_modes`` and the tensor's order, checked
         against ``mode`` (``None``: the mode of the unsized rule, as at prediction)."""
-        fixed = fixed_modes(self._factor_modes(), order, self.decomposition)
+        fixed = fixed_modes(self._factor_modes(mode), order, self.decomposition)
         if mode is None:
             unit, _ = self._check_unit()
             mode = MODES[("statistics", "user")] if unit == "user" else MODES[
                 self._resolved_perturbation()]
-        mode.check_modes(order, fixed, self._factor_modes())
+        mode.check_modes(order, fixed, self._factor_modes(mode))
         return fixed
 
-    def _factor_modes(self):
-        """``factor_modes`` as the modes read it: ``"auto"`` is every mode (``None``)."""
-        return None if _is_auto(self.factor_modes) else self.factor_modes
+    def _factor_modes(self, mode=None):
+        """``factor_modes`` as ``mode`` reads it: ``"auto"`` is every mode (``None``), users and
+        items ``(0, 1)`` for the implicit mode (it learns a two-mode interaction)."""
+        if not _is_auto(self.factor_modes):
+            return self.factor_modes
+        return (0, 1) if getattr(mode, "name", None) == "implicit" else None
+
+    def _position_ratio(self, X, shape):
+        """The positions' :func:`~dptensor.algorithms.completion.positions.position_ratio` where
+        ``"auto"`` turns on it (value unit, ratings-like data, a large enough epsilon, a
+        ``factor_modes`` the implicit mode can fit), else ``None``: the positions are public at
+        value level, and read here only then (an SVD of the users x items incidence)."""
+        modes = self._factor_modes(MODES["implicit"])
+        if self.perturbation != "auto" or self.privacy_unit != "value" or modes is None or \
+                len(modes) != 2:
+            return None
+        try:
+            epsilon, _ = self._privacy_target(gaussian=True)
+        except (ValueError, TypeError):  # refused later, by the checks that own them
+            return None
+        choice = self._auto("value", None, (len(X), shape))
+        if not reads_positions(choice, epsilon):
+            return None
+        return position_ratio(X, shape, modes=tuple(int(m) for m in modes))
 
     def _chooses_modes(self, perturbation, unit) -> bool:
         """Whether the fit chooses its modes on held-out entries (``factor_modes="auto"``,
@@ -101,7 +123,7 @@ class AutoChoice:
         only: the shape and, at value level (positions public), the number of entries; at user
         level the shape, ``max_ratings_per_user``, ``epsilon`` and ``delta``, never the number of
         entries. An invalid target gets the unsized rule (it is refused later, by its checks)."""
-        n_obs, shape = sizes if sizes is not None else (None, None)
+        n_obs, shape, ratio = (tuple(sizes) + (None,))[:3] if sizes is not None else (None,) * 3
         if unit == "user" or shape is None or None in tuple(shape):
             # a preview without the data's sizes: the public shape, when set, is the fit's. At
             # user level only the shape the user sets is public: one inferred from the indices
@@ -114,7 +136,8 @@ class AutoChoice:
             epsilon, delta, shape = 1.0, None, None
         choice = auto_choice(decomposition=self.decomposition, epsilon=epsilon, delta=delta,
                              shape=shape, n_obs=None if unit == "user" else n_obs, unit=unit,
-                             max_ratings_per_user=m, offset_share=_valid_share(self.offset_share))
+                             max_ratings_per_user=m, offset_share=_valid_share(self.offset_share),
+                             position_ratio=ratio)
         if choice["perturbation"] is None:  # epsilon=inf: the rule has no mode to pick
             choice["perturbation"] = AUTO[self.decomposition]
         return choice

@@ -146,12 +146,17 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         studies (``benchmarks/results/completion_auto.md``; the completion guide shows it) from
         public quantities only. Value level (positions public): CP data observed at a density
         (entries over positions) below 0.25 (a matrix) or 0.005 (order >= 3) is fitted like
-        ratings, ``"gradient"`` with (``offset_share=None``) an offsets' share of 0.97; denser CP
+        ratings, ``"gradient"`` with (``offset_share=None``) an offsets' share of 0.97, or, at
+        ``epsilon >= 3`` where the users x items positions follow a structure of their own
+        (:func:`~dptensor.algorithms.completion.positions.position_ratio` >= 1.6, as people rate
+        what they expect to like), the implicit recipe (``rank=20``, ``offset_share=0.5``,
+        ``factor_modes=(0, 1)``; ``benchmarks/results/completion_positions.md``); denser CP
         data ``"statistics"``; Tucker ``"gradient"``. User level (positions private): user-level
         DP-ALS, and ``rank="auto"`` read from the ``shape`` you set, ``max_ratings_per_user``,
         ``epsilon`` and ``delta`` only (without ``shape``: rank 3). ``privacy_cost`` previews
-        the fit's choice when ``shape`` is set. ``None`` is the non-private fit; a finite
-        ``epsilon`` needs one of the others.
+        the fit's choice when ``shape`` is set, except the implicit one (it reads the positions):
+        the epsilon is the same, the noise plan may differ. ``None`` is the non-private fit; a
+        finite ``epsilon`` needs one of the others.
     epsilon : float, default=np.inf
         Privacy target; ``np.inf`` is the non-private fit, which costs epsilon = infinity.
     delta : float or None, default=None
@@ -367,7 +372,7 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
                     solver=solver, lr=lr, n_iter=n_iter, clip=clip, reg=reg, reg_core=reg_core,
                     tol=tol, prior_var=AUTO_PRIOR_VAR if (auto and not gd) else None,
                     kind=self.decomposition, fit_intercept=self.fit_intercept,
-                    factor_modes=self._factor_modes(), unit=unit, max_ratings_per_user=m,
+                    factor_modes=self._factor_modes(mode), unit=unit, max_ratings_per_user=m,
                     choose_modes=self._chooses_modes(perturbation, unit),
                     shape=self.shape)
 
@@ -388,7 +393,8 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         design): a shape too large for memory fails here, before the spend."""
         self._check_params()
         X, y, shape = self._check_values(X, y)
-        p = self._check_params((len(y), shape))
+        ratio = self._position_ratio(X, shape)  # public positions, read where "auto" needs them
+        p = self._check_params((len(y), shape, ratio))
         p["fixed"] = self._check_factor_modes(len(shape), p["mode"])
         epsilon, delta = self._privacy_target(gaussian=p["mode"].gaussian)
         if p["unit"] == "user" and math.isfinite(epsilon):
@@ -400,15 +406,16 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
             self._check_delta_for(len(y), epsilon, delta, unit="observed value")
         obs = Observations(X, shape)
         p["mode"].prepare(obs, p)
-        return FitData(arrays=(X, y), shape=(len(y), *shape), extra=obs)
+        return FitData(arrays=(X, y), shape=(len(y), *shape), extra=obs,
+                       public=dict(position_ratio=ratio))
 
-    def _plan(self, shape) -> FitPlan:
+    def _plan(self, shape, position_ratio=None) -> FitPlan:
         """The fit's plan from ``(n_obs, n_1, ..., n_d)`` (public): its mode's noise plan and
         event (:meth:`CompletionMode.plan
         <dptensor.algorithms.completion.modes.base.CompletionMode.plan>`) and, when every ``n_m``
         is known, its memory."""
         n_obs, dims = int(shape[0]), tuple(shape[1:])
-        p = self._check_params((n_obs, dims))
+        p = self._check_params((n_obs, dims, position_ratio))
         p["fixed"] = self._check_factor_modes(len(dims), p["mode"])
         mode = p["mode"]
         epsilon, delta = self._privacy_target(gaussian=mode.gaussian)  # validated before it is read

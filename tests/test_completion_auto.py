@@ -98,7 +98,8 @@ def test_value_rule_reads_the_public_shape_and_count_only(monkeypatch):
     sized = [c for c in calls if c["n_obs"] is not None]
     assert sized and all(c == sized[0] for c in sized)
     assert set(sized[0]) == {"decomposition", "epsilon", "delta", "shape", "n_obs", "unit",
-                             "max_ratings_per_user", "offset_share"}
+                             "max_ratings_per_user", "offset_share", "position_ratio"}
+    assert sized[0]["position_ratio"] is None  # epsilon 1: the implicit mode is not in question
     preview = PrivateTensorCompletion(epsilon=1.0, value_range=(1, 5), shape=(200, 300))
     assert preview.privacy_cost(len(y1), 2).event == a.privacy_cost_.event
 
@@ -213,3 +214,50 @@ def test_auto_factor_modes_fits_every_mode_where_it_cannot_ask_the_data(monkeypa
             PrivateTensorCompletion(random_state=0).fit(X[:, :2], y)]
     assert [f.factor_modes_ for f in fits] == [(0, 1, 2)] * 3 + [(0, 1)]
     assert len(calls) == 2  # asked, and answered every mode, below 10 000 entries and for a matrix
+
+
+# ---------------------------------------------------------------- the implicit mode's choice
+def _taste_ratings(seed, strength, users=300, items=500, n=20_000):
+    """Ratings whose positions follow a rank-2 taste with ``strength`` (0: popularity alone)."""
+    rng = np.random.default_rng(seed)
+    tu, ti = rng.normal(size=(users, 2)), rng.normal(size=(items, 2))
+    affinity = tu @ ti.T / np.sqrt(2)
+    pop = 1.0 / np.arange(1, items + 1) ** 0.9
+    pick = (pop[None, :] * np.exp(strength * affinity)).ravel()
+    flat = rng.choice(users * items, n, replace=False, p=pick / pick.sum())
+    X = np.stack([flat // items, flat % items, rng.integers(0, 50, n)], axis=1)
+    y = np.clip(np.rint(3.5 + 0.5 * affinity.ravel()[flat] + rng.normal(0, 0.9, n)), 1, 5)
+    return X, y, (users, items, 50)  # density 0.0027: ratings-like
+
+
+def test_position_ratio_is_one_on_random_positions_and_large_where_they_follow_a_taste():
+    from dptensor.algorithms.completion.positions import position_ratio
+    plain = [position_ratio(*_taste_ratings(s, 0.0)[::2]) for s in (0, 1)]
+    taste = [position_ratio(*_taste_ratings(s, 1.5)[::2]) for s in (0, 1)]
+    assert all(0.8 < r < 1.3 for r in plain)
+    assert all(r > 1.6 for r in taste)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_auto_takes_the_implicit_recipe_only_where_positions_and_epsilon_allow(monkeypatch):
+    import dptensor._completion_auto as completion_auto
+    X, y, shape = _taste_ratings(2, 1.5)
+    base = dict(value_range=(1, 5), shape=shape, random_state=0)
+    fit = PrivateTensorCompletion(epsilon=10.0, **base).fit(X, y)
+    assert (fit.perturbation_, fit.factor_modes_) == ("implicit", (0, 1))
+    assert fit.factors_[0].shape[1] == 2 * auto_module.IMPLICIT_RECIPE["rank"]
+    # the positions decide, never the values: other values at the same positions, same choice
+    other = PrivateTensorCompletion(epsilon=10.0, **base).fit(X, 6.0 - y)
+    assert other.perturbation_ == "implicit"
+    calls = []
+    monkeypatch.setattr(completion_auto, "position_ratio",
+                        lambda *a, **k: calls.append(1) or 10.0)
+    refused = [PrivateTensorCompletion(epsilon=1.0, **base),  # epsilon below IMPLICIT_EPSILON
+               PrivateTensorCompletion(epsilon=10.0, factor_modes=None, **base),  # three modes
+               PrivateTensorCompletion(epsilon=10.0, perturbation="gradient", **base)]
+    assert [m.fit(X, y).perturbation_ for m in refused] == ["gradient"] * 3
+    assert calls == []  # not even read
+    Xr, yr, shape_r = _taste_ratings(2, 0.0)
+    plain = PrivateTensorCompletion(epsilon=10.0, value_range=(1, 5), shape=shape_r,
+                                    random_state=0).fit(Xr, yr)
+    assert calls == [1] and plain.perturbation_ == "implicit"  # the ratio alone decides

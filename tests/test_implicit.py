@@ -141,10 +141,12 @@ def test_implicit_plan_records_exact_target_and_one_release(monkeypatch):
 @NON_PRIVATE
 def test_implicit_needs_two_factor_modes_and_cp():
     X, y, _, _ = _informative(2)
+    with pytest.raises(ValueError, match="two-mode"):  # every mode named: three
+        PrivateTensorCompletion(perturbation="implicit", factor_modes=None).fit(X, y)
     with pytest.raises(ValueError, match="two-mode"):
-        PrivateTensorCompletion(perturbation="implicit").fit(X, y)
-    with pytest.raises(ValueError, match="two-mode"):
-        PrivateTensorCompletion(perturbation="implicit").privacy_cost(len(y), 3)
+        PrivateTensorCompletion(perturbation="implicit", factor_modes=None).privacy_cost(len(y), 3)
+    # factor_modes="auto" (the default) gives it users and items
+    assert PrivateTensorCompletion(perturbation="implicit", rank=2).fit(X, y).factor_modes_ == (0, 1)
     with pytest.raises(ValueError, match="CP"):
         PrivateTensorCompletion(perturbation="implicit", decomposition="tucker").fit(X, y)
     # a matrix needs no factor_modes
