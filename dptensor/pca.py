@@ -683,8 +683,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
         B = float(self.data_norm)
 
         def captured_share(R):
-            P = center_and_clip(clip_rows(R, B), self.mean_, B) @ V.T  # rows as the fit used them
-            P = P.astype(np.float64, copy=False) / B  # float32's P * P, B**2 overflow past 1.8e19
+            P = (center_and_clip(clip_rows(R, B), self.mean_, B) @ V.T).astype(float) / B  # f64
             return np.clip(np.einsum("ij,ij->i", P, P), 0.0, 1.0)
         return map_row_blocks(captured_share, X), (0.0, 1.0)
 
