@@ -198,11 +198,12 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         no release for them (fewer releases, less noise in each). For ratings-like data
         (user, item, time) use ``factor_modes=(0, 1)``: a user x item low-rank model with a time
         effect (on MovieLens-100K a CP time factor made the fit worse; see the completion guide).
-        ``"auto"``: every mode, except that a CP fit without privacy (``epsilon=inf``) of order
-        >= 3 on at least 10 000 entries fits both every mode and ``(0, 1)`` on nine tenths of
-        them and keeps the one that predicts the other tenth better (as scikit-learn's
-        ``early_stopping="auto"``), then refits it on all: about 2.8 times the time of one fit.
-        A private fit cannot ask its data, and fits every mode. ``factor_modes_`` says which.
+        ``"auto"``: every mode (users and items ``(0, 1)`` for ``"implicit"``), except that a CP
+        fit without noise (``perturbation=None``, what ``"auto"`` runs at ``epsilon=inf``) of
+        order >= 3 on at least 10 000 entries fits both every mode and ``(0, 1)`` on nine tenths
+        of them, keeps the one that predicts the other tenth better (as scikit-learn's
+        ``early_stopping="auto"``) and refits it on all: about 2.8 times the time of one fit.
+        A private fit cannot ask its data's values. ``factor_modes_`` says what was fitted.
         With ``"implicit"`` the order matters: the first mode is the lead (users: each row's factor
         is the normalised sum of learned vectors over the partner rows it was observed with), the
         second the partner (items: a spectral embedding of who rated what).

@@ -480,17 +480,17 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
             total = result.total
         self.method_ = settings.method.name
         noise = settings.method.result_noise_level(result, X.shape[1], settings.p)
-        self._set_spectrum(result, mean, scale, total, noise, floor=not settings.precomputed)
-        self._set_model(None if settings.precomputed else data.shape[0])
+        ev = self._set_spectrum(result, mean, scale, total, noise, floor=not settings.precomputed)
+        self._set_model(None if settings.precomputed else data.shape[0], ev)
 
-    def _set_model(self, n_rows):
+    def _set_model(self, n_rows, ev):
         """``singular_values_`` and ``noise_variance_`` from the released spectrum and total, as
         scikit-learn's PCA defines them (post-processing); neither for a precomputed matrix."""
         self.__dict__.pop("singular_values_", None), self.__dict__.pop("noise_variance_", None)
         if n_rows is None:
             return
-        ev = self.explained_variance_  # ev (n - 1) in float64: past float32's range before its root
-        self.singular_values_ = as_dtype(np.sqrt(ev * np.float64(max(n_rows - 1, 1))), ev.dtype)
+        # from the float64 variances ev: ev (n - 1), even ev, may pass float32's range, the root not
+        self.singular_values_ = as_dtype(np.sqrt(ev * max(n_rows - 1, 1)), self.components_.dtype)
         if self._total_variance is not None:
             self.noise_variance_ = noise_variance(
                 self._total_variance, ev, n_rows, self.components_.shape[1],
@@ -519,12 +519,12 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
                           "(explained_variance_noise_): those components are dominated by the "
                           "privacy noise. Use fewer components, more data, a larger epsilon or a "
                           "tighter data_norm.", UserWarning, stacklevel=3)
-        self.mean_ = mean
+        self.mean_, self.n_iter_ = mean, result.n_iter
         self.n_components_ = result.components.shape[0]
-        self.n_iter_ = result.n_iter
         if self.verbose:
             print(f"[PrivatePCA] {self.method_}: {self.n_iter_} release(s), "
                   f"epsilon={self.privacy_cost_.epsilon:.4g}")
+        return ev  # the float64 variances, for singular_values_
 
     # ------------------------------------------------------------------ streaming
     def partial_fit(self, X, y=None, *, groups=None):
@@ -588,14 +588,14 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
         if self.verbose and stream.n_blocks > before:  # progress: counts only, all public
             print(f"[PrivatePCA] stream: {stream.n_blocks} power block(s) released, "
                   f"{stream.n_samples_seen} rows seen", flush=True)
+        dtype = stream.dtype  # its releases are float64: cast here, inf past float32's range
         if stream.mean is not None:
-            self.mean_ = stream.mean
+            self.mean_ = as_dtype(stream.mean, dtype)
         if stream.components is not None:
             self.components_ = stream.components
-            self.explained_variance_ = np.maximum(stream.eigenvalues, 0)
-            self.explained_variance_noise_ = np.full(self.explained_variance_.shape,
-                                                     self._stream_noise,
-                                                     dtype=self.explained_variance_.dtype)
+            self.explained_variance_ = as_dtype(np.maximum(stream.eigenvalues, 0), dtype)
+            self.explained_variance_noise_ = as_dtype(
+                np.full(len(stream.eigenvalues), float(self._stream_noise)), dtype)
             self.n_components_ = stream.components.shape[0]
         return self
 

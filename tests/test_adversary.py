@@ -295,7 +295,7 @@ def test_completion_releases_stay_within_their_sensitivity_and_price_the_recorde
     # the estimator keeps its parameters and the released attributes, nothing of the layouts
     assert set(vars(est)) == set(est.get_params()) | {
         "factors_", "core_", "intercept_", "biases_", "shape_", "n_features_in_", "n_iter_", "value_range_",
-        "perturbation_", "privacy_cost_", "privacy_unit_", "start_eigenvalues_",
+        "factor_modes_", "perturbation_", "privacy_cost_", "privacy_unit_", "start_eigenvalues_",
         "start_eigenvalues_noise_", "component_rms_", "component_rms_noise_", "offsets_rms_",
         "offsets_rms_noise_"}
     assert worst.max() > 0.6  # not vacuous: some release comes near its bound

@@ -181,11 +181,12 @@ def float_pass_first(X, settings, refuse):
     2e37 / d), where the eigensolver's own sums of them would overflow after the spend."""
     if not (settings.method.takes_gram and not settings.private):
         refuse(X)
-        # the products X^T X V of the power method reach n r^2, r a centred row's largest norm
-        # (two reductions, no copy of X; a NaN was refused above)
-        top = max(float(X.max(initial=0.0)), -float(X.min(initial=0.0)))
-        r = 2.0 * (settings.bound or top * math.sqrt(X.shape[1]))
-        if X.shape[0] * r * r < _room(X.dtype, X.shape[1]):
+        # the power method's products X^T X V reach ||X||_F^2 (centring only lowers it), its rows
+        # clipped to data_norm: their squared norms summed in float64, one read, no copy of X
+        squares = np.einsum("ij,ij->i", X, X, dtype=np.float64)
+        if settings.bound:
+            np.minimum(squares, settings.bound ** 2, out=squares)
+        if float(np.sum(squares)) < _room(X.dtype, X.shape[1]):
             return None
     else:
         with np.errstate(over="ignore", invalid="ignore"):  # a NaN's or an overflow's: refused
@@ -286,8 +287,10 @@ def entry_matrix_fit(A, rng, *, k, p, n_iter, bound, method, noise, paper=False,
     source = Source(gram=lambda z: (A, bound), gauss=dict(order="magnitude", rounding=None),
                     operator=lambda: _entry_operator(A, p, bound, noise, paper),
                     power=dict(tol=tol))
-    return method.spectrum(source, rng, k=k, p=p, n_iter=n_iter, noise=noise, verbose=verbose,
-                           dtype=A.dtype)
+    private = bool(np.any(np.asarray(noise) > 0))  # its releases in float64, as the rows' fits
+    result = method.spectrum(source, rng, k=k, p=p, n_iter=n_iter, noise=noise, verbose=verbose,
+                             dtype=np.float64 if private else A.dtype)
+    return result._replace(components=as_dtype(result.components, A.dtype))
 
 
 def _entry_operator(A, p, bound, noise, paper):

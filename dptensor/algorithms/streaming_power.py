@@ -101,8 +101,8 @@ class StreamingPowerMethod:
         if self.mean is None:
             if exact:
                 stat = Exact(self._sum, self.data_norm / T / 2.0 ** BITS)
-                self.mean = exact_gaussian_release(stat, 2.0 * self.data_norm / T, z, rng,
-                                                   dtype=self.dtype)
+                # released in float64, as every release here: float32 cannot hold them all
+                self.mean = exact_gaussian_release(stat, 2.0 * self.data_norm / T, z, rng)
             else:
                 self.mean = self._sum / T
             self._sum = None  # the unnoised sum is needed no longer than this release
@@ -110,12 +110,13 @@ class StreamingPowerMethod:
             if exact:
                 stat = Exact(self._acc, self.data_norm ** 2 / T / 4.0 ** BITS)
                 s = power_sensitivity(grid_vectors(self.basis), self.data_norm) / T
-                Y = exact_gaussian_release(stat, s, z, rng, dtype=self.dtype)
+                Y = exact_gaussian_release(stat, s, z, rng)  # about B^2: float64
                 self._acc = 0
             else:
                 Y = self._acc / T
                 self._acc[...] = 0
-            self.components, self.eigenvalues = rayleigh_ritz(self.basis, Y, self.n_components)
-            self.basis = orthonormalize(Y)
+            components, self.eigenvalues = rayleigh_ritz(self.basis, Y, self.n_components)
+            self.components = components.astype(self.dtype, copy=False)  # unit rows
+            self.basis = orthonormalize(Y).astype(self.dtype, copy=False)
             self.n_blocks += 1
         self._count = 0

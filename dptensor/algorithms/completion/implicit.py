@@ -215,7 +215,11 @@ def _prior_variance(g, c2, rest, tr1, tr2, bulk2, s2, noise_var):
     t = c2 - noise_var - s2 * g1
     tau2 = 0.0
     for _ in range(3):
-        w = count / np.maximum(tau2 * g2 + s2 * g1 + noise_var, 1e-300) ** 2
+        # the weights matter up to a common factor: taken relative to the smallest second moment
+        # they lie in [0, 1], where 1 / v^2 itself overflowed (a fit without noise, v ~ 1e-300)
+        v = tau2 * g2 + s2 * g1 + noise_var
+        low = float(np.min(v[v > 0])) if np.any(v > 0) else 1.0
+        w = count * (low / np.maximum(v, low)) ** 2
         tau2 = max(float(np.sum(w * g2 * t) / max(np.sum(w * g2**2), 1e-300)), 0.0)
     return tau2
 
