@@ -131,10 +131,10 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
     rank : int or "auto", default="auto"
         CP rank, or the size of every side of the Tucker core (``"implicit"``: the columns of each
         mode's spectral embedding; the released CP factors have ``2 rank`` columns). ``"auto"``:
-        3, except at user level, where it is 0 (offsets only) when the private start's preview
-        noise at rank 3 is above ``USER_START_RATIO`` (0.3) of its signal bound (see
-        ``perturbation``). With the
-        number of entries, the shape and the model it sets the fit's memory
+        3; 20 where ``perturbation="auto"`` takes the implicit recipe; at user level 0 (offsets
+        only) when the private start's preview noise at rank 3 is above ``USER_START_RATIO``
+        (0.3) of its signal bound (see ``perturbation``). With the number of entries, the
+        shape and the model it sets the fit's memory
         (:func:`~dptensor.algorithms.completion.memory.fit_floats`): a Tucker core holds
         ``rank^order`` numbers and its Gram their square, the spectral start of ``"statistics"``
         an ``n_m x n_m`` Gram per mode with a factor. A fit whose bound exceeds what the process
@@ -198,12 +198,13 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         no release for them (fewer releases, less noise in each). For ratings-like data
         (user, item, time) use ``factor_modes=(0, 1)``: a user x item low-rank model with a time
         effect (on MovieLens-100K a CP time factor made the fit worse; see the completion guide).
-        ``"auto"``: every mode (users and items ``(0, 1)`` for ``"implicit"``), except that a CP
-        fit without noise (``perturbation=None``, what ``"auto"`` runs at ``epsilon=inf``) of
-        order >= 3 on at least 10 000 entries fits both every mode and ``(0, 1)`` on nine tenths
-        of them, keeps the one that predicts the other tenth better (as scikit-learn's
-        ``early_stopping="auto"``) and refits it on all: about 2.8 times the time of one fit.
-        A private fit cannot ask its data's values. ``factor_modes_`` says what was fitted.
+        ``"auto"``: every mode, except that a CP fit without noise (``perturbation=None``, what
+        ``"auto"`` runs at ``epsilon=inf``) of order >= 3 on at least 10 000 entries fits both
+        every mode and ``(0, 1)`` on nine tenths of them, keeps the one that predicts the other
+        tenth better (as scikit-learn's ``early_stopping="auto"``) and refits it on all: about
+        2.8 times the time of one fit. A private fit cannot ask its data's values: every mode,
+        except users x items ``(0, 1)`` where it runs ``"implicit"`` (set, or the implicit recipe
+        of ``perturbation="auto"``) or ``privacy_unit="user"``. ``factor_modes_`` says which.
         With ``"implicit"`` the order matters: the first mode is the lead (users: each row's factor
         is the normalised sum of learned vectors over the partner rows it was observed with), the
         second the partner (items: a spectral embedding of who rated what).
@@ -245,7 +246,8 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
     biases_ : list of ndarray (n_m,)
     shape_ : tuple of int
     factor_modes_ : tuple of int
-        The modes with a factor (``factor_modes``, or what ``"auto"`` chose).
+        The modes with a factor (``factor_modes``, or what ``"auto"`` chose), sorted: with
+        ``"implicit"`` the lead is still the first mode of ``factor_modes`` as you set it.
     n_features_in_ : int
         The order of the tensor (the number of index columns).
     n_iter_ : int
