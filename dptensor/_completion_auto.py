@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 
 from ._validation import check_positive_int
 from .algorithms.completion.modes import AUTO, MODES
@@ -44,9 +45,12 @@ class AutoChoice:
         ``"auto"`` turns on it (value unit, ratings-like data, a large enough epsilon, a
         ``factor_modes`` the implicit mode can fit), else ``None``: the positions are public at
         value level, and read here only then (an SVD of the users x items incidence)."""
-        modes = self._factor_modes(MODES["implicit"])
-        if self.perturbation != "auto" or self.privacy_unit != "value" or modes is None or \
-                len(modes) != 2:
+        try:  # a factor_modes that is no pair of modes is refused later, by its own check
+            modes = tuple(operator.index(m) for m in self._factor_modes(MODES["implicit"]))
+        except TypeError:
+            return None
+        if self.perturbation != "auto" or self.privacy_unit != "value" or len(modes) != 2 or \
+                not all(0 <= m < len(shape) for m in modes):
             return None
         try:
             epsilon, _ = self._privacy_target(gaussian=True)
@@ -55,7 +59,7 @@ class AutoChoice:
         choice = self._auto("value", None, (len(X), shape))
         if not reads_positions(choice, epsilon):
             return None
-        return position_ratio(X, shape, modes=tuple(int(m) for m in modes))
+        return position_ratio(X, shape, modes=modes)
 
     def _chooses_modes(self, perturbation, unit) -> bool:
         """Whether the fit chooses its modes on held-out entries (``factor_modes="auto"``,

@@ -455,8 +455,7 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         shape = obs.shape
         # Public affine rescaling: values clipped to the range, centred, divided by its width.
         if vrange is not None:
-            lo, hi = vrange
-            y = np.clip(y, lo, hi)
+            (lo, hi), y = vrange, np.clip(y, *vrange)
             center, scale = ((lo + hi) / 2, hi - lo)
         else:
             center, scale = float(y.mean()), float(np.ptp(y)) or 1.0
@@ -465,11 +464,9 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         ys = (y - center) / scale
         if vrange is not None and self.fit_intercept:
             # The offsets' releases rest on values in [-1/2, 1/2] (the total's sensitivity 1 needs
-            # them centred), but a range a few ulps wide has a midpoint rounded up to half its
-            # width off.
+            # them centred); a range a few ulps wide has a midpoint up to half its width off.
             ys = np.clip(ys, -0.5, 0.5)
-        # The training loss is an unnoised statistic of the private values: it is kept (and
-        # printed) only for a fit that is not private.
+        # The training loss, an unnoised statistic, is kept (and printed) only without privacy.
         history = [] if self.verbose and not private else None
         # Every product here is skinny (entries x rank) or tiny (rank x rank per row): threaded
         # BLAS only adds synchronisation to them (measured several times slower on a busy machine).
@@ -628,7 +625,9 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
 
         ``n_features`` is the tensor's order (the columns of the index array ``X``). Computed from
         the parameters alone with the fit's own plan: no data, no spend. Returns a
-        :class:`~dptensor.PrivacyCost`.
+        :class:`~dptensor.PrivacyCost`. With ``perturbation="auto"`` it previews the rule without
+        the positions: a fit that takes the implicit recipe spends the same epsilon with another
+        noise plan (``privacy_cost_`` records it).
         """
         self._check_preview_shape(needed=False, order=n_features)
         check_positive_int(n_samples, "n_samples")
@@ -648,7 +647,8 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         n_obs``, ``n_col`` at its cap for evenly spread positions (a fit's level is at most this).
         The other modes: ``component_rms_noise_`` (the caller's units) for a component as large
         as the values' width (``signal_bound``), with balanced columns on evenly spread
-        positions (``docs/derivations/completion.rst``)."""
+        positions (``docs/derivations/completion.rst``). As :meth:`privacy_cost`, without the
+        positions: not the implicit recipe's level where ``"auto"`` takes it."""
         self._check_preview_shape(needed=True, order=n_features)
         n_obs = check_positive_int(n_samples, "n_samples")
         shape = tuple(int(v) for v in self.shape)

@@ -585,7 +585,7 @@ def test_bad_factor_modes_and_epsilon_are_refused_by_name_before_any_spend():
     for bad in [(True, False), (np.bool_(True), 0), (0.0, 1.0)]:
         budget = PrivacyAccountant(epsilon=10.0, delta=1e-6)
         est = PrivateTensorCompletion(factor_modes=bad, epsilon=1.0, value_range=(-3, 3), accountant=budget)
-        with pytest.raises(TypeError, match="factor_modes must be a sequence of integer mode indices"):
+        with pytest.raises(TypeError, match="factor_modes must be \"auto\", None or a sequence of integer"):
             est.fit(X, y)
         with pytest.raises(TypeError, match="factor_modes"):
             est.privacy_cost(len(y), 3)

@@ -261,3 +261,21 @@ def test_auto_takes_the_implicit_recipe_only_where_positions_and_epsilon_allow(m
     plain = PrivateTensorCompletion(epsilon=10.0, value_range=(1, 5), shape=shape_r,
                                     random_state=0).fit(Xr, yr)
     assert calls == [1] and plain.perturbation_ == "implicit"  # the ratio alone decides
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_the_positions_rule_refuses_bad_factor_modes_by_name_and_fits_one_user():
+    from dptensor import PrivacyAccountant
+    X, y, shape = _taste_ratings(5, 1.5)
+    for bad, error in [(0, TypeError), ("ab", TypeError), ((0, 7), ValueError)]:
+        budget = PrivacyAccountant(epsilon=10.0)
+        est = PrivateTensorCompletion(factor_modes=bad, epsilon=3.0, value_range=(1, 5),
+                                      accountant=budget)
+        with pytest.raises(error, match="factor_modes"):
+            est.fit(X, y)
+        assert budget.history() == []
+    rng = np.random.default_rng(6)  # one user: no second direction in who rated what
+    one = np.c_[np.zeros(60, int), rng.integers(0, 400, 60), rng.integers(0, 50, 60)]
+    fit = PrivateTensorCompletion(epsilon=3.0, value_range=(1, 5), random_state=0).fit(
+        one, rng.integers(1, 6, 60).astype(float))
+    assert fit.perturbation_ == "gradient"

@@ -34,5 +34,7 @@ def position_ratio(X, shape, modes=(0, 1), seed=0) -> float:
     to like. Reads the positions only (public at value level), with a fixed seed."""
     a, b = (np.asarray(X[:, m]) for m in modes)
     size = (int(shape[modes[0]]), int(shape[modes[1]]))
+    if min(size) < 2:  # one user or one item: no second direction, no structure to follow
+        return 0.0
     null = _second_value(a, np.random.default_rng(seed).permutation(b), size)
     return _second_value(a, b, size) / max(null, np.finfo(float).tiny)

@@ -120,8 +120,8 @@ def fixed_modes(factor_modes, order, decomposition):
         modes = None
     # a bool is an int to Python, but (True, False) is no list of modes
     if modes is None or any(isinstance(m, (bool, np.bool_)) for m in factor_modes):
-        raise TypeError("factor_modes must be a sequence of integer mode indices, "
-                        f"got {factor_modes!r}")
+        raise TypeError('factor_modes must be "auto", None or a sequence of integer mode '
+                        f"indices, got {factor_modes!r}")
     if len(set(modes)) != len(modes) or len(modes) < 2 or not all(0 <= m < order for m in modes):
         raise ValueError(f"factor_modes must hold at least two distinct modes in [0, {order}), "
                          f"got {factor_modes!r}")

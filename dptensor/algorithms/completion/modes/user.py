@@ -97,7 +97,7 @@ class UserLevel(CompletionMode):
     def check_modes(self, order, fixed, factor_modes):
         if factor_modes is not None and tuple(int(m) for m in factor_modes) != (0, 1):
             raise ValueError('privacy_unit="user" fits a user x item interaction: factor_modes '
-                             'must be None or (0, 1); the other modes get offsets only')
+                             'must be "auto", None or (0, 1); the other modes get offsets only')
 
     def plan(self, p, epsilon, delta, order):
         z, counts = user_noise(gdp_mu(epsilon, delta), order, p["rank"], p["n_iter"],
