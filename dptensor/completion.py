@@ -413,10 +413,9 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
                        public=dict(position_ratio=ratio))
 
     def _plan(self, shape, position_ratio=None) -> FitPlan:
-        """The fit's plan from ``(n_obs, n_1, ..., n_d)`` (public): its mode's noise plan and
-        event (:meth:`CompletionMode.plan
-        <dptensor.algorithms.completion.modes.base.CompletionMode.plan>`) and, when every ``n_m``
-        is known, its memory."""
+        """The plan from ``(n_obs, n_1, ..., n_d)`` and the positions' ratio (public): the mode's
+        noise plan and event (:meth:`CompletionMode.plan
+        <dptensor.algorithms.completion.modes.base.CompletionMode.plan>`), the memory (all n_m)."""
         n_obs, dims = int(shape[0]), tuple(shape[1:])
         p = self._check_params((n_obs, dims, position_ratio))
         p["fixed"] = self._check_factor_modes(len(dims), p["mode"])
@@ -548,7 +547,8 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         quantities)."""
         mode = p["mode"].memory_mode(p["solver"])
         tucker = self.decomposition == "tucker"
-        floats = fit_floats(n_obs, shape, p["rank"], tucker=tucker, mode=mode, fixed=p["fixed"])
+        floats = fit_floats(n_obs, shape, p["rank"], tucker=tucker, mode=mode, fixed=p["fixed"],
+                            chooses=p["choose_modes"])
         return floats * FLOAT, fit_advice(tucker)
 
     def _memory_estimate(self, n_samples, n_features):

@@ -204,6 +204,8 @@ _CASES = {
                            *_positions((60, 60, 60), 40000)),
     "completion-gradient": lambda: (PrivateTensorCompletion(perturbation="gradient", **_COMPLETION),
                                     *_positions((60, 60, 60), 40000)),
+    "completion-nonprivate-modes": lambda: (PrivateTensorCompletion(random_state=0),  # chooses
+                                            *_positions((60, 60, 60), 40000)),
     "completion-tucker": lambda: (PrivateTensorCompletion(decomposition="tucker", n_iter=3,
                                                           random_state=0),
                                   *_positions((30,) * 4, 30000)),

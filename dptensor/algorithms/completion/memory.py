@@ -16,7 +16,7 @@ def _grid_cells(n_obs, shape, tucker, als):
     return cells if cells <= min(ratio * n_obs, DENSE_MAX_CELLS) else 0
 
 
-def fit_floats(n_obs, shape, rank, *, tucker, mode, fixed=()):
+def fit_floats(n_obs, shape, rank, *, tucker, mode, fixed=(), chooses=False):
     """Floats (8 bytes each) a completion fit holds at its peak: an upper bound from public
     quantities only (the number of entries, the shape, the rank, the model and the solver).
 
@@ -25,12 +25,16 @@ def fit_floats(n_obs, shape, rank, *, tucker, mode, fixed=()):
     temporaries: the entries sorted by each mode, the per-entry terms of one mode's normal
     equations (``rank (rank + 1) / 2`` products and the design), the rows' Grams and solves, a
     few grid arrays when the dense layout may be chosen, the Tucker core's Gram, the spectral
-    start's unfolding Grams (``n_m^2`` per mode) and its projected step.
+    start's unfolding Grams (``n_m^2`` per mode) and its projected step. ``chooses``: a fit
+    that chooses its modes on held-out entries first (``factor_modes="auto"`` without noise)
+    also holds the nine tenths' positions, values and layouts, and the split.
     """
     d, n, r = len(shape), n_obs, rank
     free = [m for m in range(d) if m not in fixed]
     rows = max(shape)
     total = 8 * n + 2 * sum(shape) + d * (d + 3) * n  # values, counts, the sorted layouts
+    if chooses:
+        total += 2 * n + (8 * n + 2 * sum(shape) + d * (d + 3) * n)
     terms = r * (r + 1) // 2 + 4 * r + 4  # one mode's per-entry terms, its design and residuals
     solve = rows * (r + 1) * (r + 1) * 6  # the rows' Grams, their copies and solves
     if mode == "implicit":
