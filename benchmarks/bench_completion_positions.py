@@ -10,8 +10,9 @@ the positions' :func:`~dptensor.algorithms.completion.positions.position_ratio` 
 validation RMSE (a random tenth of the TRAINING ratings held out; no test split is read) of the
 gradient recipe, the implicit recipe and what ``"auto"`` runs, at epsilon 1, 3 and 10.
 
-``python -m benchmarks.bench_completion_positions`` writes
-``benchmarks/results/completion_positions.{json,md}``.
+``python -m benchmarks.bench_completion_positions [--redraw]`` writes
+``benchmarks/results/completion_positions.{json,md,png}`` (``--redraw``: the picture from the saved
+JSON).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import warnings
 
 import numpy as np
 
-from benchmarks._common import write_results
+from benchmarks._common import load_results, plot_path, write_results
 from benchmarks.bench_user_level import ratings_like
 from dptensor.algorithms.completion.modes.auto import (IMPLICIT_EPSILON, IMPLICIT_POSITION_RATIO,
                                                        IMPLICIT_RECIPE)
@@ -96,8 +97,45 @@ def run() -> list[dict]:
         "with the items shuffled (about 1 for random positions)."),
         columns=["regime", "position_ratio", "epsilon", "gradient recipe", "implicit recipe",
                  "auto", "auto picks", "auto / best", "gradient recipe s", "implicit recipe s"])
+    _plot(records)
     return records
 
 
+def _plot(records):
+    """Implicit recipe over gradient recipe against epsilon, one line per regime (its position
+    ratio in the legend): below 1 the implicit recipe wins; filled where ``auto`` takes it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    for regime in dict.fromkeys(r["regime"] for r in records):
+        rows = [r for r in records if r["regime"] == regime]
+        eps = [r["epsilon"] for r in rows]
+        ratio = [r["implicit recipe"] / r["gradient recipe"] for r in rows]
+        line, = ax.plot(eps, ratio, "-", label=f"{regime} (ratio {rows[0]['position_ratio']:.2f})")
+        picked = [r["auto picks"] == "implicit" for r in rows]
+        ax.plot([e for e, p in zip(eps, picked) if p], [q for q, p in zip(ratio, picked) if p],
+                "o", color=line.get_color())
+        ax.plot([e for e, p in zip(eps, picked) if not p],
+                [q for q, p in zip(ratio, picked) if not p], "o", mfc="white",
+                color=line.get_color())
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.axvline(IMPLICIT_EPSILON, color="gray", ls=":", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_xticks(EPSILONS, [f"{e:g}" for e in EPSILONS])
+    ax.minorticks_off()
+    ax.set_xlabel("epsilon")
+    ax.set_ylabel("validation RMSE, implicit / gradient recipe")
+    ax.set_title("below 1: implicit wins; filled: auto takes it", fontsize=9)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
+    fig.tight_layout()
+    fig.savefig(plot_path("completion_positions"), dpi=120)
+    plt.close(fig)
+
+
 if __name__ == "__main__":
-    run()
+    import sys
+
+    _plot(load_results("completion_positions")["records"]) if "--redraw" in sys.argv else run()
