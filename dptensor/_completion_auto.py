@@ -43,14 +43,16 @@ class AutoChoice:
     def _position_ratio(self, X, shape):
         """The positions' :func:`~dptensor.algorithms.completion.positions.position_ratio` where
         ``"auto"`` turns on it (value unit, ratings-like data, a large enough epsilon, a
-        ``factor_modes`` the implicit mode can fit), else ``None``: the positions are public at
-        value level, and read here only then (an SVD of the users x items incidence)."""
+        ``factor_modes`` the implicit mode can fit; not a private search's run, which spends the
+        plan the search priced from the sizes), else ``None``: the positions are public at value
+        level, and read here only then (an SVD of the users x items incidence)."""
         try:  # a factor_modes that is no pair of modes is refused later, by its own check
             modes = tuple(operator.index(m) for m in self._factor_modes(MODES["implicit"]))
         except TypeError:
             return None
         if self.perturbation != "auto" or self.privacy_unit != "value" or len(modes) != 2 or \
-                not all(0 <= m < len(shape) for m in modes):
+                not all(0 <= m < len(shape) for m in modes) or self.__dict__.get(
+                    "_priced_by_sizes", False):  # a search's run: the plan it priced
             return None
         try:
             epsilon, _ = self._privacy_target(gaussian=True)

@@ -279,3 +279,21 @@ def test_the_positions_rule_refuses_bad_factor_modes_by_name_and_fits_one_user()
     fit = PrivateTensorCompletion(epsilon=3.0, value_range=(1, 5), random_state=0).fit(
         one, rng.integers(1, 6, 60).astype(float))
     assert fit.perturbation_ == "gradient"
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_private_search_runs_the_plans_it_priced_never_the_positions_choice(monkeypatch):
+    # The search prices each run with privacy_cost, which sees no positions: its runs (and the
+    # refit) must spend those plans, so the positions rule is off inside it.
+    import dptensor._completion_auto as completion_auto
+    from dptensor.model_selection import PrivateGridSearchCV
+    X, y, shape = _taste_ratings(2, 1.5)
+    est = PrivateTensorCompletion(value_range=(1, 5), shape=shape, random_state=0)
+    assert est.set_params(epsilon=10.0).fit(X, y).perturbation_ == "implicit"  # alone: it would
+    monkeypatch.setattr(completion_auto, "position_ratio",
+                        lambda *a, **k: pytest.fail("a search's run read the positions"))
+    search = PrivateGridSearchCV(PrivateTensorCompletion(value_range=(1, 5), shape=shape),
+                                 {"n_iter": [3, 5]}, epsilon=60.0, random_state=0).fit(X, y)
+    assert search.best_estimator_.perturbation_ == "gradient"
+    priced = search.best_estimator_.privacy_cost(len(y), 3)
+    assert search.best_estimator_.privacy_cost_.event == priced.event

@@ -172,10 +172,9 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         n_val = int(round(frac * n_samples))
         if n_val < 1 or n_samples - n_val < 1:
             raise ValueError(f"n_samples = {n_samples} is too few (the units split: rows, "
-                             f"groups when searched by group, users by user): "
-                             f"validation_fraction={frac:g} "
-                             f"leaves an empty part ({n_samples - n_val} to train, {n_val} to "
-                             "score)")
+                             f"groups when searched by group, users by user): validation_fraction="
+                             f"{frac:g} leaves an empty part ({n_samples - n_val} to train, "
+                             f"{n_val} to score)")
         return n_samples - n_val, n_val
 
     def _candidate(self, prefix, params, epsilon, delta, seed, overrides=()):
@@ -184,7 +183,11 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         est = clone(self.estimator).set_params(**clone(params, safe=False))
         est.set_params(**{prefix + "epsilon": epsilon, prefix + "delta": delta,
                           prefix + "random_state": seed, **dict(overrides)})
-        return without_accountants(est)
+        est = without_accountants(est)
+        # a run spends the plan privacy_cost priced, from the sizes alone: an estimator's "auto"
+        # that may read more of the data (completion's public positions) is held to that plan
+        (est[-1] if isinstance(est, Pipeline) else est)._priced_by_sizes = True
+        return est
 
     def _charged_accountant(self):
         """The one accountant the search charges: its own, or the one held anywhere in what it
@@ -650,10 +653,8 @@ def _seed(rng) -> int:
 def _fit_run(est, X, y, rows, codes):
     """A candidate's fit on ``rows``, with their groups when searched by group (a pipeline routes
     them to its last step)."""
-    kwargs = {}
-    if codes is not None:
-        name = est.steps[-1][0] + "__groups" if isinstance(est, Pipeline) else "groups"
-        kwargs[name] = codes[rows]
+    name = est.steps[-1][0] + "__groups" if isinstance(est, Pipeline) else "groups"
+    kwargs = {} if codes is None else {name: codes[rows]}
     Xr = X.iloc[rows] if hasattr(X, "iloc") else X[rows]  # a DataFrame (the refit) by position
     args = (Xr,) if y is None else (Xr, y[rows])
     return est.fit(*args, **kwargs)
