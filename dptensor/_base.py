@@ -425,8 +425,11 @@ class PrivateEstimatorMixin:
         # Clones share a seed: their data tells them apart.
         shape = tuple(int(n) for n in data_shape)
         key = fingerprint(name, params, shape, repr(event), delta) + digest
-        cost = PrivacyCost(epsilon=own, delta=delta, noise_multiplier=float(noise_multiplier),
-                           n_queries=int(n_queries), calibration=calibration if private else "none",
+        # a fit without a guarantee accounts no query (as its preview, _preview, reports it)
+        cost = PrivacyCost(epsilon=own, delta=delta,
+                           noise_multiplier=float(noise_multiplier) if private else 0.0,
+                           n_queries=int(n_queries) if private else 0,
+                           calibration=calibration if private else "none",
                            event=event, unit=unit if private else None)
         return cost, spend_generator(entropy, spend_index=index, key=key)
 
