@@ -4,7 +4,8 @@ The implicit recipe learns the users x items interaction from who rated what; it
 positions follow the taste (people rate what they expect to like) and epsilon is large enough for
 its one release. Regimes: synthetic ratings of MovieLens-100K's size (943 x 1682, 1e5 ratings,
 Zipf-like popularity, heavy-tailed activity) whose positions follow a rank-2 taste with strength
-0 (popularity alone), 0.5 and 1; :func:`benchmarks.bench_user_level.ratings_like` (random
+0 (popularity alone), 0.5 and 1, and the same at strength 1 with 671 users and 9066 items (93k
+ratings: about 10 per item); :func:`benchmarks.bench_user_level.ratings_like` (random
 positions); and MovieLens-100K's ``ua`` training ratings where the files are there. Each cell:
 the positions' :func:`~dptensor.algorithms.completion.positions.position_ratio` (public), and the
 validation RMSE (a random tenth of the TRAINING ratings held out; no test split is read) of the
@@ -55,6 +56,9 @@ def _regimes():
     yield "taste 0 (popularity alone)", taste_ratings(0.0)
     yield "taste 0.5", taste_ratings(0.5)
     yield "taste 1", taste_ratings(1.0)
+    # few ratings per item (about 10, as in larger catalogues): the taste's pull on who rated
+    # what is spread thin, and a held-out check of the rule where it is weakest
+    yield "taste 1, 9066 items", taste_ratings(1.0, users=671, items=9066, n=93_000, seed=1)
     d = ratings_like(943, 1682, 100_000, random_state=0)
     yield "ratings_like (random positions)", (d["indices"], d["values"], d["shape"])
     try:
