@@ -548,15 +548,26 @@ def _user_histories(rng, m, n_items, n_days):
 
 
 @_TINY_START
-@pytest.mark.parametrize("params", [{}, {"offset_share": 0.5, "rank": 1}, {"rank": 0}])
+@pytest.mark.parametrize("params, n_items", [({}, 7), ({"offset_share": 0.5, "rank": 1}, 7),
+                                             ({"rank": 0}, 7), ({}, 20)],
+                         ids=["dense-start", "offset-share", "rank-0", "power-start"])
 def test_user_level_releases_stay_within_their_sensitivity_when_a_whole_history_changes(
-        params, monkeypatch):
+        params, n_items, monkeypatch):
     """A user-level fit replayed against neighbours that replace user 0's whole history (none,
     one rating, m, 3m over the bound, other items and days): every release of the offsets, the
     start and the DP-ALS sweeps moves by at most its stated sensitivity, with the same public
     queries, and the fitted item side is identical given the releases. The other users hold at
-    most m distinct items each, so the bounding keeps all of theirs whatever the coins."""
-    m, shape = 3, (6, 7, 2)
+    most m distinct items each, so the bounding keeps all of theirs whatever the coins. At 20
+    items the start is the power iteration (its item threshold lowered for the test)."""
+    from dptensor.algorithms.completion import user_start
+
+    monkeypatch.setattr(user_start, "POWER_START_MIN_ITEMS", 20)
+    # The audit conditions on the fit's coins: a fit's stream is also keyed by its data's shape,
+    # here the number of ratings, which one user's history moves.
+    fingerprint = _base.fingerprint
+    monkeypatch.setattr(_base, "fingerprint", lambda name, params, shape, *rest: fingerprint(
+        name, params, shape[1:], *rest))
+    m, shape = 3, (6, n_items, 2)
     rng = np.random.default_rng(3)
     others = [np.stack([np.full(m, u), rng.choice(shape[1], m, replace=False),
                         rng.integers(0, shape[2], m)], axis=1) for u in range(1, shape[0])]

