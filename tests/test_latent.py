@@ -20,7 +20,8 @@ from dptensor.accounting import epsilon_of
 from dptensor.datasets import gaussian_mixture_norm_bound, make_gaussian_mixture, make_lda_corpus
 from dptensor.latent import PrivateGaussianMixture, PrivateLatentDirichletAllocation, match_rows
 from dptensor.algorithms.moments import (PROJECTION_SHARE, SHARES, ImplicitMatrix, plan_noise, power_subspace,
-                                       release, release_second, sym3, top_eigenpairs, whiten)
+                                       release, release_second, sym3, whiten)
+from dptensor.algorithms.eigen import top_eigenpairs
 from dptensor.latent.gaussian_mixture import spherical_variance, whitened_bound
 from dptensor.latent.lda import (DOCUMENT_SENSITIVITY, LDA_FIRST_SHARE, PAIR_PARTS_RATIO,
                                  TRIPLE_PARTS_RATIO, _clip_scale, _pair_products, _triple_sums,

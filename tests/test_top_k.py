@@ -213,3 +213,49 @@ def test_noisy_release_takes_fewer_products_and_a_clean_one_keeps_its_precision(
     w_dense, V_dense = dense_top(A, k)
     np.testing.assert_allclose(w_exact, w_dense, rtol=1e-9)
     assert subspace_distance(V_exact, V_dense) < 1e-6
+
+
+def failing_arpack(monkeypatch):
+    """ARPACK raising as on a matrix it cannot resolve (no convergence), at every call."""
+    import scipy.sparse.linalg
+
+    def refuse(*args, **kwargs):
+        raise scipy.sparse.linalg.ArpackNoConvergence("no convergence", np.empty(0),
+                                                      np.empty((0, 0)))
+    monkeypatch.setattr(scipy.sparse.linalg, "eigsh", refuse)
+
+
+def test_a_failing_lanczos_falls_back_to_lapack_on_arrays_and_operators(monkeypatch):
+    """Both solvers run past a fit's spend, on released matrices: ARPACK failing there must not
+    fail the fit (its budget spent) but give LAPACK's pairs (an operator formed from products)."""
+    from dptensor.algorithms.eigen import top_eigenpairs
+    from dptensor.algorithms.moments import ImplicitMatrix
+
+    A, _ = released_like(700, 3, 2)
+    full_w, full_V = np.linalg.eigh(A)
+    failing_arpack(monkeypatch)
+    found = [top_k_eigh(A, 3), top_k_eigh(A, 3, noise_norm=2 * np.sqrt(700)),
+             top_eigenpairs(A, 3, np.random.default_rng(0)),
+             top_eigenpairs(ImplicitMatrix(700, lambda Q: A @ Q), 3, np.random.default_rng(0))]
+    for w, V in found:
+        np.testing.assert_allclose(w, full_w[::-1][:3], rtol=1e-9)
+        assert subspace_distance(V, full_V[:, ::-1][:, :3]) < 1e-6
+
+
+def test_a_private_topic_model_completes_its_fit_when_lanczos_fails(monkeypatch):
+    """The whitening's eigenpairs of a released 700 x 700 pair moment are taken by Lanczos: with
+    ARPACK failing the fit still ends and learns the topics as well (the pairs are LAPACK's, of
+    other signs: the private tensor steps then draw their noise in a flipped basis, so the topics
+    agree in law, not bit for bit)."""
+    from dptensor.datasets import make_lda_corpus
+    from dptensor.latent import PrivateLatentDirichletAllocation, match_rows
+
+    C, topics, _ = make_lda_corpus(3000, 700, 3, doc_length=(50, 80), random_state=0)
+
+    def error():  # a budget at which the topics stand above the noise
+        fitted = PrivateLatentDirichletAllocation(3, epsilon=50.0, delta=1e-5,
+                                                  random_state=0).fit(C).components_
+        return np.abs(fitted - topics[match_rows(fitted, topics)[0]]).sum(axis=1).max()
+    reference = error()
+    failing_arpack(monkeypatch)
+    assert reference < 0.2 and abs(error() - reference) < 0.02

@@ -16,6 +16,10 @@ below ``||E||`` buys nothing: ``E`` has already moved them from ``C``'s by up to
 every residual ``||A v - lambda v||`` is below ``NOISE_FRACTION * noise_norm``; without it (no
 noise) the pairs are resolved to ``TOP_K_TOL`` as before. On a noise-dominated top (clustered
 eigenvalues at the semicircle's edge) that halves the products or better.
+
+:func:`top_eigenpairs` serves the latent models' whitenings: arrays and implicit operators
+(``matmat`` products over the data, never formed), Lanczos from a start the fit's generator
+draws. Both solvers fall back to LAPACK should ARPACK fail: they run past a fit's spend.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ import numpy as np
 import scipy.linalg
 import scipy.sparse.linalg
 
-__all__ = ["TOP_K_MIN_DIM", "TOP_K_MAX_SHARE", "NOISE_FRACTION", "use_top_k", "top_k_eigh"]
+__all__ = ["TOP_K_MIN_DIM", "TOP_K_MAX_SHARE", "NOISE_FRACTION", "use_top_k", "top_k_eigh",
+           "top_eigenpairs"]
 
 #: Below this dimension LAPACK is fast enough (well under a second) and kept.
 TOP_K_MIN_DIM = 500
@@ -64,11 +69,12 @@ def _select(w, k, order):
     return np.argsort(key, kind="stable")[:k]
 
 
-def _arpack(A, k, order, tol):
+def _arpack(A, k, order, tol, start=None, ncv=None):
     d = A.shape[0]
     w, V = scipy.sparse.linalg.eigsh(
-        A, k=k, which="LA" if order == "algebraic" else "LM", v0=_start(d),
-        tol=tol, ncv=min(d - 1, max(2 * k + 1, 40)))
+        A, k=k, which="LA" if order == "algebraic" else "LM",
+        v0=_start(d) if start is None else start, tol=tol,
+        ncv=min(d - 1, max(2 * k + 1, 40)) if ncv is None else ncv)
     idx = _select(w, k, order)
     return w[idx], V[:, idx]
 
@@ -119,3 +125,41 @@ def top_k_eigh(A: np.ndarray, k: int, *, order: str = "algebraic",
         w, V = scipy.linalg.eigh(A)
     idx = _select(w, k, order)
     return w[idx], V[:, idx]
+
+
+def _formed(operator) -> np.ndarray:
+    """The symmetric d x d matrix of an operator with ``matmat``, from d products."""
+    A = operator.matmat(np.eye(operator.shape[0]))
+    return (A + A.T) / 2.0
+
+
+def _dense_top(A: np.ndarray, k: int):
+    d = A.shape[0]
+    return scipy.linalg.eigh(A, subset_by_index=[d - k, d - 1])
+
+
+def top_eigenpairs(A, k: int, rng, *, dense_below: int = 600):
+    """The k algebraically largest eigenpairs of a symmetric d x d ``A`` (values descending).
+
+    ``A`` is an array, or an operator with ``shape`` and ``matmat`` (never formed). Small dense d:
+    LAPACK on the requested subset. Otherwise Lanczos (ARPACK), started from a vector drawn from
+    ``rng`` so that the result is a deterministic function of ``A`` and the seed. Should ARPACK
+    fail (:func:`top_k_eigh` alike), LAPACK on ``A``, formed from d products if implicit: a fit
+    past its spend never fails on what its solver makes of a released matrix.
+    """
+    d = A.shape[0]
+    if not isinstance(A, np.ndarray) and k >= d - 1:
+        A = _formed(A)  # Lanczos needs k < d: with (nearly) every eigenpair asked for, form A
+    if isinstance(A, np.ndarray) and (d <= dense_below or k >= d - 1):
+        w, V = _dense_top(A, k)
+    else:
+        linear = A if isinstance(A, np.ndarray) else scipy.sparse.linalg.LinearOperator(
+            (d, d), matvec=lambda v: A.matmat(v.reshape(-1, 1)).ravel(), matmat=A.matmat,
+            dtype=np.float64)
+        try:
+            w, V = _arpack(linear, k, "algebraic", 1e-8, start=rng.standard_normal(d),
+                           ncv=min(d, max(4 * k, 40)))
+        except scipy.sparse.linalg.ArpackError:
+            w, V = _dense_top(A if isinstance(A, np.ndarray) else _formed(A), k)
+    order = np.argsort(-w, kind="stable")
+    return w[order], V[:, order]

@@ -31,10 +31,9 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg
 import scipy.optimize
-import scipy.sparse.linalg
 
+from .eigen import top_eigenpairs
 from .operators import SymmetricTensor, TensorOperator, ThirdMoment, moment_tensor
 from ..accounting.composition import gdp_mu
 from ..accounting.events import ComposedEvent, GaussianEvent
@@ -45,7 +44,7 @@ from .tensor_power import (PowerNoise, choose_moment, n_power_queries,
 
 __all__ = ["SHARES", "PROJECTION_SHARE", "SPARE_TERMS", "NoisePlan", "plan_noise", "rounding",
            "whitening_roundings", "release", "release_second",
-           "power_subspace", "ImplicitMatrix", "top_eigenpairs",
+           "power_subspace", "ImplicitMatrix",
            "Whitening", "whiten", "topic_noise_std", "m2_noise_level", "CorrectedTensor", "sym3",
            "whitened_rows_operator",
            "decompose_whitened", "n_third_queries", "match_rows"]
@@ -231,33 +230,6 @@ def power_subspace(operator, k: int, plan: NoisePlan, rng, *, step_sensitivity: 
         P = symmetric_gaussian_release(P, projection_sensitivity, plan.z_second[-1], rng,
                                        frobenius=frobenius, rounding=projection_rounding)
     return V, P
-
-
-def top_eigenpairs(A, k: int, rng, *, dense_below: int = 600):
-    """The k algebraically largest eigenpairs of a symmetric d x d ``A`` (values descending).
-
-    ``A`` is an array, or an operator with ``shape`` and ``matmat`` (never formed). Small dense d:
-    LAPACK on the requested subset. Otherwise Lanczos (ARPACK), started from a vector drawn from
-    ``rng`` so that the result is a deterministic function of ``A`` and the seed.
-    """
-    d = A.shape[0]
-    if not isinstance(A, np.ndarray) and k >= d - 1:
-        # Lanczos needs k < d: with (nearly) every eigenpair asked for, form A from d products
-        A = A.matmat(np.eye(d))
-        A = (A + A.T) / 2.0
-    if isinstance(A, np.ndarray) and (d <= dense_below or k >= d - 1):
-        w, V = scipy.linalg.eigh(A, subset_by_index=[d - k, d - 1])
-    else:
-        if not isinstance(A, np.ndarray):
-            # an implicit operator with ``matmat``: Lanczos on its products
-            operator = A
-            A = scipy.sparse.linalg.LinearOperator(
-                (d, d), matvec=lambda v: operator.matmat(v.reshape(-1, 1)).ravel(),
-                matmat=operator.matmat, dtype=np.float64)
-        w, V = scipy.sparse.linalg.eigsh(A, k=k, which="LA", v0=rng.standard_normal(d), tol=1e-8,
-                                         ncv=min(d, max(4 * k, 40)))
-    order = np.argsort(-w, kind="stable")
-    return w[order], V[:, order]
 
 
 @dataclass(frozen=True)

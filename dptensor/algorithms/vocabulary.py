@@ -33,7 +33,8 @@ import scipy.sparse as sp
 
 from ..mechanisms import Rounding, gaussian_release
 from .power import MAX_DENSE_FEATURES
-from .moments import Whitening, top_eigenpairs, topic_noise_std, whiten
+from .eigen import top_eigenpairs
+from .moments import Whitening, topic_noise_std, whiten
 
 __all__ = ["VocabularyWhitening", "frequent_words", "pair_columns", "column_query",
            "release_columns", "vocabulary_whitening", "entry_noise_std", "auto_whitening_words",

@@ -17,7 +17,8 @@ from ..algorithms.power import (covariance_sensitivity, row_power_sensitivity,
                                total_variance_sensitivity)
 from ._base import BLOCK_ROWS, ClippedRows, SpectralLatentModel
 from ..algorithms.moments import (ImplicitMatrix, power_subspace, release, release_second,
-                                  sym3, top_eigenpairs, whiten, whitened_rows_operator)
+                                  sym3, whiten, whitened_rows_operator)
+from ..algorithms.eigen import top_eigenpairs
 
 #: The spawn key of :meth:`PrivateGaussianMixture.sample`'s stream: one word, where a fit's noise
 #: has its spend's position and description (``spend_generator``), so the two never coincide.

@@ -21,6 +21,7 @@ from ..algorithms.documents import MAX_DOCUMENT_LENGTH, MIN_DOCUMENT_LENGTH, doc
 from ..algorithms.documents import (clip_scale as _clip_scale, count_checks as _count_checks,
                                     counts as _counts, document_weights,
                                     per_document as _per_document)
+from ..algorithms.eigen import top_eigenpairs
 from ..algorithms.operators import moment_tensor
 from ..algorithms.pair_moment import weighted_gram
 from ..algorithms.tensor_power import row_sensitivity
@@ -28,7 +29,7 @@ from ..algorithms.vocabulary import (auto_whitening_words, entry_noise_std, freq
                                      pair_columns, release_columns, vocabulary_whitening)
 from ._base import TINY, SpectralLatentModel, auto_doc_clip, fold_in
 from ..algorithms.moments import (ImplicitMatrix, power_subspace, release, release_second,
-                                  sym3, top_eigenpairs, topic_noise_std, whiten)
+                                  sym3, topic_noise_std, whiten)
 
 __all__ = ["PrivateLatentDirichletAllocation", "document_moments", "document_norms",
            "document_weights", "topic_noise_std", "DOCUMENT_SENSITIVITY", "LDA_FIRST_SHARE",
