@@ -199,3 +199,26 @@ def test_spectral_embeddings_of_a_thin_incidence_never_form_it_densely(shape):
         ref = vectors * math.sqrt(len(vectors))
         ref /= np.maximum(np.linalg.norm(ref, axis=1, keepdims=True), 1.0)
         np.testing.assert_allclose(np.abs(E), np.abs(ref), atol=1e-9)
+
+
+def test_a_solver_failing_on_the_positions_fails_the_fit_before_its_spend(monkeypatch):
+    """The filter's leading directions of the design's Gram (Lanczos, a function of Omega) were
+    found after the spend: ARPACK failing there failed a fit whose budget was gone. They are now
+    found with the design, before it, so the shared accountant is charged nothing."""
+    import scipy.sparse.linalg
+
+    from dptensor.algorithms.completion import implicit
+
+    X, y, _, _ = _informative(1)
+    accountant = PrivacyAccountant(epsilon=10.0, delta=1e-5)
+
+    def refuse(*args, **kwargs):
+        raise scipy.sparse.linalg.ArpackNoConvergence("no convergence", np.empty(0),
+                                                      np.empty((0, 0)))
+    monkeypatch.setattr(implicit.sla, "eigsh", refuse)
+    model = PrivateTensorCompletion(perturbation="implicit", factor_modes=(0, 1), epsilon=1.0,
+                                    value_range=(1, 5), shape=(150, 120, 4), rank=4,
+                                    accountant=accountant, random_state=0)
+    with pytest.raises(scipy.sparse.linalg.ArpackNoConvergence):
+        model.fit(X, y)
+    assert accountant.spent() == (0.0, 0.0) and not accountant.history()

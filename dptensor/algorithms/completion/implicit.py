@@ -88,6 +88,7 @@ class ImplicitDesign:
         self._Qt = np.ascontiguousarray(self.Q[pj].T)  # (rank, n_pairs)
         self._Pt = np.ascontiguousarray(self.P[pi].T)
         self._split = self.Q.size
+        self._bulks = {}
 
     def _pairs_matrix(self, data):
         """The ``(lead rows, partner rows)`` sparse matrix with ``data`` at the observed pairs."""
@@ -142,7 +143,14 @@ class ImplicitDesign:
         start), and ``tr1``, ``tr2`` the traces of ``G`` and ``G^2`` on the rest: the first exactly
         (``tr G = sum_e |z|^2 |q|^2 + |z'|^2 |p|^2``), the second by a Hutchinson estimate on the
         deflated Gram with a fixed seed (its variance is small once the dominant directions are
-        out). All of it public: functions of Omega."""
+        out). All of it public: functions of Omega, computed once (a fit asks for them before its
+        spend, :meth:`~dptensor.algorithms.completion.modes.implicit.Implicit.prepare`, so that
+        a solver failing on its positions fails it before anything is spent)."""
+        if n_top not in self._bulks:
+            self._bulks[n_top] = self._bulk(n_top)
+        return self._bulks[n_top]
+
+    def _bulk(self, n_top):
         dim = self.shape[0]
         op = sla.LinearOperator((dim, dim), matvec=self.gram)
         # every pair's rows have entries, so |z_i| = |z'_j| = 1 there

@@ -8,7 +8,7 @@ import numpy as np
 
 from ....accounting.events import ComposedEvent, GaussianEvent
 from ....mechanisms import gaussian_release
-from ..implicit import DESIGN_NORM, implicit_rounding, wiener_filter
+from ..implicit import DESIGN_NORM, TOP_DIRECTIONS, implicit_rounding, wiener_filter
 from ..model import init_model
 from ..model import offsets as offsets_of
 from ..fit_noise import implicit_levels
@@ -58,7 +58,9 @@ class Implicit(CompletionMode):
 
     def prepare(self, obs, p):
         lead, partner = implicit_modes(obs.order, p["fixed"], p["factor_modes"])
-        obs.implicit_design(lead, partner, p["rank"])
+        # the design and its Gram's leading directions (the filter's, after the spend) depend on
+        # the positions alone: built here, before the spend, where a solver's failure costs nothing
+        obs.implicit_design(lead, partner, p["rank"]).bulk(TOP_DIRECTIONS)
 
     def plan(self, p, epsilon, delta, order):
         mu_f, offsets, lead, n_o = gaussian_split(p, epsilon, delta, order, statistics=True)
