@@ -7,7 +7,7 @@ import pytest
 
 import dptensor.algorithms.streaming_tensor as streaming
 import dptensor.model_selection._search as search_module
-from dptensor import PrivatePCA, StreamingTensorPower
+from dptensor import PrivacyAccountant, PrivatePCA, StreamingTensorPower
 from dptensor._validation import check_groups
 from dptensor.model_selection import PrivateGridSearchCV
 
@@ -73,3 +73,36 @@ def test_a_nan_label_of_any_type_is_refused(missing):
     labels = np.array([np.float32(1.0)] + [missing] * 3, dtype=object)
     with pytest.raises(ValueError, match="missing label"):
         check_groups(labels, 4)
+
+
+def _tuple_labels():
+    # (site, id) pairs whose id is a NaN: each float('nan') is its own object, so no tuple
+    # equals another, yet each equals itself (the missing-label check compares v != v)
+    labels = np.empty(12, dtype=object)
+    labels[:] = [("a", float("nan")), ("a", 1.0), ("a", float("nan"))] * 4
+    return labels
+
+
+@pytest.mark.parametrize("labels", [
+    np.array([frozenset({0, 1}), frozenset({0}), frozenset({1}), frozenset({2})] * 5,
+             dtype=object),
+    _tuple_labels()])
+def test_labels_without_a_total_order_are_refused_not_split(labels):
+    # np.unique sorts and merges equal neighbours; under a partial order equal labels were not
+    # side by side: 4 people's 20 rows (sets) counted as 16 groups, and the 4 rows of ("a", 1.0)
+    # among tuples holding a NaN as 4 groups: one person as several units
+    with pytest.raises(TypeError, match="cannot be compared"):
+        check_groups(labels, len(labels))
+
+
+@pytest.mark.parametrize("dtype", ["datetime64[D]", "timedelta64[s]"])
+def test_a_nat_label_is_refused_before_any_spend(dtype):
+    # NaT, the missing value of dates, was taken as a label (all such rows one group) where
+    # the same labels as objects, or a float NaN, are refused
+    labels = np.array([1] * 7 + ["NaT"], dtype=dtype)
+    accountant = PrivacyAccountant(epsilon=10.0, delta=1e-3)
+    X = np.random.default_rng(0).standard_normal((8, 3)) * 0.3
+    with pytest.raises(ValueError, match="missing label"):
+        PrivatePCA(1, data_norm=1.0, epsilon=1.0, delta=1e-4,
+                   accountant=accountant).fit(X, groups=labels)
+    assert accountant.history() == []
