@@ -311,9 +311,10 @@ def check_groups(groups, n_rows: int):
     of the sorted labels, from ``groups`` (one label a row; rows sharing a label are one person).
 
     Refused in words that quote no label (a label may be a name): not one-dimensional, of a
-    length other than the rows', empty, holding a NaN or a missing value, or labels of mixed
-    types (a list's too, which NumPy would make strings). Call it before the spend: every row's
-    label is in hand then.
+    length other than the rows', empty, holding a NaN, a NaT or a missing value, or labels of
+    mixed types (a list's too, which NumPy would make strings) or of an order that is not total
+    (sets: sorting would not bring one person's labels together). Call it before the spend: every
+    row's label is in hand then.
     """
     try:
         labels = np.asarray(groups)
@@ -335,14 +336,26 @@ def check_groups(groups, n_rows: int):
     if labels.dtype.kind == "f" and not np.all(np.isfinite(labels)):
         raise ValueError("groups holds a NaN or an infinity: every row needs the label of the "
                          "person it belongs to")
+    if labels.dtype.kind in "mM" and np.any(np.isnat(labels)):
+        # NaT is the missing value of dates and durations, refused as in an object array
+        raise ValueError("groups holds a missing label (NaT): every row needs the label of the "
+                         "person it belongs to")
     if labels.dtype.kind == "O":
         if any(_missing_label(v) for v in labels):
             raise ValueError("groups holds a missing label (None or NaN): every row needs the "
                              "label of the person it belongs to")
         try:
-            _, codes = np.unique(labels, return_inverse=True)
-        except TypeError:
+            unique, codes = np.unique(labels, return_inverse=True)
+            # np.unique sorts, then merges equal neighbours: under an order that is not total
+            # (sets, tuples holding a NaN) equal labels need not end up side by side, and one
+            # person's rows would count as several groups. Sorted distinct labels of a total
+            # order increase strictly; anything else is refused.
+            ordered = all(bool(a < b) for a, b in zip(unique[:-1], unique[1:]))
+        except (TypeError, ValueError):  # ValueError: a comparison whose truth is undefined
             raise TypeError("groups holds labels that cannot be compared (mixed types)") from None
+        if not ordered:
+            raise TypeError("groups holds labels that cannot be compared (their order is not "
+                            "total, as for sets): use one string or number a person")
     else:
         _, codes = np.unique(labels, return_inverse=True)
     codes = np.asarray(codes, dtype=np.int64).reshape(-1)
