@@ -24,7 +24,7 @@ import numpy as np
 from .operators import TensorOperator
 from ..mechanisms import clip_rows
 
-__all__ = ["is_dask_array", "check_dask_array", "clip_chunks", "reduce_row_chunks",
+__all__ = ["is_dask_array", "check_dask_array", "clip_chunks", "reduce_row_chunks", "moment_sum",
            "DaskThirdMoment", "DaskGramMatrix", "RowChunks", "dask_moment_tensor", "dask_gram"]
 
 #: How many partial results one addition task combines: the reduction tree has depth
@@ -150,10 +150,19 @@ def _cross_partial(chunk):
     return (chunk.T @ chunk,)
 
 
-def _dense_moment_partial(chunk):
+def moment_sum(chunk):
+    """``sum_l x_l^(x)3`` over one chunk's rows (d x d x d): ``n`` times its :func:`moment_tensor`,
+    and zero for a chunk of no rows, whose mean is 0/0 (a filter such as ``X[X[:, 0] > 0]`` leaves
+    such chunks, where the data puts them)."""
     from .operators import moment_tensor
 
-    return (moment_tensor(chunk) * chunk.shape[0],)
+    if chunk.shape[0] == 0:
+        return np.zeros((chunk.shape[1],) * 3, dtype=chunk.dtype)
+    return moment_tensor(chunk) * chunk.shape[0]
+
+
+def _dense_moment_partial(chunk):
+    return (moment_sum(chunk),)
 
 
 class DaskThirdMoment(TensorOperator):

@@ -1,0 +1,62 @@
+"""Adversarial checks of Dask input: a fit never fails after its spend for how X is chunked."""
+import warnings
+
+import numpy as np
+import pytest
+
+da = pytest.importorskip("dask.array")
+dask = pytest.importorskip("dask")
+
+import dptensor  # noqa: E402
+from dptensor import PrivacyAccountant  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::dptensor.PrivacyWarning")
+
+
+@pytest.fixture(autouse=True)
+def synchronous():
+    with dask.config.set(scheduler="synchronous"):
+        yield
+
+
+def _filtered(X, keep):
+    """``X[keep]`` as a user filters a Dask array: chunk sizes computed, chunks left empty where no
+    kept row falls (where the data puts them)."""
+    Xd = da.from_array(X, chunks=(300, -1))
+    out = Xd[da.from_array(keep, chunks=300)]
+    out.compute_chunk_sizes()
+    return out
+
+
+_FITS = {
+    "tensor input perturbation": lambda **k: dptensor.PrivateTensorDecomposition(
+        2, method="input_perturbation", epsilon=1.0, data_norm=5.0, **k),
+    "tensor dense moment": lambda **k: dptensor.PrivateTensorDecomposition(
+        2, moment="dense", n_restarts=2, n_iter=3, epsilon=1.0, data_norm=5.0, **k),
+    "mixture dense": lambda **k: dptensor.PrivateGaussianMixture(
+        2, epsilon=1.0, data_norm=5.0, **k),
+    "mixture power": lambda **k: dptensor.PrivateGaussianMixture(
+        2, epsilon=1.0, data_norm=5.0, whitening="power", **k),
+}
+
+
+@pytest.mark.parametrize("name", list(_FITS))
+def test_an_empty_row_chunk_neither_fails_a_fit_after_its_spend_nor_moves_it(name):
+    """A chunk of no rows (a filter left it) added ``0/0``: its dense third moment, the mean of
+    no rows times 0, was NaN, and the fit failed after its spend, for where the data put the
+    kept rows. Now it adds 0: the fit is the in-memory one."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((1200, 6))
+    keep = X[:, 0] > 0
+    keep[300:600] = False  # no kept row in the second chunk
+    Xd = _filtered(X, keep)
+    assert 0 in Xd.chunks[0]
+    budget = PrivacyAccountant(epsilon=10.0, delta=1e-5)
+    there = _FITS[name](accountant=budget, random_state=3).fit(Xd)
+    assert len(budget.history()) == 1
+    here = _FITS[name](accountant=PrivacyAccountant(epsilon=10.0, delta=1e-5),
+                       random_state=3).fit(X[keep])
+    for attribute in ("components_", "eigenvalues_", "means_", "weights_"):
+        if hasattr(here, attribute):
+            np.testing.assert_allclose(getattr(there, attribute), getattr(here, attribute),
+                                       atol=1e-8)
