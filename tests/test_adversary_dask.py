@@ -60,3 +60,30 @@ def test_an_empty_row_chunk_neither_fails_a_fit_after_its_spend_nor_moves_it(nam
         if hasattr(here, attribute):
             np.testing.assert_allclose(getattr(there, attribute), getattr(here, attribute),
                                        atol=1e-8)
+
+
+@pytest.mark.parametrize("name", ["PrivatePCA", "StreamingTensorPower"])
+def test_an_empty_row_chunk_mid_stream_is_passed_over(name):
+    """``partial_fit`` on a Dask X feeds its chunks in turn: an empty one, mid-stream, was refused
+    as a chunk of no sample after the stream's spend. It is passed over now (the cut does not
+    change the stream); a Dask X of no rows at all is still refused, before anything is spent."""
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((2400, 4))
+    keep = np.ones(len(X), bool)
+    keep[600:900] = False
+    params = dict(epsilon=1.0, data_norm=3.0, random_state=0,
+                  **(dict(block_size=300) if name == "PrivatePCA" else dict(n_iter=4, batch_size=300)))
+    budget = PrivacyAccountant(epsilon=10.0, delta=1e-5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        there = getattr(dptensor, name)(accountant=budget, **params).partial_fit(_filtered(X, keep))
+        here = getattr(dptensor, name)(accountant=PrivacyAccountant(epsilon=10.0, delta=1e-5),
+                                       **params).partial_fit(X[keep])
+    assert len(budget.history()) == 1
+    assert there.n_samples_seen_ == here.n_samples_seen_
+    np.testing.assert_array_equal(there.components_, here.components_)
+    empty = PrivacyAccountant(epsilon=10.0, delta=1e-5)
+    with pytest.raises(ValueError, match="0 sample"):
+        getattr(dptensor, name)(accountant=empty, **params).partial_fit(
+            _filtered(X, np.zeros(len(X), bool)))
+    assert empty.history() == []

@@ -238,13 +238,26 @@ class RowChunks:
     its receive buffer (about three chunks; measured in ``benchmarks/bench_dask.py``).
     """
 
-    def __init__(self, X):
+    def __init__(self, X, *, skip_empty: bool = False):
         if X.ndim != 2:
             raise ValueError("X must be a 2-D dask array (n_samples, "
                              f"n_features), got {X.ndim} dimensions")
         self.X = X.rechunk({1: -1}) if X.numblocks[1] > 1 else X  # each chunk: whole rows
+        self.skip_empty = skip_empty
 
     def __iter__(self):
+        # skip_empty: a chunk of no rows is passed over (a stream refuses an empty chunk, which
+        # mid-stream, after its spend, failed the fit where a filter of the data had left one),
+        # unless every chunk is empty: the last is then yielded, for the caller to refuse.
+        yielded = False
+        for i, chunk in enumerate(self._chunks()):
+            last = i == self.X.numblocks[0] - 1
+            if self.skip_empty and chunk.shape[0] == 0 and (yielded or not last):
+                continue
+            yielded = True
+            yield chunk
+
+    def _chunks(self):
         blocks = list(self.X.to_delayed().ravel())
         client = _default_client()
         if client is None:
