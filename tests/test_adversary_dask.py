@@ -87,3 +87,23 @@ def test_an_empty_row_chunk_mid_stream_is_passed_over(name):
         getattr(dptensor, name)(accountant=empty, **params).partial_fit(
             _filtered(X, np.zeros(len(X), bool)))
     assert empty.history() == []
+
+
+@pytest.mark.parametrize("name", ["PrivatePCA", "PrivateTensorDecomposition",
+                                  "StreamingTensorPower", "PrivateGaussianMixture",
+                                  "PrivateLatentDirichletAllocation"])
+def test_unknown_column_sizes_are_refused_by_the_check_before_any_plan(name):
+    """``X[:, dask_mask]`` has columns of unknown number: check_dask_array set
+    ``n_features_in_`` to NaN and the fit priced a NaN width, refused only where a later step
+    happened to fail on it (the memory check: "cannot convert float NaN to integer")."""
+    X = np.random.default_rng(2).poisson(1.0, (600, 5)).astype(float) + 3.0
+    Xd = da.from_array(X, chunks=(200, -1))
+    Xd = Xd[:, da.from_array(np.ones(5, bool), chunks=5)]
+    assert np.isnan(Xd.shape[1])
+    budget = PrivacyAccountant(epsilon=10.0, delta=1e-5)
+    params = dict(epsilon=1.0, accountant=budget)
+    if name != "PrivateLatentDirichletAllocation":
+        params["data_norm"] = 20.0
+    with pytest.raises(ValueError, match="unknown chunk sizes"):
+        getattr(dptensor, name)(1, **params).fit(Xd)
+    assert budget.history() == []

@@ -58,9 +58,12 @@ def check_dask_array(estimator, X, *, reset: bool = True, check_finite: bool = T
     if X.ndim != 2:
         raise ValueError(f"{name} must be a 2-D dask array (n_samples, "
                          f"n_features), got {X.ndim} dimensions")
-    if any(math.isnan(c) for c in X.chunks[0]):
-        raise ValueError(f"{name} has unknown chunk sizes (n_samples must be known: it sets the "
-                         f"sensitivity); call {name}.compute_chunk_sizes() first")
+    if any(math.isnan(c) for c in X.chunks[0] + X.chunks[1]):
+        # unknown column sizes (X[:, dask_mask]) left n_features_in_ NaN, and the plan priced a
+        # NaN width, refused only by chance (the memory check failing on NaN bytes)
+        raise ValueError(f"{name} has unknown chunk sizes (n_samples and n_features must be "
+                         f"known: they set the sensitivity); call {name}.compute_chunk_sizes() "
+                         "first")
     if X.dtype.kind not in "biuf":
         raise TypeError(f"{name} must hold real numbers, got dtype {X.dtype}")
     if X.dtype not in (np.float32, np.float64):
