@@ -66,6 +66,10 @@ def check_dask_array(estimator, X, *, reset: bool = True, check_finite: bool = T
                          "first")
     if X.dtype.kind not in "biuf":
         raise TypeError(f"{name} must hold real numbers, got dtype {X.dtype}")
+    # Every pass reads the chunks as X declares them. A chunk that computes to another dtype
+    # (from_delayed or map_blocks told float64 of a float32 loader) was summed in its own:
+    # float32 sums under float64 rounding margins moved a release past its sensitivity.
+    X = X.map_blocks(_as_declared, dtype=X.dtype)
     if X.dtype not in (np.float32, np.float64):
         X = X.astype(np.float64)
     if X.shape[0] < 1 or X.shape[1] < 1:
@@ -83,6 +87,18 @@ def check_dask_array(estimator, X, *, reset: bool = True, check_finite: bool = T
     if check_finite and not reduce_row_chunks(X, _all_finite, combine=_all)[0]:
         raise ValueError(f"{name} contains NaN or infinity")
     return X
+
+
+def _as_declared(chunk, block_info=None):
+    """A chunk in the dtype and shape its array declares: cast (no copy when it is already), or
+    refused (a shape other than declared: the first pass, before any spend, refuses it)."""
+    declared = block_info[None]
+    chunk = np.asarray(chunk)
+    if chunk.shape != tuple(declared["chunk-shape"]):
+        raise ValueError(f"a chunk of X computes to shape {chunk.shape} where X declares "
+                         f"{tuple(declared['chunk-shape'])}: fix the array's chunks (or its "
+                         "loader) first")
+    return chunk.astype(declared["dtype"], copy=False)
 
 
 def clip_chunks(X, data_norm):
