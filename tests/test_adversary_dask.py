@@ -148,3 +148,15 @@ def test_a_chunk_shorter_than_declared_is_refused_before_the_spend(name):
     with pytest.raises(ValueError, match="declares"):
         _DECLARED[name](accountant=budget).fit(_loaded(X, dtype=np.float32, short=2))
     assert budget.history() == []
+
+
+def test_sparse_chunks_are_refused_by_name_before_the_spend():
+    """Chunks that are no NumPy arrays (SciPy sparse) are not read as rows: refused before any
+    spend, in words that name their type (the declared-shape check saw a 0-d array)."""
+    sparse = pytest.importorskip("scipy.sparse")
+    C = np.random.default_rng(0).poisson(1.0, (600, 8)).astype(float) + 3.0
+    Xd = da.from_array(C, chunks=(300, -1)).map_blocks(sparse.csr_matrix)
+    budget = PrivacyAccountant(epsilon=10.0, delta=1e-5)
+    with pytest.raises(TypeError, match="csr_matrix"):
+        dptensor.PrivateLatentDirichletAllocation(2, epsilon=1.0, accountant=budget).fit(Xd)
+    assert budget.history() == []

@@ -46,8 +46,10 @@ def check_dask_array(estimator, X, *, reset: bool = True, check_finite: bool = T
                      name: str = "X"):
     """Validate a dask X lazily, as ``validate_data`` does an in-memory one, never materialising it.
 
-    Checks that X is 2-D with known row-chunk sizes and a real dtype (float32 kept, other real
-    dtypes cast to float64 lazily), puts each row in one chunk (clipping needs whole rows), and
+    Checks that X is 2-D with known chunk sizes and a real dtype (float32 kept, other real
+    dtypes cast to float64 lazily), reads each chunk as X declares it (cast to X's dtype; a chunk
+    of another shape, or not a NumPy array, refused by the first pass), puts each row in one
+    chunk (clipping needs whole rows), and
     sets or checks ``n_features_in_`` on ``estimator`` (a dask array has no column names, so
     ``feature_names_in_`` is removed on reset). With ``check_finite`` one reduction over the
     chunks (a pass over the data, on the workers) refuses NaN and infinity before anything is
@@ -93,7 +95,11 @@ def _as_declared(chunk, block_info=None):
     """A chunk in the dtype and shape its array declares: cast (no copy when it is already), or
     refused (a shape other than declared: the first pass, before any spend, refuses it)."""
     declared = block_info[None]
-    chunk = np.asarray(chunk)
+    array = np.asarray(chunk)
+    if array.dtype.hasobject:  # a SciPy sparse chunk becomes a 0-d object array here
+        raise TypeError(f"the chunks of X must be NumPy arrays of numbers, got "
+                        f"{type(chunk).__name__}")
+    chunk = array
     if chunk.shape != tuple(declared["chunk-shape"]):
         raise ValueError(f"a chunk of X computes to shape {chunk.shape} where X declares "
                          f"{tuple(declared['chunk-shape'])}: fix the array's chunks (or its "
