@@ -565,7 +565,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
                              "power blocks and count in both. Use fit(X, groups=groups)")
         # Dask rows: pulled one chunk at a time, in order (the cut does not matter)
         if is_dask_array(X):
-            for chunk in RowChunks(X):
+            for chunk in RowChunks(X, skip_empty=True):
                 self.partial_fit(chunk)
             return self
         if sp.issparse(X) and X.shape[0]:  # sparse rows: one densified block at a time

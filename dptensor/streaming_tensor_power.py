@@ -402,7 +402,7 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
                              "chunks and fall in two blocks, counted in both. Use "
                              "fit(X, groups=groups)")
         if is_dask_array(X):  # Dask rows: fed chunk by chunk (the cut does not change the result)
-            for chunk in RowChunks(X):
+            for chunk in RowChunks(X, skip_empty=True):
                 self.partial_fit(chunk)
                 if self._stream.done:
                     break  # no further chunk is computed once every component is found

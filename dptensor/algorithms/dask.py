@@ -24,7 +24,7 @@ import numpy as np
 from .operators import TensorOperator
 from ..mechanisms import clip_rows
 
-__all__ = ["is_dask_array", "check_dask_array", "clip_chunks", "reduce_row_chunks",
+__all__ = ["is_dask_array", "check_dask_array", "clip_chunks", "reduce_row_chunks", "moment_sum",
            "DaskThirdMoment", "DaskGramMatrix", "RowChunks", "dask_moment_tensor", "dask_gram"]
 
 #: How many partial results one addition task combines: the reduction tree has depth
@@ -46,8 +46,10 @@ def check_dask_array(estimator, X, *, reset: bool = True, check_finite: bool = T
                      name: str = "X"):
     """Validate a dask X lazily, as ``validate_data`` does an in-memory one, never materialising it.
 
-    Checks that X is 2-D with known row-chunk sizes and a real dtype (float32 kept, other real
-    dtypes cast to float64 lazily), puts each row in one chunk (clipping needs whole rows), and
+    Checks that X is 2-D with known chunk sizes and a real dtype (float32 kept, other real
+    dtypes cast to float64 lazily), reads each chunk as X declares it (cast to X's dtype; a chunk
+    of another shape, or not a NumPy array, refused by the first pass), puts each row in one
+    chunk (clipping needs whole rows), and
     sets or checks ``n_features_in_`` on ``estimator`` (a dask array has no column names, so
     ``feature_names_in_`` is removed on reset). With ``check_finite`` one reduction over the
     chunks (a pass over the data, on the workers) refuses NaN and infinity before anything is
@@ -58,11 +60,18 @@ def check_dask_array(estimator, X, *, reset: bool = True, check_finite: bool = T
     if X.ndim != 2:
         raise ValueError(f"{name} must be a 2-D dask array (n_samples, "
                          f"n_features), got {X.ndim} dimensions")
-    if any(math.isnan(c) for c in X.chunks[0]):
-        raise ValueError(f"{name} has unknown chunk sizes (n_samples must be known: it sets the "
-                         f"sensitivity); call {name}.compute_chunk_sizes() first")
+    if any(math.isnan(c) for c in X.chunks[0] + X.chunks[1]):
+        # unknown column sizes (X[:, dask_mask]) left n_features_in_ NaN, and the plan priced a
+        # NaN width, refused only by chance (the memory check failing on NaN bytes)
+        raise ValueError(f"{name} has unknown chunk sizes (n_samples and n_features must be "
+                         f"known: they set the sensitivity); call {name}.compute_chunk_sizes() "
+                         "first")
     if X.dtype.kind not in "biuf":
         raise TypeError(f"{name} must hold real numbers, got dtype {X.dtype}")
+    # Every pass reads the chunks as X declares them. A chunk that computes to another dtype
+    # (from_delayed or map_blocks told float64 of a float32 loader) was summed in its own:
+    # float32 sums under float64 rounding margins moved a release past its sensitivity.
+    X = X.map_blocks(_as_declared, dtype=X.dtype)
     if X.dtype not in (np.float32, np.float64):
         X = X.astype(np.float64)
     if X.shape[0] < 1 or X.shape[1] < 1:
@@ -80,6 +89,22 @@ def check_dask_array(estimator, X, *, reset: bool = True, check_finite: bool = T
     if check_finite and not reduce_row_chunks(X, _all_finite, combine=_all)[0]:
         raise ValueError(f"{name} contains NaN or infinity")
     return X
+
+
+def _as_declared(chunk, block_info=None):
+    """A chunk in the dtype and shape its array declares: cast (no copy when it is already), or
+    refused (a shape other than declared: the first pass, before any spend, refuses it)."""
+    declared = block_info[None]
+    array = np.asarray(chunk)
+    if array.dtype.hasobject:  # a SciPy sparse chunk becomes a 0-d object array here
+        raise TypeError(f"the chunks of X must be NumPy arrays of numbers, got "
+                        f"{type(chunk).__name__}")
+    chunk = array
+    if chunk.shape != tuple(declared["chunk-shape"]):
+        raise ValueError(f"a chunk of X computes to shape {chunk.shape} where X declares "
+                         f"{tuple(declared['chunk-shape'])}: fix the array's chunks (or its "
+                         "loader) first")
+    return chunk.astype(declared["dtype"], copy=False)
 
 
 def clip_chunks(X, data_norm):
@@ -150,10 +175,19 @@ def _cross_partial(chunk):
     return (chunk.T @ chunk,)
 
 
-def _dense_moment_partial(chunk):
+def moment_sum(chunk):
+    """``sum_l x_l^(x)3`` over one chunk's rows (d x d x d): ``n`` times its :func:`moment_tensor`,
+    and zero for a chunk of no rows, whose mean is 0/0 (a filter such as ``X[X[:, 0] > 0]`` leaves
+    such chunks, where the data puts them)."""
     from .operators import moment_tensor
 
-    return (moment_tensor(chunk) * chunk.shape[0],)
+    if chunk.shape[0] == 0:
+        return np.zeros((chunk.shape[1],) * 3, dtype=chunk.dtype)
+    return moment_tensor(chunk) * chunk.shape[0]
+
+
+def _dense_moment_partial(chunk):
+    return (moment_sum(chunk),)
 
 
 class DaskThirdMoment(TensorOperator):
@@ -229,13 +263,26 @@ class RowChunks:
     its receive buffer (about three chunks; measured in ``benchmarks/bench_dask.py``).
     """
 
-    def __init__(self, X):
+    def __init__(self, X, *, skip_empty: bool = False):
         if X.ndim != 2:
             raise ValueError("X must be a 2-D dask array (n_samples, "
                              f"n_features), got {X.ndim} dimensions")
         self.X = X.rechunk({1: -1}) if X.numblocks[1] > 1 else X  # each chunk: whole rows
+        self.skip_empty = skip_empty
 
     def __iter__(self):
+        # skip_empty: a chunk of no rows is passed over (a stream refuses an empty chunk, which
+        # mid-stream, after its spend, failed the fit where a filter of the data had left one),
+        # unless every chunk is empty: the last is then yielded, for the caller to refuse.
+        yielded = False
+        for i, chunk in enumerate(self._chunks()):
+            last = i == self.X.numblocks[0] - 1
+            if self.skip_empty and chunk.shape[0] == 0 and (yielded or not last):
+                continue
+            yielded = True
+            yield chunk
+
+    def _chunks(self):
         blocks = list(self.X.to_delayed().ravel())
         client = _default_client()
         if client is None:

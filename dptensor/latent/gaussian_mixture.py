@@ -7,8 +7,9 @@ import numpy as np
 from scipy.special import logsumexp
 from sklearn.utils.validation import check_is_fitted
 
-from ..algorithms.dask import check_dask_array, clip_chunks, is_dask_array, reduce_row_chunks
-from ..algorithms.operators import MomentSum, SymmetricTensor, moment_tensor
+from ..algorithms.dask import (check_dask_array, clip_chunks, is_dask_array, moment_sum,
+                               reduce_row_chunks)
+from ..algorithms.operators import MomentSum, SymmetricTensor
 from .._validation import check_data_norm, validate_private_data
 from ..mechanisms import clip_rows
 from ..mechanisms.randomness import seed_entropy
@@ -123,8 +124,7 @@ def _cube_sum(Y):
 
 def _whitened_cube_sum(chunk, W, bound_w):
     """``sum_l y_l^(x)3`` over one chunk's whitened, clipped rows (a Dask reduction's partial)."""
-    Y = clip_rows(chunk @ W, bound_w)
-    return (moment_tensor(Y) * Y.shape[0],)
+    return (moment_sum(clip_rows(chunk @ W, bound_w)),)
 
 
 def whitened_bound(data_norm: float, W, variance: float, whitened_clip) -> float:
