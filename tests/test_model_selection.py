@@ -10,9 +10,9 @@ import pytest
 from scipy.stats import beta
 from sklearn.base import BaseEstimator
 from sklearn.decomposition import PCA
-from sklearn.model_selection import GridSearchCV
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import Normalizer, StandardScaler
+from sklearn.model_selection import GridSearchCV, ParameterGrid
+from sklearn.pipeline import Pipeline, make_pipeline
+from sklearn.preprocessing import FunctionTransformer, Normalizer, PolynomialFeatures, StandardScaler
 
 from chatty_steps import Chatty, Records
 from dptensor import (AdaptivePrivatePCA, BudgetExceededError, PrivacyAccountant, PrivacyWarning, PrivatePCA,
@@ -340,6 +340,43 @@ def test_refusals_come_before_any_fit_or_spend(monkeypatch):
     with pytest.raises(ValueError, match="no finite privacy cost"):
         PrivateGridSearchCV(out, {"rank": [1]}, epsilon=1.0, accountant=acc).fit(idx, np.zeros(len(idx)))
     assert acc.history() == []
+
+
+def test_every_grid_candidate_is_checked_as_the_template_is(monkeypatch):
+    """A grid value may replace a step, the learner or the whole steps list: each candidate is
+    built and checked before any fit or spend, so none swaps in a step that learns unnoised."""
+    X = _spiked(2000)
+    _no_fit(monkeypatch)
+    acc = PrivacyAccountant(epsilon=5.0)
+    pipe = Pipeline([("scale", Normalizer()), ("pca", PrivatePCA(data_norm=1.0))])
+    cases = [
+        ({"scale": [Normalizer(), StandardScaler()]}, TypeError, "'scale'.*learns from the data"),
+        ({"scale": [FunctionTransformer(np.log1p)]}, TypeError, "FunctionTransformer"),
+        ({"steps": [[("scale", StandardScaler()), ("pca", PrivatePCA(data_norm=1.0))]]}, TypeError,
+         "learns from the data"),
+        ({"pca": [PCA()]}, TypeError, "not a dptensor estimator"),
+        ({"pca": [AdaptivePrivatePCA(data_norm=1.0)]}, ValueError, "replaces the learning step"),
+        ({"scale": [PrivatePCA(data_norm=1.0)]}, ValueError, "not the last step"),
+        ({"pca": [PrivatePCA(data_norm=1.0), PrivatePCA(data_norm=2.0)]}, ValueError,
+         "scale of the score"),
+        ({"scale": ["passthrough", PolynomialFeatures(2)]}, TypeError, "learns from the data"),
+    ]
+    for grid, error, message in cases:
+        with pytest.raises(error, match=message):
+            PrivateGridSearchCV(pipe, grid, epsilon=1.0, accountant=acc).fit(X)
+        with pytest.raises(error, match=message):
+            PrivateRandomizedSearchCV(pipe, grid, n_iter=len(ParameterGrid(grid)), epsilon=1.0, accountant=acc,
+                                      random_state=0).privacy_cost(*X.shape)
+    assert acc.history() == []
+
+
+def test_a_grid_may_swap_stateless_steps():
+    X = _spiked(3000, seed=3)
+    grid = {"scale": ["passthrough", Normalizer()], "pca__n_components": [1]}
+    pipe = Pipeline([("scale", Normalizer()), ("pca", PrivatePCA(data_norm=1.0))])
+    search = PrivateGridSearchCV(pipe, grid, epsilon=2.0, random_state=0).fit(X)
+    assert search.best_params_ in search.cv_results_["params"]
+    assert search.best_estimator_[-1].components_.shape == (1, X.shape[1])
 
 
 # --------------------------------------------------------------------------------------------

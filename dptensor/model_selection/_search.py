@@ -11,7 +11,6 @@ import numpy as np
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone
 from sklearn.model_selection import ParameterGrid, ParameterSampler
 from sklearn.pipeline import Pipeline
-from sklearn.preprocessing import FunctionTransformer
 from sklearn.utils import get_tags
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import _get_feature_names, check_is_fitted
@@ -24,6 +23,8 @@ from ..mechanisms.randomness import rekeyed
 from ._parallel import in_parallel
 from ._search_doc import SEARCH_DOC as _SEARCH_DOC
 from .._validation import check_groups
+from ._candidates import (check_candidate_unit, check_candidates, check_learner,
+                          learner_width)
 from ._accountants import accountant_keys, find_accountants, without_accountants
 from ._selection import calibrate_search, check_distribution, draw_n_runs
 from ._units import (as_units, check_sparse_units, check_units, public_overrides,
@@ -35,15 +36,6 @@ __all__ = ["PrivateGridSearchCV", "PrivateRandomizedSearchCV", "MAX_SCORE_NOISE"
 #: one unit's score range (``z * range / n_val > MAX_SCORE_NOISE * range``): the scores would then
 #: say little about the candidates, and the search refuses before spending.
 MAX_SCORE_NOISE = 0.1
-
-#: Parameters the search sets on every candidate itself; a grid may not contain them.
-_SET_BY_SEARCH = ("epsilon", "delta", "accountant", "random_state")
-
-#: Parameters that set the scale of an estimator's score (its per-unit range is normalised by
-#: them): candidates that differ in one would be ranked on different scales, so a grid may not
-#: vary them.
-_SCORE_SCALE = ("data_norm", "value_range")
-
 
 def _delegate(method):
     def check(self):
@@ -93,61 +85,10 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
     # ------------------------------------------------------------------ checks (no data, no spend)
     def _learner(self):
         """``(prefix, learner)``: the dptensor estimator, alone or the last step of a pipeline."""
-        est = self.estimator
-        if isinstance(est, Pipeline):
-            *head, (name, last) = est.steps
-            for step_name, step in head:
-                if step is None or step == "passthrough":
-                    continue
-                if isinstance(step, PrivateEstimatorMixin):
-                    raise ValueError(f"pipeline step {step_name!r} is a dptensor "
-                                     "estimator that is not the last step: a private "
-                                     "search supports one learning step, the last, which "
-                                     "fits and scores (earlier steps must be stateless)")
-                if isinstance(step, FunctionTransformer):
-                    raise TypeError(
-                        f"pipeline step {step_name!r} is a FunctionTransformer: its function "
-                        "may mix rows (say subtract the column means), which breaks the "
-                        "per-row bounds the search's guarantee rests on, and that cannot be "
-                        "checked. Apply a row-by-row transform to X before the search instead")
-                if get_tags(step).requires_fit:
-                    raise TypeError(
-                        f"pipeline step {step_name!r} ({type(step).__name__}) learns from the data "
-                        "without privacy: a private search needs every step that learns to be a "
-                        "dptensor estimator (stateless transformers such as Normalizer are fine)")
-            prefix, learner = f"{name}__", last
-        else:
-            prefix, learner = "", est
-        if not (isinstance(learner, PrivateEstimatorMixin) and hasattr(learner, "privacy_cost")
-                and hasattr(learner, "_score_units")):
-            why = ("its score (for the latent models, a log-likelihood) has no public per-unit "
-                   "bound, so it cannot be released privately"
-                   if isinstance(learner, PrivateEstimatorMixin)
-                   else "it is not a dptensor estimator")
-            raise TypeError(f"{type(learner).__name__} cannot be searched privately: {why}. A "
-                            "private search fits and scores a dptensor estimator whose score has "
-                            "a public per-unit bound, alone or as the last step of a pipeline")
-        return prefix, learner
+        return check_learner(self.estimator)
 
     def _checked_candidates(self, prefix) -> list[dict]:
-        candidates = [dict(c) for c in self._candidates()]
-        if not candidates:
-            raise ValueError("the search has no candidates: the grid is empty")
-        for c in candidates:
-            for key in c:
-                if key.removeprefix(prefix) in _SET_BY_SEARCH:
-                    raise ValueError(
-                        f"the grid sets {key!r}, which the search sets on every candidate itself: "
-                        "each candidate's epsilon is calibrated so that the whole search meets "
-                        "the search's (epsilon, delta); vary the other hyperparameters")
-        for name in _SCORE_SCALE:
-            values = {repr(c.get(prefix + name, None)) for c in candidates}
-            if len(values) > 1:
-                raise ValueError(f"the grid varies {prefix + name!r}, which sets the scale "
-                                 "of the score (each unit's score is normalised by it): "
-                                 "candidates would be ranked on different scales. Fix it "
-                                 "in the estimator and search the other hyperparameters")
-        return candidates
+        return check_candidates(self.estimator, self._candidates(), prefix, self._learner()[1])
 
     def _target(self):
         epsilon, delta = self._privacy_target()
@@ -230,7 +171,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         mean = self._n_runs(len(candidates))
         shapes = check_distribution(self.distribution, mean)
         n_train, n_val = self._sizes(n_samples)
-        width = self._learner_width(n_features)
+        width = learner_width(self.estimator, candidates, n_features)
 
         def learner_of(est):
             return est[-1] if isinstance(est, Pipeline) else est
@@ -247,7 +188,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                         raise ValueError(f"candidate {params} has no finite privacy "
                                          f"cost ({cost.event}): a private search "
                                          "needs every candidate to be private")
-                    _check_candidate_unit(params, cost.unit, searched)
+                    check_candidate_unit(params, cost.unit, searched)
                     events.append(cost.event)
             return events
 
@@ -410,18 +351,6 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         if self.verbose:
             _say(f"[{type(self).__name__}] chose {self.best_params_} (released score "
                  f"{best_score:.4g})")
-
-    def _learner_width(self, n_features: int) -> int:
-        """The number of features the learner sees: a pipeline's stateless steps may change it,
-        so they are run on one zero row of the public width (no data is read)."""
-        if not isinstance(self.estimator, Pipeline) or len(self.estimator.steps) < 2:
-            return n_features
-        try:
-            with silenced():
-                out = clone(self.estimator[:-1]).fit_transform(np.zeros((1, n_features)))
-            return int(np.shape(out)[1])
-        except Exception:  # a step that cannot take a zero row: the data's own width
-            return n_features
 
     def _memory(self, settings, shape, nbytes, overrides):
         """``(bytes, advice)``: the largest peak of any candidate's fit (on the training part, and
@@ -687,14 +616,3 @@ def _results(candidates, best_index, best_score) -> dict:
     ranks[best_index] = 1
     results["rank_test_score"] = ranks
     return results
-
-
-def _check_candidate_unit(params, unit, searched):
-    """Refuse a candidate whose fit protects another unit than the one the search splits and
-    scores by: its guarantee would not be the search's (a user-level completion scored per
-    observed value protects one value in the search, not the user). A cost naming no unit (an
-    estimator from outside the library) is taken at the search's."""
-    if unit is not None and unit != searched:
-        raise ValueError(f"candidate {params} protects one {unit}, but the search splits and "
-                         f"scores by {searched}: its score would not protect a whole {unit}. "
-                         f"Search the estimator at its {searched} unit, or fit it on its own")

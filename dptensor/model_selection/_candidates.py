@@ -1,0 +1,144 @@
+"""What a private search may fit: its learner, and each candidate the grid builds from it.
+
+A search's guarantee rests on one learning step, the last, being a dptensor estimator whose
+fit is private, every earlier step being stateless. A grid value may replace a step (or the
+whole ``steps`` list), so each candidate is built and checked as the template is, before any
+spend: a grid that swaps in ``StandardScaler()`` would otherwise learn from the data unnoised.
+"""
+from __future__ import annotations
+
+import numpy as np
+from sklearn.base import clone
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import FunctionTransformer
+from sklearn.utils import get_tags
+
+from .._base import PrivateEstimatorMixin
+from .._guards import silenced
+
+__all__ = ["SET_BY_SEARCH", "SCORE_SCALE", "check_learner", "check_candidates", "learner_width",
+           "check_candidate_unit"]
+
+#: Parameters the search sets on every candidate itself; a grid may not contain them.
+SET_BY_SEARCH = ("epsilon", "delta", "accountant", "random_state")
+
+#: Parameters that set the scale of an estimator's score (its per-unit range is normalised by
+#: them): candidates that differ in one would be ranked on different scales.
+SCORE_SCALE = ("data_norm", "value_range")
+
+
+def check_learner(est):
+    """``(prefix, learner)``: the dptensor estimator, alone or the last step of a pipeline whose
+    earlier steps are stateless; anything else is refused."""
+    if isinstance(est, Pipeline):
+        *head, (name, last) = est.steps
+        for step_name, step in head:
+            _check_step(step_name, step)
+        prefix, learner = f"{name}__", last
+    else:
+        prefix, learner = "", est
+    if not (isinstance(learner, PrivateEstimatorMixin) and hasattr(learner, "privacy_cost")
+            and hasattr(learner, "_score_units")):
+        why = ("its score (for the latent models, a log-likelihood) has no public per-unit "
+               "bound, so it cannot be released privately"
+               if isinstance(learner, PrivateEstimatorMixin)
+               else "it is not a dptensor estimator")
+        raise TypeError(f"{type(learner).__name__} cannot be searched privately: {why}. A "
+                        "private search fits and scores a dptensor estimator whose score has "
+                        "a public per-unit bound, alone or as the last step of a pipeline")
+    return prefix, learner
+
+
+def _check_step(step_name, step):
+    if step is None or step == "passthrough":
+        return
+    if isinstance(step, PrivateEstimatorMixin):
+        raise ValueError(f"pipeline step {step_name!r} is a dptensor estimator that is not the "
+                         "last step: a private search supports one learning step, the last, "
+                         "which fits and scores (earlier steps must be stateless)")
+    if isinstance(step, FunctionTransformer):
+        raise TypeError(
+            f"pipeline step {step_name!r} is a FunctionTransformer: its function may mix rows "
+            "(say subtract the column means), which breaks the per-row bounds the search's "
+            "guarantee rests on, and that cannot be checked. Apply a row-by-row transform to X "
+            "before the search instead")
+    if get_tags(step).requires_fit:
+        raise TypeError(
+            f"pipeline step {step_name!r} ({type(step).__name__}) learns from the data without "
+            "privacy: a private search needs every step that learns to be a dptensor estimator "
+            "(stateless transformers such as Normalizer are fine)")
+
+
+def check_candidates(template, grid, prefix, learner) -> list[dict]:
+    """The grid's candidates, each built from ``template`` and checked as the template is: the
+    same learner class at the same place, stateless earlier steps, no parameter the search sets
+    itself, and one score scale (``data_norm``, ``value_range``) for all. No data is read."""
+    candidates = [dict(c) for c in grid]
+    if not candidates:
+        raise ValueError("the search has no candidates: the grid is empty")
+    scales = set()
+    for c in candidates:
+        for key in c:
+            if key.removeprefix(prefix) in SET_BY_SEARCH:
+                raise ValueError(
+                    f"the grid sets {key!r}, which the search sets on every candidate itself: "
+                    "each candidate's epsilon is calibrated so that the whole search meets "
+                    "the search's (epsilon, delta); vary the other hyperparameters")
+        built = clone(template).set_params(**clone(c, safe=False))
+        try:
+            where, own = check_learner(built)
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"candidate {c}: {error}") from None
+        if where != prefix or type(own) is not type(learner):
+            raise ValueError(f"candidate {c} replaces the learning step ({type(learner).__name__}"
+                             f" at {prefix[:-2] or 'the estimator'!r}): a grid may vary its "
+                             "hyperparameters and the stateless steps before it; search each "
+                             "learner on its own")
+        params = own.get_params(deep=False)
+        scales.add(tuple(repr(params.get(name)) for name in SCORE_SCALE))
+    if len(scales) > 1:
+        raise ValueError(f"the grid varies {' or '.join(map(repr, SCORE_SCALE))}, which sets the "
+                         "scale of the score (each unit's score is normalised by it): "
+                         "candidates would be ranked on different scales. Fix it in the "
+                         "estimator and search the other hyperparameters")
+    return candidates
+
+
+def learner_width(template, candidates, n_features: int) -> int:
+    """The number of features the learner sees: a pipeline's stateless steps (the template's
+    or a candidate's) may change it, so each distinct head is run on one zero row of the public
+    width (no data is read). Candidates whose learners would see different widths are refused:
+    their costs and scores would not be comparable."""
+    if not isinstance(template, Pipeline):
+        return n_features
+    widths, seen = set(), set()
+    for c in candidates:
+        built = clone(template).set_params(**clone(c, safe=False))
+        head = built[:-1] if len(built.steps) > 1 else None
+        if repr(head) not in seen:
+            seen.add(repr(head))
+            widths.add(n_features if head is None else _head_width(head, n_features))
+    if len(widths) > 1:
+        raise ValueError(f"the grid's steps give the learner different numbers of features "
+                         f"({sorted(widths)}): candidates must see one width")
+    return widths.pop()
+
+
+def _head_width(head, n_features):
+    try:
+        with silenced():
+            out = head.fit_transform(np.zeros((1, n_features)))
+        return int(np.shape(out)[1])
+    except Exception:  # a step that cannot take a zero row: the data's own width
+        return n_features
+
+
+def check_candidate_unit(params, unit, searched):
+    """Refuse a candidate whose fit protects another unit than the one the search splits and
+    scores by: its guarantee would not be the search's (a user-level completion scored per
+    observed value protects one value in the search, not the user). A cost naming no unit (an
+    estimator from outside the library) is taken at the search's."""
+    if unit is not None and unit != searched:
+        raise ValueError(f"candidate {params} protects one {unit}, but the search splits and "
+                         f"scores by {searched}: its score would not protect a whole {unit}. "
+                         f"Search the estimator at its {searched} unit, or fit it on its own")
