@@ -178,10 +178,15 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         by_group = {"groups": True} if grouped else {}
         searched = "group of rows" if grouped else search_tag(learner).unit
 
+        # each candidate built once: a clone per candidate and per round of the calibration's
+        # root search was most of a large randomized search's preview
+        learners = [learner_of(self._candidate(prefix, params, epsilon, delta, 0))
+                    for params in candidates]
+
         def events_at(e):
             events = []
-            for params in candidates:
-                est = learner_of(self._candidate(prefix, params, e, delta, 0))
+            for params, est in zip(candidates, learners):
+                est.epsilon = e  # what set_params does, without its signature inspection
                 for n in ((n_train, n_samples) if self.refit else (n_train,)):
                     cost = est.privacy_cost(n, width, **by_group)
                     if not cost.private:
