@@ -479,6 +479,27 @@ class PrivateEstimatorMixin:
             state["random_state"] = None
         return state
 
+    #: Parameters that may change while a stream is open: they act on nothing it planned.
+    _stream_free_params = ("verbose", "accountant")
+
+    def _hold_stream_params(self):
+        """Remember the parameters an opening stream was planned with (for
+        :meth:`_check_stream_params`); held as the stream's state is, so never pickled (a
+        generator seed may be among them)."""
+        self._stream_params = {name: value for name, value in self.get_params(deep=False).items()
+                               if name not in self._stream_free_params}
+
+    def _check_stream_params(self):
+        """Refuse to continue a stream whose parameters changed since it opened: its plan and
+        cost were fixed then, and ``get_params`` would show settings it does not run with."""
+        held = getattr(self, "_stream_params", None) or {}
+        now = self.get_params(deep=False)
+        changed = [name for name, value in held.items() if not _same_param(value, now[name])]
+        if changed:
+            raise ValueError(f"parameters changed during a stream ({', '.join(changed)}): the "
+                             "stream's plan and privacy cost were fixed when it started. Set them "
+                             "back to continue it, or call fit to start a new stream")
+
     def _check_stream_attached(self):
         """Refuse to continue a stream whose working state was left behind by a pickle or a copy."""
         if getattr(self, "_stream_detached", False):
@@ -489,3 +510,13 @@ class PrivateEstimatorMixin:
                 "is never saved, and this copy cannot continue the stream. Its fitted "
                 "attributes are usable as they are; call fit (or partial_fit on a "
                 "fresh estimator) to start a new stream, which records a new cost.")
+
+
+def _same_param(a, b) -> bool:
+    """Whether a parameter still has its value: the same object, or an equal value."""
+    if a is b:
+        return True
+    try:
+        return bool(a == b)
+    except Exception:  # no truth value (arrays): only the same object counts
+        return False

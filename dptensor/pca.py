@@ -28,8 +28,7 @@ from ._validation import (check_data_norm, check_finite_rows, check_positive_int
 from .accounting import NonPrivateEvent, epsilon_of
 from .algorithms.pca_fit import (FINITE_IN_PASS, entry_matrix_fit, exact_rows_fit, finite_in_pass,
                                  fit_memory, float_pass_first, float_rows_fit, grouped_rows_fit)
-from .algorithms.pca_methods import CHOICES, METHODS, PCAMethod, resolve
-from .algorithms.pca_methods import last_multiplier as _last
+from .algorithms.pca_methods import CHOICES, METHODS, PCAMethod, last_multiplier as _last, resolve
 from .algorithms.pca_model import noise_variance
 from ._pca_model import ProbabilisticPCAMixin
 from .algorithms.power import center_and_clip, row_power_sensitivity
@@ -236,7 +235,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
 
     _search_tag = SearchTag(groups=True)  # fit(X, groups=...) bounds a group of rows
 
-    _stream_attributes = ("_stream",)
+    _stream_attributes = ("_stream", "_stream_params")
     _sparse_as_dense = True  # a fit on sparse rows releases the dense fit's values
 
     def __init__(self, n_components=2, *, epsilon=np.inf, delta=None, n_iter="auto",
@@ -450,7 +449,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
         X, settings = data.arrays[0], plan.settings
         if sp.issparse(X):  # read one densified block of rows at a time
             X = SparseRows(X)
-        for attr in ("_stream", "n_samples_seen_", "_stream_detached"):  # a batch fit ends a stream
+        for attr in ("_stream", "_stream_params", "n_samples_seen_", "_stream_detached"):
             self.__dict__.pop(attr, None)
         shared = dict(k=settings.k, p=settings.p, n_iter=settings.n_iter, bound=settings.bound,
                       method=settings.method, noise=settings.noise, verbose=self.verbose)
@@ -573,7 +572,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
                 self.partial_fit(block)
             return self
         self._check_stream_attached()
-        first = getattr(self, "_stream", None) is None
+        if not (first := getattr(self, "_stream", None) is None):
+            self._check_stream_params()
         X = validate_stream_chunk(self, X, reset=first, dtype=[np.float64, np.float32])
         if first:
             self._start_stream(X)
@@ -607,15 +607,15 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
         settings = plan.settings
         T = settings.block_size
         self.privacy_cost_, rng = self._spend_plan(plan, FitData(arrays=(), shape=(d, T)))
+        self._hold_stream_params()
         self._stream = StreamingPowerMethod(
             d, settings.k, T, rng, n_oversamples=settings.p - settings.k,
             data_norm=settings.bound, noise_multiplier=settings.noise,
             centered=not settings.center, dtype=X.dtype,
             digest=None if self.random_state is None else RowDigest(X.dtype, d))
         self.method_ = settings.method.name
-        std = 0.0
-        if settings.private:
-            std = _last(settings.noise) * row_power_sensitivity(settings.bound, settings.p) / T
+        std = (_last(settings.noise) * row_power_sensitivity(settings.bound, settings.p) / T
+               if settings.private else 0.0)
         self._stream_noise = settings.method.noise_level(std, d, settings.p)
         for attr in ("components_", "explained_variance_", "explained_variance_ratio_",
                      "mean_", "n_samples_", "explained_variance_noise_", "singular_values_",

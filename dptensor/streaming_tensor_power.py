@@ -186,7 +186,7 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
     True
     """
 
-    _stream_attributes = ("_stream",)
+    _stream_attributes = ("_stream", "_stream_params")
 
     _search_tag = SearchTag(groups=True)  # fit(X, groups=...) bounds a group of rows
 
@@ -355,7 +355,8 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
     def _finish(self, stream):
         """Close a private stream that fit ran; say when the rows ran out first (public counts)."""
         if self.privacy_cost_.private:
-            stream.close()
+            stream.close()  # refused from now on: the parameters it ran with need not be held
+            self._stream_params = None
         if not stream.done:
             warnings.warn(
                 f"the stream ended after {self.n_samples_seen_} rows, before all components were "
@@ -473,7 +474,7 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
     def _open(self, plan: FitPlan, rng, dtype, grouped: bool = False) -> TensorPowerStream:
         """The stream's state, after its spend: recorded before its first block is released."""
         settings = plan.settings
-        self._stream_key = self._key()
+        self._hold_stream_params()
         self.batch_size_ = settings.batch_size
         digest = None if self.random_state is None else RowDigest(dtype, settings.n_features)
         self._stream = TensorPowerStream(
@@ -499,24 +500,13 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
                              f"method needs n_components * n_iter * batch_size = {k * R * n} "
                              f"{unit}s. Pass more {unit}s, or a smaller batch_size or n_iter")
 
-    def _key(self):
-        """The parameters a running stream depends on: changing one mid-stream is refused.
-
-        (The accountant is not among them: the stream's cost was recorded when it started.)
-        """
-        return (self.n_components, self.n_restarts, self.n_iter, self.batch_size, self.epsilon,
-                self.delta, self.data_norm)
-
     def _check_continuation(self, stream):
         if stream.closed:
             raise RuntimeError("this private stream was closed by fit: feeding it more rows could "
                                "put a row in a second block (say a second pass over the same "
                                "data), which the privacy guarantee does not cover. Call fit again "
                                "for a new stream (a new cost), or stream with partial_fit only.")
-        if self._key() != self._stream_key:
-            raise ValueError("parameters changed during a stream (n_components, "
-                             "n_restarts, n_iter, batch_size, epsilon, delta or "
-                             "data_norm); call fit to start a new stream")
+        self._check_stream_params()
 
     def _publish(self, stream):
         done = stream.i
@@ -526,7 +516,7 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         self.n_samples_seen_ = stream.n_seen
 
     def _reset(self):
-        self._stream = None
+        self._stream = self._stream_params = None
         self._stream_detached = False
         self._fit_rows = None
         for name in ("components_", "eigenvalues_", "n_components_done_", "n_samples_seen_",

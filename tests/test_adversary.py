@@ -97,10 +97,11 @@ def test_a_non_finite_row_in_a_private_stream_is_a_zero_row(kind, row, bad):
         _stream(kind, X, np.inf, None)
 
 
-def test_a_private_stream_keeps_mapping_when_epsilon_is_changed_mid_stream():
-    # Whether a chunk's non-finite row is mapped or refused follows the stream's recorded cost, not
-    # the parameter's value now: epsilon=inf set mid-stream must not bring back a refusal after the
-    # spend.
+def test_a_private_stream_refuses_parameters_changed_mid_stream_whatever_its_rows():
+    # A stream's plan and cost are fixed when it starts. A parameter changed mid-stream used to be
+    # ignored while get_params showed it; epsilon=inf set mid-stream must not bring back a
+    # data-dependent refusal after the spend either: the refusal names the parameter, for rows
+    # with a NaN and without alike, and setting it back continues the same stream.
     X = _rows(1500, 4)
     zero = X.copy()
     zero[900] = 0.0
@@ -109,8 +110,12 @@ def test_a_private_stream_keeps_mapping_when_epsilon_is_changed_mid_stream():
     for rows in (X, zero):
         est = PrivatePCA(2, epsilon=1.0, data_norm=2.0, block_size=300, random_state=0)
         est.partial_fit(rows[:500]).set_params(epsilon=np.inf)
-        fits.append(est.partial_fit(rows[500:]))
+        with pytest.raises(ValueError, match=r"parameters changed during a stream \(epsilon\)"):
+            est.partial_fit(rows[500:])
+        fits.append(est.set_params(epsilon=1.0, verbose=0).partial_fit(rows[500:]))
     assert np.array_equal(fits[0].components_, fits[1].components_)
+    whole = PrivatePCA(2, epsilon=1.0, data_norm=2.0, block_size=300, random_state=0)
+    assert np.array_equal(whole.partial_fit(zero).components_, fits[1].components_)
 
 
 def test_searches_over_differently_configured_estimators_do_not_share_noise(monkeypatch):
