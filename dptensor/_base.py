@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -27,7 +26,7 @@ from sklearn import get_config
 
 from .accounting import epsilon_of
 from .accounting.events import NonPrivateEvent, PrivacyEvent
-from ._guards import fixed_floating_point
+from ._guards import fixed_floating_point, warn
 from .exceptions import PrivacyWarning
 from ._memory import check_fits
 from .mechanisms.randomness import (AsDense, data_digest, digest_bytes, fingerprint, seed_entropy,
@@ -105,9 +104,9 @@ def warn_noise_dominated(values, noise, name: str, noise_name: str, advice: str,
     weak = np.flatnonzero(np.abs(np.asarray(values)) < times * np.asarray(noise))
     if weak.size:
         below = "twice its noise level" if times == 2 else "its noise level"
-        warnings.warn(f"the released {name} of {what} {(weak + first).tolist()} is below "
-                      f"{below} ({noise_name}): those components are dominated by the privacy "
-                      f"noise. {advice}", UserWarning, stacklevel=4)
+        warn(f"the released {name} of {what} {(weak + first).tolist()} is below "
+             f"{below} ({noise_name}): those components are dominated by the privacy "
+             f"noise. {advice}", UserWarning)
 
 
 @dataclass(frozen=True)
@@ -408,16 +407,16 @@ class PrivateEstimatorMixin:
             entry = accountant.spend(event, label=label)
             own, delta, index = entry.epsilon, entry.delta, entry.index
             if self.delta is not None and float(self.delta) != delta:
-                warnings.warn(f"{name} targets delta={self.delta:g} but its accountant enforces "
-                              f"delta={delta:g}: the fit was charged epsilon={own:.4g} at the "
-                              "accountant's delta, as its ledger and privacy_cost_ show",
-                              PrivacyWarning, stacklevel=3)
+                warn(f"{name} targets delta={self.delta:g} but its accountant enforces "
+                     f"delta={delta:g}: the fit was charged epsilon={own:.4g} at the "
+                     "accountant's delta, as its ledger and privacy_cost_ show",
+                     PrivacyWarning)
         else:
             own, index = epsilon_of(event, delta), -1
         if not private:
-            warnings.warn(f"{name} released its fit without a privacy guarantee ({event.reason}); "
-                          "it costs epsilon=inf. Set a finite epsilon for a private fit.",
-                          PrivacyWarning, stacklevel=3)
+            warn(f"{name} released its fit without a privacy guarantee ({event.reason}); "
+                 "it costs epsilon=inf. Set a finite epsilon for a private fit.",
+                 PrivacyWarning)
         params = {k: v for k, v in self.get_params(deep=False).items()
                   if k not in _NOT_PUBLIC_DESCRIPTION}
         # The event holds every noise multiplier, the delta the accountant's: two fits whose noise

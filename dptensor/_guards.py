@@ -30,7 +30,7 @@ import warnings
 import joblib
 import numpy as np
 
-__all__ = ["fixed_floating_point", "as_dtype", "say", "silenced", "FLOATING_POINT_SETTINGS"]
+__all__ = ["fixed_floating_point", "as_dtype", "say", "silenced", "warn", "FLOATING_POINT_SETTINGS"]
 
 #: NumPy's own defaults: the settings every fit runs under, whatever the caller's.
 FLOATING_POINT_SETTINGS = dict(divide="warn", over="warn", under="ignore", invalid="warn")
@@ -157,3 +157,15 @@ def say(line: str) -> None:
     stream (a search under an outer cross-validation's ``n_jobs``) never run together."""
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def warn(message: str, category=UserWarning) -> None:
+    """``warnings.warn`` attributed to the first caller outside dptensor: the user's line (or a
+    scikit-learn meta-estimator's), however deep in the library the warning arises."""
+    frame, level = sys._getframe(1), 2
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import math
 import numbers
-import warnings
 
 import numpy as np
 import scipy.sparse as sp
 from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.validation import assert_all_finite
 
+from ._guards import warn
 from .accounting import PrivacyAccountant
 from .exceptions import DEFAULT_DELTA, PrivacyWarning, check_delta, check_epsilon
 
@@ -56,14 +56,12 @@ def check_delta_for_n(delta: float, n_samples: int, epsilon: float, unit: str = 
     number of ``unit`` records) is public. Call it before the spend, so the warning comes before
     anything is released.
     """
-    import warnings
-
     if math.isfinite(epsilon) and n_samples > 0 and delta >= 1.0 / n_samples:
-        warnings.warn(f"delta={delta:g} is not below 1/n = 1/{n_samples} "
-                      f"({1.0 / n_samples:.3g}) for these n={n_samples} {unit}s: a "
-                      f"mechanism that publishes one {unit} at random in the clear meets "
-                      "(0, 1/n)-DP, so delta should be well below 1/n (e.g. 1/n^2 or less)",
-                      PrivacyWarning, stacklevel=4)
+        warn(f"delta={delta:g} is not below 1/n = 1/{n_samples} "
+             f"({1.0 / n_samples:.3g}) for these n={n_samples} {unit}s: a "
+             f"mechanism that publishes one {unit} at random in the clear meets "
+             "(0, 1/n)-DP, so delta should be well below 1/n (e.g. 1/n^2 or less)",
+             PrivacyWarning)
 
 
 def check_positive_int(value, name, minimum=1) -> int:
@@ -405,8 +403,8 @@ def check_completion_targets(y, n_index):
     a column vector is raveled with a warning; others refused."""
     y = np.asarray(y)
     if y.ndim == 2 and y.shape[1] == 1:
-        warnings.warn("A column-vector y was passed when a 1d array was expected; "
-                      "it is raveled", DataConversionWarning, stacklevel=4)
+        warn("A column-vector y was passed when a 1d array was expected; "
+             "it is raveled", DataConversionWarning)
         y = y[:, 0]
     if y.ndim != 1:
         raise ValueError(f"y must be 1-D (one value per index tuple), got shape {y.shape}")

@@ -9,7 +9,6 @@ are :func:`dptensor.algorithms.adaptive_power.adaptive_power_iteration`. The der
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +16,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
+from ._guards import warn
 from ._base import FitData, FitPlan, PrivateEstimatorMixin, SearchTag
 from ._memory import FLOAT
 from ._validation import check_data_norm, check_positive_int, check_verbose, validate_private_data
@@ -326,10 +326,10 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         self.mean_ = np.zeros(X.shape[1], dtype=self.components_.dtype)  # no centring: see mean_
         weak = np.flatnonzero(self.explained_variance_ < 2 * self.explained_variance_noise_)
         if weak.size:
-            warnings.warn(f"the released explained_variance_ of component(s) "
-                          f"{(weak + 1).tolist()} is below twice its noise level "
-                          "(explained_variance_noise_): those components are dominated by the "
-                          "privacy noise.", UserWarning, stacklevel=2)
+            warn(f"the released explained_variance_ of component(s) "
+                 f"{(weak + 1).tolist()} is below twice its noise level "
+                 "(explained_variance_noise_): those components are dominated by the "
+                 "privacy noise.", UserWarning)
         self.svt_epsilon_ = math.inf if settings.svt_epsilon is None else settings.svt_epsilon
         self.noise_multiplier_ = float(settings.noise)
         self._n_features_out = k

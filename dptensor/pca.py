@@ -10,7 +10,6 @@ Every sensitivity used is derived in ``docs/derivations/pca.rst``.
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -20,7 +19,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils.validation import check_is_fitted
 
 from ._base import FitData, FitPlan, PrivateEstimatorMixin, SearchTag
-from ._guards import as_dtype
+from ._guards import as_dtype, warn
 from .algorithms.dask import RowChunks, check_dask_array, is_dask_array
 from ._memory import FLOAT, check_fits
 from ._validation import (check_data_norm, check_finite_rows, check_positive_int, check_verbose,
@@ -406,9 +405,9 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
         if self.calibration == "paper":
             eps, cost = settings.epsilon, epsilon_of(event, settings.delta)
             if cost > eps * (1 + 1e-9):
-                warnings.warn(f"calibration='paper' costs epsilon={cost:.4g} > the target {eps:g} "
-                              f"under this unit ({settings.neighbors}); the accountant records "
-                              "the true cost", PrivacyWarning, stacklevel=4)
+                warn(f"calibration='paper' costs epsilon={cost:.4g} > the target {eps:g} "
+                     f"under this unit ({settings.neighbors}); the accountant records "
+                     "the true cost", PrivacyWarning)
         return noise, event, queries
 
     def _spend_plan(self, plan, data):
@@ -513,11 +512,11 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
                 self.explained_variance_ratio_ = as_dtype(ev / (whole * scale), dtype)
         weak = np.flatnonzero(np.abs(ev) < 2 * noise * scale)
         if weak.size:
-            warnings.warn(f"the released explained_variance_ of component(s) "
-                          f"{(weak + 1).tolist()} is below twice its noise level "
-                          "(explained_variance_noise_): those components are dominated by the "
-                          "privacy noise. Use fewer components, more data, a larger epsilon or a "
-                          "tighter data_norm.", UserWarning, stacklevel=3)
+            warn(f"the released explained_variance_ of component(s) "
+                 f"{(weak + 1).tolist()} is below twice its noise level "
+                 "(explained_variance_noise_): those components are dominated by the "
+                 "privacy noise. Use fewer components, more data, a larger epsilon or a "
+                 "tighter data_norm.", UserWarning)
         self.mean_, self.n_iter_ = mean, result.n_iter
         self.n_components_ = result.components.shape[0]
         if self.verbose:

@@ -9,7 +9,6 @@ and ``n_iter`` are. The derivation is in ``docs/derivations/streaming_tensor_pow
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +16,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted
 
+from ._guards import warn
 from ._base import FitData, FitPlan, PrivateEstimatorMixin, SearchTag
 from ._memory import FLOAT, check_fits
 from ._validation import (check_data_norm, check_positive_int, check_verbose, validate_private_data,
@@ -358,13 +358,13 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
             stream.close()  # refused from now on: the parameters it ran with need not be held
             self._stream_params = None
         if not stream.done:
-            warnings.warn(
+            warn(
                 f"the stream ended after {self.n_samples_seen_} rows, before all components were "
                 f"found ({stream.i} of {stream.k}); the method needs n_components * n_iter * "
                 f"batch_size = {stream.k * stream.R * stream.n} rows. Pass more rows, a smaller "
                 "batch_size or n_iter"
                 + ("" if self.privacy_cost_.private else ", or a larger max_passes") + ".",
-                UserWarning, stacklevel=4)
+                UserWarning)
 
     def partial_fit(self, X, y=None, *, groups=None):
         """Feed the next chunk of rows (any number) to the stream; the first call starts it.

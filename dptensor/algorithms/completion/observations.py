@@ -12,6 +12,7 @@ import numbers
 
 import numpy as np
 
+from ..._guards import warn
 from .implicit import ImplicitDesign
 from .model import Model
 
@@ -317,15 +318,19 @@ def _check_index_array(X, name):
     return X
 
 
-def check_indices(X, shape=None, name="X"):
+def check_indices(X, shape=None, name="X", warn_stray=False):
     """Validate index tuples: a 2-D integer array (n, order >= 2), non-negative, inside ``shape``.
 
-    Returns ``(X as int64, shape)``; ``shape=None`` infers one past the largest index per mode.
+    Returns ``(X as int64, shape)``; ``shape=None`` infers one past the largest index per mode,
+    with a warning where ``warn_stray`` and the shape is mostly rows without an entry.
     """
     X = _check_index_array(X, name)
     if shape is None:
         # column by column: a reduction over axis 0 of an (n, order) array is several times slower
-        return X, tuple(int(X[:, m].max()) + 1 for m in range(X.shape[1]))
+        shape = tuple(int(X[:, m].max()) + 1 for m in range(X.shape[1]))
+        if warn_stray:
+            _warn_sparse_modes(X, shape, name)
+        return X, shape
     if isinstance(shape, str) or not hasattr(shape, "__len__"):  # "50x40" is not 5, 0, x, ...
         raise TypeError(f"shape must be a tuple of sizes (users, items, ...), got {shape!r}")
     shape = tuple(_positive_int(n, "shape") for n in shape)
@@ -337,6 +342,24 @@ def check_indices(X, shape=None, name="X"):
         raise ValueError(f"{name} has indices out of shape {shape}: mode {m} reaches "
                          f"{int(X[:, m].max())} >= {shape[m]}")
     return X, shape
+
+
+#: An inferred mode with more than this many indices that no entry holds, and over nine in ten
+#: of its indices empty, is worth a warning: one stray index makes every index below it a row.
+STRAY_INDEX_ROWS = 1000
+
+
+def _warn_sparse_modes(X, shape, name):
+    """Warn where the inferred shape is mostly rows without entries (the positions are public
+    where the shape is inferred: a user-level fit needs it given)."""
+    for m, n in enumerate(shape):
+        held = len(np.unique(X[:, m]))
+        if n - held > STRAY_INDEX_ROWS and n > 10 * held:
+            warn(f"the shape inferred from {name}, {shape}, has {n} indices in mode {m} "
+                 f"of which {held} hold an entry: every index up to the largest is a "
+                 "row of the model. Check for a stray index, or pass shape= to state "
+                 "the tensor's size", UserWarning)
+            return
 
 
 def to_observations(array):
