@@ -104,13 +104,15 @@ def check_candidates(template, grid, prefix, learner) -> list[dict]:
     return candidates
 
 
-def learner_width(template, candidates, n_features: int) -> int:
+def learner_width(template, candidates, n_features: int, prefix: str = "") -> int:
     """The number of features the learner sees: a pipeline's stateless steps (the template's
     or a candidate's) may change it, so each distinct head is run on one zero row of the public
     width (no data is read). Candidates whose learners would see different widths are refused:
     their costs and scores would not be comparable."""
     if not isinstance(template, Pipeline):
         return n_features
+    if all(key.startswith(prefix) for c in candidates for key in c):
+        candidates = [{}]  # the grid sets the learner's parameters only: the template's head
     widths, seen = set(), set()
     for c in candidates:
         built = clone(template).set_params(**clone(c, safe=False))

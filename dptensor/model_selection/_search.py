@@ -171,7 +171,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         mean = self._n_runs(len(candidates))
         shapes = check_distribution(self.distribution, mean)
         n_train, n_val = self._sizes(n_samples)
-        width = learner_width(self.estimator, candidates, n_features)
+        width = learner_width(self.estimator, candidates, n_features, prefix)
 
         def learner_of(est):
             return est[-1] if isinstance(est, Pipeline) else est
