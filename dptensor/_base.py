@@ -28,7 +28,7 @@ from sklearn import get_config
 from .accounting import epsilon_of
 from .accounting.events import NonPrivateEvent, PrivacyEvent
 from ._guards import fixed_floating_point
-from .exceptions import PrivacyWarning
+from .exceptions import PrivacyWarning, user_stacklevel
 from ._memory import check_fits
 from .mechanisms.randomness import (AsDense, data_digest, digest_bytes, fingerprint, seed_entropy,
                                     spend_generator)
@@ -107,7 +107,7 @@ def warn_noise_dominated(values, noise, name: str, noise_name: str, advice: str,
         below = "twice its noise level" if times == 2 else "its noise level"
         warnings.warn(f"the released {name} of {what} {(weak + first).tolist()} is below "
                       f"{below} ({noise_name}): those components are dominated by the privacy "
-                      f"noise. {advice}", UserWarning, stacklevel=4)
+                      f"noise. {advice}", UserWarning, stacklevel=user_stacklevel())
 
 
 @dataclass(frozen=True)
@@ -411,13 +411,13 @@ class PrivateEstimatorMixin:
                 warnings.warn(f"{name} targets delta={self.delta:g} but its accountant enforces "
                               f"delta={delta:g}: the fit was charged epsilon={own:.4g} at the "
                               "accountant's delta, as its ledger and privacy_cost_ show",
-                              PrivacyWarning, stacklevel=3)
+                              PrivacyWarning, stacklevel=user_stacklevel())
         else:
             own, index = epsilon_of(event, delta), -1
         if not private:
             warnings.warn(f"{name} released its fit without a privacy guarantee ({event.reason}); "
                           "it costs epsilon=inf. Set a finite epsilon for a private fit.",
-                          PrivacyWarning, stacklevel=3)
+                          PrivacyWarning, stacklevel=user_stacklevel())
         params = {k: v for k, v in self.get_params(deep=False).items()
                   if k not in _NOT_PUBLIC_DESCRIPTION}
         # The event holds every noise multiplier, the delta the accountant's: two fits whose noise

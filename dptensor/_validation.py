@@ -11,7 +11,8 @@ from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.validation import assert_all_finite
 
 from .accounting import PrivacyAccountant
-from .exceptions import DEFAULT_DELTA, PrivacyWarning, check_delta, check_epsilon
+from .exceptions import (DEFAULT_DELTA, PrivacyWarning, check_delta, check_epsilon,
+                         user_stacklevel)
 
 try:  # scikit-learn >= 1.6
     from sklearn.utils.validation import validate_data as _sklearn_validate_data
@@ -63,7 +64,7 @@ def check_delta_for_n(delta: float, n_samples: int, epsilon: float, unit: str = 
                       f"({1.0 / n_samples:.3g}) for these n={n_samples} {unit}s: a "
                       f"mechanism that publishes one {unit} at random in the clear meets "
                       "(0, 1/n)-DP, so delta should be well below 1/n (e.g. 1/n^2 or less)",
-                      PrivacyWarning, stacklevel=4)
+                      PrivacyWarning, stacklevel=user_stacklevel())
 
 
 def check_positive_int(value, name, minimum=1) -> int:
@@ -406,7 +407,7 @@ def check_completion_targets(y, n_index):
     y = np.asarray(y)
     if y.ndim == 2 and y.shape[1] == 1:
         warnings.warn("A column-vector y was passed when a 1d array was expected; "
-                      "it is raveled", DataConversionWarning, stacklevel=4)
+                      "it is raveled", DataConversionWarning, stacklevel=user_stacklevel())
         y = y[:, 0]
     if y.ndim != 1:
         raise ValueError(f"y must be 1-D (one value per index tuple), got shape {y.shape}")

@@ -43,6 +43,7 @@ from .algorithms.adaptive_power import (
 )
 from .algorithms.power import flip_signs, row_power_sensitivity
 from .algorithms.sparse import map_row_blocks, row_blocks
+from .exceptions import user_stacklevel
 from .mechanisms import clip_rows
 
 __all__ = ["AdaptivePrivatePCA"]
@@ -329,7 +330,7 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
             warnings.warn(f"the released explained_variance_ of component(s) "
                           f"{(weak + 1).tolist()} is below twice its noise level "
                           "(explained_variance_noise_): those components are dominated by the "
-                          "privacy noise.", UserWarning, stacklevel=2)
+                          "privacy noise.", UserWarning, stacklevel=user_stacklevel())
         self.svt_epsilon_ = math.inf if settings.svt_epsilon is None else settings.svt_epsilon
         self.noise_multiplier_ = float(settings.noise)
         self._n_features_out = k

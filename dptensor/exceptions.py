@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
+import sys
 
 __all__ = ["PrivacyWarning", "PrivacyAccountingError", "BudgetExceededError", "LedgerError",
-           "LedgerNotSharedError", "DEFAULT_DELTA", "check_epsilon", "check_delta"]
+           "LedgerNotSharedError", "DEFAULT_DELTA", "check_epsilon", "check_delta",
+           "user_stacklevel"]
 
 #: Default delta. With delta = 0 every Gaussian release has infinite epsilon, so a budget that
 #: admits the Gaussian mechanism needs delta > 0; 1e-5 is the usual choice and stays below 1/n (the
@@ -93,3 +96,17 @@ def check_delta(delta, name="delta") -> float:
     if not 0 <= delta < 1:
         raise ValueError(f"{name} must be in [0, 1), got {delta!r}")
     return float(delta)
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` for a ``warnings.warn`` in the calling function that names the first
+    frame outside dptensor: the user's line (``model.fit(X)``), whatever the depth of the
+    library's own calls, so the warning is shown at the code that caused it and
+    ``warnings.filterwarnings(module=...)`` sees the user's module, not one of dptensor's."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    return level

@@ -35,7 +35,7 @@ from ._pca_model import ProbabilisticPCAMixin
 from .algorithms.power import center_and_clip, row_power_sensitivity
 from .algorithms.sparse import SparseRows, block_rows, map_row_blocks, row_blocks
 from .algorithms.streaming_power import StreamingPowerMethod
-from .exceptions import PrivacyWarning
+from .exceptions import PrivacyWarning, user_stacklevel
 from .mechanisms import clip_rows
 from .mechanisms.randomness import RowDigest
 
@@ -409,7 +409,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
             if cost > eps * (1 + 1e-9):
                 warnings.warn(f"calibration='paper' costs epsilon={cost:.4g} > the target {eps:g} "
                               f"under this unit ({settings.neighbors}); the accountant records "
-                              "the true cost", PrivacyWarning, stacklevel=4)
+                              "the true cost", PrivacyWarning, stacklevel=user_stacklevel())
         return noise, event, queries
 
     def _spend_plan(self, plan, data):
@@ -518,7 +518,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
                           f"{(weak + 1).tolist()} is below twice its noise level "
                           "(explained_variance_noise_): those components are dominated by the "
                           "privacy noise. Use fewer components, more data, a larger epsilon or a "
-                          "tighter data_norm.", UserWarning, stacklevel=3)
+                          "tighter data_norm.", UserWarning, stacklevel=user_stacklevel())
         self.mean_, self.n_iter_ = mean, result.n_iter
         self.n_components_ = result.components.shape[0]
         if self.verbose:

@@ -27,6 +27,7 @@ from .algorithms.exact import grid_rows
 from .algorithms.grouped_tensor import group_blocks, group_scale_cubes
 from .algorithms.streaming_tensor import MICRO_BLOCK_BYTES, TensorPowerStream, block_sensitivity
 from .algorithms.tensor_power import moment_fit_scores
+from .exceptions import user_stacklevel
 from .mechanisms.randomness import RowDigest
 
 __all__ = ["StreamingTensorPower"]
@@ -363,7 +364,7 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
                 f"batch_size = {stream.k * stream.R * stream.n} rows. Pass more rows, a smaller "
                 "batch_size or n_iter"
                 + ("" if self.privacy_cost_.private else ", or a larger max_passes") + ".",
-                UserWarning, stacklevel=4)
+                UserWarning, stacklevel=user_stacklevel())
 
     def partial_fit(self, X, y=None, *, groups=None):
         """Feed the next chunk of rows (any number) to the stream; the first call starts it.
