@@ -7,8 +7,8 @@ import uuid
 import weakref
 
 from .._guards import fixed_floating_point
-from ..exceptions import (DEFAULT_DELTA, BudgetExceededError, LedgerNotSharedError, check_delta,
-                          check_epsilon)
+from ..exceptions import (DEFAULT_DELTA, BudgetExceededError, LedgerError, LedgerNotSharedError,
+                          check_delta, check_epsilon)
 from .composition import epsilon_of
 from .errors import PrivacyAccountingError
 from .events import PrivacyEvent
@@ -77,6 +77,11 @@ class PrivacyAccountant:
         if ledger is not None and not isinstance(ledger, (str, os.PathLike)):
             raise TypeError(f"ledger must be None (in memory) or the path of a SQLite file, "
                             f"got {type(ledger).__name__}")
+        if ledger is not None and os.fspath(ledger) in ("", ":memory:"):
+            # SQLite's name for an in-memory database would be a file of that name here
+            raise LedgerError(f"ledger={os.fspath(ledger)!r} names no ledger file: leave "
+                              "ledger=None (the default) for a ledger in memory, or give the "
+                              "path of a file, e.g. ledger='budget.sqlite'")
         self._store = (MemoryLedger() if ledger is None
                        else SQLiteLedger(ledger, self.epsilon, self.delta))
         # The absolute path: a pickle reloaded in another working directory uses the same file.
