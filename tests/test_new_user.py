@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from dptensor import PrivacyAccountant
-from dptensor.accounting import LedgerError
+from dptensor import PrivacyAccountant, PrivatePCA
+from dptensor.accounting import GaussianEvent, LedgerError
 
 
 @pytest.mark.parametrize("name", [":memory:", ""])
@@ -15,3 +15,17 @@ def test_a_ledger_name_that_is_no_file_is_refused(tmp_path, monkeypatch, name):
     with pytest.raises(LedgerError, match="ledger=None"):
         PrivacyAccountant(1.0, 1e-5, ledger=name)
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("method", ["check", "cost", "spend"])
+@pytest.mark.parametrize("value", [1.0, "1", None])
+def test_the_accountant_asks_for_an_event_not_an_epsilon(method, value):
+    # check and cost failed with AttributeError: 'float' object has no attribute 'leaves'
+    budget = PrivacyAccountant(2.0, 1e-5)
+    with pytest.raises(TypeError, match=rf"{method} takes a PrivacyEvent.*privacy_cost"):
+        getattr(budget, method)(value)
+    assert budget.history() == []
+    event = PrivatePCA(2, epsilon=1.0, data_norm=1.0).privacy_cost(1000, 5).event
+    budget.check(event)
+    assert budget.cost(event) == pytest.approx(1.0)
+    assert budget.cost(GaussianEvent(noise_multiplier=10.0)) > 0

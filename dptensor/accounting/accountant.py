@@ -128,12 +128,14 @@ class PrivacyAccountant:
     @fixed_floating_point
     def cost(self, event: PrivacyEvent, delta: float | None = None) -> float:
         """Epsilon of ``event`` alone, at ``delta`` (the accountant's by default)."""
+        _check_event(event, "cost")
         return epsilon_of(event, self.delta if delta is None else delta)
 
     # ------------------------------------------------------------------ spending
     @fixed_floating_point
     def check(self, event: PrivacyEvent, *, label: str = "") -> None:
         """Raise :class:`BudgetExceededError` unless ``event`` fits the budget; record nothing."""
+        _check_event(event, "check")
         self._refuse_if_orphan()
         self._within_budget([e.event for e in self.history()], event, label)
 
@@ -145,8 +147,7 @@ class PrivacyAccountant:
         ``delta`` is the delta at which the entry's own cost is reported (the estimator's target);
         the budget is always enforced at the accountant's delta.
         """
-        if not isinstance(event, PrivacyEvent):
-            raise TypeError(f"spend takes a PrivacyEvent, got {type(event).__name__}")
+        _check_event(event, "spend")
         self._refuse_if_orphan()
         own_delta = self.delta if delta is None else float(delta)
         own_eps = epsilon_of(event, own_delta)
@@ -224,6 +225,13 @@ class PrivacyAccountant:
             lines.append(f"  {e.label or '-':<{width}s} {e.mechanism:<16s} "
                          f"eps={e.epsilon:.4g} delta={e.delta:g}")
         return "\n".join(lines)
+
+
+def _check_event(event, method):
+    if not isinstance(event, PrivacyEvent):
+        raise TypeError(f"{method} takes a PrivacyEvent, got {type(event).__name__}: an "
+                        "estimator's is privacy_cost(n_samples, n_features).event (an epsilon "
+                        "alone does not say which mechanism, hence what it composes to)")
 
 
 def _restore(acc_id, state):
