@@ -168,6 +168,10 @@ def _our_advice(estimator, check, *args, **kwargs):
     try:
         return check(*args, **kwargs)
     except ValueError as exc:
+        if "contains infinity" in str(exc):  # scikit-learn says what is wrong, not what to do
+            raise ValueError(f"{exc} {type(estimator).__name__} does not accept infinite values: "
+                             "drop the rows that hold one, or replace them from public "
+                             "knowledge, before the fit") from None
         if "HistGradientBoosting" not in str(exc):
             raise
         # scikit-learn's advice is for its own supervised models, and its imputers would learn

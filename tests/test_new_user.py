@@ -2,9 +2,12 @@
 before any spend."""
 import os
 
+import numpy as np
 import pytest
 
-from dptensor import PrivacyAccountant, PrivatePCA
+from dptensor import (PrivacyAccountant, PrivatePCA, PrivateTensorDecomposition,
+                      StreamingTensorPower)
+from dptensor.latent import PrivateGaussianMixture, PrivateLatentDirichletAllocation
 from dptensor.accounting import GaussianEvent, LedgerError
 
 
@@ -29,3 +32,20 @@ def test_the_accountant_asks_for_an_event_not_an_epsilon(method, value):
     budget.check(event)
     assert budget.cost(event) == pytest.approx(1.0)
     assert budget.cost(GaussianEvent(noise_multiplier=10.0)) > 0
+
+
+@pytest.mark.parametrize("make", [
+    lambda acc: StreamingTensorPower(2, epsilon=1.0, data_norm=1.0, accountant=acc),
+    lambda acc: PrivateTensorDecomposition(2, epsilon=1.0, data_norm=1.0, accountant=acc),
+    lambda acc: PrivateGaussianMixture(2, epsilon=1.0, data_norm=1.0, accountant=acc),
+    lambda acc: PrivateLatentDirichletAllocation(2, epsilon=1.0, accountant=acc),
+    lambda acc: PrivatePCA(2, epsilon=1.0, data_norm=1.0, accountant=acc),
+])
+def test_an_infinity_is_refused_saying_what_to_do(make):
+    # the NaN refusal said what to do; the infinity one only quoted scikit-learn's diagnosis
+    X = np.random.default_rng(0).poisson(1.0, (500, 6)).astype(float)
+    X[7, 3] = np.inf
+    budget = PrivacyAccountant(5.0, 1e-5)
+    with pytest.raises(ValueError, match="contains infinity.*drop the rows that hold one"):
+        make(budget).fit(X)
+    assert budget.history() == []
