@@ -49,3 +49,16 @@ def test_an_infinity_is_refused_saying_what_to_do(make):
     with pytest.raises(ValueError, match="contains infinity.*drop the rows that hold one"):
         make(budget).fit(X)
     assert budget.history() == []
+
+
+def test_the_offsets_warning_calls_them_offsets():
+    # it said "those components are dominated by the privacy noise" of a mode's offsets
+    from dptensor import PrivateTensorCompletion
+    from dptensor.datasets import make_low_rank_tensor
+
+    study = make_low_rank_tensor((10, 10, 10), rank=2, missing_ratio=0.5, random_state=0)
+    model = PrivateTensorCompletion(rank=2, epsilon=0.1, value_range=(0, 1), random_state=0)
+    with pytest.warns(UserWarning) as caught:
+        model.fit(study["indices"], study["values"])
+    offsets = [str(w.message) for w in caught if "offsets_rms_ of mode(s)" in str(w.message)]
+    assert offsets and all("those offsets are dominated" in m for m in offsets)
