@@ -5,8 +5,8 @@ import os
 import numpy as np
 import pytest
 
-from dptensor import (PrivacyAccountant, PrivatePCA, PrivateTensorDecomposition,
-                      StreamingTensorPower)
+from dptensor import (BudgetExceededError, PrivacyAccountant, PrivatePCA,
+                      PrivateTensorDecomposition, StreamingTensorPower)
 from dptensor.latent import PrivateGaussianMixture, PrivateLatentDirichletAllocation
 from dptensor.accounting import GaussianEvent, LedgerError
 
@@ -62,3 +62,12 @@ def test_the_offsets_warning_calls_them_offsets():
         model.fit(study["indices"], study["values"])
     offsets = [str(w.message) for w in caught if "offsets_rms_ of mode(s)" in str(w.message)]
     assert offsets and all("those offsets are dominated" in m for m in offsets)
+
+
+def test_a_budget_too_small_says_what_to_do():
+    budget = PrivacyAccountant(0.5, 1e-5)
+    X = np.random.default_rng(0).standard_normal((500, 6))
+    model = PrivateTensorDecomposition(2, epsilon=1.0, data_norm=1.0, accountant=budget)
+    with pytest.raises(BudgetExceededError, match=r"lower the fit's epsilon.*remaining\(\)"):
+        model.fit(X)
+    assert budget.history() == []

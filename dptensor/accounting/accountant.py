@@ -175,6 +175,10 @@ class PrivacyAccountant:
                           "pure-epsilon guarantee, so it costs epsilon=inf at delta=0. Give the "
                           "accountant a delta > 0 (say 1e-5), or fit under it only pure (Laplace) "
                           "mechanisms, such as PrivateTensorCompletion(perturbation='input')")
+            else:
+                reason = ("lower the fit's epsilon: the accountant's remaining() says what is "
+                          "left, and check(model.privacy_cost(n_samples, n_features).event) "
+                          "says before a fit whether it fits")
             raise BudgetExceededError(spent, epsilon_of(event, self.delta), self.epsilon,
                                       self.delta, label, reason)
 
