@@ -71,3 +71,9 @@ def test_a_budget_too_small_says_what_to_do():
     with pytest.raises(BudgetExceededError, match=r"lower the fit's epsilon.*remaining\(\)"):
         model.fit(X)
     assert budget.history() == []
+
+
+def test_opening_a_directory_suggests_a_file_in_it(tmp_path):
+    # it suggested PrivacyAccountant(epsilon, delta, ledger=<the directory>), refused in turn
+    with pytest.raises(LedgerError, match=r"\(a directory\).*budget\.sqlite"):
+        PrivacyAccountant.open(tmp_path)
