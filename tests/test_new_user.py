@@ -77,3 +77,15 @@ def test_opening_a_directory_suggests_a_file_in_it(tmp_path):
     # it suggested PrivacyAccountant(epsilon, delta, ledger=<the directory>), refused in turn
     with pytest.raises(LedgerError, match=r"\(a directory\).*budget\.sqlite"):
         PrivacyAccountant.open(tmp_path)
+
+
+@pytest.mark.parametrize("delta", [2.0, -1.0, float("nan"), "1e-5"])
+def test_spend_and_cost_refuse_a_delta_outside_zero_one(delta):
+    # spend(event, delta=2.0) recorded an entry of epsilon 0 at delta 2; nan failed in SciPy
+    budget = PrivacyAccountant(5.0, 1e-5)
+    event = GaussianEvent(noise_multiplier=10.0)
+    with pytest.raises((TypeError, ValueError), match=r"delta must be"):
+        budget.spend(event, delta=delta)
+    with pytest.raises((TypeError, ValueError), match=r"delta must be"):
+        budget.cost(event, delta=delta)
+    assert budget.history() == []

@@ -129,7 +129,7 @@ class PrivacyAccountant:
     def cost(self, event: PrivacyEvent, delta: float | None = None) -> float:
         """Epsilon of ``event`` alone, at ``delta`` (the accountant's by default)."""
         _check_event(event, "cost")
-        return epsilon_of(event, self.delta if delta is None else delta)
+        return epsilon_of(event, self.delta if delta is None else check_delta(delta))
 
     # ------------------------------------------------------------------ spending
     @fixed_floating_point
@@ -149,7 +149,7 @@ class PrivacyAccountant:
         """
         _check_event(event, "spend")
         self._refuse_if_orphan()
-        own_delta = self.delta if delta is None else float(delta)
+        own_delta = self.delta if delta is None else check_delta(delta)
         own_eps = epsilon_of(event, own_delta)
 
         def decide(entries):
