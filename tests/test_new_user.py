@@ -89,3 +89,16 @@ def test_spend_and_cost_refuse_a_delta_outside_zero_one(delta):
     with pytest.raises((TypeError, ValueError), match=r"delta must be"):
         budget.cost(event, delta=delta)
     assert budget.history() == []
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_a_tensor_with_a_missing_entry_is_not_told_to_drop_rows(value):
+    # a 3-D tensor has no rows to drop: the advice points at completion instead
+    from dptensor.datasets import make_orthogonal_tensor
+
+    T = make_orthogonal_tensor(6, 2, random_state=0)[0]
+    T[0, 0, 0] = value
+    budget = PrivacyAccountant(5.0, 1e-5)
+    with pytest.raises(ValueError, match="PrivateTensorCompletion") as refused:
+        PrivateTensorDecomposition(2, epsilon=1.0, accountant=budget).fit(T)
+    assert "rows" not in str(refused.value) and budget.history() == []
