@@ -103,10 +103,17 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 def user_stacklevel() -> int:
     """The ``stacklevel`` for a ``warnings.warn`` in the calling function that names the first
-    frame outside dptensor: the user's line (``model.fit(X)``), whatever the depth of the
-    library's own calls, so the warning is shown at the code that caused it and
+    frame outside dptensor, scikit-learn and joblib: the user's line (``model.fit(X)``, or the
+    ``pipeline.fit(X)`` or ``cross_validate`` around it), whatever the depth of the library's own
+    calls, so the warning is shown at the code that caused it and
     ``warnings.filterwarnings(module=...)`` sees the user's module, not one of dptensor's."""
+    skipped = [_PACKAGE_DIR]
+    for name in ("sklearn", "joblib"):  # a pipeline's, a search's or cross_validate's calls
+        module = sys.modules.get(name)
+        if getattr(module, "__file__", None):
+            skipped.append(os.path.dirname(os.path.abspath(module.__file__)) + os.sep)
     frame, level = sys._getframe(1), 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(
+            tuple(skipped)):
         frame, level = frame.f_back, level + 1
     return level

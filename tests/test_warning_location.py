@@ -56,3 +56,20 @@ def test_fit_warnings_point_at_the_callers_line(case):
     assert caught, f"{case}: the fit was expected to warn"
     for w in caught:
         assert w.filename == __file__, (case, w.filename, str(w.message)[:80])
+
+
+def test_a_fit_in_a_pipeline_or_a_cross_validation_warns_at_the_callers_line():
+    # the first frame outside dptensor was scikit-learn's (pipeline.py), not the user's call
+    from sklearn.model_selection import cross_validate
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import Normalizer
+
+    X = _rows()
+    pipe = make_pipeline(Normalizer(), PrivateTensorDecomposition(2, epsilon=0.01, data_norm=1.0,
+                                                                  random_state=0))
+    for run in (lambda: pipe.fit(X), lambda: cross_validate(pipe, X, cv=2)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            run()
+        ours = [w for w in caught if "below twice its noise level" in str(w.message)]
+        assert ours and all(w.filename == __file__ for w in ours), [w.filename for w in ours]
