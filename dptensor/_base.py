@@ -92,20 +92,21 @@ class NoisePreview:
 
 
 def warn_noise_dominated(values, noise, name: str, noise_name: str, advice: str, *,
-                         what: str = "component(s)", first: int = 1, times: int = 2) -> None:
+                         what: str = "component(s)", first: int = 1, times: int = 2,
+                         noun: str = "components") -> None:
     """Warn (``UserWarning``) naming the components whose released ``values`` (``name``) are below
     ``times`` (twice, or once) their noise level ``noise`` (``noise_name``).
 
     Both are released or public (the released eigenvalues, a noise multiplier times a public
     sensitivity), so a fit may warn after its spend: the warning is post-processing of its
     releases. It names component numbers only (``what``, numbered from ``first``), never a
-    value.
+    value; ``noun`` is what the warning says is noise (the components, a mode's offsets).
     """
     weak = np.flatnonzero(np.abs(np.asarray(values)) < times * np.asarray(noise))
     if weak.size:
         below = "twice its noise level" if times == 2 else "its noise level"
         warn(f"the released {name} of {what} {(weak + first).tolist()} is below "
-             f"{below} ({noise_name}): those components are dominated by the privacy "
+             f"{below} ({noise_name}): those {noun} are dominated by the privacy "
              f"noise. {advice}", UserWarning)
 
 

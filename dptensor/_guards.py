@@ -163,9 +163,17 @@ _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def warn(message: str, category=UserWarning) -> None:
-    """``warnings.warn`` attributed to the first caller outside dptensor: the user's line (or a
-    scikit-learn meta-estimator's), however deep in the library the warning arises."""
+    """``warnings.warn`` attributed to the first caller outside dptensor, scikit-learn and joblib:
+    the user's line (``model.fit(X)``, or the ``pipeline.fit(X)`` or ``cross_validate`` around
+    it), however deep in the library the warning arises, so that it is shown at the code that
+    caused it and ``warnings.filterwarnings(module=...)`` sees the user's module."""
+    skipped = [_PACKAGE]
+    for name in ("sklearn", "joblib"):  # a pipeline's, a search's or cross_validate's calls
+        module = sys.modules.get(name)
+        if getattr(module, "__file__", None):
+            skipped.append(os.path.dirname(os.path.abspath(module.__file__)) + os.sep)
     frame, level = sys._getframe(1), 2
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(
+            tuple(skipped)):
         frame, level = frame.f_back, level + 1
     warnings.warn(message, category, stacklevel=level)

@@ -165,15 +165,23 @@ def _our_advice(estimator, check, *args, **kwargs):
     try:
         return check(*args, **kwargs)
     except ValueError as exc:
+        name = type(estimator).__name__
+        # a 3-D X is a tensor: it has no rows to drop, and one with unknown entries is completion's
+        tensor = any(getattr(a, "ndim", 0) > 2 for a in args)
+        drop = "" if tensor else "drop the rows that hold one, or "
+        after = ("; a tensor of which only some entries are known is PrivateTensorCompletion's "
+                 "input" if tensor else "")
+        if "contains infinity" in str(exc):  # scikit-learn says what is wrong, not what to do
+            raise ValueError(f"{exc} {name} does not accept infinite values: {drop}replace them "
+                             f"from public knowledge, before the fit{after}") from None
         if "HistGradientBoosting" not in str(exc):
             raise
         # scikit-learn's advice is for its own supervised models, and its imputers would learn
         # from the data without privacy: say what holds here (its first line names NaN or inf)
         first = str(exc).split("\n", 1)[0]
-        raise ValueError(f"{first} {type(estimator).__name__} does not accept missing values: drop "
-                         "the rows that hold one, or fill them in from public knowledge, before "
-                         "the fit (an imputer fitted on the data learns from it without privacy)"
-                         ) from None
+        raise ValueError(f"{first} {name} does not accept missing values: {drop}fill them in "
+                         "from public knowledge, before the fit (an imputer fitted on the data "
+                         f"learns from it without privacy){after}") from None
 
 
 def validate_stream_chunk(estimator, X, *, reset: bool, **kwargs):

@@ -523,7 +523,7 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
                              "component_rms_noise_", COMPONENT_ADVICE)
         warn_noise_dominated(self.offsets_rms_, self.offsets_rms_noise_, "offsets_rms_",
                              "offsets_rms_noise_", OFFSET_ADVICE, what="mode(s)", first=0,
-                             times=1)
+                             times=1, noun="offsets")
 
     def _set_item_side(self, side: ItemSide, shape, center, scale):
         """The item side of a user-level fit, in the caller's units: no user's offset or factor;

@@ -7,8 +7,8 @@ import uuid
 import weakref
 
 from .._guards import fixed_floating_point
-from ..exceptions import (DEFAULT_DELTA, BudgetExceededError, LedgerNotSharedError, check_delta,
-                          check_epsilon)
+from ..exceptions import (DEFAULT_DELTA, BudgetExceededError, LedgerError, LedgerNotSharedError,
+                          check_delta, check_epsilon)
 from .composition import epsilon_of
 from .errors import PrivacyAccountingError
 from .events import PrivacyEvent
@@ -77,6 +77,11 @@ class PrivacyAccountant:
         if ledger is not None and not isinstance(ledger, (str, os.PathLike)):
             raise TypeError(f"ledger must be None (in memory) or the path of a SQLite file, "
                             f"got {type(ledger).__name__}")
+        if ledger is not None and os.fspath(ledger) in ("", ":memory:"):
+            # SQLite's name for an in-memory database would be a file of that name here
+            raise LedgerError(f"ledger={os.fspath(ledger)!r} names no ledger file: leave "
+                              "ledger=None (the default) for a ledger in memory, or give the "
+                              "path of a file, e.g. ledger='budget.sqlite'")
         self._store = (MemoryLedger() if ledger is None
                        else SQLiteLedger(ledger, self.epsilon, self.delta))
         # The absolute path: a pickle reloaded in another working directory uses the same file.
@@ -123,12 +128,14 @@ class PrivacyAccountant:
     @fixed_floating_point
     def cost(self, event: PrivacyEvent, delta: float | None = None) -> float:
         """Epsilon of ``event`` alone, at ``delta`` (the accountant's by default)."""
-        return epsilon_of(event, self.delta if delta is None else delta)
+        _check_event(event, "cost")
+        return epsilon_of(event, self.delta if delta is None else check_delta(delta))
 
     # ------------------------------------------------------------------ spending
     @fixed_floating_point
     def check(self, event: PrivacyEvent, *, label: str = "") -> None:
         """Raise :class:`BudgetExceededError` unless ``event`` fits the budget; record nothing."""
+        _check_event(event, "check")
         self._refuse_if_orphan()
         self._within_budget([e.event for e in self.history()], event, label)
 
@@ -140,10 +147,9 @@ class PrivacyAccountant:
         ``delta`` is the delta at which the entry's own cost is reported (the estimator's target);
         the budget is always enforced at the accountant's delta.
         """
-        if not isinstance(event, PrivacyEvent):
-            raise TypeError(f"spend takes a PrivacyEvent, got {type(event).__name__}")
+        _check_event(event, "spend")
         self._refuse_if_orphan()
-        own_delta = self.delta if delta is None else float(delta)
+        own_delta = self.delta if delta is None else check_delta(delta)
         own_eps = epsilon_of(event, own_delta)
 
         def decide(entries):
@@ -169,6 +175,10 @@ class PrivacyAccountant:
                           "pure-epsilon guarantee, so it costs epsilon=inf at delta=0. Give the "
                           "accountant a delta > 0 (say 1e-5), or fit under it only pure (Laplace) "
                           "mechanisms, such as PrivateTensorCompletion(perturbation='input')")
+            else:
+                reason = ("lower the fit's epsilon: the accountant's remaining() says what is "
+                          "left, and check(model.privacy_cost(n_samples, n_features).event) "
+                          "says before a fit whether it fits")
             raise BudgetExceededError(spent, epsilon_of(event, self.delta), self.epsilon,
                                       self.delta, label, reason)
 
@@ -219,6 +229,13 @@ class PrivacyAccountant:
             lines.append(f"  {e.label or '-':<{width}s} {e.mechanism:<16s} "
                          f"eps={e.epsilon:.4g} delta={e.delta:g}")
         return "\n".join(lines)
+
+
+def _check_event(event, method):
+    if not isinstance(event, PrivacyEvent):
+        raise TypeError(f"{method} takes a PrivacyEvent, got {type(event).__name__}: an "
+                        "estimator's is privacy_cost(n_samples, n_features).event (an epsilon "
+                        "alone does not say which mechanism, hence what it composes to)")
 
 
 def _restore(acc_id, state):

@@ -121,8 +121,7 @@ class SQLiteLedger:
         self._local = threading.local()
         # (number of spends, chain hash after them) last read or written: every later read must
         # extend it, so a file cut short, or an older copy put in its place, is noticed.
-        self._seen = None
-        self._seen_lock = threading.Lock()
+        self._seen, self._seen_lock = None, threading.Lock()
         self._checked = None  # the rows and hashes of the last read, not rehashed when unchanged
         _check_location(self.path)
         self._initialise()
@@ -551,9 +550,10 @@ def _check_schema_1(conn, path):
 def _existing(path) -> str:
     path = resolve(path)
     if not os.path.isfile(path):
-        raise LedgerError(f"there is no ledger file at {path!r}: opening reads the budget of an "
-                          "existing ledger; start a new one with PrivacyAccountant(epsilon, delta, "
-                          f"ledger={path!r})")
+        new = os.path.join(path, "budget.sqlite") if os.path.isdir(path) else path
+        raise LedgerError(f"there is no ledger file at {path!r}{' (a directory)' * (new != path)}: "
+                          "opening reads the budget of an existing ledger; start a new one with "
+                          f"PrivacyAccountant(epsilon, delta, ledger={new!r})")
     _check_not_empty(path)
     return path
 
