@@ -10,7 +10,7 @@ history of text or complex values, a DataFrame's ``pd.NA``.
 import numpy as np
 import pytest
 
-from dptensor import (PrivacyAccountant, PrivatePCA)
+from dptensor import (PrivacyAccountant, PrivatePCA, PrivateTensorCompletion)
 from dptensor.model_selection import PrivateGridSearchCV, PrivateRandomizedSearchCV
 
 
@@ -67,3 +67,16 @@ def test_search_preview_takes_numpy_integers():
     search = PrivateGridSearchCV(PrivatePCA(1, data_norm=1.0), {"n_components": [1, 2]},
                                  epsilon=1.0)
     assert search.privacy_cost(np.int64(2000), np.int32(4)) == search.privacy_cost(2000, 4)
+
+
+# ---------------------------------------------------------------- a search without its target
+@pytest.mark.parametrize("unit", ["value", "user"])
+def test_search_of_a_completion_without_y_is_refused_before_the_spend(unit):
+    X, _ = _entries()
+    est = PrivateTensorCompletion(value_range=(0, 1), privacy_unit=unit,
+                                  shape=(20, 15) if unit == "user" else None)
+    budget = _budget()
+    search = PrivateGridSearchCV(est, {"rank": [1]}, epsilon=1.0, accountant=budget)
+    with pytest.raises(ValueError, match=r"needs y .* pass search.fit\(X, y\)"):
+        search.fit(X)
+    assert budget.history() == []
