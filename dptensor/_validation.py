@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import scipy.sparse as sp
 from sklearn.exceptions import DataConversionWarning
-from sklearn.utils.validation import assert_all_finite
+from sklearn.utils.validation import assert_all_finite, check_array
 
 from .accounting import PrivacyAccountant
 from .exceptions import DEFAULT_DELTA, PrivacyWarning, check_delta, check_epsilon
@@ -23,7 +23,8 @@ __all__ = ["check_epsilon", "check_delta", "check_privacy", "check_positive_int"
            "check_symmetric_tensor", "check_random_generator", "check_finite", "check_delta_for_n",
            "check_numeric_array", "validate_private_data", "validate_stream_chunk",
            "zero_nonfinite_rows", "check_groups", "check_value_range", "check_positive_real",
-           "check_nonnegative_real", "check_completion_targets"]
+           "check_nonnegative_real", "check_completion_targets",
+           "check_projections"]
 
 
 def check_privacy(epsilon, delta, accountant=None, *, gaussian=True) -> tuple[float, float]:
@@ -147,6 +148,21 @@ def check_numeric_array(X, name="X", allow_nd=False, ensure_2d=True):
                          f"Reshape your data: a single sample is {name}.reshape(1, -1), "
                          f"a single feature {name}.reshape(-1, 1)")
     return X
+
+
+def check_projections(X, width: int, name="X"):
+    """``inverse_transform``'s input: a 2-D array of finite real numbers with ``width`` columns
+    (the components), refused as scikit-learn's ``check_array`` refuses a model's input, in words
+    that quote none of its values. Float32 stays float32."""
+    check_numeric_array(X, name)
+    Z = check_array(X, dtype=[np.float64, np.float32], ensure_all_finite=False, input_name=name)
+    if not np.all(np.isfinite(Z)):
+        raise ValueError(f"{name} contains NaN or infinity: inverse_transform maps finite "
+                         "projections (what transform returns) back to the features; drop or "
+                         "replace the rows that hold one")
+    if Z.shape[1] != width:
+        raise ValueError(f"{name} must have shape (n_samples, {width}), got {Z.shape}")
+    return Z
 
 
 def validate_private_data(estimator, X, **kwargs):
@@ -400,27 +416,28 @@ def check_nonnegative_real(value, name):
     return float(value)
 
 
-def check_completion_targets(y, n_index):
-    """The values ``y`` of a completion fit as float64, one per index tuple (``n_index``):
-    a column vector is raveled with a warning; others refused."""
+def check_completion_targets(y, n_index, name="y", of="X"):
+    """The values ``y`` of a completion fit (or of its ``score``, or of a prediction history:
+    ``name`` and ``of`` its index tuples' name) as float64, one per index tuple (``n_index``):
+    a column vector is raveled with a warning; others refused, in words that quote no value."""
     y = np.asarray(y)
     if y.ndim == 2 and y.shape[1] == 1:
-        warnings.warn("A column-vector y was passed when a 1d array was expected; "
+        warnings.warn(f"A column-vector {name} was passed when a 1d array was expected; "
                       "it is raveled", DataConversionWarning, stacklevel=4)
         y = y[:, 0]
     if y.ndim != 1:
-        raise ValueError(f"y must be 1-D (one value per index tuple), got shape {y.shape}")
+        raise ValueError(f"{name} must be 1-D (one value per index tuple), got shape {y.shape}")
     if y.shape[0] != n_index:
-        raise ValueError(f"y has {y.shape[0]} values but X has {n_index} index tuples")
+        raise ValueError(f"{name} has {y.shape[0]} values but {of} has {n_index} index tuples")
     if y.dtype.kind == "O":  # numbers held as objects are values as any others
         try:
             y = y.astype(np.float64)
         except (TypeError, ValueError):
-            raise TypeError("y must be real numbers, and some entry is no number") from None
+            raise TypeError(f"{name} must be real numbers, and some entry is no number") from None
     if y.dtype.kind not in "biuf":  # complex too: casting would drop the imaginary parts
-        raise TypeError(f"y must be real numbers, got dtype {y.dtype}")
+        raise TypeError(f"{name} must be real numbers, got dtype {y.dtype}")
     y = y.astype(np.float64)
     if not np.all(np.isfinite(y)):
-        raise ValueError("y contains NaN or infinity: pass only the observed entries "
+        raise ValueError(f"{name} contains NaN or infinity: pass only the observed entries "
                          "(to_observations turns a NaN-marked array into (X, y))")
     return y

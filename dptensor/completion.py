@@ -665,9 +665,7 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         if y is None:
             raise ValueError("score needs y, the observed values at the index tuples X")
         pred = self.predict(X) if history is None else self.predict(X, history=history)
-        y = np.asarray(y, dtype=np.float64).reshape(-1)
-        if y.shape != pred.shape:
-            raise ValueError(f"y has {y.size} values but X has {pred.size} index tuples")
+        y = check_completion_targets(y, pred.size)  # NaN, text: a clear error, not a NaN score
         if self.value_range_ is None:
             return -(pred - y) ** 2, None
         lo, hi = self.value_range_

@@ -6,11 +6,12 @@ completion searched without ``y``, a value range or clipping norm so wide that t
 released sums overflow float64, non-finite projections mapped back, a NaN target scored, a
 history of text or complex values, a DataFrame's ``pd.NA``.
 """
+import warnings
 
 import numpy as np
 import pytest
 
-from dptensor import (PrivacyAccountant, PrivatePCA, PrivateTensorCompletion)
+from dptensor import (AdaptivePrivatePCA, PrivacyAccountant, PrivatePCA, PrivateTensorCompletion)
 from dptensor.model_selection import PrivateGridSearchCV, PrivateRandomizedSearchCV
 
 
@@ -80,3 +81,89 @@ def test_search_of_a_completion_without_y_is_refused_before_the_spend(unit):
     with pytest.raises(ValueError, match=r"needs y .* pass search.fit\(X, y\)"):
         search.fit(X)
     assert budget.history() == []
+
+
+# ---------------------------------------------------------------- after the fit
+def _quietly(fit):
+    """A fixture's fits on data small for their epsilon, on purpose (their refusals are under
+    test): the released values below their noise level, and a delta not below 1/n, say so."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # PrivacyWarning is one
+        return fit()
+
+
+@pytest.fixture(scope="module")
+def pcas():
+    X = _rows(1, n=300)
+    return _quietly(lambda: (
+        PrivatePCA(2, data_norm=1.0, epsilon=5.0, random_state=0).fit(X),
+        AdaptivePrivatePCA(2, data_norm=1.0, epsilon=5.0, random_state=0).fit(X)))
+
+
+@pytest.mark.parametrize("which", [0, 1])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_inverse_transform_refuses_non_finite_projections(pcas, which, bad):
+    Z = np.zeros((2, 2))
+    Z[1, 0] = bad
+    with pytest.raises(ValueError, match="NaN or infinity: inverse_transform maps finite"):
+        pcas[which].inverse_transform(Z)
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_inverse_transform_refuses_text_without_quoting_it(pcas, which):
+    with pytest.raises((TypeError, ValueError)) as info:
+        pcas[which].inverse_transform(np.array([["secret", "1.0"]]))
+    assert "secret" not in str(info.value)
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_inverse_transform_keeps_its_shape_check_and_float32(pcas, which):
+    with pytest.raises(ValueError, match=r"shape \(n_samples, 2\)"):
+        pcas[which].inverse_transform(np.zeros((2, 3)))
+    est = pcas[which]
+    Z = est.transform(_rows(2, n=5)).astype(np.float32)
+    out = est.inverse_transform(Z)
+    assert out.shape == (5, 4) and np.all(np.isfinite(out))
+
+
+@pytest.fixture(scope="module")
+def completions():
+    X, y = _entries(3)
+    value = _quietly(lambda: PrivateTensorCompletion(value_range=(0, 1), epsilon=2.0,
+                                                     random_state=0).fit(X, y))
+    user = _quietly(lambda: PrivateTensorCompletion(
+        privacy_unit="user", value_range=(0, 1), shape=(20, 15), max_ratings_per_user=40,
+        epsilon=2.0, random_state=0).fit(X, y))
+    return X, y, value, user
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_completion_score_refuses_a_non_finite_target(completions, bad):
+    X, y, value, user = completions
+    y = y[:5].copy()
+    y[2] = bad
+    with pytest.raises(ValueError, match="y contains NaN or infinity"):
+        value.score(X[:5], y)
+    with pytest.raises(ValueError, match="y contains NaN or infinity"):
+        user.score(X[:5], y, history=(X[5:15], completions[1][5:15]))
+
+
+def test_completion_score_refuses_text_without_quoting_it(completions):
+    X, _, value, _ = completions
+    with pytest.raises(TypeError, match="y must be real numbers") as info:
+        value.score(X[:2], np.array(["secret", "0.5"]))
+    assert "secret" not in str(info.value)
+
+
+@pytest.mark.parametrize("values, error, match", [
+    (np.array(["secret"] * 10), TypeError, "history's values must be real numbers"),
+    (np.full(10, 0.5) + 1j, TypeError, "history's values must be real numbers"),
+    (np.array([object()] * 10), TypeError, "history's values must be real numbers"),
+    (np.full(9, 0.5), ValueError, "10 index tuples and 9 values"),
+    (np.r_[np.nan, np.full(9, 0.5)], ValueError, "outside value_range .* NaN"),
+])
+def test_user_level_predict_refuses_a_bad_history(completions, values, error, match):
+    X, _, _, user = completions
+    with pytest.raises(error, match=match) as info:
+        user.predict(X[:3], history=(X[:10], values))
+    assert "secret" not in str(info.value)
