@@ -23,7 +23,7 @@ __all__ = ["check_epsilon", "check_delta", "check_privacy", "check_positive_int"
            "check_symmetric_tensor", "check_random_generator", "check_finite", "check_delta_for_n",
            "check_numeric_array", "validate_private_data", "validate_stream_chunk",
            "zero_nonfinite_rows", "check_groups", "check_value_range", "check_positive_real",
-           "check_nonnegative_real", "check_completion_targets",
+           "check_nonnegative_real", "check_completion_targets", "check_scale",
            "check_projections"]
 
 
@@ -88,6 +88,23 @@ def check_verbose(verbose) -> int:
 # with room for the noise multiplier.
 DATA_NORM_RANGE = (1e-90, 1e90)
 
+#: The range of every public scale a fit's noise is calibrated to (``data_norm``, the width of
+#: ``value_range``, ``clip_norm``). Within it a scale's cube, and the sum of its square over up
+#: to 1e100 values (1e180 each at most), stay finite and normal in float64, with room for the
+#: noise multiplier: no noise scale or released sum over- or underflows after the spend.
+SCALE_RANGE = DATA_NORM_RANGE
+
+
+def check_scale(value: float, name: str, shown=None) -> float:
+    """Refuse a public scale outside :data:`SCALE_RANGE` before the spend: the noise scales and
+    the released sums are its powers, and one that over- or underflows would fail (or release
+    nothing useful) after the spend, its budget lost. ``shown``: the value as the user gave it."""
+    if not SCALE_RANGE[0] <= value <= SCALE_RANGE[1]:
+        raise ValueError(f"{name} must lie in [{SCALE_RANGE[0]:g}, {SCALE_RANGE[1]:g}] (its "
+                         "powers enter the noise scales); rescale the data, got "
+                         f"{value if shown is None else shown!r}")
+    return float(value)
+
 
 def check_data_norm(data_norm, epsilon, name="data_norm"):
     """Row-level privacy needs a public bound on row norms; ``None`` only without privacy."""
@@ -100,13 +117,8 @@ def check_data_norm(data_norm, epsilon, name="data_norm"):
     if isinstance(data_norm, bool) or not isinstance(data_norm, numbers.Real) or not (
             data_norm > 0 and math.isfinite(data_norm)):
         raise ValueError(f"{name} must be a finite number > 0, got {data_norm!r}")
-    if not DATA_NORM_RANGE[0] <= data_norm <= DATA_NORM_RANGE[1]:
-        # Checked here, before the spend: the sensitivities are powers of it (up to the cube), and
-        # one that over- or underflows would fail the fit after the spend, losing its budget.
-        raise ValueError(f"{name} must lie in [{DATA_NORM_RANGE[0]:g}, "
-                         f"{DATA_NORM_RANGE[1]:g}] (its powers enter the "
-                         f"noise scales); rescale the data, got {data_norm!r}")
-    return float(data_norm)
+    # before the spend: the sensitivities are powers of it (up to the cube)
+    return check_scale(data_norm, name)
 
 
 def check_numeric_array(X, name="X", allow_nd=False, ensure_2d=True):
@@ -395,17 +407,21 @@ def check_value_range(value_range, private):
                          f"got {value_range!r}")
     if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
         raise ValueError(f"value_range must be finite with lo < hi, got {value_range!r}")
+    # The width is the values' scale: the noise and the released offsets and factors are in its
+    # units, and their squares are summed over the n values (n * (hi - lo)^2 must stay finite).
+    check_scale(hi - lo, "value_range's width hi - lo", shown=value_range)
     return lo, hi
 
 
-def check_positive_real(value, name, default):
-    """``value`` as a finite float > 0 (``None``: ``default``)."""
+def check_positive_real(value, name, default, *, scale=False):
+    """``value`` as a finite float > 0 (``None``: ``default``); ``scale``: a noise scale, in
+    :data:`SCALE_RANGE` too (:func:`check_scale`)."""
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
             value > 0 and math.isfinite(value)):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
+    return check_scale(value, name) if scale else float(value)
 
 
 def check_nonnegative_real(value, name):

@@ -11,7 +11,9 @@ import warnings
 import numpy as np
 import pytest
 
-from dptensor import (AdaptivePrivatePCA, PrivacyAccountant, PrivatePCA, PrivateTensorCompletion)
+from dptensor import (AdaptivePrivatePCA, PrivacyAccountant, PrivatePCA, PrivateTensorCompletion,
+                      PrivateTensorDecomposition, StreamingTensorPower)
+from dptensor._validation import SCALE_RANGE, check_scale
 from dptensor.model_selection import PrivateGridSearchCV, PrivateRandomizedSearchCV
 
 
@@ -167,3 +169,55 @@ def test_user_level_predict_refuses_a_bad_history(completions, values, error, ma
     with pytest.raises(error, match=match) as info:
         user.predict(X[:3], history=(X[:10], values))
     assert "secret" not in str(info.value)
+
+
+# ---------------------------------------------------------------- scales that overflow
+@pytest.mark.parametrize("value_range", [(0, 1e300), (-1e308, 1e308), (1e200, 1.00001e200),
+                                         (0, 1e-300)])
+def test_completion_refuses_a_value_range_whose_width_overflows_before_the_spend(value_range):
+    X, y = _entries()
+    budget = _budget()
+    est = PrivateTensorCompletion(value_range=value_range, epsilon=1.0, accountant=budget,
+                                  random_state=0)
+    with pytest.raises(ValueError, match=r"value_range's width hi - lo must lie in"):
+        est.fit(X, y)  # clipped into the range: the refusal comes first
+    with pytest.raises(ValueError, match=r"value_range's width"):
+        est.privacy_cost(len(y), 2)
+    assert budget.history() == []
+
+
+def test_completion_takes_the_widest_value_range_allowed():
+    est = PrivateTensorCompletion(value_range=(0.0, SCALE_RANGE[1]), epsilon=1.0)
+    assert est.privacy_cost(400, 2).private
+
+
+@pytest.mark.parametrize("clip_norm", [1e300, 1e-300])
+def test_completion_refuses_a_clip_norm_whose_noise_overflows_before_the_spend(clip_norm):
+    X, y = _entries()
+    budget = _budget()
+    est = PrivateTensorCompletion(value_range=(0, 1), perturbation="gradient",
+                                  clip_norm=clip_norm, epsilon=1.0, accountant=budget,
+                                  random_state=0)
+    with pytest.raises(ValueError, match="clip_norm must lie in"):
+        est.fit(X, y)
+    assert budget.history() == []
+
+
+@pytest.mark.parametrize("make", [
+    lambda b: PrivatePCA(1, data_norm=1e300, epsilon=1.0, accountant=b),
+    lambda b: AdaptivePrivatePCA(1, data_norm=1e300, epsilon=1.0, accountant=b),
+    lambda b: PrivateTensorDecomposition(1, data_norm=1e300, epsilon=1.0, accountant=b),
+    lambda b: StreamingTensorPower(1, data_norm=1e300, epsilon=1.0, accountant=b),
+])
+def test_row_estimators_refuse_a_data_norm_whose_powers_overflow_before_the_spend(make):
+    budget = _budget()
+    with pytest.raises(ValueError, match="data_norm must lie in"):
+        make(budget).fit(_rows())
+    assert budget.history() == []
+
+
+def test_one_scale_check_for_every_noise_scale():
+    assert check_scale(SCALE_RANGE[1], "s") == SCALE_RANGE[1]
+    for bad in (SCALE_RANGE[1] * 10, SCALE_RANGE[0] / 10, np.inf, np.nan):
+        with pytest.raises(ValueError, match="s must lie in"):
+            check_scale(bad, "s")
