@@ -145,6 +145,11 @@ def check_numeric_array(X, name="X", allow_nd=False, ensure_2d=True):
         try:
             kind = A.astype(np.float64).dtype.kind
         except TypeError:  # an entry that is no number at all (numpy's words, none of its values)
+            if _holds_missing(A):
+                raise ValueError(f"{name} holds a missing value (pd.NA, None or NaT): drop the "
+                                 "rows that hold one, or fill them in from public knowledge, "
+                                 "before the fit (an imputer fitted on the data learns from it "
+                                 "without privacy)") from None
             raise TypeError(f"{name} must hold real numbers: float() argument must be "
                             "a string or a real number, and some entry is neither") from None
         except ValueError:
@@ -160,6 +165,12 @@ def check_numeric_array(X, name="X", allow_nd=False, ensure_2d=True):
                          f"Reshape your data: a single sample is {name}.reshape(1, -1), "
                          f"a single feature {name}.reshape(-1, 1)")
     return X
+
+
+def _holds_missing(A) -> bool:
+    """Whether an object array holds a missing-value marker (``None``, pandas' ``NA`` or
+    ``NaT``): named by its type, so that pandas need not be imported."""
+    return any(v is None or type(v).__name__ in ("NAType", "NaTType") for v in A.ravel())
 
 
 def check_projections(X, width: int, name="X"):

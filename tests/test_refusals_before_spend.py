@@ -221,3 +221,26 @@ def test_one_scale_check_for_every_noise_scale():
     for bad in (SCALE_RANGE[1] * 10, SCALE_RANGE[0] / 10, np.inf, np.nan):
         with pytest.raises(ValueError, match="s must lie in"):
             check_scale(bad, "s")
+
+
+# ---------------------------------------------------------------- a DataFrame's missing values
+@pytest.mark.parametrize("dtype", ["Float64", "object"])
+def test_a_dataframe_with_pd_na_is_refused_in_words_before_the_spend(dtype):
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame(_rows()).astype(dtype)
+    frame.iloc[3, 1] = pd.NA
+    budget = _budget()
+    est = PrivatePCA(1, data_norm=1.0, epsilon=1.0, accountant=budget)
+    with pytest.raises(ValueError, match=r"missing value \(pd.NA, None or NaT\): drop the rows"):
+        est.fit(frame)
+    search = PrivateGridSearchCV(est, {"n_components": [1, 2]}, epsilon=1.0)
+    with pytest.raises(ValueError, match=r"missing value"):
+        search.fit(frame)
+    assert budget.history() == []
+
+
+def test_an_object_array_holding_none_is_refused_as_missing():
+    X = _rows().astype(object)
+    X[0, 0] = None
+    with pytest.raises(ValueError, match="missing value"):
+        PrivatePCA(1, data_norm=1.0, epsilon=1.0).fit(X)
