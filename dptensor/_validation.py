@@ -7,7 +7,7 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 from sklearn.exceptions import DataConversionWarning
-from sklearn.utils.validation import assert_all_finite
+from sklearn.utils.validation import assert_all_finite, check_array
 
 from ._guards import warn
 from .accounting import PrivacyAccountant
@@ -23,7 +23,8 @@ __all__ = ["check_epsilon", "check_delta", "check_privacy", "check_positive_int"
            "check_symmetric_tensor", "check_random_generator", "check_finite", "check_delta_for_n",
            "check_numeric_array", "validate_private_data", "validate_stream_chunk",
            "zero_nonfinite_rows", "check_groups", "check_value_range", "check_positive_real",
-           "check_nonnegative_real", "check_completion_targets"]
+           "check_nonnegative_real", "check_completion_targets", "check_scale",
+           "check_projections"]
 
 
 def check_privacy(epsilon, delta, accountant=None, *, gaussian=True) -> tuple[float, float]:
@@ -85,6 +86,23 @@ def check_verbose(verbose) -> int:
 # with room for the noise multiplier.
 DATA_NORM_RANGE = (1e-90, 1e90)
 
+#: The range of every public scale a fit's noise is calibrated to (``data_norm``, the width of
+#: ``value_range``, ``clip_norm``). Within it a scale's cube, and the sum of its square over up
+#: to 1e100 values (1e180 each at most), stay finite and normal in float64, with room for the
+#: noise multiplier: no noise scale or released sum over- or underflows after the spend.
+SCALE_RANGE = DATA_NORM_RANGE
+
+
+def check_scale(value: float, name: str, shown=None) -> float:
+    """Refuse a public scale outside :data:`SCALE_RANGE` before the spend: the noise scales and
+    the released sums are its powers, and one that over- or underflows would fail (or release
+    nothing useful) after the spend, its budget lost. ``shown``: the value as the user gave it."""
+    if not SCALE_RANGE[0] <= value <= SCALE_RANGE[1]:
+        raise ValueError(f"{name} must lie in [{SCALE_RANGE[0]:g}, {SCALE_RANGE[1]:g}] (its "
+                         "powers enter the noise scales); rescale the data, got "
+                         f"{value if shown is None else shown!r}")
+    return float(value)
+
 
 def check_data_norm(data_norm, epsilon, name="data_norm"):
     """Row-level privacy needs a public bound on row norms; ``None`` only without privacy."""
@@ -97,13 +115,8 @@ def check_data_norm(data_norm, epsilon, name="data_norm"):
     if isinstance(data_norm, bool) or not isinstance(data_norm, numbers.Real) or not (
             data_norm > 0 and math.isfinite(data_norm)):
         raise ValueError(f"{name} must be a finite number > 0, got {data_norm!r}")
-    if not DATA_NORM_RANGE[0] <= data_norm <= DATA_NORM_RANGE[1]:
-        # Checked here, before the spend: the sensitivities are powers of it (up to the cube), and
-        # one that over- or underflows would fail the fit after the spend, losing its budget.
-        raise ValueError(f"{name} must lie in [{DATA_NORM_RANGE[0]:g}, "
-                         f"{DATA_NORM_RANGE[1]:g}] (its powers enter the "
-                         f"noise scales); rescale the data, got {data_norm!r}")
-    return float(data_norm)
+    # before the spend: the sensitivities are powers of it (up to the cube)
+    return check_scale(data_norm, name)
 
 
 def check_numeric_array(X, name="X", allow_nd=False, ensure_2d=True):
@@ -130,6 +143,11 @@ def check_numeric_array(X, name="X", allow_nd=False, ensure_2d=True):
         try:
             kind = A.astype(np.float64).dtype.kind
         except TypeError:  # an entry that is no number at all (numpy's words, none of its values)
+            if _holds_missing(A):
+                raise ValueError(f"{name} holds a missing value (pd.NA, None or NaT): drop the "
+                                 "rows that hold one, or fill them in from public knowledge, "
+                                 "before the fit (an imputer fitted on the data learns from it "
+                                 "without privacy)") from None
             raise TypeError(f"{name} must hold real numbers: float() argument must be "
                             "a string or a real number, and some entry is neither") from None
         except ValueError:
@@ -145,6 +163,27 @@ def check_numeric_array(X, name="X", allow_nd=False, ensure_2d=True):
                          f"Reshape your data: a single sample is {name}.reshape(1, -1), "
                          f"a single feature {name}.reshape(-1, 1)")
     return X
+
+
+def _holds_missing(A) -> bool:
+    """Whether an object array holds a missing-value marker (``None``, pandas' ``NA`` or
+    ``NaT``): named by its type, so that pandas need not be imported."""
+    return any(v is None or type(v).__name__ in ("NAType", "NaTType") for v in A.ravel())
+
+
+def check_projections(X, width: int, name="X"):
+    """``inverse_transform``'s input: a 2-D array of finite real numbers with ``width`` columns
+    (the components), refused as scikit-learn's ``check_array`` refuses a model's input, in words
+    that quote none of its values. Float32 stays float32."""
+    check_numeric_array(X, name)
+    Z = check_array(X, dtype=[np.float64, np.float32], ensure_all_finite=False, input_name=name)
+    if not np.all(np.isfinite(Z)):
+        raise ValueError(f"{name} contains NaN or infinity: inverse_transform maps finite "
+                         "projections (what transform returns) back to the features; drop or "
+                         "replace the rows that hold one")
+    if Z.shape[1] != width:
+        raise ValueError(f"{name} must have shape (n_samples, {width}), got {Z.shape}")
+    return Z
 
 
 def validate_private_data(estimator, X, **kwargs):
@@ -385,17 +424,21 @@ def check_value_range(value_range, private):
                          f"got {value_range!r}")
     if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
         raise ValueError(f"value_range must be finite with lo < hi, got {value_range!r}")
+    # The width is the values' scale: the noise and the released offsets and factors are in its
+    # units, and their squares are summed over the n values (n * (hi - lo)^2 must stay finite).
+    check_scale(hi - lo, "value_range's width hi - lo", shown=value_range)
     return lo, hi
 
 
-def check_positive_real(value, name, default):
-    """``value`` as a finite float > 0 (``None``: ``default``)."""
+def check_positive_real(value, name, default, *, scale=False):
+    """``value`` as a finite float > 0 (``None``: ``default``); ``scale``: a noise scale, in
+    :data:`SCALE_RANGE` too (:func:`check_scale`)."""
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
             value > 0 and math.isfinite(value)):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
+    return check_scale(value, name) if scale else float(value)
 
 
 def check_nonnegative_real(value, name):
@@ -406,27 +449,28 @@ def check_nonnegative_real(value, name):
     return float(value)
 
 
-def check_completion_targets(y, n_index):
-    """The values ``y`` of a completion fit as float64, one per index tuple (``n_index``):
-    a column vector is raveled with a warning; others refused."""
+def check_completion_targets(y, n_index, name="y", of="X"):
+    """The values ``y`` of a completion fit (or of its ``score``, or of a prediction history:
+    ``name`` and ``of`` its index tuples' name) as float64, one per index tuple (``n_index``):
+    a column vector is raveled with a warning; others refused, in words that quote no value."""
     y = np.asarray(y)
     if y.ndim == 2 and y.shape[1] == 1:
-        warn("A column-vector y was passed when a 1d array was expected; "
+        warn(f"A column-vector {name} was passed when a 1d array was expected; "
              "it is raveled", DataConversionWarning)
         y = y[:, 0]
     if y.ndim != 1:
-        raise ValueError(f"y must be 1-D (one value per index tuple), got shape {y.shape}")
+        raise ValueError(f"{name} must be 1-D (one value per index tuple), got shape {y.shape}")
     if y.shape[0] != n_index:
-        raise ValueError(f"y has {y.shape[0]} values but X has {n_index} index tuples")
+        raise ValueError(f"{name} has {y.shape[0]} values but {of} has {n_index} index tuples")
     if y.dtype.kind == "O":  # numbers held as objects are values as any others
         try:
             y = y.astype(np.float64)
         except (TypeError, ValueError):
-            raise TypeError("y must be real numbers, and some entry is no number") from None
+            raise TypeError(f"{name} must be real numbers, and some entry is no number") from None
     if y.dtype.kind not in "biuf":  # complex too: casting would drop the imaginary parts
-        raise TypeError(f"y must be real numbers, got dtype {y.dtype}")
+        raise TypeError(f"{name} must be real numbers, got dtype {y.dtype}")
     y = y.astype(np.float64)
     if not np.all(np.isfinite(y)):
-        raise ValueError("y contains NaN or infinity: pass only the observed entries "
+        raise ValueError(f"{name} contains NaN or infinity: pass only the observed entries "
                          "(to_observations turns a NaN-marked array into (X, y))")
     return y

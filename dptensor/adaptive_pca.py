@@ -19,7 +19,8 @@ from sklearn.utils.validation import check_is_fitted
 from ._guards import warn
 from ._base import FitData, FitPlan, PrivateEstimatorMixin, SearchTag
 from ._memory import FLOAT
-from ._validation import check_data_norm, check_positive_int, check_verbose, validate_private_data
+from ._validation import (check_data_norm, check_positive_int, check_projections, check_verbose,
+                          validate_private_data)
 from .accounting import (
     AboveThresholdEvent,
     ComposedEvent,
@@ -398,10 +399,7 @@ class AdaptivePrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Priv
         """Map projections back to feature space: ``X @ components_`` (the components' span, no
         mean)."""
         check_is_fitted(self)
-        Z = np.asarray(X)
-        if Z.ndim != 2 or Z.shape[1] != self.components_.shape[0]:
-            raise ValueError(f"X must have shape (n_samples, {self.components_.shape[0]}), "
-                             f"got {Z.shape}")
+        Z = check_projections(X, self.components_.shape[0])  # finite numbers, as transform's X
         return Z @ self.components_
 
     def _memory_estimate(self, n_samples, n_features, *, n_rows=None, grouped=False):

@@ -175,7 +175,8 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
     clip_norm : float or None, default=None
         Joint l2 bound on each entry's gradient (``None``: 0.5), in scaled units.
     value_range : (lo, hi) or None, default=None
-        Public range of the values; required when private. Values are clipped to it.
+        Public range of the values (its width in [1e-90, 1e90]); required when private. Values
+        are clipped to it.
     shape : tuple of int or None, default=None
         The tensor's shape; ``None`` infers one past the largest index of each mode of ``X``
         (a private fit with ``privacy_unit="user"`` refuses it: the indices are private).
@@ -358,7 +359,8 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         lr = check_positive_real(self.learning_rate, "learning_rate", GD_DEFAULTS["learning_rate"])
         requested = None if self.n_iter is None else check_positive_int(self.n_iter, "n_iter")
         n_iter = mode.n_iter(requested, solver)
-        clip = check_positive_real(self.clip_norm, "clip_norm", GD_DEFAULTS["clip_norm"])
+        clip = check_positive_real(self.clip_norm, "clip_norm", GD_DEFAULTS["clip_norm"],
+                                   scale=True)  # the noise's scale: refused before the spend
         auto = isinstance(self.reg, str) and self.reg == "auto"
         reg = ((AUTO_REG_FLOOR if not gd else GD_DEFAULTS["reg"]) if auto
                else check_nonnegative_real(self.reg, "reg"))
@@ -665,9 +667,7 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         if y is None:
             raise ValueError("score needs y, the observed values at the index tuples X")
         pred = self.predict(X) if history is None else self.predict(X, history=history)
-        y = np.asarray(y, dtype=np.float64).reshape(-1)
-        if y.shape != pred.shape:
-            raise ValueError(f"y has {y.size} values but X has {pred.size} index tuples")
+        y = check_completion_targets(y, pred.size)  # NaN, text: a clear error, not a NaN score
         if self.value_range_ is None:
             return -(pred - y) ** 2, None
         lo, hi = self.value_range_

@@ -22,8 +22,8 @@ from ._base import FitData, FitPlan, PrivateEstimatorMixin, SearchTag
 from ._guards import as_dtype, warn
 from .algorithms.dask import RowChunks, check_dask_array, is_dask_array
 from ._memory import FLOAT, check_fits
-from ._validation import (check_data_norm, check_finite_rows, check_positive_int, check_verbose,
-                          validate_private_data, validate_stream_chunk)
+from ._validation import (check_data_norm, check_finite_rows, check_positive_int, check_projections,
+                          check_verbose, validate_private_data, validate_stream_chunk)
 from .accounting import NonPrivateEvent, epsilon_of
 from .algorithms.pca_fit import (FINITE_IN_PASS, entry_matrix_fit, exact_rows_fit, finite_in_pass,
                                  fit_memory, float_pass_first, float_rows_fit, grouped_rows_fit)
@@ -637,9 +637,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
     def inverse_transform(self, X):
         """Map projections back to feature space: ``Z @ components_ + mean_`` (whitening undone)."""
         check_is_fitted(self, "components_")
-        Z = np.asarray(X)
-        if Z.ndim != 2 or Z.shape[1] != self.n_components_:
-            raise ValueError(f"X must have shape (n_samples, {self.n_components_}), got {Z.shape}")
+        Z = check_projections(X, self.n_components_)  # finite numbers, as transform's X
         if self.whiten:
             Z = Z * self._whitening_scale()
         return Z @ self.components_ + self.mean_

@@ -7,6 +7,8 @@ spend: a grid that swaps in ``StandardScaler()`` would otherwise learn from the 
 """
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 from sklearn.base import clone
 from sklearn.pipeline import Pipeline
@@ -17,7 +19,7 @@ from .._base import PrivateEstimatorMixin
 from .._guards import silenced
 
 __all__ = ["SET_BY_SEARCH", "SCORE_SCALE", "check_learner", "check_candidates", "learner_width",
-           "check_candidate_unit"]
+           "check_candidate_unit", "check_n_iter"]
 
 #: Parameters the search sets on every candidate itself; a grid may not contain them.
 SET_BY_SEARCH = ("epsilon", "delta", "accountant", "random_state")
@@ -144,3 +146,17 @@ def check_candidate_unit(params, unit, searched):
         raise ValueError(f"candidate {params} protects one {unit}, but the search splits and "
                          f"scores by {searched}: its score would not protect a whole {unit}. "
                          f"Search the estimator at its {searched} unit, or fit it on its own")
+
+
+def check_n_iter(n_iter) -> int:
+    """A randomized search's ``n_iter``, the number of candidates it samples: an int >= 1 (a
+    NumPy integer too; not a bool, a float or a string, which ``ParameterSampler`` would take
+    as a count or fail on in words that name no parameter)."""
+    if isinstance(n_iter, (bool, np.bool_)) or not isinstance(n_iter, numbers.Integral):
+        raise TypeError(f"n_iter (the number of candidates sampled) must be an int >= 1, got "
+                        f"{n_iter!r} of type {type(n_iter).__name__}: pass a whole number, "
+                        "say n_iter=10")
+    if n_iter < 1:
+        raise ValueError(f"n_iter (the number of candidates sampled) must be >= 1, got "
+                         f"{n_iter!r}: a search needs at least one candidate")
+    return int(n_iter)

@@ -22,8 +22,8 @@ from ..algorithms.exact import exact_gaussian_release
 from ..mechanisms.randomness import rekeyed
 from ._parallel import in_parallel
 from ._search_doc import SEARCH_DOC as _SEARCH_DOC
-from .._validation import check_groups
-from ._candidates import (check_candidate_unit, check_candidates, check_learner,
+from .._validation import check_groups, check_positive_int
+from ._candidates import (check_candidate_unit, check_candidates, check_learner, check_n_iter,
                           learner_width)
 from ._accountants import accountant_keys, find_accountants, without_accountants
 from ._selection import calibrate_search, check_distribution, draw_n_runs
@@ -246,8 +246,9 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                             "groups; n_samples is then the number of groups), not labels")
         if groups:
             self._check_groupable(self._learner()[1])
-        return self._preview_plan(self._plan((int(n_samples), int(n_features)),
-                                             grouped=bool(groups)))
+        shape = check_positive_int(n_samples, "n_samples"), check_positive_int(n_features,
+                                                                               "n_features")
+        return self._preview_plan(self._plan(shape, grouped=bool(groups)))
 
     def fit(self, X, y=None, *, groups=None):
         """Run the private search on ``X`` (rows, or index tuples of observed entries) and ``y``.
@@ -566,10 +567,11 @@ class PrivateRandomizedSearchCV(_PrivateSearch):
 
     def _candidates(self):
         # Sampled once per search object and seed, so privacy_cost and fit see the same candidates.
-        key = (repr(self.param_distributions), self.n_iter, _public_seed(self.random_state))
+        n_iter = check_n_iter(self.n_iter)
+        key = (repr(self.param_distributions), n_iter, _public_seed(self.random_state))
         if getattr(self, "_sampled_key", None) != key:
             seed = key[2] if key[2] is not None else int(np.random.SeedSequence().entropy % 2**32)
-            self._sampled = list(ParameterSampler(self.param_distributions, self.n_iter,
+            self._sampled = list(ParameterSampler(self.param_distributions, n_iter,
                                                   random_state=seed))
             self._sampled_key = key
         return self._sampled

@@ -13,7 +13,7 @@ from ..algorithms.exact import range_mean
 
 __all__ = ["as_units", "search_tag", "check_units", "check_sparse_units", "units_nbytes",
            "public_overrides", "split_units", "unit_scores", "target_rows", "user_scores",
-           "user_codes", "score_statistic"]
+           "user_codes", "score_statistic", "check_target"]
 
 
 def as_units(X, y, *, alone: bool):
@@ -84,7 +84,9 @@ def search_tag(learner) -> SearchTag:
 
 def check_units(learner, X, y):
     """The data checks every candidate's fit would make, made once before the spend: a search
-    refused for its data (NaN, infinity, text, bad indices) leaves the ledger unchanged."""
+    refused for its data (NaN, infinity, text, bad indices, no y where the fit needs one)
+    leaves the ledger unchanged."""
+    check_target(learner, y)
     if search_tag(learner).indices:
         check_indices(X, learner.shape)  # X holds index tuples
     else:
@@ -94,6 +96,16 @@ def check_units(learner, X, y):
     if y is not None:
         check_array(check_numeric_array(y, "y", ensure_2d=False), dtype="numeric",
                     ensure_all_finite=True, ensure_2d=False, input_name="y")
+
+
+def check_target(learner, y) -> None:
+    """Refuse a search without ``y`` of a learner whose fit needs one (a completion: the values
+    at the index tuples), before the spend: every candidate's fit would fail after it."""
+    if y is None and (search_tag(learner).indices or get_tags(learner).target_tags.required):
+        what = ("the observed values at the index tuples X" if search_tag(learner).indices
+                else "the target")
+        raise ValueError(f"{type(learner).__name__}'s fit needs y ({what}), and the search was "
+                         "given none: pass search.fit(X, y)")
 
 
 def public_overrides(prefix, learner, X) -> dict:

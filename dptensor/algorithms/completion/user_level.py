@@ -341,16 +341,34 @@ def predict_users(X, item_side: ItemSide, hist_X, hist_y, n_users):
     return out
 
 
+def _real_values(values) -> np.ndarray:
+    """A history's values as a flat float64 array: text, complex numbers (whose imaginary parts a
+    cast would drop) and other objects refused, in words that quote none of them."""
+    v = np.asarray(values)
+    if v.dtype.kind == "O":  # numbers held as objects are values as any others
+        try:
+            v = v.astype(np.float64)
+        except (TypeError, ValueError):
+            raise TypeError("history's values must be real numbers, and some entry is no "
+                            "number") from None
+    if v.dtype.kind not in "biuf":
+        raise TypeError(f"history's values must be real numbers, got dtype {v.dtype}")
+    return v.astype(np.float64).reshape(-1)
+
+
 def check_history(history, shape, value_range, scaling):
     """A prediction history's index tuples and scaled values, checked: ``ValueError`` for a
     malformed pair, an index outside the fitted ``shape`` or a value outside ``value_range``."""
     if not (isinstance(history, (tuple, list)) and len(history) == 2):
         raise ValueError("history must be a pair (X_hist, y_hist) of index tuples and values")
     Xh = np.asarray(history[0])
-    yh = np.asarray(history[1], dtype=np.float64).reshape(-1)
-    if Xh.ndim != 2 or Xh.shape[1] != len(shape) or len(yh) != len(Xh):
+    if Xh.ndim != 2 or Xh.shape[1] != len(shape):
         raise ValueError(f"history needs (n, {len(shape)}) index tuples and n values, "
-                         f"got {Xh.shape} and {yh.shape}")
+                         f"got index tuples of shape {Xh.shape}")
+    yh = _real_values(history[1])
+    if len(yh) != len(Xh):
+        raise ValueError(f"history needs (n, {len(shape)}) index tuples and n values, "
+                         f"got {len(Xh)} index tuples and {len(yh)} values")
     if Xh.dtype.kind not in "iu" or np.any(Xh < 0) or np.any(Xh >= np.asarray(shape)):
         raise ValueError(f"history holds an index outside the fitted shape {tuple(shape)} "
                          "(or one that is no non-negative integer)")
