@@ -430,14 +430,16 @@ def check_value_range(value_range, private):
     return lo, hi
 
 
-def check_positive_real(value, name, default, *, scale=False):
-    """``value`` as a finite float > 0 (``None``: ``default``); ``scale``: a noise scale, in
-    :data:`SCALE_RANGE` too (:func:`check_scale`)."""
+def check_positive_real(value, name, default, *, scale=False, maximum=math.inf):
+    """``value`` as a finite float > 0 and at most ``maximum`` (``None``: ``default``);
+    ``scale``: a noise scale, in :data:`SCALE_RANGE` too (:func:`check_scale`)."""
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
             value > 0 and math.isfinite(value)):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    if value > maximum:
+        raise ValueError(f"{name} must be at most {maximum:g}, got {value!r}")
     return check_scale(value, name) if scale else float(value)
 
 

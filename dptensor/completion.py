@@ -41,7 +41,8 @@ from .algorithms.completion.memory import fit_advice, fit_floats
 from .algorithms.completion.model import Model, predict
 from .algorithms.completion.modes import MODES, is_mode
 from .algorithms.completion.modes.base import OFFSET_SHARE, FitSettings
-from .algorithms.completion.modes.solvers import AUTO_PRIOR_VAR, AUTO_REG_FLOOR, GD_DEFAULTS
+from .algorithms.completion.modes.solvers import (AUTO_PRIOR_VAR, AUTO_REG_FLOOR, GD_DEFAULTS,
+                                                  MAX_LEARNING_RATE)
 from .algorithms.completion.user_level import ItemSide, predict_released
 from .algorithms.completion.fit_noise import COMPONENT_ADVICE, OFFSET_ADVICE, noise_attributes
 from .algorithms.completion.runtime import blas_controller, progress_printer
@@ -112,8 +113,7 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
       interaction's statistic (l2 sensitivity ``sqrt(2) min(1, 2 clip)``) with
       ``(1 - offset_share)`` of ``mu^2``, and the offsets and residual scale with the rest,
       Gaussian or Laplace.
-    * ``perturbation="input"``: pure ``epsilon``-DP (Laplace, parallel composition), ``delta``
-      unused.
+    * ``perturbation="input"``: pure ``epsilon``-DP (Laplace, parallel composition; no delta).
     * ``perturbation="gradient"``: ``(epsilon, delta)``-DP, exactly: ``n_iter`` gradient releases of
       l2 sensitivity ``2 clip_norm`` with ``(1 - offset_share)`` of ``mu^2``, and (when
       ``fit_intercept``) ``order + 1`` offset releases with the rest, Gaussian or Laplace.
@@ -162,8 +162,8 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
     delta : float or None, default=None
         ``None`` takes the accountant's delta, else 1e-5. Unused by ``"input"``.
     learning_rate : float or None, default=None
-        Gradient-descent step (``None``: 0.35). Each row moves by ``lr`` times its Gauss-Newton
-        step.
+        Gradient-descent step (``None``: 0.35; at most 1e6). Each row moves by ``lr`` times its
+        Gauss-Newton step.
     n_iter : int or None, default=None
         Sweeps (ALS, default 100, stops early at ``tol``; DP-ALS, default 2) or gradient steps
         (default 5: every step of DP gradient descent costs budget, and a few well-preconditioned
@@ -173,7 +173,7 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
     reg_core : float or None, default=None
         Ridge penalty on the Tucker core; ``None`` uses ``reg``.
     clip_norm : float or None, default=None
-        Joint l2 bound on each entry's gradient (``None``: 0.5), in scaled units.
+        Joint l2 bound on each entry's gradient (``None``: 0.1), in scaled units.
     value_range : (lo, hi) or None, default=None
         Public range of the values (its width in [1e-90, 1e90]); required when private. Values
         are clipped to it.
@@ -356,7 +356,8 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
             raise ValueError(f'perturbation="{perturbation}" needs solver="{mode.solver}" '
                              '(or "auto")')
         gd = solver == "gd"
-        lr = check_positive_real(self.learning_rate, "learning_rate", GD_DEFAULTS["learning_rate"])
+        lr = check_positive_real(self.learning_rate, "learning_rate", GD_DEFAULTS["learning_rate"],
+                                 maximum=MAX_LEARNING_RATE)
         requested = None if self.n_iter is None else check_positive_int(self.n_iter, "n_iter")
         n_iter = mode.n_iter(requested, solver)
         clip = check_positive_real(self.clip_norm, "clip_norm", GD_DEFAULTS["clip_norm"],
@@ -378,8 +379,7 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
                     tol=tol, prior_var=AUTO_PRIOR_VAR if (auto and not gd) else None,
                     kind=self.decomposition, fit_intercept=self.fit_intercept,
                     factor_modes=self._factor_modes(mode), unit=unit, max_ratings_per_user=m,
-                    choose_modes=self._chooses_modes(perturbation, unit),
-                    shape=self.shape)
+                    choose_modes=self._chooses_modes(perturbation, unit), shape=self.shape)
 
     def _check_values(self, X, y):
         if y is None:

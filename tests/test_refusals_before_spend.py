@@ -244,3 +244,20 @@ def test_an_object_array_holding_none_is_refused_as_missing():
     X[0, 0] = None
     with pytest.raises(ValueError, match="missing value"):
         PrivatePCA(1, data_norm=1.0, epsilon=1.0).fit(X)
+
+
+def test_a_learning_rate_beyond_its_maximum_is_refused_before_the_spend():
+    # at 1e90 the last factor's noise scale overflowed the exact sampler after the spend
+    from dptensor.algorithms.completion.modes.solvers import MAX_LEARNING_RATE
+    from dptensor.datasets import make_low_rank_tensor
+
+    data = make_low_rank_tensor((8, 8, 8), 2, missing_ratio=0.5, random_state=0)
+    acc = PrivacyAccountant(epsilon=10.0)
+    for lr in (1e90, 10 * MAX_LEARNING_RATE):
+        est = PrivateTensorCompletion(rank=2, epsilon=1.0, value_range=(-3, 4), accountant=acc,
+                                      perturbation="gradient", learning_rate=lr, random_state=0)
+        with pytest.raises(ValueError, match="learning_rate must be at most"):
+            est.fit(data["indices"], data["values"])
+    assert acc.history() == []
+    est.set_params(learning_rate=MAX_LEARNING_RATE).fit(data["indices"], data["values"])
+    assert len(acc.history()) == 1 and np.all(np.isfinite(est.factors_[0]))

@@ -14,6 +14,12 @@ __all__ = ["GD_DEFAULTS", "ALS_ITER", "AUTO_REG_FLOOR", "AUTO_PRIOR_VAR", "DAMPI
 #: its ridge (``learning_rate=None``, ``n_iter=None``, ``clip_norm=None``, ``reg="auto"``).
 GD_DEFAULTS = {"learning_rate": 0.35, "n_iter": 5, "clip_norm": 0.1, "reg": 0.01}
 
+#: The largest gradient step a fit takes. The values lie in a unit range and a row's step is
+#: ``lr`` times a gradient clipped to ``clip_norm``, so a step of 1e6 already learns nothing; far
+#: beyond it (1e90) the last factor's noise scale, ``2 n_iter clip_norm lr``, overflows the
+#: exact sampler after the spend. Refused before it.
+MAX_LEARNING_RATE = 1e6
+
 #: ``reg="auto"`` with ALS: after ``warmup`` sweeps at the floor ``AUTO_REG_FLOOR``, each sweep uses
 #: the empirical-Bayes ridge ``AUTO_REG_FLOOR + s2 / AUTO_PRIOR_VAR`` (noise variance over the
 #: prior variance of one parameter, in scaled units). Chosen on the synthetic completion study
