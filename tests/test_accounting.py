@@ -329,3 +329,24 @@ def test_a_plain_search_scores_are_not_private_and_the_docs_say_so():
         text = " ".join(root.joinpath(doc).read_text().split())
         assert "cv_results_" in text and "PrivateGridSearchCV" in text, doc
         assert "not covered by the budget" in text or "are *not* private" in text, doc
+
+
+@pytest.mark.parametrize("delta", [1e-3, 1e-6, 1e-9, 1e-12])
+def test_a_calibrated_gaussian_release_costs_at_most_its_target_exactly(delta):
+    # The roots of the GDP conversions landed a hair on the wrong side: a fit calibrated to
+    # epsilon=1 was recorded at 1.000000000000001 and its true delta (50 digits) exceeded the
+    # target by a relative 6e-15. Both are now on the safe side, checked independently.
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 50
+
+    def true_delta(epsilon, mu):
+        eps, mu = mp.mpf(epsilon), mp.mpf(mu)
+        return mp.ncdf(-eps / mu + mu / 2) - mp.e**eps * mp.ncdf(-eps / mu - mu / 2)
+
+    for epsilon in (0.05, 0.5, 1.0, 3.7, 10.0):
+        for n in (1, 7, 340):
+            z = calibrate_gaussian(epsilon, delta, n)
+            assert epsilon_of(GaussianEvent(z, n), delta) <= epsilon
+            mu = mp.sqrt(n) / mp.mpf(z)
+            assert true_delta(epsilon, mu) <= delta
+            assert true_delta(epsilon, mu * (1 + mp.mpf(1e-8))) > delta  # and not far from it

@@ -30,7 +30,11 @@ def calibrate_gaussian(epsilon: float, delta: float, n_queries: int) -> float:
         raise ValueError(f"n_queries must be >= 1, got {n_queries!r}")
     if math.isinf(epsilon):
         return 0.0
-    return math.sqrt(n_queries) / gdp_mu(epsilon, delta)
+    z = math.sqrt(n_queries) / gdp_mu(epsilon, delta)
+    step = math.ulp(z)  # the event rebuilds mu from z, a rounding away: step up until it meets
+    while epsilon_of(GaussianEvent(z, n_queries), delta) > epsilon:
+        z, step = z + step, 2.0 * step
+    return z
 
 
 def calibrate(epsilon: float, delta: float, make_event, *, rtol: float = 1e-9) -> float:

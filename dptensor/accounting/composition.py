@@ -43,6 +43,12 @@ ORDERS = np.concatenate([np.linspace(1.01, 8.0, 400), np.linspace(8.05, 64.0, 56
                          np.geomspace(64.5, 1e5, 300)])
 
 
+#: The GDP conversions solve for a delta this much (relatively) below the target: the profile's
+#: two terms nearly cancel, so its floating-point value may lie a few ulps of delta below the
+#: true one; with the margin, a calibrated release provably costs at most its target.
+GDP_MARGIN = 1e-10
+
+
 def gdp_delta(epsilon: float, mu: float) -> float:
     """delta at which a ``mu``-GDP mechanism is ``epsilon``-DP (the GDP privacy profile)."""
     if mu <= 0:
@@ -60,12 +66,17 @@ def gdp_epsilon(mu: float, delta: float) -> float:
         return 0.0
     if delta <= 0 or math.isinf(mu):
         return math.inf
-    if gdp_delta(0.0, mu) <= delta:
+    target = delta * (1.0 - GDP_MARGIN)
+    if gdp_delta(0.0, mu) <= target:
         return 0.0
     hi = max(1.0, mu * mu)
-    while gdp_delta(hi, mu) > delta:
+    while gdp_delta(hi, mu) > target:
         hi *= 2.0
-    return brentq(lambda e: gdp_delta(e, mu) - delta, 0.0, hi, xtol=1e-14, rtol=1e-13)
+    epsilon = brentq(lambda e: gdp_delta(e, mu) - target, 0.0, hi, xtol=1e-14, rtol=1e-13)
+    step = math.ulp(epsilon)  # the root's tolerance may leave it a hair low: step up past it
+    while gdp_delta(epsilon, mu) > target:
+        epsilon, step = epsilon + step, 2.0 * step
+    return epsilon
 
 
 def gdp_mu(epsilon: float, delta: float) -> float:
@@ -75,9 +86,14 @@ def gdp_mu(epsilon: float, delta: float) -> float:
     if delta <= 0:
         return 0.0
     lo, hi = 1e-12, 1.0
-    while gdp_delta(epsilon, hi) < delta:
+    target = delta * (1.0 - GDP_MARGIN)
+    while gdp_delta(epsilon, hi) < target:
         lo, hi = hi, hi * 2.0
-    return brentq(lambda m: gdp_delta(epsilon, m) - delta, lo, hi, xtol=1e-15, rtol=1e-13)
+    mu = brentq(lambda m: gdp_delta(epsilon, m) - target, lo, hi, xtol=1e-15, rtol=1e-13)
+    step = math.ulp(mu)  # a hair high, the noise it calibrates would cost more than epsilon
+    while gdp_epsilon(mu, delta) > epsilon:
+        mu, step = mu - step, 2.0 * step
+    return mu
 
 
 def _pure_rdp(epsilon: float, orders: np.ndarray) -> np.ndarray:
