@@ -95,7 +95,9 @@ class PrivacyAccountant:
         """The accountant of the existing ledger file at ``path``, with the budget the file holds.
 
         Use it to inspect a ledger (``history``, ``spent``, ``remaining``) or to go on spending
-        from it without restating its budget. A missing file is refused with
+        from it without restating its budget; the file must be writable (an accountant may spend).
+        A read-only one is read by ``dptensor ledger PATH`` (or
+        :func:`dptensor.accounting.ledger.read_ledger`). A missing file is refused with
         :class:`~dptensor.accounting.LedgerError`, never created: create a ledger with
         ``PrivacyAccountant(epsilon, delta, ledger=path)``.
         """
