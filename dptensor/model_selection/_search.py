@@ -8,6 +8,7 @@ from copy import deepcopy
 from dataclasses import dataclass
 
 import numpy as np
+import sklearn
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone
 from sklearn.model_selection import ParameterGrid, ParameterSampler
 from sklearn.pipeline import Pipeline
@@ -23,7 +24,7 @@ from ..mechanisms.randomness import rekeyed
 from ._parallel import in_parallel
 from ._search_doc import SEARCH_DOC as _SEARCH_DOC
 from .._validation import check_groups
-from ._candidates import (check_candidate_unit, check_candidates, check_learner,
+from ._candidates import (check_candidate_unit, check_candidates, check_heads, check_learner,
                           learner_width)
 from ._accountants import accountant_keys, find_accountants, without_accountants
 from ._selection import calibrate_search, check_distribution, draw_n_runs
@@ -292,6 +293,11 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         if groups is None:
             return FitData(arrays=(X, y), shape=X.shape, public=public)
         self._check_groupable(learner)
+        if isinstance(self.estimator, Pipeline) and sklearn.get_config()["enable_metadata_routing"]:
+            raise ValueError("a private search with groups routes them to the pipeline's last "
+                             "step, which scikit-learn's metadata routing (enabled) refuses: "
+                             "search with groups outside config_context(enable_metadata_routing="
+                             "True)")
         codes, n_groups = check_groups(groups, X.shape[0])
         # the codes are digested with the rows (a seeded search's noise is keyed by what it
         # reads): two groupings of one X score differently and must not share the scores' noise
@@ -305,6 +311,13 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                              "does not bound a group of rows. Search without groups, or search "
                              "an estimator whose fit takes them (PrivatePCA, AdaptivePrivatePCA, "
                              "PrivateTensorDecomposition, StreamingTensorPower)")
+
+    def _before_spend(self, data, plan):
+        # a pipeline's stateless steps run on all of X, as the runs will run them on its parts:
+        # a step (or the learner's fit after it) that refuses some rows is refused here
+        check_heads(self.estimator, plan.settings.candidates, data.arrays[0],
+                    lambda Xt: check_units(plan.settings.learner, Xt, None))
+        return data
 
     def _spend_plan(self, plan, data):
         settings = plan.settings

@@ -1,0 +1,116 @@
+"""Adversarial checks of a private search's guarantee: what a pipeline may bring in that learns,
+shows or refuses something the noise does not cover, after the spend."""
+import numpy as np
+import pytest
+import sklearn
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.gaussian_process import GaussianProcessRegressor
+from sklearn.kernel_approximation import AdditiveChi2Sampler
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import Normalizer
+
+from dptensor import PrivacyAccountant, PrivatePCA
+from dptensor.model_selection import PrivateGridSearchCV
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+@pytest.fixture(scope="module")
+def X():
+    rng = np.random.default_rng(3)
+    return np.abs(rng.standard_normal((1500, 4))) / 4
+
+
+def _pca():
+    return PrivatePCA(n_components=2, data_norm=1.0)
+
+
+def _refused_before_spend(search, X, match, **fit_params):
+    budget = PrivacyAccountant(epsilon=100.0, delta=1e-5)
+    search.set_params(accountant=budget)
+    with pytest.raises((TypeError, ValueError), match=match):
+        search.fit(X, **fit_params)
+    assert budget.history() == []
+
+
+def test_a_step_that_refuses_some_rows_is_refused_before_the_spend(X):
+    # AdditiveChi2Sampler is stateless but refuses negative values: run after the spend, whether
+    # the search raised would tell whether any row is negative, a bit the noise does not cover
+    neighbour = X.copy()
+    neighbour[7, 0] = -0.1
+    pipe = Pipeline([("chi2", AdditiveChi2Sampler()), ("pca", _pca())])
+    search = PrivateGridSearchCV(pipe, {"pca__centered": [False, True]}, epsilon=2.0,
+                                 random_state=0)
+    _refused_before_spend(search, neighbour, "steps before the learner")
+    # and on rows it takes, the search runs
+    budget = PrivacyAccountant(epsilon=100.0, delta=1e-5)
+    search.set_params(accountant=budget).fit(X)
+    assert len(budget.history()) == 1
+
+
+def test_a_step_whose_output_the_learner_would_refuse_is_refused_before_the_spend(X):
+    class Blowup(TransformerMixin, BaseEstimator):  # stateless, row by row, but overflows
+        def fit(self, X, y=None):
+            return self
+
+        def transform(self, X):
+            with np.errstate(over="ignore"):
+                return np.exp(np.asarray(X) * 1e4)
+
+        def __sklearn_tags__(self):
+            tags = super().__sklearn_tags__()
+            tags.requires_fit = False
+            return tags
+
+    pipe = Pipeline([("blow", Blowup()), ("pca", _pca())])
+    search = PrivateGridSearchCV(pipe, {"pca__centered": [False, True]}, epsilon=2.0,
+                                 random_state=0)
+    _refused_before_spend(search, X, "steps before the learner")
+
+
+def test_a_step_that_is_no_transformer_is_refused_before_the_spend(X):
+    # its tags say it needs no fit, but a pipeline cannot run it before the learner: the
+    # pipeline's own refusal came in the first run, after the spend
+    pipe = Pipeline([("gp", GaussianProcessRegressor()), ("pca", _pca())])
+    search = PrivateGridSearchCV(pipe, {"pca__centered": [False, True]}, epsilon=2.0)
+    _refused_before_spend(search, X, "not a transformer")
+
+
+@pytest.mark.parametrize("where", ["estimator", "grid"])
+def test_a_pipeline_memory_is_refused_before_the_spend(X, tmp_path, where):
+    # joblib's cache keeps each run's transformed training rows on disk: which candidates ran,
+    # and how many runs there were, are secret
+    pipe = Pipeline([("norm", Normalizer()), ("pca", _pca())],
+                    memory=str(tmp_path) if where == "estimator" else None)
+    grid = {"norm__norm": ["l1", "l2", "max"]}
+    if where == "grid":
+        grid["memory"] = [str(tmp_path)]
+    search = PrivateGridSearchCV(pipe, grid, epsilon=2.0, random_state=0)
+    _refused_before_spend(search, X, "memory")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_pipeline_transform_input_is_refused_before_the_spend(X):
+    pipe = Pipeline([("norm", Normalizer()), ("pca", _pca())], transform_input=["groups"])
+    search = PrivateGridSearchCV(pipe, {"pca__centered": [False, True]}, epsilon=2.0)
+    _refused_before_spend(search, X, "transform_input")
+
+
+def test_groups_in_a_pipeline_with_metadata_routing_are_refused_before_the_spend(X):
+    pipe = Pipeline([("norm", Normalizer()), ("pca", _pca())])
+    search = PrivateGridSearchCV(pipe, {"pca__centered": [False, True]}, epsilon=2.0)
+    with sklearn.config_context(enable_metadata_routing=True):
+        _refused_before_spend(search, X, "metadata routing", groups=np.arange(len(X)) // 3)
+
+
+def test_heads_of_equal_repr_but_different_widths_are_told_apart(X):
+    # scikit-learn's repr elides the steps after the first thirty: two heads that give the
+    # learner different numbers of features printed alike, and only the first was measured
+    steps = [(f"n{i}", Normalizer()) for i in range(40)]
+    steps.insert(35, ("chi2", AdditiveChi2Sampler(sample_steps=1)))
+    pipe = Pipeline(steps + [("pca", _pca())])
+    search = PrivateGridSearchCV(pipe, {"chi2__sample_steps": [1, 3]}, epsilon=2.0)
+    heads = [repr(pipe.set_params(chi2__sample_steps=s)[:-1]) for s in (1, 3)]
+    assert heads[0] == heads[1]  # the premise: they print alike
+    _refused_before_spend(search, X, "different numbers of features")
+
