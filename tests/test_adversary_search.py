@@ -114,3 +114,28 @@ def test_heads_of_equal_repr_but_different_widths_are_told_apart(X):
     assert heads[0] == heads[1]  # the premise: they print alike
     _refused_before_spend(search, X, "different numbers of features")
 
+
+def test_randomized_searches_of_distributions_that_describe_alike_draw_independent_noise(
+        X, monkeypatch):
+    # a scipy rv_discrete is described (in the key of a seeded spend's noise) by its class alone:
+    # two searches sampling different candidates shared one stream, split and score noise, and
+    # the difference of their released scores cancelled the noise
+    import scipy.stats as st
+
+    from dptensor.model_selection import PrivateRandomizedSearchCV, _search
+
+    splits, split_units = [], _search.split_units
+
+    def recorded(*args, **kwargs):  # the validation rows each search draws
+        out = split_units(*args, **kwargs)
+        splits.append(out[1])
+        return out
+    monkeypatch.setattr(_search, "split_units", recorded)
+
+    def search(value):
+        law = st.rv_discrete(values=([value], [1.0]))
+        return PrivateRandomizedSearchCV(_pca(), {"n_oversamples": law}, n_iter=1,
+                                         epsilon=2.0, refit=False, random_state=0).fit(X)
+    search(0), search(0), search(3)
+    assert np.array_equal(splits[0], splits[1])  # the same search replays its noise
+    assert not np.array_equal(splits[0], splits[2])

@@ -577,6 +577,11 @@ class PrivateRandomizedSearchCV(_PrivateSearch):
         self.n_jobs = n_jobs
         self.verbose = verbose
 
+    def _public_description(self):
+        # the sampled candidates too: a distribution may be described by its class alone (a
+        # scipy rv_discrete), and two searches sampling different candidates would share noise
+        return {**super()._public_description(), "candidates": self._candidates()}
+
     def _candidates(self):
         # Sampled once per search object and seed, so privacy_cost and fit see the same candidates.
         key = (repr(self.param_distributions), self.n_iter, _public_seed(self.random_state))
