@@ -139,3 +139,20 @@ def test_randomized_searches_of_distributions_that_describe_alike_draw_independe
     search(0), search(0), search(3)
     assert np.array_equal(splits[0], splits[1])  # the same search replays its noise
     assert not np.array_equal(splits[0], splits[2])
+
+
+def test_a_pickled_randomized_search_drops_its_seed_everywhere(X):
+    # a pickle drops a private fit's seed (it regenerates the noise): the randomized search also
+    # held it in the key of its sampled candidates
+    import pickle
+
+    from dptensor.model_selection import PrivateRandomizedSearchCV
+
+    seed = 987654
+    search = PrivateRandomizedSearchCV(_pca(), {"n_oversamples": [0, 1, 2]}, n_iter=2,
+                                       epsilon=2.0, random_state=seed).fit(X)
+    dump = pickle.dumps(search)
+    assert b"J" + seed.to_bytes(4, "little") not in dump  # BININT, as pickle writes the int
+    again = pickle.loads(dump)
+    assert again.random_state is None
+    assert again._candidates() == search._candidates()  # its candidates, as a search of None's

@@ -592,6 +592,15 @@ class PrivateRandomizedSearchCV(_PrivateSearch):
             self._sampled_key = key
         return self._sampled
 
+    def __getstate__(self):
+        state = super().__getstate__()
+        key = state.get("_sampled_key")
+        if state.get("random_state") is None and key is not None and key[2] is not None:
+            # the seed is dropped (it regenerates the noise), and so is its copy in the key: the
+            # reloaded search keeps its candidates, as a search of random_state=None does
+            state["_sampled_key"] = key[:2] + (None,)
+        return state
+
 
 def _public_seed(random_state):
     return int(random_state) % 2**32 if isinstance(random_state, numbers.Integral) else None
