@@ -156,3 +156,26 @@ def test_a_pickled_randomized_search_drops_its_seed_everywhere(X):
     again = pickle.loads(dump)
     assert again.random_state is None
     assert again._candidates() == search._candidates()  # its candidates, as a search of None's
+
+
+def test_a_head_that_cannot_take_a_zero_row_is_priced_at_the_width_it_gives_x(X):
+    # a zero row prices the learner's width; a step that refuses it was taken to keep X's
+    # width, and candidates were priced (and their events composed) at a width they never saw
+    class Doubler(TransformerMixin, BaseEstimator):  # stateless, row by row
+        def fit(self, X, y=None):
+            return self
+
+        def transform(self, X):
+            X = np.asarray(X)
+            if not X.any():
+                raise ValueError("no zero rows")
+            return np.hstack([X, X]) / np.sqrt(2)
+
+        def __sklearn_tags__(self):
+            tags = super().__sklearn_tags__()
+            tags.requires_fit = False
+            return tags
+
+    pipe = Pipeline([("double", Doubler()), ("pca", _pca())])
+    search = PrivateGridSearchCV(pipe, {"pca__centered": [False, True]}, epsilon=2.0)
+    _refused_before_spend(search, X, "features")

@@ -151,11 +151,13 @@ def learner_width(template, candidates, n_features: int) -> int:
     return widths.pop()
 
 
-def check_heads(template, candidates, X, check) -> None:
+def check_heads(template, candidates, X, check, width: int) -> None:
     """Run each distinct head on all of ``X`` before the spend, and ``check`` what it gives the
     learner: a stateless step that refuses some rows (``AdditiveChi2Sampler`` a negative value),
     or gives the learner rows its fit refuses (an overflow to infinity), would otherwise raise in
-    a run, after the spend, and whether it raised would tell something of the data."""
+    a run, after the spend, and whether it raised would tell something of the data. The width it
+    gives must be the ``width`` the search was priced at (from a zero row, or X's own when a step
+    refused that row)."""
     if not isinstance(template, Pipeline):
         return
     for c, head in distinct_heads(template, candidates):
@@ -163,12 +165,19 @@ def check_heads(template, candidates, X, check) -> None:
             continue
         try:
             with silenced():
-                check(head.fit_transform(X))
+                Xt = head.fit_transform(X)
+                check(Xt)
         except Exception as error:
             raise ValueError(f"candidate {c}: the pipeline's steps before the learner refuse "
                              f"X, or give the learner rows its fit refuses "
                              f"({type(error).__name__}); a run would raise after the spend. "
                              "Run them on X yourself to see why, and pass X they take") from error
+        got = np.shape(Xt)[1] if np.ndim(Xt) == 2 else f"{np.ndim(Xt)}-D rows, not 2-D; no"
+        if got != width:
+            raise ValueError(f"candidate {c}: the pipeline's steps before the learner give it "
+                             f"{got} features on X, but the search was priced at "
+                             f"{width} (what they give one zero row, or X's width when they "
+                             "refuse it): give the learner rows of a width the steps keep")
 
 
 def _head_width(head, n_features):

@@ -316,7 +316,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         # a pipeline's stateless steps run on all of X, as the runs will run them on its parts:
         # a step (or the learner's fit after it) that refuses some rows is refused here
         check_heads(self.estimator, plan.settings.candidates, data.arrays[0],
-                    lambda Xt: check_units(plan.settings.learner, Xt, None))
+                    lambda Xt: check_units(plan.settings.learner, Xt, None), plan.settings.width)
         return data
 
     def _spend_plan(self, plan, data):
