@@ -179,3 +179,22 @@ def test_a_head_that_cannot_take_a_zero_row_is_priced_at_the_width_it_gives_x(X)
     pipe = Pipeline([("double", Doubler()), ("pca", _pca())])
     search = PrivateGridSearchCV(pipe, {"pca__centered": [False, True]}, epsilon=2.0)
     _refused_before_spend(search, X, "features")
+
+
+def test_a_swapped_in_completion_with_another_shape_is_refused_before_the_spend():
+    # X is checked against the template's shape before the spend; a grid that sets 'shape' is
+    # refused, but one that swaps in a learner with its own shape refused X in a run
+    from dptensor import PrivateTensorCompletion
+
+    rng = np.random.default_rng(5)
+    X = np.c_[rng.integers(0, 50, 4000), rng.integers(0, 40, 4000)]
+    y = rng.uniform(1.0, 5.0, 4000)
+
+    def completion(shape):
+        return PrivateTensorCompletion(value_range=(1.0, 5.0), shape=shape, rank=2)
+    pipe = Pipeline([("head", "passthrough"), ("tc", completion((50, 40)))])
+    search = PrivateGridSearchCV(pipe, {"tc": [completion((10, 10))]}, epsilon=2.0)
+    budget = PrivacyAccountant(epsilon=100.0, delta=1e-5)
+    with pytest.raises(ValueError, match="shape"):
+        search.set_params(accountant=budget).fit(X, y)
+    assert budget.history() == []

@@ -158,11 +158,6 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         candidate priced by its own preview, of a fit given groups when searched by group."""
         prefix, learner = self._learner()
         candidates = self._checked_candidates(prefix)
-        if search_tag(learner).indices and any(prefix + "shape" in c for c in candidates):
-            # X is checked against the estimator's shape before the spend (and by user its
-            # first side counts the units): a candidate's own could refuse X after it
-            raise ValueError("the grid sets 'shape', the index space X is checked against "
-                             "before the spend: set it on the estimator")
         epsilon, delta = self._target()
         if self.refit not in (True, False):
             raise ValueError(f"refit must be True or False, got {self.refit!r}")
@@ -183,6 +178,14 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         # root search was most of a large randomized search's preview
         learners = [learner_of(self._candidate(prefix, params, epsilon, delta, 0))
                     for params in candidates]
+        if search_tag(learner).indices and any(repr(est.shape) != repr(learner.shape)
+                                               for est in learners):
+            # X is checked against the estimator's shape before the spend (and by user its
+            # first side counts the units): a candidate's own (set by the grid, or on a learner
+            # the grid swaps in) could refuse X after it
+            raise ValueError("the grid sets 'shape' (the index space X is checked against "
+                             "before the spend), or swaps in a learner with another: set it on "
+                             "the estimator")
 
         def events_at(e):
             events = []
