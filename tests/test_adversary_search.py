@@ -198,3 +198,15 @@ def test_a_swapped_in_completion_with_another_shape_is_refused_before_the_spend(
     with pytest.raises(ValueError, match="shape"):
         search.set_params(accountant=budget).fit(X, y)
     assert budget.history() == []
+
+
+def test_functions_as_parameters_are_described_by_name():
+    # a seeded spend's noise is keyed by its public description: every function described as
+    # 'function' let two searches of steps applying different functions share their noise
+    from dptensor.mechanisms.randomness import fingerprint
+
+    assert fingerprint({"f": np.sqrt}) != fingerprint({"f": np.cbrt})  # ufuncs
+    assert fingerprint({"f": np.linalg.norm}) != fingerprint({"f": np.linalg.det})
+    assert fingerprint({"f": np.sqrt}) == fingerprint({"f": np.sqrt})
+    square, cube = (lambda x: x ** 2), (lambda x: x ** 3)
+    assert fingerprint({"f": square}) != fingerprint({"f": cube})
