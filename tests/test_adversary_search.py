@@ -210,3 +210,23 @@ def test_functions_as_parameters_are_described_by_name():
     assert fingerprint({"f": np.sqrt}) == fingerprint({"f": np.sqrt})
     square, cube = (lambda x: x ** 2), (lambda x: x ** 3)
     assert fingerprint({"f": square}) != fingerprint({"f": cube})
+
+
+def test_a_head_that_changes_the_number_of_rows_is_refused_before_the_spend(X):
+    # one unit must stay one row: a step that repeats rows (or drops some) gives one unit
+    # several rows in the learner's fit, whose guarantee covers one
+    class Repeat(TransformerMixin, BaseEstimator):  # stateless, but not one row a row
+        def fit(self, X, y=None):
+            return self
+
+        def transform(self, X):
+            return np.repeat(np.asarray(X), 2, axis=0)
+
+        def __sklearn_tags__(self):
+            tags = super().__sklearn_tags__()
+            tags.requires_fit = False
+            return tags
+
+    pipe = Pipeline([("repeat", Repeat()), ("pca", _pca())])
+    search = PrivateGridSearchCV(pipe, {"pca__centered": [False, True]}, epsilon=2.0)
+    _refused_before_spend(search, X, "rows")

@@ -155,9 +155,9 @@ def check_heads(template, candidates, X, check, width: int) -> None:
     """Run each distinct head on all of ``X`` before the spend, and ``check`` what it gives the
     learner: a stateless step that refuses some rows (``AdditiveChi2Sampler`` a negative value),
     or gives the learner rows its fit refuses (an overflow to infinity), would otherwise raise in
-    a run, after the spend, and whether it raised would tell something of the data. The width it
-    gives must be the ``width`` the search was priced at (from a zero row, or X's own when a step
-    refused that row)."""
+    a run, after the spend, and whether it raised would tell something of the data. It must keep
+    X's rows (one unit, one row) and give the ``width`` the search was priced at (from a zero
+    row, or X's own when a step refused that row)."""
     if not isinstance(template, Pipeline):
         return
     for c, head in distinct_heads(template, candidates):
@@ -172,6 +172,10 @@ def check_heads(template, candidates, X, check, width: int) -> None:
                              f"X, or give the learner rows its fit refuses "
                              f"({type(error).__name__}); a run would raise after the spend. "
                              "Run them on X yourself to see why, and pass X they take") from error
+        if np.shape(Xt)[0] != np.shape(X)[0]:  # one unit, one row: the fit's guarantee
+            raise ValueError(f"candidate {c}: the pipeline's steps before the learner turn X's "
+                             f"{np.shape(X)[0]} rows into {np.shape(Xt)[0]}: the learner's fit "
+                             "protects one row, so each step must give one row for each row")
         got = np.shape(Xt)[1] if np.ndim(Xt) == 2 else f"{np.ndim(Xt)}-D rows, not 2-D; no"
         if got != width:
             raise ValueError(f"candidate {c}: the pipeline's steps before the learner give it "
