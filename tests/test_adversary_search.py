@@ -230,3 +230,24 @@ def test_a_head_that_changes_the_number_of_rows_is_refused_before_the_spend(X):
     pipe = Pipeline([("repeat", Repeat()), ("pca", _pca())])
     search = PrivateGridSearchCV(pipe, {"pca__centered": [False, True]}, epsilon=2.0)
     _refused_before_spend(search, X, "rows")
+
+
+def test_a_step_that_says_it_needs_no_fit_but_learns_is_refused_before_the_spend(X):
+    # its tags are taken at their word, but what it gives a part of X must be what it gives
+    # those rows in all of X: a step that learns (here the columns' means) fails that
+    class Centre(TransformerMixin, BaseEstimator):  # says stateless; centres on its fit's rows
+        def fit(self, X, y=None):
+            self.mean_ = np.asarray(X).mean(axis=0)
+            return self
+
+        def transform(self, X):
+            return np.asarray(X) - self.mean_
+
+        def __sklearn_tags__(self):
+            tags = super().__sklearn_tags__()
+            tags.requires_fit = False
+            return tags
+
+    pipe = Pipeline([("centre", Centre()), ("pca", _pca())])
+    search = PrivateGridSearchCV(pipe, {"pca__centered": [False, True]}, epsilon=2.0)
+    _refused_before_spend(search, X, "row by row")

@@ -8,6 +8,7 @@ spend: a grid that swaps in ``StandardScaler()`` would otherwise learn from the 
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import clone
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import FunctionTransformer
@@ -156,10 +157,14 @@ def check_heads(template, candidates, X, check, width: int) -> None:
     learner: a stateless step that refuses some rows (``AdditiveChi2Sampler`` a negative value),
     or gives the learner rows its fit refuses (an overflow to infinity), would otherwise raise in
     a run, after the spend, and whether it raised would tell something of the data. It must keep
-    X's rows (one unit, one row) and give the ``width`` the search was priced at (from a zero
-    row, or X's own when a step refused that row)."""
+    X's rows (one unit, one row), give the ``width`` the search was priced at (from a zero
+    row, or X's own when a step refused that row), and act on each row alone: what it gives
+    the first half of the rows must be what it gives them in all of X (a step whose tags say it
+    needs no fit, but which learns or mixes rows, fails this; one that hides it better is the
+    user's to answer for)."""
     if not isinstance(template, Pipeline):
         return
+    half = np.shape(X)[0] // 2
     for c, head in distinct_heads(template, candidates):
         if head is None:
             continue
@@ -167,6 +172,7 @@ def check_heads(template, candidates, X, check, width: int) -> None:
             with silenced():
                 Xt = head.fit_transform(X)
                 check(Xt)
+                part = head.fit_transform(X[:half]) if half else None  # a run's part
         except Exception as error:
             raise ValueError(f"candidate {c}: the pipeline's steps before the learner refuse "
                              f"X, or give the learner rows its fit refuses "
@@ -176,12 +182,34 @@ def check_heads(template, candidates, X, check, width: int) -> None:
             raise ValueError(f"candidate {c}: the pipeline's steps before the learner turn X's "
                              f"{np.shape(X)[0]} rows into {np.shape(Xt)[0]}: the learner's fit "
                              "protects one row, so each step must give one row for each row")
+        if half and not _same_rows(part, Xt[:half]):
+            raise ValueError(f"candidate {c}: the pipeline's steps before the learner do not act "
+                             "on each row alone: what they give the first half of X's rows "
+                             "differs from what they give those rows in all of X (a step learns "
+                             "from the rows it is fitted on, or mixes them), and the runs fit "
+                             "them on parts of X. Use stateless row by row steps (Normalizer), "
+                             "or transform X before the search")
         got = np.shape(Xt)[1] if np.ndim(Xt) == 2 else f"{np.ndim(Xt)}-D rows, not 2-D; no"
         if got != width:
             raise ValueError(f"candidate {c}: the pipeline's steps before the learner give it "
                              f"{got} features on X, but the search was priced at "
                              f"{width} (what they give one zero row, or X's width when they "
                              "refuse it): give the learner rows of a width the steps keep")
+
+
+def _same_rows(a, b) -> bool:
+    """Whether two transforms of the same rows agree (up to floating-point order of sums)."""
+    if sp.issparse(a) and sp.issparse(b):
+        if a.shape != b.shape:
+            return False
+        diff, scale = abs(a - b).max(), abs(b).max()
+    else:
+        a, b = (np.asarray(v.toarray() if sp.issparse(v) else v, dtype=np.float64)
+                for v in (a, b))
+        if a.shape != b.shape:
+            return False
+        diff, scale = (np.max(np.abs(a - b)), np.max(np.abs(b))) if a.size else (0.0, 0.0)
+    return bool(diff <= 1e-9 * scale)
 
 
 def _head_width(head, n_features):
