@@ -251,3 +251,16 @@ def test_a_step_that_says_it_needs_no_fit_but_learns_is_refused_before_the_spend
     pipe = Pipeline([("centre", Centre()), ("pca", _pca())])
     search = PrivateGridSearchCV(pipe, {"pca__centered": [False, True]}, epsilon=2.0)
     _refused_before_spend(search, X, "row by row")
+
+
+@pytest.mark.parametrize("in_pipeline", [False, True])
+def test_a_search_whose_learner_needs_y_is_refused_without_it_before_the_spend(in_pipeline):
+    from dptensor import PrivateTensorCompletion
+
+    rng = np.random.default_rng(6)
+    X = np.c_[rng.integers(0, 50, 4000), rng.integers(0, 40, 4000)]
+    est = PrivateTensorCompletion(value_range=(1.0, 5.0), shape=(50, 40), rank=2)
+    if in_pipeline:
+        est = Pipeline([("head", "passthrough"), ("tc", est)])
+    grid = {("tc__" if in_pipeline else "") + "reg": [0.1, 1.0]}
+    _refused_before_spend(PrivateGridSearchCV(est, grid, epsilon=2.0), X, "needs y")

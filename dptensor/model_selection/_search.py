@@ -285,6 +285,10 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         if y is not None and len(y) != X.shape[0]:
             raise ValueError(f"y has {len(y)} values but X has {X.shape[0]} units")
         prefix, learner = self._learner()
+        if y is None and get_tags(learner).target_tags.required:  # its fit would refuse, after
+            raise ValueError(f"a search of {type(learner).__name__} needs y: each candidate's "
+                             "fit and score read the targets (the observed values at X's index "
+                             "tuples); pass them as fit(X, y)")
         check_sparse_units(self.estimator, learner, X, groups)
         check_units(learner, X, y)
         overrides = public_overrides(prefix, learner, X)
