@@ -25,11 +25,11 @@ def _pca():
     return PrivatePCA(n_components=2, data_norm=1.0)
 
 
-def _refused_before_spend(search, X, match, **fit_params):
+def _refused_before_spend(search, X, match, y=None, **fit_params):
     budget = PrivacyAccountant(epsilon=100.0, delta=1e-5)
     search.set_params(accountant=budget)
     with pytest.raises((TypeError, ValueError), match=match):
-        search.fit(X, **fit_params)
+        search.fit(X, y, **fit_params)
     assert budget.history() == []
 
 
@@ -264,3 +264,23 @@ def test_a_search_whose_learner_needs_y_is_refused_without_it_before_the_spend(i
         est = Pipeline([("head", "passthrough"), ("tc", est)])
     grid = {("tc__" if in_pipeline else "") + "reg": [0.1, 1.0]}
     _refused_before_spend(PrivateGridSearchCV(est, grid, epsilon=2.0), X, "needs y")
+
+
+def test_heads_are_checked_with_y_as_the_runs_fit_them(X):
+    class NoTargets(TransformerMixin, BaseEstimator):  # stateless, but refuses a y
+        def fit(self, X, y=None):
+            if y is not None:
+                raise ValueError("no y here")
+            return self
+
+        def transform(self, X):
+            return np.asarray(X)
+
+        def __sklearn_tags__(self):
+            tags = super().__sklearn_tags__()
+            tags.requires_fit = False
+            return tags
+
+    pipe = Pipeline([("plain", NoTargets()), ("pca", _pca())])
+    search = PrivateGridSearchCV(pipe, {"pca__centered": [False, True]}, epsilon=2.0)
+    _refused_before_spend(search, X, "steps before the learner", y=np.zeros(len(X)))

@@ -152,16 +152,16 @@ def learner_width(template, candidates, n_features: int) -> int:
     return widths.pop()
 
 
-def check_heads(template, candidates, X, check, width: int) -> None:
-    """Run each distinct head on all of ``X`` before the spend, and ``check`` what it gives the
-    learner: a stateless step that refuses some rows (``AdditiveChi2Sampler`` a negative value),
-    or gives the learner rows its fit refuses (an overflow to infinity), would otherwise raise in
-    a run, after the spend, and whether it raised would tell something of the data. It must keep
-    X's rows (one unit, one row), give the ``width`` the search was priced at (from a zero
-    row, or X's own when a step refused that row), and act on each row alone: what it gives
-    the first half of the rows must be what it gives them in all of X (a step whose tags say it
-    needs no fit, but which learns or mixes rows, fails this; one that hides it better is the
-    user's to answer for)."""
+def check_heads(template, candidates, X, y, check, width: int) -> None:
+    """Run each distinct head on all of ``X`` (with ``y``, as a run fits it) before the spend,
+    and ``check`` what it gives the learner: a stateless step that refuses some rows
+    (``AdditiveChi2Sampler`` a negative value), or gives the learner rows its fit refuses (an
+    overflow to infinity), would otherwise raise in a run, after the spend, and whether it raised
+    would tell something of the data. It must keep X's rows (one unit, one row), give the
+    ``width`` the search was priced at (from a zero row, or X's own when a step refused that
+    row), and act on each row alone: what it gives the first half of the rows must be what it
+    gives them in all of X (a step whose tags say it needs no fit, but which learns or mixes
+    rows, fails this; one that hides it better is the user's to answer for)."""
     if not isinstance(template, Pipeline):
         return
     half = np.shape(X)[0] // 2
@@ -170,9 +170,10 @@ def check_heads(template, candidates, X, check, width: int) -> None:
             continue
         try:
             with silenced():
-                Xt = head.fit_transform(X)
+                Xt = head.fit_transform(X, y)
                 check(Xt)
-                part = head.fit_transform(X[:half]) if half else None  # a run's part
+                part = head.fit_transform(X[:half], None if y is None else y[:half]) if half \
+                    else None  # as a run fits it on its part
         except Exception as error:
             raise ValueError(f"candidate {c}: the pipeline's steps before the learner refuse "
                              f"X, or give the learner rows its fit refuses "

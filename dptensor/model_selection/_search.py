@@ -322,7 +322,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
     def _before_spend(self, data, plan):
         # a pipeline's stateless steps run on all of X, as the runs will run them on its parts:
         # a step (or the learner's fit after it) that refuses some rows is refused here
-        check_heads(self.estimator, plan.settings.candidates, data.arrays[0],
+        check_heads(self.estimator, plan.settings.candidates, *data.arrays[:2],
                     lambda Xt: check_units(plan.settings.learner, Xt, None), plan.settings.width)
         return data
 
