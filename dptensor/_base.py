@@ -289,6 +289,11 @@ class PrivateEstimatorMixin:
             return arrays
         return tuple(AsDense(a) if sp.issparse(a) else a for a in arrays)
 
+    def _public_description(self) -> dict:
+        """The public parameters a spend's noise is keyed by (with the name, shape and event)."""
+        return {k: v for k, v in self.get_params(deep=False).items()
+                if k not in _NOT_PUBLIC_DESCRIPTION}
+
     def _preview_plan(self, plan: FitPlan) -> PrivacyCost:
         """The :class:`PrivacyCost` the fit of ``plan`` would record (no data, no spend)."""
         cost = self._preview(plan.event, delta=plan.delta, noise_multiplier=plan.noise_multiplier,
@@ -418,8 +423,7 @@ class PrivateEstimatorMixin:
             warn(f"{name} released its fit without a privacy guarantee ({event.reason}); "
                  "it costs epsilon=inf. Set a finite epsilon for a private fit.",
                  PrivacyWarning)
-        params = {k: v for k, v in self.get_params(deep=False).items()
-                  if k not in _NOT_PUBLIC_DESCRIPTION}
+        params = self._public_description()
         # The event holds every noise multiplier, the delta the accountant's: two fits whose noise
         # differs only in scale (one seed, two accountants' deltas) would cancel it in a ratio.
         # Clones share a seed: their data tells them apart.

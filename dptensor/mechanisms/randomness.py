@@ -274,4 +274,12 @@ def _describe(value) -> str:
         # A frozen scipy distribution (a randomized search's parameter): its law and arguments.
         return f"{type(value).__qualname__}:{getattr(value.dist, 'name', '?')}" + _describe(
             (list(value.args), dict(value.kwds)))
+    name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None)
+    if callable(value) and isinstance(name, str):
+        # a function (a step's parameter) by its module and name: by its type alone, every
+        # function was 'function', and steps applying different ones shared a seeded noise
+        code = getattr(value, "__code__", None)  # a lambda's name is no name: its code too
+        body = "" if code is None else hashlib.sha256(code.co_code).hexdigest() + _describe(
+            [c for c in code.co_consts if c is None or isinstance(c, (bool, str, numbers.Number))])
+        return f"{type(value).__qualname__}:{getattr(value, '__module__', None)}.{name}{body}"
     return type(value).__qualname__

@@ -8,6 +8,7 @@ from copy import deepcopy
 from dataclasses import dataclass
 
 import numpy as np
+import sklearn
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone
 from sklearn.model_selection import ParameterGrid, ParameterSampler
 from sklearn.pipeline import Pipeline
@@ -23,8 +24,8 @@ from ..mechanisms.randomness import rekeyed
 from ._parallel import in_parallel
 from ._search_doc import SEARCH_DOC as _SEARCH_DOC
 from .._validation import check_groups, check_positive_int
-from ._candidates import (check_candidate_unit, check_candidates, check_learner, check_n_iter,
-                          learner_width)
+from ._candidates import (check_candidate_unit, check_candidates, check_heads, check_learner,
+                          check_n_iter, learner_width)
 from ._accountants import accountant_keys, find_accountants, without_accountants
 from ._selection import calibrate_search, check_distribution, draw_n_runs
 from ._units import (as_units, check_sparse_units, check_units, public_overrides,
@@ -157,11 +158,6 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         candidate priced by its own preview, of a fit given groups when searched by group."""
         prefix, learner = self._learner()
         candidates = self._checked_candidates(prefix)
-        if search_tag(learner).indices and any(prefix + "shape" in c for c in candidates):
-            # X is checked against the estimator's shape before the spend (and by user its
-            # first side counts the units): a candidate's own could refuse X after it
-            raise ValueError("the grid sets 'shape', the index space X is checked against "
-                             "before the spend: set it on the estimator")
         epsilon, delta = self._target()
         if self.refit not in (True, False):
             raise ValueError(f"refit must be True or False, got {self.refit!r}")
@@ -171,7 +167,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         mean = self._n_runs(len(candidates))
         shapes = check_distribution(self.distribution, mean)
         n_train, n_val = self._sizes(n_samples)
-        width = learner_width(self.estimator, candidates, n_features, prefix)
+        width = learner_width(self.estimator, candidates, n_features)
 
         def learner_of(est):
             return est[-1] if isinstance(est, Pipeline) else est
@@ -182,6 +178,14 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         # root search was most of a large randomized search's preview
         learners = [learner_of(self._candidate(prefix, params, epsilon, delta, 0))
                     for params in candidates]
+        if search_tag(learner).indices and any(repr(est.shape) != repr(learner.shape)
+                                               for est in learners):
+            # X is checked against the estimator's shape before the spend (and by user its
+            # first side counts the units): a candidate's own (set by the grid, or on a learner
+            # the grid swaps in) could refuse X after it
+            raise ValueError("the grid sets 'shape' (the index space X is checked against "
+                             "before the spend), or swaps in a learner with another: set it on "
+                             "the estimator")
 
         def events_at(e):
             events = []
@@ -293,6 +297,11 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         if groups is None:
             return FitData(arrays=(X, y), shape=X.shape, public=public)
         self._check_groupable(learner)
+        if isinstance(self.estimator, Pipeline) and sklearn.get_config()["enable_metadata_routing"]:
+            raise ValueError("a private search with groups routes them to the pipeline's last "
+                             "step, which scikit-learn's metadata routing (enabled) refuses: "
+                             "search with groups outside config_context(enable_metadata_routing="
+                             "True)")
         codes, n_groups = check_groups(groups, X.shape[0])
         # the codes are digested with the rows (a seeded search's noise is keyed by what it
         # reads): two groupings of one X score differently and must not share the scores' noise
@@ -306,6 +315,14 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
                              "does not bound a group of rows. Search without groups, or search "
                              "an estimator whose fit takes them (PrivatePCA, AdaptivePrivatePCA, "
                              "PrivateTensorDecomposition, StreamingTensorPower)")
+
+    def _before_spend(self, data, plan):
+        # a pipeline's stateless steps run on all of X, as the runs will run them on its parts:
+        # a step (or the learner's fit after it) that refuses some rows is refused here
+        X, y = data.arrays[:2]
+        check_heads(self.estimator, plan.settings.candidates, X, y,
+                    lambda Xt: check_units(plan.settings.learner, Xt, y), plan.settings.width)
+        return data
 
     def _spend_plan(self, plan, data):
         settings = plan.settings
@@ -565,6 +582,11 @@ class PrivateRandomizedSearchCV(_PrivateSearch):
         self.n_jobs = n_jobs
         self.verbose = verbose
 
+    def _public_description(self):
+        # the sampled candidates too: a distribution may be described by its class alone (a
+        # scipy rv_discrete), and two searches sampling different candidates would share noise
+        return {**super()._public_description(), "candidates": self._candidates()}
+
     def _candidates(self):
         # Sampled once per search object and seed, so privacy_cost and fit see the same candidates.
         n_iter = check_n_iter(self.n_iter)
@@ -575,6 +597,15 @@ class PrivateRandomizedSearchCV(_PrivateSearch):
                                                   random_state=seed))
             self._sampled_key = key
         return self._sampled
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        key = state.get("_sampled_key")
+        if state.get("random_state") is None and key is not None and key[2] is not None:
+            # the seed is dropped (it regenerates the noise), and so is its copy in the key: the
+            # reloaded search keeps its candidates, as a search of random_state=None does
+            state["_sampled_key"] = key[:2] + (None,)
+        return state
 
 
 def _public_seed(random_state):
