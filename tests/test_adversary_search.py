@@ -284,3 +284,16 @@ def test_heads_are_checked_with_y_as_the_runs_fit_them(X):
     pipe = Pipeline([("plain", NoTargets()), ("pca", _pca())])
     search = PrivateGridSearchCV(pipe, {"pca__centered": [False, True]}, epsilon=2.0)
     _refused_before_spend(search, X, "steps before the learner", y=np.zeros(len(X)))
+
+
+def test_an_expected_number_of_runs_beyond_max_runs_is_refused_before_the_spend(X):
+    # n_runs=1e15 was priced and charged, then hung building its list of runs after the spend
+    from dptensor.model_selection._search import MAX_RUNS
+
+    for n_runs in (1e15, 10 * MAX_RUNS):
+        search = PrivateGridSearchCV(PrivatePCA(data_norm=1.0), {"n_components": [1, 2]},
+                                     epsilon=2.0, n_runs=n_runs)
+        _refused_before_spend(search, X, r"n_runs .* must be a number in \[1, 1e\+06\]")
+    cost = PrivateGridSearchCV(PrivatePCA(data_norm=1.0), {"n_components": [1, 2]}, epsilon=2.0,
+                               n_runs=MAX_RUNS).privacy_cost(*X.shape)
+    assert cost.epsilon <= 2.0

@@ -31,12 +31,16 @@ from ._selection import calibrate_search, check_distribution, draw_n_runs
 from ._units import (as_units, check_sparse_units, check_units, public_overrides,
                      score_statistic, search_tag, split_units, units_nbytes, user_codes)
 
-__all__ = ["PrivateGridSearchCV", "PrivateRandomizedSearchCV", "MAX_SCORE_NOISE"]
+__all__ = ["PrivateGridSearchCV", "PrivateRandomizedSearchCV", "MAX_SCORE_NOISE", "MAX_RUNS"]
 
 #: A validation part is too small when the released score's noise std would exceed this share of
 #: one unit's score range (``z * range / n_val > MAX_SCORE_NOISE * range``): the scores would then
 #: say little about the candidates, and the search refuses before spending.
 MAX_SCORE_NOISE = 0.1
+
+#: The largest expected number of runs: the runs are drawn and made after the spend, and a
+#: search of more would not finish (n_runs=1e15 was charged, then hung building its list).
+MAX_RUNS = 1e6
 
 def _delegate(method):
     def check(self):
@@ -99,13 +103,13 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         return epsilon, delta
 
     def _n_runs(self, n_candidates) -> float:
-        if self.n_runs is None:
-            return float(n_candidates)
-        if isinstance(self.n_runs, bool) or not isinstance(self.n_runs, numbers.Real) \
-                or not (math.isfinite(self.n_runs) and self.n_runs >= 1):
-            raise ValueError(f"n_runs (the expected number of runs) must be a number >= 1, "
-                             f"got {self.n_runs!r}")
-        return float(self.n_runs)
+        mean = n_candidates if self.n_runs is None else self.n_runs
+        if isinstance(mean, bool) or not isinstance(mean, numbers.Real) \
+                or not (math.isfinite(mean) and 1 <= mean <= MAX_RUNS):
+            # beyond MAX_RUNS the runs drawn after the spend would not finish (or fit in memory)
+            raise ValueError(f"n_runs (the expected number of runs; None: one per candidate) "
+                             f"must be a number in [1, {MAX_RUNS:g}], got {mean!r}")
+        return float(mean)
 
     def _sizes(self, n_samples):
         frac = self.validation_fraction
