@@ -211,6 +211,27 @@ def test_functions_as_parameters_are_described_by_name():
     square, cube = (lambda x: x ** 2), (lambda x: x ** 3)
     assert fingerprint({"f": square}) != fingerprint({"f": cube})
 
+    def power(k):  # one factory: its closures differ only in what they captured
+        return lambda x: x ** k
+    assert fingerprint({"f": power(2)}) != fingerprint({"f": power(3)})
+    assert fingerprint({"f": power(2)}) == fingerprint({"f": power(2)})
+
+
+def test_other_objects_as_parameters_are_described_by_their_attributes():
+    # an object that is no estimator, function or frozen distribution was described by its class
+    # alone: two seeded searches of grids holding different ones shared their noise
+    import scipy.stats as st
+
+    from dptensor.mechanisms.randomness import fingerprint
+
+    def law(values):
+        return st.rv_discrete(values=(values, [0.5, 0.5]))
+    assert fingerprint({"g": [law([1, 2])]}) != fingerprint({"g": [law([1, 3])]})
+    assert fingerprint({"g": [law([1, 2])]}) == fingerprint({"g": [law([1, 2])]})
+    loop = type("Loop", (), {})()
+    loop.me = loop  # a cycle ends at a depth, described alike every time
+    assert fingerprint({"g": loop}) == fingerprint({"g": loop})
+
 
 def test_a_head_that_changes_the_number_of_rows_is_refused_before_the_spend(X):
     # one unit must stay one row: a step that repeats rows (or drops some) gives one unit

@@ -249,8 +249,12 @@ def spend_generator(entropy: int, *, spend_index: int,
     return np.random.Generator(np.random.PCG64(seq))
 
 
-def _describe(value) -> str:
+def _describe(value, depth: int = 0) -> str:
     """A canonical text for public values, the same in every process (no ids, no addresses)."""
+    def inner(v):
+        return _describe(v, depth + 1)
+    if depth > DESCRIBE_DEPTH:  # a cycle, or an object nested deeper than any parameter
+        return type(value).__qualname__
     if value is None or isinstance(value, (bool, str)):
         return repr(value)
     if isinstance(value, numbers.Integral):
@@ -258,28 +262,47 @@ def _describe(value) -> str:
     if isinstance(value, numbers.Real):
         return "nan" if math.isnan(value) else repr(float(value))
     if isinstance(value, (list, tuple)):
-        return "(" + ",".join(_describe(v) for v in value) + ")"
+        return "(" + ",".join(inner(v) for v in value) + ")"
     if isinstance(value, dict):
-        items = (f"{_describe(k)}:{_describe(value[k])}" for k in sorted(value, key=str))
+        items = (f"{inner(k)}:{inner(value[k])}" for k in sorted(value, key=str))
         return "{" + ",".join(items) + "}"
     if isinstance(value, np.ndarray):
-        return f"array{value.shape}" + _describe(value.ravel().tolist())
+        return f"array{value.shape}" + inner(value.ravel().tolist())
     if isinstance(value, type):
         return value.__qualname__
     if hasattr(value, "get_params"):
         # An estimator inside a search or pipeline is described by its own parameters: searches
         # over differently configured estimators must not share the search's noise.
-        return type(value).__qualname__ + _describe(value.get_params(deep=False))
+        return type(value).__qualname__ + inner(value.get_params(deep=False))
     if hasattr(value, "dist") and hasattr(value, "args") and hasattr(value, "kwds"):
         # A frozen scipy distribution (a randomized search's parameter): its law and arguments.
-        return f"{type(value).__qualname__}:{getattr(value.dist, 'name', '?')}" + _describe(
+        return f"{type(value).__qualname__}:{getattr(value.dist, 'name', '?')}" + inner(
             (list(value.args), dict(value.kwds)))
     name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None)
     if callable(value) and isinstance(name, str):
         # a function (a step's parameter) by its module and name: by its type alone, every
         # function was 'function', and steps applying different ones shared a seeded noise
         code = getattr(value, "__code__", None)  # a lambda's name is no name: its code too
-        body = "" if code is None else hashlib.sha256(code.co_code).hexdigest() + _describe(
+        body = "" if code is None else hashlib.sha256(code.co_code).hexdigest() + inner(
             [c for c in code.co_consts if c is None or isinstance(c, (bool, str, numbers.Number))])
+        # and what a closure captured: two made by one factory differ only there
+        body += inner([_cell(c) for c in getattr(value, "__closure__", None) or ()])
         return f"{type(value).__qualname__}:{getattr(value, '__module__', None)}.{name}{body}"
+    state = getattr(value, "__dict__", None)
+    if isinstance(state, dict):
+        # any other object (say a scipy rv_discrete in a grid) by its attributes: by its class
+        # alone, two searches of different such values shared a seeded noise
+        return type(value).__qualname__ + inner({k: v for k, v in state.items()
+                                                 if not k.startswith("__")})
     return type(value).__qualname__
+
+
+#: How deep :func:`_describe` follows an object's attributes (cycles end there).
+DESCRIBE_DEPTH = 8
+
+
+def _cell(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:  # a cell not yet filled
+        return None
