@@ -233,9 +233,15 @@ def validate_stream_chunk(estimator, X, *, reset: bool, **kwargs):
     guarantee as it was (``docs/derivations/pca.rst``). A non-private stream has no guarantee to
     keep and refuses such a chunk, the more useful answer there. Whether the stream is private
     is its recorded cost's answer once it runs: a parameter changed mid-stream does not count.
+    A private stream's first chunk of a text dtype is refused by that dtype, before the spend.
     """
     if reset:
         private = math.isfinite(estimator._privacy_target()[0])
+        kind = getattr(X, "dtype", None) is not None and np.dtype(X.dtype).kind
+        if private and kind in ("U", "S"):  # its dtype, before the spend: no value is read
+            raise TypeError(f"X is text (dtype {X.dtype}): a private stream maps every row that "
+                            "holds no number to a zero row, so it would spend its budget and "
+                            "fit nothing. Convert the rows to numbers first")
     else:
         private = estimator.privacy_cost_.private
     if private:

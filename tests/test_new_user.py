@@ -102,3 +102,17 @@ def test_a_tensor_with_a_missing_entry_is_not_told_to_drop_rows(value):
     with pytest.raises(ValueError, match="PrivateTensorCompletion") as refused:
         PrivateTensorDecomposition(2, epsilon=1.0, accountant=budget).fit(T)
     assert "rows" not in str(refused.value) and budget.history() == []
+
+
+@pytest.mark.parametrize("make", [
+    lambda: PrivatePCA(2, epsilon=1.0, data_norm=1.0, random_state=0),
+    lambda: StreamingTensorPower(2, n_restarts=2, n_iter=2, batch_size=50, epsilon=1.0,
+                                 data_norm=1.0, random_state=0)])
+def test_a_private_stream_that_starts_on_text_is_refused_before_the_spend(make):
+    # every row holding no number becomes a zero row: a first batch of text spent the budget and
+    # fitted nothing, silently; its dtype says so before the spend
+    budget = PrivacyAccountant(epsilon=5.0)
+    text = np.full((400, 4), "n/a")
+    with pytest.raises(TypeError, match="X is text"):
+        make().set_params(accountant=budget).partial_fit(text)
+    assert budget.history() == []
