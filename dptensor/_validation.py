@@ -139,7 +139,9 @@ def check_numeric_array(X, name="X", allow_nd=False, ensure_2d=True):
             raise ValueError(
                 f"{name} must be a 2-D array of numbers (rows of equal length)") from None
     kind = A.dtype.kind
-    if kind in "OUS":  # numbers held as objects or as text convert, as scikit-learn's would
+    # numbers held as objects convert, as scikit-learn's check_array converts them; numbers held
+    # as text convert too, where scikit-learn refuses them
+    if kind in "OUS":
         try:
             kind = A.astype(np.float64).dtype.kind
         except TypeError:  # an entry that is no number at all (numpy's words, none of its values)
