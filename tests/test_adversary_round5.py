@@ -1,10 +1,14 @@
 """Adversary review, round 5 (adv4): today's calibration and noise-key changes."""
+import dataclasses
+import functools
 import math
 
 import mpmath
+import numpy as np
 import pytest
 
 from dptensor.accounting import GaussianEvent, calibrate_gaussian, epsilon_of, gdp_epsilon
+from dptensor.mechanisms.randomness import _describe
 
 
 def _true_delta(eps, mu):
@@ -28,3 +32,58 @@ def test_calibrated_gaussian_costs_at_most_its_target(eps, delta, n):
     assert _true_delta(gdp_epsilon(mu, delta), mu) <= delta
     assert epsilon_of(GaussianEvent(z, n), delta) <= eps
 
+
+class _Slots:
+    __slots__ = ("a",)
+
+    def __init__(self, a):
+        self.a = a
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Frozen:
+    a: int
+
+
+@pytest.mark.parametrize("a, b", [
+    ({1, 2}, {3}), (frozenset({1}), frozenset({2})), (b"a", b"b"), (1j, 2j),
+    (np.True_, np.False_), (_Slots(1), _Slots(2)), (_Frozen(1), _Frozen(2)),
+    (functools.partial(np.power, 2), functools.partial(np.power, 3)),
+    (np.datetime64("2020-01-01"), np.datetime64("2021-01-01")), (range(3), range(4)),
+], ids=["set", "frozenset", "bytes", "complex", "np.bool_", "slots", "dataclass-slots",
+        "partial", "datetime64", "range"])
+def test_different_public_values_are_described_apart(a, b):
+    """Two different public values of one type have different descriptions: each was described
+    by its class alone, so two seeded fits told apart only by such a parameter (a step's
+    functools.partial, a set of columns) shared their noise."""
+    assert _describe(a) != _describe(b)
+    assert _describe(a) == _describe(a)
+
+
+def test_a_set_of_strings_is_described_alike_in_every_process():
+    """A set's description does not follow its iteration order (hash randomisation of strings
+    differs between processes, a joblib worker's included)."""
+    import subprocess
+    import sys
+    code = ("from dptensor.mechanisms.randomness import _describe;"
+            "print(_describe({'alpha','beta','gamma','delta','eps'}))")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env={**__import__("os").environ, "PYTHONHASHSEED": str(s)},
+                           check=True).stdout for s in range(6)}
+    assert len(outs) == 1
+
+
+def test_a_nested_learner_is_described_alike_in_every_process():
+    """A learner inside a search is described without its accountant, verbosity or n_jobs
+    (as a fit's own parameters are): its accountant's description held a random id and
+    the process id, so one seeded search keyed its noise differently in every process."""
+    import subprocess
+    import sys
+    code = ("from dptensor import PrivatePCA, PrivacyAccountant;"
+            "from dptensor.mechanisms.randomness import _describe;"
+            "acc = PrivacyAccountant(10, 1e-5);"
+            "print(_describe({'estimator': PrivatePCA(data_norm=1.0, accountant=acc,"
+            " random_state=3, verbose=1)}))")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True).stdout for _ in range(2)}
+    assert len(outs) == 1
