@@ -87,3 +87,18 @@ def test_a_nested_learner_is_described_alike_in_every_process():
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            check=True).stdout for _ in range(2)}
     assert len(outs) == 1
+
+
+def test_the_accountant_refuses_a_spend_a_hair_over_its_budget():
+    """A spend whose composed cost exceeds the budget is refused however little: the check let
+    the total run to epsilon * (1 + 1e-9), so a fit at epsilon=1 + 5e-10 was recorded under a
+    budget of 1 (the ledger then held more than the promised guarantee)."""
+    from dptensor import PrivacyAccountant
+    from dptensor.exceptions import BudgetExceededError
+    acc = PrivacyAccountant(1.0, 1e-5)
+    z = calibrate_gaussian(1.0 + 5e-10, 1e-5, 3)
+    with pytest.raises(BudgetExceededError):
+        acc.spend(GaussianEvent(z, 3))
+    assert acc.history() == []
+    acc.spend(GaussianEvent(calibrate_gaussian(1.0, 1e-5, 3), 3))  # the budget itself fits
+
