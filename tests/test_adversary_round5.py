@@ -102,3 +102,22 @@ def test_the_accountant_refuses_a_spend_a_hair_over_its_budget():
     assert acc.history() == []
     acc.spend(GaussianEvent(calibrate_gaussian(1.0, 1e-5, 3), 3))  # the budget itself fits
 
+
+def test_a_user_level_fit_never_warns_of_a_stray_index():
+    """The stray-index warning reads the positions, which a user-level fit keeps private: it
+    fired (before the refusal of the inferred shape) and told where the largest user index lay."""
+    import warnings
+
+    from dptensor import PrivacyAccountant, PrivateTensorCompletion
+    rng = np.random.default_rng(0)
+    X = np.stack([rng.integers(0, 50, 300), rng.integers(0, 20, 300)], axis=1)
+    X[0, 0] = 5000  # one stray user index
+    y = rng.uniform(1, 5, 300)
+    acc = PrivacyAccountant(10, 1e-5)
+    est = PrivateTensorCompletion(privacy_unit="user", epsilon=1.0, value_range=(1, 5),
+                                  max_ratings_per_user=10, accountant=acc)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="needs the public shape"):
+            est.fit(X, y)
+    assert acc.history() == []
