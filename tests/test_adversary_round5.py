@@ -121,3 +121,14 @@ def test_a_user_level_fit_never_warns_of_a_stray_index():
         with pytest.raises(ValueError, match="needs the public shape"):
             est.fit(X, y)
     assert acc.history() == []
+
+
+def test_the_profile_bound_of_an_underflowed_term_is_zero():
+    """A profile term that underflows (log -inf) is an exact 0: its error bound was 0 * inf,
+    NaN, so the bound read 1 (and numpy warned) where the profile is 0."""
+    import warnings
+
+    from dptensor.accounting.composition import _gdp_delta_above
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _gdp_delta_above(1e308, 1.0) == 0.0

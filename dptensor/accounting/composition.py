@@ -69,7 +69,8 @@ def _gdp_delta_above(epsilon: float, mu: float) -> float:
         return gdp_delta(epsilon, mu)
     a, b = -epsilon / mu + mu / 2, -epsilon / mu - mu / 2
     log_a, log_b = log_ndtr(a), epsilon + log_ndtr(b)
-    error = 64 * 2.0**-52 * sum(math.exp(v) * (1.0 + abs(v)) for v in (log_a, log_b))
+    error = 64 * 2.0**-52 * sum(math.exp(v) * (1.0 + abs(v)) for v in map(float, (log_a, log_b))
+                                if v > -math.inf)  # a term of -inf is an exact 0
     return min(1.0, gdp_delta(epsilon, mu) + error)
 
 
