@@ -132,3 +132,16 @@ def test_the_profile_bound_of_an_underflowed_term_is_zero():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert _gdp_delta_above(1e308, 1.0) == 0.0
+
+
+def test_a_huge_int_parameter_does_not_fail_after_the_spend():
+    """An int parameter past Python's 4300-digit decimal limit (block_size=10**5000, accepted
+    as a size) failed in the seeded noise key, after the spend: the budget was lost."""
+    from dptensor import PrivacyAccountant, PrivatePCA
+    X = np.random.default_rng(0).normal(size=(50, 4))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    acc = PrivacyAccountant(10, 1e-5)
+    PrivatePCA(n_components=2, data_norm=1.0, epsilon=1.0, block_size=10**5000, random_state=0,
+               accountant=acc).fit(X)
+    assert len(acc.history()) == 1
+    assert _describe(10**5000) != _describe(10**5000 + 1)

@@ -257,8 +257,8 @@ def _describe(value, depth: int = 0) -> str:
         return type(value).__qualname__
     if value is None or isinstance(value, (bool, str)):
         return repr(value)
-    if isinstance(value, numbers.Integral):
-        return repr(int(value))
+    if isinstance(value, numbers.Integral):  # in hex past 1e4000 (decimal's limit: 4300 digits)
+        return repr(int(value)) if abs(int(value)) < 10**4000 else hex(int(value))
     if isinstance(value, numbers.Real):
         return "nan" if math.isnan(value) else repr(float(value))
     if isinstance(value, numbers.Complex):
