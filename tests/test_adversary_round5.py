@@ -145,3 +145,19 @@ def test_a_huge_int_parameter_does_not_fail_after_the_spend():
                accountant=acc).fit(X)
     assert len(acc.history()) == 1
     assert _describe(10**5000) != _describe(10**5000 + 1)
+
+
+@pytest.mark.parametrize("name, before, after", [
+    ("random_state", 1, True), ("data_norm", 1.0, True), ("n_components", 2, 2.0)])
+def test_a_stream_refuses_an_equal_value_of_another_type(name, before, after):
+    """A parameter set mid-stream to an equal value of another type is a change: the stream ran
+    on, get_params showing random_state=True for a stream seeded 1 (a refit from those
+    parameters is another fit, or refused)."""
+    from dptensor import PrivatePCA
+    X = np.random.default_rng(0).normal(size=(50, 4))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    est = PrivatePCA(n_components=2, data_norm=1.0, epsilon=1.0, random_state=1)
+    est.set_params(**{name: before}).partial_fit(X)
+    est.set_params(**{name: after})
+    with pytest.raises(ValueError, match="parameters changed during a stream"):
+        est.partial_fit(X)
