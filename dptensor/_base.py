@@ -517,9 +517,12 @@ class PrivateEstimatorMixin:
 
 
 def _same_param(a, b) -> bool:
-    """Whether a parameter still has its value: the same object, or an equal value."""
+    """Whether a parameter still has its value: the same object, or an equal value of its type
+    (``True`` is no seed 1, nor ``2.0`` two components, in ``get_params`` or a refit)."""
     if a is b:
         return True
+    if type(a) is not type(b):
+        return False
     try:
         return bool(a == b)
     except Exception:  # no truth value (arrays): only the same object counts

@@ -388,7 +388,7 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         # scikit-learn's own checks first (sparse, complex, NaN/inf, empty, n_features_in_), then
         # the index-specific ones.
         X = validate_private_data(self, X, reset=True, dtype=None, ensure_min_features=2)
-        X, shape = check_indices(X, self.shape, warn_stray=True)
+        X, shape = check_indices(X, self.shape, warn_stray=self.privacy_unit != "user")
         y = check_completion_targets(y, X.shape[0])
         return X, y, shape
 

@@ -131,7 +131,11 @@ def test_parallel_runs_draw_independent_noise(X, monkeypatch):
         seen.append((threading.get_ident(), seed, draws))
         return original(self, parts, settings, overrides, index, seed, noise_rng)
     monkeypatch.setattr(search_module._PrivateSearch, "_one_run", spy)
-    _search(n_jobs=2, n_runs=12).fit(X)
+    for seed in range(20):  # the number of runs is drawn: a seed whose search runs several
+        seen.clear()
+        _search(n_jobs=2, n_runs=12).set_params(random_state=seed).fit(X)
+        if len(seen) >= 4:
+            break
     assert len(seen) >= 4 and len({thread for thread, _, _ in seen}) == 2  # both threads ran
     seeds = [seed for _, seed, _ in seen]
     assert len(set(seeds)) == len(seeds)  # each fit its own seed (its own spend stream)

@@ -165,7 +165,7 @@ class PrivacyAccountant:
         if math.isinf(self.epsilon):
             return
         total = epsilon_of(past + [event], self.delta)
-        if total > self.epsilon * (1 + 1e-9):
+        if total > self.epsilon:  # never approximate: an ulp over is over
             spent = epsilon_of(past, self.delta) if past else 0.0
             reason = getattr(event, "reason", "")
             if reason:

@@ -60,6 +60,20 @@ def gdp_delta(epsilon: float, mu: float) -> float:
     return max(0.0, math.exp(log_ndtr(a)) - math.exp(epsilon + log_ndtr(b)))
 
 
+def _gdp_delta_above(epsilon: float, mu: float) -> float:
+    """:func:`gdp_delta` plus a bound on its rounding error: at most 1, never below the true
+    profile. The two terms may cancel to far below their size (epsilon=1e-6 at delta=1e-300
+    leaves 1e-5 of them), where a relative margin on delta does not cover their rounding; each
+    term's error is a few ulps of its logarithm, whose size it multiplies."""
+    if mu <= 0 or math.isinf(mu):
+        return gdp_delta(epsilon, mu)
+    a, b = -epsilon / mu + mu / 2, -epsilon / mu - mu / 2
+    log_a, log_b = log_ndtr(a), epsilon + log_ndtr(b)
+    error = 64 * 2.0**-52 * sum(math.exp(v) * (1.0 + abs(v)) for v in map(float, (log_a, log_b))
+                                if v > -math.inf)  # a term of -inf is an exact 0
+    return min(1.0, gdp_delta(epsilon, mu) + error)
+
+
 def gdp_epsilon(mu: float, delta: float) -> float:
     """The smallest epsilon with ``gdp_delta(epsilon, mu) <= delta``."""
     if mu <= 0:
@@ -67,14 +81,15 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     if delta <= 0 or math.isinf(mu):
         return math.inf
     target = delta * (1.0 - GDP_MARGIN)
-    if gdp_delta(0.0, mu) <= target:
+    if _gdp_delta_above(0.0, mu) <= target:
         return 0.0
     hi = max(1.0, mu * mu)
-    while gdp_delta(hi, mu) > target:
+    while _gdp_delta_above(hi, mu) > target:
         hi *= 2.0
-    epsilon = brentq(lambda e: gdp_delta(e, mu) - target, 0.0, hi, xtol=1e-14, rtol=1e-13)
+    epsilon = brentq(lambda e: _gdp_delta_above(e, mu) - target, 0.0, hi, xtol=1e-14,
+                     rtol=1e-13)
     step = math.ulp(epsilon)  # the root's tolerance may leave it a hair low: step up past it
-    while gdp_delta(epsilon, mu) > target:
+    while _gdp_delta_above(epsilon, mu) > target:
         epsilon, step = epsilon + step, 2.0 * step
     return epsilon
 
@@ -87,9 +102,9 @@ def gdp_mu(epsilon: float, delta: float) -> float:
         return 0.0
     lo, hi = 1e-12, 1.0
     target = delta * (1.0 - GDP_MARGIN)
-    while gdp_delta(epsilon, hi) < target:
+    while _gdp_delta_above(epsilon, hi) < target:
         lo, hi = hi, hi * 2.0
-    mu = brentq(lambda m: gdp_delta(epsilon, m) - target, lo, hi, xtol=1e-15, rtol=1e-13)
+    mu = brentq(lambda m: _gdp_delta_above(epsilon, m) - target, lo, hi, xtol=1e-15, rtol=1e-13)
     step = math.ulp(mu)  # a hair high, the noise it calibrates would cost more than epsilon
     while gdp_epsilon(mu, delta) > epsilon:
         mu, step = mu - step, 2.0 * step

@@ -257,10 +257,18 @@ def _describe(value, depth: int = 0) -> str:
         return type(value).__qualname__
     if value is None or isinstance(value, (bool, str)):
         return repr(value)
-    if isinstance(value, numbers.Integral):
-        return repr(int(value))
+    if isinstance(value, numbers.Integral):  # in hex past 1e4000 (decimal's limit: 4300 digits)
+        return repr(int(value)) if abs(int(value)) < 10**4000 else hex(int(value))
     if isinstance(value, numbers.Real):
         return "nan" if math.isnan(value) else repr(float(value))
+    if isinstance(value, numbers.Complex):
+        return f"complex({inner(value.real)},{inner(value.imag)})"
+    if isinstance(value, (bytes, bytearray)):
+        return f"{type(value).__qualname__}:{bytes(value).hex()}"
+    if isinstance(value, np.generic):  # np.bool_, np.datetime64, ...: the value they hold
+        return f"{value.dtype}:{inner(value.item())}"
+    if isinstance(value, (set, frozenset)):  # sorted: a set's order follows the process's hash
+        return type(value).__qualname__ + "{" + ",".join(sorted(inner(v) for v in value)) + "}"
     if isinstance(value, (list, tuple)):
         return "(" + ",".join(inner(v) for v in value) + ")"
     if isinstance(value, dict):
@@ -273,7 +281,11 @@ def _describe(value, depth: int = 0) -> str:
     if hasattr(value, "get_params"):
         # An estimator inside a search or pipeline is described by its own parameters: searches
         # over differently configured estimators must not share the search's noise.
-        return type(value).__qualname__ + inner(value.get_params(deep=False))
+        # Not by its accountant (a random id, the process's id), verbosity or n_jobs, which
+        # change nothing it releases: one seeded search was keyed apart in every process. Its
+        # seed is kept: a step's random_state (a random projection's) changes what is fitted.
+        return type(value).__qualname__ + inner(
+            {k: v for k, v in value.get_params(deep=False).items() if k not in UNDESCRIBED})
     if hasattr(value, "dist") and hasattr(value, "args") and hasattr(value, "kwds"):
         # A frozen scipy distribution (a randomized search's parameter): its law and arguments.
         return f"{type(value).__qualname__}:{getattr(value.dist, 'name', '?')}" + inner(
@@ -288,6 +300,11 @@ def _describe(value, depth: int = 0) -> str:
         # and what a closure captured: two made by one factory differ only there
         body += inner([_cell(c) for c in getattr(value, "__closure__", None) or ()])
         return f"{type(value).__qualname__}:{getattr(value, '__module__', None)}.{name}{body}"
+    reduced = _reduced(value)
+    if reduced is not None:
+        # what a pickle rebuilds it from (a functools.partial's function and arguments, an
+        # object's __slots__, a range's bounds): its __dict__ may hold none of it
+        return type(value).__qualname__ + inner(reduced)
     state = getattr(value, "__dict__", None)
     if isinstance(state, dict):
         # any other object (say a scipy rv_discrete in a grid) by its attributes: by its class
@@ -297,8 +314,25 @@ def _describe(value, depth: int = 0) -> str:
     return type(value).__qualname__
 
 
+#: An inner estimator's parameters left out of its description: they change nothing it releases.
+UNDESCRIBED = ("accountant", "verbose", "n_jobs")
+
 #: How deep :func:`_describe` follows an object's attributes (cycles end there).
 DESCRIBE_DEPTH = 8
+
+
+def _reduced(value):
+    """``value``'s pickle recipe (callable, arguments, state, items), or None if it has none."""
+    try:
+        recipe = value.__reduce_ex__(4)
+    except Exception:  # noqa: BLE001 - a lock, a generator, a module: no public recipe
+        return None
+    if not isinstance(recipe, tuple):
+        return None
+    parts = [list(p) if i >= 3 and p is not None else p for i, p in enumerate(recipe)]
+    if len(parts) > 2 and isinstance(parts[2], dict):
+        parts[2] = {k: v for k, v in parts[2].items() if not str(k).startswith("__")}
+    return parts
 
 
 def _cell(cell):
