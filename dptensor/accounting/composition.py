@@ -68,10 +68,11 @@ def _gdp_delta_above(epsilon: float, mu: float) -> float:
     if mu <= 0 or math.isinf(mu):
         return gdp_delta(epsilon, mu)
     a, b = -epsilon / mu + mu / 2, -epsilon / mu - mu / 2
-    log_a, log_b = log_ndtr(a), epsilon + log_ndtr(b)
-    error = 64 * 2.0**-52 * sum(math.exp(v) * (1.0 + abs(v)) for v in map(float, (log_a, log_b))
+    log_a, log_b = float(log_ndtr(a)), epsilon + float(log_ndtr(b))  # gdp_delta's two terms
+    term_a, term_b = math.exp(log_a), math.exp(log_b)
+    error = 64 * 2.0**-52 * sum(t * (1.0 + abs(v)) for t, v in ((term_a, log_a), (term_b, log_b))
                                 if v > -math.inf)  # a term of -inf is an exact 0
-    return min(1.0, gdp_delta(epsilon, mu) + error)
+    return min(1.0, max(0.0, term_a - term_b) + error)
 
 
 def gdp_epsilon(mu: float, delta: float) -> float:
