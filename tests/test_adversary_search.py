@@ -314,7 +314,7 @@ def test_an_expected_number_of_runs_beyond_max_runs_is_refused_before_the_spend(
     for n_runs in (1e15, 10 * MAX_RUNS):
         search = PrivateGridSearchCV(PrivatePCA(data_norm=1.0), {"n_components": [1, 2]},
                                      epsilon=2.0, n_runs=n_runs)
-        _refused_before_spend(search, X, r"n_runs .* must be a number in \[1, 1e\+06\]")
+        _refused_before_spend(search, X, r"n_runs .* must be a number in \[1, 100000\]")
     cost = PrivateGridSearchCV(PrivatePCA(data_norm=1.0), {"n_components": [1, 2]}, epsilon=2.0,
                                n_runs=MAX_RUNS).privacy_cost(*X.shape)
     assert cost.epsilon <= 2.0

@@ -39,6 +39,7 @@ import secrets
 import numpy as np
 
 __all__ = ["seed_entropy", "spend_generator", "fingerprint", "data_digest", "RowDigest", "rekeyed",
+           "rekey_words", "keyed_generator",
            "AsDense"]
 
 #: Bits of entropy drawn from the operating system (or from a given generator) per fit.
@@ -233,7 +234,17 @@ def rekeyed(rng: np.random.Generator, key: tuple[int, ...]) -> np.random.Generat
 
     ``rng`` advances by exactly two words, whatever the key.
     """
-    words = rng.integers(0, 2**63, size=2, dtype=np.uint64)
+    return keyed_generator(rekey_words(rng), key)
+
+
+def rekey_words(rng: np.random.Generator) -> tuple[int, int]:
+    """The two words of ``rng`` that :func:`rekeyed` takes: drawn now, the generator built later
+    (:func:`keyed_generator`), so that many can be drawn in order at a tuple's memory each."""
+    return tuple(int(w) for w in rng.integers(0, 2**63, size=2, dtype=np.uint64))
+
+
+def keyed_generator(words, key: tuple[int, ...]) -> np.random.Generator:
+    """The generator of :func:`rekeyed` from its two ``words`` and ``key``."""
     seq = np.random.SeedSequence([int(w) for w in words], spawn_key=tuple(key))
     return np.random.Generator(np.random.PCG64(seq))
 

@@ -20,7 +20,7 @@ from .._base import FitData, FitPlan, PrivateEstimatorMixin
 from .._guards import say as _say, silenced
 from .._memory import FLOAT, prechecked
 from ..algorithms.exact import exact_gaussian_release
-from ..mechanisms.randomness import rekeyed
+from ..mechanisms.randomness import keyed_generator, rekey_words
 from ._parallel import in_parallel
 from ._search_doc import SEARCH_DOC as _SEARCH_DOC
 from .._validation import check_groups, check_positive_int
@@ -40,7 +40,7 @@ MAX_SCORE_NOISE = 0.1
 
 #: The largest expected number of runs: the runs are drawn and made after the spend, and a
 #: search of more would not finish (n_runs=1e15 was charged, then hung building its list).
-MAX_RUNS = 1e6
+MAX_RUNS = 1e5
 
 def _delegate(method):
     def check(self):
@@ -419,12 +419,16 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         target_seed = _seed(rng) if users else None
         event = settings.event
         n_runs = draw_n_runs(event.shape, event.mean, rng)
-        runs = [(int(rng.integers(len(settings.candidates))), _seed(rng), rekeyed(rng, (i,)))
+        # each run's noise generator drawn here in order (its words), built when it runs: a
+        # tuple a run, not a generator's state, however many runs were drawn
+        runs = [(int(rng.integers(len(settings.candidates))), _seed(rng), (i, rekey_words(rng)))
                 for i in range(n_runs)]
         parts = (X, y, train, val, val_codes, None if users else codes, target_seed)
 
         def one(run):
-            return self._one_run(parts, settings, overrides, *run)
+            index, seed, (i, words) = run
+            return self._one_run(parts, settings, overrides, index, seed,
+                                 keyed_generator(words, (i,)))
         scores = in_parallel(one, runs, self._n_workers(n_runs))
         best_index, best_score = None, -math.inf
         for (index, _, _), score in zip(runs, scores):

@@ -40,7 +40,7 @@ SEARCH_DOC = """
     delta : float or None, default=None
         ``None`` takes the accountant's delta (1e-5 without an accountant).
     n_runs : float or None, default=None
-        Expected number of runs ``E[K]`` (in [1, ``MAX_RUNS``] = [1, 1e6]); ``None``: the number
+        Expected number of runs ``E[K]`` (in [1, ``MAX_RUNS``] = [1, 1e5]); ``None``: the number
         of candidates. More runs try more candidates and cost more, logarithmically.
     validation_fraction : float, default=0.2
         Share of the units held out to score candidates. Refused (before any spend) when the
