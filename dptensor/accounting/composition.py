@@ -25,6 +25,7 @@ priced in RDP only, by Papernot & Steinke's theorems (:func:`selection_rdp`, der
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -75,6 +76,13 @@ def _gdp_delta_above(epsilon: float, mu: float) -> float:
     return min(1.0, max(0.0, term_a - term_b) + error)
 
 
+#: The GDP conversions are pure functions of two floats, each a few root searches: cached, for a
+#: search prices many candidates at the same (epsilon, delta) in every round of its own root
+#: search.
+_CONVERSIONS = 4096
+
+
+@functools.lru_cache(maxsize=_CONVERSIONS)
 def gdp_epsilon(mu: float, delta: float) -> float:
     """The smallest epsilon with ``gdp_delta(epsilon, mu) <= delta``."""
     if mu <= 0:
@@ -95,6 +103,7 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     return epsilon
 
 
+@functools.lru_cache(maxsize=_CONVERSIONS)
 def gdp_mu(epsilon: float, delta: float) -> float:
     """The largest ``mu`` such that ``mu``-GDP implies ``(epsilon, delta)``-DP."""
     if math.isinf(epsilon) or delta >= 1:
