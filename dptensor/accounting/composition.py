@@ -208,6 +208,15 @@ def rdp_delta(rdp: np.ndarray, epsilon: float, orders: np.ndarray = ORDERS) -> f
     return float(min(1.0, math.exp(min(0.0, np.nanmin(log_delta)))))
 
 
+def _rdp_deltas(rdp: np.ndarray, epsilons, orders: np.ndarray = ORDERS) -> list[float]:
+    """:func:`rdp_delta` at each of ``epsilons``, as one array operation: the same operations on
+    every element, hence the same bits, as a call for each."""
+    eps = np.asarray(epsilons, dtype=float)[:, None]
+    with np.errstate(invalid="ignore"):
+        log_delta = (orders - 1) * (rdp - eps + np.log1p(-1.0 / orders)) - np.log(orders)
+    return [min(1.0, math.exp(min(0.0, v))) for v in np.nanmin(log_delta, axis=1)]
+
+
 # --------------------------------------------------------------------------------------------
 # Private selection (Papernot & Steinke 2022), derived in docs/derivations/private_selection.rst
 # --------------------------------------------------------------------------------------------
@@ -253,8 +262,9 @@ def repeat_and_select_rdp(rdp: np.ndarray, mean: float, shape: float,
     """
     rdp = np.asarray(rdp, dtype=float)
     if math.isinf(shape):
-        out = np.array([r + mean * rdp_delta(rdp, math.log1p(1.0 / (a - 1.0)), orders)
-                        + math.log(mean) / (a - 1.0) for a, r in zip(orders, rdp)])
+        deltas = _rdp_deltas(rdp, [math.log1p(1.0 / (a - 1.0)) for a in orders], orders)
+        out = np.array([r + mean * d + math.log(mean) / (a - 1.0)
+                        for a, r, d in zip(orders, rdp, deltas)])
     else:
         gamma = tnb_gamma(shape, mean)
         constant = (1.0 + shape) * np.min((1.0 - 1.0 / orders) * rdp - math.log(gamma) / orders)
