@@ -119,3 +119,37 @@ def test_uncentred_values_are_refused_before_the_spend():
     assert acc.history() == []
     with pytest.raises(ValueError, match="fit_intercept must be True"):
         est.privacy_cost(10, 2)
+
+
+def _user_fit(shape, rank, n, seed=0):
+    rng = np.random.default_rng(seed)
+    X = np.c_[rng.integers(0, shape[0], n), rng.integers(0, shape[1], n)]
+    y = rng.integers(1, 6, n).astype(float)
+    est = PrivateTensorCompletion(rank=rank, privacy_unit="user", epsilon=2.0, delta=1e-5,
+                                  value_range=(1, 5), shape=shape, random_state=seed)
+    return est, X, y
+
+
+def test_the_power_start_is_not_priced_as_the_items_x_items_matrix_it_never_forms():
+    """The memory bound of a user-level fit was the value-level statistics mode's, with
+    ``7 n_items^2`` floats for a spectral start: at 40000 items 83.5 GiB, so the fit was refused
+    (before the spend) on most machines although its power start holds a few megabytes."""
+    est, _, _ = _user_fit((50, 40000), 2, 2000)
+    need, _ = est._memory_estimate(2000, 2)
+    assert need < 1 << 30
+
+
+@pytest.mark.parametrize("shape, rank", [((300, 1500), 3), ((50, 5000), 3), ((200, 300), 0)])
+def test_a_user_level_fit_allocates_within_its_memory_bound(shape, rank):
+    import tracemalloc
+    est, X, y = _user_fit(shape, rank, 20000)
+    need, _ = est._memory_estimate(len(y), 2)
+    tracemalloc.start()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est.fit(X, y)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak <= need

@@ -92,7 +92,7 @@ class UserLevel(CompletionMode):
         return 1 if requested is None else requested
 
     def memory_mode(self, solver):
-        return "statistics"
+        return "user"
 
     def check_modes(self, order, fixed, factor_modes):
         if factor_modes is not None and tuple(int(m) for m in factor_modes) != (0, 1):
