@@ -153,3 +153,27 @@ def test_a_user_level_fit_allocates_within_its_memory_bound(shape, rank):
     finally:
         tracemalloc.stop()
     assert peak <= need
+
+
+def test_a_bound_too_large_for_float64_sums_is_refused_before_the_spend():
+    """``max_ratings_per_user=2**62`` passed every check, was charged, then every release's
+    rounding bound refused it after the spend (``shape[0] m`` terms past 2**52)."""
+    from dptensor.model_selection import PrivateGridSearchCV
+    X, y = _others(np.random.default_rng(5), 60, (60, 20))
+    for m in (2**62, 10**30):
+        acc = PrivacyAccountant(epsilon=100.0, delta=1e-3)
+        est = PrivateTensorCompletion(rank=1, privacy_unit="user", epsilon=2.0, delta=1e-5,
+                                      value_range=(1, 5), shape=(60, 20), accountant=acc,
+                                      max_ratings_per_user=m, random_state=0)
+        with pytest.raises(ValueError, match="max_ratings_per_user"):
+            est.fit(X, y)
+        with pytest.raises(ValueError, match="max_ratings_per_user"):
+            est.privacy_cost(10, 2)
+        search = PrivateGridSearchCV(est.set_params(max_ratings_per_user=3),
+                                     {"max_ratings_per_user": [3, m]}, epsilon=8.0, delta=1e-5,
+                                     accountant=acc, random_state=0)
+        with pytest.raises(ValueError, match="max_ratings_per_user"):
+            search.fit(X, y)
+        assert acc.history() == []
+    est.set_params(max_ratings_per_user=10**6).fit(X, y)  # a large bound that sums can round
+    assert len(acc.history()) == 1
