@@ -85,6 +85,12 @@ class AutoChoice:
                    "hides)" if self.perturbation == "implicit" else "")
             raise ValueError('privacy_unit="user" runs user-level DP-ALS on a CP model: use '
                              f'perturbation="auto" or "statistics", not {self.perturbation!r}{why}')
+        if not self.fit_intercept:
+            # its releases rest on values centred on the range's midpoint, in [-1/2, 1/2] of its
+            # width: uncentred ones (up to max(|lo|, |hi|) / width) move the total by more
+            raise ValueError('privacy_unit="user" centres the values on value_range\'s midpoint '
+                             "(its sensitivities rest on centred values) and releases an "
+                             "intercept: fit_intercept must be True")
         if m is None:
             return "user", MAX_RATINGS_PER_USER
         return "user", check_positive_int(m, "max_ratings_per_user")

@@ -7,6 +7,8 @@ from .implicit import LANCZOS_MAXITER, TOP_DIRECTIONS
 from .model import _CHUNK
 from .observations import DENSE_MAX_CELLS, DENSE_RATIO, DENSE_RATIO_TUCKER, DENSE_RATIO_TUCKER_ALS
 from .spectral import kronecker_start, spectral_floats
+from .user_level import COOCCURRENCE_BLOCK
+from .user_start import power_block, start_method
 
 
 def _grid_cells(n_obs, shape, tucker, als):
@@ -29,6 +31,8 @@ def fit_floats(n_obs, shape, rank, *, tucker, mode, fixed=(), chooses=False):
     that chooses its modes on held-out entries first (``factor_modes="auto"`` without noise)
     also holds the nine tenths' positions, values and layouts, and the split.
     """
+    if mode == "user":
+        return user_floats(n_obs, shape, rank)
     d, n, r = len(shape), n_obs, rank
     free = [m for m in range(d) if m not in fixed]
     rows = max(shape)
@@ -58,6 +62,23 @@ def fit_floats(n_obs, shape, rank, *, tucker, mode, fixed=(), chooses=False):
         kron = kronecker_start(n, shape, r, lead, fixed)
         total += grams + spectral_floats(n, shape, r, lead, fixed, kron=kron)
     return total
+
+
+def user_floats(n_obs, shape, rank):
+    """Floats a user-level fit (``privacy_unit="user"``) holds at its peak, an upper bound from
+    the number of entries, the shape and the rank: the entries' layouts (as :func:`fit_floats`),
+    the bounding's keys and orders, the per-entry products of one normal-equation pass, every
+    user's and item's Gram with its copies and solve, and the start the public rule names
+    (:func:`~dptensor.algorithms.completion.user_start.start_method`): the items x items matrix
+    with its copies, or the power start's blocks, which never form it."""
+    n, r, d, n_items = n_obs, rank, len(shape), shape[1]
+    total = 8 * n + 2 * sum(shape) + d * (d + 3) * n + 16 * n  # layouts, the bounding
+    total += n * (r * r + 4 * r + 8) + (shape[0] + n_items) * (r + 1) ** 2 * 6
+    if not r:
+        return total
+    if start_method(n_items, r) == "power":  # the block, its product, QR and SVD; sparse rows
+        return total + 8 * n_items * power_block(r) + 8 * n
+    return total + 7 * n_items ** 2 + 3 * n_items * min(n_items, COOCCURRENCE_BLOCK) + 8 * n
 
 
 def fit_advice(tucker):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from ....accounting.composition import gdp_mu
 from ....accounting.events import ComposedEvent, GaussianEvent
 from ..user_level import fit_user_level
+from ..releases import entry_rounding
 from ..user_start import start_releases
 from .base import CompletionMode
 
@@ -62,6 +63,22 @@ def user_noise(mu, order, rank, n_iter, offset_share, start_steps=1):
     return z, counts
 
 
+def check_sum_lengths(shape, m):
+    """Refuse, before the spend, a bound ``m`` whose sums over the ``shape[0] m`` kept entries
+    float64 cannot bound the rounding of (every release would refuse it after the spend)."""
+    try:
+        n_users = int(shape[0])
+    except (TypeError, ValueError, IndexError):
+        return  # no public shape: refused by the checks that own it (a preview without it)
+    try:
+        entry_rounding(n_users, 1.5 * m, n_users * m).allowance()
+    except (ValueError, OverflowError):
+        raise ValueError(f"max_ratings_per_user={m} over shape[0]={n_users} users bounds the kept "
+                         "entries at more than float64 sums can round safely (2**52 terms): "
+                         "lower max_ratings_per_user (a user keeps at most one entry per item, "
+                         "so shape[1] is enough)") from None
+
+
 def public_items(shape):
     """The number of items of a public ``shape`` (``None`` when it is not set or not valid:
     refused later, by the checks that own it)."""
@@ -92,7 +109,7 @@ class UserLevel(CompletionMode):
         return 1 if requested is None else requested
 
     def memory_mode(self, solver):
-        return "statistics"
+        return "user"
 
     def check_modes(self, order, fixed, factor_modes):
         if factor_modes is not None and tuple(int(m) for m in factor_modes) != (0, 1):
@@ -113,6 +130,7 @@ class UserLevel(CompletionMode):
 
     @staticmethod
     def _plan_of(p, zs, main, n_queries, event):
+        check_sum_lengths(p.get("shape"), p["max_ratings_per_user"])
         return {"event": event, "zs": zs, "z": main, "m": p["max_ratings_per_user"],
                 "clip": USER_CLIP, "factor_clip": FACTOR_CLIP, "rounds": OFFSET_ROUNDS,
                 "n_iter": p["n_iter"], "n_queries": n_queries}
