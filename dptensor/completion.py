@@ -186,8 +186,8 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         accounting each batch as a full step would waste the subsampling. Any other value raises.
     fit_intercept : bool, default=True
         Fit the global mean and per-mode row effects (released privately when private). Without
-        them the values are not centred: data whose mean is far from 0 (ratings on 1..5) is then
-        poorly fitted, since the private modes clip residuals to a fraction of the value range.
+        them the values are not centred: data far from 0 (ratings on 1..5) then fits poorly (the
+        private modes clip residuals to a fraction of the range). User level refuses False.
     solver : {"auto", "als", "gd"}, default="auto"
         ``"auto"``: ALS for ``None``, ``"input"``, ``"statistics"`` and ``"implicit"``, gradient
         descent for ``"gradient"`` and ``"output"`` (which require it).
