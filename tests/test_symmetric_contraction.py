@@ -11,9 +11,9 @@ from dptensor.algorithms.operators import SymmetricTensor, symmetrize_tensor
 from dptensor.datasets import make_orthogonal_tensor
 
 
-def _kernel():
+def _kernel(lanes=1, dtype=np.float64):
     pytest.importorskip("numba")
-    kernel = sc.compiled_kernel()
+    kernel = sc.compiled_kernel(lanes, dtype)
     assert kernel is not None
     return kernel
 
@@ -26,14 +26,40 @@ def _close(a, b, rtol):
 
 
 @pytest.mark.parametrize("d", [1, 2, 3, 4, 5, 7, 8, 9, 13])
-@pytest.mark.parametrize("L", [1, 3, 10])
+@pytest.mark.parametrize("L", [1, 3, 10, 17])
 def test_every_placement_of_every_entry_small_d(d, L):
-    """Small d walks every branch (the four-column blocks, their ends, the single columns)."""
+    """Small d walks every block (full, and the last of each k with columns past k); 17
+    restarts run in two passes."""
+    for width in sc.pass_widths(L):
+        _kernel(width)
     rng = np.random.default_rng(d * 31 + L)
     T = symmetrize_tensor(rng.standard_normal((d, d, d)))
     U = rng.standard_normal((d, L))
-    out = sc.contract_distinct(sc.pack_distinct(T), U, _kernel())
+    out = sc.contract_distinct(sc.pack_distinct(T), U)
     _close(out, np.einsum("abc,bl,cl->al", T, U, U), 1e-13)
+
+
+def test_the_packing_holds_each_distinct_entry_once_with_its_weight():
+    """Brute force: the packed numbers are the weighted distinct entries and zeros."""
+    d = 9
+    T = np.arange(1.0, d**3 + 1).reshape(d, d, d)  # every entry distinct
+    packed = sc.pack_distinct(T)
+    expected = {}
+    for i in range(d):
+        for j in range(i, d):
+            for k in range(j, d):
+                weight = 1 / 3 if i == j == k else 1.0 if (i == j or j == k) else 2.0
+                expected[T[k, j, i] * weight] = expected.get(T[k, j, i] * weight, 0) + 1
+    kept = packed[packed != 0]
+    assert len(kept) == d * (d + 1) * (d + 2) // 6
+    assert sorted(kept.tolist()) == pytest.approx(sorted(expected))
+
+
+@pytest.mark.parametrize("L, widths", [(1, [1]), (10, [10]), (16, [16]), (17, [9, 8]),
+                                       (40, [14, 14, 12])])
+def test_restarts_run_in_as_few_passes_as_the_lanes_allow(L, widths):
+    assert sc.pass_widths(L) == widths
+    assert max(widths) <= sc.MAX_LANES and sum(widths) == L
 
 
 @pytest.mark.parametrize("d", [96, 101, 130])
@@ -50,11 +76,11 @@ def test_the_compiled_path_agrees_with_the_numpy_path(monkeypatch, d):
 
 
 def test_float32_stays_float32():
-    kernel = _kernel()
+    _kernel(4, np.float32)
     rng = np.random.default_rng(3)
     T = symmetrize_tensor(rng.standard_normal((97, 97, 97))).astype(np.float32)
     U = rng.standard_normal((97, 4)).astype(np.float32)
-    out = sc.contract_distinct(sc.pack_distinct(T), U, kernel)
+    out = sc.contract_distinct(sc.pack_distinct(T), U)
     ref = np.einsum("abc,bl,cl->al", T.astype(float), U.astype(float), U.astype(float))
     _close(out, ref.astype(np.float32), 1e-5)
 
@@ -67,13 +93,13 @@ def test_below_the_threshold_and_without_numba_the_numpy_path_runs(monkeypatch):
     op = SymmetricTensor(T)
     monkeypatch.setattr(compiled, "ENABLED", False)
     monkeypatch.setattr(compiled, "_KERNELS", {})
-    assert op._kernel() is None
+    assert not op._kernel()
     slow = op.apply(U)
     assert op._distinct is None  # nothing packed for a path not taken
     _close(slow, np.einsum("abc,bl,cl->al", T, U, U), 1e-12)
     small = SymmetricTensor(T[:d - 1, :d - 1, :d - 1])
     monkeypatch.setattr(compiled, "ENABLED", True)
-    assert small._kernel() is None
+    assert not small._kernel()
 
 
 def test_the_operation_count_covers_both_paths():

@@ -2,22 +2,43 @@
 gives the same numbers: compiled once per process on first use, on tiny public arrays."""
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import warnings
 
-__all__ = ["compiled"]
+__all__ = ["compiled", "available"]
 
 _KERNELS: dict = {}  # name -> compiled function, or None where numba is missing or fails
 #: False: every caller takes its NumPy path (the tests of the fallbacks set it).
 ENABLED = True
 
 
-def _compile(fn, warm_up, fastmath):
+@contextlib.contextmanager
+def _slp_vectorized(on: bool):
+    """numba's LLVM passes with the SLP vectoriser (which packs independent scalar operations
+    into vector registers; numba leaves it off by default) while ``on``. The pass builder reads
+    the setting each time it is built, so the change reaches this compilation only; where a
+    numba version reads it elsewhere, the kernel compiles unvectorised (slower, the same to
+    rounding)."""
+    from numba.core import config
+
+    before = config.SLP_VECTORIZE
+    if on:
+        config.SLP_VECTORIZE = 1
+    try:
+        yield
+    finally:
+        config.SLP_VECTORIZE = before
+
+
+def _compile(fn, warm_up, fastmath, slp):
     import numba
 
     for cache in (True, False):  # caching needs a writable place; without it, compile anyway
         try:
             kernel = numba.njit(cache=cache, nogil=True, fastmath=fastmath)(fn)
-            warm_up(kernel)  # compiled here on tiny public arrays, never on the data
+            with _slp_vectorized(slp):
+                warm_up(kernel)  # compiled here on tiny public arrays, never on the data
             return kernel
         except Exception:
             if not cache:
@@ -25,17 +46,24 @@ def _compile(fn, warm_up, fastmath):
     return None
 
 
-def compiled(name: str, fn, warm_up, fastmath=False):
+def available() -> bool:
+    """Whether kernels may compile here (numba installed and :data:`ENABLED`): a check that
+    compiles nothing; :func:`compiled` may still return ``None``."""
+    return ENABLED and importlib.util.find_spec("numba") is not None
+
+
+def compiled(name: str, fn, warm_up, fastmath=False, slp=False):
     """numba's ``fn`` (compiled by ``warm_up(kernel)``), or ``None`` without numba (or where it
     fails to compile: the caller's NumPy path computes the same, slower). ``fastmath``: the
-    flags the kernel's own notes justify (none by default: every operation as written)."""
+    flags the kernel's own notes justify (none by default: every operation as written);
+    ``slp``: vectorise independent scalar operations too (a kernel written lane by lane)."""
     if not ENABLED:
         return None
     if name not in _KERNELS:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                kernel = _compile(fn, warm_up, fastmath)
+                kernel = _compile(fn, warm_up, fastmath, slp)
         except Exception:  # ImportError, or a numba that cannot compile on this machine
             kernel = None
         _KERNELS[name] = kernel

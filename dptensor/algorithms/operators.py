@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .compiled import available as compiled_available
 from .compiled import compiled
 from .pair_products import pair_products
 from .symmetric_contraction import KERNEL_MIN_D, contract_distinct, pack_distinct
-from .symmetric_contraction import compiled_kernel as contraction_kernel
 
 __all__ = ["SymmetricTensor", "ThirdMoment", "DeflatedTensor", "GramMatrix", "DenseMatrix",
            "symmetrize_tensor", "moment_tensor", "moment_chunk_rows", "MomentSum"]
@@ -171,18 +171,17 @@ class SymmetricTensor(TensorOperator):
         return self._half
 
     def _kernel(self):
-        """The compiled contraction where this tensor takes it, else ``None``."""
-        if not (self.use_kernel and self.shape[0] >= KERNEL_MIN_D
-                and self.T.dtype in (np.float32, np.float64)):
-            return None
-        return contraction_kernel()
+        """Whether this tensor takes the compiled contraction (where its passes compile)."""
+        return (self.use_kernel and self.shape[0] >= KERNEL_MIN_D
+                and self.T.dtype in (np.float32, np.float64) and compiled_available())
 
     def apply(self, U):
-        kernel = self._kernel()
-        if kernel is not None:
+        if self._kernel():
             if self._distinct is None:
                 self._distinct = pack_distinct(self.T)
-            return contract_distinct(self._distinct, U, kernel)
+            out = contract_distinct(self._distinct, U)
+            if out is not None:
+                return out
         # K is built transposed, (L, pairs), from contiguous rows of U^T (compiled where numba
         # is installed: the same products, 5-10x faster than NumPy's two gathers).
         K = pair_products(np.ascontiguousarray(U.T), self._rows, self._cols,
