@@ -62,7 +62,7 @@ def test_restarts_run_in_as_few_passes_as_the_lanes_allow(L, widths):
     assert max(widths) <= sc.MAX_LANES and sum(widths) == L
 
 
-@pytest.mark.parametrize("d", [96, 101, 130])
+@pytest.mark.parametrize("d", [64, 101, 130])
 def test_the_compiled_path_agrees_with_the_numpy_path(monkeypatch, d):
     _kernel()
     rng = np.random.default_rng(d)
@@ -111,7 +111,7 @@ def test_the_operation_count_covers_both_paths():
 
 def test_a_fit_finds_the_same_components_on_both_paths(monkeypatch):
     _kernel()
-    T, _, V = make_orthogonal_tensor(96, 3, noise=0.01, random_state=0)
+    T, _, V = make_orthogonal_tensor(sc.KERNEL_MIN_D, 3, noise=0.01, random_state=0)
 
     def fit():
         with warnings.catch_warnings():

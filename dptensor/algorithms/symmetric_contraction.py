@@ -41,9 +41,10 @@ __all__ = ["pack_distinct", "contract_distinct", "compiled_kernel", "pass_widths
            "KERNEL_MIN_D", "contraction_terms"]
 
 #: Smallest d for which :class:`~dptensor.algorithms.operators.SymmetricTensor` takes the compiled
-#: loop: below it the thin GEMM over the packed half is less than 2x slower (measured in
-#: ``benchmarks/bench_tensor_decomposition.py``, part ``contraction``).
-KERNEL_MIN_D = 96
+#: loop: below it the thin GEMM over the packed half is less than 2x slower (one step, L=10, one
+#: thread: 1.9x at d=50, 2.8x at d=64 and 3x at d=200; the part ``contraction`` of
+#: ``benchmarks/bench_tensor_decomposition.py`` measures d=50, 100, 200).
+KERNEL_MIN_D = 64
 
 
 def contraction_terms(d: int) -> int:
