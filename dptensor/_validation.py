@@ -235,21 +235,41 @@ def validate_stream_chunk(estimator, X, *, reset: bool, **kwargs):
     guarantee as it was (``docs/derivations/pca.rst``). A non-private stream has no guarantee to
     keep and refuses such a chunk, the more useful answer there. Whether the stream is private
     is its recorded cost's answer once it runs: a parameter changed mid-stream does not count.
-    A private stream's first chunk of a text dtype is refused by that dtype, before the spend.
+    A private stream's first chunk of a text or object dtype is refused by that dtype, before
+    the spend (a list, by the dtype NumPy gives it).
     """
     if reset:
         private = math.isfinite(estimator._privacy_target()[0])
-        kind = getattr(X, "dtype", None) is not None and np.dtype(X.dtype).kind
-        if private and kind in ("U", "S"):  # its dtype, before the spend: no value is read
-            raise TypeError(f"X is text (dtype {X.dtype}): a private stream maps every row that "
-                            "holds no number to a zero row, so it would spend its budget and "
-                            "fit nothing. Convert the rows to numbers first")
+        kind = _array_kind(X)
+        if private and kind in ("U", "S"):  # its dtype, before the spend: no value is quoted
+            raise TypeError(f"X is text (dtype {np.asarray(X).dtype}): a private stream maps "
+                            "every row that holds no number to a zero row, so it would spend "
+                            "its budget and fit nothing. Convert the rows to numbers first")
+        if private and kind == "O":
+            raise TypeError("X holds Python objects (dtype object): a private stream maps every "
+                            "row that holds no number to a zero row, so it could spend its "
+                            "budget and fit nothing. Convert the rows to numbers first: "
+                            "np.asarray(X, dtype=float)")
     else:
         private = estimator.privacy_cost_.private
     if private:
         X = _numbers_or_nan(X)
     X = validate_private_data(estimator, X, reset=reset, ensure_all_finite=not private, **kwargs)
     return zero_nonfinite_rows(X) if private else X
+
+
+def _array_kind(X):
+    """The dtype kind of an array, or of the array NumPy makes of a list (``None`` for data
+    frames, sparse matrices and ragged rows: their own checks)."""
+    if hasattr(X, "dtypes") or hasattr(X, "tocsr"):
+        return None
+    dtype = getattr(X, "dtype", None)
+    if dtype is None:
+        try:
+            dtype = np.asarray(X).dtype
+        except ValueError:
+            return None
+    return np.dtype(dtype).kind
 
 
 def _numbers_or_nan(X):

@@ -115,4 +115,11 @@ def test_a_private_stream_that_starts_on_text_is_refused_before_the_spend(make):
     text = np.full((400, 4), "n/a")
     with pytest.raises(TypeError, match="X is text"):
         make().set_params(accountant=budget).partial_fit(text)
+    with pytest.raises(TypeError, match="X is text"):  # a list: the dtype NumPy gives it
+        make().set_params(accountant=budget).partial_fit(text.tolist())
+    # objects too (strings held as objects spent the budget and fitted nothing)
+    with pytest.raises(TypeError, match="Python objects.*dtype=float"):
+        make().set_params(accountant=budget).partial_fit(text.astype(object))
     assert budget.history() == []
+    make().set_params(accountant=budget).partial_fit(np.ones((400, 4)).tolist())  # numbers fit
+    assert len(budget.history()) == 1
