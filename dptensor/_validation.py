@@ -459,10 +459,15 @@ def check_nonnegative_real(value, name):
     return float(value)
 
 
-def check_completion_targets(y, n_index, name="y", of="X"):
+_OBSERVED_ONLY = ("pass only the observed entries (to_observations turns a NaN-marked array "
+                  "into (X, y))")
+
+
+def check_completion_targets(y, n_index, name="y", of="X", advice=_OBSERVED_ONLY):
     """The values ``y`` of a completion fit (or of its ``score``, or of a prediction history:
     ``name`` and ``of`` its index tuples' name) as float64, one per index tuple (``n_index``):
-    a column vector is raveled with a warning; others refused, in words that quote no value."""
+    a column vector is raveled with a warning; others refused, in words that quote no value.
+    ``advice``: what the error for a NaN or an infinity tells the caller to do."""
     y = np.asarray(y)
     if y.ndim == 2 and y.shape[1] == 1:
         warn(f"A column-vector {name} was passed when a 1d array was expected; "
@@ -481,6 +486,5 @@ def check_completion_targets(y, n_index, name="y", of="X"):
         raise TypeError(f"{name} must be real numbers, got dtype {y.dtype}")
     y = y.astype(np.float64)
     if not np.all(np.isfinite(y)):
-        raise ValueError(f"{name} contains NaN or infinity: pass only the observed entries "
-                         "(to_observations turns a NaN-marked array into (X, y))")
+        raise ValueError(f"{name} contains NaN or infinity: {advice}")
     return y
