@@ -100,6 +100,24 @@ def test_bounding_keeps_at_most_m_distinct_items_per_user_at_random():
     assert picks[0] != picks[1]
 
 
+def test_bounding_orders_by_user_and_item_without_overflow():
+    # The cell key user * (items.max() + 1) + item wrapped around int64 once users x items passed
+    # 2**63: the bounding then kept duplicates and broke its per-user count. Which entries are
+    # kept depends only on the order of the item labels, so a monotone relabelling to labels
+    # near 2**62 must keep the very same entries, at the same seed.
+    rng = np.random.default_rng(3)
+    users = np.repeat(np.arange(5), [7, 12, 3, 30, 9])
+    items = rng.integers(0, 8, len(users))
+    huge = items * 2**59 + 11  # up to 7 * 2**59 + 11 < 2**63; the cell key of user 4 is ~2**64
+    assert 4 * (int(huge.max()) + 1) > 2**63
+    for seed in range(3):
+        small = ul.bound_contributions(users, items, 5, 4, np.random.default_rng(seed))
+        large = ul.bound_contributions(users, huge, 5, 4, np.random.default_rng(seed))
+        np.testing.assert_array_equal(large, small)
+        assert len(set(zip(users[large], huge[large]))) == len(large)
+        assert np.bincount(users[large], minlength=5).max() <= 4
+
+
 def _ratings(seed=0, n_users=60, n_items=25):
     rng = np.random.default_rng(seed)
     X = np.array([(u, i) for u in range(n_users) for i in range(n_items) if rng.random() < 0.4])
