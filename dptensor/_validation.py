@@ -24,7 +24,7 @@ __all__ = ["check_epsilon", "check_delta", "check_privacy", "check_positive_int"
            "check_numeric_array", "validate_private_data", "validate_stream_chunk",
            "zero_nonfinite_rows", "check_groups", "check_value_range", "check_positive_real",
            "check_nonnegative_real", "check_completion_targets", "check_scale",
-           "check_projections"]
+           "check_projections", "check_data_scale"]
 
 
 def check_privacy(epsilon, delta, accountant=None, *, gaussian=True) -> tuple[float, float]:
@@ -436,6 +436,19 @@ def check_value_range(value_range, private):
     # units, and their squares are summed over the n values (n * (hi - lo)^2 must stay finite).
     check_scale(hi - lo, "value_range's width hi - lo", shown=value_range)
     return lo, hi
+
+
+def check_data_scale(y, name="y"):
+    """Refuse, before the spend, values a fit without ``value_range`` cannot scale: it takes its
+    centre and scale from the data, and beyond :data:`SCALE_RANGE` their squared sums (offsets'
+    root mean squares, the score) overflow float64 (at 1e300: infinite ``offsets_rms_`` and
+    score, with overflow warnings). The words quote no value. Returns ``y``."""
+    if y.size and float(np.max(np.abs(y))) > SCALE_RANGE[1]:
+        raise ValueError(f"{name} holds values beyond +-{SCALE_RANGE[1]:g}: without value_range "
+                         "the fit takes its centre and scale from the data, and their squares "
+                         "overflow float64 there. Rescale the values (divide them by a power "
+                         "of ten) or give value_range, a public (lo, hi) they are clipped to")
+    return y
 
 
 def check_positive_real(value, name, default, *, scale=False, maximum=math.inf):
