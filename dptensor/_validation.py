@@ -415,10 +415,15 @@ def check_groups(groups, n_rows: int):
     return codes, int(codes.max()) + 1 if codes.size else 0
 
 
-def check_value_range(value_range, private):
+def check_value_range(value_range, private, user=False):
     """A completion fit's public ``(lo, hi)`` checked (``None`` without one, refused when
-    ``private``)."""
+    ``private`` or at the ``user`` level, whose predictions need it)."""
     if value_range is None:
+        if user and not private:
+            raise ValueError('privacy_unit="user" needs value_range even without privacy: '
+                             "each user's predictions are solved from her own ratings, scaled "
+                             "and clipped by it. Give the values' public (lo, hi), e.g. the "
+                             "rating scale")
         if private:
             raise ValueError("value_range is required when epsilon is finite: values are "
                              "clipped to this public (lo, hi) and the noise is calibrated to "

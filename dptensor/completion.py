@@ -175,8 +175,8 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
     clip_norm : float or None, default=None
         Joint l2 bound on each entry's gradient (``None``: 0.1), in scaled units.
     value_range : (lo, hi) or None, default=None
-        Public range of the values (its width in [1e-90, 1e90]); required when private. Values
-        are clipped to it; without it they must lie within +-1e90 (the fit scales by them).
+        Public range of the values (width in [1e-90, 1e90]); required when private and at user
+        level. Values are clipped to it; without it they must lie within +-1e90 (scaled by).
     shape : tuple of int or None, default=None
         The tensor's shape; ``None`` infers one past the largest index of each mode of ``X``
         (a private fit with ``privacy_unit="user"`` refuses it: the indices are private).
@@ -429,7 +429,7 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
                              "\"statistics\", \"implicit\", \"input\", \"gradient\" or "
                              "\"output\"); perturbation=None is the non-private fit "
                              "(epsilon=np.inf)")
-        vrange = check_value_range(self.value_range, private)
+        vrange = check_value_range(self.value_range, private, user=p["unit"] == "user")
         noise, event = (mode.plan(p, epsilon, delta, len(dims)) if private
                         else (None, NonPrivateEvent("epsilon=inf")))
         if p["unit"] == "user" and not private:

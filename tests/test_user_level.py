@@ -327,3 +327,19 @@ def test_the_kept_entries_are_those_of_the_three_key_sort():
     order = order[np.lexsort((draw.random(len(order)), users[order]))]
     rank = np.arange(len(order)) - np.searchsorted(users[order], users[order])
     np.testing.assert_array_equal(keep, np.sort(order[rank < 7]))
+
+
+@NON_PRIVATE
+def test_a_user_level_fit_without_privacy_needs_a_value_range_before_the_spend():
+    # It fitted, then every predict raised TypeError (no value_range_ to scale a user's solve by)
+    X, y = _ratings(seed=4)
+    budget = PrivacyAccountant()
+    est = PrivateTensorCompletion(privacy_unit="user", accountant=budget, random_state=0)
+    with pytest.raises(ValueError, match=r'privacy_unit="user" needs value_range even without '
+                                         r"privacy: .* Give the values' public \(lo, hi\)"):
+        est.fit(X, y)
+    with pytest.raises(ValueError, match="needs value_range even without privacy"):
+        est.privacy_cost(len(y), 2)
+    assert budget.history() == []
+    est.set_params(value_range=(1, 5)).fit(X, y)
+    assert np.all(np.isfinite(est.predict(X[:5], history=(X[:5], y[:5]))))

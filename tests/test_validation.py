@@ -391,7 +391,8 @@ def test_a_zero_d_infinite_epsilon_is_no_privacy_where_it_is_read_before_validat
     from dptensor import PrivateTensorCompletion
     from dptensor.algorithms.pca_fit import finite_in_pass
     for eps in (np.inf, np.array(np.inf)):
-        cost = PrivateTensorCompletion(privacy_unit="user", epsilon=eps).privacy_cost(
-            n_samples=100, n_features=2)
+        cost = PrivateTensorCompletion(privacy_unit="user", epsilon=eps,
+                                       value_range=(1, 5)).privacy_cost(n_samples=100,
+                                                                        n_features=2)
         assert not cost.private
         assert finite_in_pass(np.zeros((3, 2)), "data", eps)
