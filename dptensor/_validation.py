@@ -443,16 +443,19 @@ def check_value_range(value_range, private, user=False):
     return lo, hi
 
 
-def check_data_scale(y, name="y"):
+_NO_VALUE_RANGE = ("without value_range the fit takes its centre and scale from the data, and "
+                   "their squares overflow float64 there. Rescale the values (divide them by a "
+                   "power of ten) or give value_range, a public (lo, hi) they are clipped to")
+
+
+def check_data_scale(y, name="y", why=_NO_VALUE_RANGE):
     """Refuse, before the spend, values a fit without ``value_range`` cannot scale: it takes its
     centre and scale from the data, and beyond :data:`SCALE_RANGE` their squared sums (offsets'
     root mean squares, the score) overflow float64 (at 1e300: infinite ``offsets_rms_`` and
-    score, with overflow warnings). The words quote no value. Returns ``y``."""
+    score, with overflow warnings). ``why``: the reason and what to do. The words quote no value.
+    Returns ``y``."""
     if y.size and float(np.max(np.abs(y))) > SCALE_RANGE[1]:
-        raise ValueError(f"{name} holds values beyond +-{SCALE_RANGE[1]:g}: without value_range "
-                         "the fit takes its centre and scale from the data, and their squares "
-                         "overflow float64 there. Rescale the values (divide them by a power "
-                         "of ten) or give value_range, a public (lo, hi) they are clipped to")
+        raise ValueError(f"{name} holds values beyond +-{SCALE_RANGE[1]:g}: {why}")
     return y
 
 

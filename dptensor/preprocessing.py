@@ -11,7 +11,7 @@ import numbers
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from ._validation import check_completion_targets, check_positive_int
+from ._validation import check_completion_targets, check_data_scale, check_positive_int
 
 __all__ = ["BiScaler", "bi_scale"]
 
@@ -141,7 +141,9 @@ class BiScaler(BaseEstimator):
         indices = np.asarray(indices)
         if indices.ndim != 2:
             raise ValueError(f"indices must have shape (n_obs, 3), got {indices.shape}")
-        values = _check_values(values, indices.shape[0])
+        values = check_data_scale(_check_values(values, indices.shape[0]), "values", why=(
+            "the standardisation squares them, which overflows float64 there (an infinite std_ "
+            "and scales). Rescale the values (divide them by a power of ten)"))
         if values.size == 0:
             raise ValueError("values is empty")
         if shape is None:
