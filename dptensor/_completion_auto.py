@@ -9,6 +9,7 @@ import numbers
 import operator
 
 from ._validation import check_positive_int
+from .exceptions import real_scalar
 from .algorithms.completion.modes import AUTO, MODES
 from .algorithms.completion.modes.auto import auto_choice, reads_positions
 from .algorithms.completion.positions import position_ratio
@@ -108,7 +109,7 @@ class AutoChoice:
         shape (:meth:`_check_public_shape`, the same message), first; ``needed``: any without;
         a set shape whose sizes the fit refuses, or (``order``) whose modes it does not match,
         rather than answering for a fit that cannot run."""
-        eps = self.epsilon
+        eps = real_scalar(self.epsilon)
         if self.privacy_unit == "user" and not (isinstance(eps, numbers.Real) and eps == math.inf):
             self._check_public_shape()
         if needed and self.shape is None:
@@ -125,7 +126,8 @@ class AutoChoice:
         Tucker)."""
         if self.perturbation != "auto":
             return self.perturbation
-        if isinstance(self.epsilon, numbers.Real) and math.isinf(self.epsilon) and self.epsilon > 0:
+        eps = real_scalar(self.epsilon)
+        if isinstance(eps, numbers.Real) and math.isinf(eps) and eps > 0:
             return None
         return AUTO[self.decomposition] if choice is None else choice["perturbation"]
 

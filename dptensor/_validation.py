@@ -24,7 +24,7 @@ __all__ = ["check_epsilon", "check_delta", "check_privacy", "check_positive_int"
            "check_numeric_array", "validate_private_data", "validate_stream_chunk",
            "zero_nonfinite_rows", "check_groups", "check_value_range", "check_positive_real",
            "check_nonnegative_real", "check_completion_targets", "check_scale",
-           "check_projections"]
+           "check_projections", "check_data_scale"]
 
 
 def check_privacy(epsilon, delta, accountant=None, *, gaussian=True) -> tuple[float, float]:
@@ -435,10 +435,15 @@ def check_groups(groups, n_rows: int):
     return codes, int(codes.max()) + 1 if codes.size else 0
 
 
-def check_value_range(value_range, private):
+def check_value_range(value_range, private, user=False):
     """A completion fit's public ``(lo, hi)`` checked (``None`` without one, refused when
-    ``private``)."""
+    ``private`` or at the ``user`` level, whose predictions need it)."""
     if value_range is None:
+        if user and not private:
+            raise ValueError('privacy_unit="user" needs value_range even without privacy: '
+                             "each user's predictions are solved from her own ratings, scaled "
+                             "and clipped by it. Give the values' public (lo, hi), e.g. the "
+                             "rating scale")
         if private:
             raise ValueError("value_range is required when epsilon is finite: values are "
                              "clipped to this public (lo, hi) and the noise is calibrated to "
@@ -456,6 +461,22 @@ def check_value_range(value_range, private):
     # units, and their squares are summed over the n values (n * (hi - lo)^2 must stay finite).
     check_scale(hi - lo, "value_range's width hi - lo", shown=value_range)
     return lo, hi
+
+
+_NO_VALUE_RANGE = ("without value_range the fit takes its centre and scale from the data, and "
+                   "their squares overflow float64 there. Rescale the values (divide them by a "
+                   "power of ten) or give value_range, a public (lo, hi) they are clipped to")
+
+
+def check_data_scale(y, name="y", why=_NO_VALUE_RANGE):
+    """Refuse, before the spend, values a fit without ``value_range`` cannot scale: it takes its
+    centre and scale from the data, and beyond :data:`SCALE_RANGE` their squared sums (offsets'
+    root mean squares, the score) overflow float64 (at 1e300: infinite ``offsets_rms_`` and
+    score, with overflow warnings). ``why``: the reason and what to do. The words quote no value.
+    Returns ``y``."""
+    if y.size and float(np.max(np.abs(y))) > SCALE_RANGE[1]:
+        raise ValueError(f"{name} holds values beyond +-{SCALE_RANGE[1]:g}: {why}")
+    return y
 
 
 def check_positive_real(value, name, default, *, scale=False, maximum=math.inf):
@@ -479,10 +500,15 @@ def check_nonnegative_real(value, name):
     return float(value)
 
 
-def check_completion_targets(y, n_index, name="y", of="X"):
+_OBSERVED_ONLY = ("pass only the observed entries (to_observations turns a NaN-marked array "
+                  "into (X, y))")
+
+
+def check_completion_targets(y, n_index, name="y", of="X", advice=_OBSERVED_ONLY):
     """The values ``y`` of a completion fit (or of its ``score``, or of a prediction history:
     ``name`` and ``of`` its index tuples' name) as float64, one per index tuple (``n_index``):
-    a column vector is raveled with a warning; others refused, in words that quote no value."""
+    a column vector is raveled with a warning; others refused, in words that quote no value.
+    ``advice``: what the error for a NaN or an infinity tells the caller to do."""
     y = np.asarray(y)
     if y.ndim == 2 and y.shape[1] == 1:
         warn(f"A column-vector {name} was passed when a 1d array was expected; "
@@ -501,6 +527,5 @@ def check_completion_targets(y, n_index, name="y", of="X"):
         raise TypeError(f"{name} must be real numbers, got dtype {y.dtype}")
     y = y.astype(np.float64)
     if not np.all(np.isfinite(y)):
-        raise ValueError(f"{name} contains NaN or infinity: pass only the observed entries "
-                         "(to_observations turns a NaN-marked array into (X, y))")
+        raise ValueError(f"{name} contains NaN or infinity: {advice}")
     return y

@@ -35,7 +35,7 @@ from ._completion_auto import AutoChoice
 from ._memory import FLOAT
 from ._validation import (check_nonnegative_real, check_positive_int, check_positive_real,
                           check_completion_targets, check_value_range, check_verbose,
-                          validate_private_data)
+                          validate_private_data, check_data_scale)
 from .accounting import NonPrivateEvent
 from .algorithms.completion.memory import fit_advice, fit_floats
 from .algorithms.completion.model import Model, predict
@@ -175,8 +175,8 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
     clip_norm : float or None, default=None
         Joint l2 bound on each entry's gradient (``None``: 0.1), in scaled units.
     value_range : (lo, hi) or None, default=None
-        Public range of the values (its width in [1e-90, 1e90]); required when private. Values
-        are clipped to it.
+        Public range of the values (width in [1e-90, 1e90]); required when private and at user
+        level. Values are clipped to it; without it they must lie within +-1e90 (scaled by).
     shape : tuple of int or None, default=None
         The tensor's shape; ``None`` infers one past the largest index of each mode of ``X``
         (a private fit with ``privacy_unit="user"`` refuses it: the indices are private).
@@ -390,7 +390,7 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         X = validate_private_data(self, X, reset=True, dtype=None, ensure_min_features=2)
         X, shape = check_indices(X, self.shape, warn_stray=self.privacy_unit != "user")
         y = check_completion_targets(y, X.shape[0])
-        return X, y, shape
+        return X, (y if self.value_range is not None else check_data_scale(y)), shape
 
     def _check_data(self, X, y):
         """The parameters (first: a bad one is refused before the data is read), the index tuples
@@ -429,7 +429,7 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
                              "\"statistics\", \"implicit\", \"input\", \"gradient\" or "
                              "\"output\"); perturbation=None is the non-private fit "
                              "(epsilon=np.inf)")
-        vrange = check_value_range(self.value_range, private)
+        vrange = check_value_range(self.value_range, private, user=p["unit"] == "user")
         noise, event = (mode.plan(p, epsilon, delta, len(dims)) if private
                         else (None, NonPrivateEvent("epsilon=inf")))
         if p["unit"] == "user" and not private:

@@ -9,8 +9,10 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
+
 __all__ = ["PrivacyWarning", "PrivacyAccountingError", "BudgetExceededError", "LedgerError",
-           "LedgerNotSharedError", "DEFAULT_DELTA", "check_epsilon", "check_delta"]
+           "LedgerNotSharedError", "DEFAULT_DELTA", "check_epsilon", "check_delta", "real_scalar"]
 
 #: Default delta. With delta = 0 every Gaussian release has infinite epsilon, so a budget that
 #: admits the Gaussian mechanism needs delta > 0; 1e-5 is the usual choice and stays below 1/n (the
@@ -76,8 +78,19 @@ class LedgerNotSharedError(PrivacyAccountingError):
     """
 
 
+def real_scalar(value):
+    """``value``, or the number a 0-d NumPy array of integers or floats holds (``np.array(1.0)``,
+    as scikit-learn and NumPy reductions give): a parameter check then sees a number. Anything
+    else (a bool or complex 0-d array, a 1-element 1-D array) is returned as it is, to be refused
+    by the check."""
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf":
+        return value[()]
+    return value
+
+
 def check_epsilon(epsilon, name="epsilon") -> float:
-    """A number > 0; ``np.inf`` means no privacy."""
+    """A number > 0 (a 0-d array of one too); ``np.inf`` means no privacy. Returns a float."""
+    epsilon = real_scalar(epsilon)
     if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or math.isnan(epsilon):
         raise TypeError(f"{name} must be a real number > 0 (np.inf for no privacy), "
                         f"got {epsilon!r}")
@@ -87,7 +100,8 @@ def check_epsilon(epsilon, name="epsilon") -> float:
 
 
 def check_delta(delta, name="delta") -> float:
-    """A number in [0, 1)."""
+    """A number in [0, 1) (a 0-d array of one too). Returns a float."""
+    delta = real_scalar(delta)
     if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or math.isnan(delta):
         raise TypeError(f"{name} must be a real number in [0, 1), got {delta!r}")
     if not 0 <= delta < 1:

@@ -11,7 +11,7 @@ import numbers
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from ._validation import check_positive_int
+from ._validation import check_completion_targets, check_data_scale, check_positive_int
 
 __all__ = ["BiScaler", "bi_scale"]
 
@@ -20,6 +20,14 @@ def _check_nonnegative(value, name):
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (0 <= value < np.inf):
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
     return float(value)
+
+
+def _check_values(values, n_obs):
+    """The observed values, one per index triple, as finite float64 (refused otherwise, as a
+    completion's are: a missing entry is one left out, not a NaN)."""
+    return check_completion_targets(values, n_obs, name="values", of="indices", advice=(
+        "pass only the observed entries (dptensor.completion.to_observations turns a "
+        "NaN-marked array into (indices, values))"))
 
 
 def _scatter(ids, values, fill, shape):
@@ -131,14 +139,13 @@ class BiScaler(BaseEstimator):
         shrink = _check_nonnegative(self.shrinkage, "shrinkage")
         prior = _check_nonnegative(self.scale_prior, "scale_prior")
         indices = np.asarray(indices)
-        values = np.asarray(values, dtype=float).ravel()
-        if indices.ndim != 2 or indices.shape[0] != values.shape[0]:
-            raise ValueError(f"indices (n_obs, 3) and values (n_obs,) must match, got "
-                             f"{indices.shape} and {values.shape}")
+        if indices.ndim != 2:
+            raise ValueError(f"indices must have shape (n_obs, 3), got {indices.shape}")
+        values = check_data_scale(_check_values(values, indices.shape[0]), "values", why=(
+            "the standardisation squares them, which overflows float64 there (an infinite std_ "
+            "and scales). Rescale the values (divide them by a power of ten)"))
         if values.size == 0:
             raise ValueError("values is empty")
-        if not np.all(np.isfinite(values)):
-            raise ValueError("values contains NaN or infinity")
         if shape is None:
             shape = tuple(int(m) + 1 for m in indices.max(axis=0))
         self.shape_ = tuple(int(m) for m in shape)
@@ -196,12 +203,15 @@ class BiScaler(BaseEstimator):
     def transform(self, indices, values):
         """``z = ((x - mean_) / std_ - alpha - beta) / (tau gamma)`` at the given indices."""
         centre, scale = self._parts(indices)
-        return ((np.asarray(values, dtype=float).ravel() - self.mean_) / self.std_ - centre) / scale
+        return ((_check_values(values, centre.size) - self.mean_) / self.std_ - centre) / scale
 
     def inverse_transform(self, indices, z):
         """``x = mean_ + std_ (alpha + beta + tau gamma z)``: back to the original scale."""
         centre, scale = self._parts(indices)
-        return self.mean_ + self.std_ * (centre + scale * np.asarray(z, dtype=float).ravel())
+        z = check_completion_targets(z, centre.size, name="z", of="indices", advice=(
+            "a bi-scaled value (from transform, or a model fitted to its output) must be finite "
+            "to map back; drop or fill in those entries first"))
+        return self.mean_ + self.std_ * (centre + scale * z)
 
     def fit_transform(self, indices, values, shape=None):
         return self.fit(indices, values, shape).transform(indices, values)

@@ -125,7 +125,8 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         guarantee; for comparison only, see the privacy model).
     data_norm : float or None, default=None
         Public bound B on the rows' l2 norm (2-D X); rows are clipped to it. Required when epsilon
-        is finite; ignored for a 3-D X.
+        is finite; must be None for a 3-D X (a tensor's entries are not clipped: its unit is one
+        entry), which is refused otherwise, before any spend.
     moment : {"auto", "implicit", "dense"}, default="auto"
         How the third moment of 2-D data is held for ``method="power"``. ``"implicit"`` costs
         O(ndL) per step and O(nd + dL) memory; ``"dense"`` forms T in O(nd^3) time and O(d^3)
@@ -258,6 +259,11 @@ class PrivateTensorDecomposition(ClassNamePrefixFeaturesOutMixin, TransformerMix
         epsilon, delta = self._privacy_target()
         k = self._check_params(shape[1])
         private, rows = math.isfinite(epsilon), len(shape) == 2
+        if not rows and self.data_norm is not None:
+            raise ValueError(f"data_norm={self.data_norm!r} bounds the rows of 2-D data, but X is "
+                             "a 3-D tensor: its entries are not clipped and its unit is one "
+                             "entry (neighbours differ by sym(e_i⊗e_j⊗e_k)), so data_norm would "
+                             "bound nothing. Set data_norm=None for a tensor, or pass the rows")
         data_norm = check_data_norm(self.data_norm, epsilon) if rows else None
         if not private:
             event, z, K = NonPrivateEvent("epsilon=inf"), 0.0, 0

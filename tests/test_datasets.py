@@ -1,6 +1,7 @@
 """Generators produce the ground truth they state; the MovieLens loader and bi-scaling on small files."""
 import hashlib
 import io
+import warnings
 import zipfile
 
 import numpy as np
@@ -415,6 +416,29 @@ def test_bi_scaling_bad_input():
         BiScaler().transform(np.array([[0, 0, 0]]), [1.0])
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_bi_scaling_refuses_nan_and_infinity_everywhere_saying_what_to_do(bad):
+    # transform and inverse_transform passed a NaN or infinity through to their output silently
+    idx = np.array([[0, 0, 0], [0, 1, 0], [1, 0, 0], [1, 1, 0]])
+    values = np.array([1.0, 2.0, 3.0, 5.0])
+    spoiled = values.copy()
+    spoiled[1] = bad
+    for call in (lambda: BiScaler().fit(idx, spoiled), lambda: bi_scale(idx, spoiled)):
+        with pytest.raises(ValueError, match="values contains NaN or infinity: pass only the "
+                                             "observed entries"):
+            call()
+    scaler = BiScaler().fit(idx, values)
+    with pytest.raises(ValueError, match="values contains NaN or infinity: pass only the "
+                                         "observed entries"):
+        scaler.transform(idx, spoiled)
+    with pytest.raises(ValueError, match="z contains NaN or infinity: .* drop or fill in"):
+        scaler.inverse_transform(idx, spoiled)
+    with pytest.raises(ValueError, match="values has 3 values but indices has 4"):
+        scaler.transform(idx, values[:3])
+    np.testing.assert_allclose(scaler.inverse_transform(idx, scaler.transform(idx, values)),
+                               values)
+
+
 def test_moment_data_norm_bound_holds_and_is_reached():
     from dptensor.datasets import moment_data_norm_bound
 
@@ -424,3 +448,15 @@ def test_moment_data_norm_bound_holds_and_is_reached():
     assert norms.max() <= bound * (1 + 1e-12)
     # every h_i takes its large value together in some of 200k rows: the bound is attained
     assert norms.max() >= bound * (1 - 1e-9)
+
+
+def test_bi_scaling_refuses_values_whose_squares_overflow():
+    # At 1e300 the standardisation's std_ overflowed (a RuntimeWarning, then inf scales)
+    idx = np.array([[0, 0, 0], [0, 1, 0], [1, 0, 0], [1, 1, 0]])
+    for scale in (1e300, -1e91):
+        with pytest.raises(ValueError, match=r"values holds values beyond \+-1e\+90: .* Rescale"):
+            BiScaler().fit(idx, np.array([1.0, -1.0, 1.0, 0.5]) * scale)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        z, scaler = bi_scale(idx, np.array([1.0, -1.0, 1.0, 0.5]) * 1e90)
+    assert np.all(np.isfinite(z)) and np.isfinite(scaler.std_)

@@ -15,6 +15,7 @@ from dptensor import (AdaptivePrivatePCA, PrivacyAccountant, PrivatePCA, Private
                       PrivateTensorDecomposition, StreamingTensorPower)
 from dptensor._validation import SCALE_RANGE, check_scale
 from dptensor.model_selection import PrivateGridSearchCV, PrivateRandomizedSearchCV
+from expected_warnings import NON_PRIVATE
 
 
 def _rows(seed=0, n=200, d=4):
@@ -189,6 +190,30 @@ def test_completion_refuses_a_value_range_whose_width_overflows_before_the_spend
 def test_completion_takes_the_widest_value_range_allowed():
     est = PrivateTensorCompletion(value_range=(0.0, SCALE_RANGE[1]), epsilon=1.0)
     assert est.privacy_cost(400, 2).private
+
+
+@NON_PRIVATE
+@pytest.mark.parametrize("params", [{}, {"decomposition": "tucker"}, {"fit_intercept": False},
+                                    {"factor_modes": (0, 1)}])
+def test_a_completion_without_value_range_refuses_values_its_squares_overflow_at(params):
+    # Without value_range a fit scales by the data: at 1e300 its offsets_rms_ and score were inf,
+    # with overflow warnings (the suite's errors), after its (non-private) spend was recorded
+    X, y = _entries()
+    budget = PrivacyAccountant()
+    est = PrivateTensorCompletion(shape=(20, 15), accountant=budget, random_state=0, **params)
+    for scale in (1e300, -1e300, 1e91):
+        with pytest.raises(ValueError, match=r"y holds values beyond \+-1e\+90: without "
+                                             r"value_range .* Rescale the values .* give value_"):
+            est.fit(X, y * scale)
+    assert budget.history() == []
+    for scale in (SCALE_RANGE[1], -SCALE_RANGE[1]):  # the largest it takes fit, overflowing nowhere
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            est.fit(X, y * scale)
+            assert np.isfinite(est.score(X, y * scale))
+        assert np.all(np.isfinite(est.offsets_rms_)) and np.all(np.isfinite(est.component_rms_))
+    est.set_params(value_range=(0.0, 1.0)).fit(X, y * 1e300)  # a range clips the values first
+    assert np.all(np.isfinite(est.predict(X)))
 
 
 @pytest.mark.parametrize("clip_norm", [1e300, 1e-300])

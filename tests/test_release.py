@@ -389,7 +389,8 @@ def test_tensor_decomposition_pickles_only_releases(tmp_path, method, tensor_inp
         X = X_ROWS
         T, rows = moment_tensor(clip_rows(X, B)), [("raw", X), ("clipped", clip_rows(X, B))]
     kw = dict(epsilon=np.inf) if method is None else dict(epsilon=2.0, method=method)
-    est = PrivateTensorDecomposition(2, n_restarts=3, n_iter=5, data_norm=B,
+    est = PrivateTensorDecomposition(2, n_restarts=3, n_iter=5,  # a tensor's entries: no bound
+                                     data_norm=None if tensor_input else B,
                                      random_state=np.random.default_rng(8), **kw).fit(X)
     secrets = _tensor_secrets(T, est, rows)
     if method is None:

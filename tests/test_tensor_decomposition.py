@@ -577,3 +577,16 @@ def test_a_pure_noise_tensor_under_the_entry_unit_warns():
     peak = np.max(np.abs(est.components_), axis=1) ** 2
     np.testing.assert_allclose(est.eigenvalues_noise_, math.sqrt(8) * 6.0 * peak
                                * est.privacy_cost_.noise_multiplier)
+
+
+@pytest.mark.parametrize("epsilon", [1.0, np.inf])
+def test_data_norm_with_a_tensor_is_refused_before_the_spend(epsilon):
+    # data_norm clips rows; a 3-D X's entries are not clipped (its unit is one entry), so a
+    # data_norm set for a tensor bounded nothing while the user could believe it did.
+    T, _, _ = orthogonal_tensor(5, 2, seed=15)
+    budget = PrivacyAccountant(epsilon=np.inf, delta=1e-5)
+    model = PrivateTensorDecomposition(2, epsilon=epsilon, data_norm=1.0, accountant=budget,
+                                       random_state=0)
+    with pytest.raises(ValueError, match=r"data_norm=1\.0 bounds the rows.*data_norm=None"):
+        model.fit(T)
+    assert budget.history() == [] and not hasattr(model, "components_")

@@ -100,6 +100,24 @@ def test_bounding_keeps_at_most_m_distinct_items_per_user_at_random():
     assert picks[0] != picks[1]
 
 
+def test_bounding_orders_by_user_and_item_without_overflow():
+    # The cell key user * (items.max() + 1) + item wrapped around int64 once users x items passed
+    # 2**63: the bounding then kept duplicates and broke its per-user count. Which entries are
+    # kept depends only on the order of the item labels, so a monotone relabelling to labels
+    # near 2**62 must keep the very same entries, at the same seed.
+    rng = np.random.default_rng(3)
+    users = np.repeat(np.arange(5), [7, 12, 3, 30, 9])
+    items = rng.integers(0, 8, len(users))
+    huge = items * 2**59 + 11  # up to 7 * 2**59 + 11 < 2**63; the cell key of user 4 is ~2**64
+    assert 4 * (int(huge.max()) + 1) > 2**63
+    for seed in range(3):
+        small = ul.bound_contributions(users, items, 5, 4, np.random.default_rng(seed))
+        large = ul.bound_contributions(users, huge, 5, 4, np.random.default_rng(seed))
+        np.testing.assert_array_equal(large, small)
+        assert len(set(zip(users[large], huge[large]))) == len(large)
+        assert np.bincount(users[large], minlength=5).max() <= 4
+
+
 def _ratings(seed=0, n_users=60, n_items=25):
     rng = np.random.default_rng(seed)
     X = np.array([(u, i) for u in range(n_users) for i in range(n_items) if rng.random() < 0.4])
@@ -309,3 +327,19 @@ def test_the_kept_entries_are_those_of_the_three_key_sort():
     order = order[np.lexsort((draw.random(len(order)), users[order]))]
     rank = np.arange(len(order)) - np.searchsorted(users[order], users[order])
     np.testing.assert_array_equal(keep, np.sort(order[rank < 7]))
+
+
+@NON_PRIVATE
+def test_a_user_level_fit_without_privacy_needs_a_value_range_before_the_spend():
+    # It fitted, then every predict raised TypeError (no value_range_ to scale a user's solve by)
+    X, y = _ratings(seed=4)
+    budget = PrivacyAccountant()
+    est = PrivateTensorCompletion(privacy_unit="user", accountant=budget, random_state=0)
+    with pytest.raises(ValueError, match=r'privacy_unit="user" needs value_range even without '
+                                         r"privacy: .* Give the values' public \(lo, hi\)"):
+        est.fit(X, y)
+    with pytest.raises(ValueError, match="needs value_range even without privacy"):
+        est.privacy_cost(len(y), 2)
+    assert budget.history() == []
+    est.set_params(value_range=(1, 5)).fit(X, y)
+    assert np.all(np.isfinite(est.predict(X[:5], history=(X[:5], y[:5]))))

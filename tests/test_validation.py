@@ -29,6 +29,74 @@ def test_check_epsilon_accepts_positive_numbers():
     assert check_epsilon(np.inf) == np.inf
 
 
+def test_zero_d_arrays_are_numbers_and_come_back_plain_floats():
+    # np.array(1.0) is what NumPy reductions and scikit-learn give; it was refused as no number
+    for value, want in ((np.array(1.0), 1.0), (np.array(2), 2.0), (np.array(np.inf), np.inf),
+                        (np.array(0.5, dtype=np.float32), 0.5), (np.float32(0.5), 0.5)):
+        got = check_epsilon(value)
+        assert type(got) is float and got == want
+    got = check_delta(np.array(1e-6))
+    assert type(got) is float and got == 1e-6
+    assert check_privacy(np.array(1.0), np.array(1e-6)) == (1.0, 1e-6)
+    for bad in (np.array(True), np.array(1 + 0j), np.array([1.0]), np.array("1.0"),
+                np.array(np.nan)):
+        with pytest.raises(TypeError, match="epsilon must be a real number"):
+            check_epsilon(bad)
+        with pytest.raises(TypeError, match="delta must be a real number"):
+            check_delta(bad)
+    with pytest.raises(ValueError, match="epsilon must be > 0"):
+        check_epsilon(np.array(0.0))
+    budget = PrivacyAccountant(np.array(2.0), np.array(1e-5))
+    assert type(budget.epsilon) is float and type(budget.delta) is float
+    assert repr(budget) == "PrivacyAccountant(epsilon=2.0, delta=1e-05)"
+
+
+def _zero_d_cases():
+    from dptensor import (AdaptivePrivatePCA, PrivatePCA, PrivateTensorCompletion,
+                          PrivateTensorDecomposition, StreamingTensorPower)
+    from dptensor.latent import PrivateGaussianMixture, PrivateLatentDirichletAllocation
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((300, 4))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    idx = np.stack([rng.integers(0, 20, 400), rng.integers(0, 15, 400)], axis=1)
+    ratings = (idx, rng.uniform(1, 5, 400))
+    docs = (rng.poisson(1.0, (200, 10)).astype(float),)
+    shaped = dict(value_range=(1, 5), shape=(20, 15))
+    return {
+        "pca": (lambda **k: PrivatePCA(1, data_norm=1.0, **k), (X,)),
+        "adaptive_pca": (lambda **k: AdaptivePrivatePCA(data_norm=1.0, n_iter=1, **k), (X,)),
+        "tensor": (lambda **k: PrivateTensorDecomposition(1, data_norm=1.0, n_restarts=2,
+                                                          n_iter=2, **k), (X,)),
+        "stream": (lambda **k: StreamingTensorPower(1, data_norm=1.0, n_restarts=2, n_iter=2,
+                                                    batch_size=50, **k), (X,)),
+        "gmm": (lambda **k: PrivateGaussianMixture(1, data_norm=1.0, **k), (X,)),
+        "lda": (lambda **k: PrivateLatentDirichletAllocation(2, **k), docs),
+        "completion": (lambda **k: PrivateTensorCompletion(rank=1, **shaped, **k), ratings),
+        "completion_input": (lambda **k: PrivateTensorCompletion(perturbation="input", **shaped,
+                                                                 **k), ratings),
+        "completion_user": (lambda **k: PrivateTensorCompletion(privacy_unit="user", **shaped,
+                                                                **k), ratings),
+    }
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # small private fits: noise-dominated
+@pytest.mark.parametrize("name", list(_zero_d_cases()))
+def test_every_estimator_takes_a_zero_d_epsilon_and_delta_and_records_floats(name):
+    make, data = _zero_d_cases()[name]
+    budget = PrivacyAccountant(epsilon=np.array(5.0), delta=np.array(1e-5))
+    est = make(epsilon=np.array(1.0), delta=np.array(1e-5), accountant=budget,
+               random_state=0).fit(*data)
+    (entry,) = budget.history()
+    assert type(entry.epsilon) is float and type(entry.delta) is float
+    assert entry.epsilon == pytest.approx(1.0, rel=1e-4) and entry.delta == 1e-5
+    assert type(est.privacy_cost_.epsilon) is float and type(est.privacy_cost_.delta) is float
+    assert "epsilon=1," in entry.label
+    # epsilon=np.array(np.inf) is the fit without privacy, as epsilon=np.inf is
+    budget = PrivacyAccountant()
+    est = make(epsilon=np.array(np.inf), accountant=budget, random_state=0).fit(*data)
+    assert budget.history()[0].mechanism == "none" and not est.privacy_cost_.private
+
+
 @pytest.mark.parametrize("bad,exc", [(-1e-9, ValueError), (1.0, ValueError), (2.0, ValueError),
                                      (np.nan, TypeError), ("0.1", TypeError), (np.inf, ValueError)])
 def test_check_delta(bad, exc):
@@ -315,3 +383,16 @@ def test_zero_nonfinite_rows_keeps_every_finite_row_whose_sum_overflows(dtype):
     assert np.isnan(X[1, 1])  # a copy: the caller's rows are left as they were
     finite = X[[0, 3, 4]]
     assert zero_nonfinite_rows(finite) is finite  # nothing to map: no copy
+
+
+def test_a_zero_d_infinite_epsilon_is_no_privacy_where_it_is_read_before_validation():
+    # Two places read epsilon before check_epsilon does: a user-level completion's preview (no
+    # public shape needed without privacy) and a non-private PCA's choice to check NaN in its pass
+    from dptensor import PrivateTensorCompletion
+    from dptensor.algorithms.pca_fit import finite_in_pass
+    for eps in (np.inf, np.array(np.inf)):
+        cost = PrivateTensorCompletion(privacy_unit="user", epsilon=eps,
+                                       value_range=(1, 5)).privacy_cost(n_samples=100,
+                                                                        n_features=2)
+        assert not cost.private
+        assert finite_in_pass(np.zeros((3, 2)), "data", eps)

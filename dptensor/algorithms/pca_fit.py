@@ -43,6 +43,7 @@ from .groups import ExactGroupGram, group_average_rows, group_scale_rows
 from .operators import DenseMatrix, GramMatrix
 from .sparse import SparseGram, SparseRows
 from .._guards import as_dtype
+from ..exceptions import real_scalar
 from .._memory import FLOAT
 from ..mechanisms import clip_rows
 from .pca_methods import Source
@@ -168,6 +169,7 @@ def finite_in_pass(X, input, epsilon) -> bool:
     """Whether a fit's check for NaN and infinity can be its pass's own (:func:`float_pass_first`,
     before the spend): rows in memory (not sparse, not Dask) and ``epsilon=inf``."""
     rows = input == "data" and not sp.issparse(X) and not is_dask_array(X)
+    epsilon = real_scalar(epsilon)  # np.array(np.inf) is epsilon=inf, as check_epsilon reads it
     return rows and isinstance(epsilon, numbers.Real) and epsilon == math.inf
 
 

@@ -42,12 +42,17 @@ USER_FACTOR_REG = 1.0
 COOCCURRENCE_BLOCK = 1024
 
 
-def _sorted_by(group, keys):
-    """``np.lexsort((keys, group))``, the same permutation, as two stable sorts: by the float
-    keys, then by the integer groups (a radix sort), several times faster at 1e7 entries than
-    ``lexsort``'s sorts of both."""
+def _sorted_by(groups, keys):
+    """``np.lexsort((keys, *reversed(groups)))``, the same permutation, as stable sorts: by the
+    float keys, then by each integer group array from the last to the first (``groups[0]`` the
+    primary key); a little faster than ``lexsort`` (users and items of 9e6 entries: 4.5 s
+    against 4.9 s). No keys are combined arithmetically, so none can overflow: the cell
+    ``user * (items.max() + 1) + item`` sorted before wrapped around int64 past 2**63 (its one
+    sort fewer saved about 0.7 s there, of a fit that takes a minute)."""
     order = np.argsort(keys, kind="stable")
-    return order[np.argsort(group[order], kind="stable")]
+    for group in reversed(groups):
+        order = order[np.argsort(group[order], kind="stable")]
+    return order
 
 
 def bound_contributions(users: np.ndarray, items: np.ndarray, n_users: int, m: int,
@@ -59,14 +64,13 @@ def bound_contributions(users: np.ndarray, items: np.ndarray, n_users: int, m: i
     released. ``users`` and ``items`` are the mode-0 and mode-1 indices of every entry.
     """
     keys = rng.random(len(users))
-    cell = users.astype(np.int64) * (int(items.max(initial=0)) + 1) + items
-    order = _sorted_by(cell, keys)
+    order = _sorted_by((users, items), keys)  # by (user, item), at random within a cell
     u, i = users[order], items[order]
     first = np.ones(len(order), dtype=bool)
     first[1:] = (u[1:] != u[:-1]) | (i[1:] != i[:-1])
     order = order[first]
     # a fresh random order within each user, then the first m
-    order = order[_sorted_by(users[order], rng.random(len(order)))]
+    order = order[_sorted_by((users[order],), rng.random(len(order)))]
     u = users[order]
     starts = np.searchsorted(u, np.arange(n_users))
     rank_in_user = np.arange(len(u)) - starts[u]
