@@ -409,7 +409,7 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         elif p["perturbation"] is not None and math.isfinite(epsilon):
             # the unit is one observed value, and their number is public
             self._check_delta_for(len(y), epsilon, delta, unit="observed value")
-        obs = Observations(X, shape)
+        obs = Observations.checked(X, shape)
         p["mode"].prepare(obs, p)
         return FitData(arrays=(X, y), shape=(len(y), *shape), extra=obs,
                        public=dict(position_ratio=ratio))

@@ -295,3 +295,19 @@ def test_the_room_is_the_smallest_of_the_limits(monkeypatch):
     assert memory.available_bytes() == 5 << 30
     monkeypatch.setattr(memory, "_meminfo_available", lambda: None)
     assert memory.available_bytes() is None or memory.available_bytes() >= 0  # RLIMIT_AS alone
+
+
+@pytest.mark.parametrize("unit", ["value", "user"])
+def test_a_shape_whose_row_counts_do_not_fit_is_refused_with_advice(monkeypatch, unit):
+    # each mode's per-row counts (2**33 rows: 64 GiB) were allocated before the fit's own memory
+    # check: numpy's raw MemoryError, naming no parameter
+    from dptensor import PrivacyAccountant
+    monkeypatch.setattr("dptensor._memory.available_bytes", lambda: 1 << 30)
+    rng = np.random.default_rng(0)
+    X = np.c_[rng.integers(0, 100, 500), rng.integers(0, 100, 500)]
+    acc = PrivacyAccountant(5.0)
+    est = PrivateTensorCompletion(shape=(2**31, 2**33), privacy_unit=unit, epsilon=1.0,
+                                  delta=1e-20, value_range=(1, 5), accountant=acc)
+    with pytest.raises(MemoryRefusedError, match="shape=None"):
+        est.fit(X, rng.uniform(1, 5, 500))
+    assert acc.history() == []

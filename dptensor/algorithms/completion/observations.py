@@ -13,6 +13,7 @@ import numbers
 import numpy as np
 
 from ..._guards import warn
+from ..._memory import FLOAT, check_fits
 from .implicit import ImplicitDesign
 from .model import Model
 
@@ -56,6 +57,16 @@ class Observations:
             raise ValueError(f"layout must be 'auto', 'dense' or 'sparse', got {layout!r}")
         self._layout = layout
         self._grid = None
+
+    @classmethod
+    def checked(cls, X: np.ndarray, shape) -> "Observations":
+        """:class:`Observations` of ``X``, refused before their arrays (two floats for every row
+        of every mode) are made where they do not fit in memory (before any spend: a raw
+        ``MemoryError`` named no parameter)."""
+        check_fits(2 * FLOAT * sum(int(n) for n in shape), "PrivateTensorCompletion.fit",
+                   "the shape is larger than memory holds a count for each of its rows: pass "
+                   "shape=None to infer it from the indices, or the shape the data spans")
+        return cls(X, shape)
 
     def grid(self, model: "Model | None" = None, als=False) -> "DenseGrid | None":
         """The dense layout (:class:`DenseGrid`) when it is the faster one for ``model``, else
