@@ -48,7 +48,8 @@ from .algorithms.completion.fit_noise import COMPONENT_ADVICE, OFFSET_ADVICE, no
 from .algorithms.completion.runtime import blas_controller, progress_printer
 from .algorithms.completion.start_noise import (USER_ADVICE, VALUE_ADVICE, preview_level,
                                                 weakest_factors)
-from .algorithms.completion.observations import Observations, check_indices, to_observations
+from .algorithms.completion.observations import (Observations, check_indices, counts_fit,
+                                                  to_observations)
 
 __all__ = ["PrivateTensorCompletion", "to_observations", "complete", "check_indices",
            "OFFSET_SHARE"]
@@ -393,9 +394,8 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         return X, (y if self.value_range is not None else check_data_scale(y)), shape
 
     def _check_data(self, X, y):
-        """The parameters (first: a bad one is refused before the data is read), the index tuples
-        and their values, and what the public positions give (their per-row counts, the implicit
-        design): a shape too large for memory fails here, before the spend."""
+        """The parameters (first: refused before the data is read), the index tuples, values and
+        public positions' counts and design: a shape too large for memory fails here, unspent."""
         self._check_params()
         X, y, shape = self._check_values(X, y)
         ratio = self._position_ratio(X, shape)  # public positions, read where "auto" needs them
@@ -409,7 +409,7 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         elif p["perturbation"] is not None and math.isfinite(epsilon):
             # the unit is one observed value, and their number is public
             self._check_delta_for(len(y), epsilon, delta, unit="observed value")
-        obs = Observations.checked(X, shape)
+        obs = Observations(X, counts_fit(shape))
         p["mode"].prepare(obs, p)
         return FitData(arrays=(X, y), shape=(len(y), *shape), extra=obs,
                        public=dict(position_ratio=ratio))

@@ -39,6 +39,16 @@ DENSE_RATIO_TUCKER_ALS = 32
 DENSE_MAX_CELLS = 1 << 23
 
 
+def counts_fit(shape):
+    """``shape``, refused (before any spend) where the per-row counts of :class:`Observations`
+    (two floats for every row of every mode) do not fit in memory: a raw ``MemoryError`` named
+    no parameter."""
+    check_fits(2 * FLOAT * sum(int(n) for n in shape), "PrivateTensorCompletion.fit",
+               "the shape is larger than memory holds a count for each of its rows: pass "
+               "shape=None to infer it from the indices, or the shape the data spans")
+    return shape
+
+
 class Observations:
     """The public index set Omega: entries ``X`` (n_obs, order) in a tensor of ``shape``.
 
@@ -57,16 +67,6 @@ class Observations:
             raise ValueError(f"layout must be 'auto', 'dense' or 'sparse', got {layout!r}")
         self._layout = layout
         self._grid = None
-
-    @classmethod
-    def checked(cls, X: np.ndarray, shape) -> "Observations":
-        """:class:`Observations` of ``X``, refused before their arrays (two floats for every row
-        of every mode) are made where they do not fit in memory (before any spend: a raw
-        ``MemoryError`` named no parameter)."""
-        check_fits(2 * FLOAT * sum(int(n) for n in shape), "PrivateTensorCompletion.fit",
-                   "the shape is larger than memory holds a count for each of its rows: pass "
-                   "shape=None to infer it from the indices, or the shape the data spans")
-        return cls(X, shape)
 
     def grid(self, model: "Model | None" = None, als=False) -> "DenseGrid | None":
         """The dense layout (:class:`DenseGrid`) when it is the faster one for ``model``, else
