@@ -804,3 +804,23 @@ def test_bench_only_keeps_the_other_benchmarks_in_the_summary(monkeypatch, tmp_p
 def test_a_ledger_that_is_not_a_path_is_refused_naming_the_parameter(ledger):
     with pytest.raises(TypeError, match="ledger must be None .* or the path of a SQLite file"):
         PrivacyAccountant(1.0, 1e-5, ledger=ledger)
+
+
+def test_an_event_built_from_numpy_numbers_is_recorded_on_file(tmp_path):
+    # json.dumps refused np.float32 (a raw TypeError, the spend not made); the file holds the
+    # Python numbers and reads back to an event of the same price
+    from dptensor.accounting import ComposedEvent, PrivateSelectionEvent
+    path = tmp_path / "ledger.db"
+    events = [LaplaceEvent(np.float32(0.5), count=np.int64(2)),
+              ComposedEvent((GaussianEvent(np.float64(3.0)), LaplaceEvent(np.float16(0.25)))),
+              PrivateSelectionEvent((GaussianEvent(np.float32(4.0)),), LaplaceEvent(0.1),
+                                    mean=np.float64(2.0), shape=np.float32(1.0),
+                                    refit=np.bool_(True))]
+    acc = PrivacyAccountant(100.0, 1e-5, ledger=path)
+    for event in events:
+        acc.spend(event, label="numpy")
+    again = PrivacyAccountant.open(path)
+    assert len(again.history()) == 3
+    for before, after in zip(events, again.history()):
+        assert epsilon_of(after.event, 1e-5) == pytest.approx(epsilon_of(before, 1e-5), rel=1e-12)
+        json.dumps(after.event.to_dict())

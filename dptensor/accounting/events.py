@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
 __all__ = ["PrivacyEvent", "GaussianEvent", "LaplaceEvent", "AboveThresholdEvent",
            "NonPrivateEvent", "ComposedEvent", "PrivateSelectionEvent", "event_from_dict"]
 
@@ -26,6 +28,15 @@ class PrivacyEvent:
         """The elementary events this one is made of."""
         yield self
 
+    def _widen(self):
+        """NumPy numbers other than float64 as Python ones (exactly): an event priced in float32
+        arithmetic rounds off its safe side, and JSON holds neither them nor NumPy ints. A
+        float64 is a Python float already, and stays (its repr keys seeded noise)."""
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            if isinstance(value, np.generic) and not isinstance(value, np.float64):
+                object.__setattr__(self, name, value.item())
+
 
 @dataclass(frozen=True)
 class GaussianEvent(PrivacyEvent):
@@ -39,6 +50,7 @@ class GaussianEvent(PrivacyEvent):
     mechanism = "gaussian"
 
     def __post_init__(self):
+        self._widen()
         if not self.noise_multiplier > 0:
             raise ValueError(f"noise_multiplier must be > 0, got {self.noise_multiplier!r}")
         _check_count(self.count)
@@ -58,6 +70,7 @@ class LaplaceEvent(PrivacyEvent):
     mechanism = "laplace"
 
     def __post_init__(self):
+        self._widen()
         _check_pure_epsilon(self.epsilon)
         _check_count(self.count)
 
@@ -71,6 +84,7 @@ class AboveThresholdEvent(PrivacyEvent):
     mechanism = "above_threshold"
 
     def __post_init__(self):
+        self._widen()
         _check_pure_epsilon(self.epsilon)
         _check_count(self.count)
 
@@ -131,6 +145,7 @@ class PrivateSelectionEvent(PrivacyEvent):
     mechanism = "private_selection"
 
     def __post_init__(self):
+        self._widen()
         object.__setattr__(self, "candidates", tuple(self.candidates))
         if not self.candidates or not all(isinstance(e, PrivacyEvent) for e in self.candidates):
             raise TypeError("PrivateSelectionEvent takes a non-empty tuple of candidate "
