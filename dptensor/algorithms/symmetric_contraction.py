@@ -113,6 +113,7 @@ def _pass_source(lanes: int) -> str:
         "def pass_(P, U, O):",
         f"    d = O.shape[0] - {BLOCK - 1}",
         "    at = 0",
+        "    zero = U.dtype.type(0)  # the arrays' dtype: 0.0 would sum float32's s_j in float64",
         "    for k in range(d):",
         f"        for j0 in range(0, k + 1, {BLOCK}):",
         f"            n = j0 + {BLOCK}",
@@ -120,7 +121,7 @@ def _pass_source(lanes: int) -> str:
         *[f"            uj{q} = U[j0 + {q}]" for q in col],
         *per_lane("            uk_{m} = uk[{m}]"),  # scalars: O might alias U for numba
         *each("            p{q}_{m} = uj{q}[{m}] * uk_{m}"),
-        *each("            s{q}_{m} = 0.0"),
+        *each("            s{q}_{m} = zero"),
         "            for i in range(n):",
         f"                b = at + {BLOCK} * i",
         f"                t = P[b:b + {BLOCK}]",
