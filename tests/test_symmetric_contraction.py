@@ -135,3 +135,16 @@ def test_float32_sums_stay_float32():
     typemap = kernel.overloads[kernel.signatures[0]].fndesc.typemap
     floats = {str(t) for name, t in typemap.items() if str(t).startswith("float")}
     assert floats == {"float32"}
+
+
+def test_a_wider_U_than_the_tensor_is_contracted_in_its_dtype():
+    """float32 T, float64 U: the NumPy path's float64 result; the float32 passes rounded U and
+    every sum to float32 (7e-7 of the largest coordinate at d=64, where float64 gives 1e-15)."""
+    _kernel()
+    rng = np.random.default_rng(5)
+    d = sc.KERNEL_MIN_D
+    T = symmetrize_tensor(rng.standard_normal((d, d, d))).astype(np.float32)
+    U = np.linalg.qr(rng.standard_normal((d, 5)))[0]
+    out = SymmetricTensor(T).apply(U)
+    ref = np.einsum("abc,bl,cl->al", T.astype(np.float64), U, U)
+    _close(out, ref, 1e-13)

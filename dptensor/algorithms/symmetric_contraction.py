@@ -188,8 +188,11 @@ def _passes(L: int, dtype: np.dtype):
 
 def contract_distinct(P, U):
     """``T(I, U, U)`` (d x L, ``P``'s dtype) from ``P = pack_distinct(T)`` with the compiled
-    passes, or ``None`` where one of them is not compiled."""
+    passes, or ``None`` where one of them is not compiled or ``U`` is of a wider dtype than
+    ``P`` (the NumPy path then computes in that dtype; the passes would round U to P's)."""
     d, L = U.shape
+    if np.result_type(P.dtype, U.dtype) != P.dtype:
+        return None
     passes = _passes(L, P.dtype) if compiled_available() else None
     if passes is None:
         return None
