@@ -148,3 +148,46 @@ def test_a_wider_U_than_the_tensor_is_contracted_in_its_dtype():
     out = SymmetricTensor(T).apply(U)
     ref = np.einsum("abc,bl,cl->al", T.astype(np.float64), U, U)
     _close(out, ref, 1e-13)
+
+
+def _slp_probe(x):  # pragma: no cover (compiled)
+    return x + 1.0
+
+
+def test_concurrent_first_compilations_restore_numba_slp_setting(monkeypatch):
+    """Two threads compiling kernels for the first time: each saved the setting it found, so
+    the later one saved the other's SLP=1 and restored it after the first had put back 0,
+    leaving SLP on for every numba function compiled afterwards, and so with the warnings
+    filter that silences the compilation. (A user's numba compilation in another thread also saw
+    the flip; numba's compiler lock, held over it, rules out both.)"""
+    pytest.importorskip("numba")
+    import threading
+
+    from numba.core import config
+
+    monkeypatch.setattr(config, "SLP_VECTORIZE", 0)
+    monkeypatch.setattr(compiled, "_KERNELS", {})
+    first_in, second_in, first_done = (threading.Event() for _ in range(3))
+    filters = list(warnings.filters)
+
+    def first():
+        def warm_up(kernel):
+            first_in.set()
+            second_in.wait(1.0)  # the race: the second thread enters while this one compiles
+        compiled.compiled("probe_first", _slp_probe, warm_up, slp=True)
+        first_done.set()
+
+    def second():
+        def warm_up(kernel):
+            second_in.set()
+            first_done.wait(1.0)  # ... and leaves after it
+        first_in.wait(1.0)
+        compiled.compiled("probe_second", _slp_probe, warm_up, slp=True)
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert config.SLP_VECTORIZE == 0
+    assert warnings.filters == filters  # nor the warnings silenced while compiling
