@@ -26,10 +26,10 @@ def _close(a, b, rtol):
 
 
 @pytest.mark.parametrize("d", [1, 2, 3, 4, 5, 7, 8, 9, 13])
-@pytest.mark.parametrize("L", [1, 3, 10, 17])
+@pytest.mark.parametrize("L", [1, 3, 7, 10, 15, 17])
 def test_every_placement_of_every_entry_small_d(d, L):
     """Small d walks every block (full, and the last of each k with columns past k); 17
-    restarts run in two passes."""
+    restarts run in two passes; 3, 7 and 15 with a zero restart."""
     for width in sc.pass_widths(L):
         _kernel(width)
     rng = np.random.default_rng(d * 31 + L)
@@ -60,6 +60,19 @@ def test_the_packing_holds_each_distinct_entry_once_with_its_weight():
 def test_restarts_run_in_as_few_passes_as_the_lanes_allow(L, widths):
     assert sc.pass_widths(L) == widths
     assert max(widths) <= sc.MAX_LANES and sum(widths) == L
+
+
+def test_a_pass_one_short_of_a_multiple_of_four_runs_with_a_zero_restart():
+    _kernel(4)
+    assert [sc.pass_lanes(w) for w in range(1, 17)] == [1, 2, 4, 4, 5, 6, 8, 8, 9, 10, 12, 12,
+                                                       13, 14, 16, 16]
+    assert [kernel for _, kernel in sc._passes(3, np.dtype(np.float64))] == [sc.compiled_kernel(4)]
+    rng = np.random.default_rng(6)
+    T = symmetrize_tensor(rng.standard_normal((6, 6, 6)))
+    U = rng.standard_normal((6, 3))
+    out = sc.contract_distinct(sc.pack_distinct(T), U)
+    assert out.shape == (6, 3)
+    _close(out, np.einsum("abc,bl,cl->al", T, U, U), 1e-13)
 
 
 @pytest.mark.parametrize("d", [64, 101, 130])
