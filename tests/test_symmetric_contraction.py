@@ -204,3 +204,23 @@ def test_concurrent_first_compilations_restore_numba_slp_setting(monkeypatch):
         thread.join()
     assert config.SLP_VECTORIZE == 0
     assert warnings.filters == filters  # nor the warnings silenced while compiling
+
+
+def test_a_failed_compilation_restores_numba_and_falls_back(monkeypatch):
+    """A warm-up that raises: ``None`` (the NumPy path), SLP and the warnings as they were, and
+    the next compilation is not blocked."""
+    pytest.importorskip("numba")
+    from numba.core import config
+
+    monkeypatch.setattr(config, "SLP_VECTORIZE", 0)
+    monkeypatch.setattr(compiled, "_KERNELS", {})
+    filters = list(warnings.filters)
+
+    def fails(kernel):
+        assert config.SLP_VECTORIZE == 1
+        raise RuntimeError("no compiler here")
+
+    assert compiled.compiled("probe_fails", _slp_probe, fails, slp=True) is None
+    assert config.SLP_VECTORIZE == 0 and warnings.filters == filters
+    kernel = compiled.compiled("probe_works", _slp_probe, lambda k: k(1.0), slp=True)
+    assert kernel is not None and kernel(2.0) == 3.0
