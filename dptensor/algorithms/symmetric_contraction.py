@@ -39,13 +39,29 @@ from .compiled import available as compiled_available
 from .compiled import compiled
 
 __all__ = ["pack_distinct", "contract_distinct", "compiled_kernel", "pass_widths", "pass_lanes",
-           "KERNEL_MIN_D", "contraction_terms"]
+           "KERNEL_MIN_D", "FEW_RESTARTS_MIN_D", "kernel_min_d", "contraction_terms"]
 
 #: Smallest d for which :class:`~dptensor.algorithms.operators.SymmetricTensor` takes the compiled
 #: loop: below it the thin GEMM over the packed half is less than 2x slower (one step, L=10, one
 #: thread: 1.9x at d=50, 2.8x at d=64 and 3x at d=200; the part ``contraction`` of
 #: ``benchmarks/bench_tensor_decomposition.py`` measures d=50, 100, 200).
 KERNEL_MIN_D = 64
+#: With few restarts the NumPy path's packed half, a few MB, stays in cache and its thin GEMM
+#: wins there: for each itemsize, ``(restarts, smallest d)`` from most restarts down (one step,
+#: one thread; at d=64: float64 with 1 restart 0.92x, float32 with 1-5 0.5-0.9x; float32 with
+#: 1 restart at d=100 0.68x, with 2-3 at d=80 0.6-0.8x).
+FEW_RESTARTS_MIN_D = {8: ((3, KERNEL_MIN_D), (1, 80)),
+                      4: ((6, KERNEL_MIN_D), (4, 80), (2, 100), (1, 128))}
+
+
+def kernel_min_d(L: int, dtype) -> int:
+    """Smallest d for which :class:`~dptensor.algorithms.operators.SymmetricTensor` takes the
+    compiled loop with ``L`` restarts of ``dtype`` (:data:`KERNEL_MIN_D` from 3 float64 or 6
+    float32 restarts on; :data:`FEW_RESTARTS_MIN_D`): public shapes only."""
+    for restarts, min_d in FEW_RESTARTS_MIN_D.get(np.dtype(dtype).itemsize, ()):
+        if L >= restarts:
+            return min_d
+    return KERNEL_MIN_D
 
 
 def contraction_terms(d: int) -> int:
