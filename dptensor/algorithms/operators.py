@@ -145,7 +145,7 @@ class SymmetricTensor(TensorOperator):
     numbers, against ``2 d^3 L`` flops and ``d^3`` numbers for ``T.reshape(d*d, d) @ U``; the
     product is memory-bound at the few restarts a power method batches, so the halved traffic is
     what counts. From ``d =`` :func:`~dptensor.algorithms.symmetric_contraction.kernel_min_d` on
-    (64; more for fewer than 3 float64 or 6 float32 restarts), where numba is installed, a
+    (64; more for fewer than 3 float64 or 8 float32 restarts), where numba is installed, a
     compiled loop reads the ``d^3 / 6`` distinct entries once for all L instead
     (:mod:`~dptensor.algorithms.symmetric_contraction`: 3x faster at d = 200). Either packing is
     built on first use (half the size of T, or a sixth).

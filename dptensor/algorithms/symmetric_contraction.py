@@ -48,15 +48,16 @@ __all__ = ["pack_distinct", "contract_distinct", "compiled_kernel", "pass_widths
 KERNEL_MIN_D = 64
 #: With few restarts the NumPy path's packed half, a few MB, stays in cache and its thin GEMM
 #: wins there: for each itemsize, ``(restarts, smallest d)`` from most restarts down (one step,
-#: one thread; at d=64: float64 with 1 restart 0.92x, float32 with 1-5 0.5-0.9x; float32 with
-#: 1 restart at d=100 0.68x, with 2-3 at d=80 0.6-0.8x).
+#: one thread, against the GEMM with the compiled pair products: at d=64 one or two float64
+#: restarts took 0.024-0.027 ms compiled against 0.018-0.020, one to six float32 ones
+#: 0.025-0.040 against 0.009-0.028; one float32 restart at d=100 0.074 against 0.041).
 FEW_RESTARTS_MIN_D = {8: ((3, KERNEL_MIN_D), (1, 80)),
-                      4: ((6, KERNEL_MIN_D), (4, 80), (2, 100), (1, 128))}
+                      4: ((8, KERNEL_MIN_D), (6, 72), (4, 80), (2, 100), (1, 128))}
 
 
 def kernel_min_d(L: int, dtype) -> int:
     """Smallest d for which :class:`~dptensor.algorithms.operators.SymmetricTensor` takes the
-    compiled loop with ``L`` restarts of ``dtype`` (:data:`KERNEL_MIN_D` from 3 float64 or 6
+    compiled loop with ``L`` restarts of ``dtype`` (:data:`KERNEL_MIN_D` from 3 float64 or 8
     float32 restarts on; :data:`FEW_RESTARTS_MIN_D`): public shapes only."""
     for restarts, min_d in FEW_RESTARTS_MIN_D.get(np.dtype(dtype).itemsize, ()):
         if L >= restarts:
