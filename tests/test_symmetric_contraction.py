@@ -62,6 +62,16 @@ def test_restarts_run_in_as_few_passes_as_the_lanes_allow(L, widths):
     assert max(widths) <= sc.MAX_LANES and sum(widths) == L
 
 
+def test_no_restarts_give_an_empty_block_on_the_compiled_path_too():
+    """``U`` of shape (d, 0): the NumPy path's (d, 0); the passes divided by zero passes."""
+    _kernel()
+    d = sc.KERNEL_MIN_D
+    op = SymmetricTensor(np.ones((d, d, d)))
+    assert sc.pass_widths(0) == [] and op._kernel(0)
+    out = op.apply(np.zeros((d, 0)))
+    assert out.shape == (d, 0) and out.dtype == np.float64
+
+
 def test_a_pass_one_short_of_a_multiple_of_four_runs_with_a_zero_restart():
     _kernel(4)
     assert [sc.pass_lanes(w) for w in range(1, 17)] == [1, 2, 4, 4, 5, 6, 8, 8, 9, 10, 12, 12,

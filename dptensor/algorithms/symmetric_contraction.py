@@ -190,7 +190,9 @@ def compiled_kernel(lanes: int = 1, dtype=np.float64):
 
 def pass_widths(L: int) -> list[int]:
     """The restarts of each compiled pass: as few passes as :data:`MAX_LANES` allows, all of
-    one width but the last."""
+    one width but the last (none for no restarts)."""
+    if L <= 0:
+        return []
     passes = -(-L // MAX_LANES)
     width = -(-L // passes)
     return [min(width, L - start) for start in range(0, L, width)]
