@@ -253,3 +253,32 @@ def test_a_failed_compilation_restores_numba_and_falls_back(monkeypatch):
     assert config.SLP_VECTORIZE == 0 and warnings.filters == filters
     kernel = compiled.compiled("probe_works", _slp_probe, lambda k: k(1.0), slp=True)
     assert kernel is not None and kernel(2.0) == 3.0
+
+
+@pytest.mark.parametrize("failure", ["no_locator", "save_fails"])
+def test_without_a_writable_cache_the_kernel_compiles_uncached(monkeypatch, failure):
+    """A read-only install with no writable cache directory (numba finds no locator and refuses
+    ``cache=True``), or a cache whose write fails (a full disk): the kernel still compiles, the
+    step is the same, and nothing warns."""
+    pytest.importorskip("numba")
+    from numba.core import caching
+
+    if failure == "no_locator":
+        for locator in caching.CacheImpl._locator_classes:
+            monkeypatch.setattr(locator, "from_function", classmethod(lambda cls, *a: None))
+    else:
+        def full(self, *args, **kwargs):
+            raise OSError(28, "No space left on device")
+        monkeypatch.setattr(caching.IndexDataCacheFile, "save", full)
+    monkeypatch.setattr(compiled, "_KERNELS", {})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        kernel = sc.compiled_kernel(2)
+    assert kernel is not None
+    rng = np.random.default_rng(8)
+    T = symmetrize_tensor(rng.standard_normal((6, 6, 6)))
+    U = rng.standard_normal((6, 2))
+    Ut, out = np.zeros((9, 2)), np.zeros((9, 2))
+    Ut[:6] = U
+    kernel(sc.pack_distinct(T), Ut, out)
+    _close(out[:6], np.einsum("abc,bl,cl->al", T, U, U), 1e-13)
