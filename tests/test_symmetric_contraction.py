@@ -282,3 +282,23 @@ def test_without_a_writable_cache_the_kernel_compiles_uncached(monkeypatch, fail
     Ut[:6] = U
     kernel(sc.pack_distinct(T), Ut, out)
     _close(out[:6], np.einsum("abc,bl,cl->al", T, U, U), 1e-13)
+
+
+def test_a_numba_variable_set_at_run_time_does_not_undo_the_slp_setting(monkeypatch):
+    """numba's compiler reloads its configuration from the environment when a ``NUMBA_``
+    variable changed since: set after numba's import (``NUMBA_NUM_THREADS`` before the first
+    fit), it reset SLP to 0 inside the flip, and the kernel compiled and cached unvectorised
+    (the 8-lane pass at d=150: 1.44 ms against 0.45)."""
+    pytest.importorskip("numba")
+    from numba.core import config
+
+    monkeypatch.setattr(compiled, "_KERNELS", {})
+    monkeypatch.setenv("NUMBA_DPTENSOR_TEST_PROBE", "1")
+    seen = []
+
+    def warm_up(kernel):
+        config.reload_config()  # as numba's compiler does first
+        seen.append(config.SLP_VECTORIZE)
+
+    compiled.compiled("probe_env", _slp_probe, warm_up, slp=True)
+    assert seen == [1]

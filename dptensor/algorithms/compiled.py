@@ -22,11 +22,15 @@ def _slp_vectorized(on: bool):
     the setting each time it is built, so the change reaches this compilation only; where a
     numba version reads it elsewhere, the kernel compiles unvectorised (slower, the same to
     rounding). numba's compiler lock is held throughout: no other thread's numba compilation
-    sees the change."""
+    sees the change, and the settings are reloaded from the environment first, as the
+    compilation then does (that reload would otherwise undo the change)."""
     from numba.core import config
     from numba.core.compiler_lock import global_compiler_lock
 
     with global_compiler_lock:
+        # numba's compiler reloads its settings where a NUMBA_ variable changed since the last
+        # reload (one set at run time): done here, that reload keeps the change
+        config.reload_config()
         before = config.SLP_VECTORIZE
         if on:
             config.SLP_VECTORIZE = 1
