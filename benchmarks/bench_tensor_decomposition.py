@@ -157,7 +157,7 @@ def bench_contraction(quick: bool, peak: float):
         op, U = SymmetricTensor(T), random_unit_columns(d, OUR_L, rng)
         # Best of many runs: the rate the step reaches when it has the core (the machine is shared).
         repeat = 100 if d <= 100 else 30
-        compiled_path = bool(op._kernel())
+        compiled_path = bool(op._kernel(OUR_L))
         # The two paths alternate, a batch each, three times: a change of load moves both alike.
         t, t_numpy = np.inf, np.inf
         for _ in range(3):

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import threading
 import warnings
 
 __all__ = ["compiled", "available"]
 
 _KERNELS: dict = {}  # name -> compiled function, or None where numba is missing or fails
+_LOCK = threading.RLock()
 #: False: every caller takes its NumPy path (the tests of the fallbacks set it).
 ENABLED = True
 
@@ -19,16 +21,23 @@ def _slp_vectorized(on: bool):
     into vector registers; numba leaves it off by default) while ``on``. The pass builder reads
     the setting each time it is built, so the change reaches this compilation only; where a
     numba version reads it elsewhere, the kernel compiles unvectorised (slower, the same to
-    rounding)."""
+    rounding). numba's compiler lock is held throughout: no other thread's numba compilation
+    sees the change, and the settings are reloaded from the environment first, as the
+    compilation then does (that reload would otherwise undo the change)."""
     from numba.core import config
+    from numba.core.compiler_lock import global_compiler_lock
 
-    before = config.SLP_VECTORIZE
-    if on:
-        config.SLP_VECTORIZE = 1
-    try:
-        yield
-    finally:
-        config.SLP_VECTORIZE = before
+    with global_compiler_lock:
+        # numba's compiler reloads its settings where a NUMBA_ variable changed since the last
+        # reload (one set at run time): done here, that reload keeps the change
+        config.reload_config()
+        before = config.SLP_VECTORIZE
+        if on:
+            config.SLP_VECTORIZE = 1
+        try:
+            yield
+        finally:
+            config.SLP_VECTORIZE = before
 
 
 def _compile(fn, warm_up, fastmath, slp):
@@ -60,11 +69,16 @@ def compiled(name: str, fn, warm_up, fastmath=False, slp=False):
     if not ENABLED:
         return None
     if name not in _KERNELS:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                kernel = _compile(fn, warm_up, fastmath, slp)
-        except Exception:  # ImportError, or a numba that cannot compile on this machine
-            kernel = None
-        _KERNELS[name] = kernel
+        with _LOCK:  # one at a time: the warnings filter and numba's setting are process-wide
+            if name not in _KERNELS:
+                _KERNELS[name] = _compile_quietly(fn, warm_up, fastmath, slp)
     return _KERNELS[name]
+
+
+def _compile_quietly(fn, warm_up, fastmath, slp):
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return _compile(fn, warm_up, fastmath, slp)
+    except Exception:  # ImportError, or a numba that cannot compile on this machine
+        return None

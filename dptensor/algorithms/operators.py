@@ -16,7 +16,7 @@ import numpy as np
 from .compiled import available as compiled_available
 from .compiled import compiled
 from .pair_products import pair_products
-from .symmetric_contraction import KERNEL_MIN_D, contract_distinct, pack_distinct
+from .symmetric_contraction import contract_distinct, kernel_min_d, pack_distinct
 
 __all__ = ["SymmetricTensor", "ThirdMoment", "DeflatedTensor", "GramMatrix", "DenseMatrix",
            "symmetrize_tensor", "moment_tensor", "moment_chunk_rows", "MomentSum"]
@@ -144,10 +144,11 @@ class SymmetricTensor(TensorOperator):
     ``K[(b,c), l] = U[b, l] U[c, l]``. That is one GEMM of ``d^3 L`` flops reading ``d^3 / 2``
     numbers, against ``2 d^3 L`` flops and ``d^3`` numbers for ``T.reshape(d*d, d) @ U``; the
     product is memory-bound at the few restarts a power method batches, so the halved traffic is
-    what counts. From ``d =`` :data:`~dptensor.algorithms.symmetric_contraction.KERNEL_MIN_D` on,
-    where numba is installed, a compiled loop reads the ``d^3 / 6`` distinct entries once for all
-    L instead (:mod:`~dptensor.algorithms.symmetric_contraction`: 3x faster at d = 200). Either
-    packing is built on first use (half the size of T, or a sixth).
+    what counts. From ``d =`` :func:`~dptensor.algorithms.symmetric_contraction.kernel_min_d` on
+    (64; more for fewer than 3 float64 or 8 float32 restarts), where numba is installed, a
+    compiled loop reads the ``d^3 / 6`` distinct entries once for all L instead
+    (:mod:`~dptensor.algorithms.symmetric_contraction`: 3x faster at d = 200). Either packing is
+    built on first use (half the size of T, or a sixth).
     """
 
     #: Use the compiled loops where there are ones (the pair products of
@@ -170,13 +171,15 @@ class SymmetricTensor(TensorOperator):
             self._half = np.ascontiguousarray(self.T[:, self._rows, self._cols] * weights)
         return self._half
 
-    def _kernel(self):
-        """Whether this tensor takes the compiled contraction (where its passes compile)."""
-        return (self.use_kernel and self.shape[0] >= KERNEL_MIN_D
-                and self.T.dtype in (np.float32, np.float64) and compiled_available())
+    def _kernel(self, n_restarts: int = 16):
+        """Whether this tensor takes the compiled contraction of ``n_restarts`` (where its passes
+        compile; from ``d =`` :func:`~dptensor.algorithms.symmetric_contraction.kernel_min_d`)."""
+        return (self.use_kernel and self.T.dtype in (np.float32, np.float64)
+                and self.shape[0] >= kernel_min_d(n_restarts, self.T.dtype)
+                and compiled_available())
 
     def apply(self, U):
-        if self._kernel():
+        if self._kernel(U.shape[1]):
             if self._distinct is None:
                 self._distinct = pack_distinct(self.T)
             out = contract_distinct(self._distinct, U)

@@ -16,7 +16,8 @@ The restarts are the vector lanes: the loop is written out with one scalar per r
 (:func:`_pass_source`, for each number of restarts), which LLVM's SLP vectoriser packs into vector
 registers, every ``s_j`` and product ``u_j u_k`` of the block held there over the pass over
 ``i`` (a loop over the restarts would keep them in memory). More than :data:`MAX_LANES`
-restarts run in passes of at most that many.
+restarts run in passes of at most that many; a pass of 3, 7, 11 or 15 restarts runs with one
+zero restart more (:func:`pass_lanes`).
 
 Rounding (for the allowance of :func:`~dptensor.algorithms.tensor_power.moment_roundings`): each
 output coordinate is a sum of ``(d + 1) (d + 2) / 2`` products ``t u u`` (every pair ``b <= c``
@@ -37,14 +38,31 @@ import numpy as np
 from .compiled import available as compiled_available
 from .compiled import compiled
 
-__all__ = ["pack_distinct", "contract_distinct", "compiled_kernel", "pass_widths",
-           "KERNEL_MIN_D", "contraction_terms"]
+__all__ = ["pack_distinct", "contract_distinct", "compiled_kernel", "pass_widths", "pass_lanes",
+           "KERNEL_MIN_D", "FEW_RESTARTS_MIN_D", "kernel_min_d", "contraction_terms"]
 
 #: Smallest d for which :class:`~dptensor.algorithms.operators.SymmetricTensor` takes the compiled
 #: loop: below it the thin GEMM over the packed half is less than 2x slower (one step, L=10, one
 #: thread: 1.9x at d=50, 2.8x at d=64 and 3x at d=200; the part ``contraction`` of
 #: ``benchmarks/bench_tensor_decomposition.py`` measures d=50, 100, 200).
 KERNEL_MIN_D = 64
+#: With few restarts the NumPy path's packed half, a few MB, stays in cache and its thin GEMM
+#: wins there: for each itemsize, ``(restarts, smallest d)`` from most restarts down (one step,
+#: one thread, against the GEMM with the compiled pair products: at d=64 one or two float64
+#: restarts took 0.024-0.027 ms compiled against 0.018-0.020, one to six float32 ones
+#: 0.025-0.040 against 0.009-0.028; one float32 restart at d=100 0.074 against 0.041).
+FEW_RESTARTS_MIN_D = {8: ((3, KERNEL_MIN_D), (1, 80)),
+                      4: ((8, KERNEL_MIN_D), (6, 72), (4, 80), (2, 100), (1, 128))}
+
+
+def kernel_min_d(L: int, dtype) -> int:
+    """Smallest d for which :class:`~dptensor.algorithms.operators.SymmetricTensor` takes the
+    compiled loop with ``L`` restarts of ``dtype`` (:data:`KERNEL_MIN_D` from 3 float64 or 8
+    float32 restarts on; :data:`FEW_RESTARTS_MIN_D`): public shapes only."""
+    for restarts, min_d in FEW_RESTARTS_MIN_D.get(np.dtype(dtype).itemsize, ()):
+        if L >= restarts:
+            return min_d
+    return KERNEL_MIN_D
 
 
 def contraction_terms(d: int) -> int:
@@ -113,6 +131,7 @@ def _pass_source(lanes: int) -> str:
         "def pass_(P, U, O):",
         f"    d = O.shape[0] - {BLOCK - 1}",
         "    at = 0",
+        "    zero = U.dtype.type(0)  # the arrays' dtype: 0.0 would sum float32's s_j in float64",
         "    for k in range(d):",
         f"        for j0 in range(0, k + 1, {BLOCK}):",
         f"            n = j0 + {BLOCK}",
@@ -120,7 +139,7 @@ def _pass_source(lanes: int) -> str:
         *[f"            uj{q} = U[j0 + {q}]" for q in col],
         *per_lane("            uk_{m} = uk[{m}]"),  # scalars: O might alias U for numba
         *each("            p{q}_{m} = uj{q}[{m}] * uk_{m}"),
-        *each("            s{q}_{m} = 0.0"),
+        *each("            s{q}_{m} = zero"),
         "            for i in range(n):",
         f"                b = at + {BLOCK} * i",
         f"                t = P[b:b + {BLOCK}]",
@@ -171,34 +190,49 @@ def compiled_kernel(lanes: int = 1, dtype=np.float64):
 
 def pass_widths(L: int) -> list[int]:
     """The restarts of each compiled pass: as few passes as :data:`MAX_LANES` allows, all of
-    one width but the last."""
+    one width but the last (none for no restarts)."""
+    if L <= 0:
+        return []
     passes = -(-L // MAX_LANES)
     width = -(-L // passes)
     return [min(width, L - start) for start in range(0, L, width)]
 
 
+def pass_lanes(width: int) -> int:
+    """The lanes a pass of ``width`` restarts runs in: one zero restart more where ``width`` is
+    one short of a multiple of 4 (3, 7, 11, 15 restarts vectorise worse than 4, 8, 12, 16: one
+    step at d=200 took 0.76, 1.36, 1.69, 2.24 ms against 0.65, 0.95, 1.45, 1.87). A zero
+    restart's lane computes zeros, apart from the others."""
+    return width + 1 if width % 4 == 3 else width
+
+
 @functools.lru_cache(maxsize=None)
 def _passes(L: int, dtype: np.dtype):
-    """``(width, kernel)`` of each pass for ``L`` restarts, or ``None`` where one of the passes
-    does not compile (a lookup per step, not a compilation)."""
-    passes = [(width, compiled_kernel(width, dtype)) for width in pass_widths(L)]
+    """``(width, kernel)`` of each pass for ``L`` restarts (the kernel of
+    :func:`pass_lanes` lanes), or ``None`` where one of the passes does not compile (a lookup
+    per step, not a compilation)."""
+    passes = [(width, compiled_kernel(pass_lanes(width), dtype)) for width in pass_widths(L)]
     return None if any(kernel is None for _, kernel in passes) else passes
 
 
 def contract_distinct(P, U):
     """``T(I, U, U)`` (d x L, ``P``'s dtype) from ``P = pack_distinct(T)`` with the compiled
-    passes, or ``None`` where one of them is not compiled."""
+    passes, or ``None`` where one of them is not compiled or ``U`` is of a wider dtype than
+    ``P`` (the NumPy path then computes in that dtype; the passes would round U to P's)."""
     d, L = U.shape
+    if np.result_type(P.dtype, U.dtype) != P.dtype:
+        return None
     passes = _passes(L, P.dtype) if compiled_available() else None
     if passes is None:
         return None
     out, start = np.empty((d, L), dtype=P.dtype), 0
     for width, kernel in passes:
-        # U's rows, three zero rows past d: the layout of the pass (d x L, restarts in a row)
-        Ut = np.zeros((d + BLOCK - 1, width), dtype=P.dtype)
-        Ut[:d] = U[:, start:start + width]
+        # U's rows, three zero rows past d: the layout of the pass (d x L, restarts in a row;
+        # the lanes past width zero restarts)
+        Ut = np.zeros((d + BLOCK - 1, pass_lanes(width)), dtype=P.dtype)
+        Ut[:d, :width] = U[:, start:start + width]
         outT = np.zeros_like(Ut)
         kernel(P, Ut, outT)
-        out[:, start:start + width] = outT[:d]
+        out[:, start:start + width] = outT[:d, :width]
         start += width
     return out
