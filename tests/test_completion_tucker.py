@@ -21,3 +21,116 @@ def test_the_sandwich_is_every_rows_core_gram(rank):
 
 def test_the_small_rank_sandwich_is_the_kronecker_product():
     assert 8**4 <= tucker.SANDWICH_MAX < 9**4  # rank 8 takes the Kronecker product, 9 does not
+
+
+# ----------------------------------------------------------------- compiled rows (tucker_rows)
+def _sweep_setup(rng, shape=(7, 6, 5), rank=3, share=0.6, scale=1.0):
+    from dptensor.algorithms.completion.model import init_model
+    from dptensor.algorithms.completion.observations import Observations
+
+    cells = int(np.prod(shape))
+    flat = rng.choice(cells, int(share * cells), replace=False)
+    X = np.stack(np.unravel_index(flat, shape), axis=1)
+    y = scale * rng.uniform(-0.5, 0.5, len(X))
+    obs = Observations(X, shape, layout="dense")
+    grid = obs.grid()
+    Yg = grid.scatter(y)
+    model = init_model(shape, rank, "tucker", rng, scale=0.5)
+    model.intercept = 0.1
+    model.biases = [rng.normal(0, 0.2, n) for n in shape]
+    return tucker.TuckerSweep3(grid, Yg, obs.counts), model
+
+
+def _numpy_update(sweep, model, m, reg, dof):
+    from dptensor.algorithms.completion.als import _solve_rows
+
+    gram, rhs = sweep.normal_equations(model, m, True)
+    return _solve_rows(model, m, gram, rhs, reg, True, dof)
+
+
+@pytest.mark.parametrize("rank", [1, 2, 3, 4])
+@pytest.mark.parametrize("passes", ["cells", "entries"])
+def test_compiled_rows_solve_every_mode_as_the_numpy_equations(rank, passes, monkeypatch):
+    """Each mode's compiled solve (systems, LU, inverse traces, features) gives the NumPy path's
+    factors, biases and degrees of freedom to rounding, and its features bit for bit; the core's
+    compiled step the NumPy step's core and sum of squared residuals."""
+    import copy
+
+    pytest.importorskip("numba")
+    monkeypatch.setattr(tucker, "SPARSE_PASS_RATIO", 0 if passes == "entries" else 10**9)
+    rng = np.random.default_rng(rank)
+    sweep, model = _sweep_setup(rng, rank=rank)
+    ref_sweep, ref = copy.deepcopy(sweep), copy.deepcopy(model)
+    for m in range(3):
+        dof = sweep.solve(model, m, 0.01, True, True)
+        ref_dof = _numpy_update(ref_sweep, ref, m, 0.01, True)
+        assert dof is not None and dof == pytest.approx(ref_dof, rel=1e-10)
+        np.testing.assert_allclose(model.factors[m], ref.factors[m], rtol=1e-9, atol=1e-10)
+        np.testing.assert_allclose(model.biases[m], ref.biases[m], rtol=1e-9, atol=1e-10)
+        # the features the kernel wrote are those NumPy forms from the same rows
+        assert np.array_equal(sweep._features(model, m), sweep._form_features(model, m))
+    ssr = sweep.core_step(model, 0.01)
+    ref_ssr = ref_sweep.core_step(ref, 0.01)
+    np.testing.assert_allclose(model.core, ref.core, rtol=1e-9, atol=1e-10)
+    assert ssr == pytest.approx(ref_ssr, rel=1e-9)
+    assert sweep._raw_core is None  # the compiled core ran (and took mode 2's products)
+
+
+def test_compiled_rows_give_way_to_numpy_at_a_zero_pivot(rng):
+    """Without a ridge a row with no entry has a zero Gram: the LU meets an exact zero pivot,
+    the compiled solve hands the mode back untouched (``None``), and ``als`` solves it with
+    NumPy (whose ``solve`` raises there, and the pseudo-inverse answers)."""
+    pytest.importorskip("numba")
+    sweep, model = _sweep_setup(rng, share=0.3)
+    empty = np.flatnonzero(sweep.counts[0] == 0)
+    if not len(empty):
+        sweep.counts[0][0] = 0.0  # (counts only size the bias's diagonal here)
+    before = model.factors[0]
+    sweep.mask[...] = 0.0  # every row without entries: every Gram 0
+    sweep._flat = tuple(np.zeros_like(f) for f in sweep._flat)
+    assert sweep.solve(model, 0, -1e-12, True, False) is None
+    assert model.factors[0] is before
+
+
+def test_compiled_dof_takes_the_pseudo_inverse_where_the_ridge_is_lost(rng):
+    """Values so large that the ridge is lost in the Grams' rounding: the compiled degrees of
+    freedom take the pseudo-inverse's trace there, as ``ridge_dof``."""
+    import copy
+
+    pytest.importorskip("numba")
+    sweep, model = _sweep_setup(rng, scale=1.0)
+    for k in range(3):
+        model.factors[k] = model.factors[k] * 1e9
+    ref_sweep, ref = copy.deepcopy(sweep), copy.deepcopy(model)
+    dof = sweep.solve(model, 0, 1e-4, True, True)
+    ref_dof = _numpy_update(ref_sweep, ref, 0, 1e-4, True)
+    assert dof == pytest.approx(ref_dof, rel=1e-6)
+
+
+def test_compiled_and_numpy_tucker_fits_agree(monkeypatch):
+    """A whole non-private Tucker fit on the grid, with the compiled loops and without (NumPy's
+    path, the fallback): the same model to rounding."""
+    import warnings
+
+    from dptensor import PrivacyWarning
+    from dptensor.algorithms import compiled
+    from dptensor.completion import PrivateTensorCompletion
+    from dptensor.datasets import make_low_rank_tensor
+
+    pytest.importorskip("numba")
+    data = make_low_rank_tensor((12, 10, 8), 3, missing_ratio=0.5, snr=1.0, random_state=0)
+
+    def fit():
+        est = PrivateTensorCompletion(decomposition="tucker", n_iter=12, tol=0, random_state=0,
+                                      factor_modes=None)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PrivacyWarning)
+            return est.fit(data["indices"], data["values"])
+
+    fast = fit()
+    monkeypatch.setattr(compiled, "ENABLED", False)
+    plain = fit()
+    for u, v in zip(fast.factors_ + fast.biases_ + [fast.core_],
+                    plain.factors_ + plain.biases_ + [plain.core_]):
+        np.testing.assert_allclose(u, v, rtol=1e-8, atol=1e-10)
+    assert np.ptp(fast.predict(data["test_indices"])) > 1e-3  # the comparison has content
