@@ -134,3 +134,28 @@ def test_compiled_and_numpy_tucker_fits_agree(monkeypatch):
                     plain.factors_ + plain.biases_ + [plain.core_]):
         np.testing.assert_allclose(u, v, rtol=1e-8, atol=1e-10)
     assert np.ptp(fast.predict(data["test_indices"])) > 1e-3  # the comparison has content
+
+
+@pytest.mark.parametrize("shape, n", [((60, 50, 8), 4000), ((7, 6, 5), 50), ((30, 4), 40),
+                                      ((5, 5, 5, 5), 300)])
+def test_compiled_plain_row_offsets_are_numpys_bit_for_bit(shape, n, monkeypatch):
+    """The non-private row effects by the compiled loop (plain_offsets) and by NumPy's loop: the
+    same intercept and biases bit for bit, rows without entries 0."""
+    from dptensor.algorithms import compiled
+    from dptensor.algorithms.completion import plain_offsets
+    from dptensor.algorithms.completion.observations import Observations
+    from dptensor.algorithms.completion.offsets import row_offsets
+
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(n)
+    flat = rng.choice(int(np.prod(shape)), n, replace=False)
+    obs = Observations(np.stack(np.unravel_index(flat, shape), axis=1), shape)
+    y = rng.normal(size=n)
+    for shrink in (1e-3, 1.0):
+        assert plain_offsets.plain_row_offsets(obs, y, shrink) is not None  # the kernel runs
+        fast = row_offsets(obs, y, shrink=shrink)
+        monkeypatch.setattr(compiled, "ENABLED", False)
+        plain = row_offsets(obs, y, shrink=shrink)
+        monkeypatch.setattr(compiled, "ENABLED", True)
+        assert fast[0] == plain[0]
+        assert all(np.array_equal(u, v) for u, v in zip(fast[1], plain[1]))

@@ -84,17 +84,18 @@ def _systems_kernel(qb, qs, vb, vs, Gm, mu, counts, row_sums, Ca, ba, Cb, bb, G,
         B[i, r] = row_sums[i] - (mu * counts[i] + sa + sb)
 
 
-def _solve_kernel(G, B, lam, traces) -> int:  # pragma: no cover (compiled)
+def _solve_kernel(G, B, lam, traces):  # pragma: no cover (compiled)
     """Every row's ``(G[i] + lam I) x = B[i]`` in place (``G[i]`` left ridged, ``B[i]`` the
     solution), by LU with partial pivoting on the first largest entry (as LAPACK's ``getrf``);
     with ``traces`` (one per row, else empty) the trace of each inverse. Returns the number of
     rows whose ridge may be lost in the Gram's rounding (``lam <= 1e-14 |trace G|``), or -1
-    (the outputs partly written) at an exact zero pivot, where LAPACK reports it singular."""
+    (the outputs partly written) at an exact zero pivot, where LAPACK reports it singular, and
+    the effective degrees of freedom ``sum_i (p - lam trace_i)`` (0 without ``traces``)."""
     p = G.shape[1]
     inverse = len(traces) > 0
     cols = p + 1 if inverse else 1
     LU, X = np.empty((p, p)), np.empty((p, cols))  # X: the right-hand side (then the identity)
-    lost = 0
+    lost, dof = 0, 0.0
     for i in range(G.shape[0]):
         trace = 0.0
         for j in range(p):
@@ -113,7 +114,7 @@ def _solve_kernel(G, B, lam, traces) -> int:  # pragma: no cover (compiled)
                 if abs(LU[j, c]) > abs(LU[piv, c]):
                     piv = j
             if LU[piv, c] == 0.0:
-                return -1
+                return -1, 0.0
             for j in range(p):
                 LU[c, j], LU[piv, j] = LU[piv, j], LU[c, j]
             for j in range(cols):
@@ -140,7 +141,8 @@ def _solve_kernel(G, B, lam, traces) -> int:  # pragma: no cover (compiled)
                 tr += X[j, j + 1]
         if inverse:
             traces[i] = tr
-    return lost
+            dof += p - lam * tr
+    return lost, dof
 
 
 def _features_kernel(S, r, F):  # pragma: no cover (compiled)
