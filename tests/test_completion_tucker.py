@@ -159,3 +159,20 @@ def test_compiled_plain_row_offsets_are_numpys_bit_for_bit(shape, n, monkeypatch
         monkeypatch.setattr(compiled, "ENABLED", True)
         assert fast[0] == plain[0]
         assert all(np.array_equal(u, v) for u, v in zip(fast[1], plain[1]))
+
+
+def test_the_grid_passes_in_blocks_are_the_whole_products(monkeypatch):
+    """A pass over the grid in blocks of columns (tiny blocks, a short last one) gives the
+    whole products' sums."""
+    rng = np.random.default_rng(5)
+    sweep, model = _sweep_setup(rng, shape=(7, 6, 5))
+    for side, k in ((0, 2), (1, 0)):  # the sum over mode 2, then over mode 0
+        F, U = sweep._form_features(model, k), model.factors[k]
+        whole = sweep._passes(side, F, U)
+        monkeypatch.setattr(tucker, "PASS_BLOCK_BYTES", 16 * 7 * 4)  # a few columns a block
+        blocked = sweep._passes(side, F, U)
+        monkeypatch.undo()
+        ref = (F.T @ sweep._flat[side], U.T @ sweep._yflat[side])
+        for got, full, want in zip(blocked, whole, ref):
+            np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
+            np.testing.assert_allclose(full, want, rtol=1e-13, atol=1e-13)

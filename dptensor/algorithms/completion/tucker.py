@@ -19,6 +19,9 @@ from .tucker_rows import row_kernels
 #: the entries at a tenth (100^3).
 SPARSE_PASS_RATIO = 6
 
+#: Bytes of mask and values per block of a pass over the grid (:meth:`TuckerSweep3._passes`).
+PASS_BLOCK_BYTES = 1 << 20
+
 
 class TuckerSweep3:
     """The normal equations of one ALS sweep of an order-3 Tucker model on the dense layout, two
@@ -69,15 +72,27 @@ class TuckerSweep3:
             self.pair_counts[(m, k)] if m < k else self.pair_counts[(k, m)].T))
             for k in range(3) if k != m] for m in range(3)]
 
-    def _pass(self, side, values, F):
-        """``F^T`` times the mask (or the ``values``) summed over mode 2 (``side`` 0: ``(f, n_0
-        n_1)``) or mode 0 (``side`` 1: ``(f, n_1 n_2)``)."""
+    def _passes(self, side, F, U):
+        """``F^T`` times the mask and ``U^T`` times the values, summed over mode 2 (``side`` 0:
+        ``(f, n_0 n_1)``) or mode 0 (``side`` 1: ``(f, n_1 n_2)``).
+
+        On the grid, features first (the wide product runs faster than the tall one), in blocks
+        of columns of about ``PASS_BLOCK_BYTES`` of mask and values, each block's two products
+        one after the other: 1.1x the two whole products at 60^3 (cold caches), the same sums
+        (each column's over the summed mode, as in one product)."""
         if self._sparse is not None:
             # (cells, f) from the sparse product; transposed: a copy of a tenth of the pass
-            return np.ascontiguousarray((self._sparse[side][values] @ F).T)
-        # (features first: the wide product runs faster than the tall one)
-        # (features first: the wide product runs faster than the tall one)
-        return F.T @ (self._yflat if values else self._flat)[side]
+            return tuple(np.ascontiguousarray((self._sparse[side][v] @ W).T)
+                         for v, W in ((False, F), (True, U)))
+        M, Y = self._flat[side], self._yflat[side]
+        rows, cols = M.shape
+        P, V = np.empty((F.shape[1], cols)), np.empty((U.shape[1], cols))
+        step = max(1, PASS_BLOCK_BYTES // (16 * rows))
+        for start in range(0, cols, step):
+            block = slice(start, start + step)
+            np.matmul(F.T, M[:, block], out=P[:, block])
+            np.matmul(U.T, Y[:, block], out=V[:, block])
+        return P, V
 
     @staticmethod
     def _bias(model, k):
@@ -162,8 +177,8 @@ class TuckerSweep3:
         n, r = self.mask.shape, model.rank
         U = model.factors
         if m == 0:  # mode 2's features, fixed until mode 2 updates: one pass serves modes 0 and 1
-            self._pivot = self._pass(0, False, self._features(model, 2)).reshape(-1, n[0], n[1])
-            self._value = self._pass(0, True, U[2]).reshape(r, n[0], n[1])
+            P, V = self._passes(0, self._features(model, 2), U[2])
+            self._pivot, self._value = P.reshape(-1, n[0], n[1]), V.reshape(r, n[0], n[1])
             # (f2, i, j) x (j, f1): one product of the contiguous pass, viewed as (i, f1, f2)
             Qr = self._pivot.reshape(-1, n[1]) @ self._features(model, 1)
             Vr = self._value.reshape(-1, n[1]) @ U[1]
@@ -174,8 +189,8 @@ class TuckerSweep3:
             Vr = np.matmul(U[0].T, self._value)
             Q, V = Qr.transpose(2, 1, 0), Vr.transpose(2, 1, 0)  # (j, f0, f2), (j, p0, p2)
         else:  # mode 0's features, fixed until the next sweep: one pass serves mode 2 and the core
-            pivot = self._pass(1, False, self._features(model, 0)).reshape(-1, n[1], n[2])
-            value = self._pass(1, True, U[0]).reshape(r, n[1], n[2])
+            P, V = self._passes(1, self._features(model, 0), U[0])
+            pivot, value = P.reshape(-1, n[1], n[2]), V.reshape(r, n[1], n[2])
             Qr = np.matmul(self._features(model, 1).T, pivot)
             Vr = np.matmul(U[1].T, value)
             Q, V = Qr.transpose(2, 0, 1), Vr.transpose(2, 0, 1)  # (k, f0, f1), (k, p0, p1)
