@@ -176,3 +176,35 @@ def test_the_grid_passes_in_blocks_are_the_whole_products(monkeypatch):
         for got, full, want in zip(blocked, whole, ref):
             np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
             np.testing.assert_allclose(full, want, rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("shape, n", [((60, 50, 8), 4000), ((7, 6, 5), 50), ((30, 4), 40)])
+def test_compiled_counts_and_grid_positions_are_numpys(shape, n, monkeypatch):
+    """The entries' row counts and the grid's flat positions, mask and repeated flag by the
+    compiled passes (grid_counts) and by NumPy: the same bit for bit, a repeated position
+    included; an index out of the shape takes NumPy's path (and its refusal)."""
+    from dptensor.algorithms import compiled
+    from dptensor.algorithms.completion import grid_counts
+    from dptensor.algorithms.completion.observations import DenseGrid, Observations
+
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(n)
+    X = np.stack(np.unravel_index(rng.choice(int(np.prod(shape)), n, replace=False), shape), 1)
+    for XX in (X, np.concatenate([X, X[:2]])):
+        assert grid_counts.entry_counts(np.asfortranarray(XX), shape) is not None
+        fast = Observations(XX, shape)
+        fast_grid = DenseGrid(fast.X, shape)
+        monkeypatch.setattr(compiled, "ENABLED", False)
+        plain = Observations(XX, shape)
+        plain_grid = DenseGrid(plain.X, shape)
+        monkeypatch.setattr(compiled, "ENABLED", True)
+        assert all(np.array_equal(u, v) for u, v in zip(fast.counts, plain.counts))
+        assert np.array_equal(fast_grid.flat, plain_grid.flat)
+        assert np.array_equal(fast_grid.mask, plain_grid.mask)
+        assert fast_grid.repeated == plain_grid.repeated == (len(XX) > n)
+    bad = X.copy()
+    bad[0, 1] = shape[1]  # out of the shape
+    assert grid_counts.entry_counts(bad, shape) is None
+    assert grid_counts.grid_positions(bad, shape) is None
+    with pytest.raises(ValueError):
+        DenseGrid(bad, shape)
