@@ -50,13 +50,13 @@ def _grid_kernel(X, shape, flat, mask) -> float:  # pragma: no cover (compiled)
 
 
 def _warm_counts(kernel):
-    for X in (np.zeros((2, 2), dtype=np.int64), np.zeros((2, 2), dtype=np.int64, order="F")):
-        kernel(X, (np.zeros(1), np.zeros(1)))
+    # order 3, in the entries' column-major layout (Observations'), as most fits
+    kernel(np.zeros((2, 3), dtype=np.int64, order="F"), (np.zeros(1), np.zeros(1), np.zeros(1)))
 
 
 def _warm_grid(kernel):
-    for X in (np.zeros((2, 2), dtype=np.int64), np.zeros((2, 2), dtype=np.int64, order="F")):
-        kernel(X, np.ones(2, dtype=np.int64), np.empty(2, dtype=np.int64), np.zeros(1))
+    X = np.zeros((2, 3), dtype=np.int64, order="F")
+    kernel(X, np.ones(3, dtype=np.int64), np.empty(2, dtype=np.int64), np.zeros(1))
 
 
 def entry_counts(X, shape):

@@ -34,8 +34,10 @@ def _offsets_kernel(X, resid, counts, shrink, biases):  # pragma: no cover (comp
 
 
 def _warm_up(kernel):
-    for X in (np.zeros((2, 2), dtype=np.int64), np.zeros((2, 2), dtype=np.int64, order="F")):
-        kernel(X, np.ones(2), (np.ones(1), np.ones(1)), 1.0, (np.empty(1), np.empty(1)))
+    # order 3, in the entries' column-major layout (Observations'), as most fits
+    one = (np.ones(1), np.ones(1), np.ones(1))
+    kernel(np.zeros((2, 3), dtype=np.int64, order="F"), np.ones(2), one, 1.0,
+           tuple(np.empty(1) for _ in one))
 
 
 def plain_row_offsets(obs, y, shrink):

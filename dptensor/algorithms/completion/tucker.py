@@ -67,6 +67,7 @@ class TuckerSweep3:
         self._pivot = self._value = self._last = self._raw = self._raw_core = None
         self._cache = [None] * 3  # (factor, bias, features) of each mode
         self._kernels = row_kernels()
+        self._sums = (tuple(self.counts), tuple(self.row_sums), np.empty(0))  # the core's loops'
         # the pair counts of each mode with the two others, rows of that mode (contiguous)
         self._oriented = [[(k, np.ascontiguousarray(
             self.pair_counts[(m, k)] if m < k else self.pair_counts[(k, m)].T))
@@ -148,16 +149,18 @@ class TuckerSweep3:
         qb, vb = Qr.reshape(-1), Vr.reshape(-1)
         (ka, Ca), (kb, Cb) = self._oriented[m]
         G, S = np.empty((len(Q), r + 1, r + 1)), np.empty((len(Q), r + 1))
-        kernels.systems(qb, _steps(Qv), vb, _steps(Vv),
-                        np.ascontiguousarray(model.core.transpose(_FRONT[m]).reshape(r, r * r)),
-                        float(model.intercept), self.counts[m], self.row_sums[m], Ca,
-                        self._bias(model, ka), Cb, self._bias(model, kb), G, S)
+        Gm = model.core.reshape(r, r * r) if m == 0 else np.ascontiguousarray(
+            model.core.transpose(_FRONT[m]).reshape(r, r * r))
+        kernels.systems(qb, _steps(Qv), vb, _steps(Vv), Gm, float(model.intercept),
+                        self.counts[m], self.row_sums[m], Ca, model.biases[ka], Cb,
+                        model.biases[kb], G, S)
         lam = reg + 1e-12
         traces = np.empty(len(Q) if dof else 0)
         lost, df = kernels.solve(G, S, lam, traces)
         if lost < 0:
             return None
-        model.factors[m], model.biases[m] = S[:, :r], S[:, r]
+        # (the bias contiguous, as the loops were compiled for: no second compilation)
+        model.factors[m], model.biases[m] = S[:, :r], S[:, r].copy()
         F = np.empty((len(S), 2 * r + r * (r + 1) // 2))
         kernels.features(S, r, F)
         self._cache[m] = (model.factors[m], model.biases[m], F)
@@ -236,11 +239,11 @@ class TuckerSweep3:
         value = (Vr.reshape(-1, n2) @ model.factors[2]).reshape(r, r, r)  # (p0, p1, p2)
         G, B = np.empty((1, r**3, r**3)), np.empty((1, r**3))
         pc = self.pair_counts
-        squares = kernels.core(C, value, float(model.intercept), self.yy,
-                               tuple(self._bias(model, k) for k in range(3)), tuple(self.counts),
-                               tuple(self.row_sums), pc[(0, 1)], pc[(0, 2)], pc[(1, 2)], G, B)
+        squares = kernels.core(C, value, float(model.intercept), self.yy, tuple(model.biases),
+                               self._sums[0], self._sums[1], pc[(0, 1)], pc[(0, 2)], pc[(1, 2)],
+                               G, B)
         rhs, lam = B[0].copy(), reg_core + 1e-12
-        if kernels.solve(G, B, lam, np.empty(0))[0] < 0:
+        if kernels.solve(G, B, lam, self._sums[2])[0] < 0:
             return None
         c = B[0]
         model.core = c.reshape(model.core.shape)
