@@ -66,7 +66,7 @@ class TuckerSweep3:
             self._yflat = (Yg.reshape(n[0] * n[1], n[2]).T, Yg.reshape(n[0], n[1] * n[2]))
         self._pivot = self._value = self._last = self._raw = self._raw_core = None
         self._cache = [None] * 3  # (factor, bias, features) of each mode
-        self._kernels = row_kernels()
+        self._kernels, self._buffers = row_kernels(), {}
         self._sums = (tuple(self.counts), tuple(self.row_sums), np.empty(0))  # the core's loops'
         # the pair counts of each mode with the two others, rows of that mode (contiguous)
         self._oriented = [[(k, np.ascontiguousarray(
@@ -144,18 +144,21 @@ class TuckerSweep3:
         kernels = self._kernels if bias else None
         if kernels is None:
             return None
-        Q, V = self._contractions(model, m)
+        self._contractions(model, m)
         (Qr, Qv, Vr, Vv), r = self._raw, model.rank
-        qb, vb = Qr.reshape(-1), Vr.reshape(-1)
         (ka, Ca), (kb, Cb) = self._oriented[m]
-        G, S = np.empty((len(Q), r + 1, r + 1)), np.empty((len(Q), r + 1))
+        if m not in self._buffers:  # the strides and the Grams' buffers, the same every sweep
+            self._buffers[m] = (_steps(Qv), _steps(Vv), np.empty((len(Qv), r + 1, r + 1)),
+                                np.empty(len(Qv)), np.empty(0))
+        qs, vs, G, traces, none = self._buffers[m]
+        S = np.empty((len(Qv), r + 1))
         Gm = model.core.reshape(r, r * r) if m == 0 else np.ascontiguousarray(
             model.core.transpose(_FRONT[m]).reshape(r, r * r))
-        kernels.systems(qb, _steps(Qv), vb, _steps(Vv), Gm, float(model.intercept),
+        kernels.systems(Qr.reshape(-1), qs, Vr.reshape(-1), vs, Gm, float(model.intercept),
                         self.counts[m], self.row_sums[m], Ca, model.biases[ka], Cb,
                         model.biases[kb], G, S)
         lam = reg + 1e-12
-        traces = np.empty(len(Q) if dof else 0)
+        traces = traces if dof else none
         lost, df = kernels.solve(G, S, lam, traces)
         if lost < 0:
             return None
