@@ -2,15 +2,16 @@
 loops: from the mask's and the values' contractions ``Q`` and ``V`` (summed against the other two
 modes' features), every row's Gram and right-hand side with its bias (:func:`_systems_kernel`),
 their ridge solutions and the traces of the ridged Grams' inverses (:func:`_solve_kernel`, for the
-effective degrees of freedom), and the solved mode's features (:func:`_features_kernel`).
+effective degrees of freedom), the solved mode's features (:func:`_features_kernel`); and the
+core's system with the offsets' sum of squares (:func:`_core_kernel`, solved by the same loop).
 
 At rank 3 a row's system is 4 x 4: NumPy's stacked products, fancy indexing, ``solve`` and ``inv``
-spend about 0.3 ms per mode on their calls, the loops a few microseconds. With numba installed (the
-``fast`` extra). Without it, or where an LU meets an exact zero pivot (where ``np.linalg.solve``
-raises and the NumPy path falls back on the pseudo-inverse), the caller takes
-:meth:`~.tucker.TuckerSweep3.normal_equations` and the stacked solve: the same sums and solutions
-to rounding (each sum has the same terms, added in another order; the LU pivots as LAPACK's), the
-same features bit for bit (the same products).
+spent about 0.3 ms per mode at 60^3 on their calls, the loops about 20 microseconds. With numba
+installed (the ``fast`` extra) and a row bias (the non-private fit). Without them, or where an LU
+meets an exact zero pivot (where ``np.linalg.solve`` raises and the NumPy path falls back on the
+pseudo-inverse), the caller takes :meth:`~.tucker.TuckerSweep3.normal_equations` and the stacked
+solve: the same sums and solutions to rounding (each sum has the same terms, added in another
+order; the LU pivots as LAPACK's), the same features bit for bit (the same products).
 """
 from __future__ import annotations
 
