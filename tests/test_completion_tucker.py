@@ -208,3 +208,13 @@ def test_compiled_counts_and_grid_positions_are_numpys(shape, n, monkeypatch):
     assert grid_counts.grid_positions(bad, shape) is None
     with pytest.raises(ValueError):
         DenseGrid(bad, shape)
+
+
+def test_compiled_rows_leave_larger_ranks_to_numpy(rng):
+    """Above ``COMPILED_MAX_RANK`` the compiled loops' rank^6 sums per row cost more than NumPy's
+    products: the sweep hands the mode back (``None``), the model untouched."""
+    pytest.importorskip("numba")
+    sweep, model = _sweep_setup(rng, rank=tucker.COMPILED_MAX_RANK + 1)
+    before = model.factors[0]
+    assert sweep.solve(model, 0, 0.01, True, True) is None
+    assert model.factors[0] is before

@@ -19,6 +19,12 @@ from .tucker_rows import row_kernels
 #: the entries at a tenth (100^3).
 SPARSE_PASS_RATIO = 6
 
+#: The largest rank whose rows and core :meth:`TuckerSweep3.solve` hands to the compiled loops
+#: (:mod:`.tucker_rows`). Their sums grow as ``rank^6`` per row and their LU is unblocked:
+#: measured at 40^3 half observed, 10 sweeps, the whole fit 1.8x (rank 2) to 1.5x (rank 4)
+#: faster than NumPy's path, about even at 5, 1.4x slower at 6, 3x at 8.
+COMPILED_MAX_RANK = 4
+
 #: Bytes of mask and values per block of a pass over the grid (:meth:`TuckerSweep3._passes`).
 PASS_BLOCK_BYTES = 1 << 20
 
@@ -140,8 +146,9 @@ class TuckerSweep3:
         """Mode ``m``'s rows solved in place (ridge ``reg + 1e-12``), as ``als`` solves
         :meth:`normal_equations`, by compiled loops (:mod:`.tucker_rows`); returns their
         effective degrees of freedom with ``dof`` (else 0), or ``None`` where the caller's NumPy
-        path must solve them (no numba, no bias, or an exact zero pivot), the model untouched."""
-        kernels = self._kernels if bias else None
+        path must solve them (no numba, no bias, a rank above ``COMPILED_MAX_RANK``, or an exact
+        zero pivot), the model untouched."""
+        kernels = self._kernels if bias and model.rank <= COMPILED_MAX_RANK else None
         if kernels is None:
             return None
         self._contractions(model, m)
