@@ -74,15 +74,32 @@ def test_ridge_dof_falls_back_to_the_pseudo_inverse_where_the_ridge_is_lost(scal
                                                                             axis2=2)), rel=1e-9)
 
 
-def test_the_dof_is_counted_only_in_the_sweeps_whose_noise_variance_is_read(monkeypatch, rng):
+@pytest.mark.parametrize("compiled", [True, False])
+def test_the_dof_is_counted_only_in_the_sweeps_whose_noise_variance_is_read(compiled, monkeypatch,
+                                                                            rng):
     # s2 of sweep k sets the ridge of sweep k + 1 from the warmup on: sweeps warmup - 1 .. n - 2
+    # (the order-3 Tucker sweep on the grid counts them in its compiled loops where it can)
     import dptensor.algorithms.completion.als as als_module
+    from dptensor.algorithms import compiled as compiled_module
+    from dptensor.algorithms.completion import tucker
     from dptensor.algorithms.completion.model import init_model
     from dptensor.algorithms.completion.observations import Observations
 
+    if compiled:
+        pytest.importorskip("numba")
+    monkeypatch.setattr(compiled_module, "ENABLED", compiled)
     calls = []
     real = als_module.ridge_dof
     monkeypatch.setattr(als_module, "ridge_dof", lambda g, reg: calls.append(1) or real(g, reg))
+    real_solve = tucker.TuckerSweep3.solve
+
+    def solve(self, model, m, reg, bias, dof):
+        out = real_solve(self, model, m, reg, bias, dof)
+        if out is not None and dof:
+            calls.append("compiled")
+        return out
+
+    monkeypatch.setattr(tucker.TuckerSweep3, "solve", solve)
     X, y, _, _ = _sparse_ratings(0, shape=(20, 30, 4), n=600)
     obs = Observations(X, (20, 30, 4))
     for kind in ("cp", "tucker"):
@@ -91,3 +108,4 @@ def test_the_dof_is_counted_only_in_the_sweeps_whose_noise_variance_is_read(monk
         als_module.als(obs, y - y.mean(), model, reg=1e-4, reg_core=1e-4, n_iter=8, tol=0,
                        prior_var=0.02, warmup=5, dof=True)
         assert len(calls) == 3 * 3  # sweeps 4, 5, 6; three modes each
+        assert ("compiled" in calls) == (compiled and kind == "tucker")

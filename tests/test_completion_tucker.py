@@ -21,3 +21,200 @@ def test_the_sandwich_is_every_rows_core_gram(rank):
 
 def test_the_small_rank_sandwich_is_the_kronecker_product():
     assert 8**4 <= tucker.SANDWICH_MAX < 9**4  # rank 8 takes the Kronecker product, 9 does not
+
+
+# ----------------------------------------------------------------- compiled rows (tucker_rows)
+def _sweep_setup(rng, shape=(7, 6, 5), rank=3, share=0.6, scale=1.0):
+    from dptensor.algorithms.completion.model import init_model
+    from dptensor.algorithms.completion.observations import Observations
+
+    cells = int(np.prod(shape))
+    flat = rng.choice(cells, int(share * cells), replace=False)
+    X = np.stack(np.unravel_index(flat, shape), axis=1)
+    y = scale * rng.uniform(-0.5, 0.5, len(X))
+    obs = Observations(X, shape, layout="dense")
+    grid = obs.grid()
+    Yg = grid.scatter(y)
+    model = init_model(shape, rank, "tucker", rng, scale=0.5)
+    model.intercept = 0.1
+    model.biases = [rng.normal(0, 0.2, n) for n in shape]
+    return tucker.TuckerSweep3(grid, Yg, obs.counts), model
+
+
+def _numpy_update(sweep, model, m, reg, dof):
+    from dptensor.algorithms.completion.als import _solve_rows
+
+    gram, rhs = sweep.normal_equations(model, m, True)
+    return _solve_rows(model, m, gram, rhs, reg, True, dof)
+
+
+@pytest.mark.parametrize("rank", [1, 2, 3, 4])
+@pytest.mark.parametrize("passes", ["cells", "entries"])
+def test_compiled_rows_solve_every_mode_as_the_numpy_equations(rank, passes, monkeypatch):
+    """Each mode's compiled solve (systems, LU, inverse traces, features) gives the NumPy path's
+    factors, biases and degrees of freedom to rounding, and its features bit for bit; the core's
+    compiled step the NumPy step's core and sum of squared residuals."""
+    import copy
+
+    pytest.importorskip("numba")
+    monkeypatch.setattr(tucker, "SPARSE_PASS_RATIO", 0 if passes == "entries" else 10**9)
+    rng = np.random.default_rng(rank)
+    sweep, model = _sweep_setup(rng, rank=rank)
+    ref_sweep, ref = copy.deepcopy(sweep), copy.deepcopy(model)
+    for m in range(3):
+        dof = sweep.solve(model, m, 0.01, True, True)
+        ref_dof = _numpy_update(ref_sweep, ref, m, 0.01, True)
+        assert dof is not None and dof == pytest.approx(ref_dof, rel=1e-10)
+        np.testing.assert_allclose(model.factors[m], ref.factors[m], rtol=1e-9, atol=1e-10)
+        np.testing.assert_allclose(model.biases[m], ref.biases[m], rtol=1e-9, atol=1e-10)
+        # the features the kernel wrote are those NumPy forms from the same rows
+        assert np.array_equal(sweep._features(model, m), sweep._form_features(model, m))
+    ssr = sweep.core_step(model, 0.01)
+    ref_ssr = ref_sweep.core_step(ref, 0.01)
+    np.testing.assert_allclose(model.core, ref.core, rtol=1e-9, atol=1e-10)
+    assert ssr == pytest.approx(ref_ssr, rel=1e-9)
+    assert sweep._raw_core is None  # the compiled core ran (and took mode 2's products)
+
+
+def test_compiled_rows_give_way_to_numpy_at_a_zero_pivot(rng):
+    """Without a ridge a row with no entry has a zero Gram: the LU meets an exact zero pivot,
+    the compiled solve hands the mode back untouched (``None``), and ``als`` solves it with
+    NumPy (whose ``solve`` raises there, and the pseudo-inverse answers)."""
+    pytest.importorskip("numba")
+    sweep, model = _sweep_setup(rng, share=0.3)
+    empty = np.flatnonzero(sweep.counts[0] == 0)
+    if not len(empty):
+        sweep.counts[0][0] = 0.0  # (counts only size the bias's diagonal here)
+    before = model.factors[0]
+    sweep.mask[...] = 0.0  # every row without entries: every Gram 0
+    sweep._flat = tuple(np.zeros_like(f) for f in sweep._flat)
+    assert sweep.solve(model, 0, -1e-12, True, False) is None
+    assert model.factors[0] is before
+
+
+def test_compiled_dof_takes_the_pseudo_inverse_where_the_ridge_is_lost(rng):
+    """Values so large that the ridge is lost in the Grams' rounding: the compiled degrees of
+    freedom take the pseudo-inverse's trace there, as ``ridge_dof``."""
+    import copy
+
+    pytest.importorskip("numba")
+    sweep, model = _sweep_setup(rng, scale=1.0)
+    for k in range(3):
+        model.factors[k] = model.factors[k] * 1e9
+    ref_sweep, ref = copy.deepcopy(sweep), copy.deepcopy(model)
+    dof = sweep.solve(model, 0, 1e-4, True, True)
+    ref_dof = _numpy_update(ref_sweep, ref, 0, 1e-4, True)
+    assert dof == pytest.approx(ref_dof, rel=1e-6)
+
+
+def test_compiled_and_numpy_tucker_fits_agree(monkeypatch):
+    """A whole non-private Tucker fit on the grid, with the compiled loops and without (NumPy's
+    path, the fallback): the same model to rounding."""
+    import warnings
+
+    from dptensor import PrivacyWarning
+    from dptensor.algorithms import compiled
+    from dptensor.completion import PrivateTensorCompletion
+    from dptensor.datasets import make_low_rank_tensor
+
+    pytest.importorskip("numba")
+    data = make_low_rank_tensor((12, 10, 8), 3, missing_ratio=0.5, snr=1.0, random_state=0)
+
+    def fit():
+        est = PrivateTensorCompletion(decomposition="tucker", n_iter=12, tol=0, random_state=0,
+                                      factor_modes=None)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PrivacyWarning)
+            return est.fit(data["indices"], data["values"])
+
+    fast = fit()
+    monkeypatch.setattr(compiled, "ENABLED", False)
+    plain = fit()
+    for u, v in zip(fast.factors_ + fast.biases_ + [fast.core_],
+                    plain.factors_ + plain.biases_ + [plain.core_]):
+        np.testing.assert_allclose(u, v, rtol=1e-8, atol=1e-10)
+    assert np.ptp(fast.predict(data["test_indices"])) > 1e-3  # the comparison has content
+
+
+@pytest.mark.parametrize("shape, n", [((60, 50, 8), 4000), ((7, 6, 5), 50), ((30, 4), 40),
+                                      ((5, 5, 5, 5), 300)])
+def test_compiled_plain_row_offsets_are_numpys_bit_for_bit(shape, n, monkeypatch):
+    """The non-private row effects by the compiled loop (plain_offsets) and by NumPy's loop: the
+    same intercept and biases bit for bit, rows without entries 0."""
+    from dptensor.algorithms import compiled
+    from dptensor.algorithms.completion import plain_offsets
+    from dptensor.algorithms.completion.observations import Observations
+    from dptensor.algorithms.completion.offsets import row_offsets
+
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(n)
+    flat = rng.choice(int(np.prod(shape)), n, replace=False)
+    obs = Observations(np.stack(np.unravel_index(flat, shape), axis=1), shape)
+    y = rng.normal(size=n)
+    for shrink in (1e-3, 1.0):
+        assert plain_offsets.plain_row_offsets(obs, y, shrink) is not None  # the kernel runs
+        fast = row_offsets(obs, y, shrink=shrink)
+        monkeypatch.setattr(compiled, "ENABLED", False)
+        plain = row_offsets(obs, y, shrink=shrink)
+        monkeypatch.setattr(compiled, "ENABLED", True)
+        assert fast[0] == plain[0]
+        assert all(np.array_equal(u, v) for u, v in zip(fast[1], plain[1]))
+
+
+def test_the_grid_passes_in_blocks_are_the_whole_products(monkeypatch):
+    """A pass over the grid in blocks of columns (tiny blocks, a short last one) gives the
+    whole products' sums."""
+    rng = np.random.default_rng(5)
+    sweep, model = _sweep_setup(rng, shape=(7, 6, 5))
+    for side, k in ((0, 2), (1, 0)):  # the sum over mode 2, then over mode 0
+        F, U = sweep._form_features(model, k), model.factors[k]
+        whole = sweep._passes(side, F, U)
+        monkeypatch.setattr(tucker, "PASS_BLOCK_BYTES", 16 * 7 * 4)  # a few columns a block
+        blocked = sweep._passes(side, F, U)
+        monkeypatch.undo()
+        ref = (F.T @ sweep._flat[side], U.T @ sweep._yflat[side])
+        for got, full, want in zip(blocked, whole, ref):
+            np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
+            np.testing.assert_allclose(full, want, rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("shape, n", [((60, 50, 8), 4000), ((7, 6, 5), 50), ((30, 4), 40)])
+def test_compiled_counts_and_grid_positions_are_numpys(shape, n, monkeypatch):
+    """The entries' row counts and the grid's flat positions, mask and repeated flag by the
+    compiled passes (grid_counts) and by NumPy: the same bit for bit, a repeated position
+    included; an index out of the shape takes NumPy's path (and its refusal)."""
+    from dptensor.algorithms import compiled
+    from dptensor.algorithms.completion import grid_counts
+    from dptensor.algorithms.completion.observations import DenseGrid, Observations
+
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(n)
+    X = np.stack(np.unravel_index(rng.choice(int(np.prod(shape)), n, replace=False), shape), 1)
+    for XX in (X, np.concatenate([X, X[:2]])):
+        assert grid_counts.entry_counts(np.asfortranarray(XX), shape) is not None
+        fast = Observations(XX, shape)
+        fast_grid = DenseGrid(fast.X, shape)
+        monkeypatch.setattr(compiled, "ENABLED", False)
+        plain = Observations(XX, shape)
+        plain_grid = DenseGrid(plain.X, shape)
+        monkeypatch.setattr(compiled, "ENABLED", True)
+        assert all(np.array_equal(u, v) for u, v in zip(fast.counts, plain.counts))
+        assert np.array_equal(fast_grid.flat, plain_grid.flat)
+        assert np.array_equal(fast_grid.mask, plain_grid.mask)
+        assert fast_grid.repeated == plain_grid.repeated == (len(XX) > n)
+    bad = X.copy()
+    bad[0, 1] = shape[1]  # out of the shape
+    assert grid_counts.entry_counts(bad, shape) is None
+    assert grid_counts.grid_positions(bad, shape) is None
+    with pytest.raises(ValueError):
+        DenseGrid(bad, shape)
+
+
+def test_compiled_rows_leave_larger_ranks_to_numpy(rng):
+    """Above ``COMPILED_MAX_RANK`` the compiled loops' rank^6 sums per row cost more than NumPy's
+    products: the sweep hands the mode back (``None``), the model untouched."""
+    pytest.importorskip("numba")
+    sweep, model = _sweep_setup(rng, rank=tucker.COMPILED_MAX_RANK + 1)
+    before = model.factors[0]
+    assert sweep.solve(model, 0, 0.01, True, True) is None
+    assert model.factors[0] is before

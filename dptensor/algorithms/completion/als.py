@@ -43,7 +43,7 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
     """
     d = obs.order
     grid = obs.grid(model, als=True)
-    layouts = ys = Yg = None
+    layouts = ys = Yg = tucker3 = None
     if grid is None:
         layouts = [obs.layout(m) for m in range(d)]
         ys = [y[L.perm] for L in layouts]
@@ -67,19 +67,8 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
                 if fit_biases:  # (a model with fixed modes always runs on the sparse layout)
                     df += _fixed_mode_biases(model, layouts[m], ys[m], m, reg)
                 continue
-            if grid is None:
-                L = layouts[m]
-                Kt = mode_design(model, L, m)
-                base = ys[m] - _offsets_sorted(model, L, skip=m if fit_biases else None)
-                gram, rhs = L.normal_equations(Kt, base, bias=fit_biases)
-            elif tucker3 is not None:
-                gram, rhs = tucker3.normal_equations(model, m, fit_biases)
-            else:
-                gram, rhs = grid.normal_equations(m, grid_design(model, m), Yg, obs.counts[m],
-                                                  _grid_offsets(model, m),
-                                                  None if fit_biases else _row_bias(model, m),
-                                                  bias=fit_biases)
-            df += _solve_rows(model, m, gram, rhs, reg, fit_biases, sweep_dof)
+            df += _mode_step(model, m, obs, (grid, tucker3, layouts, ys, Yg), reg, fit_biases,
+                             sweep_dof)
         if model.core is not None:
             if grid is None:
                 ssr = _tucker_core_step(model, layouts[0], ys[0], reg_core)
@@ -100,6 +89,29 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
             break
         prev = loss
     return model
+
+
+def _mode_step(model, m, obs, layout, reg, fit_biases, dof) -> float:
+    """Mode ``m``'s rows solved in place on the layout in use (``layout``: the grid, the order-3
+    Tucker sweep, the sorted layouts and values, the values on the grid); returns their
+    effective degrees of freedom with ``dof`` (else 0)."""
+    grid, tucker3, layouts, ys, Yg = layout
+    if tucker3 is not None:
+        solved = tucker3.solve(model, m, reg, fit_biases, dof)
+        if solved is not None:  # compiled: the rows solved in place
+            return solved
+        gram, rhs = tucker3.normal_equations(model, m, fit_biases)
+    elif grid is None:
+        L = layouts[m]
+        Kt = mode_design(model, L, m)
+        base = ys[m] - _offsets_sorted(model, L, skip=m if fit_biases else None)
+        gram, rhs = L.normal_equations(Kt, base, bias=fit_biases)
+    else:
+        gram, rhs = grid.normal_equations(m, grid_design(model, m), Yg, obs.counts[m],
+                                          _grid_offsets(model, m),
+                                          None if fit_biases else _row_bias(model, m),
+                                          bias=fit_biases)
+    return _solve_rows(model, m, gram, rhs, reg, fit_biases, dof)
 
 
 def _objective(model, ssr, reg, reg_core) -> float:
