@@ -56,5 +56,5 @@ def test_user_level_preview_without_shape_is_refused_like_the_fit(preview):
     est.set_params(shape=(40, 20))
     assert getattr(est, preview)(320, 2) is not None
     if preview == "privacy_cost":
-        free = PrivateTensorCompletion(privacy_unit="user", epsilon=np.inf)
+        free = PrivateTensorCompletion(privacy_unit="user", epsilon=np.inf, value_range=RANGE)
         assert free.privacy_cost(320, 2).n_queries == 0  # no release: no shape needed

@@ -10,7 +10,7 @@ import scipy.sparse as sp
 from .design import _row_bias, _set_core
 from .model import Model
 from .observations import DenseGrid, _pair_index
-from .tucker_rows import row_kernels
+from .tucker_rows import pair_table, row_kernels
 
 #: :class:`TuckerSweep3`'s passes run over the observed entries (a sparse product) instead of the
 #: grid's cells from this many cells per observed entry on. Measured at rank 3 (one thread): one
@@ -161,9 +161,9 @@ class TuckerSweep3:
         S = np.empty((len(Qv), r + 1))
         Gm = model.core.reshape(r, r * r) if m == 0 else np.ascontiguousarray(
             model.core.transpose(_FRONT[m]).reshape(r, r * r))
-        kernels.systems(Qr.reshape(-1), qs, Vr.reshape(-1), vs, Gm, float(model.intercept),
-                        self.counts[m], self.row_sums[m], Ca, model.biases[ka], Cb,
-                        model.biases[kb], G, S)
+        kernels.systems(Qr.reshape(-1), qs, Vr.reshape(-1), vs, Gm, pair_table(r),
+                        float(model.intercept), self.counts[m], self.row_sums[m], Ca,
+                        model.biases[ka], Cb, model.biases[kb], G, S)
         lam = reg + 1e-12
         traces = traces if dof else none
         lost, df = kernels.solve(G, S, lam, traces)
@@ -251,7 +251,7 @@ class TuckerSweep3:
         pc = self.pair_counts
         squares = kernels.core(C, value, float(model.intercept), self.yy, tuple(model.biases),
                                self._sums[0], self._sums[1], pc[(0, 1)], pc[(0, 2)], pc[(1, 2)],
-                               G, B)
+                               pair_table(r), G, B)
         rhs, lam = B[0].copy(), reg_core + 1e-12
         if kernels.solve(G, B, lam, self._sums[2])[0] < 0:
             return None

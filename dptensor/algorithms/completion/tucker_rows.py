@@ -15,14 +15,16 @@ order; the LU pivots as LAPACK's), the same features bit for bit (the same produ
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..compiled import compiled
 
-__all__ = ["RowKernels", "row_kernels"]
+__all__ = ["RowKernels", "row_kernels", "pair_table"]
 
 
-def _systems_kernel(qb, qs, vb, vs, Gm, mu, counts, row_sums, Ca, ba, Cb, bb, G,
+def _systems_kernel(qb, qs, vb, vs, Gm, where, mu, counts, row_sums, Ca, ba, Cb, bb, G,
                     B):  # pragma: no cover (compiled)
     """Row ``i``'s Gram ``G[i]`` and right-hand side ``B[i]`` (:meth:`~.tucker.TuckerSweep3.
     normal_equations` with the bias): ``Q[i, f, g] = qb[i qs0 + f qs1 + g qs2]`` (``V`` alike:
@@ -32,15 +34,10 @@ def _systems_kernel(qb, qs, vb, vs, Gm, mu, counts, row_sums, Ca, ba, Cb, bb, G,
     The Kronecker Gram ``K[(a, b), (c, d)] = Q[pair(a, c), pair(b, d)]`` enters the sandwich
     ``Gm K Gm^T`` through its distinct entries, the pairs' block ``P`` of ``Q``: ``G[s, t] =
     sum_(alpha, beta) P[alpha, beta] W[s, t, alpha, beta]``, ``W`` summing ``Gm[s, (a, b)]
-    Gm[t, (c, d)]`` over the ``(a, c, b, d)`` of each pair of pairs (once per call)."""
+    Gm[t, (c, d)]`` over the ``(a, c, b, d)`` of each pair of pairs (once per call); ``where``
+    from :func:`pair_table`."""
     r, rr = Gm.shape
     n_pairs = r * (r + 1) // 2
-    where = np.empty((r, r), dtype=np.int64)
-    k = 0
-    for a in range(r):
-        for b in range(a, r):
-            where[a, b] = where[b, a] = k
-            k += 1
     W = np.zeros((r, r, n_pairs * n_pairs))
     at = np.empty(n_pairs * n_pairs, dtype=np.int64)  # P's entries' places in qb, less i qs0
     for a in range(r):
@@ -160,20 +157,15 @@ def _features_kernel(S, r, F):  # pragma: no cover (compiled)
                 k += 1
 
 
-def _core_kernel(C, value, mu, yy, b, counts, sums, C01, C02, C12, G,
+def _core_kernel(C, value, mu, yy, b, counts, sums, C01, C02, C12, where, G,
                  B) -> float:  # pragma: no cover (compiled)
     """The core's Gram ``G[0]`` and right-hand side ``B[0]`` (:meth:`~.tucker.TuckerSweep3.
     core_step`) from ``C[f0, f1, f2]``, the mask against the three modes' features, and
     ``value[p0, p1, p2]``; returns ``sum mask (Y - o)^2`` with ``o`` the offsets (``b``: the
     three modes' biases, ``counts`` and ``sums`` their rows' counts and values' sums, ``Cjk``
-    the pair counts), as :meth:`~.tucker.TuckerSweep3._offset_squares`."""
+    the pair counts, ``where`` from :func:`pair_table`), as
+    :meth:`~.tucker.TuckerSweep3._offset_squares`."""
     r = value.shape[0]
-    where = np.empty((r, r), dtype=np.int64)
-    k = 0
-    for a in range(r):
-        for c in range(a, r):
-            where[a, c] = where[c, a] = k
-            k += 1
     for x in range(r ** 3):
         a, b1, c = x // (r * r), (x // r) % r, x % r
         B[0, x] = (value[a, b1, c] - mu * C[a, b1, c]
@@ -207,10 +199,22 @@ def _core_kernel(C, value, mu, yy, b, counts, sums, C01, C02, C12, G,
     return yy - 2.0 * yo + oo
 
 
+@functools.lru_cache(maxsize=None)
+def pair_table(r: int) -> np.ndarray:
+    """``where[a, b]``: the place of the pair ``(min(a, b), max(a, b))`` among the pairs ``a <=
+    b`` in row order (the features' order), for the compiled loops (once for each rank: the
+    loops only read it)."""
+    ia, ib = np.triu_indices(r)
+    where = np.empty((r, r), dtype=np.int64)
+    where[ia, ib] = where[ib, ia] = np.arange(len(ia))
+    return where
+
+
 def _warm_systems(kernel):
     one = np.ones(1)
-    kernel(np.zeros(25), (1, 5, 1), np.zeros(1), (1, 1, 1), np.ones((1, 1)), 0.0, one, one,
-           np.ones((1, 1)), one, np.ones((1, 1)), one, np.empty((1, 2, 2)), np.empty((1, 2)))
+    kernel(np.zeros(25), (1, 5, 1), np.zeros(1), (1, 1, 1), np.ones((1, 1)), pair_table(1), 0.0,
+           one, one, np.ones((1, 1)), one, np.ones((1, 1)), one, np.empty((1, 2, 2)),
+           np.empty((1, 2)))
 
 
 def _warm_solve(kernel):
@@ -221,7 +225,7 @@ def _warm_solve(kernel):
 def _warm_core(kernel):
     v, one = np.ones(1), np.ones((1, 1))
     kernel(np.ones((3, 3, 3)), np.ones((1, 1, 1)), 0.0, 0.0, (v, v, v), (v, v, v), (v, v, v),
-           one, one, one, np.empty((1, 1, 1)), np.empty((1, 1)))
+           one, one, one, pair_table(1), np.empty((1, 1, 1)), np.empty((1, 1)))
 
 
 def _warm_features(kernel):
