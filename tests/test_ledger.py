@@ -824,3 +824,21 @@ def test_an_event_built_from_numpy_numbers_is_recorded_on_file(tmp_path):
     for before, after in zip(events, again.history()):
         assert epsilon_of(after.event, 1e-5) == pytest.approx(epsilon_of(before, 1e-5), rel=1e-12)
         json.dumps(after.event.to_dict())
+
+
+def test_an_event_built_from_0d_arrays_is_recorded_on_file(tmp_path):
+    # a 0-d array stayed an array: json.dumps refused it with its raw TypeError (no spend made)
+    from dptensor.accounting import PrivateSelectionEvent
+    path = tmp_path / "ledger.db"
+    events = [LaplaceEvent(np.array(0.5), count=np.array(2)),
+              GaussianEvent(np.array(3.0, dtype=np.float32)),
+              PrivateSelectionEvent((GaussianEvent(np.array(4.0)),), LaplaceEvent(0.1),
+                                    mean=np.array(2.0), shape=np.array(1.0),
+                                    refit=np.array(True))]
+    assert events[0] == LaplaceEvent(0.5, count=2)
+    assert repr(events[0]) == repr(LaplaceEvent(0.5, count=2))  # the key of seeded noise too
+    acc = PrivacyAccountant(100.0, 1e-5, ledger=path)
+    for event in events:
+        acc.spend(event, label="numpy")
+    again = PrivacyAccountant.open(path)
+    assert [entry.event for entry in again.history()] == events

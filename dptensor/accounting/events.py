@@ -31,10 +31,12 @@ class PrivacyEvent:
     def _widen(self):
         """NumPy numbers other than float64 as Python ones (exactly): an event priced in float32
         arithmetic rounds off its safe side, and JSON holds neither them nor NumPy ints. A
-        float64 is a Python float already, and stays (its repr keys seeded noise)."""
+        float64 is a Python float already, and stays (its repr keys seeded noise). A 0-d array
+        is its number (JSON holds no array either)."""
         for name in self.__dataclass_fields__:
             value = getattr(self, name)
-            if isinstance(value, np.generic) and not isinstance(value, np.float64):
+            if (isinstance(value, np.ndarray) and value.ndim == 0) or (
+                    isinstance(value, np.generic) and not isinstance(value, np.float64)):
                 object.__setattr__(self, name, value.item())
 
 
