@@ -263,13 +263,14 @@ def _array_kind(X):
     frames, sparse matrices and ragged rows: their own checks)."""
     if hasattr(X, "dtypes") or hasattr(X, "tocsr"):
         return None
-    dtype = getattr(X, "dtype", None)
-    if dtype is None:
-        try:
-            dtype = np.asarray(X).dtype
-        except ValueError:
-            return None
-    return np.dtype(dtype).kind
+    try:  # a dtype NumPy does not know (a torch tensor's): the array NumPy makes of it
+        return np.dtype(X.dtype).kind
+    except (AttributeError, TypeError):
+        pass
+    try:
+        return np.asarray(X).dtype.kind
+    except (ValueError, TypeError):
+        return None
 
 
 def _numbers_or_nan(X):

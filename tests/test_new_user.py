@@ -123,3 +123,33 @@ def test_a_private_stream_that_starts_on_text_is_refused_before_the_spend(make):
     assert budget.history() == []
     make().set_params(accountant=budget).partial_fit(np.ones((400, 4)).tolist())  # numbers fit
     assert len(budget.history()) == 1
+
+
+class _ForeignArray:
+    """An array of another library (a torch tensor): its dtype is no NumPy dtype, and NumPy
+    converts it through ``__array__``, as scikit-learn's checks do."""
+
+    def __init__(self, values):
+        self._values = values
+        self.shape, self.ndim, self.dtype = values.shape, values.ndim, "foreign.float64"
+
+    def __array__(self, dtype=None, copy=None):
+        return self._values if dtype is None else self._values.astype(dtype)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: PrivatePCA(2, epsilon=1.0, data_norm=1.0, random_state=0),
+    lambda: StreamingTensorPower(2, n_restarts=2, n_iter=2, batch_size=50, epsilon=1.0,
+                                 data_norm=1.0, random_state=0)])
+def test_a_private_stream_starts_on_an_array_whose_dtype_numpy_does_not_know(make):
+    # np.dtype("foreign.float64") raised its raw TypeError ("data type not understood") in the
+    # stream's text check, where fit takes the array through NumPy's conversion
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(400, 4))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    budget = PrivacyAccountant(epsilon=5.0)
+    make().set_params(accountant=budget).partial_fit(_ForeignArray(X))
+    assert len(budget.history()) == 1
+    with pytest.raises(TypeError, match="X is text"):  # its text, by the dtype NumPy gives it
+        make().set_params(accountant=budget).partial_fit(_ForeignArray(np.full((400, 4), "a")))
+    assert len(budget.history()) == 1
