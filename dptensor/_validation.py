@@ -261,8 +261,11 @@ def validate_stream_chunk(estimator, X, *, reset: bool, **kwargs):
 def _array_kind(X):
     """The dtype kind of an array, or of the array NumPy makes of a list (``None`` for data
     frames, sparse matrices and ragged rows: their own checks)."""
-    if hasattr(X, "dtypes") or hasattr(X, "tocsr"):
+    if hasattr(X, "tocsr"):
         return None
+    if hasattr(X, "dtypes"):  # a data frame's columns' dtypes: a column of objects or text is
+        kinds = {getattr(dt, "kind", None) for dt in np.atleast_1d(np.asarray(X.dtypes))}
+        return "O" if kinds & set("OUS") else None  # refused as an array of objects is
     try:  # a dtype NumPy does not know (a torch tensor's): the array NumPy makes of it
         return np.dtype(X.dtype).kind
     except (AttributeError, TypeError):
@@ -276,8 +279,15 @@ def _array_kind(X):
 def _numbers_or_nan(X):
     """Text or objects as float64, every entry that is no real number (``"n/a"``, ``None``, a
     complex value) as NaN, so that a private stream maps its row to a zero row: refusing it
-    would be an error after the spend that depends on one cell. Other input is returned as it is."""
-    if hasattr(X, "dtypes") or hasattr(X, "tocsr"):  # data frames and sparse: their own checks
+    would be an error after the spend that depends on one cell. A pandas frame with a column
+    of another dtype (objects, text, pd.NA) is the frame of those floats, its labels kept. Other
+    input is returned as it is."""
+    if hasattr(X, "dtypes") and hasattr(X, "iloc") and getattr(X, "ndim", 0) == 2:
+        if all(isinstance(dt, np.dtype) and dt.kind in "biuf" for dt in X.dtypes):
+            return X
+        return type(X)(_numbers_or_nan(X.to_numpy(dtype=object)), index=X.index,
+                       columns=X.columns)
+    if hasattr(X, "dtypes") or hasattr(X, "tocsr"):  # other frames and sparse: their checks
         return X
     try:
         A = np.asarray(X)

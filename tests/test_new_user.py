@@ -1,6 +1,7 @@
 """What a new user reaches for first, and the answer it gets: a clear refusal saying what to do,
 before any spend."""
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -9,6 +10,7 @@ from dptensor import (BudgetExceededError, PrivacyAccountant, PrivatePCA,
                       PrivateTensorDecomposition, StreamingTensorPower)
 from dptensor.latent import PrivateGaussianMixture, PrivateLatentDirichletAllocation
 from dptensor.accounting import GaussianEvent, LedgerError
+from dptensor._validation import validate_stream_chunk
 
 
 @pytest.mark.parametrize("name", [":memory:", ""])
@@ -153,3 +155,34 @@ def test_a_private_stream_starts_on_an_array_whose_dtype_numpy_does_not_know(mak
     with pytest.raises(TypeError, match="X is text"):  # its text, by the dtype NumPy gives it
         make().set_params(accountant=budget).partial_fit(_ForeignArray(np.full((400, 4), "a")))
     assert len(budget.history()) == 1
+
+
+@pytest.mark.parametrize("make", [
+    lambda: PrivatePCA(2, epsilon=1.0, data_norm=1.0, random_state=0),
+    lambda: StreamingTensorPower(2, n_restarts=2, n_iter=2, batch_size=50, epsilon=1.0,
+                                 data_norm=1.0, random_state=0)])
+def test_a_private_streams_data_frames_map_cells_that_hold_no_number_as_arrays_do(make):
+    # a later frame with one text cell (an object column) or one pd.NA raised after the spend,
+    # on that cell, where an array maps its row to a zero row; a first frame with a column of
+    # objects spent and fitted nothing, where an array of objects is refused before the spend
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(400, 4))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    frame = pd.DataFrame(X, columns=list("abcd"))
+    budget = PrivacyAccountant(epsilon=5.0)
+    with pytest.raises(TypeError, match="Python objects"):
+        make().set_params(accountant=budget).partial_fit(frame.astype({"b": object}))
+    assert budget.history() == []
+    text, missing = frame.astype({"b": object}), frame.astype("Float64")
+    text.iloc[203, 1], missing.iloc[305, 2] = "n/a", pd.NA
+    zeroed = frame.copy()
+    zeroed.iloc[[203, 305]] = 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no feature-name warning either: the labels are kept
+        a = make().set_params(accountant=budget).partial_fit(frame.iloc[:200])
+        a.partial_fit(pd.concat([text.iloc[200:300], missing.iloc[300:]]))
+    assert len(budget.history()) == 1  # the later frame fitted, no error after the spend
+    mapped = validate_stream_chunk(a, pd.concat([text.iloc[200:300], missing.iloc[300:]]),
+                                   reset=False, dtype=np.float64)
+    np.testing.assert_array_equal(np.asarray(mapped), zeroed.iloc[200:].to_numpy())
