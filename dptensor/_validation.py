@@ -282,7 +282,7 @@ def _numbers_or_nan(X):
     would be an error after the spend that depends on one cell. A pandas frame with a column
     of another dtype (objects, text, pd.NA) is the frame of those floats, its labels kept. Other
     input is returned as it is."""
-    if hasattr(X, "dtypes") and hasattr(X, "iloc") and getattr(X, "ndim", 0) == 2:
+    if type(X).__module__.split(".")[0] == "pandas" and getattr(X, "ndim", 0) == 2:  # in memory
         if all(isinstance(dt, np.dtype) and dt.kind in "biuf" for dt in X.dtypes):
             return X
         return type(X)(_numbers_or_nan(X.to_numpy(dtype=object)), index=X.index,
