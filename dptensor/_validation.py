@@ -246,9 +246,10 @@ def validate_stream_chunk(estimator, X, *, reset: bool, **kwargs):
                             "every row that holds no number to a zero row, so it would spend "
                             "its budget and fit nothing. Convert the rows to numbers first")
         if private and kind == "O":
-            raise TypeError("X holds Python objects (dtype object): a private stream maps every "
-                            "row that holds no number to a zero row, so it could spend its "
-                            "budget and fit nothing. Convert the rows to numbers first: "
+            raise TypeError("X holds Python objects (dtype object, or a frame's column of "
+                            "objects, text or dates): a private stream maps every row that "
+                            "holds no number to a zero row, so it could spend its budget and "
+                            "fit nothing. Convert the rows to numbers first: "
                             "np.asarray(X, dtype=float)")
     else:
         private = estimator.privacy_cost_.private
@@ -263,9 +264,10 @@ def _array_kind(X):
     frames, sparse matrices and ragged rows: their own checks)."""
     if hasattr(X, "tocsr"):
         return None
-    if hasattr(X, "dtypes"):  # a data frame's columns' dtypes: a column of objects or text is
-        kinds = {getattr(dt, "kind", None) for dt in np.atleast_1d(np.asarray(X.dtypes))}
-        return "O" if kinds & set("OUS") else None  # refused as an array of objects is
+    if hasattr(X, "dtypes"):  # a pandas frame's columns: one of objects, text or dates is
+        if type(X).__module__.split(".")[0] != "pandas" or getattr(X, "ndim", 0) != 2:
+            return None  # refused as an array of objects is; other frames: their own checks
+        return "O" if {getattr(dt, "kind", "O") for dt in X.dtypes} - set("biuf") else None
     try:  # a dtype NumPy does not know (a torch tensor's): the array NumPy makes of it
         return np.dtype(X.dtype).kind
     except (AttributeError, TypeError):

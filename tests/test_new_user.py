@@ -173,7 +173,13 @@ def test_a_private_streams_data_frames_map_cells_that_hold_no_number_as_arrays_d
     budget = PrivacyAccountant(epsilon=5.0)
     with pytest.raises(TypeError, match="Python objects"):
         make().set_params(accountant=budget).partial_fit(frame.astype({"b": object}))
+    dated = frame.assign(b=pd.Timestamp("2020-01-01"))  # no number: every row a zero row
+    with pytest.raises(TypeError, match="dates"):
+        make().set_params(accountant=budget).partial_fit(dated)
     assert budget.history() == []
+    numbers = frame.astype({"a": "Float64"}).assign(  # pandas' own numbers
+        b=pd.array(np.zeros(400, dtype=int), dtype="Int64"), c=False)
+    make().set_params(accountant=PrivacyAccountant(epsilon=5.0)).partial_fit(numbers)
     text, missing = frame.astype({"b": object}), frame.astype("Float64")
     text.iloc[203, 1], missing.iloc[305, 2] = "n/a", pd.NA
     zeroed = frame.copy()
