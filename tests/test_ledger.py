@@ -842,3 +842,14 @@ def test_an_event_built_from_0d_arrays_is_recorded_on_file(tmp_path):
         acc.spend(event, label="numpy")
     again = PrivacyAccountant.open(path)
     assert [entry.event for entry in again.history()] == events
+
+
+@pytest.mark.skipif(np.finfo(np.longdouble).nmant == np.finfo(np.float64).nmant,
+                    reason="this platform's long double is a double")
+def test_an_event_of_long_doubles_is_refused_naming_the_field():
+    # np.longdouble(...).item() is a long double still: the event was priced in long double
+    # arithmetic and a ledger on file refused it with JSON's raw TypeError
+    with pytest.raises(TypeError, match="epsilon must be .* at most double precision"):
+        LaplaceEvent(np.longdouble(0.5))
+    with pytest.raises(TypeError, match="noise_multiplier must be"):
+        GaussianEvent(np.array(2.0, dtype=np.longdouble))

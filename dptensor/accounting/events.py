@@ -37,7 +37,13 @@ class PrivacyEvent:
             value = getattr(self, name)
             if (isinstance(value, np.ndarray) and value.ndim == 0) or (
                     isinstance(value, np.generic) and not isinstance(value, np.float64)):
-                object.__setattr__(self, name, value.item())
+                value = value.item()
+                if isinstance(value, np.generic):  # a long double: no Python number holds it
+                    raise TypeError(f"{name} must be a Python or NumPy number of at most double "
+                                    f"precision, got dtype {value.dtype}: rounding it to a float "
+                                    "could price the event below its cost. Pass float(value) "
+                                    "rounded on the safe side")
+                object.__setattr__(self, name, value)
 
 
 @dataclass(frozen=True)
