@@ -342,18 +342,17 @@ def check_symmetric_tensor(T, *, symmetrize=False, rtol=1e-10, name="X") -> np.n
         raise ValueError(f"{name} must be a symmetric d x d x d tensor, got shape {T.shape}")
     if T.dtype not in (np.float32, np.float64):
         T = T.astype(np.float64)
-    check_finite(T, name)
     from .algorithms.operators import symmetrize_tensor
+    from .algorithms.symmetry import symmetry_gaps
 
     if symmetrize:
-        return symmetrize_tensor(T)
-    scale = max(float(np.max(np.abs(T))), np.finfo(T.dtype).tiny)
-    tol = rtol * scale if T.dtype == np.float64 else max(rtol, 1e-5) * scale
+        return symmetrize_tensor(check_finite(T, name))
     # Two adjacent transpositions generate all 6 permutations: checking them checks every symmetry.
-    # Slab by slab (d^2 numbers at a time, in cache) rather than two d^3 temporaries.
-    worst = np.zeros(2)
-    for a in range(T.shape[0]):
-        worst = np.maximum(worst, (np.max(np.abs(T[a] - T[:, a])), np.max(np.abs(T[a] - T[a].T))))
+    finite, scale, *worst = symmetry_gaps(T)
+    if not finite:
+        raise ValueError(f"{name} contains NaN or infinity")
+    scale = max(scale, np.finfo(T.dtype).tiny)
+    tol = rtol * scale if T.dtype == np.float64 else max(rtol, 1e-5) * scale
     for axes, gap in zip(((1, 0, 2), (0, 2, 1)), worst):
         if gap > tol:
             raise ValueError(f"{name} is not a symmetric tensor (it changes under transposing "

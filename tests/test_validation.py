@@ -396,3 +396,38 @@ def test_a_zero_d_infinite_epsilon_is_no_privacy_where_it_is_read_before_validat
                                                                         n_features=2)
         assert not cost.private
         assert finite_in_pass(np.zeros((3, 2)), "data", eps)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("d", [1, 2, 5, 17])
+def test_the_compiled_symmetry_check_is_the_slabs(d, dtype, monkeypatch):
+    """The one-pass compiled check finds the slabs' maxima exactly, refuses every non-finite
+    entry (wherever it lies) and a single asymmetric entry; a transposed view takes the slabs."""
+    from dptensor.algorithms import compiled
+    from dptensor.algorithms.operators import symmetrize_tensor
+    from dptensor.algorithms import symmetry
+    from dptensor.algorithms.symmetry import symmetry_gaps
+
+    if not compiled.available():
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(symmetry, "KERNEL_MIN_D", 1)  # small cubes walk every edge
+    rng = np.random.default_rng(d)
+    S = symmetrize_tensor(rng.standard_normal((d, d, d))).astype(dtype)
+    cases = {"symmetric": S}
+    for name, where, value in (("asymmetric", (0, d - 1, 0), 1e-3), ("nan", (d - 1, 0, 0), np.nan),
+                               ("inf", (0, 0, d - 1), -np.inf)):
+        cases[name] = S.copy()
+        cases[name][where] += value
+    for name, T in cases.items():
+        fast = symmetry_gaps(T)
+        monkeypatch.setattr(compiled, "ENABLED", False)
+        plain = symmetry_gaps(T)
+        monkeypatch.setattr(compiled, "ENABLED", True)
+        assert fast[0] == plain[0] == (name in ("symmetric", "asymmetric")), name
+        if fast[0]:
+            assert fast == plain == symmetry_gaps(np.asfortranarray(T)), name
+        if name == "asymmetric" and d > 1:
+            assert fast[2] > 0 and fast[3] > 0
+    for name in ("nan", "inf"):
+        with pytest.raises(ValueError, match="contains NaN or infinity"):
+            check_symmetric_tensor(cases[name])

@@ -3,6 +3,7 @@ gives the same numbers: compiled once per process on first use, on tiny public a
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import threading
 import warnings
@@ -58,7 +59,13 @@ def _compile(fn, warm_up, fastmath, slp):
 def available() -> bool:
     """Whether kernels may compile here (numba installed and :data:`ENABLED`): a check that
     compiles nothing; :func:`compiled` may still return ``None``."""
-    return ENABLED and importlib.util.find_spec("numba") is not None
+    return ENABLED and _numba_installed()
+
+
+@functools.lru_cache(maxsize=None)
+def _numba_installed() -> bool:
+    # once per process: a kernel's caller asks at every step (a power step takes ~0.1 ms)
+    return importlib.util.find_spec("numba") is not None
 
 
 def compiled(name: str, fn, warm_up, fastmath=False, slp=False):

@@ -490,7 +490,9 @@ def normalize_columns(Y: np.ndarray) -> np.ndarray:
     Returns a new array of ``Y``'s floating dtype.
     """
     Y = np.asarray(Y)
-    norms = np.linalg.norm(Y, axis=0)
+    # np.linalg.norm's sum for real columns (the same numbers), with fewer temporaries
+    norms = np.sqrt(np.add.reduce(Y * Y, axis=0)) if Y.dtype.kind == "f" else np.linalg.norm(
+        Y, axis=0)
     # A zero column has no direction to keep; dividing by 1 leaves it at zero instead of NaN.
     safe = np.where(norms > 0, norms, 1.0).astype(Y.dtype, copy=False)
     return Y / safe

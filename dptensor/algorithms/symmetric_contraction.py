@@ -38,7 +38,7 @@ import numpy as np
 from .compiled import available as compiled_available
 from .compiled import compiled
 
-__all__ = ["pack_distinct", "contract_distinct", "compiled_kernel", "pass_widths", "pass_lanes",
+__all__ = ["pack_distinct", "packed_size", "contract_distinct", "compiled_kernel", "pass_widths", "pass_lanes",
            "KERNEL_MIN_D", "FEW_RESTARTS_MIN_D", "kernel_min_d", "contraction_terms"]
 
 #: Smallest d for which :class:`~dptensor.algorithms.operators.SymmetricTensor` takes the compiled
@@ -85,13 +85,54 @@ def pack_distinct(T: np.ndarray) -> np.ndarray:
     for each ``k`` and ``j0 = 0, 4, ..`` (``j0 <= k``), the rows ``i = 0 .. j0 + 3`` of the four
     columns ``j0 .. j0 + 3`` side by side, zeros where ``i > j`` or ``j > k``. Each orbit is read
     from that one copy (a tensor symmetric only up to rounding gives the NumPy path's value up to
-    that asymmetry)."""
-    flat, divisors, kept = _block_layout(T.shape[0])
+    that asymmetry). By a compiled loop where there is one (the same numbers: each a division
+    of the same entry by the same divisor), else by index arrays."""
+    d = T.shape[0]
+    contiguous = T.flags.c_contiguous  # (else the index arrays: no copy of T)
+    kernel = compiled_packing(T.dtype) if contiguous and compiled_available() else None
+    if kernel is not None:
+        out = np.empty(packed_size(d), dtype=T.dtype)
+        kernel(T, out)
+        return out
+    flat, divisors, kept = _block_layout(d)
     out = np.zeros(flat.size, dtype=T.dtype)
     # dividing rounds once (exactly for 1/2 and 1: the weights 2 and 1), where multiplying by
     # the rounded 1/3 would round twice
     out[kept] = T.reshape(-1)[flat[kept]] / divisors[kept].astype(T.dtype)
     return out
+
+
+def packed_size(d: int) -> int:
+    """Numbers in :func:`pack_distinct`'s layout: ``BLOCK (j0 + BLOCK)`` for each block."""
+    blocks = np.arange(d) // BLOCK + 1  # blocks of each k, j0 = 0, 4, ..
+    return int(BLOCK * BLOCK * np.sum(blocks * (blocks + 1) // 2))
+
+
+def _pack(T, out):
+    """:func:`pack_distinct`'s layout, block by block, from a C-ordered ``T``."""
+    d = T.shape[0]
+    zero, half, three = T.dtype.type(0), T.dtype.type(0.5), T.dtype.type(3)
+    at = 0
+    for k in range(d):
+        for j0 in range(0, k + 1, BLOCK):
+            for i in range(j0 + BLOCK):
+                for q in range(BLOCK):
+                    j = j0 + q
+                    v = zero
+                    if i <= j <= k:
+                        t = T[k, j, i]
+                        v = t / three if i == j == k else t if (i == j or j == k) else t / half
+                    out[at + BLOCK * i + q] = v
+            at += BLOCK * (j0 + BLOCK)
+
+
+def compiled_packing(dtype=np.float64):
+    """The compiled :func:`_pack` for ``dtype``, or ``None`` without numba (every operation as
+    written: no fast-math flags)."""
+    dtype = np.dtype(dtype)
+    return compiled(f"symmetric_packing_{dtype.name}", _pack,
+                    lambda kernel: kernel(np.ones((5, 5, 5), dtype=dtype),
+                                          np.empty(packed_size(5), dtype=dtype)))
 
 
 def _block_layout(d: int):
@@ -225,6 +266,13 @@ def contract_distinct(P, U):
     passes = _passes(L, P.dtype) if compiled_available() else None
     if passes is None:
         return None
+    if len(passes) == 1 and pass_lanes(L) == L:  # one pass of every restart: its rows are out
+        (_, kernel), = passes
+        Ut = np.zeros((d + BLOCK - 1, L), dtype=P.dtype)
+        Ut[:d] = U
+        out = np.zeros_like(Ut)
+        kernel(P, Ut, out)
+        return out[:d]
     out, start = np.empty((d, L), dtype=P.dtype), 0
     for width, kernel in passes:
         # U's rows, three zero rows past d: the layout of the pass (d x L, restarts in a row;
