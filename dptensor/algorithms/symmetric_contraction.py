@@ -38,8 +38,9 @@ import numpy as np
 from .compiled import available as compiled_available
 from .compiled import compiled
 
-__all__ = ["pack_distinct", "packed_size", "contract_distinct", "compiled_kernel", "pass_widths", "pass_lanes",
-           "KERNEL_MIN_D", "FEW_RESTARTS_MIN_D", "kernel_min_d", "contraction_terms"]
+__all__ = ["pack_distinct", "packed_size", "compiled_packing", "contract_distinct",
+           "compiled_kernel", "pass_widths", "pass_lanes", "KERNEL_MIN_D", "FEW_RESTARTS_MIN_D",
+           "kernel_min_d", "contraction_terms"]
 
 #: Smallest d for which :class:`~dptensor.algorithms.operators.SymmetricTensor` takes the compiled
 #: loop: below it the thin GEMM over the packed half is less than 2x slower (one step, L=10, one
