@@ -218,3 +218,62 @@ def test_compiled_rows_leave_larger_ranks_to_numpy(rng):
     before = model.factors[0]
     assert sweep.solve(model, 0, 0.01, True, True) is None
     assert model.factors[0] is before
+
+
+# ----------------------------------------------------------------- the mask's pass (mask_pass)
+@pytest.mark.parametrize("n, cells, f", [(60, 3600, 12), (7, 30, 3), (8, 5, 7), (9, 11, 18),
+                                         (17, 40, 12), (1, 3, 3), (64, 9, 10)])
+@pytest.mark.parametrize("layout", ["C", "transposed"])
+def test_the_mask_pass_is_the_product_with_the_mask(n, cells, f, layout):
+    """Subset sums of the features give ``F^T M`` to rounding for masks of any number of rows
+    (a last byte part full, more than 8 bytes), C-ordered or transposed (the grid's two
+    sides); the compiled packing is NumPy's ``packbits`` bit for bit."""
+    from dptensor.algorithms.completion import mask_pass
+
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(n * 7 + cells)
+    M = (rng.random((n, cells)) < 0.5).astype(float)
+    M = M if layout == "C" else np.ascontiguousarray(M.T).T
+    F = rng.standard_normal((n, f))
+    passes = mask_pass.MaskPass(M)
+    P = passes(F)
+    np.testing.assert_allclose(P, F.T @ M, rtol=0, atol=1e-13 * max(1, n))
+    assert np.array_equal(passes._bits, mask_pass.pack_mask(M))
+    np.testing.assert_allclose(passes(2.0 * F), 2.0 * F.T @ M, rtol=0, atol=1e-13 * max(1, n))
+
+
+def test_the_mask_pass_leaves_what_it_does_not_cover_to_the_product(monkeypatch):
+    """No numba, more features or rows than the compiled loops cover, another dtype: ``None``
+    (the caller multiplies), and nothing is packed."""
+    from dptensor.algorithms import compiled
+    from dptensor.algorithms.completion import mask_pass
+
+    pytest.importorskip("numba")
+    M = np.ones((9, 4))
+    for F in (np.ones((9, mask_pass.MAX_FEATURES + 1)), np.ones((9, 3), dtype=np.float32),
+              np.ones((8, 3))):
+        assert mask_pass.MaskPass(M)(F) is None
+    big = mask_pass.MaskPass(np.ones((mask_pass.MAX_ROWS + 1, 2)))
+    assert big(np.ones((mask_pass.MAX_ROWS + 1, 3))) is None and big._bits is None
+    monkeypatch.setattr(compiled, "ENABLED", False)
+    assert mask_pass.MaskPass(M)(np.ones((9, 3))) is None
+
+
+def test_the_sweep_takes_the_mask_pass_on_the_grid(monkeypatch):
+    """On the grid, each pass's mask half comes from the subset sums (the product with the mask
+    is not taken): the same normal equations as the product's, to rounding."""
+    from dptensor.algorithms.completion import mask_pass
+
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(11)
+    sweep, model = _sweep_setup(rng, shape=(9, 7, 10))
+    calls = []
+    real = mask_pass.MaskPass.__call__
+    monkeypatch.setattr(mask_pass.MaskPass, "__call__",
+                        lambda self, F: calls.append(F.shape) or real(self, F))
+    for side, k in ((0, 2), (1, 0)):
+        F, U = sweep._form_features(model, k), model.factors[k]
+        P, V = sweep._passes(side, F, U)
+        np.testing.assert_allclose(P, F.T @ sweep._flat[side], rtol=0, atol=1e-13)
+        np.testing.assert_allclose(V, U.T @ sweep._yflat[side], rtol=0, atol=1e-13)
+    assert len(calls) == 2

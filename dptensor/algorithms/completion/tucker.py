@@ -8,6 +8,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .design import _row_bias, _set_core
+from .mask_pass import MaskPass
 from .model import Model
 from .observations import DenseGrid, _pair_index
 from .tucker_rows import pair_table, row_kernels
@@ -70,6 +71,7 @@ class TuckerSweep3:
             self.yy = float(np.vdot(Yg, Yg))
             self._flat = (M.reshape(n[0] * n[1], n[2]).T, M.reshape(n[0], n[1] * n[2]))
             self._yflat = (Yg.reshape(n[0] * n[1], n[2]).T, Yg.reshape(n[0], n[1] * n[2]))
+            self._mask_passes = tuple(MaskPass(flat) for flat in self._flat)
         self._pivot = self._value = self._last = self._raw = self._raw_core = None
         self._cache = [None] * 3  # (factor, bias, features) of each mode
         self._kernels, self._buffers = row_kernels(), {}
@@ -83,7 +85,9 @@ class TuckerSweep3:
         """``F^T`` times the mask and ``U^T`` times the values, summed over mode 2 (``side`` 0:
         ``(f, n_0 n_1)``) or mode 0 (``side`` 1: ``(f, n_1 n_2)``).
 
-        On the grid, features first (the wide product runs faster than the tall one), in blocks
+        On the grid, the mask's half by subset sums of the features where compiled
+        (:mod:`.mask_pass`: 1.9x faster at 60^3), the values' by a product; else both by
+        products, features first (the wide product runs faster than the tall one), in blocks
         of columns of about ``PASS_BLOCK_BYTES`` of mask and values, each block's two products
         one after the other: 1.1x the two whole products at 60^3 (cold caches), the same sums
         (each column's over the summed mode, as in one product)."""
@@ -92,6 +96,9 @@ class TuckerSweep3:
             return tuple(np.ascontiguousarray((self._sparse[side][v] @ W).T)
                          for v, W in ((False, F), (True, U)))
         M, Y = self._flat[side], self._yflat[side]
+        P = self._mask_passes[side](F)  # the mask's half by subset sums, where compiled
+        if P is not None:
+            return P, U.T @ Y
         rows, cols = M.shape
         P, V = np.empty((F.shape[1], cols)), np.empty((U.shape[1], cols))
         step = max(1, PASS_BLOCK_BYTES // (16 * rows))
