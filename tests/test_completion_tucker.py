@@ -86,8 +86,7 @@ def test_compiled_rows_give_way_to_numpy_at_a_zero_pivot(rng):
     if not len(empty):
         sweep.counts[0][0] = 0.0  # (counts only size the bias's diagonal here)
     before = model.factors[0]
-    sweep.mask[...] = 0.0  # every row without entries: every Gram 0
-    sweep._flat = tuple(np.zeros_like(f) for f in sweep._flat)
+    sweep.mask[...] = 0.0  # every row without entries: every Gram 0 (the passes' views too)
     assert sweep.solve(model, 0, -1e-12, True, False) is None
     assert model.factors[0] is before
 
@@ -161,21 +160,29 @@ def test_compiled_plain_row_offsets_are_numpys_bit_for_bit(shape, n, monkeypatch
         assert all(np.array_equal(u, v) for u, v in zip(fast[1], plain[1]))
 
 
-def test_the_grid_passes_in_blocks_are_the_whole_products(monkeypatch):
-    """A pass over the grid in blocks of columns (tiny blocks, a short last one) gives the
-    whole products' sums."""
+def _pass_reference(sweep, f, F, U):
+    """``F^T M`` and ``U^T Y`` summed over mode ``f``, laid ``(cols, n_a, n_b)``, ``a < b``."""
+    others = [k for k in range(3) if k != f]
+    return tuple(np.tensordot(W, A.transpose(f, *others), axes=([0], [0]))
+                 for W, A in ((F, sweep.mask), (U, sweep._Yg)))
+
+
+@pytest.mark.parametrize("compiled_loops", [True, False])
+def test_every_pass_over_the_grid_is_the_whole_products(compiled_loops, monkeypatch):
+    """A pass over each mode of the grid (over modes 2 and 0 in blocks of columns: tiny blocks,
+    a short last one; over mode 1 a product per row) gives the whole products' sums, with the
+    mask's half by subset sums or by the product."""
+    from dptensor.algorithms import compiled
+
     rng = np.random.default_rng(5)
     sweep, model = _sweep_setup(rng, shape=(7, 6, 5))
-    for side, k in ((0, 2), (1, 0)):  # the sum over mode 2, then over mode 0
-        F, U = sweep._form_features(model, k), model.factors[k]
-        whole = sweep._passes(side, F, U)
-        monkeypatch.setattr(tucker, "PASS_BLOCK_BYTES", 16 * 7 * 4)  # a few columns a block
-        blocked = sweep._passes(side, F, U)
-        monkeypatch.undo()
-        ref = (F.T @ sweep._flat[side], U.T @ sweep._yflat[side])
-        for got, full, want in zip(blocked, whole, ref):
+    monkeypatch.setattr(compiled, "ENABLED", compiled_loops)
+    monkeypatch.setattr(tucker, "PASS_BLOCK_BYTES", 16 * 7 * 4)  # a few columns a block
+    for f in (2, 0, 1):
+        F, U = sweep._form_features(model, f), model.factors[f]
+        for got, want in zip(sweep._pass(f, F, U), _pass_reference(sweep, f, F, U)):
+            assert got.flags.c_contiguous and got.shape == want.shape
             np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
-            np.testing.assert_allclose(full, want, rtol=1e-13, atol=1e-13)
 
 
 @pytest.mark.parametrize("shape, n", [((60, 50, 8), 4000), ((7, 6, 5), 50), ((30, 4), 40)])
@@ -261,7 +268,7 @@ def test_the_mask_pass_leaves_what_it_does_not_cover_to_the_product(monkeypatch)
 
 def test_the_sweep_takes_the_mask_pass_on_the_grid(monkeypatch):
     """On the grid, each pass's mask half comes from the subset sums (the product with the mask
-    is not taken): the same normal equations as the product's, to rounding."""
+    is not taken), over each of the three modes."""
     from dptensor.algorithms.completion import mask_pass
 
     pytest.importorskip("numba")
@@ -271,9 +278,32 @@ def test_the_sweep_takes_the_mask_pass_on_the_grid(monkeypatch):
     real = mask_pass.MaskPass.__call__
     monkeypatch.setattr(mask_pass.MaskPass, "__call__",
                         lambda self, F: calls.append(F.shape) or real(self, F))
-    for side, k in ((0, 2), (1, 0)):
-        F, U = sweep._form_features(model, k), model.factors[k]
-        P, V = sweep._passes(side, F, U)
-        np.testing.assert_allclose(P, F.T @ sweep._flat[side], rtol=0, atol=1e-13)
-        np.testing.assert_allclose(V, U.T @ sweep._yflat[side], rtol=0, atol=1e-13)
-    assert len(calls) == 2
+    for f in (2, 0, 1):
+        F, U = sweep._form_features(model, f), model.factors[f]
+        for got, want in zip(sweep._pass(f, F, U), _pass_reference(sweep, f, F, U)):
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-13)
+    assert len(calls) == 3
+
+
+def test_three_passes_serve_two_sweeps_on_the_grid(monkeypatch):
+    """Each pass serves the next update too (over the mode that does not update next): two
+    sweeps read the grid three times, not four; on the observed entries twice a sweep."""
+    from dptensor.algorithms.completion.als import als
+    from dptensor.algorithms.completion.model import init_model
+    from dptensor.algorithms.completion.observations import Observations
+
+    rng = np.random.default_rng(2)
+    shape = (9, 8, 7)
+    real = tucker.TuckerSweep3._pass
+    for ratio, expected in ((10**9, [2, 1, 0]), (0, [2, 0, 2, 0])):
+        monkeypatch.setattr(tucker, "SPARSE_PASS_RATIO", ratio)
+        flat = rng.choice(int(np.prod(shape)), 300, replace=False)
+        X = np.stack(np.unravel_index(flat, shape), axis=1)
+        y = rng.uniform(-0.5, 0.5, len(X))
+        seen = []
+        monkeypatch.setattr(tucker.TuckerSweep3, "_pass",
+                            lambda self, f, F, U: seen.append(f) or real(self, f, F, U))
+        model = init_model(shape, 2, "tucker", rng, scale=0.5)
+        als(Observations(X, shape, layout="dense"), y, model, reg=0.1, reg_core=0.1, n_iter=2,
+            tol=0)
+        assert seen == expected, ratio

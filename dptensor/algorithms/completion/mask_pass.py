@@ -35,26 +35,32 @@ MAX_ROWS = 320
 
 
 def pack_mask(M: np.ndarray) -> np.ndarray:
-    """A 0/1 mask ``(n, cells)`` as bytes ``(ceil(n / 8), cells)``: bit ``b`` of byte ``q`` of a
-    cell is its row ``8 q + b`` (NumPy's ``packbits`` along rows, little-endian bits)."""
+    """A 0/1 mask ``(n, cells)`` (or ``(n, a, b)``: cells ``(a, b)`` in C order) as bytes
+    ``(ceil(n / 8), cells)``: bit ``b`` of byte ``q`` of a cell is its row ``8 q + b``
+    (NumPy's ``packbits`` along rows, little-endian bits)."""
+    M = M.reshape(len(M), -1)
     return np.ascontiguousarray(np.packbits(M != 0, axis=0, bitorder="little"))
 
 
 def _pack(M, B):
-    """:func:`pack_mask` into ``B`` (zeros), in the order ``M`` lies in memory, without
-    branches on the mask (half its cells are set, in no order a predictor could learn)."""
-    n, cells = M.shape
-    if M.strides[0] <= M.strides[1]:  # a transposed mask: each cell's rows side by side
-        for c in range(cells):
-            for q in range(B.shape[0]):
-                byte = 0
-                for b in range(min(8, n - 8 * q)):
-                    byte |= int(M[8 * q + b, c] != 0) << b
-                B[q, c] = byte
+    """:func:`pack_mask` of ``M`` ``(n, a, b)`` into ``B`` (zeros), in the order ``M`` lies in
+    memory, without branches on the mask (half its cells are set, in no order a predictor
+    could learn)."""
+    n, na, nb = M.shape
+    if M.strides[0] <= min(M.strides[1], M.strides[2]):  # each cell's rows side by side
+        for x in range(na):
+            for y in range(nb):
+                for q in range(B.shape[0]):
+                    byte = 0
+                    for b in range(min(8, n - 8 * q)):
+                        byte |= int(M[8 * q + b, x, y] != 0) << b
+                    B[q, x * nb + y] = byte
     else:
         for r in range(n):
-            for c in range(cells):
-                B[r // 8, c] |= np.uint8(M[r, c] != 0) << np.uint8(r % 8)
+            bit = np.uint8(r % 8)
+            for x in range(na):
+                for y in range(nb):
+                    B[r // 8, x * nb + y] |= np.uint8(M[r, x, y] != 0) << bit
 
 
 def _tables(F, tables):
@@ -109,8 +115,9 @@ def _kernels(f: int):
         kernel(np.ones((2, 256, f)), np.zeros((2, 3), dtype=np.uint8), np.empty((f, 3)))
 
     def warm_pack(kernel):
-        for M in (np.ones((9, 2)), np.ones((2, 9)).T):  # C-ordered and transposed masks
-            kernel(M, np.zeros((2, 2), dtype=np.uint8))
+        M = np.ones((9, 2, 3))
+        for view in (M, M.transpose(2, 0, 1), M.transpose(1, 0, 2)):  # the grid's three sides
+            kernel(view, np.zeros((2, view.shape[1] * view.shape[2]), dtype=np.uint8))
 
     pack = compiled("mask_pass_pack", _pack, warm_pack)
     tables = compiled("mask_pass_tables", _tables, warm_tables)
@@ -120,12 +127,13 @@ def _kernels(f: int):
 
 
 class MaskPass:
-    """``F^T M`` for one 0/1 mask ``M`` (``n x cells``, any strides) and the features of each
-    update: by the compiled loops where they run (the mask packed on first use), else ``None``
-    (:meth:`__call__`), for the caller's product."""
+    """``F^T M`` for one 0/1 mask ``M`` (``n x cells``, or ``n x a x b``: any view of the grid's
+    mask, cells ``(a, b)`` in C order) and the features of each update: by the compiled loops
+    where they run (the mask packed on first use), else ``None`` (:meth:`__call__`), for the
+    caller's product."""
 
     def __init__(self, M: np.ndarray):
-        self.mask, self._bits = M, None
+        self.mask, self._bits = (M[:, :, None] if M.ndim == 2 else M), None
 
     def __call__(self, F: np.ndarray):
         """``F^T M`` (``f x cells``), or ``None`` where the compiled loops do not run (no numba,
@@ -139,7 +147,8 @@ class MaskPass:
             return None
         pack, build, sums = kernels
         if self._bits is None:
-            self._bits = np.zeros((-(-n // 8), self.mask.shape[1]), dtype=np.uint8)
+            cells = self.mask.shape[1] * self.mask.shape[2]
+            self._bits = np.zeros((-(-n // 8), cells), dtype=np.uint8)
             pack(self.mask, self._bits)
         tables = np.empty((self._bits.shape[0], 256, f))
         build(np.ascontiguousarray(F), tables)

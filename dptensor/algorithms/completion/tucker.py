@@ -26,7 +26,7 @@ SPARSE_PASS_RATIO = 6
 #: faster than NumPy's path, about even at 5, 1.4x slower at 6, 3x at 8.
 COMPILED_MAX_RANK = 4
 
-#: Bytes of mask and values per block of a pass over the grid (:meth:`TuckerSweep3._passes`).
+#: Bytes of mask and values per block of a pass over the grid (:meth:`TuckerSweep3._pass`).
 PASS_BLOCK_BYTES = 1 << 20
 
 
@@ -60,7 +60,8 @@ class TuckerSweep3:
         M, n = grid.mask, grid.shape
         self.mask, self.counts = M, counts
         if math.prod(n) >= SPARSE_PASS_RATIO * len(grid.flat):
-            self._sparse, self.pair_counts, self.row_sums, self.yy = _entry_passes(grid, Yg)
+            by_k, self.pair_counts, self.row_sums, self.yy = _entry_passes(grid, Yg)
+            self._sparse = {2: by_k[0], 0: by_k[1]}  # the passes over modes 2 and 0
         else:
             self._sparse = None
             # counts: exact in any order (integers far below 2**53), so by products with ones,
@@ -69,10 +70,10 @@ class TuckerSweep3:
                                 (1, 2): M.sum(axis=0)}
             self.row_sums = [Yg.sum(axis=(1, 2)), Yg.sum(axis=(0, 2)), Yg.sum(axis=(0, 1))]
             self.yy = float(np.vdot(Yg, Yg))
-            self._flat = (M.reshape(n[0] * n[1], n[2]).T, M.reshape(n[0], n[1] * n[2]))
-            self._yflat = (Yg.reshape(n[0] * n[1], n[2]).T, Yg.reshape(n[0], n[1] * n[2]))
-            self._mask_passes = tuple(MaskPass(flat) for flat in self._flat)
-        self._pivot = self._value = self._last = self._raw = self._raw_core = None
+            self._Yg = Yg
+            # the summed mode first, the other two's cells in C order: (n_f, n_a, n_b) views
+            self._mask_passes = {f: MaskPass(M.transpose(f, *_OTHERS[f])) for f in range(3)}
+        self._served = self._last = self._raw = self._raw_core = None
         self._cache = [None] * 3  # (factor, bias, features) of each mode
         self._kernels, self._buffers = row_kernels(), {}
         self._sums = (tuple(self.counts), tuple(self.row_sums), np.empty(0))  # the core's loops'
@@ -81,24 +82,32 @@ class TuckerSweep3:
             self.pair_counts[(m, k)] if m < k else self.pair_counts[(k, m)].T))
             for k in range(3) if k != m] for m in range(3)]
 
-    def _passes(self, side, F, U):
-        """``F^T`` times the mask and ``U^T`` times the values, summed over mode 2 (``side`` 0:
-        ``(f, n_0 n_1)``) or mode 0 (``side`` 1: ``(f, n_1 n_2)``).
+    def _pass(self, f, F, U):
+        """The mask times mode ``f``'s features ``F`` and the values times its factor ``U``,
+        summed over mode ``f``: ``(F cols, n_a, n_b)`` and ``(rank, n_a, n_b)`` with ``a < b``
+        the other two modes, contiguous.
 
         On the grid, the mask's half by subset sums of the features where compiled
-        (:mod:`.mask_pass`: 1.9x faster at 60^3), the values' by a product; else both by
-        products, features first (the wide product runs faster than the tall one), in blocks
-        of columns of about ``PASS_BLOCK_BYTES`` of mask and values, each block's two products
-        one after the other: 1.1x the two whole products at 60^3 (cold caches), the same sums
-        (each column's over the summed mode, as in one product)."""
+        (:mod:`.mask_pass`: 1.9x faster at 60^3), else by a product; the values' by a product:
+        over modes 2 and 0 one product of the grid's unfolding (in blocks of columns of about
+        ``PASS_BLOCK_BYTES`` of mask and values where the mask is multiplied too: 1.1x faster
+        at 60^3, cold caches), over mode 1 one small product per row of mode 0. The same sums
+        (each over the summed mode) either way, to rounding."""
+        a, b = _OTHERS[f]
+        shape = (self.mask.shape[a], self.mask.shape[b])
         if self._sparse is not None:
             # (cells, f) from the sparse product; transposed: a copy of a tenth of the pass
-            return tuple(np.ascontiguousarray((self._sparse[side][v] @ W).T)
+            return tuple(np.ascontiguousarray((self._sparse[f][v] @ W).T).reshape(-1, *shape)
                          for v, W in ((False, F), (True, U)))
-        M, Y = self._flat[side], self._yflat[side]
-        P = self._mask_passes[side](F)  # the mask's half by subset sums, where compiled
+        P = self._mask_passes[f](F)  # the mask's half by subset sums, where compiled
+        if f == 1:  # (i, f, k) -> (f, i, k)
+            if P is None:
+                P = np.ascontiguousarray(np.matmul(F.T, self.mask).transpose(1, 0, 2))
+            V = np.ascontiguousarray(np.matmul(U.T, self._Yg).transpose(1, 0, 2))
+            return P.reshape(-1, *shape), V
+        M, Y = _unfolding(self.mask, f), _unfolding(self._Yg, f)
         if P is not None:
-            return P, U.T @ Y
+            return P.reshape(-1, *shape), (U.T @ Y).reshape(-1, *shape)
         rows, cols = M.shape
         P, V = np.empty((F.shape[1], cols)), np.empty((U.shape[1], cols))
         step = max(1, PASS_BLOCK_BYTES // (16 * rows))
@@ -106,7 +115,7 @@ class TuckerSweep3:
             block = slice(start, start + step)
             np.matmul(F.T, M[:, block], out=P[:, block])
             np.matmul(U.T, Y[:, block], out=V[:, block])
-        return P, V
+        return P.reshape(-1, *shape), V.reshape(-1, *shape)
 
     @staticmethod
     def _bias(model, k):
@@ -159,12 +168,12 @@ class TuckerSweep3:
         if kernels is None:
             return None
         self._contractions(model, m)
-        (Qr, Qv, Vr, Vv), r = self._raw, model.rank
+        (Qr, Qv, Vr, Vv, f), r = self._raw, model.rank
         (ka, Ca), (kb, Cb) = self._oriented[m]
-        if m not in self._buffers:  # the strides and the Grams' buffers, the same every sweep
-            self._buffers[m] = (_steps(Qv), _steps(Vv), np.empty((len(Qv), r + 1, r + 1)),
-                                np.empty(len(Qv)), np.empty(0))
-        qs, vs, G, traces, none = self._buffers[m]
+        if (m, f) not in self._buffers:  # the strides, the Grams' buffers: alike every sweep
+            self._buffers[m, f] = (_steps(Qv), _steps(Vv), np.empty((len(Qv), r + 1, r + 1)),
+                                   np.empty(len(Qv)), np.empty(0))
+        qs, vs, G, traces, none = self._buffers[m, f]
         S = np.empty((len(Qv), r + 1))
         Gm = model.core.reshape(r, r * r) if m == 0 else np.ascontiguousarray(
             model.core.transpose(_FRONT[m]).reshape(r, r * r))
@@ -182,7 +191,7 @@ class TuckerSweep3:
         kernels.features(S, r, F)
         self._cache[m] = (model.factors[m], model.biases[m], F)
         if m == 2:
-            self._raw_core = (Qr, Vr)
+            self._raw_core = self._last
         if not dof:
             return 0.0
         if lost:  # as ridge_dof: the pseudo-inverse where the ridge may be lost
@@ -191,31 +200,38 @@ class TuckerSweep3:
             return float(np.sum(r + 1 - lam * traces))
         return df
 
+    def _serving_pass(self, model: Model, m: int):
+        """The pass mode ``m``'s update reads: the last one where it summed over another mode
+        whose factor and bias have not changed since, else a new one over the mode that does
+        not update next (:func:`_pass_mode`), which then serves two updates (or one and the
+        core): three passes every two sweeps on the grid."""
+        last = self._served
+        if last is not None and last[0] != m and _unchanged(last[1], model, last[0]):
+            return last
+        f = _pass_mode(m, sparse=self._sparse is not None)
+        P, V = self._pass(f, self._features(model, f), model.factors[f])
+        self._served = (f, _state(model, f), P, V)
+        return self._served
+
     def _contractions(self, model: Model, m: int):
         """``Q[i, f, g]``: the mask summed against the other two modes' features (the lower mode's
-        ``f``), per row ``i`` of mode ``m``; ``V[i, p, q]``: the values against their factors."""
-        n, r = self.mask.shape, model.rank
-        U = model.factors
-        if m == 0:  # mode 2's features, fixed until mode 2 updates: one pass serves modes 0 and 1
-            P, V = self._passes(0, self._features(model, 2), U[2])
-            self._pivot, self._value = P.reshape(-1, n[0], n[1]), V.reshape(r, n[0], n[1])
-            # (f2, i, j) x (j, f1): one product of the contiguous pass, viewed as (i, f1, f2)
-            Qr = self._pivot.reshape(-1, n[1]) @ self._features(model, 1)
-            Vr = self._value.reshape(-1, n[1]) @ U[1]
-            Q = Qr.reshape(-1, n[0], Qr.shape[1]).transpose(1, 2, 0)
-            V = Vr.reshape(r, n[0], r).transpose(1, 2, 0)
-        elif m == 1:  # the sum over i: one small product per feature, no transposed copy
-            Qr = np.matmul(self._features(model, 0).T, self._pivot)
-            Vr = np.matmul(U[0].T, self._value)
-            Q, V = Qr.transpose(2, 1, 0), Vr.transpose(2, 1, 0)  # (j, f0, f2), (j, p0, p2)
-        else:  # mode 0's features, fixed until the next sweep: one pass serves mode 2 and the core
-            P, V = self._passes(1, self._features(model, 0), U[0])
-            pivot, value = P.reshape(-1, n[1], n[2]), V.reshape(r, n[1], n[2])
-            Qr = np.matmul(self._features(model, 1).T, pivot)
-            Vr = np.matmul(U[1].T, value)
-            Q, V = Qr.transpose(2, 0, 1), Vr.transpose(2, 0, 1)  # (k, f0, f1), (k, p0, p1)
+        ``f``), per row ``i`` of mode ``m``; ``V[i, p, q]``: the values against their factors.
+        From a pass over mode ``f`` (``(F cols, n_a, n_b)``, ``a < b``), one product over the
+        remaining mode ``o`` per half, viewed with the axes in that order (no copies)."""
+        f, _, P, V = self._serving_pass(model, m)
+        o = 3 - m - f
+        Fo, Uo = self._features(model, o), model.factors[o]
+        if m < o:  # sum over the pass's last axis: (f, m, o)
+            Qr = (P.reshape(-1, P.shape[2]) @ Fo).reshape(P.shape[0], P.shape[1], -1)
+            Vr = (V.reshape(-1, V.shape[2]) @ Uo).reshape(V.shape[0], V.shape[1], -1)
+            axes = (1, 0, 2) if f < o else (1, 2, 0)
+        else:  # over its middle axis, one small product per feature of f: (f, o, m)
+            Qr, Vr = np.matmul(Fo.T, P), np.matmul(Uo.T, V)
+            axes = (2, 0, 1) if f < o else (2, 1, 0)
+        Q, V = Qr.transpose(axes), Vr.transpose(axes)
+        if m == 2:
             self._last = (Q, V)
-        self._raw = (Qr, Q, Vr, V)  # contiguous, and the views
+        self._raw = (Qr, Q, Vr, V, f)  # contiguous, the views, the pass's mode
         return Q, V
 
     def _equations(self, model: Model, m: int, bias: bool, Q, V):
@@ -250,10 +266,11 @@ class TuckerSweep3:
         (the model untouched)."""
         if self._raw_core is None:
             return None
-        (Qr, Vr), self._raw_core = self._raw_core, None
-        kernels, r, n2, f = self._kernels, model.rank, Qr.shape[2], Qr.shape[0]
-        C = (Qr.reshape(-1, n2) @ self._features(model, 2)).reshape(f, f, f)  # (f0, f1, f2)
-        value = (Vr.reshape(-1, n2) @ model.factors[2]).reshape(r, r, r)  # (p0, p1, p2)
+        (Q, V), self._raw_core = self._raw_core, None
+        kernels, r = self._kernels, model.rank
+        # Q (k, f0, f1) and V (k, p0, p1), views of either pass's products: summed over k
+        C = np.tensordot(Q, self._features(model, 2), axes=([0], [0]))  # (f0, f1, f2)
+        value = np.tensordot(V, model.factors[2], axes=([0], [0]))  # (p0, p1, p2)
         G, B = np.empty((1, r**3, r**3)), np.empty((1, r**3))
         pc = self.pair_counts
         squares = kernels.core(C, value, float(model.intercept), self.yy, tuple(model.biases),
@@ -297,6 +314,35 @@ class TuckerSweep3:
                                    + float(b[k] ** 2 @ self.counts[k]) for k in range(3))
         oo += 2.0 * sum(float(b[j] @ C @ b[k]) for (j, k), C in self.pair_counts.items())
         return self.yy - 2.0 * yo + oo
+
+
+#: The other two modes of each mode, in order.
+_OTHERS = ((1, 2), (0, 2), (0, 1))
+
+
+def _pass_mode(m: int, sparse: bool) -> int:
+    """The mode a new pass for mode ``m``'s update sums over: the other mode that does not
+    update next (the order 0, 1, 2, core), so that the pass serves the next update too; on the
+    observed entries only modes 2 and 0 (their sparse layouts), as two passes a sweep."""
+    if sparse:
+        return 2 if m < 2 else 0
+    return (m + 2) % 3
+
+
+def _state(model: Model, k: int):
+    """Mode ``k``'s factor and bias: new arrays at each update, held (so that no other array
+    takes their place) and compared by identity (:func:`_unchanged`)."""
+    return (model.factors[k], model.biases[k] if k < len(model.biases) else None)
+
+
+def _unchanged(state, model: Model, k: int) -> bool:
+    return all(a is b for a, b in zip(state, _state(model, k)))
+
+
+def _unfolding(A, f):
+    """``A`` (a C-ordered grid) as ``(n_f, n_a n_b)`` for ``f`` 2 (a transposed view) or 0."""
+    n = A.shape
+    return A.reshape(n[0] * n[1], n[2]).T if f == 2 else A.reshape(n[0], n[1] * n[2])
 
 
 def _steps(view):
