@@ -32,18 +32,21 @@ PASS_BLOCK_BYTES = 1 << 20
 
 class TuckerSweep3:
     """The normal equations of one ALS sweep of an order-3 Tucker model on the dense layout, two
-    updates per pass over the grid.
+    updates (or one and the core) per pass over the grid.
 
     Mode ``m``'s sums over its row ``i`` (:meth:`DenseGrid.normal_equations`) are, with the
     entry's design ``z = G_(m) (u_j (x) u_l)``, ``G_(m) [sum_jl mask_ijl (u_j u_j^T (x) u_l u_l^T)]
     G_(m)^T`` and alike: contractions of the mask with per-row features of the OTHER two modes,
     ``F_k = [u_k, b_k u_k, u_k u_k^T]`` (the factor row, times the row's bias, its pair products).
     The mask is contracted with one mode's features once (a pass over the grid: ``prod(shape) x
-    (2 r + r (r + 1) / 2)`` flops), the other mode's on the small result. Mode 2's features stay
-    fixed while modes 0 and 1 update, and mode 0's while mode 2 and the core update: one pass for
-    each pair, two per sweep where :meth:`DenseGrid.normal_equations` and the core's
-    (:func:`_grid_core_normal_equations`) make four, each with more columns. The values likewise
-    (``Y x_k U_k``). The offsets enter through the ``b u`` features and the mask's pair marginals
+    (2 r + r (r + 1) / 2)`` flops), the other mode's on the small result. A pass over mode ``f``
+    serves every update until ``f`` updates; each new one sums over the mode that does not update
+    next (:func:`_pass_mode`), so that it serves two updates (or one and the core): over mode 2
+    for modes 0 and 1, over mode 1 for mode 2, the core and the next sweep's mode 0, over mode 0
+    for modes 1 and 2 and the core, three passes every two sweeps where
+    :meth:`DenseGrid.normal_equations` and the core's (:func:`_grid_core_normal_equations`) make
+    eight, each with more columns (on the observed entries, modes 2 and 0 only: two a sweep).
+    The values likewise (``Y x_k U_k``). The offsets enter through the ``b u`` features and the mask's pair marginals
     (counts per pair of indices), and the sum of squared residuals comes from the core's normal
     equations (as :func:`_grid_core_step`), with ``sum mask o^2`` from the same marginals.
 
