@@ -63,8 +63,8 @@ class TuckerSweep3:
         M, n = grid.mask, grid.shape
         self.mask, self.counts = M, counts
         if math.prod(n) >= SPARSE_PASS_RATIO * len(grid.flat):
-            by_k, self.pair_counts, self.row_sums, self.yy = _entry_passes(grid, Yg)
-            self._sparse = {2: by_k[0], 0: by_k[1]}  # the passes over modes 2 and 0
+            (by_k, by_i), self.pair_counts, self.row_sums, self.yy = _entry_passes(grid, Yg)
+            self._sparse = {2: by_k, 0: by_i}  # the passes over modes 2 and 0
         else:
             self._sparse = None
             # counts: exact in any order (integers far below 2**53), so by products with ones,
