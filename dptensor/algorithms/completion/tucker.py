@@ -46,9 +46,10 @@ class TuckerSweep3:
     for modes 1 and 2 and the core, three passes every two sweeps where
     :meth:`DenseGrid.normal_equations` and the core's (:func:`_grid_core_normal_equations`) make
     eight, each with more columns (on the observed entries, modes 2 and 0 only: two a sweep).
-    The values likewise (``Y x_k U_k``). The offsets enter through the ``b u`` features and the mask's pair marginals
-    (counts per pair of indices), and the sum of squared residuals comes from the core's normal
-    equations (as :func:`_grid_core_step`), with ``sum mask o^2`` from the same marginals.
+    The values likewise (``Y x_k U_k``). The offsets enter through the ``b u`` features and the
+    mask's pair marginals (counts per pair of indices), and the sum of squared residuals comes
+    from the core's normal equations (as :func:`_grid_core_step`), with ``sum mask o^2`` from
+    the same marginals.
 
     Call :meth:`normal_equations` for modes 0, 1, 2 in turn, then :meth:`core_step`: each uses
     the factors the previous ones left (the order of :func:`als`).
