@@ -538,7 +538,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
             by chunk; sparse rows one densified block at a time)
             The next rows of the stream, any number. Not modified. In a private stream a row that
             holds a NaN, an infinity or an entry that is no number (text) is used as a zero row
-            (see Notes); a non-private stream refuses it with ``ValueError``.
+            (see Notes), as is a later chunk's row that is not ``n_features`` numbers (ragged
+            rows); a non-private stream refuses it with ``ValueError``.
         y : ignored
         groups : None
             Refused (a group could span two blocks): use :meth:`fit` with ``groups``.
