@@ -12,7 +12,7 @@ from sklearn.utils.validation import assert_all_finite, check_array
 
 from ._guards import warn
 from .accounting import PrivacyAccountant
-from .exceptions import DEFAULT_DELTA, PrivacyWarning, check_delta, check_epsilon
+from .exceptions import DEFAULT_DELTA, PrivacyWarning, check_delta, check_epsilon, real_scalar
 
 try:  # scikit-learn >= 1.6
     from sklearn.utils.validation import validate_data as _sklearn_validate_data
@@ -98,11 +98,13 @@ def check_scale(value: float, name: str, shown=None) -> float:
     """Refuse a public scale outside :data:`SCALE_RANGE` before the spend: the noise scales and
     the released sums are its powers, and one that over- or underflows would fail (or release
     nothing useful) after the spend, its budget lost. ``shown``: the value as the user gave it."""
+    # a float32 compared with 1e90 casts the bound to float32: an overflow warning, so compare
+    # the float
+    shown, value = value if shown is None else shown, float(value)
     if not SCALE_RANGE[0] <= value <= SCALE_RANGE[1]:
         raise ValueError(f"{name} must lie in [{SCALE_RANGE[0]:g}, {SCALE_RANGE[1]:g}] (its "
-                         "powers enter the noise scales); rescale the data, got "
-                         f"{value if shown is None else shown!r}")
-    return float(value)
+                         f"powers enter the noise scales); rescale the data, got {shown!r}")
+    return value
 
 
 def check_data_norm(data_norm, epsilon, name="data_norm"):
@@ -113,6 +115,7 @@ def check_data_norm(data_norm, epsilon, name="data_norm"):
                              "clipped to this l2 norm and the noise is calibrated to "
                              "it. Choose it from public knowledge, not from the data.")
         return None
+    data_norm = real_scalar(data_norm)  # a 0-d array of a number is that number, as epsilon's
     if isinstance(data_norm, bool) or not isinstance(data_norm, numbers.Real) or not (
             data_norm > 0 and math.isfinite(data_norm)):
         raise ValueError(f"{name} must be a finite number > 0, got {data_norm!r}")
@@ -547,10 +550,12 @@ def check_data_scale(y, name="y", why=_NO_VALUE_RANGE):
 
 
 def check_positive_real(value, name, default, *, scale=False, maximum=math.inf):
-    """``value`` as a finite float > 0 and at most ``maximum`` (``None``: ``default``);
+    """``value`` (a 0-d array of one too) as a finite float > 0 and at most ``maximum``
+    (``None``: ``default``);
     ``scale``: a noise scale, in :data:`SCALE_RANGE` too (:func:`check_scale`)."""
     if value is None:
         return default
+    value = real_scalar(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
             value > 0 and math.isfinite(value)):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
@@ -560,7 +565,8 @@ def check_positive_real(value, name, default, *, scale=False, maximum=math.inf):
 
 
 def check_nonnegative_real(value, name):
-    """``value`` as a finite float >= 0."""
+    """``value`` (a 0-d array of one too) as a finite float >= 0."""
+    value = real_scalar(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
             value >= 0 and math.isfinite(value)):
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")

@@ -35,7 +35,7 @@ from ._completion_auto import AutoChoice
 from ._memory import FLOAT
 from ._validation import (check_nonnegative_real, check_positive_int, check_positive_real,
                           check_completion_targets, check_value_range, check_verbose,
-                          validate_private_data, check_data_scale)
+                          validate_private_data, check_data_scale, real_scalar)
 from .accounting import NonPrivateEvent
 from .algorithms.completion.memory import fit_advice, fit_floats
 from .algorithms.completion.model import Model, predict
@@ -369,7 +369,7 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         reg_core = (reg if self.reg_core is None
                     else check_nonnegative_real(self.reg_core, "reg_core"))
         tol = check_nonnegative_real(self.tol, "tol")
-        share = self.offset_share
+        share = real_scalar(self.offset_share)
         if share is not None and not (isinstance(share, numbers.Real) and 0.0 < share < 1.0):
             raise ValueError(f"offset_share must be a number in (0, 1) or None, got {share!r}")
         if share is None and self.perturbation == "auto":
