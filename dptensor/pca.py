@@ -567,7 +567,9 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
             for chunk in RowChunks(X, skip_empty=True):
                 self.partial_fit(chunk)
             return self
-        if sp.issparse(X) and X.shape[0]:  # sparse rows: one densified block at a time
+        if sp.issparse(X) and not X.shape[0]:  # no rows: checked as the empty array it stands for
+            X = X.toarray()  # (a later one adds nothing, a first is refused before the spend)
+        if sp.issparse(X):  # sparse rows: one densified block at a time
             for block in row_blocks(X):
                 self.partial_fit(block)
             return self

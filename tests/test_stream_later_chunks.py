@@ -128,6 +128,21 @@ def test_an_empty_later_chunk_adds_nothing(make):
         np.testing.assert_array_equal(a.components_, b.components_)
 
 
+def test_an_empty_sparse_later_chunk_adds_nothing_to_a_pca_stream():
+    """PrivatePCA streams sparse rows one densified block at a time; one of no rows was
+    refused, after the spend, as sparse input the stream does not take."""
+    import scipy.sparse as sp
+
+    X = _rows()
+    a, b = _pca().partial_fit(X[:120]), _pca().partial_fit(X[:120])
+    with _strict():
+        a.partial_fit(sp.csr_matrix((0, D)))
+    a.partial_fit(X[120:]), b.partial_fit(X[120:])
+    np.testing.assert_array_equal(a.components_, b.components_)
+    with pytest.raises(ValueError, match="X has 3 features"):  # its shape is checked as ever
+        a.partial_fit(sp.csr_matrix((0, 3)))
+
+
 @STREAMS
 def test_entries_past_float64_or_complex_scalars_are_zero_rows_silently(make):
     X = _rows()[:6]
