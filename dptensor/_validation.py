@@ -241,8 +241,9 @@ def validate_stream_chunk(estimator, X, *, reset: bool, **kwargs):
     is its recorded cost's answer once it runs: a parameter changed mid-stream does not count.
     A private stream's first chunk of a text or object dtype is refused by that dtype, before
     the spend (a list, by the dtype NumPy gives it). Its later chunks are read by
-    :func:`_later_rows`: nothing in their values can raise or warn (an array or frame is still
-    refused by its shape, before any of it is read, and the stream goes on).
+    :func:`_later_rows`, in the stream's dtype (``estimator._stream.dtype``): nothing in their
+    values can raise or warn (an array or frame is still refused by its shape, before any of it
+    is read, and the stream goes on).
     """
     if reset:
         private = math.isfinite(estimator._privacy_target()[0])
@@ -259,6 +260,9 @@ def validate_stream_chunk(estimator, X, *, reset: bool, **kwargs):
                             "np.asarray(X, dtype=float)")
     else:
         private = estimator.privacy_cost_.private
+        # in the stream's dtype before its rows are mapped: a float64 value past float32's range
+        # is an infinity in a float32 stream, so a zero row, where the stream's own cast fed it
+        kwargs["dtype"] = estimator._stream.dtype
     if not private:
         return validate_private_data(estimator, X, reset=reset, **kwargs)
     if not reset:  # a later chunk of no rows adds none (a filter may leave one empty): no error

@@ -166,6 +166,21 @@ def test_entries_past_float64_or_complex_scalars_are_zero_rows_silently(make):
 
 
 @STREAMS
+def test_a_float64_value_past_float32_in_a_float32_stream_is_a_zero_row(make):
+    """The stream cast a later float64 chunk to its float32 after mapping its rows: 1e300 was
+    fed as an infinity (the release moved, with an overflow warning)."""
+    X = _rows()
+    a, b = make().partial_fit(X[:120].astype(np.float32)), \
+        make().partial_fit(X[:120].astype(np.float32))
+    big, zero = X[120:].copy(), X[120:].copy()
+    big[2, 1], zero[2] = 1e300, 0.0
+    with _strict():
+        a.partial_fit(big)
+    b.partial_fit(zero)
+    np.testing.assert_array_equal(a.components_, b.components_)
+
+
+@STREAMS
 def test_an_array_of_another_shape_is_refused_by_its_shape_and_the_stream_goes_on(make):
     X = _rows()
     a, b = make().partial_fit(X[:120]), make().partial_fit(X[:120])
