@@ -345,17 +345,15 @@ def _later_rows(X, d: int):
     is read row by row, and a row that is not ``d`` real numbers is NaN: whether a row is used
     depends on that row alone, as the stream's guarantee needs, and nothing is refused.
     """
-    rows = isinstance(X, (list, tuple))
-    if rows:
+    if isinstance(X, (list, tuple)):
         try:
             A = np.asarray(X)
-            rows = A.dtype.kind not in "biuf" or A.shape[1:] != (d,)
         except (ValueError, TypeError):  # ragged rows
-            pass
-    elif isinstance(X, np.ndarray) and X.dtype.kind == "O" and X.ndim == 1:
-        rows = True  # ragged rows, as np.array(rows, dtype=object) makes them
-    if not rows:
-        return _numbers_or_nan(X, later=True)
+            A = None
+        if A is not None and A.dtype.kind in "biuf" and A.shape[1:] == (d,):
+            return A
+    elif not (isinstance(X, np.ndarray) and X.dtype.kind == "O" and X.ndim == 1):
+        return _numbers_or_nan(X, later=True)  # a 1-D array of objects: ragged rows, read below
     out = np.full((len(X), d), math.nan)
     for i, row in enumerate(X):
         try:
