@@ -169,6 +169,7 @@ def checked_shape(shape) -> tuple:
 
 def _valid_share(share):
     """``offset_share`` when it is valid, else ``None`` (refused later, by its own check)."""
+    share = real_scalar(share)
     ok = isinstance(share, numbers.Real) and not isinstance(share, bool) and 0.0 < share < 1.0
     return float(share) if ok else None
 

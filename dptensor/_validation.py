@@ -1,6 +1,7 @@
 """Input checks shared by every estimator: clear errors that name the parameter and the bound."""
 from __future__ import annotations
 
+import decimal
 import math
 import numbers
 
@@ -11,7 +12,7 @@ from sklearn.utils.validation import assert_all_finite, check_array
 
 from ._guards import warn
 from .accounting import PrivacyAccountant
-from .exceptions import DEFAULT_DELTA, PrivacyWarning, check_delta, check_epsilon
+from .exceptions import DEFAULT_DELTA, PrivacyWarning, check_delta, check_epsilon, real_scalar
 
 try:  # scikit-learn >= 1.6
     from sklearn.utils.validation import validate_data as _sklearn_validate_data
@@ -97,11 +98,13 @@ def check_scale(value: float, name: str, shown=None) -> float:
     """Refuse a public scale outside :data:`SCALE_RANGE` before the spend: the noise scales and
     the released sums are its powers, and one that over- or underflows would fail (or release
     nothing useful) after the spend, its budget lost. ``shown``: the value as the user gave it."""
+    # a float32 compared with 1e90 casts the bound to float32: an overflow warning, so compare
+    # the float
+    shown, value = value if shown is None else shown, float(value)
     if not SCALE_RANGE[0] <= value <= SCALE_RANGE[1]:
         raise ValueError(f"{name} must lie in [{SCALE_RANGE[0]:g}, {SCALE_RANGE[1]:g}] (its "
-                         "powers enter the noise scales); rescale the data, got "
-                         f"{value if shown is None else shown!r}")
-    return float(value)
+                         f"powers enter the noise scales); rescale the data, got {shown!r}")
+    return value
 
 
 def check_data_norm(data_norm, epsilon, name="data_norm"):
@@ -112,6 +115,7 @@ def check_data_norm(data_norm, epsilon, name="data_norm"):
                              "clipped to this l2 norm and the noise is calibrated to "
                              "it. Choose it from public knowledge, not from the data.")
         return None
+    data_norm = real_scalar(data_norm)  # a 0-d array of a number is that number, as epsilon's
     if isinstance(data_norm, bool) or not isinstance(data_norm, numbers.Real) or not (
             data_norm > 0 and math.isfinite(data_norm)):
         raise ValueError(f"{name} must be a finite number > 0, got {data_norm!r}")
@@ -236,7 +240,10 @@ def validate_stream_chunk(estimator, X, *, reset: bool, **kwargs):
     keep and refuses such a chunk, the more useful answer there. Whether the stream is private
     is its recorded cost's answer once it runs: a parameter changed mid-stream does not count.
     A private stream's first chunk of a text or object dtype is refused by that dtype, before
-    the spend (a list, by the dtype NumPy gives it).
+    the spend (a list, by the dtype NumPy gives it). Its later chunks are read by
+    :func:`_later_rows`, in the stream's dtype (``estimator._stream.dtype``): nothing in their
+    values can raise or warn (an array or frame is still refused by its shape, before any of it
+    is read, and the stream goes on).
     """
     if reset:
         private = math.isfinite(estimator._privacy_target()[0])
@@ -253,10 +260,19 @@ def validate_stream_chunk(estimator, X, *, reset: bool, **kwargs):
                             "np.asarray(X, dtype=float)")
     else:
         private = estimator.privacy_cost_.private
-    if private:
-        X = _numbers_or_nan(X)
-    X = validate_private_data(estimator, X, reset=reset, ensure_all_finite=not private, **kwargs)
-    return zero_nonfinite_rows(X) if private else X
+        # in the stream's dtype before its rows are mapped: a float64 value past float32's range
+        # is an infinity in a float32 stream, so a zero row, where the stream's own cast fed it
+        kwargs["dtype"] = estimator._stream.dtype
+    if not private:
+        return validate_private_data(estimator, X, reset=reset, **kwargs)
+    if not reset:  # a later chunk of no rows adds none (a filter may leave one empty): no error
+        kwargs["ensure_min_samples"] = 0
+    # a value past float64's range (a long double's) is cast to an infinity, so to a zero row:
+    # silently, whatever the caller's NumPy settings (no overflow warning or error)
+    with np.errstate(all="ignore"):
+        X = _numbers_or_nan(X) if reset else _later_rows(X, estimator.n_features_in_)
+        X = validate_private_data(estimator, X, reset=reset, ensure_all_finite=False, **kwargs)
+    return zero_nonfinite_rows(X)
 
 
 def _array_kind(X):
@@ -278,12 +294,13 @@ def _array_kind(X):
         return None
 
 
-def _numbers_or_nan(X):
+def _numbers_or_nan(X, later=False):
     """Text or objects as float64, every entry that is no real number (``"n/a"``, ``None``, a
     complex value) as NaN, so that a private stream maps its row to a zero row: refusing it
     would be an error after the spend that depends on one cell. A pandas frame with a column
-    of another dtype (objects, text, pd.NA) is the frame of those floats, its labels kept. Other
-    input is returned as it is."""
+    of another dtype (objects, text, pd.NA) is the frame of those floats, its labels kept.
+    ``later``: a later chunk, where an array of complex numbers or dates is all NaN too (a first
+    one is refused by its dtype, before the spend). Other input is returned as it is."""
     if type(X).__module__.split(".")[0] == "pandas" and getattr(X, "ndim", 0) == 2:  # in memory
         if all(isinstance(dt, np.dtype) and dt.kind in "biuf" for dt in X.dtypes):
             return X
@@ -295,15 +312,57 @@ def _numbers_or_nan(X):
         A = np.asarray(X)
     except ValueError:  # ragged rows: the checks name the shape
         return X
+    if later and A.dtype.kind in "cmMV":  # no entry is a real number: each row a zero row
+        return np.full(A.shape, math.nan)
     if A.dtype.kind not in "OUS":
         return X
+    return np.vectorize(_number, otypes=[np.float64])(A) if A.size else A.astype(np.float64)
 
-    def number(value):
+
+def _number(value) -> float:
+    """``value`` as a float where it is a real number or text that spells one, else NaN: by its
+    type, so that no value can warn or raise (``float`` of a NumPy complex scalar warns and drops
+    its imaginary part, a ``timedelta64`` is a NumPy integer, another type's ``__float__`` may
+    do anything)."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    if isinstance(value, (np.timedelta64, np.datetime64)) or not isinstance(
+            value, (numbers.Real, np.bool_, decimal.Decimal, str, bytes)):
+        return math.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):  # text that spells no number, a huge int
+        return math.nan
+
+
+def _later_rows(X, d: int):
+    """A later chunk of a private stream of ``d`` features, every entry that is no real number
+    as NaN (:func:`_numbers_or_nan`; an array of complex numbers or dates: all of them).
+
+    A list (or an array of objects holding rows) has no shape of its own: NumPy's depends on its
+    rows (a row of another length makes it ragged, one complex or text cell makes every cell
+    complex or text). Unless NumPy makes a 2-D array of real numbers and ``d`` columns of it, it
+    is read row by row, and a row that is not ``d`` real numbers is NaN: whether a row is used
+    depends on that row alone, as the stream's guarantee needs, and nothing is refused.
+    """
+    if isinstance(X, (list, tuple)):
         try:
-            return float(value) if not isinstance(value, complex) else math.nan
-        except (TypeError, ValueError, OverflowError):
-            return math.nan
-    return np.vectorize(number, otypes=[np.float64])(A) if A.size else A.astype(np.float64)
+            A = np.asarray(X)
+        except (ValueError, TypeError):  # ragged rows
+            A = None
+        if A is not None and A.dtype.kind in "biuf" and A.shape[1:] == (d,):
+            return A
+    elif not (isinstance(X, np.ndarray) and X.dtype.kind == "O" and X.ndim == 1):
+        return _numbers_or_nan(X, later=True)  # a 1-D array of objects: ragged rows, read below
+    out = np.full((len(X), d), math.nan)
+    for i, row in enumerate(X):
+        try:
+            row = np.asarray(row, dtype=object)
+        except (ValueError, TypeError):
+            continue
+        if row.shape == (d,):
+            out[i] = [_number(v) for v in row]
+    return out
 
 
 def zero_nonfinite_rows(X):
@@ -492,10 +551,12 @@ def check_data_scale(y, name="y", why=_NO_VALUE_RANGE):
 
 
 def check_positive_real(value, name, default, *, scale=False, maximum=math.inf):
-    """``value`` as a finite float > 0 and at most ``maximum`` (``None``: ``default``);
+    """``value`` (a 0-d array of one too) as a finite float > 0 and at most ``maximum``
+    (``None``: ``default``);
     ``scale``: a noise scale, in :data:`SCALE_RANGE` too (:func:`check_scale`)."""
     if value is None:
         return default
+    value = real_scalar(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
             value > 0 and math.isfinite(value)):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
@@ -505,7 +566,8 @@ def check_positive_real(value, name, default, *, scale=False, maximum=math.inf):
 
 
 def check_nonnegative_real(value, name):
-    """``value`` as a finite float >= 0."""
+    """``value`` (a 0-d array of one too) as a finite float >= 0."""
+    value = real_scalar(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
             value >= 0 and math.isfinite(value)):
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")

@@ -21,6 +21,7 @@ from ._base import FitData, FitPlan, PrivateEstimatorMixin, SearchTag
 from ._memory import FLOAT
 from ._validation import (check_data_norm, check_positive_int, check_projections, check_verbose,
                           validate_private_data)
+from .exceptions import real_scalar
 from .accounting import (
     AboveThresholdEvent,
     ComposedEvent,
@@ -483,6 +484,7 @@ def _clip(X, data_norm):
 
 
 def _check_open_unit(value, name):
+    value = real_scalar(value)  # a 0-d array of a number is that number, as epsilon's
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
         raise TypeError(f"{name} must be a number in (0, 1), got {value!r}")
     if not 0 < value < 1:

@@ -35,7 +35,7 @@ from ._completion_auto import AutoChoice
 from ._memory import FLOAT
 from ._validation import (check_nonnegative_real, check_positive_int, check_positive_real,
                           check_completion_targets, check_value_range, check_verbose,
-                          validate_private_data, check_data_scale)
+                          validate_private_data, check_data_scale, real_scalar)
 from .accounting import NonPrivateEvent
 from .algorithms.completion.memory import fit_advice, fit_floats
 from .algorithms.completion.model import Model, predict
@@ -186,9 +186,9 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         exactly accounted subsampled-Gaussian event, which the accountant does not price, and
         accounting each batch as a full step would waste the subsampling. Any other value raises.
     fit_intercept : bool, default=True
-        Fit the global mean and per-mode row effects (released privately when private). Without
-        them the values are not centred: data far from 0 (ratings on 1..5) then fits poorly (the
-        private modes clip residuals to a fraction of the range). User level refuses False.
+        Fit the global mean and per-mode row effects (released privately when private). False:
+        values are not centred, only scaled (by their width and size, without value_range): data far
+        from 0 fits poorly (private fits clip residuals). User level refuses it.
     solver : {"auto", "als", "gd"}, default="auto"
         ``"auto"``: ALS for ``None``, ``"input"``, ``"statistics"`` and ``"implicit"``, gradient
         descent for ``"gradient"`` and ``"output"`` (which require it).
@@ -369,7 +369,7 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         reg_core = (reg if self.reg_core is None
                     else check_nonnegative_real(self.reg_core, "reg_core"))
         tol = check_nonnegative_real(self.tol, "tol")
-        share = self.offset_share
+        share = real_scalar(self.offset_share)
         if share is not None and not (isinstance(share, numbers.Real) and 0.0 < share < 1.0):
             raise ValueError(f"offset_share must be a number in (0, 1) or None, got {share!r}")
         if share is None and self.perturbation == "auto":
@@ -458,10 +458,10 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         if vrange is not None:
             (lo, hi), y = vrange, np.clip(y, *vrange)
             center, scale = ((lo + hi) / 2, hi - lo)
-        else:
-            center, scale = float(y.mean()), float(np.ptp(y)) or 1.0
-        if not self.fit_intercept:
-            center = 0.0
+        else:  # uncentred (no intercept), values far from 0 lay up to 2^53 widths out: max |y| too
+            width = np.ptp(y) if self.fit_intercept else max(np.ptp(y), np.max(np.abs(y)))
+            center, scale = float(y.mean()), float(width) or 1.0
+        center = center if self.fit_intercept else 0.0
         ys = (y - center) / scale
         if vrange is not None and self.fit_intercept:
             # The offsets' releases rest on values in [-1/2, 1/2] (the total's sensitivity 1 needs

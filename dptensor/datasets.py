@@ -27,6 +27,7 @@ import scipy.fft
 import scipy.linalg
 
 from ._validation import check_positive_int, check_random_generator
+from .exceptions import real_scalar
 from .algorithms.operators import symmetrize_tensor
 from .preprocessing import BiScaler, _check_nonnegative, bi_scale  # noqa: F401 (re-exports)
 
@@ -137,6 +138,7 @@ def _eigenvalues(eigenvalues, k):
 
 
 def _check_positive(value, name):
+    value = real_scalar(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (0 < value < np.inf):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return float(value)
@@ -398,6 +400,7 @@ def make_low_rank_tensor(shape=(20, 20, 20), rank=3, *, missing_ratio=0.5, snr=N
     if len(shape) < 2:
         raise ValueError(f"shape must have at least 2 dimensions, got {shape}")
     rank = check_positive_int(rank, "rank")
+    missing_ratio = real_scalar(missing_ratio)
     if isinstance(missing_ratio, bool) or not isinstance(missing_ratio, numbers.Real) \
             or not 0 <= missing_ratio < 1:
         raise ValueError(f"missing_ratio must be in [0, 1), got {missing_ratio!r}")

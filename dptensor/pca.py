@@ -538,7 +538,8 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
             by chunk; sparse rows one densified block at a time)
             The next rows of the stream, any number. Not modified. In a private stream a row that
             holds a NaN, an infinity or an entry that is no number (text) is used as a zero row
-            (see Notes); a non-private stream refuses it with ``ValueError``.
+            (see Notes), as is a later chunk's row that is not ``n_features`` numbers (ragged
+            rows); a non-private stream refuses it with ``ValueError``.
         y : ignored
         groups : None
             Refused (a group could span two blocks): use :meth:`fit` with ``groups``.
@@ -566,7 +567,9 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
             for chunk in RowChunks(X, skip_empty=True):
                 self.partial_fit(chunk)
             return self
-        if sp.issparse(X) and X.shape[0]:  # sparse rows: one densified block at a time
+        if sp.issparse(X) and not X.shape[0]:  # no rows: checked as the empty array it stands for
+            X = X.toarray()  # (a later one adds nothing, a first is refused before the spend)
+        if sp.issparse(X):  # sparse rows: one densified block at a time
             for block in row_blocks(X):
                 self.partial_fit(block)
             return self

@@ -12,11 +12,13 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from ._validation import check_completion_targets, check_data_scale, check_positive_int
+from .exceptions import real_scalar
 
 __all__ = ["BiScaler", "bi_scale"]
 
 
 def _check_nonnegative(value, name):
+    value = real_scalar(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (0 <= value < np.inf):
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
     return float(value)

@@ -376,8 +376,9 @@ class StreamingTensorPower(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Pr
         ----------
         X : array-like of shape (n_rows, n_features), or a dask array (fed chunk by chunk)
             The next rows, not modified. In a private stream a row that holds a NaN, an infinity
-            or an entry that is no number (text) is used as a zero row (see Notes); a non-private
-            stream refuses it with ``ValueError``.
+            or an entry that is no number (text) is used as a zero row (see Notes), as is a later
+            chunk's row that is not ``n_features`` numbers (ragged rows); a non-private stream
+            refuses it with ``ValueError``.
         y : ignored
         groups : None
             Refused: a group's rows could arrive in two chunks and fall in two blocks. Use

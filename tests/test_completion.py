@@ -1452,3 +1452,23 @@ def test_statistics_start_says_when_its_factors_start_from_noise():
     assert not noisy and np.all(free.start_eigenvalues_noise_ == 0)
     als, noisy = _fit_recording(data, epsilon=np.inf)
     assert not noisy and als.start_eigenvalues_.size == 0
+
+
+@NON_PRIVATE
+@pytest.mark.parametrize("decomposition", ["cp", "tucker"])
+def test_without_an_intercept_values_far_from_0_are_scaled_by_their_size(decomposition):
+    """Without fit_intercept or value_range the values were divided by their width alone: values
+    near 1e89 (or 1, or 1e10) a few ulps apart lay up to 2^53 widths from 0, a constant tensor
+    1e89 widths out, and the fit released all zeros (no warning, no overflow: every prediction
+    off by the whole value). Divided by their largest size too, they lie in [-1, 1]."""
+    rng = np.random.default_rng(0)
+    X = rng.integers(0, 6, (200, 3))
+    for level in (9.9e89, 1e10, 1.0, -1e30):
+        for y in (level * (1 + 2.2e-16 * rng.integers(0, 3, 200)), np.full(200, level)):
+            with warnings.catch_warnings(), np.errstate(all="raise"):
+                warnings.simplefilter("error")
+                warnings.filterwarnings("ignore", category=PrivacyWarning)
+                model = PrivateTensorCompletion(2, epsilon=np.inf, fit_intercept=False,
+                                                decomposition=decomposition,
+                                                random_state=0).fit(X, y)
+            assert rmse(model.predict(X), y) < 1e-3 * abs(level)

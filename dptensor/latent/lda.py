@@ -15,7 +15,7 @@ from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
 from .._base import SearchTag
-from .._validation import validate_private_data
+from .._validation import real_scalar, validate_private_data
 from ..algorithms.dask import check_dask_array, is_dask_array
 from ..algorithms.documents import MAX_DOCUMENT_LENGTH, MIN_DOCUMENT_LENGTH, document_norms
 from ..algorithms.documents import (clip_scale as _clip_scale, count_checks as _count_checks,
@@ -445,17 +445,17 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         return np.inf if private else 0
 
     def _prepare(self, X, epsilon):
-        if isinstance(self.alpha0, bool) or not isinstance(self.alpha0, numbers.Real) or not (
-                0 < self.alpha0 < np.inf):
+        alpha0, threshold = real_scalar(self.alpha0), real_scalar(self.topic_threshold)
+        if isinstance(alpha0, bool) or not isinstance(alpha0, numbers.Real) or not (
+                0 < alpha0 < np.inf):
             raise ValueError(f"alpha0 must be a finite number > 0, got {self.alpha0!r}")
         for name, low in (("max_transform_iter", 1), ("refine_iter", 0)):
             steps = getattr(self, name)
             if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {steps!r}")
-        if self.topic_threshold is not None and (
-                isinstance(self.topic_threshold, bool)
-                or not isinstance(self.topic_threshold, numbers.Real)
-                or not 0 <= self.topic_threshold < np.inf):
+        if threshold is not None and (
+                isinstance(threshold, bool) or not isinstance(threshold, numbers.Real)
+                or not 0 <= threshold < np.inf):
             raise ValueError("topic_threshold must be None or a finite number >= 0, "
                              f"got {self.topic_threshold!r}")
         if self.refine_iter and np.isfinite(epsilon):
@@ -463,7 +463,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
                              "documents without noise, which no private fit may do")
         # "auto": resolved from the public number of units at the first release; checked here
         auto = isinstance(self.doc_clip, str) and self.doc_clip == "auto"
-        clip = 0.5 if auto else self.doc_clip
+        clip = 0.5 if auto else real_scalar(self.doc_clip)
         if clip is not None:  # None is the way to clip nothing, so the error names it
             if (isinstance(clip, bool) or not isinstance(clip, numbers.Real)
                     or not 0 < clip < np.inf):
@@ -480,7 +480,7 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
         clip = clip if np.isfinite(epsilon) else None
         # a clipped fit releases the clipping scale before the mean; M2 = E2 - c M1 M1^T
         return self._context(X, X, epsilon, clip=clip, n_first=2 if clip else 1,
-                             auto_clip=auto, c=self.alpha0 / (self.alpha0 + 1.0))
+                             auto_clip=auto, c=alpha0 / (alpha0 + 1.0))
 
     def _release_first(self, prepared, plan, rng):
         """The clipping bounds (a released scale) and the mean of the clipped ``c / l``."""

@@ -285,6 +285,10 @@ def _describe(value, depth: int = 0) -> str:
     if isinstance(value, dict):
         items = (f"{inner(k)}:{inner(value[k])}" for k in sorted(value, key=str))
         return "{" + ",".join(items) + "}"
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf":
+        # a 0-d array of a number is read as that number (epsilon=np.array(1.0) is epsilon=1.0):
+        # keyed as it, it draws the noise the number does
+        return inner(value[()])
     if isinstance(value, np.ndarray):
         return f"array{value.shape}" + inner(value.ravel().tolist())
     if isinstance(value, type):

@@ -24,6 +24,7 @@ from ..mechanisms.randomness import keyed_generator, rekey_words
 from ._parallel import in_parallel
 from ._search_doc import SEARCH_DOC as _SEARCH_DOC
 from .._validation import check_groups, check_positive_int
+from ..exceptions import real_scalar
 from ._candidates import (check_candidate_unit, check_candidates, check_heads, check_learner,
                           check_n_iter, learner_width)
 from ._accountants import accountant_keys, find_accountants, without_accountants
@@ -103,7 +104,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         return epsilon, delta
 
     def _n_runs(self, n_candidates) -> float:
-        mean = n_candidates if self.n_runs is None else self.n_runs
+        mean = n_candidates if self.n_runs is None else real_scalar(self.n_runs)
         if isinstance(mean, bool) or not isinstance(mean, numbers.Real) \
                 or not (math.isfinite(mean) and 1 <= mean <= MAX_RUNS):
             # beyond MAX_RUNS the runs drawn after the spend would not finish (or fit in memory)
@@ -112,7 +113,7 @@ class _PrivateSearch(PrivateEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         return float(mean)
 
     def _sizes(self, n_samples):
-        frac = self.validation_fraction
+        frac = real_scalar(self.validation_fraction)
         if isinstance(frac, bool) or not isinstance(frac, numbers.Real) or not 0 < frac < 1:
             raise ValueError(f"validation_fraction must be in (0, 1), got {frac!r}")
         n_val = int(round(frac * n_samples))
