@@ -349,14 +349,14 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
         """``X`` (and ``groups``) validated, the delta checked against the public ``n``."""
         if groups is not None:
             return self._check_grouped(X, groups)
-        in_pass = finite_in_pass(X, self.input, self.epsilon)  # NaN refused by the pass itself
+        in_pass = finite_in_pass(X, self.input)  # NaN refused by the first pass itself
         X = self._validate_input(X, reset=True, finite=not in_pass)
         if self.input != "precomputed":
             epsilon, delta = self._privacy_target()
             self._check_delta_for(X.shape[0], epsilon, delta)
         return FitData(arrays=(X,), shape=X.shape, extra=FINITE_IN_PASS if in_pass else None)
 
-    def _before_spend(self, data, plan):  # the pass of a fit without privacy, which checks X
+    def _before_spend(self, data, plan):  # the first pass, which checks X itself
         if data.extra is not FINITE_IN_PASS:
             return data
         check_fits(plan.memory[0], "PrivatePCA.fit", plan.memory[1])  # before the pass, too
@@ -464,7 +464,7 @@ class PrivatePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Probabilisti
                 result, mean, total = grouped_rows_fit(X, rng, codes=data.extra,
                                                        n_groups=data.shape[0], **rows)
             elif settings.private:  # exact sums of grid rows (NumPy or Dask): hold at any n
-                result, mean, total = exact_rows_fit(X, rng, **rows)
+                result, mean, total = exact_rows_fit(X, rng, sums=data.extra, **rows)
             else:
                 result, mean, total = float_rows_fit(X, rng, private=False, tol=settings.tol,
                                                      gram=data.extra, **rows)

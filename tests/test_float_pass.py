@@ -227,3 +227,58 @@ def test_a_fit_without_privacy_is_refused_for_memory_before_its_pass(monkeypatch
     with pytest.raises(MemoryRefusedError):
         PrivatePCA(2, method="analyze_gauss").fit(np.ones((3000, 5)))
     assert passes == []
+
+
+@pytest.mark.parametrize("method", ["analyze_gauss", "power"])
+@pytest.mark.parametrize("value, row, match", [
+    (np.nan, 0, "Input X contains NaN"), (np.inf, 2999, "Input X contains infinity"),
+    (-np.inf, 1500, "Input X contains infinity")])
+def test_a_private_fit_refuses_nan_and_infinity_before_the_spend(method, value, row, match,
+                                                                 monkeypatch):
+    """With privacy too, validation leaves NaN and infinity to the first pass (the exact grid
+    sums' map meets them, one read of X fewer; the power method's rows are checked by
+    validation's own check): the same error wherever the entry lies, nothing charged; on
+    finite rows scikit-learn's check of the whole array is not taken (only to word a refusal)."""
+    import sklearn.utils.validation as validation
+
+    from dptensor import PrivacyAccountant
+
+    checks = []
+    real = validation._assert_all_finite
+    monkeypatch.setattr(validation, "_assert_all_finite",
+                        lambda X, *a, **k: checks.append(X.shape) or real(X, *a, **k))
+    X = np.random.default_rng(4).standard_normal((3000, 5))
+    X[row, 3] = value
+    accountant = PrivacyAccountant(epsilon=10.0, delta=1e-6)
+    est = PrivatePCA(2, method=method, epsilon=1.0, data_norm=3.0, accountant=accountant)
+    with pytest.raises(ValueError, match=match):
+        est.fit(X)
+    assert accountant.history() == [] and not hasattr(est, "components_")
+    checks.clear()
+    X[row, 3] = 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.fit(X)
+    assert len(accountant.history()) == 1
+    assert checks == ([] if method == "analyze_gauss" else [X.shape])
+
+
+def test_a_private_fit_takes_its_first_pass_before_the_spend_and_releases_the_same(monkeypatch):
+    """The exact grid sums taken before the spend are the ones the releases read: a seeded fit
+    gives what the same releases give from sums taken after it (bit for bit), and rows far
+    beyond the bound (finite) are clipped, not refused."""
+    import dptensor.pca as pca_module
+
+    X = np.random.default_rng(8).standard_normal((4000, 6))
+    X[7] *= 1e250  # finite: clipped to the bound by the grid map's scaling
+    kwargs = dict(n_components=2, method="analyze_gauss", epsilon=1.0, delta=1e-6, data_norm=2.0,
+                  random_state=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        before = PrivatePCA(**kwargs).fit(X)
+        real = pca_module.exact_rows_fit  # the releases from sums taken after the spend
+        monkeypatch.setattr(pca_module, "exact_rows_fit",
+                            lambda *a, sums=None, **k: real(*a, **k))
+        after = PrivatePCA(**kwargs).fit(X)
+    for name in ("components_", "explained_variance_", "mean_", "noise_variance_"):
+        assert np.array_equal(getattr(before, name), getattr(after, name)), name

@@ -70,25 +70,30 @@ class GridSums:
         return Exact(self.s, unit / _ONE)
 
 
-def _fast_grid(block, data_norm, out, norms, use_kernel=True):
+def _fast_grid(block, data_norm, out, norms, use_kernel=True) -> bool:
     """``grid_rows(block, B)`` written into ``out``'s first columns and each row's exact
     ``||m||^2`` into ``norms``: ``rint(x 2**b / B)`` for the rows whose integers have ``||m||^2 <
     4**b`` (the map leaves those as they are: no entry reached ``2**b``, so none was divided,
-    and none is scaled back), the map itself for the others (:mod:`.grid_kernel`)."""
+    and none is scaled back), the map itself for the others (:mod:`.grid_kernel`). Returns
+    False, mapping nothing more, where an entry is NaN or infinite: its row is one of the
+    others (a NaN or an infinity makes ``||m||^2`` fail the test), so only they are read."""
     d = block.shape[1]
     if grid_map(block, _ONE * 1.0 / data_norm, out, norms, _LIMIT, use_kernel):  # as grid_rows
         rest = np.flatnonzero(~(norms < _LIMIT))
+        if not np.all(np.isfinite(block[rest])):
+            return False
         M = grid_rows(block[rest], data_norm)
         out[rest, :d] = M
         norms[rest] = np.einsum("ij,ij->i", M, M, dtype=np.float64)  # integers: exact
-    return out
+    return True
 
 
-def grid_sums(X, data_norm: float, use_kernel: bool = True) -> GridSums:
+def grid_sums(X, data_norm: float, use_kernel: bool = True):
     """The first pass: the grid rows a block at a time, each block's ``[M 1]^T [M 1]`` one exact
     product (entries below ``CHUNK 4**b = 2**52``), added in integers; and every row's
     ``||m||^2`` (float32, for the second pass's first filter). ``use_kernel=False``: NumPy's map
-    (the same integers)."""
+    (the same integers). ``None`` where ``X`` holds a NaN or an infinity (found by the map
+    itself: the caller refuses ``X`` before its spend, with no pass of its own for them)."""
     X = np.asarray(X)
     n, d = X.shape
     rows = cache_block_rows(d + 1)
@@ -98,7 +103,8 @@ def grid_sums(X, data_norm: float, use_kernel: bool = True) -> GridSums:
     for start in range(0, n, rows):
         block = X[start:start + rows]
         A = buffer[:len(block)]
-        _fast_grid(block, float(data_norm), A, squares[:len(block)], use_kernel)
+        if not _fast_grid(block, float(data_norm), A, squares[:len(block)], use_kernel):
+            return None
         norms[start:start + len(block)] = squares[:len(block)]
         acc.add(A.T @ A)
     total = acc.total((d + 1, d + 1))

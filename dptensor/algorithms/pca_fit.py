@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 
 import numpy as np
 import scipy.sparse as sp
@@ -43,7 +42,6 @@ from .groups import ExactGroupGram, group_average_rows, group_scale_rows
 from .operators import DenseMatrix, GramMatrix
 from .sparse import SparseGram, SparseRows
 from .._guards import as_dtype
-from ..exceptions import real_scalar
 from .._memory import FLOAT
 from ..mechanisms import clip_rows
 from .pca_methods import Source
@@ -64,19 +62,20 @@ __all__ = ["exact_rows_fit", "grouped_rows_fit", "float_rows_fit", "entry_matrix
 
 
 def exact_rows_fit(X, rng, *, k, p, n_iter, bound, method, center, noise, mean_noise,
-                   total_noise, verbose=0):
+                   total_noise, verbose=0, sums=None):
     """``(result, mean, total)`` of a private row-level fit on grid rows (``mean``, ``total``:
     ``None`` when not released).
 
     The rows are ``grid_rows(x, B)`` for the mean, then those centred on the released mean and
     put on the grid again: one public map per row, so each released statistic is exactly
-    ``sum_i f(x_i)`` with ``f`` in the range the sensitivity assumes, in any order.
+    ``sum_i f(x_i)`` with ``f`` in the range the sensitivity assumes, in any order. ``sums``:
+    the first pass's integers where :func:`float_pass_first` took it before the spend.
     """
     B, n = bound, X.shape[0]
     if method.takes_gram and not is_lazy(X):  # Dask or sparse rows: their own block passes
         return _one_pass_exact_fit(X, rng, k=k, p=p, n_iter=n_iter, bound=bound, method=method,
                                    center=center, noise=noise, mean_noise=mean_noise,
-                                   total_noise=total_noise, verbose=verbose)
+                                   total_noise=total_noise, verbose=verbose, sums=sums)
     M, mean = map_rows(X, grid_rows, B), None
     if center:
         stat = rows_stat(M, row_sum, B / n)
@@ -108,14 +107,14 @@ def _released(result, mean, total, dtype):
 
 
 def _one_pass_exact_fit(X, rng, *, k, p, n_iter, bound, method, center, noise, mean_noise,
-                        total_noise, verbose=0):
+                        total_noise, verbose=0, sums=None):
     """:func:`exact_rows_fit` for a method that takes the Gram statistic alone, never holding the
     grid rows: one pass for the sums of the grid rows (the mean's, and their Gram matrix), one
     read-only pass for the rows the centring leaves near the sphere
     (:mod:`~dptensor.algorithms.exact_pass`). The same integers as the held rows' statistics,
     so the same releases, in the same order, bit for bit."""
     B, n, mean = bound, X.shape[0], None
-    sums = grid_sums(X, B)
+    sums = grid_sums(X, B) if sums is None else sums
     if center:
         mean = exact_gaussian_release(sums.mean_stat(B / n), 2.0 * B / n, mean_noise, rng)
     squares, C = centred_stats(X, sums, B, mean, B ** 2, total=bool(total_noise))
@@ -161,27 +160,33 @@ def grouped_rows_fit(X, rng, *, codes, n_groups, k, p, n_iter, bound, method, ce
                                      verbose=verbose), mean, total, X.dtype)
 
 
-#: ``FitData.extra`` of a fit without privacy whose validation left NaN and infinity to its pass.
+#: ``FitData.extra`` of a fit whose validation left NaN and infinity to its pass.
 FINITE_IN_PASS = "finite in pass"
 
 
-def finite_in_pass(X, input, epsilon) -> bool:
+def finite_in_pass(X, input) -> bool:
     """Whether a fit's check for NaN and infinity can be its pass's own (:func:`float_pass_first`,
-    before the spend): rows in memory (not sparse, not Dask) and ``epsilon=inf``."""
-    rows = input == "data" and not sp.issparse(X) and not is_dask_array(X)
-    epsilon = real_scalar(epsilon)  # np.array(np.inf) is epsilon=inf, as check_epsilon reads it
-    return rows and isinstance(epsilon, numbers.Real) and epsilon == math.inf
+    before the spend): rows in memory (not sparse, not Dask), with or without privacy."""
+    return input == "data" and not sp.issparse(X) and not is_dask_array(X)
 
 
 def float_pass_first(X, settings, refuse):
-    """Before the spend of a fit without privacy on rows in memory: its one pass
-    (:func:`~dptensor.algorithms.float_pass.centred_gram`, ``(mean, C, total)``) where its method
-    takes the Gram matrix, else ``None``. ``refuse(X)`` raises the validation's own error for a
-    NaN or an infinity: here where the pass's sums are not finite, or for every other method (its
-    rows are read after the spend). Finite rows whose products overflow are refused too, and so
-    are sums (or, for the other methods, a bound on them) past :func:`_room` (float32's: about
-    2e37 / d), where the eigensolver's own sums of them would overflow after the spend."""
-    if not (settings.method.takes_gram and not settings.private):
+    """Before the spend of a fit on rows in memory, its first pass where its method takes the
+    Gram matrix: with privacy, the exact integers of :func:`~dptensor.algorithms.exact_pass.
+    grid_sums` (:class:`~dptensor.algorithms.exact_pass.GridSums`, whose map meets every NaN
+    and infinity), without, the one pass :func:`~dptensor.algorithms.float_pass.centred_gram`
+    (``(mean, C, total)``); else ``None``. ``refuse(X)`` raises the validation's own error for a
+    NaN or an infinity: here where the pass meets one (its sums are not finite), or for every
+    other method (its rows are read after the spend). Without privacy, finite rows whose
+    products overflow are refused too, and so are sums (or, for the other methods, a bound on
+    them) past :func:`_room` (float32's: about 2e37 / d), where the eigensolver's own sums of
+    them would overflow after the spend (the exact sums are integers on the grid: they cannot)."""
+    if settings.private:
+        sums = grid_sums(X, settings.bound) if settings.method.takes_gram else None
+        if sums is None:
+            refuse(X)
+        return sums
+    if not settings.method.takes_gram:
         refuse(X)
         # the power method's products X^T X V reach ||X||_F^2 (centring only lowers it), its rows
         # clipped to data_norm: their squared norms summed in float64, one read, no copy of X
