@@ -139,17 +139,23 @@ def test_compiled_and_numpy_tucker_fits_agree(monkeypatch):
                                       ((5, 5, 5, 5), 300)])
 def test_compiled_plain_row_offsets_are_numpys_bit_for_bit(shape, n, monkeypatch):
     """The non-private row effects by the compiled loop (plain_offsets) and by NumPy's loop: the
-    same intercept and biases bit for bit, rows without entries 0."""
-    from dptensor.algorithms import compiled
-    from dptensor.algorithms.completion import plain_offsets
+    same intercept and biases bit for bit, rows without entries 0; entries in any order, and
+    sorted (a row's entries in runs, summed in a register)."""
     from dptensor.algorithms.completion.observations import Observations
-    from dptensor.algorithms.completion.offsets import row_offsets
 
     pytest.importorskip("numba")
     rng = np.random.default_rng(n)
     flat = rng.choice(int(np.prod(shape)), n, replace=False)
-    obs = Observations(np.stack(np.unravel_index(flat, shape), axis=1), shape)
-    y = rng.normal(size=n)
+    for positions in (flat, np.sort(flat)):
+        _plain_offsets_agree(Observations(np.stack(np.unravel_index(positions, shape), axis=1),
+                                          shape), rng.normal(size=n), monkeypatch)
+
+
+def _plain_offsets_agree(obs, y, monkeypatch):
+    from dptensor.algorithms import compiled
+    from dptensor.algorithms.completion import plain_offsets
+    from dptensor.algorithms.completion.offsets import row_offsets
+
     for shrink in (1e-3, 1.0):
         assert plain_offsets.plain_row_offsets(obs, y, shrink) is not None  # the kernel runs
         fast = row_offsets(obs, y, shrink=shrink)
