@@ -69,10 +69,14 @@ class TuckerSweep3:
         else:
             self._sparse = None
             # counts: exact in any order (integers far below 2**53), so by products with ones,
-            # several times faster than the reductions over the inner axes
-            self.pair_counts = {(0, 1): M @ np.ones(n[2]), (0, 2): np.ones(n[1]) @ M,
-                                (1, 2): M.sum(axis=0)}
-            self.row_sums = [Yg.sum(axis=(1, 2)), Yg.sum(axis=(0, 2)), Yg.sum(axis=(0, 1))]
+            # several times faster than the reductions over the inner axes; the values' row
+            # sums likewise (to rounding), two of them from the sum over mode 0
+            ones = [np.ones(k) for k in n]
+            self.pair_counts = {(0, 1): M @ ones[2], (0, 2): ones[1] @ M,
+                                (1, 2): (ones[0] @ M.reshape(n[0], -1)).reshape(n[1], n[2])}
+            over_0 = (ones[0] @ Yg.reshape(n[0], -1)).reshape(n[1], n[2])
+            self.row_sums = [Yg.reshape(n[0], -1) @ np.ones(n[1] * n[2]), over_0 @ ones[2],
+                             ones[1] @ over_0]
             self.yy = float(np.vdot(Yg, Yg))
             self._Yg = Yg
             # the summed mode first, the other two's cells in C order: (n_f, n_a, n_b) views
