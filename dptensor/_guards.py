@@ -8,7 +8,10 @@ library the user loaded) sets would make it so:
   one tiny row causes raises ``FloatingPointError`` where its neighbour fits.
   :func:`fixed_floating_point` runs the fit under NumPy's default settings (warn on divide,
   overflow and invalid, ignore underflow), whatever the caller's are; the suite turns every
-  such warning from dptensor into an error, so none is left on any path it tests.
+  such warning from dptensor into an error, so none is left on any path it tests. It also runs
+  it under scikit-learn's ``assume_finite=False``: with ``assume_finite=True`` scikit-learn's
+  check skips NaN and infinity, so a fit's refusal of them before the spend would be skipped,
+  and the NaN met after it (an error that depends on the data).
 * Output from code the fit calls but does not own: a pipeline step's ``verbose``, a user's
   estimator that prints, a library that logs or warns, compiled code that writes to file
   descriptor 1 or 2. :func:`silenced` swallows all of it (``sys.stdout``, ``sys.stderr``, the
@@ -29,6 +32,7 @@ import warnings
 
 import joblib
 import numpy as np
+import sklearn
 
 __all__ = ["fixed_floating_point", "as_dtype", "say", "silenced", "warn", "FLOATING_POINT_SETTINGS"]
 
@@ -38,10 +42,12 @@ FLOATING_POINT_SETTINGS = dict(divide="warn", over="warn", under="ignore", inval
 
 def fixed_floating_point(func):
     """Decorate a public entry point (``fit``, ``partial_fit``, a spend) to run under
-    :data:`FLOATING_POINT_SETTINGS`, whatever ``np.errstate`` the caller has set."""
+    :data:`FLOATING_POINT_SETTINGS`, whatever ``np.errstate`` the caller has set, and with
+    scikit-learn's finiteness checks on, whatever its ``assume_finite``: the refusals of NaN and
+    infinity before the spend are the guarantee's, not a check the caller may turn off."""
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        with np.errstate(**FLOATING_POINT_SETTINGS):
+        with np.errstate(**FLOATING_POINT_SETTINGS), sklearn.config_context(assume_finite=False):
             return func(*args, **kwargs)
     wrapper.fixed_floating_point = True
     return wrapper

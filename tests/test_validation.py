@@ -385,16 +385,21 @@ def test_zero_nonfinite_rows_keeps_every_finite_row_whose_sum_overflows(dtype):
     assert zero_nonfinite_rows(finite) is finite  # nothing to map: no copy
 
 
+@NON_PRIVATE
 def test_a_zero_d_infinite_epsilon_is_no_privacy_where_it_is_read_before_validation():
-    # A place that reads epsilon before check_epsilon does: a user-level completion's preview
-    # (no public shape needed without privacy). (PCA's choice to check NaN in its first pass
-    # no longer reads it: every fit on rows in memory does.)
-    from dptensor import PrivateTensorCompletion
+    # A user-level completion's preview reads epsilon before check_epsilon does (no public shape
+    # needed without privacy); a PCA's choice to check NaN in its pass no longer reads it (with
+    # privacy or without, its first pass checks them), and epsilon=np.array(inf) is still none
+    from dptensor import PrivatePCA, PrivateTensorCompletion
+    from dptensor.algorithms.pca_fit import finite_in_pass
+    assert finite_in_pass(np.zeros((3, 2)), "data")
     for eps in (np.inf, np.array(np.inf)):
         cost = PrivateTensorCompletion(privacy_unit="user", epsilon=eps,
                                        value_range=(1, 5)).privacy_cost(n_samples=100,
                                                                         n_features=2)
         assert not cost.private
+        pca = PrivatePCA(1, epsilon=eps).fit(np.arange(6.0).reshape(3, 2))
+        assert not pca.privacy_cost_.private
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

@@ -187,7 +187,7 @@ class TuckerSweep3:
             model.core.transpose(_FRONT[m]).reshape(r, r * r))
         kernels.systems(Qr.reshape(-1), qs, Vr.reshape(-1), vs, Gm, pair_table(r),
                         float(model.intercept), self.counts[m], self.row_sums[m], Ca,
-                        model.biases[ka], Cb, model.biases[kb], G, S)
+                        _biases(model, ka), Cb, _biases(model, kb), G, S)
         lam = reg + 1e-12
         traces = traces if dof else none
         lost, df = kernels.solve(G, S, lam, traces)
@@ -281,7 +281,7 @@ class TuckerSweep3:
         value = np.tensordot(V, model.factors[2], axes=([0], [0]))  # (p0, p1, p2)
         G, B = np.empty((1, r**3, r**3)), np.empty((1, r**3))
         pc = self.pair_counts
-        squares = kernels.core(C, value, float(model.intercept), self.yy, tuple(model.biases),
+        squares = kernels.core(C, value, float(model.intercept), self.yy, _biases(model),
                                self._sums[0], self._sums[1], pc[(0, 1)], pc[(0, 2)], pc[(1, 2)],
                                pair_table(r), G, B)
         rhs, lam = B[0].copy(), reg_core + 1e-12
@@ -345,6 +345,18 @@ def _state(model: Model, k: int):
 
 def _unchanged(state, model: Model, k: int) -> bool:
     return all(a is b for a, b in zip(state, _state(model, k)))
+
+
+def _biases(model: Model, k=None):
+    """Mode ``k``'s biases (else all three, a tuple) as the compiled loops were compiled for:
+    contiguous float64. A mode that :func:`~.als._solve_rows` solved (NumPy's path, after an
+    exact zero pivot) holds a column of its solutions, a strided view: the core's loop, given
+    the three in a tuple of two layouts, raised numba's ``TypingError`` (a fit's failure after
+    its spend where one mode met a zero pivot and mode 2 did not), and the rows' loops compiled
+    again, mid-fit."""
+    if k is None:
+        return tuple(_biases(model, j) for j in range(3))
+    return np.ascontiguousarray(model.biases[k], dtype=np.float64)
 
 
 def _unfolding(A, f):
