@@ -282,3 +282,20 @@ def test_a_private_fit_takes_its_first_pass_before_the_spend_and_releases_the_sa
         after = PrivatePCA(**kwargs).fit(X)
     for name in ("components_", "explained_variance_", "mean_", "noise_variance_"):
         assert np.array_equal(getattr(before, name), getattr(after, name)), name
+
+
+def test_a_private_fit_refuses_what_its_first_pass_meets_even_where_validation_would_not(
+        monkeypatch):
+    """The grid sums' map met a NaN: the fit refuses before the spend even if validation's own
+    check (which words the refusal) let it through, never fitting on after the spend."""
+    import dptensor.pca as pca_module
+    from dptensor import PrivacyAccountant
+
+    monkeypatch.setattr(pca_module, "check_finite_rows", lambda est, X: None)
+    X = np.random.default_rng(2).standard_normal((500, 4))
+    X[100, 1] = np.nan
+    accountant = PrivacyAccountant(epsilon=10.0, delta=1e-6)
+    est = PrivatePCA(2, method="analyze_gauss", epsilon=1.0, data_norm=3.0, accountant=accountant)
+    with pytest.raises(ValueError, match="NaN or infinity"):
+        est.fit(X)
+    assert accountant.history() == []

@@ -182,10 +182,14 @@ def float_pass_first(X, settings, refuse):
     them) past :func:`_room` (float32's: about 2e37 / d), where the eigensolver's own sums of
     them would overflow after the spend (the exact sums are integers on the grid: they cannot)."""
     if settings.private:
-        sums = grid_sums(X, settings.bound) if settings.method.takes_gram else None
-        if sums is None:
+        if not settings.method.takes_gram:
             refuse(X)
-        return sums
+            return None
+        sums = grid_sums(X, settings.bound)
+        if sums is not None:
+            return sums
+        refuse(X)  # the pass met a NaN or an infinity: refused here, whatever refuse checks
+        raise ValueError("Input X contains NaN or infinity")
     if not settings.method.takes_gram:
         refuse(X)
         # the power method's products X^T X V reach ||X||_F^2 (centring only lowers it), its rows
