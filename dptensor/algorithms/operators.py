@@ -16,6 +16,7 @@ import numpy as np
 from .compiled import available as compiled_available
 from .compiled import compiled
 from .pair_products import pair_products
+from .power_steps import deflated_power_steps
 from .symmetric_contraction import contract_distinct, kernel_min_d, pack_distinct
 
 __all__ = ["SymmetricTensor", "ThirdMoment", "DeflatedTensor", "GramMatrix", "DenseMatrix",
@@ -191,6 +192,16 @@ class SymmetricTensor(TensorOperator):
                           use_kernel=self.use_kernel)
         return self._packed @ K.T
 
+    def deflated_power_steps(self, U, eigenvalues, components, n_steps: int):
+        """``n_steps`` non-private power steps of ``T - sum_j lambda_j v_j^(x)3`` on U's columns
+        in compiled calls only (:mod:`~dptensor.algorithms.power_steps`), or ``None`` where they
+        do not apply."""
+        if not self._kernel(U.shape[1]):
+            return None
+        if self._distinct is None:
+            self._distinct = pack_distinct(self.T)
+        return deflated_power_steps(self._distinct, U, eigenvalues, components, n_steps)
+
 
 class ThirdMoment(TensorOperator):
     """The empirical third moment ``T = (1/n) sum_l x_l^(x)3`` of data X (n x d), never formed.
@@ -258,6 +269,12 @@ class DeflatedTensor(TensorOperator):
 
     def evaluate(self, U):
         return self.apply_evaluate(U)[1]
+
+    def compiled_power_steps(self, U, n_steps: int):
+        """``n_steps`` non-private power steps ``u <- (T-D)(I,u,u) / ||(T-D)(I,u,u)||`` of U's
+        columns in compiled code, where the base tensor has them; else ``None``."""
+        steps = getattr(self.base, "deflated_power_steps", None)
+        return None if steps is None else steps(U, self.eigenvalues, self.components, n_steps)
 
 
 class GramMatrix:

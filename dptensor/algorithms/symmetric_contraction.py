@@ -39,8 +39,8 @@ from .compiled import available as compiled_available
 from .compiled import compiled
 
 __all__ = ["pack_distinct", "packed_size", "compiled_packing", "contract_distinct",
-           "compiled_kernel", "pass_widths", "pass_lanes", "KERNEL_MIN_D", "FEW_RESTARTS_MIN_D",
-           "kernel_min_d", "contraction_terms"]
+           "compiled_kernel", "pass_widths", "pass_lanes", "single_pass", "KERNEL_MIN_D",
+           "FEW_RESTARTS_MIN_D", "kernel_min_d", "contraction_terms"]
 
 #: Smallest d for which :class:`~dptensor.algorithms.operators.SymmetricTensor` takes the compiled
 #: loop: below it the thin GEMM over the packed half is less than 2x slower (one step, L=10, one
@@ -257,14 +257,29 @@ def _passes(L: int, dtype: np.dtype):
     return None if any(kernel is None for _, kernel in passes) else passes
 
 
+def _compiled_passes(P, U):
+    """:func:`_passes` for U's restarts, or ``None`` where one of them is not compiled or ``U``
+    is of a wider dtype than ``P`` (the NumPy path then computes in that dtype; the passes would
+    round U to P's)."""
+    if np.result_type(P.dtype, U.dtype) != P.dtype or not compiled_available():
+        return None
+    return _passes(U.shape[1], P.dtype)
+
+
+def single_pass(P, U):
+    """The compiled pass that takes all of U's restarts at once in lanes of its own width (its
+    rows are then the output's), or ``None``."""
+    passes = _compiled_passes(P, U)
+    if passes is None or len(passes) != 1 or pass_lanes(U.shape[1]) != U.shape[1]:
+        return None
+    return passes[0][1]
+
+
 def contract_distinct(P, U):
     """``T(I, U, U)`` (d x L, ``P``'s dtype) from ``P = pack_distinct(T)`` with the compiled
-    passes, or ``None`` where one of them is not compiled or ``U`` is of a wider dtype than
-    ``P`` (the NumPy path then computes in that dtype; the passes would round U to P's)."""
+    passes, or ``None`` where :func:`_compiled_passes` has none."""
     d, L = U.shape
-    if np.result_type(P.dtype, U.dtype) != P.dtype:
-        return None
-    passes = _passes(L, P.dtype) if compiled_available() else None
+    passes = _compiled_passes(P, U)
     if passes is None:
         return None
     if len(passes) == 1 and pass_lanes(L) == L:  # one pass of every restart: its rows are out

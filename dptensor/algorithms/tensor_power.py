@@ -249,16 +249,11 @@ def tensor_power_method(operator, n_components: int, n_restarts: int, n_iter: in
         deflated = DeflatedTensor(operator, eigenvalues[:i], components[:i])
         U = random_unit_columns(d, n_restarts, rng, dtype)
         rounding = noise.roundings(d, eigenvalues[:i]) if noise is not None else None
-        for step in range(1, n_iter + 1):
-            TU = deflated.apply(U)
-            if noise is not None:
-                s_vec, _ = noise.sensitivities(U)
-                TU = _release(TU, s_vec, noise.noise_multiplier, rng, dtype, rounding[0])
-            U = normalize_columns(TU)
-            if verbose > 1 or (verbose and d >= 1000 and step % max(1, n_iter // 5) == 0):
-                # progress within a component: public counts only (large d: a component takes long)
-                print(f"[tensor_power_method] component {i + 1}/{n_components}: "
-                      f"step {step}/{n_iter} of {n_restarts} restarts", flush=True)
+        stepwise = noise is not None or verbose > 1 or (verbose and d >= 1000)
+        # nothing to release or print between steps: the compiled steps where there are some
+        fast = None if stepwise else deflated.compiled_power_steps(U, n_iter)
+        U = fast if fast is not None else _power_steps(deflated, U, n_iter, rng, noise, dtype,
+                                                       rounding, verbose, (i, n_components))
         lams = deflated.evaluate(U)
         if noise is not None:
             _, s_val = noise.sensitivities(U)
@@ -269,6 +264,22 @@ def tensor_power_method(operator, n_components: int, n_restarts: int, n_iter: in
             print(f"[tensor_power_method] component {i + 1}/{n_components}: "
                   f"eigenvalue {float(eigenvalues[i]):.6g} (restart {best})")
     return components, eigenvalues
+
+
+def _power_steps(deflated, U, n_iter, rng, noise, dtype, rounding, verbose, component):
+    """R power steps of U's columns, each released through ``noise`` where it is not None."""
+    d, (i, n_components) = U.shape[0], component
+    for step in range(1, n_iter + 1):
+        TU = deflated.apply(U)
+        if noise is not None:
+            s_vec, _ = noise.sensitivities(U)
+            TU = _release(TU, s_vec, noise.noise_multiplier, rng, dtype, rounding[0])
+        U = normalize_columns(TU)
+        if verbose > 1 or (verbose and d >= 1000 and step % max(1, n_iter // 5) == 0):
+            # progress within a component: public counts only (large d: a component takes long)
+            print(f"[tensor_power_method] component {i + 1}/{n_components}: "
+                  f"step {step}/{n_iter} of {U.shape[1]} restarts", flush=True)
+    return U
 
 
 def _release(value, sensitivity, noise_multiplier, rng, dtype, rounding):
