@@ -313,3 +313,62 @@ def test_three_passes_serve_two_sweeps_on_the_grid(monkeypatch):
         als(Observations(X, shape, layout="dense"), y, model, reg=0.1, reg_core=0.1, n_iter=2,
             tol=0)
         assert seen == expected, ratio
+
+
+# ------------------------------------------------------------- the values' pass (value_pass)
+@pytest.mark.parametrize("shape", [(60, 60, 60), (7, 6, 5), (3, 9, 17), (1, 2, 8), (5, 4, 1)])
+@pytest.mark.parametrize("rank", [1, 3, 4])
+def test_the_value_pass_is_the_product_over_each_mode(shape, rank):
+    """``U^T Y`` summed over each mode by the compiled loops, to rounding, for grids whose last
+    mode is shorter than a run of cells, a whole number of runs or runs and a remainder."""
+    from dptensor.algorithms.completion.value_pass import value_pass
+
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(rank * 100 + shape[2])
+    Y = rng.standard_normal(shape)
+    for f in range(3):
+        U = rng.standard_normal((shape[f], rank))
+        others = [k for k in range(3) if k != f]
+        want = np.tensordot(U, Y.transpose(f, *others), axes=([0], [0]))
+        got = value_pass(Y, U, f)
+        assert got.shape == want.shape and got.flags.c_contiguous
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-13 * max(shape))
+
+
+def test_the_value_pass_leaves_what_it_does_not_cover_to_the_product(monkeypatch):
+    """A rank above the written-out loops', float32 values or factor, a grid not C-ordered, no
+    numba: ``None``, for the caller's product."""
+    from dptensor.algorithms import compiled
+    from dptensor.algorithms.completion.value_pass import MAX_RANK, value_pass
+
+    pytest.importorskip("numba")
+    Y, U = np.ones((4, 5, 6)), np.ones((4, 2))
+    assert value_pass(Y, np.ones((4, MAX_RANK + 1)), 0) is None
+    assert value_pass(Y.astype(np.float32), U, 0) is None
+    assert value_pass(Y, U.astype(np.float32), 0) is None
+    assert value_pass(np.asfortranarray(Y), U, 0) is None
+    assert value_pass(Y, U, 0) is not None
+    monkeypatch.setattr(compiled, "ENABLED", False)
+    assert value_pass(Y, U, 0) is None
+
+
+def test_a_pass_with_the_values_compiled_and_the_mask_multiplied_is_the_whole_products(
+        monkeypatch):
+    """Where the mask's subset sums do not run (more rows than they cover) the mask's half is
+    multiplied in blocks and the values' half still comes from the compiled loops."""
+    from dptensor.algorithms.completion import mask_pass, value_pass
+
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(12)
+    sweep, model = _sweep_setup(rng, shape=(9, 7, 10))
+    calls = []
+    real = value_pass.value_pass
+    monkeypatch.setattr(tucker, "value_pass", lambda *a: calls.append(a[2]) or real(*a))
+    monkeypatch.setattr(mask_pass.MaskPass, "__call__", lambda self, F: None)
+    monkeypatch.setattr(tucker, "PASS_BLOCK_BYTES", 8 * 9 * 4)  # a few columns a block
+    for f in (2, 0, 1):
+        F, U = sweep._form_features(model, f), model.factors[f]
+        for got, want in zip(sweep._pass(f, F, U), _pass_reference(sweep, f, F, U)):
+            assert got.flags.c_contiguous and got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-13)
+    assert calls == [2, 0, 1]
