@@ -372,3 +372,40 @@ def test_a_pass_with_the_values_compiled_and_the_mask_multiplied_is_the_whole_pr
             assert got.flags.c_contiguous and got.shape == want.shape
             np.testing.assert_allclose(got, want, rtol=0, atol=1e-13)
     assert calls == [2, 0, 1]
+
+
+# ------------------------------------------------- a pass's contraction (pass_contraction)
+@pytest.mark.parametrize("shape", [(12, 60, 60), (3, 7, 9), (5, 1, 3), (2, 9, 17)])
+@pytest.mark.parametrize("columns", [1, 3, 12, 18])
+@pytest.mark.parametrize("compiled_loops", [True, False])
+def test_a_pass_contracted_over_either_axis_is_the_product(shape, columns, compiled_loops,
+                                                          monkeypatch):
+    """Over the last axis (rows of P in runs and a remainder) and the middle one (cells in runs
+    and a remainder), by the compiled loops or NumPy's products: the same sums, contiguous."""
+    from dptensor.algorithms import compiled
+    from dptensor.algorithms.completion.pass_contraction import contract
+
+    pytest.importorskip("numba")
+    monkeypatch.setattr(compiled, "ENABLED", compiled_loops)
+    rng = np.random.default_rng(columns * 10 + shape[2])
+    P = rng.standard_normal(shape)
+    for axis, want in ((2, lambda W: np.einsum("fmo,og->fmg", P, W)),
+                       (1, lambda W: np.einsum("ag,fab->fgb", W, P))):
+        W = rng.standard_normal((shape[axis], columns))
+        got = contract(P, W, axis)
+        assert got.flags.c_contiguous
+        np.testing.assert_allclose(got, want(W), rtol=0, atol=1e-13 * shape[axis])
+
+
+def test_a_pass_contraction_takes_the_compiled_loops_where_they_cover_it(monkeypatch):
+    """The compiled loops run for float64 and up to MAX_FEATURES columns; wider features, other
+    dtypes and a strided P take NumPy's products."""
+    from dptensor.algorithms.completion import pass_contraction as pc
+    from dptensor.algorithms.completion.mask_pass import MAX_FEATURES
+
+    pytest.importorskip("numba")
+    P, W = np.ones((2, 3, 4)), np.ones((4, 3))
+    assert pc._kernel("last", P, W) is not None
+    assert pc._kernel("last", P, np.ones((4, MAX_FEATURES + 1))) is None
+    assert pc._kernel("last", P.astype(np.float32), W) is None
+    assert pc._kernel("middle", P[:, :, ::2], W[:2]) is None

@@ -11,6 +11,7 @@ from .design import _row_bias, _set_core
 from .mask_pass import MaskPass
 from .model import Model
 from .observations import DenseGrid, _pair_index
+from .pass_contraction import contract
 from .tucker_rows import pair_table, row_kernels
 from .value_pass import value_pass
 
@@ -236,12 +237,11 @@ class TuckerSweep3:
         f, _, P, V = self._serving_pass(model, m)
         o = 3 - m - f
         Fo, Uo = self._features(model, o), model.factors[o]
-        if m < o:  # sum over the pass's last axis: (f, m, o)
-            Qr = (P.reshape(-1, P.shape[2]) @ Fo).reshape(P.shape[0], P.shape[1], -1)
-            Vr = (V.reshape(-1, V.shape[2]) @ Uo).reshape(V.shape[0], V.shape[1], -1)
+        # over the pass's last axis, (f, m, o), or its middle one, (f, o, m)
+        Qr, Vr = contract(P, Fo, 2 if m < o else 1), contract(V, Uo, 2 if m < o else 1)
+        if m < o:
             axes = (1, 0, 2) if f < o else (1, 2, 0)
-        else:  # over its middle axis, one small product per feature of f: (f, o, m)
-            Qr, Vr = np.matmul(Fo.T, P), np.matmul(Uo.T, V)
+        else:
             axes = (2, 0, 1) if f < o else (2, 1, 0)
         Q, V = Qr.transpose(axes), Vr.transpose(axes)
         if m == 2:
