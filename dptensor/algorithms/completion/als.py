@@ -18,6 +18,7 @@ from .design import (
 )
 from .model import Model
 from .observations import Observations
+from .cp_sweep import CPSweep3
 from .tucker import TuckerSweep3
 
 
@@ -43,15 +44,17 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
     """
     d = obs.order
     grid = obs.grid(model, als=True)
-    layouts = ys = Yg = tucker3 = None
+    layouts = ys = Yg = sweep3 = None
     if grid is None:
         layouts = [obs.layout(m) for m in range(d)]
         ys = [y[L.perm] for L in layouts]
     else:
         Yg = grid.scatter(y)
-        tucker3 = TuckerSweep3(grid, Yg, obs.counts) if model.core is not None and d == 3 else None
+        # order 3: the grid's passes (a CP model's sums are the diagonal of a Tucker model's)
+        order3 = TuckerSweep3 if model.core is not None else CPSweep3
+        sweep3 = order3(grid, Yg, obs.counts) if d == 3 else None
         value_sums = (grid_value_sums(grid, Yg, obs.counts[0])
-                      if model.core is not None and tucker3 is None else None)
+                      if model.core is not None and sweep3 is None else None)
     prev, mse, s2 = np.inf, None, None
     reg0, reg_core0 = reg, reg_core
     for sweep in range(n_iter):
@@ -67,15 +70,17 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
                 if fit_biases:  # (a model with fixed modes always runs on the sparse layout)
                     df += _fixed_mode_biases(model, layouts[m], ys[m], m, reg)
                 continue
-            df += _mode_step(model, m, obs, (grid, tucker3, layouts, ys, Yg), reg, fit_biases,
+            df += _mode_step(model, m, obs, (grid, sweep3, layouts, ys, Yg), reg, fit_biases,
                              sweep_dof)
         if model.core is not None:
             if grid is None:
                 ssr = _tucker_core_step(model, layouts[0], ys[0], reg_core)
-            elif tucker3 is not None:
-                ssr = tucker3.core_step(model, reg_core)
+            elif sweep3 is not None:
+                ssr = sweep3.core_step(model, reg_core)
             else:
                 ssr = _grid_core_step(model, grid, Yg, reg_core, value_sums)
+        elif sweep3 is not None:
+            ssr = sweep3.ssr(model, reg)
         else:
             ssr = _cp_ssr(model, grid, Yg, layouts, ys, d)
         mse = ssr / len(y)
@@ -93,14 +98,14 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
 
 def _mode_step(model, m, obs, layout, reg, fit_biases, dof) -> float:
     """Mode ``m``'s rows solved in place on the layout in use (``layout``: the grid, the order-3
-    Tucker sweep, the sorted layouts and values, the values on the grid); returns their
+    sweep (Tucker's or CP's), the sorted layouts and values, the values on the grid); returns their
     effective degrees of freedom with ``dof`` (else 0)."""
-    grid, tucker3, layouts, ys, Yg = layout
-    if tucker3 is not None:
-        solved = tucker3.solve(model, m, reg, fit_biases, dof)
+    grid, sweep3, layouts, ys, Yg = layout
+    if sweep3 is not None:
+        solved = sweep3.solve(model, m, reg, fit_biases, dof)
         if solved is not None:  # compiled: the rows solved in place
             return solved
-        gram, rhs = tucker3.normal_equations(model, m, fit_biases)
+        gram, rhs = sweep3.normal_equations(model, m, fit_biases)
     elif grid is None:
         L = layouts[m]
         Kt = mode_design(model, L, m)

@@ -1,0 +1,104 @@
+"""The order-3 CP sweep on the grid (cp_sweep) against the grid's own normal equations."""
+import numpy as np
+import pytest
+
+from dptensor.algorithms.completion import als as als_module
+from dptensor.algorithms.completion.cp_sweep import CPSweep3
+from dptensor.algorithms.completion.design import _grid_offsets, _row_bias, grid_design
+from dptensor.algorithms.completion.model import init_model
+from dptensor.algorithms.completion.observations import Observations
+
+
+def _setup(rng, shape, rank, share=0.6, biases=True):
+    cells = int(np.prod(shape))
+    flat = rng.choice(cells, int(share * cells), replace=False)
+    X = np.stack(np.unravel_index(flat, shape), axis=1)
+    y = rng.uniform(-0.5, 0.5, len(X))
+    obs = Observations(X, shape, layout="dense")
+    grid = obs.grid()
+    Yg = grid.scatter(y)
+    model = init_model(shape, rank, "cp", rng, scale=0.5)
+    model.intercept = 0.1
+    model.biases = [rng.normal(0, 0.2, n) for n in shape] if biases else []
+    return obs, grid, Yg, model
+
+
+@pytest.mark.parametrize("shape", [(7, 6, 5), (9, 4, 11), (3, 8, 2)])
+@pytest.mark.parametrize("rank", [1, 3, 4])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("share", [0.6, 0.1])
+def test_the_cp_sweep_gives_the_grids_normal_equations(shape, rank, bias, share):
+    """Every mode's Grams and right-hand sides, with the row bias as an unknown or taken off,
+    are those of the grid's Khatri-Rao products, whichever pass serves the mode (over the grid's
+    cells or, a tenth observed, over the entries)."""
+    rng = np.random.default_rng(rank * 10 + shape[0])
+    obs, grid, Yg, model = _setup(rng, shape, rank, share=share)
+    sweep = CPSweep3(grid, Yg, obs.counts)
+    assert (sweep._sparse is not None) == (share < 0.15)
+    for m in (0, 1, 2, 0, 1, 2):
+        got = sweep.normal_equations(model, m, bias)
+        want = grid.normal_equations(m, grid_design(model, m), Yg, obs.counts[m],
+                                     _grid_offsets(model, m),
+                                     None if bias else _row_bias(model, m), bias=bias)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+        model.factors[m] = model.factors[m] + rng.normal(0, 0.1, model.factors[m].shape)
+        model.biases[m] = model.biases[m] + rng.normal(0, 0.1, len(model.biases[m]))
+    assert sweep.solve(model, 0, 0.1, bias, False) is None
+
+
+def test_a_cp_model_without_biases_takes_the_intercept_alone():
+    rng = np.random.default_rng(3)
+    obs, grid, Yg, model = _setup(rng, (6, 5, 7), 2, biases=False)
+    sweep = CPSweep3(grid, Yg, obs.counts)
+    got = sweep.normal_equations(model, 1, False)
+    want = grid.normal_equations(1, grid_design(model, 1), Yg, obs.counts[1],
+                                 _grid_offsets(model, 1), None)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+
+
+def test_als_on_the_grid_fits_cp_through_the_sweep_as_through_the_grids_equations(monkeypatch):
+    """A whole ALS fit of an order-3 CP model on the grid: through the sweep (every mode's sums
+    from its passes) and through the grid's own products, the same model to rounding."""
+    rng = np.random.default_rng(8)
+    obs, grid, Yg, model = _setup(rng, (8, 7, 6), 3)
+    y = Yg[tuple(obs.X.T)]
+    calls = []
+    real = CPSweep3.normal_equations
+    monkeypatch.setattr(CPSweep3, "normal_equations",
+                        lambda self, *a: calls.append(a[1]) or real(self, *a))
+    kwargs = dict(reg=0.1, reg_core=0.1, n_iter=8, tol=0, prior_var=1.0, warmup=2, dof=True)
+    history, plain_history = [], []
+    fitted = als_module.als(obs, y, _copy(model), history=history, **kwargs)
+    assert calls == [0, 1, 2] * 8
+    monkeypatch.setattr(als_module, "CPSweep3", lambda *a: None)
+    plain = als_module.als(obs, y, _copy(model), history=plain_history, **kwargs)
+    for a, b in zip(fitted.factors + fitted.biases, plain.factors + plain.biases):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-11)
+    # the residuals from the last mode's equations: the training RMSE of every sweep, and the
+    # empirical-Bayes ridges they set
+    np.testing.assert_allclose(history, plain_history, rtol=1e-9)
+    assert history[-1] < history[0]
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_the_residuals_from_mode_2s_equations_are_the_grids(bias):
+    """``sum base^2 - 2 x . rhs + x^T G x`` for the solved mode 2, with its bias an unknown or
+    taken off: the residuals summed over the grid."""
+    from dptensor.algorithms.completion.als import _solve_rows
+    from dptensor.algorithms.completion.design import _grid_ssr
+
+    rng = np.random.default_rng(21 + bias)
+    obs, grid, Yg, model = _setup(rng, (9, 7, 8), 3)
+    sweep = CPSweep3(grid, Yg, obs.counts)
+    for m in range(3):
+        _solve_rows(model, m, *sweep.normal_equations(model, m, bias), 0.3, bias, False)
+    want = _grid_ssr(grid, Yg, model, grid_design(model, 0))
+    assert sweep.ssr(model, 0.3) == pytest.approx(want, rel=1e-10)
+
+
+def _copy(model):
+    import copy
+
+    return copy.deepcopy(model)
