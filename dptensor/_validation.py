@@ -242,8 +242,8 @@ def validate_stream_chunk(estimator, X, *, reset: bool, **kwargs):
     A private stream's first chunk of a text or object dtype is refused by that dtype, before
     the spend (a list, by the dtype NumPy gives it). Its later chunks are read by
     :func:`_later_rows`, in the stream's dtype (``estimator._stream.dtype``): nothing in their
-    values can raise or warn (an array or frame is still refused by its shape, before any of it
-    is read, and the stream goes on).
+    values or column names can raise or warn (:func:`_later_chunk`; an array or frame is still
+    refused by its shape, before any of it is read, and the stream goes on).
     """
     if reset:
         private = math.isfinite(estimator._privacy_target()[0])
@@ -270,9 +270,25 @@ def validate_stream_chunk(estimator, X, *, reset: bool, **kwargs):
     # a value past float64's range (a long double's) is cast to an infinity, so to a zero row:
     # silently, whatever the caller's NumPy settings (no overflow warning or error)
     with np.errstate(all="ignore"):
-        X = _numbers_or_nan(X) if reset else _later_rows(X, estimator.n_features_in_)
-        X = validate_private_data(estimator, X, reset=reset, ensure_all_finite=False, **kwargs)
+        if reset:
+            X = validate_private_data(estimator, _numbers_or_nan(X), reset=True,
+                                      ensure_all_finite=False, **kwargs)
+        else:
+            X = _later_chunk(estimator, _later_rows(X, estimator.n_features_in_), **kwargs)
     return zero_nonfinite_rows(X)
+
+
+def _later_chunk(estimator, X, **kwargs):
+    """:func:`validate_private_data` of a private stream's later chunk, save scikit-learn's check
+    of its column names: a frame after an array (or the reverse) warned, other names raised,
+    after the spend. The first chunk fixes ``feature_names_in_``; a later one is read by
+    position, its names ignored. Its width is checked, in scikit-learn's words."""
+    check_numeric_array(X)
+    X = check_array(X, input_name="X", estimator=estimator, ensure_all_finite=False, **kwargs)
+    if X.shape[1] != estimator.n_features_in_:
+        raise ValueError(f"X has {X.shape[1]} features, but {type(estimator).__name__} is "
+                         f"expecting {estimator.n_features_in_} features as input.")
+    return X
 
 
 def _array_kind(X):
