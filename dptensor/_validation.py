@@ -12,7 +12,8 @@ from sklearn.utils.validation import assert_all_finite, check_array
 
 from ._guards import warn
 from .accounting import PrivacyAccountant
-from .exceptions import DEFAULT_DELTA, PrivacyWarning, check_delta, check_epsilon, real_scalar
+from .exceptions import (DEFAULT_DELTA, PrivacyWarning, check_delta, check_epsilon, integer_scalar,
+                         real_scalar)
 
 try:  # scikit-learn >= 1.6
     from sklearn.utils.validation import validate_data as _sklearn_validate_data
@@ -67,20 +68,24 @@ def check_delta_for_n(delta: float, n_samples: int, epsilon: float, unit: str = 
 
 
 def check_positive_int(value, name, minimum=1) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    """An int >= ``minimum``: a NumPy integer, or a 0-d array of one, too (not a bool or a
+    float, nor a 0-d array of one)."""
+    number = integer_scalar(value)
+    if isinstance(number, bool) or not isinstance(number, numbers.Integral):
         raise TypeError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    if value < minimum:
+    if number < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
-    return int(value)
+    return int(number)
 
 
 def check_verbose(verbose) -> int:
     """An int >= 0 (a bool is refused: ``verbose=True`` almost always means 1, but says less)."""
-    if isinstance(verbose, bool) or not isinstance(verbose, numbers.Integral):
+    number = integer_scalar(verbose)  # a 0-d array of an integer is that integer
+    if isinstance(number, bool) or not isinstance(number, numbers.Integral):
         raise TypeError(f"verbose must be an int >= 0, got {verbose!r}")
-    if verbose < 0:
+    if number < 0:
         raise ValueError(f"verbose must be >= 0, got {verbose!r}")
-    return int(verbose)
+    return int(number)
 
 
 # data_norm^3 (a third moment's sensitivity) stays a normal float64,
