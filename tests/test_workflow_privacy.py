@@ -217,6 +217,23 @@ def test_completion_predicts_and_scores_alike_under_the_callers_raise_setting(de
         assert got[1] == expected[1]
 
 
+def test_the_bi_scaler_works_alike_under_the_callers_raise_setting():
+    """BiScaler's fit on values near 1e-300 (an underflow in a square) and its transform and
+    inverse_transform at 1e-320 raised FloatingPointError under ``all="raise"``."""
+    from dptensor.preprocessing import BiScaler
+
+    X, y = _completion()
+    X = np.column_stack([X, X[:, 0] % 2])  # three index columns, two slices along axis 2
+    for tiny in (y * 1e-300, y * 1e-320):
+        expected = BiScaler().fit(X, tiny)
+        expected = expected.transform(X, tiny), expected.inverse_transform(X, tiny)
+        with np.errstate(all="raise"):
+            scaler = BiScaler().fit(X, tiny)
+            got = scaler.transform(X, tiny), scaler.inverse_transform(X, tiny)
+        for a, b in zip(got, expected):
+            np.testing.assert_array_equal(a, b)
+
+
 def test_lda_fits_under_the_callers_raise_setting():
     with np.errstate(all="raise"):
         PrivateLatentDirichletAllocation(2, epsilon=1.0, random_state=0).fit(_counts())
