@@ -185,6 +185,10 @@ _INPUT_ATTRIBUTES = ("n_features_in_", "feature_names_in_")
 
 #: Entry points that may spend: each runs under the library's floating-point settings.
 _SPENDING_METHODS = ("fit", "partial_fit", "fit_transform", "fit_predict", "privacy_cost")
+#: The methods of a fitted model that compute on its input: under the same fixed settings, so
+#: that they too behave alike whatever the caller's (a tiny prediction underflows, say).
+_FITTED_METHODS = ("predict", "predict_proba", "transform", "inverse_transform", "score",
+                   "score_samples", "sample", "perplexity", "bic", "aic")
 _FITTING_METHODS = ("fit", "partial_fit", "fit_transform", "fit_predict")
 
 
@@ -212,12 +216,13 @@ class PrivateEstimatorMixin:
     Every entry point that may spend (:data:`_SPENDING_METHODS`) a subclass defines runs under
     floating-point settings the library fixes (:func:`dptensor._guards.fixed_floating_point`):
     under the caller's ``np.errstate(all="raise")`` an underflow that one tiny row causes would
-    otherwise raise after the spend where its neighbour fits.
+    otherwise raise after the spend where its neighbour fits. So do the fitted model's methods
+    (:data:`_FITTED_METHODS`), which behave alike whatever the caller's settings too.
     """
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        for name in _SPENDING_METHODS:
+        for name in _SPENDING_METHODS + _FITTED_METHODS:
             # Inherited ones too (scikit-learn's fit_transform, which a Pipeline calls): the first
             # definition along the MRO, if it is a plain function (a descriptor such as
             # available_if decides itself whether the method exists, and is left alone).

@@ -12,7 +12,8 @@ from sklearn.utils.validation import assert_all_finite, check_array
 
 from ._guards import warn
 from .accounting import PrivacyAccountant
-from .exceptions import DEFAULT_DELTA, PrivacyWarning, check_delta, check_epsilon, real_scalar
+from .exceptions import (DEFAULT_DELTA, PrivacyWarning, check_delta, check_epsilon, integer_scalar,
+                         real_scalar)
 
 try:  # scikit-learn >= 1.6
     from sklearn.utils.validation import validate_data as _sklearn_validate_data
@@ -67,20 +68,24 @@ def check_delta_for_n(delta: float, n_samples: int, epsilon: float, unit: str = 
 
 
 def check_positive_int(value, name, minimum=1) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    """An int >= ``minimum``: a NumPy integer, or a 0-d array of one, too (not a bool or a
+    float, nor a 0-d array of one)."""
+    number = integer_scalar(value)
+    if isinstance(number, bool) or not isinstance(number, numbers.Integral):
         raise TypeError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    if value < minimum:
+    if number < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
-    return int(value)
+    return int(number)
 
 
 def check_verbose(verbose) -> int:
     """An int >= 0 (a bool is refused: ``verbose=True`` almost always means 1, but says less)."""
-    if isinstance(verbose, bool) or not isinstance(verbose, numbers.Integral):
+    number = integer_scalar(verbose)  # a 0-d array of an integer is that integer
+    if isinstance(number, bool) or not isinstance(number, numbers.Integral):
         raise TypeError(f"verbose must be an int >= 0, got {verbose!r}")
-    if verbose < 0:
+    if number < 0:
         raise ValueError(f"verbose must be >= 0, got {verbose!r}")
-    return int(verbose)
+    return int(number)
 
 
 # data_norm^3 (a third moment's sensitivity) stays a normal float64,
@@ -242,8 +247,8 @@ def validate_stream_chunk(estimator, X, *, reset: bool, **kwargs):
     A private stream's first chunk of a text or object dtype is refused by that dtype, before
     the spend (a list, by the dtype NumPy gives it). Its later chunks are read by
     :func:`_later_rows`, in the stream's dtype (``estimator._stream.dtype``): nothing in their
-    values can raise or warn (an array or frame is still refused by its shape, before any of it
-    is read, and the stream goes on).
+    values or column names can raise or warn (:func:`_later_chunk`; an array or frame is still
+    refused by its shape, before any of it is read, and the stream goes on).
     """
     if reset:
         private = math.isfinite(estimator._privacy_target()[0])
@@ -270,9 +275,25 @@ def validate_stream_chunk(estimator, X, *, reset: bool, **kwargs):
     # a value past float64's range (a long double's) is cast to an infinity, so to a zero row:
     # silently, whatever the caller's NumPy settings (no overflow warning or error)
     with np.errstate(all="ignore"):
-        X = _numbers_or_nan(X) if reset else _later_rows(X, estimator.n_features_in_)
-        X = validate_private_data(estimator, X, reset=reset, ensure_all_finite=False, **kwargs)
+        if reset:
+            X = validate_private_data(estimator, _numbers_or_nan(X), reset=True,
+                                      ensure_all_finite=False, **kwargs)
+        else:
+            X = _later_chunk(estimator, _later_rows(X, estimator.n_features_in_), **kwargs)
     return zero_nonfinite_rows(X)
+
+
+def _later_chunk(estimator, X, **kwargs):
+    """:func:`validate_private_data` of a private stream's later chunk, save scikit-learn's check
+    of its column names: a frame after an array (or the reverse) warned, other names raised,
+    after the spend. The first chunk fixes ``feature_names_in_``; a later one is read by
+    position, its names ignored. Its width is checked, in scikit-learn's words."""
+    check_numeric_array(X)
+    X = check_array(X, input_name="X", estimator=estimator, ensure_all_finite=False, **kwargs)
+    if X.shape[1] != estimator.n_features_in_:
+        raise ValueError(f"X has {X.shape[1]} features, but {type(estimator).__name__} is "
+                         f"expecting {estimator.n_features_in_} features as input.")
+    return X
 
 
 def _array_kind(X):

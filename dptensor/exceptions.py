@@ -12,7 +12,8 @@ import numbers
 import numpy as np
 
 __all__ = ["PrivacyWarning", "PrivacyAccountingError", "BudgetExceededError", "LedgerError",
-           "LedgerNotSharedError", "DEFAULT_DELTA", "check_epsilon", "check_delta", "real_scalar"]
+           "LedgerNotSharedError", "DEFAULT_DELTA", "check_epsilon", "check_delta", "real_scalar",
+           "integer_scalar"]
 
 #: Default delta. With delta = 0 every Gaussian release has infinite epsilon, so a budget that
 #: admits the Gaussian mechanism needs delta > 0; 1e-5 is the usual choice and stays below 1/n (the
@@ -84,6 +85,16 @@ def real_scalar(value):
     else (a bool or complex 0-d array, a 1-element 1-D array) is returned as it is, to be refused
     by the check."""
     if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf":
+        return value[()]
+    return value
+
+
+def integer_scalar(value):
+    """``value``, or the integer a 0-d NumPy array of integers holds (``np.array(2)``): an
+    integer parameter then sees the int, as a real one sees :func:`real_scalar`'s number (and
+    the noise is keyed by it, as ``_describe`` reads the array). A 0-d array of floats (or bools)
+    is returned as it is, refused as a float is."""
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iu":
         return value[()]
     return value
 

@@ -11,6 +11,7 @@ import numbers
 import numpy as np
 from sklearn.base import BaseEstimator
 
+from ._guards import fixed_floating_point
 from ._validation import check_completion_targets, check_data_scale, check_positive_int
 from .exceptions import real_scalar
 
@@ -129,6 +130,7 @@ class BiScaler(BaseEstimator):
         s = indices[:, self.axis]
         return s * n_r + indices[:, row_axis], s * n_c + indices[:, col_axis]
 
+    @fixed_floating_point  # alike whatever the caller's np.errstate, as the estimators
     def fit(self, indices, values, shape=None):
         """Learn centres and scales from the observed ``values`` at ``indices`` (n_obs, 3).
 
@@ -202,11 +204,13 @@ class BiScaler(BaseEstimator):
         scale = self.row_scale_.ravel()[rows] * self.col_scale_.ravel()[cols]
         return centre, scale
 
+    @fixed_floating_point
     def transform(self, indices, values):
         """``z = ((x - mean_) / std_ - alpha - beta) / (tau gamma)`` at the given indices."""
         centre, scale = self._parts(indices)
         return ((_check_values(values, centre.size) - self.mean_) / self.std_ - centre) / scale
 
+    @fixed_floating_point
     def inverse_transform(self, indices, z):
         """``x = mean_ + std_ (alpha + beta + tau gamma z)``: back to the original scale."""
         centre, scale = self._parts(indices)

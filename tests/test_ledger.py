@@ -717,6 +717,59 @@ def test_open_refuses_what_is_not_an_existing_ledger(tmp_path):
         PrivacyAccountant.open(tmp_path / "junk.sqlite")
 
 
+def _inspected_not_spent(path, monkeypatch):
+    """The read-only ledger at ``path`` (one spend, labelled "one", of a budget of 3 spends) is
+    opened and inspected as a writable one is; a spend, and a fit, are refused before anything
+    is spent or any noise drawn, and the file is unchanged."""
+    import dptensor._base
+
+    before = path.read_bytes()
+    acc = PrivacyAccountant.open(path)
+    assert (acc.epsilon, acc.delta) == (_budget_for(3), DELTA)
+    assert [e.label for e in acc.history()] == ["one"]
+    assert acc.spent() == (epsilon_of([EVENT], DELTA), DELTA)
+    assert acc.remaining() == (_budget_for(3) - epsilon_of([EVENT], DELTA), DELTA)
+    with pytest.raises(LedgerError, match="read only.*nothing was spent") as info:
+        acc.spend(EVENT, label="refused")
+    assert str(path) in str(info.value)
+    drawn = []
+    monkeypatch.setattr(dptensor._base, "spend_generator", lambda *a, **k: drawn.append(a))
+    model = dptensor.PrivatePCA(2, epsilon=0.1, data_norm=1.0, accountant=acc, random_state=0)
+    with pytest.raises(LedgerError, match="read only"):
+        model.fit(np.random.default_rng(0).standard_normal((200, 4)) * 0.1)
+    assert not drawn and not hasattr(model, "components_")
+    assert [e.label for e in acc.history()] == ["one"] and path.read_bytes() == before
+
+
+def test_open_inspects_a_read_only_file_and_refuses_its_spends(tmp_path, monkeypatch):
+    """``open`` refused a file it could not write, even only to inspect it."""
+    _skip_unless_permissions_hold(tmp_path)
+    path = tmp_path / "budget.sqlite"
+    PrivacyAccountant(_budget_for(3), DELTA, ledger=path).spend(EVENT, label="one")
+    path.chmod(0o444)
+    try:
+        _inspected_not_spent(path, monkeypatch)
+    finally:
+        path.chmod(0o644)
+
+
+def test_open_inspects_a_ledger_on_a_read_only_mount_and_refuses_its_spends(tmp_path, monkeypatch):
+    """As on a read-only mount (whoever runs, root too): the process may write neither the file
+    nor its directory, and SQLite refuses every write."""
+    path = tmp_path / "budget.sqlite"
+    PrivacyAccountant(_budget_for(3), DELTA, ledger=path).spend(EVENT, label="one")
+    real = os.access
+
+    def access(where, mode, **kwargs):  # nothing under tmp_path can be written
+        return real(where, mode, **kwargs) and not (
+            mode & os.W_OK and str(where).startswith(str(tmp_path)))
+    monkeypatch.setattr(os, "access", access)
+    _make_sqlite_read_only(monkeypatch)
+    with pytest.raises(LedgerError, match="cannot be read and written"):  # as before: spends
+        PrivacyAccountant(_budget_for(3), DELTA, ledger=path)
+    _inspected_not_spent(path, monkeypatch)
+
+
 # ---------------------------------------------------------------- the command line
 def test_ledger_command_prints_budget_spent_remaining_and_every_entry(tmp_path, capsys):
     path = tmp_path / "budget.sqlite"

@@ -1,9 +1,10 @@
-"""A 0-d NumPy array of a number is that number, for every real parameter and for the noise.
+"""A 0-d NumPy array of a number is that number, for every real or integer parameter and the noise.
 
 ``epsilon`` and ``delta`` took ``np.array(1.0)`` (scikit-learn and NumPy reductions give such
 values) as their float, while ``data_norm`` and every other real parameter refused it; and a
 seeded fit keyed its noise by the parameter's description, so ``epsilon=np.array(1.0)`` drew
-other noise than ``epsilon=1.0``. Each test failed before the fix.
+other noise than ``epsilon=1.0``. Integer parameters refused a 0-d array of an int. Each test
+failed before the fix.
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import numpy as np
 import pytest
 
 from dptensor import (AdaptivePrivatePCA, PrivateGaussianMixture, PrivateLatentDirichletAllocation,
-                      PrivatePCA, PrivateTensorCompletion, StreamingTensorPower)
+                      PrivatePCA, PrivateTensorCompletion, PrivateTensorDecomposition,
+                      StreamingTensorPower)
 from dptensor._validation import check_data_norm, check_nonnegative_real, check_positive_real
 from dptensor.datasets import make_low_rank_tensor
 from dptensor.mechanisms.randomness import _describe, fingerprint
@@ -125,3 +127,65 @@ def test_a_search_over_0d_arrays_draws_the_noise_of_their_floats():
     a, b = fits
     assert a.best_params_ == b.best_params_
     np.testing.assert_array_equal(a.best_estimator_.components_, b.best_estimator_.components_)
+
+
+# (estimator, data, the integer parameters given as ints: each is then given as a 0-d array)
+INTEGER_CASES = {
+    "PrivatePCA": (lambda **p: PrivatePCA(epsilon=1.0, data_norm=1.0, random_state=0, **p),
+                   _rows, {"n_components": 2, "n_iter": 3, "n_oversamples": 2, "verbose": 0}),
+    "AdaptivePrivatePCA": (
+        lambda **p: AdaptivePrivatePCA(epsilon=1.0, data_norm=1.0, random_state=0, **p), _rows,
+        {"n_components": 2, "n_iter": 3}),
+    "StreamingTensorPower": (
+        lambda **p: StreamingTensorPower(epsilon=1.0, data_norm=1.0, random_state=0, **p), _rows,
+        {"n_components": 1, "batch_size": 100, "n_iter": 2, "n_restarts": 2, "max_passes": 1}),
+    "PrivateTensorDecomposition": (
+        lambda **p: PrivateTensorDecomposition(epsilon=1.0, data_norm=1.0, random_state=0, **p),
+        _rows, {"n_components": 2, "n_iter": 3, "n_restarts": 2}),
+    "PrivateGaussianMixture": (
+        lambda **p: PrivateGaussianMixture(epsilon=1.0, data_norm=1.0, random_state=0, **p),
+        _rows, {"n_components": 2, "n_iter": 3, "n_restarts": 2}),
+    "PrivateLatentDirichletAllocation": (
+        lambda **p: PrivateLatentDirichletAllocation(epsilon=1.0, random_state=0, **p), _counts,
+        {"n_components": 2, "n_iter": 2, "n_restarts": 2, "max_transform_iter": 5}),
+    "PrivateTensorCompletion": (
+        lambda **p: PrivateTensorCompletion(value_range=(-1.0, 2.0), epsilon=1.0,
+                                            random_state=0, **p), _entries,
+        {"rank": 2, "n_iter": 3}),
+}
+
+
+@pytest.mark.parametrize("name", list(INTEGER_CASES))
+def test_an_integer_parameter_as_a_0d_array_releases_what_the_int_does(name):
+    """Integer parameters refused ``np.array(2)``, which real ones read as their number."""
+    make, data, params = INTEGER_CASES[name]
+    args = data() if name == "PrivateTensorCompletion" else (data(),)
+    reference = _released(make(**params).fit(*args))
+    assert reference
+    for key in params:
+        got = _released(make(**{**params, key: np.array(params[key])}).fit(*args))
+        assert got.keys() == reference.keys(), key
+        for attr, value in reference.items():
+            np.testing.assert_array_equal(got[attr], value, err_msg=f"{key}: {attr}")
+
+
+def test_a_0d_integer_array_is_an_int_and_a_0d_float_array_is_refused_as_a_float():
+    from dptensor import PrivacyAccountant
+    from dptensor._validation import check_positive_int, check_verbose
+    from dptensor.model_selection._candidates import check_n_iter
+
+    for check in (lambda v: check_positive_int(v, "n"), check_verbose, check_n_iter):
+        for value in (np.array(2), np.array(2, dtype=np.uint8), np.int32(2)):
+            got = check(value)
+            assert type(got) is int and got == 2
+        for bad in (2.0, np.array(2.0), np.array(True), np.array([2]), True):
+            with pytest.raises(TypeError):
+                check(bad)
+    accountant = PrivacyAccountant(10.0)
+    for bad in (2.0, np.array(2.0)):  # before any spend, in the same words as a float
+        with pytest.raises(TypeError, match="n_components must be an integer"):
+            PrivatePCA(bad, epsilon=1.0, data_norm=1.0, accountant=accountant).fit(_rows())
+    assert not accountant.history()
+    mixture = PrivateGaussianMixture(2, epsilon=1.0, data_norm=1.0, random_state=0).fit(_rows())
+    for a, b in zip(mixture.sample(np.array(3)), mixture.sample(3)):
+        np.testing.assert_array_equal(a, b)

@@ -219,3 +219,29 @@ def test_a_first_chunk_of_that_kind_is_still_refused_before_the_spend(make):
         with pytest.raises((ValueError, TypeError)):
             make().set_params(accountant=acc).partial_fit(first)
         assert not acc.history()
+
+
+@STREAMS
+def test_a_later_chunk_is_read_by_position_whatever_its_column_names(make):
+    """scikit-learn's check of the names ran on later chunks, after the spend: a frame after an
+    array (or an array after a frame) warned, other names raised. The first chunk fixes
+    ``feature_names_in_``; a later one is read by position, under a warning filter of "error"
+    and in a plain run alike."""
+    X = _rows()
+    named = list("abcd")
+    frame = pd.DataFrame(X[120:150], columns=named)
+    for first, later in ((X[:120], frame), (pd.DataFrame(X[:120], columns=named), X[120:150]),
+                         (pd.DataFrame(X[:120], columns=named), frame[list("dcba")]),
+                         (pd.DataFrame(X[:120], columns=named), frame.set_axis(list("wxyz"),
+                                                                              axis=1))):
+        for strict in (True, False):
+            a, b = make().partial_fit(first), make().partial_fit(X[:120])
+            with _strict() if strict else warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("error" if strict else "always")
+                a.partial_fit(later)
+            assert strict or not seen
+            b.partial_fit(np.asarray(later))  # the same values, in the same places
+            a.partial_fit(X[150:]), b.partial_fit(X[150:])
+            np.testing.assert_array_equal(a.components_, b.components_)
+            assert list(getattr(a, "feature_names_in_", [])) == list(
+                getattr(first, "columns", []))

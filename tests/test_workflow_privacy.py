@@ -14,7 +14,7 @@ from sklearn.model_selection import KFold, cross_validate
 from dptensor import (AdaptivePrivatePCA, PrivatePCA, PrivateTensorCompletion,
                       PrivateTensorDecomposition, StreamingTensorPower)
 from dptensor.latent import PrivateGaussianMixture, PrivateLatentDirichletAllocation
-from expected_warnings import COMPLETION_NOISE, noise_dominated
+from expected_warnings import COMPLETION_NOISE, NON_PRIVATE, noise_dominated
 
 # The attacks fit private estimators on small folds: their weaker components are noise, and the
 # fits say so.
@@ -179,6 +179,59 @@ def test_completion_and_the_accountant_work_under_the_callers_raise_setting():
         PrivateTensorCompletion(epsilon=1.0, value_range=(1, 5), rank=2, accountant=acc,
                                 random_state=0).fit(X, y)
         assert 0 < acc.spent()[0] <= 10.0 and acc.remaining()[0] < 10.0
+
+
+_FITTED_METHODS = ("transform", "inverse_transform", "score", "score_samples", "predict",
+                   "predict_proba", "bic", "aic")
+
+
+@pytest.mark.parametrize("name", list(_ROW_ESTIMATORS))
+def test_a_fitted_model_computes_alike_under_the_callers_raise_setting(name):
+    """A fitted model's methods ran under the caller's settings: on rows (or projections) of
+    1e-320 they raised FloatingPointError under ``all="raise"`` (an underflow), where they
+    returned under the default settings. They run under the library's, as fit does."""
+    model = _ROW_ESTIMATORS[name]().fit(_rows())
+    for method in (m for m in _FITTED_METHODS if hasattr(model, m)):
+        tiny = 1e-320 * (model.transform(_rows()[:20]) if method == "inverse_transform"
+                         else _rows()[:20])
+        expected = getattr(model, method)(tiny)
+        with np.errstate(all="raise"):
+            got = getattr(model, method)(tiny)
+            assert np.geterr()["under"] == "raise"
+        np.testing.assert_array_equal(got, expected, err_msg=method)
+
+
+@NON_PRIVATE
+@pytest.mark.parametrize("decomposition", ["cp", "tucker"])
+def test_completion_predicts_and_scores_alike_under_the_callers_raise_setting(decomposition):
+    """Fitted without privacy on values near 1e-300 (or 1e-320), predict and score raised
+    FloatingPointError under ``all="raise"`` (an underflow in the model's products)."""
+    X, y = _completion()
+    for tiny in (y * 1e-300, y * 1e-320):
+        model = PrivateTensorCompletion(2, decomposition=decomposition, random_state=0)
+        model.fit(X, tiny)
+        expected = model.predict(X), model.score(X, tiny)
+        with np.errstate(all="raise"):
+            got = model.predict(X), model.score(X, tiny)
+        np.testing.assert_array_equal(got[0], expected[0])
+        assert got[1] == expected[1]
+
+
+def test_the_bi_scaler_works_alike_under_the_callers_raise_setting():
+    """BiScaler's fit on values near 1e-300 (an underflow in a square) and its transform and
+    inverse_transform at 1e-320 raised FloatingPointError under ``all="raise"``."""
+    from dptensor.preprocessing import BiScaler
+
+    X, y = _completion()
+    X = np.column_stack([X, X[:, 0] % 2])  # three index columns, two slices along axis 2
+    for tiny in (y * 1e-300, y * 1e-320):
+        expected = BiScaler().fit(X, tiny)
+        expected = expected.transform(X, tiny), expected.inverse_transform(X, tiny)
+        with np.errstate(all="raise"):
+            scaler = BiScaler().fit(X, tiny)
+            got = scaler.transform(X, tiny), scaler.inverse_transform(X, tiny)
+        for a, b in zip(got, expected):
+            np.testing.assert_array_equal(a, b)
 
 
 def test_lda_fits_under_the_callers_raise_setting():

@@ -13,6 +13,7 @@ from .composition import epsilon_of
 from .errors import PrivacyAccountingError
 from .events import PrivacyEvent
 from .ledger import LedgerEntry, MemoryLedger, SQLiteLedger, now, stored_budget
+from .read_only import ReadOnlyLedger, writable
 
 __all__ = ["PrivacyAccountant", "PrivacyAccountingError", "BudgetExceededError",
            "LedgerNotSharedError", "DEFAULT_DELTA"]
@@ -95,14 +96,20 @@ class PrivacyAccountant:
         """The accountant of the existing ledger file at ``path``, with the budget the file holds.
 
         Use it to inspect a ledger (``history``, ``spent``, ``remaining``) or to go on spending
-        from it without restating its budget; the file must be writable (an accountant may spend).
-        A read-only one is read by ``dptensor ledger PATH`` (or
-        :func:`dptensor.accounting.ledger.read_ledger`). A missing file is refused with
+        from it without restating its budget. A file this process cannot write (file permissions,
+        a read-only mount) is opened to be read only: it is inspected alike, and every spend from
+        it (a fit's) is refused with :class:`~dptensor.accounting.LedgerError` before anything is
+        spent or any noise drawn. A missing file is refused with
         :class:`~dptensor.accounting.LedgerError`, never created: create a ledger with
         ``PrivacyAccountant(epsilon, delta, ledger=path)``.
         """
         epsilon, delta = stored_budget(path)
-        return cls(epsilon, delta, ledger=path)
+        if writable(path):
+            return cls(epsilon, delta, ledger=path)
+        accountant = cls(epsilon, delta)  # in memory, then given the file, to be read only
+        accountant._store = ReadOnlyLedger(path, epsilon, delta)
+        accountant.ledger = accountant._store.path
+        return accountant
 
     # ------------------------------------------------------------------ reading
     def history(self) -> list[LedgerEntry]:

@@ -53,9 +53,7 @@ class LedgerEntry:
 
     @property
     def parameters(self) -> dict:
-        params = self.event.to_dict()
-        params.pop("mechanism")
-        return params
+        return {k: v for k, v in self.event.to_dict().items() if k != "mechanism"}
 
     def to_dict(self) -> dict:
         return {"time": self.time, "label": self.label, "mechanism": self.mechanism,
@@ -113,6 +111,7 @@ class SQLiteLedger:
     or spends cut from the end (which the file alone may not show), raise :class:`LedgerError`
     before anything is spent. The journal mode is left as the file has it (rollback or WAL).
     """
+    _mode = "rw"  # SQLite's open mode (:class:`~dptensor.accounting.read_only.ReadOnlyLedger`)
 
     def __init__(self, path, epsilon: float, delta: float, *, timeout: float = 60.0):
         self.path = resolve(path)
@@ -123,7 +122,7 @@ class SQLiteLedger:
         # extend it, so a file cut short, or an older copy put in its place, is noticed.
         self._seen, self._seen_lock = None, threading.Lock()
         self._checked = None  # the rows and hashes of the last read, not rehashed when unchanged
-        _check_location(self.path)
+        _check_location(self.path, write=self._mode == "rw")
         self._initialise()
 
     # Connections are per thread and per process: sqlite3 objects may not cross either.
@@ -131,7 +130,7 @@ class SQLiteLedger:
         local = self._local
         if getattr(local, "conn", None) is None or local.pid != os.getpid():
             file = _file_id(self.path)
-            conn = self._open("rw")  # never creates: a missing file is an error, not a new budget
+            conn = self._open(self._mode)  # never creates: a missing file is an error
             try:
                 self._check_budget(_check_ledger(conn, self.path)[0])
             except sqlite3.Error as exc:
@@ -633,8 +632,9 @@ def _check_not_empty(path):
                           "give a path where no file exists")
 
 
-def _check_location(path):
-    """Refuse, with what to do, a path where no ledger can be kept: checked before SQLite runs."""
+def _check_location(path, write=True):
+    """Refuse, with what to do, a path where no ledger can be kept (``write``: written), before
+    SQLite runs."""
     if os.path.isdir(path):
         raise LedgerError(f"the ledger path {path!r} is a directory; give a file in it, e.g. "
                           f"{os.path.join(path, 'budget.sqlite')!r}")
@@ -642,12 +642,12 @@ def _check_location(path):
     if not os.path.isdir(parent):
         raise LedgerError(f"cannot keep a ledger at {path!r}: the directory {parent!r} does not "
                           "exist; create it first, or choose another path")
-    if os.path.exists(path) and not os.access(path, os.R_OK | os.W_OK):
+    if write and os.path.exists(path) and not os.access(path, os.R_OK | os.W_OK):
         raise LedgerError(f"the ledger file {path!r} cannot be read and written by this process "
                           "(file permissions or a read-only file system); make it writable, or "
                           "copy it to a writable place and open the copy")
     # SQLite creates the file, and a journal beside it at every write, in this directory.
-    if not os.access(parent, os.W_OK | os.X_OK):
+    if write and not os.access(parent, os.W_OK | os.X_OK):
         raise LedgerError(f"cannot keep a ledger at {path!r}: the directory {parent!r} is not "
                           "writable (SQLite writes a journal beside the file at every spend); "
                           "choose a writable directory")

@@ -12,6 +12,7 @@ from ..algorithms.dask import (check_dask_array, clip_chunks, is_dask_array, mom
 from ..algorithms.operators import MomentSum, SymmetricTensor
 from .._validation import check_data_norm, validate_private_data
 from ..mechanisms import clip_rows
+from ..exceptions import integer_scalar
 from ..mechanisms.randomness import seed_entropy
 from ..algorithms.tensor_power import choose_moment, n_power_queries, row_sensitivity
 from ..algorithms.power import (covariance_sensitivity, row_power_sensitivity,
@@ -462,15 +463,15 @@ class PrivateGaussianMixture(SpectralLatentModel):
         noise. A variance the noise made <= 0 draws no spread (0).
         """
         check_is_fitted(self, "means_")
-        if isinstance(n_samples, bool) or not isinstance(n_samples, numbers.Integral) or (
-                n_samples < 1):
+        number = integer_scalar(n_samples)  # a 0-d array of an int: that int
+        if isinstance(number, bool) or not isinstance(number, numbers.Integral) or number < 1:
             raise ValueError("Invalid value for 'n_samples': it must be an integer >= 1, "
                              f"got {n_samples!r}")
         state = self.random_state if random_state is None else random_state
         rng = np.random.default_rng(np.random.SeedSequence(seed_entropy(state),
                                                            spawn_key=(_SAMPLE_KEY,)))
         weights = np.maximum(self.weights_.astype(np.float64), 0.0)
-        counts = rng.multinomial(int(n_samples), weights / weights.sum())
+        counts = rng.multinomial(int(number), weights / weights.sum())
         scale = np.sqrt(np.maximum(self.covariances_.astype(np.float64), 0.0))
         X = np.vstack([mean + rng.standard_normal((m, len(mean))) * s
                        for mean, s, m in zip(self.means_, scale, counts)])

@@ -15,7 +15,7 @@ from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
 from .._base import SearchTag
-from .._validation import real_scalar, validate_private_data
+from .._validation import integer_scalar, real_scalar, validate_private_data
 from ..algorithms.dask import check_dask_array, is_dask_array
 from ..algorithms.documents import MAX_DOCUMENT_LENGTH, MIN_DOCUMENT_LENGTH, document_norms
 from ..algorithms.documents import (clip_scale as _clip_scale, count_checks as _count_checks,
@@ -450,9 +450,9 @@ class PrivateLatentDirichletAllocation(ClassNamePrefixFeaturesOutMixin, Transfor
                 0 < alpha0 < np.inf):
             raise ValueError(f"alpha0 must be a finite number > 0, got {self.alpha0!r}")
         for name, low in (("max_transform_iter", 1), ("refine_iter", 0)):
-            steps = getattr(self, name)
+            steps = integer_scalar(getattr(self, name))  # a 0-d array of an int: that int
             if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {steps!r}")
+                raise ValueError(f"{name} must be an integer >= {low}, got {getattr(self, name)!r}")
         if threshold is not None and (
                 isinstance(threshold, bool) or not isinstance(threshold, numbers.Real)
                 or not 0 <= threshold < np.inf):

@@ -18,6 +18,7 @@ from sklearn.utils import get_tags
 
 from .._base import PrivateEstimatorMixin
 from .._guards import silenced
+from ..exceptions import integer_scalar
 
 __all__ = ["SET_BY_SEARCH", "SCORE_SCALE", "check_learner", "check_candidates", "learner_width",
            "check_heads", "check_candidate_unit", "check_n_iter"]
@@ -238,12 +239,13 @@ def check_candidate_unit(params, unit, searched):
 def check_n_iter(n_iter) -> int:
     """A randomized search's ``n_iter``, the number of candidates it samples: an int >= 1 (a
     NumPy integer too; not a bool, a float or a string, which ``ParameterSampler`` would take
-    as a count or fail on in words that name no parameter)."""
+    as a count or fail on in words that name no parameter; a 0-d array of an int is that int)."""
+    shown, n_iter = n_iter, integer_scalar(n_iter)
     if isinstance(n_iter, (bool, np.bool_)) or not isinstance(n_iter, numbers.Integral):
         raise TypeError(f"n_iter (the number of candidates sampled) must be an int >= 1, got "
-                        f"{n_iter!r} of type {type(n_iter).__name__}: pass a whole number, "
+                        f"{shown!r} of type {type(shown).__name__}: pass a whole number, "
                         "say n_iter=10")
     if n_iter < 1:
         raise ValueError(f"n_iter (the number of candidates sampled) must be >= 1, got "
-                         f"{n_iter!r}: a search needs at least one candidate")
+                         f"{shown!r}: a search needs at least one candidate")
     return int(n_iter)

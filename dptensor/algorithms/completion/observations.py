@@ -14,6 +14,7 @@ import numpy as np
 
 from ..._guards import warn
 from ..._memory import FLOAT, check_fits
+from ...exceptions import integer_scalar
 from .grid_counts import entry_counts, grid_positions
 from .implicit import ImplicitDesign
 from .model import Model
@@ -296,12 +297,13 @@ class DenseGrid:
 
 # ----------------------------------------------------------------------------- index tuples
 def _positive_int(value, name) -> int:
-    # the message of dptensor._validation.check_positive_int, which this layer does not import
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    # the check of dptensor._validation.check_positive_int, which this layer does not import
+    number = integer_scalar(value)
+    if isinstance(number, bool) or not isinstance(number, numbers.Integral):
         raise TypeError(f"{name} must be an integer >= 1, got {value!r}")
-    if value < 1:
+    if number < 1:
         raise ValueError(f"{name} must be >= 1, got {value!r}")
-    return int(value)
+    return int(number)
 
 
 def _check_index_array(X, name):
