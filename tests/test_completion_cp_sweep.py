@@ -102,3 +102,19 @@ def _copy(model):
     import copy
 
     return copy.deepcopy(model)
+
+
+def test_cp_als_of_order_3_takes_the_grid_to_fewer_entries_than_other_cp_fits():
+    """The layout is chosen from public counts: at 20 cells an entry a CP model of order 3 fits
+    by ALS on the grid (its sweep's passes), gradient steps and order 4 on the sorted layouts."""
+    from dptensor.algorithms.completion import observations as ob
+
+    rng = np.random.default_rng(4)
+    for shape in ((10, 10, 10), (6, 5, 6, 6)):
+        cells = int(np.prod(shape))
+        flat = rng.choice(cells, cells // 20, replace=False)
+        obs = Observations(np.stack(np.unravel_index(flat, shape), axis=1), shape)
+        model = init_model(shape, 2, "cp", rng)
+        assert (obs.grid(model, als=True) is not None) == (len(shape) == 3)
+        assert obs.grid(model) is None
+    assert ob.DENSE_RATIO < 20 <= ob.DENSE_RATIO_CP_ALS3

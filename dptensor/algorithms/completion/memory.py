@@ -5,7 +5,7 @@ import math
 
 from .implicit import LANCZOS_MAXITER, TOP_DIRECTIONS
 from .model import _CHUNK
-from .observations import DENSE_MAX_CELLS, DENSE_RATIO, DENSE_RATIO_TUCKER, DENSE_RATIO_TUCKER_ALS
+from .observations import DENSE_MAX_CELLS, dense_ratio
 from .spectral import kronecker_start, spectral_floats
 from .user_level import COOCCURRENCE_BLOCK
 from .user_start import power_block, start_method
@@ -13,7 +13,7 @@ from .user_start import power_block, start_method
 
 def _grid_cells(n_obs, shape, tucker, als):
     """The cells of the dense layout when :meth:`Observations.grid` may choose it, else 0."""
-    ratio = (DENSE_RATIO_TUCKER_ALS if als else DENSE_RATIO_TUCKER) if tucker else DENSE_RATIO
+    ratio = dense_ratio(tucker, als, len(shape))
     cells = math.prod(shape)
     return cells if cells <= min(ratio * n_obs, DENSE_MAX_CELLS) else 0
 
