@@ -8,7 +8,7 @@ import importlib.util
 import threading
 import warnings
 
-__all__ = ["compiled", "available"]
+__all__ = ["compiled", "available", "generated"]
 
 _KERNELS: dict = {}  # name -> compiled function, or None where numba is missing or fails
 _LOCK = threading.RLock()
@@ -89,3 +89,15 @@ def _compile_quietly(fn, warm_up, fastmath, slp):
             return _compile(fn, warm_up, fastmath, slp)
     except Exception:  # ImportError, or a numba that cannot compile on this machine
         return None
+
+
+def generated(source: str, entry: str, name: str, module: str, file: str):
+    """The function ``entry`` that ``source`` (a kernel written out for one size) defines,
+    renamed ``name``, with the generating module's ``__name__`` and ``__file__`` as its own:
+    numba caches compiled code by a function's file and name, so each size is cached apart and
+    anew when that module changes."""
+    namespace: dict = {"__name__": module}
+    exec(compile(source, file, "exec"), namespace)
+    fn = namespace[entry]
+    fn.__name__ = fn.__qualname__ = name
+    return fn

@@ -36,7 +36,7 @@ import functools
 import numpy as np
 
 from .compiled import available as compiled_available
-from .compiled import compiled
+from .compiled import compiled, generated
 
 __all__ = ["pack_distinct", "packed_size", "compiled_packing", "contract_distinct",
            "compiled_kernel", "pass_widths", "pass_lanes", "single_pass", "KERNEL_MIN_D",
@@ -205,13 +205,8 @@ def _pass_source(lanes: int) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _pass_function(lanes: int):
-    """The Python function of :func:`_pass_source`, with this module as its file (numba caches
-    compiled code by a function's file; it is this module's code)."""
-    namespace: dict = {"__name__": __name__}
-    exec(compile(_pass_source(lanes), __file__, "exec"), namespace)
-    fn = namespace["pass_"]
-    fn.__name__ = fn.__qualname__ = f"_pass_{lanes}_lanes"
-    return fn
+    """The Python function of :func:`_pass_source` (:func:`~.compiled.generated`)."""
+    return generated(_pass_source(lanes), "pass_", f"_pass_{lanes}_lanes", __name__, __file__)
 
 
 def _warm_up(kernel, dtype, lanes):

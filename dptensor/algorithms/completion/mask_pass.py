@@ -22,7 +22,7 @@ import functools
 import numpy as np
 
 from ..compiled import available as compiled_available
-from ..compiled import compiled
+from ..compiled import compiled, generated
 
 __all__ = ["pack_mask", "MaskPass", "MAX_FEATURES", "MAX_ROWS"]
 
@@ -98,11 +98,7 @@ def _sums_source(f: int) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _sums_function(f: int):
-    namespace: dict = {"__name__": __name__}
-    exec(compile(_sums_source(f), __file__, "exec"), namespace)  # numba caches by this file
-    fn = namespace["sums_"]
-    fn.__name__ = fn.__qualname__ = f"_sums_{f}_features"
-    return fn
+    return generated(_sums_source(f), "sums_", f"_sums_{f}_features", __name__, __file__)
 
 
 def _kernels(f: int):

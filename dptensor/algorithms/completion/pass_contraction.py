@@ -21,7 +21,7 @@ import functools
 import numpy as np
 
 from ..compiled import available as compiled_available
-from ..compiled import compiled
+from ..compiled import compiled, generated
 from .mask_pass import MAX_FEATURES
 
 __all__ = ["contract", "LANES", "ROWS"]
@@ -99,13 +99,9 @@ def _middle_source(G: int) -> str:
 @functools.lru_cache(maxsize=None)
 def _function(kind: str, G: int):
     """The Python function of :func:`_last_source` or :func:`_middle_source` for ``G``
-    columns, with this module as its file (numba caches compiled code by a function's file)."""
-    namespace: dict = {"__name__": __name__}
+    columns (:func:`~..compiled.generated`)."""
     source = (_last_source if kind == "last" else _middle_source)(G)
-    exec(compile(source, __file__, "exec"), namespace)
-    fn = namespace[f"{kind}_"]
-    fn.__name__ = fn.__qualname__ = f"_{kind}_{G}_columns"
-    return fn
+    return generated(source, f"{kind}_", f"_{kind}_{G}_columns", __name__, __file__)
 
 
 def _warm_up(kind: str, G: int):

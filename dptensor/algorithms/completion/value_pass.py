@@ -21,7 +21,7 @@ import functools
 import numpy as np
 
 from ..compiled import available as compiled_available
-from ..compiled import compiled
+from ..compiled import compiled, generated
 
 __all__ = ["value_pass", "MAX_RANK"]
 
@@ -84,13 +84,8 @@ def _last_kernel(Y, UT, V):  # pragma: no cover (compiled)
 
 @functools.lru_cache(maxsize=None)
 def _leading_function(r: int):
-    """The Python function of :func:`_leading_source`, with this module as its file (numba
-    caches compiled code by a function's file)."""
-    namespace: dict = {"__name__": __name__}
-    exec(compile(_leading_source(r), __file__, "exec"), namespace)
-    fn = namespace["leading_"]
-    fn.__name__ = fn.__qualname__ = f"_leading_{r}_ranks"
-    return fn
+    """The Python function of :func:`_leading_source` (:func:`~..compiled.generated`)."""
+    return generated(_leading_source(r), "leading_", f"_leading_{r}_ranks", __name__, __file__)
 
 
 def _warm_leading(r: int):
