@@ -288,6 +288,10 @@ def _later_chunk(estimator, X, **kwargs):
     of its column names: a frame after an array (or the reverse) warned, other names raised,
     after the spend. The first chunk fixes ``feature_names_in_``; a later one is read by
     position, its names ignored. Its width is checked, in scikit-learn's words."""
+    if type(X).__module__.split(".")[0] == "pandas" and getattr(X, "ndim", 0) == 2:
+        # its labels replaced by positions: scikit-learn's check_array reads a frame through
+        # narwhals, which raised DuplicateError on a label given twice, after the spend
+        X = X.set_axis(range(X.shape[1]), axis=1)
     check_numeric_array(X)
     X = check_array(X, input_name="X", estimator=estimator, ensure_all_finite=False, **kwargs)
     if X.shape[1] != estimator.n_features_in_:
