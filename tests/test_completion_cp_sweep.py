@@ -62,7 +62,7 @@ def test_als_on_the_grid_fits_cp_through_the_sweep_as_through_the_grids_equation
     """A whole ALS fit of an order-3 CP model on the grid: through the sweep (every mode's sums
     from its passes) and through the grid's own products, the same model to rounding."""
     rng = np.random.default_rng(8)
-    obs, grid, Yg, model = _setup(rng, (8, 7, 6), 3)
+    obs, grid, Yg, model = _setup(rng, (16, 15, 14), 3)  # sweep_fits: 16 x 12^2 <= 16 x 15 x 14
     y = Yg[tuple(obs.X.T)]
     calls = []
     real = CPSweep3.normal_equations
@@ -118,3 +118,20 @@ def test_cp_als_of_order_3_takes_the_grid_to_fewer_entries_than_other_cp_fits():
         assert (obs.grid(model, als=True) is not None) == (len(shape) == 3)
         assert obs.grid(model) is None
     assert ob.DENSE_RATIO < 20 <= ob.DENSE_RATIO_CP_ALS3
+
+
+def test_the_sweep_serves_only_where_its_per_row_sums_fit_the_grids_memory(monkeypatch):
+    """Each mode's per-row sums are ``n_m x F x F`` (F = 25 at rank 5): beside two short modes
+    a long one took 3x the fit's memory estimate after the spend (test_memory's
+    completion-cp-long-mode); there the grid's own products serve, the same fit."""
+    from dptensor.algorithms.completion.cp_sweep import sweep_fits
+
+    assert sweep_fits((60, 60, 60), 5) and sweep_fits((16, 15, 14), 3)
+    assert not sweep_fits((2, 2, 20000), 5) and not sweep_fits((8, 7, 6), 3)
+    rng = np.random.default_rng(9)
+    obs, grid, Yg, model = _setup(rng, (40, 3, 2), 2)
+    y = Yg[tuple(obs.X.T)]
+    built = []
+    monkeypatch.setattr(als_module, "CPSweep3", lambda *a: built.append(1) or CPSweep3(*a))
+    fitted = als_module.als(obs, y, _copy(model), reg=0.1, reg_core=0.1, n_iter=3)
+    assert not built and all(np.isfinite(f).all() for f in fitted.factors)
