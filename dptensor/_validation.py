@@ -78,6 +78,13 @@ def check_positive_int(value, name, minimum=1) -> int:
     return int(number)
 
 
+def is_zero_int(value) -> bool:
+    """Whether ``value`` is the integer 0: a NumPy integer or a 0-d array of one too, as
+    :func:`check_positive_int` reads them (not ``False``, nor a float)."""
+    number = integer_scalar(value)
+    return isinstance(number, numbers.Integral) and not isinstance(number, bool) and number == 0
+
+
 def check_verbose(verbose) -> int:
     """An int >= 0 (a bool is refused: ``verbose=True`` almost always means 1, but says less)."""
     number = integer_scalar(verbose)  # a 0-d array of an integer is that integer
