@@ -124,7 +124,7 @@ def test_the_sweep_serves_only_where_its_per_row_sums_fit_the_grids_memory(monke
     """Each mode's per-row sums are ``n_m x F x F`` (F = 25 at rank 5): beside two short modes
     a long one took 3x the fit's memory estimate after the spend (test_memory's
     completion-cp-long-mode); there the grid's own products serve, the same fit."""
-    from dptensor.algorithms.completion.cp_sweep import sweep_fits
+    from dptensor.algorithms.completion.tucker import sweep_fits
 
     assert sweep_fits((60, 60, 60), 5) and sweep_fits((16, 15, 14), 3)
     assert not sweep_fits((2, 2, 20000), 5) and not sweep_fits((8, 7, 6), 3)

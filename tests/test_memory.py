@@ -231,10 +231,13 @@ _CASES = {
     "completion-tucker": lambda: (PrivateTensorCompletion(decomposition="tucker", n_iter=3,
                                                           random_state=0),
                                   *_positions((30,) * 4, 30000)),
-    # one long mode on the grid: the order-3 CP sweep's per-row sums (n_m x F x F each, F = 25 at
-    # rank 5) outgrew the grid the estimate prices, 3x at its peak, after the spend
+    # one long mode on the grid: the order-3 sweeps' per-row sums (n_m x F x F each, F = 25 at
+    # rank 5) outgrew the grid the estimate prices, after the spend (CP 3x, Tucker 1.5x)
     "completion-cp-long-mode": lambda: (PrivateTensorCompletion(
         rank=5, perturbation="input", n_iter=3, **_COMPLETION),
+        *_distinct_positions((2, 2, 20000), 0.6)),
+    "completion-tucker-long-mode": lambda: (PrivateTensorCompletion(
+        rank=5, decomposition="tucker", perturbation="input", n_iter=3, **_COMPLETION),
         *_distinct_positions((2, 2, 20000), 0.6)),
     # positions that follow the taste, at a budget where the filter runs (its Lanczos basis is
     # the peak after the check; on random positions the filter is 0 and allocates nothing)

@@ -18,8 +18,8 @@ from .design import (
 )
 from .model import Model
 from .observations import Observations
-from .cp_sweep import CPSweep3, sweep_fits
-from .tucker import TuckerSweep3
+from .cp_sweep import CPSweep3
+from .tucker import TuckerSweep3, sweep_fits
 
 
 def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter, tol=1e-10,
@@ -51,10 +51,10 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
     else:
         Yg = grid.scatter(y)
         # order 3: the grid's passes (a CP model's sums are the diagonal of a Tucker model's),
-        # for CP where its per-row sums stay within the grid's memory (:func:`sweep_fits`)
-        cp3 = d == 3 and model.core is None and sweep_fits(obs.shape, model.rank)
-        order3 = TuckerSweep3 if model.core is not None else CPSweep3 if cp3 else None
-        sweep3 = order3(grid, Yg, obs.counts) if d == 3 and order3 is not None else None
+        # where their per-row sums stay within the grid's memory (:func:`sweep_fits`)
+        order3 = TuckerSweep3 if model.core is not None else CPSweep3
+        fits = d == 3 and sweep_fits(obs.shape, model.rank)
+        sweep3 = order3(grid, Yg, obs.counts) if fits else None
         value_sums = (grid_value_sums(grid, Yg, obs.counts[0])
                       if model.core is not None and sweep3 is None else None)
     prev, mse, s2 = np.inf, None, None

@@ -11,8 +11,6 @@ float64 mask and values by the Khatri-Rao rows of each update: six reads of the 
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .design import _grid_ssr, _row_bias, grid_design
@@ -20,22 +18,12 @@ from .model import Model
 from .observations import _assemble, _pair_index
 from .tucker import TuckerSweep3
 
-__all__ = ["CPSweep3", "sweep_fits"]
+__all__ = ["CPSweep3"]
 
 #: :meth:`CPSweep3.ssr`'s residuals from the normal equations are taken from the grid instead
 #: below this share of the sums they are the difference of (an RMSE 1e-4 of the values' RMS):
 #: the sums' rounding, about 1e-15 of their size, is then about 1e-7 of the residuals at most.
 LOST = 1e-8
-
-
-def sweep_fits(shape, rank: int) -> bool:
-    """Whether :class:`CPSweep3` serves a grid of ``shape`` at ``rank`` within the memory the
-    fit's estimate prices (:func:`~.memory.fit_floats`, a few copies of the grid): each mode's
-    per-row sums are ``n_m x F x F`` (``F = 2 r + r (r + 1) / 2``, 25 at rank 5), so one long
-    mode beside two short ones (2 x 2 x 20000 at rank 5) took 3x the estimate, after the spend.
-    Public: the shape and the rank. Elsewhere the grid's own products serve (the same sums)."""
-    F = 2 * rank + rank * (rank + 1) // 2
-    return max(shape) * F * F <= math.prod(shape)
 
 
 class CPSweep3(TuckerSweep3):
