@@ -124,7 +124,7 @@ def test_the_sweep_serves_only_where_its_per_row_sums_fit_the_grids_memory(monke
     """Each mode's per-row sums are ``n_m x F x F`` (F = 25 at rank 5): beside two short modes
     a long one took 3x the fit's memory estimate after the spend (test_memory's
     completion-cp-long-mode); there the grid's own products serve, the same fit."""
-    from dptensor.algorithms.completion.tucker import sweep_fits
+    from dptensor.algorithms.completion.observations import sweep_fits
 
     assert sweep_fits((60, 60, 60), 5) and sweep_fits((16, 15, 14), 3)
     assert not sweep_fits((2, 2, 20000), 5) and not sweep_fits((8, 7, 6), 3)
@@ -135,6 +135,12 @@ def test_the_sweep_serves_only_where_its_per_row_sums_fit_the_grids_memory(monke
     monkeypatch.setattr(als_module, "CPSweep3", lambda *a: built.append(1) or CPSweep3(*a))
     fitted = als_module.als(obs, y, _copy(model), reg=0.1, reg_core=0.1, n_iter=3)
     assert not built and all(np.isfinite(f).all() for f in fitted.factors)
+    # nor does CP ALS take the grid to the sweep's 32 cells an entry there: to other CP fits' 8
+    shape = (4, 4, 2000)
+    flat = rng.choice(32000, 32000 // 20, replace=False)
+    obs = Observations(np.stack(np.unravel_index(flat, shape), axis=1), shape)
+    assert obs.grid(init_model(shape, 3, "cp", rng), als=True) is None  # 2000 x 12^2 > 32000
+    assert obs.grid(init_model(shape, 1, "cp", rng), als=True) is not None  # 2000 x 3^2
 
 
 @pytest.mark.parametrize("offset, noise", [(1e3, 1e-6), (1e6, 1e-8), (1e8, 0.0)])

@@ -17,9 +17,9 @@ from .design import (
     mode_design,
 )
 from .model import Model
-from .observations import Observations
+from .observations import Observations, sweep_fits
 from .cp_sweep import CPSweep3
-from .tucker import TuckerSweep3, sweep_fits
+from .tucker import TuckerSweep3
 
 
 def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter, tol=1e-10,

@@ -32,18 +32,6 @@ COMPILED_MAX_RANK = 4
 PASS_BLOCK_BYTES = 1 << 20
 
 
-def sweep_fits(shape, rank: int) -> bool:
-    """Whether an order-3 sweep (:class:`TuckerSweep3`, :class:`~.cp_sweep.CPSweep3`) serves a
-    grid of ``shape`` at ``rank`` within the memory the fit's estimate prices
-    (:func:`~.memory.fit_floats`, a few copies of the grid): each mode's per-row sums are
-    ``n_m x F x F`` (``F = 2 r + r (r + 1) / 2``, 25 at rank 5), so one long mode beside two
-    short ones took up to 3x the estimate (CP, 2 x 2 x 20000 at rank 5; Tucker 1.5x), after the
-    spend. Public: the shape and the rank. Elsewhere the grid's own products serve (the same
-    sums)."""
-    F = 2 * rank + rank * (rank + 1) // 2
-    return max(shape) * F * F <= math.prod(shape)
-
-
 class TuckerSweep3:
     """The normal equations of one ALS sweep of an order-3 Tucker model on the dense layout, two
     updates (or one and the core) per pass over the grid.
