@@ -78,6 +78,13 @@ def check_positive_int(value, name, minimum=1) -> int:
     return int(number)
 
 
+def is_zero_int(value) -> bool:
+    """Whether ``value`` is the integer 0: a NumPy integer or a 0-d array of one too, as
+    :func:`check_positive_int` reads them (not ``False``, nor a float)."""
+    number = integer_scalar(value)
+    return isinstance(number, numbers.Integral) and not isinstance(number, bool) and number == 0
+
+
 def check_verbose(verbose) -> int:
     """An int >= 0 (a bool is refused: ``verbose=True`` almost always means 1, but says less)."""
     number = integer_scalar(verbose)  # a 0-d array of an integer is that integer
@@ -288,6 +295,10 @@ def _later_chunk(estimator, X, **kwargs):
     of its column names: a frame after an array (or the reverse) warned, other names raised,
     after the spend. The first chunk fixes ``feature_names_in_``; a later one is read by
     position, its names ignored. Its width is checked, in scikit-learn's words."""
+    if type(X).__module__.split(".")[0] == "pandas" and getattr(X, "ndim", 0) == 2:
+        # its labels replaced by positions: scikit-learn's check_array reads a frame through
+        # narwhals, which raised DuplicateError on a label given twice, after the spend
+        X = X.set_axis(range(X.shape[1]), axis=1)
     check_numeric_array(X)
     X = check_array(X, input_name="X", estimator=estimator, ensure_all_finite=False, **kwargs)
     if X.shape[1] != estimator.n_features_in_:

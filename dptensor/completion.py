@@ -35,7 +35,7 @@ from ._completion_auto import AutoChoice
 from ._memory import FLOAT
 from ._validation import (check_nonnegative_real, check_positive_int, check_positive_real,
                           check_completion_targets, check_value_range, check_verbose,
-                          validate_private_data, check_data_scale, real_scalar)
+                          validate_private_data, check_data_scale, real_scalar, is_zero_int)
 from .accounting import NonPrivateEvent
 from .algorithms.completion.memory import fit_advice, fit_floats
 from .algorithms.completion.model import Model, predict
@@ -337,7 +337,7 @@ class PrivateTensorCompletion(AutoChoice, PrivateEstimatorMixin, RegressorMixin,
         choice = self._auto(unit, m, sizes)
         if isinstance(self.rank, str) and self.rank == "auto":
             rank = choice["rank"]
-        elif unit == "user" and isinstance(self.rank, numbers.Integral) and self.rank == 0:
+        elif unit == "user" and is_zero_int(self.rank):  # np.array(0) too, not False
             rank = 0  # offsets only: the item side without factors
         else:
             rank = check_positive_int(self.rank, "rank")

@@ -62,7 +62,7 @@ def test_als_on_the_grid_fits_cp_through_the_sweep_as_through_the_grids_equation
     """A whole ALS fit of an order-3 CP model on the grid: through the sweep (every mode's sums
     from its passes) and through the grid's own products, the same model to rounding."""
     rng = np.random.default_rng(8)
-    obs, grid, Yg, model = _setup(rng, (8, 7, 6), 3)
+    obs, grid, Yg, model = _setup(rng, (16, 15, 14), 3)  # sweep_fits: 16 x 12^2 <= 16 x 15 x 14
     y = Yg[tuple(obs.X.T)]
     calls = []
     real = CPSweep3.normal_equations
@@ -118,3 +118,52 @@ def test_cp_als_of_order_3_takes_the_grid_to_fewer_entries_than_other_cp_fits():
         assert (obs.grid(model, als=True) is not None) == (len(shape) == 3)
         assert obs.grid(model) is None
     assert ob.DENSE_RATIO < 20 <= ob.DENSE_RATIO_CP_ALS3
+
+
+def test_the_sweep_serves_only_where_its_per_row_sums_fit_the_grids_memory(monkeypatch):
+    """Each mode's per-row sums are ``n_m x F x F`` (F = 25 at rank 5): beside two short modes
+    a long one took 3x the fit's memory estimate after the spend (test_memory's
+    completion-cp-long-mode); there the grid's own products serve, the same fit."""
+    from dptensor.algorithms.completion.observations import sweep_fits
+
+    assert sweep_fits((60, 60, 60), 5) and sweep_fits((16, 15, 14), 3)
+    assert not sweep_fits((2, 2, 20000), 5) and not sweep_fits((8, 7, 6), 3)
+    rng = np.random.default_rng(9)
+    obs, grid, Yg, model = _setup(rng, (40, 3, 2), 2)
+    y = Yg[tuple(obs.X.T)]
+    built = []
+    monkeypatch.setattr(als_module, "CPSweep3", lambda *a: built.append(1) or CPSweep3(*a))
+    fitted = als_module.als(obs, y, _copy(model), reg=0.1, reg_core=0.1, n_iter=3)
+    assert not built and all(np.isfinite(f).all() for f in fitted.factors)
+    # nor does CP ALS take the grid to the sweep's 32 cells an entry there: to other CP fits' 8
+    shape = (4, 4, 2000)
+    flat = rng.choice(32000, 32000 // 20, replace=False)
+    obs = Observations(np.stack(np.unravel_index(flat, shape), axis=1), shape)
+    assert obs.grid(init_model(shape, 3, "cp", rng), als=True) is None  # 2000 x 12^2 > 32000
+    assert obs.grid(init_model(shape, 1, "cp", rng), als=True) is not None  # 2000 x 3^2
+
+
+@pytest.mark.parametrize("offset, noise", [(1e3, 1e-6), (1e6, 1e-8), (1e8, 0.0)])
+def test_residuals_far_below_the_offsets_are_the_grids_not_the_expansions_rounding(
+        offset, noise, monkeypatch):
+    """``sum base^2 - 2 x . rhs + x^T G x`` cancels where the residuals are far below the
+    values: at offsets of 1e6 and residuals of 1e-5 it gave a training RMSE of 0.02 (or 0),
+    whose empirical-Bayes ridge then moved the factors by 3.8 from the grid's own fit."""
+    rng = np.random.default_rng(0)
+    shape = (20, 18, 16)
+    flat = rng.choice(int(np.prod(shape)), int(0.7 * np.prod(shape)), replace=False)
+    X = np.stack(np.unravel_index(flat, shape), axis=1)
+    u = [rng.normal(size=(n, 2)) for n in shape]
+    y = (offset + 1e-3 * np.einsum("ir,ir,ir->i", *(f[X[:, k]] for k, f in enumerate(u)))
+         + noise * rng.normal(size=len(X)))
+    obs = Observations(X, shape, layout="dense")
+    model = init_model(shape, 2, "cp", np.random.default_rng(1), scale=0.5)
+    model.intercept, model.biases = float(np.mean(y)), [np.zeros(n) for n in shape]
+    kwargs = dict(reg=1e-6, reg_core=0.1, n_iter=30, tol=0, prior_var=1.0, warmup=2, dof=True)
+    history, plain_history = [], []
+    fitted = als_module.als(obs, y, _copy(model), history=history, **kwargs)
+    monkeypatch.setattr(als_module, "CPSweep3", lambda *a: None)
+    plain = als_module.als(obs, y, _copy(model), history=plain_history, **kwargs)
+    np.testing.assert_allclose(history, plain_history, rtol=1e-3)  # 1e8: either path rounds y
+    for a, b in zip(fitted.factors, plain.factors):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-6)

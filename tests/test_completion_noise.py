@@ -156,3 +156,27 @@ def test_the_input_level_is_what_a_fit_to_noise_alone_reaches():
     U, V = fitted.factors_
     found = np.sqrt(np.mean((U[X[:, 0]] * V[X[:, 1]]) ** 2, axis=0))
     assert np.all((level / 2 < found) & (found < 2 * level)), (found, level)
+
+
+def test_input_perturbation_refuses_an_epsilon_whose_noise_overflows_before_the_spend():
+    """``Lap(1/epsilon)`` on every value grows as ``n 2**-30 / epsilon**2`` on the exact
+    sampler's grid: at epsilon=1e-60 the fit's row offsets squared values past float64 after the
+    spend (an overflow warning, an error under warnings as errors). Refused before it; at the
+    floor the fit runs silently under the strictest settings."""
+    from dptensor import PrivacyAccountant
+
+    rng = np.random.default_rng(0)
+    shape = (20, 18, 16)
+    flat = rng.choice(int(np.prod(shape)), 3000, replace=False)
+    X, y = np.stack(np.unravel_index(flat, shape), 1), rng.uniform(0, 5, 3000)
+    for eps in (1e-60, 1e-13):
+        acc = PrivacyAccountant()
+        with pytest.raises(ValueError, match="epsilon >= 1e-12"):
+            PrivateTensorCompletion(rank=2, shape=shape, perturbation="input", epsilon=eps,
+                                    value_range=(0, 5), random_state=0, accountant=acc).fit(X, y)
+        assert acc.history() == []
+    with warnings.catch_warnings(), np.errstate(all="raise"):
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", message=".*noise level")  # released: the fit learns none
+        PrivateTensorCompletion(rank=2, shape=shape, perturbation="input", epsilon=1e-12,
+                                value_range=(0, 5), n_iter=5, random_state=0).fit(X, y)

@@ -1,6 +1,7 @@
 """Memory: every fit bounds its peak allocation from public quantities and is refused before its
 spend when it does not fit; the bounds hold against measured peaks without being loose."""
 import json
+import math
 import os
 import subprocess
 import sys
@@ -178,6 +179,13 @@ def _positions(shape, n, seed=0):
     return np.stack([rng.integers(0, s, n) for s in shape], 1), rng.uniform(-1, 1, n)
 
 
+def _distinct_positions(shape, share, seed=0):
+    """A share of the cells of ``shape``, each once (the grid holds one value a cell)."""
+    rng = np.random.default_rng(seed)
+    flat = rng.choice(math.prod(shape), int(share * math.prod(shape)), replace=False)
+    return np.stack(np.unravel_index(flat, shape), 1), rng.uniform(-1, 1, len(flat))
+
+
 def _tasteful_positions(users, items, per_user, seed=0):
     """Each user rates ``per_user`` items drawn towards her taste, with values from it: positions
     that carry the interaction, which the implicit mode learns (and its filter runs on)."""
@@ -223,6 +231,14 @@ _CASES = {
     "completion-tucker": lambda: (PrivateTensorCompletion(decomposition="tucker", n_iter=3,
                                                           random_state=0),
                                   *_positions((30,) * 4, 30000)),
+    # one long mode on the grid: the order-3 sweeps' per-row sums (n_m x F x F each, F = 25 at
+    # rank 5) outgrew the grid the estimate prices, after the spend (CP 3x, Tucker 1.5x)
+    "completion-cp-long-mode": lambda: (PrivateTensorCompletion(
+        rank=5, perturbation="input", n_iter=3, **_COMPLETION),
+        *_distinct_positions((2, 2, 20000), 0.6)),
+    "completion-tucker-long-mode": lambda: (PrivateTensorCompletion(
+        rank=5, decomposition="tucker", perturbation="input", n_iter=3, **_COMPLETION),
+        *_distinct_positions((2, 2, 20000), 0.6)),
     # positions that follow the taste, at a budget where the filter runs (its Lanczos basis is
     # the peak after the check; on random positions the filter is 0 and allocates nothing)
     "completion-implicit": lambda: (PrivateTensorCompletion(

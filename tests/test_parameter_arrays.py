@@ -189,3 +189,38 @@ def test_a_0d_integer_array_is_an_int_and_a_0d_float_array_is_refused_as_a_float
     mixture = PrivateGaussianMixture(2, epsilon=1.0, data_norm=1.0, random_state=0).fit(_rows())
     for a, b in zip(mixture.sample(np.array(3)), mixture.sample(3)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_the_integer_parameters_read_by_value_take_a_0d_array_as_their_int():
+    """Two integer parameters are read by value before their check: a user-level completion's
+    ``rank=0`` (offsets only) and LDA's ``whitening=m`` (m words). ``np.array(0)`` was refused
+    as a rank < 1 and ``np.array(6)`` as no whitening; ``rank=False`` was taken as 0."""
+    X, y = _ratings()
+    shape = (30, 12)
+    kwargs = dict(value_range=(1.0, 5.0), privacy_unit="user", shape=shape, epsilon=2.0,
+                  delta=1e-6, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        reference = _released(PrivateTensorCompletion(rank=0, **kwargs).fit(X, y))
+        for rank in (np.array(0), np.int64(0)):
+            got = _released(PrivateTensorCompletion(rank=rank, **kwargs).fit(X, y))
+            for attr, value in reference.items():
+                np.testing.assert_array_equal(got[attr], value, err_msg=attr)
+    with pytest.raises(TypeError, match="rank must be an integer"):
+        PrivateTensorCompletion(rank=False, **kwargs).fit(X, y)
+    counts = _counts()
+    make = lambda w: PrivateLatentDirichletAllocation(  # noqa: E731
+        2, whitening=w, n_restarts=2, n_iter=2, epsilon=1.0, random_state=0)
+    reference = _released(make(6).fit(counts))
+    got = _released(make(np.array(6)).fit(counts))
+    for attr, value in reference.items():
+        np.testing.assert_array_equal(got[attr], value, err_msg=attr)
+    with pytest.raises(ValueError, match="whitening=13 words"):
+        make(np.array(13)).fit(counts)
+
+
+def _ratings(n_users=30, n_items=12, per_user=6, seed=0):
+    rng = np.random.default_rng(seed)
+    X = np.column_stack([np.repeat(np.arange(n_users), per_user),
+                         rng.integers(0, n_items, n_users * per_user)])
+    return X, rng.integers(1, 6, len(X)).astype(float)

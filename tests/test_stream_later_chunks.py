@@ -245,3 +245,19 @@ def test_a_later_chunk_is_read_by_position_whatever_its_column_names(make):
             np.testing.assert_array_equal(a.components_, b.components_)
             assert list(getattr(a, "feature_names_in_", [])) == list(
                 getattr(first, "columns", []))
+
+
+@STREAMS
+def test_a_later_frame_with_repeated_or_odd_column_labels_is_read_by_position(make):
+    """A later chunk's column labels are never read: a frame with a label twice (narwhals,
+    inside scikit-learn's check_array, raised DuplicateError after the spend), with labels of
+    mixed types or a MultiIndex is fed as the array of its values."""
+    X = _rows()[:30]
+    for columns in (["a", "a", "b", "b"], ["a", 1, 2.5, None],
+                    pd.MultiIndex.from_tuples([("a", 1), ("a", 1), ("b", 2), ("c", 3)])):
+        _same_as(make, pd.DataFrame(X, columns=columns), X)
+    frame = pd.DataFrame(X.astype(object), columns=["a", "a", "b", "b"])
+    frame.iloc[2, 1] = "n/a"  # a frame of objects: its numbers first, by position too
+    mapped = X.copy()
+    mapped[2] = 0.0
+    _same_as(make, frame, mapped)

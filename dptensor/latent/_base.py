@@ -12,7 +12,7 @@ from .._base import (FitData, FitPlan, NoisePreview, PrivateEstimatorMixin, Sear
                      warn_noise_dominated)
 from .._guards import as_dtype
 from .._memory import FLOAT
-from .._validation import check_positive_int, check_verbose
+from .._validation import check_positive_int, check_verbose, integer_scalar
 from ..accounting.composition import gdp_mu
 from ..accounting.events import NonPrivateEvent
 from ..algorithms.dask import is_dask_array, reduce_row_chunks
@@ -192,11 +192,12 @@ class SpectralLatentModel(PrivateEstimatorMixin, BaseEstimator):
         if self.method not in ("auto", "perturb", "power"):
             raise ValueError("method must be one of ('auto', 'perturb', "
                              f"'power'), got {self.method!r}")
-        words = self._vocabulary and isinstance(self.whitening, numbers.Integral) and not \
-            isinstance(self.whitening, bool)
+        whitening = integer_scalar(self.whitening)  # a 0-d array of an int is that int
+        words = self._vocabulary and isinstance(whitening, numbers.Integral) and not \
+            isinstance(whitening, bool)
         # more words than the vocabulary is refused, as n_components > n_features is: a silent
         # clamp would fit the dense release while the caller asked for (and reports) m columns
-        if words and not k <= self.whitening <= d:
+        if words and not k <= whitening <= d:
             raise ValueError(f"whitening={self.whitening} words: give at least n_components={k} "
                              f"(the whitening needs k independent directions) and at most "
                              f"n_features={d} (whitening='dense' takes them all)")

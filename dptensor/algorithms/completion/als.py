@@ -17,7 +17,7 @@ from .design import (
     mode_design,
 )
 from .model import Model
-from .observations import Observations
+from .observations import Observations, sweep_fits
 from .cp_sweep import CPSweep3
 from .tucker import TuckerSweep3
 
@@ -50,9 +50,11 @@ def als(obs: Observations, y: np.ndarray, model: Model, *, reg, reg_core, n_iter
         ys = [y[L.perm] for L in layouts]
     else:
         Yg = grid.scatter(y)
-        # order 3: the grid's passes (a CP model's sums are the diagonal of a Tucker model's)
+        # order 3: the grid's passes (a CP model's sums are the diagonal of a Tucker model's),
+        # where their per-row sums stay within the grid's memory (:func:`sweep_fits`)
         order3 = TuckerSweep3 if model.core is not None else CPSweep3
-        sweep3 = order3(grid, Yg, obs.counts) if d == 3 else None
+        fits = d == 3 and sweep_fits(obs.shape, model.rank)
+        sweep3 = order3(grid, Yg, obs.counts) if fits else None
         value_sums = (grid_value_sums(grid, Yg, obs.counts[0])
                       if model.core is not None and sweep3 is None else None)
     prev, mse, s2 = np.inf, None, None

@@ -45,12 +45,25 @@ DENSE_RATIO_TUCKER_ALS = 32
 DENSE_RATIO_CP_ALS3 = 32
 
 
-def dense_ratio(tucker: bool, als: bool, order: int) -> int:
+def dense_ratio(tucker: bool, als: bool, order: int, sweep: bool = True) -> int:
     """Cells per observed entry up to which the grid is the layout for a model of this kind,
-    solver and order (the ratios above)."""
+    solver and order (the ratios above); ``sweep``: whether an order-3 sweep serves it
+    (:func:`sweep_fits`; the memory bound assumes it may)."""
     if tucker:
         return DENSE_RATIO_TUCKER_ALS if als else DENSE_RATIO_TUCKER
-    return DENSE_RATIO_CP_ALS3 if als and order == 3 else DENSE_RATIO
+    return DENSE_RATIO_CP_ALS3 if als and order == 3 and sweep else DENSE_RATIO
+
+
+def sweep_fits(shape, rank: int) -> bool:
+    """Whether an order-3 sweep (:class:`~.tucker.TuckerSweep3`, :class:`~.cp_sweep.CPSweep3`)
+    serves a grid of ``shape`` at ``rank`` within the memory the fit's estimate prices
+    (:func:`~.memory.fit_floats`, a few copies of the grid): each mode's per-row sums are
+    ``n_m x F x F`` (``F = 2 r + r (r + 1) / 2``, 25 at rank 5), so one long mode beside two
+    short ones took up to 3x the estimate (CP, 2 x 2 x 20000 at rank 5; Tucker 1.5x), after
+    the spend. Public: the shape and the rank. Elsewhere the grid's own products serve (the
+    same sums), and CP ALS takes the grid only as other CP fits do (:func:`dense_ratio`)."""
+    F = 2 * rank + rank * (rank + 1) // 2
+    return max(shape) * F * F <= math.prod(shape)
 
 
 #: ... and up to this many cells (a few float64 arrays of this size are held).
@@ -105,8 +118,9 @@ class Observations:
                 raise ValueError("layout='dense' fits models with a factor on every mode")
             return None
         if self._layout == "auto":
+            sweep = model is None or sweep_fits(self.shape, model.rank)
             ratio = dense_ratio(model is not None and model.core is not None, als,
-                                len(self.shape))
+                                len(self.shape), sweep)
             cells = math.prod(self.shape)
             if cells > ratio * len(self.X) or cells > DENSE_MAX_CELLS:
                 return None
