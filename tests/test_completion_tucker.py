@@ -409,3 +409,31 @@ def test_a_pass_contraction_takes_the_compiled_loops_where_they_cover_it(monkeyp
     assert pc._kernel("last", P, np.ones((4, MAX_FEATURES + 1))) is None
     assert pc._kernel("last", P.astype(np.float32), W) is None
     assert pc._kernel("middle", P[:, :, ::2], W[:2]) is None
+
+
+@pytest.mark.parametrize("compiled_loops", [True, False])
+def test_tucker_residuals_far_below_the_offsets_are_the_grids(compiled_loops, monkeypatch):
+    """The core step's residuals by the normal equations' expansion cancel where they are far
+    below the values (offsets of 1e6, residuals of 1e-5: the training RMSE read 0): there the
+    sweep sums them over the grid, by the compiled core and by NumPy's."""
+    from dptensor.algorithms import compiled
+    from dptensor.algorithms.completion.als import als
+    from dptensor.algorithms.completion.design import _grid_ssr, grid_design
+    from dptensor.algorithms.completion.model import init_model
+    from dptensor.algorithms.completion.observations import Observations
+
+    monkeypatch.setattr(compiled, "ENABLED", compiled_loops)
+    rng = np.random.default_rng(0)
+    shape = (12, 11, 10)
+    flat = rng.choice(int(np.prod(shape)), int(np.prod(shape)) // 2, replace=False)
+    X = np.stack(np.unravel_index(flat, shape), axis=1)
+    y = 1e6 + 1e-5 * rng.normal(size=len(X))
+    obs = Observations(X, shape, layout="dense")
+    model = init_model(shape, 2, "tucker", rng, scale=0.1)
+    model.intercept, model.biases = 1e6, [np.zeros(n) for n in shape]
+    history = []
+    als(obs, y, model, reg=1e-3, reg_core=1e-3, n_iter=4, tol=0, history=history)
+    grid = obs.grid(model, als=True)
+    direct = _grid_ssr(grid, grid.scatter(y), model, grid_design(model, 0))
+    assert history[-1] == pytest.approx(np.sqrt(direct / len(y)), rel=1e-6)
+    assert history[-1] > 0

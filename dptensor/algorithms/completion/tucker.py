@@ -7,7 +7,7 @@ import math
 import numpy as np
 import scipy.sparse as sp
 
-from .design import _row_bias, _set_core
+from .design import _grid_ssr, _row_bias, _set_core, grid_design
 from .mask_pass import MaskPass
 from .model import Model
 from .observations import DenseGrid, _pair_index
@@ -65,6 +65,7 @@ class TuckerSweep3:
     def __init__(self, grid: DenseGrid, Yg, counts):
         M, n = grid.mask, grid.shape
         self.mask, self.counts = M, counts
+        self._grid, self._values = grid, Yg  # for :meth:`_residuals`' exact fallback
         if math.prod(n) >= SPARSE_PASS_RATIO * len(grid.flat):
             (by_k, by_i), self.pair_counts, self.row_sums, self.yy = _entry_passes(grid, Yg)
             self._sparse = {2: by_k, 0: by_i}  # the passes over modes 2 and 0
@@ -298,7 +299,7 @@ class TuckerSweep3:
         model.core = c.reshape(model.core.shape)
         # the Gram holds the ridge: c^T G c without it
         fit = float(c @ G[0] @ c) - lam * float(c @ c)
-        return max(squares - 2.0 * float(c @ rhs) + fit, 0.0)
+        return self._residuals(model, squares, 2.0 * float(c @ rhs), fit)
 
     def _core_step(self, model: Model, reg_core):
         r = model.rank
@@ -315,20 +316,42 @@ class TuckerSweep3:
         c = model.core.ravel()
         # _set_core added reg_core + 1e-12 to the Gram's diagonal: c^T G c without it
         fit = float(c @ gram @ c) - (reg_core + 1e-12) * float(c @ c)
-        return max(self._offset_squares(model) - 2.0 * float(c @ rhs) + fit, 0.0)
+        return self._residuals(model, self._offset_squares(model), 2.0 * float(c @ rhs), fit)
 
-    def _offset_squares(self, model):
-        """``sum mask (Y - o)^2`` with ``o = intercept + b_0 + b_1 + b_2``, from the values' sums
-        and the mask's marginals."""
-        mu = model.intercept
-        b = [self._bias(model, k) for k in range(3)]
-        total = float(self.counts[0].sum())
-        yo = mu * float(self.row_sums[0].sum()) + sum(float(b[k] @ self.row_sums[k])
-                                                      for k in range(3))
-        oo = mu * mu * total + sum(2.0 * mu * float(b[k] @ self.counts[k])
-                                   + float(b[k] ** 2 @ self.counts[k]) for k in range(3))
-        oo += 2.0 * sum(float(b[j] @ C @ b[k]) for (j, k), C in self.pair_counts.items())
-        return self.yy - 2.0 * yo + oo
+    def _residuals(self, model: Model, squares, cross, fit) -> float:
+        """The sum of squared residuals ``squares - cross + fit`` by the expansion of the last
+        solve's normal equations (``sum base^2 - 2 x . rhs + x^T G x``, exact for any solution
+        ``x``), or, where it is below :data:`LOST` of the sums it is the difference of (offsets
+        of 1e6 with residuals of 1e-5: rounding), the residuals summed over the grid
+        (:func:`~.design._grid_ssr`, one more read): they set the empirical-Bayes ridge, the
+        training RMSE and the stop."""
+        ssr = squares - cross + fit
+        if ssr <= LOST * (self.yy + abs(squares) + abs(cross) + abs(fit)):
+            return _grid_ssr(self._grid, self._values, model, grid_design(model, 0))
+        return ssr
+
+    def _offset_squares(self, model: Model, exclude=None) -> float:
+        """``sum over observed cells of (y - o)^2``, ``o`` the intercept and the modes' biases
+        but mode ``exclude``'s: from ``sum y^2``, the values' and counts' row sums and the pair
+        counts (``sum o^2`` over cells expands into pairs of modes)."""
+        mu = float(model.intercept)
+        modes = [(k, _row_bias(model, k)) for k in range(3) if k != exclude]
+        modes = [(k, b) for k, b in modes if b is not None]
+        cross = mu * float(np.sum(self.row_sums[0]))
+        squares = mu * mu * float(np.sum(self.counts[0]))
+        for k, b in modes:
+            cross += float(b @ self.row_sums[k])
+            squares += float((b * b) @ self.counts[k]) + 2.0 * mu * float(b @ self.counts[k])
+        for i, (k, b) in enumerate(modes):
+            for k2, b2 in modes[i + 1:]:
+                squares += 2.0 * float(b @ self.pair_counts[(k, k2)] @ b2)
+        return self.yy - 2.0 * cross + squares
+
+
+#: :meth:`TuckerSweep3._residuals` sums the residuals over the grid where the normal equations'
+#: expansion gives less than this share of the sums it is the difference of (an RMSE 1e-4 of the
+#: values' RMS): their rounding, about 1e-15 of their size, is then 1e-7 of the residuals at most.
+LOST = 1e-8
 
 
 #: The other two modes of each mode, in order.
