@@ -180,3 +180,22 @@ def test_input_perturbation_refuses_an_epsilon_whose_noise_overflows_before_the_
         warnings.filterwarnings("ignore", message=".*noise level")  # released: the fit learns none
         PrivateTensorCompletion(rank=2, shape=shape, perturbation="input", epsilon=1e-12,
                                 value_range=(0, 5), n_iter=5, random_state=0).fit(X, y)
+
+
+@pytest.mark.parametrize("epsilon", [1e-200, 1e-300])
+def test_offsets_plan_at_a_vanishing_epsilon_takes_the_gaussian_share(epsilon):
+    """Where no pure budget for the offsets can be found (scipy's root search failed to converge
+    from about epsilon 1e-200, before the spend, naming no parameter), the plan is the Gaussian
+    share, which keeps the whole fit within its target: a private fit then runs."""
+    from dptensor.accounting import epsilon_of
+    from dptensor.accounting.events import ComposedEvent, GaussianEvent
+    from dptensor.accounting.calibration import calibrate_gaussian
+    from dptensor.algorithms.completion.offsets import offsets_plan
+
+    delta, n_o = 1e-5, 5
+    mu = 1.0 / calibrate_gaussian(epsilon, delta, 1)
+    mu_f = 0.95 * mu  # the factors' share of a statistics fit's (the default offset_share)
+    offsets, events = offsets_plan(n_o, mu, mu_f, epsilon, delta)
+    assert offsets[0] == "gaussian" and len(events) == 1
+    total = epsilon_of(ComposedEvent([*events, GaussianEvent(1.0 / mu_f, 1)]), delta)
+    assert total <= epsilon * (1 + 1e-6)

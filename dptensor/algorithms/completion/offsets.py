@@ -241,7 +241,12 @@ def offsets_plan(n_o, mu, mu_f, epsilon, delta):
     hi = epsilon
     while excess(hi) <= 0:  # at a large delta Renyi DP prices a pure budget below itself
         hi *= 2.0
-    eps_o = brentq(excess, 1e-12 * epsilon, hi, xtol=1e-14 * epsilon)
+    try:
+        eps_o = brentq(excess, 1e-12 * epsilon, hi, xtol=1e-14 * epsilon)
+    except (RuntimeError, ValueError):
+        # no pure budget found (epsilon near 1e-200: the pricing's differences underflow): the
+        # Gaussian share, exact in any case, is the plan; the choice is only the smaller noise
+        return ("gaussian", z_o), [GaussianEvent(z_o, n_o)]
     while excess(eps_o) > 0:  # brentq may land a hair above the root
         eps_o *= 1.0 - 1e-12
     if 2.0 * (n_o / eps_o) ** 2 < z_o**2:
