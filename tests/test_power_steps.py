@@ -81,3 +81,37 @@ def test_a_fit_through_the_compiled_steps_recovers_what_the_stepwise_fit_does(mo
     np.testing.assert_allclose(fast.components_, slow.components_, rtol=0, atol=1e-10)
     np.testing.assert_allclose(fast.eigenvalues_, slow.eigenvalues_, rtol=1e-10)
     assert np.max(recovery_error(fast.components_, V)) < 0.05
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("scale", [1e160, 1e-170, 1e30, 1e-30, 1.0])
+def test_column_norms_neither_overflow_nor_underflow(dtype, scale):
+    """Columns far above or below the squares' range have their norms from the column scaled by
+    its largest magnitude (no warning, under errstate raise); within it, np.linalg.norm's."""
+    from dptensor.algorithms.norms import column_norms
+
+    if not float(np.finfo(dtype).tiny) < scale < float(np.finfo(dtype).max):
+        pytest.skip("the scale is not a number of this dtype")
+    rng = np.random.default_rng(7)
+    Y = rng.normal(size=(40, 5)).astype(dtype)
+    Y[:, 1] = 0.0
+    with np.errstate(all="raise"):
+        norms = column_norms(Y * dtype(scale))
+    want = np.linalg.norm(Y.astype(float), axis=0) * scale
+    rtol = 1e-5 if dtype == np.float32 else 1e-14
+    np.testing.assert_allclose(norms, want.astype(dtype), rtol=rtol)
+    if scale == 1.0:
+        np.testing.assert_array_equal(norms, np.sqrt(np.add.reduce(Y * Y, axis=0)))
+
+
+@pytest.mark.parametrize("scale", [1e160, 1e-170])
+def test_a_tensor_far_from_unit_scale_is_decomposed_not_zeroed(scale):
+    """At 1e160 the power steps' squares overflowed and at 1e-170 they underflowed: every column
+    normalised to zero and the fit returned zero components and eigenvalues, saying nothing.
+    Both the compiled steps (d >= 64) and the stepwise loop (d < 64) recover the components."""
+    for d in (80, 30):
+        T, lam, V = make_orthogonal_tensor(d, 3, noise=0.0, random_state=0)
+        fit = PrivateTensorDecomposition(3, n_restarts=10, n_iter=15, random_state=0).fit(
+            T * scale)
+        assert np.max(recovery_error(fit.components_, V)) < 1e-6
+        np.testing.assert_allclose(np.sort(fit.eigenvalues_), np.sort(lam) * scale, rtol=1e-8)

@@ -27,6 +27,7 @@ import numpy as np
 import scipy.linalg
 
 from .dask import is_dask_array
+from .norms import column_norms
 from .eigen import top_k_eigh, use_top_k
 from .sparse import SparseRows
 from .exact import BITS, Exact, exact_gaussian_release, grid_rows
@@ -490,9 +491,7 @@ def normalize_columns(Y: np.ndarray) -> np.ndarray:
     Returns a new array of ``Y``'s floating dtype.
     """
     Y = np.asarray(Y)
-    # np.linalg.norm's sum for real columns (the same numbers), with fewer temporaries
-    norms = np.sqrt(np.add.reduce(Y * Y, axis=0)) if Y.dtype.kind == "f" else np.linalg.norm(
-        Y, axis=0)
+    norms = column_norms(Y) if Y.dtype.kind == "f" else np.linalg.norm(Y, axis=0)
     # A zero column has no direction to keep; dividing by 1 leaves it at zero instead of NaN.
     safe = np.where(norms > 0, norms, 1.0).astype(Y.dtype, copy=False)
     return Y / safe

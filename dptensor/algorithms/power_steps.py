@@ -18,15 +18,18 @@ import math
 import numpy as np
 
 from .compiled import compiled
+from .norms import square_range
 from .symmetric_contraction import BLOCK, single_pass
 
 __all__ = ["deflated_power_steps"]
 
 
-def _finish_kernel(Y, U, V, lam, W):  # pragma: no cover (compiled)
+def _finish_kernel(Y, U, V, lam, W, lo, hi):  # pragma: no cover (compiled)
     """``U <-`` the columns of ``Y - sum_j lam_j (v_j . u)^2 v_j`` (``u``: U's column before the
     step, ``v_j``: V's rows) at unit norm, a zero column staying zero; ``Y <- 0`` for the next
-    pass. ``W`` (k x L, float64) is scratch for ``lam_j (v_j . u)^2``."""
+    pass. ``W`` (k x L, float64) is scratch for ``lam_j (v_j . u)^2``. A column whose largest
+    magnitude is outside ``(lo, hi)`` (:func:`~.norms.square_range`) has its norm from the
+    column scaled by that magnitude, as :func:`~.norms.column_norms` does."""
     k, d = V.shape
     L = U.shape[1]
     for j in range(k):
@@ -39,6 +42,7 @@ def _finish_kernel(Y, U, V, lam, W):  # pragma: no cover (compiled)
         for m in range(L):
             W[j, m] = lam[j] * W[j, m] * W[j, m]
     norms = np.zeros(L, dtype=Y.dtype)
+    big = np.zeros(L)
     for i in range(d):
         for j in range(k):
             v = V[j, i]
@@ -46,8 +50,17 @@ def _finish_kernel(Y, U, V, lam, W):  # pragma: no cover (compiled)
                 Y[i, m] -= v * W[j, m]
         for m in range(L):
             norms[m] += Y[i, m] * Y[i, m]
+            big[m] = max(big[m], abs(Y[i, m]))
     for m in range(L):
-        norms[m] = math.sqrt(norms[m]) if norms[m] > 0 else 1.0
+        if 0.0 < big[m] < np.inf and not lo <= big[m] <= hi:
+            s = 0.0
+            for i in range(d):
+                s += (Y[i, m] / big[m]) ** 2
+            norms[m] = big[m] * math.sqrt(s)
+        else:
+            norms[m] = math.sqrt(norms[m])
+        if not norms[m] > 0:
+            norms[m] = 1.0
     for i in range(d):
         for m in range(L):
             U[i, m] = Y[i, m] / norms[m]
@@ -57,7 +70,7 @@ def _finish_kernel(Y, U, V, lam, W):  # pragma: no cover (compiled)
 def _warm_up(kernel):
     for dtype in (np.float64, np.float32):
         Y, U = np.ones((4, 2), dtype=dtype), np.ones((4, 2), dtype=dtype)
-        kernel(Y, U, np.ones((1, 3)), np.ones(1), np.empty((1, 2)))
+        kernel(Y, U, np.ones((1, 3)), np.ones(1), np.empty((1, 2)), 1e-100, 1e100)
 
 
 def deflated_power_steps(P, U, eigenvalues, components, n_steps: int):
@@ -76,7 +89,8 @@ def deflated_power_steps(P, U, eigenvalues, components, n_steps: int):
     V = np.ascontiguousarray(components, dtype=np.float64).reshape(-1, d)
     lam = np.ascontiguousarray(eigenvalues, dtype=np.float64).reshape(-1)
     W = np.empty((len(lam), L))
+    lo, hi = square_range(P.dtype, d)
     for _ in range(int(n_steps)):
         kernel(P, Ut, Y)
-        finish(Y[:d], Ut[:d], V, lam, W)
+        finish(Y[:d], Ut[:d], V, lam, W, lo, hi)
     return Ut[:d].copy()
