@@ -20,6 +20,7 @@ from .tucker import TuckerSweep3
 
 __all__ = ["CPSweep3"]
 
+
 class CPSweep3(TuckerSweep3):
     """:meth:`normal_equations` of an order-3 CP model's modes on the grid, from the passes and
     contractions of :class:`~.tucker.TuckerSweep3` (which it is, but for the core), the same
